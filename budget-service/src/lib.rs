@@ -1,0 +1,1 @@
+//! Budget service (being written).

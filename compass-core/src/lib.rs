@@ -1,0 +1,22 @@
+//! # compass-core
+//!
+//! The one decision core of compass. Everything here is pure Rust with no I/O
+//! and no wall clock: callers inject time ([`clock::Clock`]) and feed events.
+//! The same code runs in the trace simulator (`compass simulate`), inside
+//! slurmctld (the `select/cons_tres_compass` plugin) and in the budget service.
+//!
+//! Rooms:
+//! - [`model`]: jobs, instances, nodes, migrations: the shared vocabulary.
+//! - [`placement`]: the COMPASS-ABS engine (paper Section 4) and the baselines,
+//!   all behind [`placement::PlacementPolicy`].
+//! - [`metric`]: partial nodes, the exact inherent fragmentation `Phi*` and SIF
+//!   (paper Section 3.2, Appendix C).
+//! - [`clock`]: the injected clock.
+
+pub mod clock;
+pub mod error;
+pub mod metric;
+pub mod model;
+pub mod placement;
+
+pub use error::{CoreError, Result};

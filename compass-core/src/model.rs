@@ -1,0 +1,228 @@
+//! The shared vocabulary: jobs of `w` instances of `g` GPUs, nodes, migrations.
+//!
+//! Paper Section 3.2: a DLT job `i` is `w_i` homogeneous instances of `g_i`
+//! GPUs; each instance must sit on one node (intra-node constraint) and all
+//! instances start together (gang scheduling).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use crate::error::{CoreError, Result};
+
+/// Index of a node in the cluster, `0..nodes`. Ties are always broken by the
+/// lower index, which makes every policy deterministic.
+pub type NodeId = u32;
+
+/// A job's identity (the Slurm job id inside slurmctld, the trace row in the
+/// simulator).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct JobId(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// One instance of a job: `(job, index)` with `index < w`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct InstanceRef {
+    pub job: JobId,
+    pub index: u32,
+}
+
+/// `w` instances of `g` GPUs each.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct JobShape {
+    /// `w`: number of instances (>= 1).
+    pub instances: u32,
+    /// `g`: GPUs per instance (>= 1, at most the node capacity).
+    pub gpus: u32,
+}
+
+impl JobShape {
+    pub fn new(instances: u32, gpus: u32) -> Self {
+        Self { instances, gpus }
+    }
+    pub fn total_gpus(&self) -> u64 {
+        u64::from(self.instances) * u64::from(self.gpus)
+    }
+}
+
+/// What a policy is asked to place.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRequest {
+    pub id: JobId,
+    pub shape: JobShape,
+    /// May the scheduler migrate this job (Slurm: `--resumable`, so a requeue
+    /// restarts it from its checkpoint)? Jobs that are not movable are planned
+    /// around as immovable.
+    pub movable: bool,
+}
+
+impl JobRequest {
+    pub fn new(id: u64, instances: u32, gpus: u32) -> Self {
+        Self { id: JobId(id), shape: JobShape::new(instances, gpus), movable: true }
+    }
+    pub fn pinned(mut self) -> Self {
+        self.movable = false;
+        self
+    }
+}
+
+/// One instance moved from one node to another. In Slurm a migration is a
+/// requeue of the owning job, pinned to its new nodes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Migration {
+    pub job: JobId,
+    pub instance: u32,
+    pub from: NodeId,
+    pub to: NodeId,
+}
+
+/// A successful admission: the node of every instance (`nodes[k]` hosts
+/// instance `k`) and the migrations of *other* jobs' instances that the policy
+/// performed in the same event (fillers drawn, Compact).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Admission {
+    pub nodes: Vec<NodeId>,
+    pub migrations: Vec<Migration>,
+}
+
+/// A homogeneous cluster: `nodes` nodes of `gpus_per_node` GPUs each.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSpec {
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+}
+
+impl ClusterSpec {
+    /// Refuses capacities other than 1, 2, 4 or 8 (slot widths, eq. 3, are
+    /// powers of two that must divide the node) and empty clusters.
+    pub fn new(nodes: u32, gpus_per_node: u32) -> Result<Self> {
+        if !matches!(gpus_per_node, 1 | 2 | 4 | 8) {
+            return Err(CoreError::BadNodeCapacity(gpus_per_node));
+        }
+        if nodes == 0 {
+            return Err(CoreError::NoNodes);
+        }
+        Ok(Self { nodes, gpus_per_node })
+    }
+
+    pub fn total_gpus(&self) -> u64 {
+        u64::from(self.nodes) * u64::from(self.gpus_per_node)
+    }
+
+    /// Checks that a job can ever run on this cluster (shape only, not room).
+    pub fn check_job(&self, job: &JobRequest) -> Result<()> {
+        if job.shape.instances == 0 {
+            return Err(CoreError::NoInstances(job.id));
+        }
+        if job.shape.gpus == 0 {
+            return Err(CoreError::ZeroGpus { job: job.id });
+        }
+        if job.shape.gpus > self.gpus_per_node {
+            return Err(CoreError::InstanceTooLarge {
+                job: job.id,
+                gpus: job.shape.gpus,
+                capacity: self.gpus_per_node,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn check_node(&self, node: NodeId) -> Result<()> {
+        if node >= self.nodes {
+            return Err(CoreError::UnknownNode { node, nodes: self.nodes });
+        }
+        Ok(())
+    }
+}
+
+/// Slot width `w*(g)` of paper eq. (3): the smallest power of two `>= g`
+/// (2 for g = 2, 4 for g in {3, 4}, 8 for g in {5..8}).
+pub fn slot_width(g: u32) -> u32 {
+    g.next_power_of_two()
+}
+
+/// A set of nodes (the candidates Slurm passes to `select_p_job_test`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSet {
+    words: Vec<u64>,
+    len: u32,
+}
+
+impl NodeSet {
+    pub fn empty(len: u32) -> Self {
+        Self { words: vec![0; (len as usize).div_ceil(64)], len }
+    }
+    pub fn full(len: u32) -> Self {
+        let mut s = Self::empty(len);
+        for n in 0..len {
+            s.insert(n);
+        }
+        s
+    }
+    pub fn from_nodes(len: u32, nodes: impl IntoIterator<Item = NodeId>) -> Self {
+        let mut s = Self::empty(len);
+        for n in nodes {
+            s.insert(n);
+        }
+        s
+    }
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|w| *w == 0)
+    }
+    pub fn insert(&mut self, n: NodeId) {
+        if n < self.len {
+            self.words[(n / 64) as usize] |= 1 << (n % 64);
+        }
+    }
+    pub fn remove(&mut self, n: NodeId) {
+        if n < self.len {
+            self.words[(n / 64) as usize] &= !(1 << (n % 64));
+        }
+    }
+    pub fn contains(&self, n: NodeId) -> bool {
+        n < self.len && self.words[(n / 64) as usize] & (1 << (n % 64)) != 0
+    }
+    pub fn count(&self) -> u32 {
+        self.words.iter().map(|w| w.count_ones()).sum()
+    }
+    pub fn iter(&self) -> impl Iterator<Item = NodeId> + '_ {
+        (0..self.len).filter(|n| self.contains(*n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_widths_follow_eq3() {
+        let w: Vec<u32> = (1..=8).map(slot_width).collect();
+        assert_eq!(w, vec![1, 2, 4, 4, 8, 8, 8, 8]);
+    }
+
+    #[test]
+    fn cluster_refuses_bad_capacity() {
+        assert_eq!(ClusterSpec::new(4, 6), Err(CoreError::BadNodeCapacity(6)));
+        assert_eq!(ClusterSpec::new(0, 8), Err(CoreError::NoNodes));
+        assert!(ClusterSpec::new(4, 4).is_ok());
+    }
+
+    #[test]
+    fn nodeset_basics() {
+        let mut s = NodeSet::empty(130);
+        s.insert(0);
+        s.insert(129);
+        s.insert(200);
+        assert!(s.contains(129) && !s.contains(1) && !s.contains(200));
+        assert_eq!(s.iter().collect::<Vec<_>>(), vec![0, 129]);
+        s.remove(0);
+        assert_eq!(s.count(), 1);
+    }
+}

@@ -1,0 +1,52 @@
+//! Placement policies: the COMPASS-ABS engine and the baselines it must beat,
+//! all behind one interface, [`PlacementPolicy`], so the simulator, the Slurm
+//! plugin and the benchmarks can swap any of them in.
+//!
+//! - [`compass`]: COMPASS-ABS (paper Section 4), with our corrections.
+//! - [`occupancy`]: the physical GPU accounting every policy shares.
+
+pub mod compass;
+pub mod occupancy;
+
+use crate::clock::Seconds;
+use crate::error::Result;
+use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration, NodeId, NodeSet};
+
+pub use occupancy::Occupancy;
+
+/// One placement policy. Every operator is pure state transition: it returns
+/// the decisions (nodes, migrations) as data and performs no I/O.
+///
+/// Migrations returned by any call have already been applied to the policy's
+/// own state: the caller only has to carry them out (the simulator charges
+/// their cost; the Slurm plugin requeues the owning jobs).
+pub trait PlacementPolicy {
+    /// CLI name (`compass`, `best-fit`, `first-fit`, `fgd`, `defrag`).
+    fn name(&self) -> &'static str;
+
+    /// The cluster this policy places on.
+    fn spec(&self) -> ClusterSpec;
+
+    /// Admits `job` all-or-nothing, choosing only among `allowed` nodes when
+    /// given. `Ok(None)` means "not now" and leaves the state exactly as it
+    /// was. `Err` means the request can never be valid (bad shape, duplicate).
+    fn place(&mut self, job: &JobRequest, allowed: Option<&NodeSet>) -> Result<Option<Admission>>;
+
+    /// The job departs. Returns migrations of other jobs made as a
+    /// consequence (for COMPASS: the Compact of Algorithm 1, line 16).
+    fn remove(&mut self, job: JobId) -> Result<Vec<Migration>>;
+
+    /// Seconds between periodic ticks, for round-based policies.
+    fn tick_interval(&self) -> Option<Seconds> {
+        None
+    }
+
+    /// Periodic hook (round-based defragmentation). Returns migrations.
+    fn tick(&mut self, _now: Seconds) -> Vec<Migration> {
+        Vec::new()
+    }
+
+    /// The physical GPU accounting (used GPUs per node, partial/empty counts,
+    /// where each running instance is).
+    fn occupancy(&self) -> &Occupancy;
+}
