@@ -14,6 +14,39 @@ use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration, NodeId,
 
 pub use occupancy::Occupancy;
 
+use crate::error::CoreError;
+use compass::{CompassConfig, CompassEngine};
+
+/// CLI names of every policy, ours first.
+pub const POLICY_NAMES: &[&str] = &["compass", "best-fit", "first-fit", "fgd", "defrag"];
+
+/// Options of every policy, so one struct configures any of them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyOptions {
+    pub compass: CompassConfig,
+    /// Round length `T` of the `defrag` baseline, seconds.
+    pub defrag_interval_s: Seconds,
+    /// How many recent jobs form FGD's workload distribution.
+    pub fgd_window: usize,
+}
+
+impl Default for PolicyOptions {
+    fn default() -> Self {
+        Self { compass: CompassConfig::default(), defrag_interval_s: 300.0, fgd_window: 1000 }
+    }
+}
+
+/// Builds a policy by its CLI name.
+pub fn build(name: &str, spec: ClusterSpec, opts: &PolicyOptions) -> Result<Box<dyn PlacementPolicy>> {
+    match name {
+        "compass" => Ok(Box::new(CompassEngine::new(spec, opts.compass.clone()))),
+        other => Err(CoreError::Invalid(format!(
+            "unknown policy `{other}`; expected one of: {}",
+            POLICY_NAMES.join(", ")
+        ))),
+    }
+}
+
 /// One placement policy. Every operator is pure state transition: it returns
 /// the decisions (nodes, migrations) as data and performs no I/O.
 ///
