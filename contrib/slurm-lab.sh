@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# A real Slurm cluster on one host, for tests and experiments (root only):
+# munge + slurmctld + NODES slurmd (one per node name n1..nN, distinct ports,
+# fake GPU char devices), all state under one scratch directory LAB.
+#
+#   slurm-lab.sh up LAB      start (idempotent); waits until every node is idle
+#   slurm-lab.sh down LAB    stop everything started from LAB (PID files only)
+#   slurm-lab.sh restart-ctld LAB   restart slurmctld only, keeping its state
+#
+# Environment (read by `up`):
+#   LAB_PORT_BASE       slurmctld port; slurmd ports are BASE+1..BASE+NODES (default 16817)
+#   LAB_NODES           node count (default 8), LAB_GPUS GPUs per node (default 8)
+#   COMPASS_SELECT_SO   if set: run select/cons_tres_compass from this .so in a
+#                       private PluginDir (contrib/install-select-plugin.sh)
+#   COMPASS_SPANK_SO    if set: plugstack.conf loads this SPANK plugin
+#   COMPASS_CONF        compass.conf for both plugins (copied to LAB/etc)
+#   COMPASS_JOB_SUBMIT_LUA  if set: job_submit/lua with this script
+#
+# The daemons run through symlinks named slurmctld/slurmd/slurmstepd in
+# LAB/bin: Slurm keys behaviour on argv[0] (a daemon started as
+# slurmctld-wlm silently drops every node's Gres=).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+CMD=${1:?usage: slurm-lab.sh up|down|restart-ctld LAB}
+LAB=${2:?usage: slurm-lab.sh up|down|restart-ctld LAB}
+mkdir -p "$LAB"
+LAB=$(cd "$LAB" && pwd)
+export SLURM_CONF=$LAB/etc/slurm.conf
+SBIN=/usr/sbin
+
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+stop_pidfiles() { # pidfiles...: TERM all at once, wait up to 10 s, then KILL
+    local f pid pids=() i alive
+    for f in "$@"; do
+        [ -f "$f" ] || continue
+        pid=$(cat "$f")
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+            kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$pid")
+        fi
+    done
+    for i in $(seq 100); do
+        alive=0
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        [ "$alive" = 0 ] && break
+        sleep 0.1
+    done
+    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    rm -f "$@"
+}
+
+# slurmstepd of this LAB (started by our slurmd with argv[0] LAB/bin/slurmstepd)
+# and the job processes in their process groups.
+stop_stepds() {
+    local p cmd
+    for p in /proc/[0-9]*; do
+        cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null || true)
+        case "$cmd" in
+        "$LAB/bin/slurmstepd"*|"slurmstepd: ["*)
+            # stepd renames itself "slurmstepd: [jobid.step]"; check its exe link dir
+            if [ "${cmd#"$LAB/bin/slurmstepd"}" != "$cmd" ] || \
+               grep -qs "SLURM_CONF=$LAB/etc/slurm.conf" "$p/environ"; then
+                kill -KILL "${p#/proc/}" 2>/dev/null || true
+            fi ;;
+        esac
+    done
+}
+
+write_conf() {
+    local nodes=${LAB_NODES:-8} gpus=${LAB_GPUS:-8} base=${LAB_PORT_BASE:-16817}
+    local plugin_dir=/usr/lib/x86_64-linux-gnu/slurm-wlm select_type=select/cons_tres job_submit=""
+    if [ -n "${COMPASS_SELECT_SO:-}" ]; then
+        "$HERE/install-select-plugin.sh" "$COMPASS_SELECT_SO" "$LAB/plugins" >/dev/null
+        plugin_dir=$LAB/plugins
+        select_type=select/cons_tres_compass
+    fi
+    if [ -n "${COMPASS_CONF:-}" ]; then
+        sed "s#@LAB@#$LAB#g" "$COMPASS_CONF" >"$LAB/etc/compass.conf"
+    else
+        : >"$LAB/etc/compass.conf"
+    fi
+    if [ -n "${COMPASS_JOB_SUBMIT_LUA:-}" ]; then
+        cp "$COMPASS_JOB_SUBMIT_LUA" "$LAB/etc/job_submit.lua"
+        job_submit="JobSubmitPlugins=lua"
+    fi
+    if [ -n "${COMPASS_SPANK_SO:-}" ]; then
+        echo "required $COMPASS_SPANK_SO conf=$LAB/etc/compass.conf" >"$LAB/etc/plugstack.conf"
+    else
+        : >"$LAB/etc/plugstack.conf"
+    fi
+    sed -e "s#@LAB@#$LAB#g" -e "s#@NODES@#$nodes#g" -e "s#@GPUS@#$gpus#g" \
+        -e "s#@CTLD_PORT@#$base#g" -e "s#@SLURMD_PORTS@#$((base + 1))-$((base + nodes))#g" \
+        -e "s#@PLUGIN_DIR@#$plugin_dir#g" -e "s#@SELECT_TYPE@#$select_type#g" \
+        -e "s#@JOB_SUBMIT@#$job_submit#g" \
+        "$HERE/lab/slurm.conf.in" >"$LAB/etc/slurm.conf"
+    sed -e "s#@LAB@#$LAB#g" -e "s#@NODES@#$nodes#g" -e "s#@GPU_MAX@#$((gpus - 1))#g" \
+        "$HERE/lab/gres.conf.in" >"$LAB/etc/gres.conf"
+    for i in $(seq 0 $((gpus - 1))); do
+        [ -e "$LAB/fakedev/nvidia$i" ] || mknod "$LAB/fakedev/nvidia$i" c 195 "$i" 2>/dev/null \
+            || touch "$LAB/fakedev/nvidia$i"
+    done
+}
+
+start_ctld() {
+    pid_alive "$LAB/run/slurmctld.pid" && return 0
+    COMPASS_CONF=$LAB/etc/compass.conf "$LAB/bin/slurmctld" -f "$SLURM_CONF" "$@"
+}
+
+wait_nodes_idle() {
+    local nodes=${LAB_NODES:-8} i idle
+    for i in $(seq 300); do
+        idle=$(sinfo -h -N -o '%N %T' 2>/dev/null | grep -c ' idle$' || true)
+        [ "$idle" -ge "$nodes" ] && return 0
+        sleep 0.1
+    done
+    echo "slurm-lab.sh: nodes not idle after 30 s:" >&2
+    sinfo -N 2>&1 >&2 || true
+    tail -20 "$LAB/log/slurmctld.log" >&2 || true
+    return 1
+}
+
+up() {
+    if [ "$(id -u)" -ne 0 ]; then echo "slurm-lab.sh: must run as root" >&2; exit 1; fi
+    mkdir -p "$LAB"/{bin,etc,munge,state,spool,run,log,fakedev}
+    chmod 700 "$LAB/munge"
+    ln -sfn "$SBIN/slurmctld-wlm" "$LAB/bin/slurmctld"
+    ln -sfn "$SBIN/slurmd-wlm" "$LAB/bin/slurmd"
+    ln -sfn "$SBIN/slurmstepd-wlm" "$LAB/bin/slurmstepd"
+    write_conf
+    if ! pid_alive "$LAB/munge/munged.pid"; then
+        [ -f "$LAB/munge/munge.key" ] || {
+            dd if=/dev/urandom of="$LAB/munge/munge.key" bs=1k count=1 status=none
+            chmod 400 "$LAB/munge/munge.key"
+        }
+        munged --force --key-file="$LAB/munge/munge.key" --socket="$LAB/munge/munge.socket.2" \
+            --pid-file="$LAB/munge/munged.pid" --log-file="$LAB/munge/munged.log" \
+            --seed-file="$LAB/munge/munged.seed"
+    fi
+    start_ctld
+    local nodes=${LAB_NODES:-8} n
+    for n in $(seq 1 "$nodes"); do
+        mkdir -p "$LAB/spool/n$n"
+        pid_alive "$LAB/run/slurmd.n$n.pid" && continue
+        "$LAB/bin/slurmd" -f "$SLURM_CONF" -N "n$n" -d "$LAB/bin/slurmstepd"
+    done
+    wait_nodes_idle
+    echo "slurm-lab.sh: up ($LAB, SLURM_CONF=$SLURM_CONF)"
+}
+
+down() {
+    # Cancel jobs first so the stepds end cleanly; never fails.
+    if pid_alive "$LAB/run/slurmctld.pid"; then
+        timeout 5 scancel --quiet --full -u root 2>/dev/null || true
+    fi
+    stop_pidfiles "$LAB"/run/slurmd.*.pid "$LAB/run/slurmctld.pid"
+    stop_stepds
+    stop_pidfiles "$LAB/munge/munged.pid"
+    echo "slurm-lab.sh: down ($LAB)"
+}
+
+case "$CMD" in
+up) up ;;
+down) down ;;
+restart-ctld)
+    stop_pidfiles "$LAB/run/slurmctld.pid"
+    start_ctld
+    for i in $(seq 300); do scontrol ping >/dev/null 2>&1 && break; sleep 0.1; done
+    ;;
+*) echo "slurm-lab.sh: unknown command $CMD (up|down|restart-ctld)" >&2; exit 2 ;;
+esac
