@@ -56,7 +56,7 @@ stop_pidfiles() { # pidfiles...: TERM all at once, wait up to 10 s, then KILL
 stop_stepds() {
     local p cmd
     for p in /proc/[0-9]*; do
-        cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null || true)
+        cmd=$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null || true)
         case "$cmd" in
         "$LAB/bin/slurmstepd"*|"slurmstepd: ["*)
             # stepd renames itself "slurmstepd: [jobid.step]"; check its exe link dir

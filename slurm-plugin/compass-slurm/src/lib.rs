@@ -1,0 +1,21 @@
+//! Pure Rust logic shared by the compass Slurm plugins, the `compass status`
+//! CLI and the budget service. Nothing here touches Slurm: the plugins
+//! (`slurm-plugin/spank`, `slurm-plugin/select`) feed it strings and numbers
+//! read from Slurm and act on its answers, so all of it is unit tested
+//! without daemons.
+//!
+//! - [`duration`]: `--min-runtime` values (Slurm time formats plus `30m`/`4h`).
+//! - [`config`]: the site config file (`etc/compass.conf`).
+//! - [`flags`]: how min-runtime/resumable travel with a job (SPANK job
+//!   control env, `AdminComment`).
+//! - [`shape`]: mapping a Slurm GPU request onto the `w x g` model.
+//! - [`state`]: the live state the select plugin publishes.
+
+pub mod config;
+pub mod duration;
+pub mod error;
+pub mod flags;
+pub mod shape;
+pub mod state;
+
+pub use error::{Error, Result};

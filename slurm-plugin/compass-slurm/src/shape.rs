@@ -1,0 +1,189 @@
+//! Mapping a Slurm GPU request onto the `w x g` model (paper Section 3.2: a
+//! job is `w` instances of `g` GPUs, each instance on one node).
+//!
+//! - `--ntasks=w --gpus-per-task=g`: `w` instances of `g` (instances may
+//!   share a node).
+//! - `-N n --gres=gpu:g` / `--gpus-per-node=g` (with or without
+//!   `--ntasks-per-node`): `n` instances of `g`, one per node (Slurm needs `n`
+//!   distinct nodes).
+//! - `-N 1 --gpus=g`: one instance of `g`.
+//! - Anything else with GPUs (`--gpus=3` that may spread, node ranges, mixed
+//!   per-task and per-node GPUs) is outside the model: Slurm places it alone
+//!   and the engine records it as foreign, immovable GPU use.
+
+use compass_core::model::{JobShape, NodeId};
+
+/// The GPU-related fields of a Slurm job (from `job_record_t` and its details).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlurmRequest<'a> {
+    /// `details->num_tasks` (0 when unset).
+    pub num_tasks: u32,
+    /// `details->min_nodes`.
+    pub min_nodes: u32,
+    /// `details->max_nodes` (0 = no limit).
+    pub max_nodes: u32,
+    /// `details->ntasks_per_node` (0 = unset).
+    pub ntasks_per_node: u32,
+    pub tres_per_task: Option<&'a str>,
+    pub tres_per_node: Option<&'a str>,
+    pub tres_per_job: Option<&'a str>,
+}
+
+/// Where a Slurm job falls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mapping {
+    /// Requests no GPU: plain cons_tres, the engine is not involved.
+    NoGpu,
+    /// In the model. `distinct_nodes`: Slurm puts each instance on its own
+    /// node (`-N n` forms), so a plan sharing a node cannot be enforced.
+    Model { shape: JobShape, distinct_nodes: bool },
+    /// Uses GPUs outside the model; the reason is logged.
+    Outside(String),
+}
+
+/// GPUs in a TRES request string such as `gres:gpu:4`, `gres:gpu:a100:4`,
+/// `gres/gpu:4` or `gres/gpu=4` (comma separated with other TRES). `None`
+/// when no GPU is requested; `Some(Err)` on a GPU entry we cannot read.
+pub fn gpus_in_tres(tres: &str) -> Option<Result<u32, String>> {
+    let mut found = None;
+    for entry in tres.split(',').map(str::trim) {
+        let rest = entry.strip_prefix("gres:gpu").or_else(|| entry.strip_prefix("gres/gpu"));
+        let Some(rest) = rest else { continue };
+        let count = rest.rsplit([':', '=']).next().filter(|_| !rest.is_empty());
+        let n = match count {
+            None => Ok(1),
+            Some(c) => c.parse::<u32>().map_err(|_| format!("cannot read GPU count in `{entry}`")),
+        };
+        found = Some(match (found, n) {
+            (Some(Ok(a)), Ok(b)) => Ok(a + b),
+            (Some(Err(e)), _) | (_, Err(e)) => Err(e),
+            (None, n) => n,
+        });
+    }
+    found
+}
+
+/// Maps a Slurm request onto the model, for nodes of `capacity` GPUs.
+pub fn map_request(r: &SlurmRequest<'_>, capacity: u32) -> Mapping {
+    let read = |t: Option<&str>| match t.and_then(gpus_in_tres) {
+        None => Ok(None),
+        Some(Ok(0)) => Ok(None),
+        Some(Ok(n)) => Ok(Some(n)),
+        Some(Err(e)) => Err(e),
+    };
+    let (per_task, per_node, per_job) = match (read(r.tres_per_task), read(r.tres_per_node), read(r.tres_per_job)) {
+        (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Mapping::Outside(e),
+    };
+    let fixed_nodes = r.max_nodes == 0 || r.max_nodes == r.min_nodes.max(1);
+    let (shape, distinct_nodes) = match (per_task, per_node, per_job) {
+        (None, None, None) => return Mapping::NoGpu,
+        (Some(g), None, None) => {
+            if r.ntasks_per_node > 1 {
+                return Mapping::Outside("--gpus-per-task with --ntasks-per-node > 1".into());
+            }
+            (JobShape::new(r.num_tasks.max(1), g), false)
+        }
+        (None, Some(g), None) => {
+            if !fixed_nodes {
+                return Mapping::Outside(format!("node range {}-{} with GPUs per node", r.min_nodes, r.max_nodes));
+            }
+            (JobShape::new(r.min_nodes.max(1), g), true)
+        }
+        (None, None, Some(g)) => {
+            if r.max_nodes != 1 {
+                return Mapping::Outside(format!("--gpus={g} without -N 1 may spread over nodes"));
+            }
+            (JobShape::new(1, g), false)
+        }
+        _ => return Mapping::Outside("GPUs requested per task, per node and/or per job at once".into()),
+    };
+    if shape.gpus > capacity {
+        return Mapping::Outside(format!("{} GPUs per instance exceed the node capacity {capacity}", shape.gpus));
+    }
+    Mapping::Model { shape, distinct_nodes }
+}
+
+/// The node of each instance (`nodes[k]` hosts instance `k`), from the GPUs
+/// Slurm allocated per node, or `None` when the allocation cannot be read as
+/// `w` instances of `g` (then the job is recorded as foreign GPU use).
+pub fn instances_from_alloc(shape: JobShape, per_node_gpus: &[(NodeId, u32)]) -> Option<Vec<NodeId>> {
+    let mut nodes = Vec::with_capacity(shape.instances as usize);
+    for &(node, gpus) in per_node_gpus {
+        if gpus % shape.gpus != 0 {
+            return None;
+        }
+        nodes.extend(std::iter::repeat_n(node, (gpus / shape.gpus) as usize));
+    }
+    (nodes.len() == shape.instances as usize).then_some(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req<'a>(tasks: u32, min: u32, max: u32, tpt: Option<&'a str>, tpn: Option<&'a str>, tpj: Option<&'a str>) -> SlurmRequest<'a> {
+        SlurmRequest {
+            num_tasks: tasks,
+            min_nodes: min,
+            max_nodes: max,
+            ntasks_per_node: 0,
+            tres_per_task: tpt,
+            tres_per_node: tpn,
+            tres_per_job: tpj,
+        }
+    }
+
+    #[test]
+    fn tres_strings() {
+        assert_eq!(gpus_in_tres("gres:gpu:4"), Some(Ok(4)));
+        assert_eq!(gpus_in_tres("cpu:2,gres:gpu:a100:2"), Some(Ok(2)));
+        assert_eq!(gpus_in_tres("gres/gpu=3"), Some(Ok(3)));
+        assert_eq!(gpus_in_tres("gres:gpu"), Some(Ok(1)));
+        assert_eq!(gpus_in_tres("gres:mps:100"), None);
+        assert!(matches!(gpus_in_tres("gres:gpu:x"), Some(Err(_))));
+    }
+
+    #[test]
+    fn per_task_form() {
+        let m = map_request(&req(4, 1, 0, Some("gres:gpu:2"), None, None), 8);
+        assert_eq!(m, Mapping::Model { shape: JobShape::new(4, 2), distinct_nodes: false });
+    }
+
+    #[test]
+    fn per_node_form_is_one_instance_per_node() {
+        let mut r = req(2, 2, 2, None, Some("gres:gpu:8"), None);
+        r.ntasks_per_node = 1;
+        assert_eq!(map_request(&r, 8), Mapping::Model { shape: JobShape::new(2, 8), distinct_nodes: true });
+        assert!(matches!(map_request(&req(1, 2, 4, None, Some("gres:gpu:8"), None), 8), Mapping::Outside(_)));
+    }
+
+    #[test]
+    fn per_job_form() {
+        assert_eq!(
+            map_request(&req(1, 1, 1, None, None, Some("gres:gpu:3")), 8),
+            Mapping::Model { shape: JobShape::new(1, 3), distinct_nodes: false }
+        );
+        assert!(matches!(map_request(&req(1, 1, 0, None, None, Some("gres:gpu:3")), 8), Mapping::Outside(_)));
+    }
+
+    #[test]
+    fn outside_and_no_gpu() {
+        assert_eq!(map_request(&req(4, 1, 0, None, None, None), 8), Mapping::NoGpu);
+        assert_eq!(map_request(&req(1, 1, 0, Some("cpu:2"), None, None), 8), Mapping::NoGpu);
+        assert!(matches!(map_request(&req(1, 1, 0, Some("gres:gpu:16"), None, None), 8), Mapping::Outside(_)));
+        assert!(matches!(map_request(&req(2, 1, 0, Some("gres:gpu:1"), Some("gres:gpu:2"), None), 8), Mapping::Outside(_)));
+        let mut r = req(4, 2, 2, Some("gres:gpu:1"), None, None);
+        r.ntasks_per_node = 2;
+        assert!(matches!(map_request(&r, 8), Mapping::Outside(_)));
+    }
+
+    #[test]
+    fn allocation_to_instances() {
+        let s = JobShape::new(3, 4);
+        assert_eq!(instances_from_alloc(s, &[(5, 8), (6, 4)]), Some(vec![5, 5, 6]));
+        assert_eq!(instances_from_alloc(s, &[(5, 8)]), None);
+        assert_eq!(instances_from_alloc(s, &[(5, 6), (6, 6)]), None);
+        assert_eq!(instances_from_alloc(JobShape::new(2, 2), &[(0, 4)]), Some(vec![0, 0]));
+    }
+}

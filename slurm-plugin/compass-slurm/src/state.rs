@@ -1,0 +1,189 @@
+//! The live state the select plugin publishes for humans (`compass status`)
+//! and the budget service: an atomically replaced JSON file, written by a
+//! plugin thread (never under slurmctld's locks).
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::flags::JobFlags;
+
+/// Version of the file format.
+pub const FORMAT: u32 = 1;
+
+/// Everything published, in one JSON document.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PublishedState {
+    pub format: u32,
+    /// Unix seconds of the snapshot.
+    pub updated_unix: u64,
+    /// `true` while the engine narrows job_test; `false` when disabled by
+    /// config or after an engine error (plain cons_tres).
+    pub engine_active: bool,
+    /// Last engine error, if any.
+    pub engine_error: Option<String>,
+    pub gpus_per_node: u32,
+    pub nodes: Vec<NodeView>,
+    /// Nodes with some but not all GPUs in use.
+    pub partial_nodes: u32,
+    /// `Phi*` of the running instances (paper Section 3.2).
+    pub phi_star: u64,
+    /// `N * SIF = partial - Phi*` (paper eq. 2, times N).
+    pub n_sif: f64,
+    /// `SIF = (partial - Phi*) / N`.
+    pub sif: f64,
+    /// Jobs Slurm placed differently from the engine's plan (cumulative).
+    pub divergences: u64,
+    /// Compact migrations decided but not yet carried out (requeues).
+    pub pending_migrations: Vec<PendingMigration>,
+    /// Migrations carried out (requeues issued), cumulative.
+    pub migrations_done: u64,
+    pub jobs: Vec<JobView>,
+    /// The engine's own layout snapshot (node types, slots, anchors,
+    /// fillers, pool) when the engine provides one.
+    #[serde(default)]
+    pub layout: Option<serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub name: String,
+    pub capacity: u32,
+    pub used_gpus: u32,
+    /// `(job id, GPUs of that job on this node)`.
+    pub jobs: Vec<(u64, u32)>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: u64,
+    /// `w x g` when in the model, `None` for foreign GPU use.
+    pub shape: Option<(u32, u32)>,
+    /// Node names of the instances (`nodes[k]` hosts instance `k`), or the
+    /// nodes of a foreign job.
+    pub nodes: Vec<String>,
+    pub flags: JobFlags,
+    /// Outside the `w x g` model (immovable).
+    pub foreign: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingMigration {
+    pub job: u64,
+    /// Node names the job will be pinned to at its next job_test.
+    pub to_nodes: Vec<String>,
+}
+
+impl PublishedState {
+    /// Writes the state to `path` atomically (temporary file + rename), so a
+    /// reader never sees a partial document.
+    pub fn write_atomic(&self, path: &Path) -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        let mut f = std::fs::File::create(&tmp)?;
+        serde_json::to_writer_pretty(&mut f, self).map_err(std::io::Error::other)?;
+        f.write_all(b"\n")?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    }
+
+    /// Reads a published state file.
+    pub fn read(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let s: Self = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        if s.format != FORMAT {
+            return Err(format!("{}: format {} not supported (expected {FORMAT})", path.display(), s.format));
+        }
+        Ok(s)
+    }
+
+    /// The per-node picture `compass status` prints. `now_unix` gives the age.
+    pub fn render(&self, now_unix: u64) -> String {
+        let mut out = String::new();
+        let age = now_unix.saturating_sub(self.updated_unix);
+        out.push_str(&format!(
+            "compass: {} nodes x {} GPUs, {} partial, N*SIF {:.0} (SIF {:.3}, Phi* {}), divergences {}, migrations done {}, updated {age} s ago\n",
+            self.nodes.len(),
+            self.gpus_per_node,
+            self.partial_nodes,
+            self.n_sif,
+            self.sif,
+            self.phi_star,
+            self.divergences,
+            self.migrations_done
+        ));
+        if !self.engine_active {
+            out.push_str(&format!(
+                "engine inactive (plain cons_tres){}\n",
+                self.engine_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+            ));
+        }
+        let width = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(0);
+        for n in &self.nodes {
+            let bar: String = (0..n.capacity).map(|i| if i < n.used_gpus { '#' } else { '.' }).collect();
+            let jobs: Vec<String> = n.jobs.iter().map(|(j, g)| format!("{j}:{g}")).collect();
+            out.push_str(&format!(
+                "{:width$} [{bar}] {}/{}  {}\n",
+                n.name,
+                n.used_gpus,
+                n.capacity,
+                jobs.join(" "),
+                width = width
+            ));
+        }
+        for m in &self.pending_migrations {
+            out.push_str(&format!("pending migration: job {} -> {}\n", m.job, m.to_nodes.join(",")));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> PublishedState {
+        PublishedState {
+            format: FORMAT,
+            updated_unix: 100,
+            engine_active: true,
+            gpus_per_node: 8,
+            nodes: vec![
+                NodeView { name: "n1".into(), capacity: 8, used_gpus: 5, jobs: vec![(3, 4), (4, 1)] },
+                NodeView { name: "n10".into(), capacity: 8, used_gpus: 0, jobs: vec![] },
+            ],
+            partial_nodes: 1,
+            n_sif: 0.0,
+            phi_star: 1,
+            pending_migrations: vec![PendingMigration { job: 4, to_nodes: vec!["n10".into()] }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn render_shows_each_node_and_migrations() {
+        let text = sample().render(103);
+        assert!(text.contains("2 nodes x 8 GPUs, 1 partial"), "{text}");
+        assert!(text.contains("updated 3 s ago"), "{text}");
+        assert!(text.contains("n1  [#####...] 5/8  3:4 4:1"), "{text}");
+        assert!(text.contains("n10 [........] 0/8"), "{text}");
+        assert!(text.contains("pending migration: job 4 -> n10"), "{text}");
+    }
+
+    #[test]
+    fn atomic_write_round_trips() {
+        let dir = std::env::temp_dir().join(format!("compass-state-test-{}", std::process::id()));
+        let path = dir.join("state.json");
+        sample().write_atomic(&path).unwrap();
+        assert_eq!(PublishedState::read(&path).unwrap(), sample());
+        let mut bad = sample();
+        bad.format = 99;
+        bad.write_atomic(&path).unwrap();
+        assert!(PublishedState::read(&path).unwrap_err().contains("format 99"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
