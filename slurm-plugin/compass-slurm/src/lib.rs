@@ -12,6 +12,7 @@
 //! - [`state`]: the live state the select plugin publishes.
 
 pub mod config;
+pub mod controller;
 pub mod duration;
 pub mod error;
 pub mod flags;

@@ -63,6 +63,16 @@ pub fn gpus_in_tres(tres: &str) -> Option<Result<u32, String>> {
     found
 }
 
+/// GPUs of a node from its `Gres=` string (`gpu:8`, `gpu:a100:4(S:0-1)`,
+/// several comma-separated entries are added up).
+pub fn gpus_in_node_gres(gres: &str) -> u32 {
+    gres.split(',')
+        .map(str::trim)
+        .filter(|e| e.starts_with("gpu"))
+        .filter_map(|e| e.split('(').next()?.rsplit(':').next()?.parse::<u32>().ok())
+        .sum()
+}
+
 /// Maps a Slurm request onto the model, for nodes of `capacity` GPUs.
 pub fn map_request(r: &SlurmRequest<'_>, capacity: u32) -> Mapping {
     let read = |t: Option<&str>| match t.and_then(gpus_in_tres) {
@@ -142,6 +152,14 @@ mod tests {
         assert_eq!(gpus_in_tres("gres:gpu"), Some(Ok(1)));
         assert_eq!(gpus_in_tres("gres:mps:100"), None);
         assert!(matches!(gpus_in_tres("gres:gpu:x"), Some(Err(_))));
+    }
+
+    #[test]
+    fn node_gres() {
+        assert_eq!(gpus_in_node_gres("gpu:8"), 8);
+        assert_eq!(gpus_in_node_gres("gpu:a100:4(S:0-1),gpu:v100:2"), 6);
+        assert_eq!(gpus_in_node_gres("(null)"), 0);
+        assert_eq!(gpus_in_node_gres("mps:100"), 0);
     }
 
     #[test]

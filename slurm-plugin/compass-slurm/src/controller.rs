@@ -1,0 +1,477 @@
+//! The select plugin's brain, without Slurm: what `select_p_job_test`,
+//! `select_p_job_begin`, `select_p_job_fini` and the plugin's own thread do
+//! with the COMPASS engine (paper Section 4, Algorithm 1). The plugin reads
+//! Slurm's structs into plain values and calls these methods under its own
+//! mutex; nothing here blocks or does I/O.
+//!
+//! - [`Controller::narrow`]: the nodes the engine plans for a pending job
+//!   among the candidates Slurm passes (or the pinned target of a migration);
+//!   `None` means "do not narrow" (no GPUs, outside the model, engine off or
+//!   erring, engine has no plan).
+//! - [`Controller::begin`] / [`Controller::fini`]: the engine adopts what
+//!   Slurm actually allocated; a departure runs Compact, whose migrations
+//!   become [`MigrationOrder`]s (requeue + pin) for the plugin thread.
+//! - [`Controller::tick`]: movability (resumable, past the first minutes of
+//!   run time, outside the cool-down) and expiry of stale pins.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use compass_core::metric;
+use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet};
+use compass_core::placement::compass::{AdoptOutcome, CompassConfig, CompassEngine};
+use compass_core::placement::PlacementPolicy;
+
+use crate::config::SelectConfig;
+use crate::flags::JobFlags;
+use crate::shape::{instances_from_alloc, Mapping};
+use crate::state::{JobView, NodeView, PendingMigration, PublishedState, FORMAT};
+
+/// A pin older than this is dropped (the job plans normally again), seconds.
+pub const PIN_TIMEOUT_S: u64 = 60;
+
+/// What the plugin knows about a job when it asks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobInfo {
+    pub id: u64,
+    pub mapping: Mapping,
+    /// From the SPANK env; `None` for jobs submitted without the plugin.
+    pub flags: Option<JobFlags>,
+}
+
+/// A requeue to carry out: the job restarts pinned to `to_nodes`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrationOrder {
+    pub job: u64,
+    /// `to_nodes[k]` hosts instance `k`.
+    pub to_nodes: Vec<NodeId>,
+}
+
+#[derive(Clone, Debug)]
+struct JobRec {
+    shape: Option<JobShape>,
+    /// GPUs per node as Slurm allocated them.
+    per_node: Vec<(NodeId, u32)>,
+    flags: JobFlags,
+    start: u64,
+    movable: bool,
+    in_engine: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Pin {
+    nodes: Vec<NodeId>,
+    since: u64,
+}
+
+/// Counters of what happened, for the published state and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub narrowed: u64,
+    pub divergences: u64,
+    pub migrations_ordered: u64,
+    pub migrations_done: u64,
+    pub engine_errors: u64,
+}
+
+pub struct Controller {
+    config: SelectConfig,
+    spec: ClusterSpec,
+    node_names: Vec<String>,
+    engine: CompassEngine,
+    engine_error: Option<String>,
+    jobs: BTreeMap<u64, JobRec>,
+    pins: BTreeMap<u64, Pin>,
+    /// Jobs requeued for a migration, not yet restarted.
+    migrating: BTreeSet<u64>,
+    last_migrated: BTreeMap<u64, u64>,
+    orders: VecDeque<MigrationOrder>,
+    pub counters: Counters,
+}
+
+impl Controller {
+    pub fn new(config: SelectConfig, spec: ClusterSpec, node_names: Vec<String>) -> Self {
+        Self {
+            engine: CompassEngine::new(spec, CompassConfig::default()),
+            config,
+            spec,
+            node_names,
+            engine_error: None,
+            jobs: BTreeMap::new(),
+            pins: BTreeMap::new(),
+            migrating: BTreeSet::new(),
+            last_migrated: BTreeMap::new(),
+            orders: VecDeque::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn spec(&self) -> ClusterSpec {
+        self.spec
+    }
+
+    fn note_error(&mut self, what: &str, e: impl std::fmt::Display) -> String {
+        let msg = format!("{what}: {e}");
+        self.counters.engine_errors += 1;
+        self.engine_error = Some(msg.clone());
+        msg
+    }
+
+    fn eligible(&self, id: u64, rec: &JobRec, now: u64) -> bool {
+        rec.flags.resumable
+            && now.saturating_sub(rec.start) >= self.config.min_run_before_migration_s
+            && self.last_migrated.get(&id).is_none_or(|t| now.saturating_sub(*t) >= self.config.migration_cooldown_s)
+    }
+
+    /// Nodes to narrow `select_p_job_test` to, or `None` to leave Slurm's
+    /// candidates alone. `Err` carries a message for Slurm's log (then
+    /// nothing is narrowed either).
+    pub fn narrow(&mut self, job: &JobInfo, candidates: &NodeSet) -> Result<Option<NodeSet>, String> {
+        if !self.config.enabled {
+            return Ok(None);
+        }
+        if let Some(pin) = self.pins.get(&job.id) {
+            let set = NodeSet::from_nodes(candidates.len(), pin.nodes.iter().copied().filter(|n| candidates.contains(*n)));
+            return Ok((!set.is_empty()).then_some(set));
+        }
+        let Mapping::Model { shape, distinct_nodes } = job.mapping else { return Ok(None) };
+        if self.jobs.contains_key(&job.id) || self.migrating.contains(&job.id) {
+            return Ok(None);
+        }
+        let req = JobRequest { id: JobId(job.id), shape, movable: job.flags.is_some_and(|f| f.resumable) };
+        match self.engine.plan(&req, Some(candidates)) {
+            Ok(Some(nodes)) => {
+                let set = NodeSet::from_nodes(candidates.len(), nodes.iter().copied());
+                if distinct_nodes && set.count() < shape.instances {
+                    return Ok(None);
+                }
+                self.counters.narrowed += 1;
+                Ok(Some(set))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.note_error(&format!("plan for job {}", job.id), e)),
+        }
+    }
+
+    /// Slurm started `job` with `per_node` GPUs (node, count). Returns a log
+    /// message when the engine could not record it as planned.
+    pub fn begin(&mut self, job: &JobInfo, per_node: &[(NodeId, u32)], now: u64) -> Option<String> {
+        self.pins.remove(&job.id);
+        let mut log = None;
+        let shape = match job.mapping {
+            Mapping::Model { shape, .. } => Some(shape),
+            _ => None,
+        };
+        let flags = job.flags.unwrap_or_default();
+        if self.migrating.remove(&job.id) {
+            self.last_migrated.insert(job.id, now);
+            self.counters.migrations_done += 1;
+            // The engine recorded the job at its target already.
+            let planned = self.engine.occupancy().job(JobId(job.id)).map(|r| per_node_of(&r.nodes, r.request.shape.gpus));
+            if planned.as_deref() == Some(&sorted(per_node)[..]) {
+                self.jobs.insert(
+                    job.id,
+                    JobRec { shape, per_node: per_node.to_vec(), flags, start: now, movable: false, in_engine: true },
+                );
+                return None;
+            }
+            if planned.is_some() {
+                let _ = self.engine.remove(JobId(job.id)).map(|m| self.order_migrations(&m));
+            }
+        }
+        let mut rec = JobRec { shape, per_node: per_node.to_vec(), flags, start: now, movable: false, in_engine: false };
+        let gpus: u32 = per_node.iter().map(|(_, g)| g).sum();
+        if gpus == 0 {
+            self.jobs.insert(job.id, rec);
+            return None;
+        }
+        rec.movable = self.eligible(job.id, &rec, now);
+        let adopted = match shape.and_then(|s| instances_from_alloc(s, per_node).map(|n| (s, n))) {
+            Some((s, nodes)) => {
+                let req = JobRequest { id: JobId(job.id), shape: s, movable: rec.movable };
+                match self.engine.adopt(&req, &nodes) {
+                    Ok(AdoptOutcome::Matched) => true,
+                    Ok(AdoptOutcome::Diverged) => {
+                        self.counters.divergences += 1;
+                        true
+                    }
+                    Err(e) => {
+                        log = Some(self.note_error(&format!("adopt job {}", job.id), e));
+                        false
+                    }
+                }
+            }
+            None => false,
+        };
+        if !adopted {
+            match self.engine.adopt_foreign(JobId(job.id), per_node) {
+                Ok(()) => rec.in_engine = true,
+                Err(e) => log = Some(self.note_error(&format!("adopt_foreign job {}", job.id), e)),
+            }
+        } else {
+            rec.in_engine = true;
+        }
+        self.jobs.insert(job.id, rec);
+        log
+    }
+
+    /// Slurm ended (or requeued) `job`.
+    pub fn fini(&mut self, job: u64) -> Option<String> {
+        let rec = self.jobs.remove(&job);
+        if self.migrating.contains(&job) {
+            return None; // requeued by us: the engine keeps it at its target
+        }
+        if !rec.is_some_and(|r| r.in_engine) {
+            return None;
+        }
+        match self.engine.remove(JobId(job)) {
+            Ok(migrations) => {
+                self.order_migrations(&migrations);
+                None
+            }
+            Err(e) => Some(self.note_error(&format!("remove job {job}"), e)),
+        }
+    }
+
+    fn order_migrations(&mut self, migrations: &[Migration]) {
+        if !self.config.migrate {
+            return;
+        }
+        let jobs: BTreeSet<u64> = migrations.iter().map(|m| m.job.0).collect();
+        for j in jobs {
+            let Some(running) = self.engine.occupancy().job(JobId(j)) else { continue };
+            let order = MigrationOrder { job: j, to_nodes: running.nodes.clone() };
+            self.orders.retain(|o| o.job != j);
+            self.orders.push_back(order);
+            self.counters.migrations_ordered += 1;
+        }
+    }
+
+    /// Runs Compact now (after a rebuild) and orders its migrations.
+    pub fn compact(&mut self) {
+        let m = self.engine.compact();
+        self.order_migrations(&m);
+    }
+
+    /// Periodic work of the plugin thread: movability and stale pins.
+    /// Returns the migration orders to carry out now; the caller reports
+    /// each with [`Controller::requeued`] or [`Controller::requeue_failed`].
+    pub fn tick(&mut self, now: u64) -> Vec<MigrationOrder> {
+        let ids: Vec<u64> = self.jobs.keys().copied().collect();
+        for id in ids {
+            let rec = &self.jobs[&id];
+            if !rec.in_engine || rec.shape.is_none() {
+                continue;
+            }
+            let want = self.eligible(id, rec, now);
+            if want != rec.movable && self.engine.set_movable(JobId(id), want).is_ok() {
+                if let Some(r) = self.jobs.get_mut(&id) {
+                    r.movable = want;
+                }
+            }
+        }
+        let stale: Vec<u64> =
+            self.pins.iter().filter(|(_, p)| now.saturating_sub(p.since) > PIN_TIMEOUT_S).map(|(j, _)| *j).collect();
+        for j in stale {
+            self.pins.remove(&j);
+            if self.migrating.remove(&j) {
+                let _ = self.engine.remove(JobId(j));
+            }
+        }
+        self.orders.drain(..).collect()
+    }
+
+    /// The plugin thread is about to requeue the job (call before the RPC:
+    /// the requeue's `job_fini` must find the job marked): pin it to its target.
+    pub fn requeued(&mut self, order: &MigrationOrder, now: u64) {
+        self.migrating.insert(order.job);
+        self.pins.insert(order.job, Pin { nodes: order.to_nodes.clone(), since: now });
+    }
+
+    /// The requeue failed (the job ended meanwhile, or refused): the engine
+    /// goes back to what Slurm really runs.
+    pub fn requeue_failed(&mut self, order: &MigrationOrder) {
+        self.migrating.remove(&order.job);
+        self.pins.remove(&order.job);
+        let Some(rec) = self.jobs.get(&order.job).cloned() else {
+            let _ = self.engine.remove(JobId(order.job));
+            return;
+        };
+        let _ = self.engine.remove(JobId(order.job));
+        if let Some(shape) = rec.shape {
+            if let Some(nodes) = instances_from_alloc(shape, &rec.per_node) {
+                let req = JobRequest { id: JobId(order.job), shape, movable: false };
+                if self.engine.adopt(&req, &nodes).is_ok() {
+                    return;
+                }
+            }
+        }
+        let _ = self.engine.adopt_foreign(JobId(order.job), &rec.per_node);
+    }
+
+    /// Whether the controller has recorded this running job.
+    pub fn knows(&self, job: u64) -> bool {
+        self.jobs.contains_key(&job)
+    }
+
+    /// Whether a job has a pending pin (tests, status).
+    pub fn pinned(&self, job: u64) -> Option<&[NodeId]> {
+        self.pins.get(&job).map(|p| &p.nodes[..])
+    }
+
+    /// The live state to publish (Slurm's actual allocation, engine flags).
+    pub fn snapshot(&self, now: u64, engine_active: bool) -> PublishedState {
+        let cap = self.spec.gpus_per_node;
+        let mut nodes: Vec<NodeView> = (0..self.spec.nodes)
+            .map(|n| NodeView { name: self.name(n), capacity: cap, used_gpus: 0, jobs: vec![] })
+            .collect();
+        let mut counts = [0u64; 9];
+        let mut jobs = Vec::new();
+        for (&id, rec) in &self.jobs {
+            for &(n, g) in rec.per_node.iter().filter(|(_, g)| *g > 0) {
+                if let Some(v) = nodes.get_mut(n as usize) {
+                    v.used_gpus += g;
+                    v.jobs.push((id, g));
+                }
+            }
+            match rec.shape.filter(|s| instances_from_alloc(*s, &rec.per_node).is_some()) {
+                Some(s) => counts[s.gpus.min(8) as usize] += u64::from(s.instances),
+                None => {
+                    for &(_, g) in &rec.per_node {
+                        if g > 0 {
+                            counts[g.min(8) as usize] += 1;
+                        }
+                    }
+                }
+            }
+            let names = match rec.shape.and_then(|s| instances_from_alloc(s, &rec.per_node)) {
+                Some(inst) => inst.iter().map(|n| self.name(*n)).collect(),
+                None => rec.per_node.iter().map(|(n, _)| self.name(*n)).collect(),
+            };
+            jobs.push(JobView {
+                id,
+                shape: rec.shape.map(|s| (s.instances, s.gpus)),
+                nodes: names,
+                flags: rec.flags,
+                foreign: rec.per_node.iter().any(|(_, g)| *g > 0)
+                    && rec.shape.is_none_or(|s| instances_from_alloc(s, &rec.per_node).is_none()),
+            });
+        }
+        let partial = nodes.iter().filter(|n| n.used_gpus > 0 && n.used_gpus < n.capacity).count() as u32;
+        let phi = metric::phi_star(&counts, cap);
+        let n_sif = (f64::from(partial) - phi as f64).max(0.0);
+        PublishedState {
+            format: FORMAT,
+            updated_unix: now,
+            engine_active: engine_active && self.config.enabled,
+            engine_error: self.engine_error.clone(),
+            gpus_per_node: cap,
+            nodes,
+            partial_nodes: partial,
+            phi_star: phi,
+            n_sif,
+            sif: metric::sif(partial, phi, self.spec.nodes),
+            divergences: self.counters.divergences,
+            pending_migrations: self
+                .pins
+                .iter()
+                .map(|(j, p)| PendingMigration { job: *j, to_nodes: p.nodes.iter().map(|n| self.name(*n)).collect() })
+                .chain(self.orders.iter().map(|o| PendingMigration {
+                    job: o.job,
+                    to_nodes: o.to_nodes.iter().map(|n| self.name(*n)).collect(),
+                }))
+                .collect(),
+            migrations_done: self.counters.migrations_done,
+            jobs,
+            layout: None,
+        }
+    }
+
+    fn name(&self, n: NodeId) -> String {
+        self.node_names.get(n as usize).cloned().unwrap_or_else(|| format!("#{n}"))
+    }
+}
+
+fn per_node_of(nodes: &[NodeId], g: u32) -> Vec<(NodeId, u32)> {
+    let mut m: BTreeMap<NodeId, u32> = BTreeMap::new();
+    for &n in nodes {
+        *m.entry(n).or_default() += g;
+    }
+    m.into_iter().collect()
+}
+
+fn sorted(per_node: &[(NodeId, u32)]) -> Vec<(NodeId, u32)> {
+    let mut m: BTreeMap<NodeId, u32> = BTreeMap::new();
+    for &(n, g) in per_node {
+        *m.entry(n).or_default() += g;
+    }
+    m.into_iter().filter(|(_, g)| *g > 0).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn ctl() -> Controller {
+        let names = (1..=4).map(|i| format!("n{i}")).collect();
+        Controller::new(Config::default().select, ClusterSpec::new(4, 8).unwrap(), names)
+    }
+
+    fn job(id: u64, w: u32, g: u32) -> JobInfo {
+        JobInfo {
+            id,
+            mapping: Mapping::Model { shape: JobShape::new(w, g), distinct_nodes: false },
+            flags: Some(JobFlags { min_runtime_s: 0, resumable: true }),
+        }
+    }
+
+    #[test]
+    fn jobs_without_gpus_or_outside_the_model_are_never_narrowed() {
+        let mut c = ctl();
+        let all = NodeSet::full(4);
+        let no_gpu = JobInfo { id: 1, mapping: Mapping::NoGpu, flags: None };
+        assert_eq!(c.narrow(&no_gpu, &all), Ok(None));
+        let outside = JobInfo { id: 2, mapping: Mapping::Outside("x".into()), flags: None };
+        assert_eq!(c.narrow(&outside, &all), Ok(None));
+    }
+
+    #[test]
+    fn disabled_controller_never_narrows() {
+        let mut cfg = Config::default().select;
+        cfg.enabled = false;
+        let mut c = Controller::new(cfg, ClusterSpec::new(4, 8).unwrap(), vec![]);
+        assert_eq!(c.narrow(&job(1, 1, 1), &NodeSet::full(4)), Ok(None));
+    }
+
+    #[test]
+    fn pins_narrow_within_candidates_only() {
+        let mut c = ctl();
+        c.requeued(&MigrationOrder { job: 7, to_nodes: vec![2, 3] }, 100);
+        let cand = NodeSet::from_nodes(4, [0, 1, 2]);
+        assert_eq!(c.narrow(&job(7, 2, 4), &cand), Ok(Some(NodeSet::from_nodes(4, [2]))));
+        // a pin outside every candidate does not narrow to nothing
+        let cand = NodeSet::from_nodes(4, [0]);
+        assert_eq!(c.narrow(&job(7, 2, 4), &cand), Ok(None));
+        // stale pins expire
+        c.tick(100 + PIN_TIMEOUT_S + 1);
+        assert_eq!(c.pinned(7), None);
+    }
+
+    #[test]
+    fn snapshot_counts_slurm_allocation() {
+        let mut c = ctl();
+        c.begin(&job(1, 2, 4), &[(0, 8)], 10);
+        c.begin(&job(2, 1, 3), &[(1, 3)], 10);
+        c.begin(&JobInfo { id: 3, mapping: Mapping::NoGpu, flags: None }, &[(2, 0)], 10);
+        let s = c.snapshot(20, true);
+        assert_eq!(s.nodes[0].used_gpus, 8);
+        assert_eq!(s.nodes[1].used_gpus, 3);
+        assert_eq!(s.partial_nodes, 1);
+        assert_eq!(s.jobs.len(), 3);
+        assert_eq!(s.jobs[0].nodes, vec!["n1", "n1"]);
+        assert!(!s.jobs[0].foreign && !s.jobs[2].foreign);
+        assert_eq!(s.nodes[2].jobs, vec![]);
+        c.fini(2);
+        assert_eq!(c.snapshot(21, true).partial_nodes, 0);
+    }
+}

@@ -1,0 +1,139 @@
+//! The stock cons_tres, loaded by its full path with
+//! `dlopen(RTLD_LAZY|RTLD_LOCAL)` (RTLD_NOW fails in slurmd: cons_tres
+//! references symbols that only slurmctld has), and the exported
+//! `select_p_*` entry points that forward to it. The four that do more
+//! (`job_init`, `job_test`, `select_nodeinfo_set`, `job_fini`) are in `job.rs`.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+use std::sync::OnceLock;
+
+use slurm_sys as sys;
+
+use crate::{guard, SLURM_ERROR};
+
+type JobPtr = *mut sys::job_record_t;
+type Bitmap = *mut sys::bitstr_t;
+type P = *mut c_void;
+
+macro_rules! select_ops {
+    ($( $kind:ident fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty = $err:expr; )*) => {
+        /// Entry points of the stock plugin.
+        pub struct Stock {
+            pub init: unsafe extern "C" fn() -> c_int,
+            pub fini: unsafe extern "C" fn() -> c_int,
+            $( pub $name: unsafe extern "C" fn($($ty),*) -> $ret, )*
+        }
+
+        impl Stock {
+            /// # Safety
+            /// `lib` is a live dlopen handle of a Slurm select plugin.
+            unsafe fn load(lib: *mut c_void, path: &str) -> Result<Self, String> {
+                // SAFETY: forwarded contract.
+                let sym = |name: &str| -> Result<*mut c_void, String> {
+                    let c = CString::new(name).map_err(|e| e.to_string())?;
+                    let p = unsafe { libc::dlsym(lib, c.as_ptr()) };
+                    if p.is_null() {
+                        Err(format!("{path}: symbol {name} missing: not a select plugin of this Slurm release"))
+                    } else {
+                        Ok(p)
+                    }
+                };
+                // SAFETY: each symbol has the C signature declared in
+                // src/common/select.h of the same release.
+                unsafe {
+                    Ok(Self {
+                        init: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(sym("init")?),
+                        fini: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(sym("fini")?),
+                        $( $name: std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> $ret>(sym(stringify!($name))?), )*
+                    })
+                }
+            }
+        }
+
+        $( select_ops!(@export $kind $name ($($arg : $ty),*) -> $ret = $err); )*
+    };
+    (@export plain $name:ident ($($arg:ident : $ty:ty),*) -> $ret:ty = $err:expr) => {
+        /// Forwarded to the stock cons_tres.
+        ///
+        /// # Safety
+        /// Called by Slurm with the arguments of `src/common/select.h`.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            // SAFETY: same arguments, same signature.
+            guard(stringify!($name), $err, || unsafe { (stock().$name)($($arg),*) })
+        }
+    };
+    (@export custom $($rest:tt)*) => {};
+}
+
+select_ops! {
+    plain fn select_p_state_save(dir_name: *mut c_char) -> c_int = SLURM_ERROR;
+    plain fn select_p_state_restore(dir_name: *mut c_char) -> c_int = SLURM_ERROR;
+    custom fn select_p_job_init(job_list: P) -> c_int = SLURM_ERROR;
+    plain fn select_p_node_init() -> c_int = SLURM_ERROR;
+    custom fn select_p_job_test(job_ptr: JobPtr, bitmap: Bitmap, min_nodes: u32, max_nodes: u32, req_nodes: u32,
+        mode: u16, preemptee_candidates: P, preemptee_job_list: *mut P, exc_core_bitmap: Bitmap) -> c_int = SLURM_ERROR;
+    plain fn select_p_job_begin(job_ptr: JobPtr) -> c_int = SLURM_ERROR;
+    plain fn select_p_job_ready(job_ptr: JobPtr) -> c_int = SLURM_ERROR;
+    plain fn select_p_job_expand(from_job_ptr: JobPtr, to_job_ptr: JobPtr) -> c_int = SLURM_ERROR;
+    plain fn select_p_job_resized(job_ptr: JobPtr, node_ptr: P) -> c_int = SLURM_ERROR;
+    plain fn select_p_job_signal(job_ptr: JobPtr, signal: c_int) -> c_int = SLURM_ERROR;
+    custom fn select_p_job_fini(job_ptr: JobPtr) -> c_int = SLURM_ERROR;
+    plain fn select_p_job_suspend(job_ptr: JobPtr, indf_susp: bool) -> c_int = SLURM_ERROR;
+    plain fn select_p_job_resume(job_ptr: JobPtr, indf_susp: bool) -> c_int = SLURM_ERROR;
+    plain fn select_p_step_pick_nodes(job_ptr: JobPtr, step_jobinfo: P, node_count: u32, avail_nodes: *mut Bitmap) -> Bitmap = std::ptr::null_mut();
+    plain fn select_p_step_start(step_ptr: P) -> c_int = SLURM_ERROR;
+    plain fn select_p_step_finish(step_ptr: P, killing_step: bool) -> c_int = SLURM_ERROR;
+    plain fn select_p_select_nodeinfo_pack(nodeinfo: P, buffer: P, protocol_version: u16) -> c_int = SLURM_ERROR;
+    plain fn select_p_select_nodeinfo_unpack(nodeinfo: *mut P, buffer: P, protocol_version: u16) -> c_int = SLURM_ERROR;
+    plain fn select_p_select_nodeinfo_alloc() -> P = std::ptr::null_mut();
+    plain fn select_p_select_nodeinfo_free(nodeinfo: P) -> c_int = SLURM_ERROR;
+    plain fn select_p_select_nodeinfo_set_all() -> c_int = SLURM_ERROR;
+    custom fn select_p_select_nodeinfo_set(job_ptr: JobPtr) -> c_int = SLURM_ERROR;
+    plain fn select_p_select_nodeinfo_get(nodeinfo: P, dinfo: c_uint, state: c_uint, data: P) -> c_int = SLURM_ERROR;
+    plain fn select_p_select_jobinfo_alloc() -> P = std::ptr::null_mut();
+    plain fn select_p_select_jobinfo_free(jobinfo: P) -> c_int = SLURM_ERROR;
+    plain fn select_p_select_jobinfo_set(jobinfo: P, data_type: c_uint, data: P) -> c_int = SLURM_ERROR;
+    plain fn select_p_select_jobinfo_get(jobinfo: P, data_type: c_uint, data: P) -> c_int = SLURM_ERROR;
+    plain fn select_p_select_jobinfo_copy(jobinfo: P) -> P = std::ptr::null_mut();
+    plain fn select_p_select_jobinfo_pack(jobinfo: P, buffer: P, protocol_version: u16) -> c_int = SLURM_ERROR;
+    plain fn select_p_select_jobinfo_unpack(jobinfo_pptr: *mut P, buffer: P, protocol_version: u16) -> c_int = SLURM_ERROR;
+    plain fn select_p_select_jobinfo_sprint(jobinfo: P, buf: *mut c_char, size: usize, mode: c_int) -> *mut c_char = std::ptr::null_mut();
+    plain fn select_p_select_jobinfo_xstrdup(jobinfo: P, mode: c_int) -> *mut c_char = std::ptr::null_mut();
+    plain fn select_p_get_info_from_plugin(dinfo: c_uint, job_ptr: JobPtr, data: P) -> c_int = SLURM_ERROR;
+    plain fn select_p_update_node_config(index: c_int) -> c_int = SLURM_ERROR;
+    plain fn select_p_reconfigure() -> c_int = SLURM_ERROR;
+    plain fn select_p_resv_test(resv_desc_ptr: P, node_cnt: u32, avail_bitmap: Bitmap, core_bitmap: *mut Bitmap) -> Bitmap = std::ptr::null_mut();
+}
+
+static STOCK: OnceLock<Stock> = OnceLock::new();
+
+/// Loads the stock plugin once (idempotent).
+pub fn load_stock(path: &str) -> Result<(), String> {
+    if STOCK.get().is_some() {
+        return Ok(());
+    }
+    let c = CString::new(path).map_err(|e| e.to_string())?;
+    // SAFETY: plain dlopen of a path.
+    let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    if lib.is_null() {
+        // SAFETY: dlerror returns a static string or NULL.
+        let err = unsafe { libc::dlerror() };
+        let why = if err.is_null() {
+            "unknown error".to_string()
+        } else {
+            // SAFETY: non-null C string.
+            unsafe { std::ffi::CStr::from_ptr(err) }.to_string_lossy().into_owned()
+        };
+        return Err(format!("cannot load the stock cons_tres {path}: {why} (select.stock_plugin in compass.conf)"));
+    }
+    // SAFETY: live handle.
+    let stock = unsafe { Stock::load(lib, path)? };
+    let _ = STOCK.set(stock);
+    Ok(())
+}
+
+/// The loaded stock plugin (init() loaded it before any other call).
+pub fn stock() -> &'static Stock {
+    STOCK.get().expect("stock cons_tres loaded by init()")
+}

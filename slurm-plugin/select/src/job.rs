@@ -1,0 +1,367 @@
+//! The entry points that do more than forward: `select_p_job_init`,
+//! `select_p_job_test`, `select_p_job_begin`, `select_p_job_fini`; and the
+//! readers of `job_record_t` / `node_record_t` (layout from the bindgen
+//! bindings of the same Slurm release).
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use compass_core::model::{ClusterSpec, NodeId, NodeSet};
+use compass_slurm::controller::{Controller, JobInfo};
+use compass_slurm::flags;
+use compass_slurm::shape::{gpus_in_node_gres, map_request, SlurmRequest};
+use slurm_sys as sys;
+
+use crate::forward::stock;
+use crate::{guard, in_slurmctld, log, now_unix, worker, PLUGIN, SLURM_ERROR, SLURM_SUCCESS};
+
+const JOB_STATE_BASE: u32 = 0xff;
+const JOB_RUNNING: u32 = 1;
+const JOB_SUSPENDED: u32 = 2;
+/// `select_p_job_test` mode: allocate now (others: TEST_ONLY, WILL_RUN).
+const SELECT_MODE_RUN_NOW: u16 = 0;
+/// `gres_build_id("gpu")` (src/common/gres.c): the `plugin_id` of GPU GRES.
+const GPU_PLUGIN_ID: u32 = b'g' as u32 + ((b'p' as u32) << 8) + ((b'u' as u32) << 16);
+
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: caller contract.
+        unsafe { CStr::from_ptr(p) }.to_str().ok()
+    }
+}
+
+/// Node names and GPUs per node, from slurmctld's node table.
+unsafe fn cluster() -> Result<(ClusterSpec, Vec<String>), String> {
+    // SAFETY: slurmctld globals, read under its config lock by the caller.
+    let (table, count) = unsafe { (sys::node_record_table_ptr, sys::node_record_count) };
+    if table.is_null() || count <= 0 {
+        return Err("no nodes configured".into());
+    }
+    let mut names = Vec::with_capacity(count as usize);
+    let mut gpus = None;
+    for i in 0..count as usize {
+        // SAFETY: table has node_record_count entries (holes are NULL).
+        let node = unsafe { *table.add(i) };
+        if node.is_null() {
+            names.push(format!("#{i}"));
+            continue;
+        }
+        // SAFETY: live node record.
+        let n = unsafe { &*node };
+        names.push(unsafe { opt_str(n.name) }.unwrap_or("?").to_string());
+        // Configured GRES (slurm.conf) first: node gres is only set once
+        // its slurmd registered.
+        let conf = unsafe { n.config_ptr.as_ref() }.and_then(|c| unsafe { opt_str(c.gres) });
+        let g = gpus_in_node_gres(conf.or(unsafe { opt_str(n.gres) }).unwrap_or(""));
+        match gpus {
+            None => gpus = Some(g),
+            Some(prev) if prev != g => {
+                return Err(format!("nodes have different GPU counts ({prev} and {g}); the engine needs one node type"));
+            }
+            _ => {}
+        }
+    }
+    let spec = ClusterSpec::new(count as u32, gpus.unwrap_or(0)).map_err(|e| e.to_string())?;
+    Ok((spec, names))
+}
+
+/// Bits set in a Slurm bitmap.
+unsafe fn bits(b: *mut sys::bitstr_t) -> Vec<NodeId> {
+    if b.is_null() {
+        return vec![];
+    }
+    // SAFETY: valid bitmap.
+    let size = unsafe { sys::bit_size(b) };
+    (0..size).filter(|&i| unsafe { sys::bit_test(b, i) } != 0).map(|i| i as NodeId).collect()
+}
+
+/// What the controller needs to know about a job.
+unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
+    // SAFETY: details is NULL or valid.
+    let d = unsafe { job.details.as_ref() };
+    let req = SlurmRequest {
+        num_tasks: d.map_or(0, |d| d.num_tasks),
+        min_nodes: d.map_or(1, |d| d.min_nodes),
+        max_nodes: d.map_or(0, |d| d.max_nodes),
+        ntasks_per_node: d.map_or(0, |d| u32::from(d.ntasks_per_node)),
+        tres_per_task: unsafe { opt_str(job.tres_per_task) },
+        tres_per_node: unsafe { opt_str(job.tres_per_node) },
+        tres_per_job: unsafe { opt_str(job.tres_per_job) },
+    };
+    let mut env = Vec::new();
+    if !job.spank_job_env.is_null() {
+        for i in 0..job.spank_job_env_size as usize {
+            // SAFETY: spank_job_env has spank_job_env_size entries.
+            if let Some(s) = unsafe { opt_str(*job.spank_job_env.add(i)) } {
+                env.push(s);
+            }
+        }
+    }
+    JobInfo { id: u64::from(job.job_id), mapping: map_request(&req, capacity), flags: flags::from_spank_env(env) }
+}
+
+/// GPUs Slurm allocated to the job per node (from `gres_list_alloc`; the
+/// k-th entry belongs to the k-th node of the job's node bitmap).
+unsafe fn allocated_gpus(job: &sys::job_record_t) -> Vec<(NodeId, u32)> {
+    let nodes = unsafe { bits(job.node_bitmap) };
+    let mut gpus = vec![0u32; nodes.len()];
+    if !job.gres_list_alloc.is_null() {
+        // SAFETY: Slurm List of gres_state_t.
+        let it = unsafe { sys::list_iterator_create(job.gres_list_alloc) };
+        loop {
+            let p = unsafe { sys::list_next(it) } as *mut sys::gres_state_t;
+            if p.is_null() {
+                break;
+            }
+            let gs = unsafe { &*p };
+            let is_gpu = gs.plugin_id == GPU_PLUGIN_ID || unsafe { opt_str(gs.gres_name) } == Some("gpu");
+            if !is_gpu || gs.gres_data.is_null() {
+                continue;
+            }
+            let js = unsafe { &*(gs.gres_data as *mut sys::gres_job_state_t) };
+            for (k, slot) in gpus.iter_mut().enumerate().take(js.node_cnt as usize) {
+                let n = if !js.gres_cnt_node_alloc.is_null() {
+                    unsafe { *js.gres_cnt_node_alloc.add(k) }
+                } else if !js.gres_bit_alloc.is_null() {
+                    let b = unsafe { *js.gres_bit_alloc.add(k) };
+                    if b.is_null() { 0 } else { (unsafe { sys::bit_set_count(b) }) as u64 }
+                } else {
+                    0
+                };
+                *slot += n as u32;
+            }
+        }
+        unsafe { sys::list_iterator_destroy(it) };
+    }
+    nodes.into_iter().zip(gpus).collect()
+}
+
+/// Runs `f` on the controller, building it first if needed (slurmctld only,
+/// engine enabled). `None` when there is no controller.
+fn with_ctl<R>(f: impl FnOnce(&mut Controller) -> R) -> Option<R> {
+    let plugin = PLUGIN.get()?;
+    if !plugin.config.select.enabled || !in_slurmctld() {
+        return None;
+    }
+    let mut guard = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner());
+    if guard.is_none() {
+        // SAFETY: called from slurmctld entry points, node table is live.
+        match unsafe { cluster() } {
+            Ok((spec, names)) => {
+                log::info(&format!("engine on {} nodes x {} GPUs", spec.nodes, spec.gpus_per_node));
+                *guard = Some(Controller::new(plugin.config.select.clone(), spec, names));
+                worker::start();
+            }
+            Err(e) => {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| log::error(&format!("engine disabled: {e}")));
+                return None;
+            }
+        }
+    }
+    guard.as_mut().map(f)
+}
+
+/// Rebuilds the engine from the running jobs (start, controller restart,
+/// reconfigure), then lets Compact converge.
+///
+/// # Safety
+/// Called by Slurm with its job list.
+#[no_mangle]
+pub unsafe extern "C" fn select_p_job_init(job_list: *mut c_void) -> c_int {
+    // SAFETY: forwarded unchanged.
+    let rc = guard("select_p_job_init", SLURM_ERROR, || unsafe { (stock().select_p_job_init)(job_list) });
+    guard("select_p_job_init (engine)", (), || {
+        if job_list.is_null() {
+            return;
+        }
+        let now = now_unix();
+        let mut jobs = Vec::new();
+        // SAFETY: Slurm List of job_record_t.
+        unsafe {
+            let it = sys::list_iterator_create(job_list as sys::List);
+            loop {
+                let p = sys::list_next(it) as *mut sys::job_record_t;
+                if p.is_null() {
+                    break;
+                }
+                let state = (*p).job_state & JOB_STATE_BASE;
+                if (state == JOB_RUNNING || state == JOB_SUSPENDED) && !(*p).node_bitmap.is_null() {
+                    jobs.push(p);
+                }
+            }
+            sys::list_iterator_destroy(it);
+        }
+        let done = with_ctl(|ctl| {
+            let plugin = PLUGIN.get().expect("plugin initialised");
+            *ctl = Controller::new(plugin.config.select.clone(), ctl.spec(), ctl_names(ctl));
+            let cap = ctl.spec().gpus_per_node;
+            for &p in &jobs {
+                // SAFETY: live job records under slurmctld's job lock.
+                let job = unsafe { &*p };
+                let info = unsafe { job_info(job, cap) };
+                let alloc = unsafe { allocated_gpus(job) };
+                let start = u64::try_from(job.start_time).unwrap_or(now);
+                if let Some(msg) = ctl.begin(&info, &alloc, start) {
+                    log::verbose(&msg);
+                }
+            }
+            ctl.compact();
+            jobs.len()
+        });
+        if let Some(n) = done {
+            log::info(&format!("engine rebuilt from {n} running jobs"));
+        }
+    });
+    rc
+}
+
+fn ctl_names(ctl: &Controller) -> Vec<String> {
+    ctl.snapshot(0, false).nodes.into_iter().map(|n| n.name).collect()
+}
+
+/// Narrows the candidate nodes to the engine's plan, then forwards. In
+/// RUN_NOW mode, if cons_tres cannot place the job on the narrowed nodes
+/// (e.g. CPUs or memory the engine does not model), it is retried on Slurm's
+/// own candidates: the plugin only ever narrows.
+///
+/// # Safety
+/// Called by Slurm with the arguments of `select_g_job_test`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn select_p_job_test(
+    job_ptr: *mut sys::job_record_t,
+    bitmap: *mut sys::bitstr_t,
+    min_nodes: u32,
+    max_nodes: u32,
+    req_nodes: u32,
+    mode: u16,
+    preemptee_candidates: *mut c_void,
+    preemptee_job_list: *mut *mut c_void,
+    exc_core_bitmap: *mut sys::bitstr_t,
+) -> c_int {
+    // SAFETY: all pointers from Slurm, forwarded unchanged.
+    let call = |b: *mut sys::bitstr_t| unsafe {
+        (stock().select_p_job_test)(
+            job_ptr,
+            b,
+            min_nodes,
+            max_nodes,
+            req_nodes,
+            mode,
+            preemptee_candidates,
+            preemptee_job_list,
+            exc_core_bitmap,
+        )
+    };
+    let narrowed: Option<NodeSet> = guard("select_p_job_test (engine)", None, || {
+        if job_ptr.is_null() || bitmap.is_null() {
+            return None;
+        }
+        // SAFETY: live job record and bitmap.
+        let (job, size) = unsafe { (&*job_ptr, sys::bit_size(bitmap)) };
+        let candidates = NodeSet::from_nodes(size as u32, unsafe { bits(bitmap) });
+        with_ctl(|ctl| {
+            let info = unsafe { job_info(job, ctl.spec().gpus_per_node) };
+            match ctl.narrow(&info, &candidates) {
+                Ok(n) => n,
+                Err(msg) => {
+                    log::error(&format!("{msg}; job {} goes to plain cons_tres", info.id));
+                    None
+                }
+            }
+        })
+        .flatten()
+    });
+    let Some(want) = narrowed else {
+        return guard("select_p_job_test", SLURM_ERROR, || call(bitmap));
+    };
+    guard("select_p_job_test", SLURM_ERROR, || {
+        // SAFETY: bitmap valid; copy freed below.
+        let orig = unsafe { sys::bit_copy(bitmap) };
+        let size = unsafe { sys::bit_size(bitmap) };
+        for i in 0..size {
+            if !want.contains(i as NodeId) {
+                unsafe { sys::bit_clear(bitmap, i) };
+            }
+        }
+        let mut rc = call(bitmap);
+        // SAFETY: job_ptr checked non-null above.
+        let id = unsafe { (*job_ptr).job_id };
+        if rc == SLURM_SUCCESS {
+            log::verbose(&format!("job_test job {id} mode {mode}: narrowed {} -> {} nodes", bits_count(orig), want.count()));
+        } else if mode == SELECT_MODE_RUN_NOW {
+            unsafe { sys::bit_copybits(bitmap, orig) };
+            rc = call(bitmap);
+            log::verbose(&format!("job_test job {id}: planned nodes refused by cons_tres, retried on all candidates (rc {rc})"));
+        }
+        let mut o = orig;
+        unsafe { sys::slurm_bit_free(&mut o) };
+        rc
+    })
+}
+
+fn bits_count(b: *mut sys::bitstr_t) -> i32 {
+    // SAFETY: valid bitmap.
+    unsafe { sys::bit_set_count(b) }
+}
+
+/// Forwarded; then, for a running job the engine does not know yet, the
+/// engine adopts what Slurm allocated. This (not `select_p_job_begin`) is
+/// where cons_tres allocates the job's GRES (`job_res_add_job`), so the
+/// per-node GPU counts are only readable after it.
+///
+/// # Safety
+/// Called by Slurm with a live job record.
+#[no_mangle]
+pub unsafe extern "C" fn select_p_select_nodeinfo_set(job_ptr: *mut sys::job_record_t) -> c_int {
+    // SAFETY: forwarded unchanged.
+    let rc = guard("select_p_select_nodeinfo_set", SLURM_ERROR, || unsafe {
+        (stock().select_p_select_nodeinfo_set)(job_ptr)
+    });
+    guard("select_p_select_nodeinfo_set (engine)", (), || {
+        if job_ptr.is_null() {
+            return;
+        }
+        // SAFETY: live job record.
+        let job = unsafe { &*job_ptr };
+        let state = job.job_state & JOB_STATE_BASE;
+        if state != JOB_RUNNING && state != JOB_SUSPENDED {
+            return;
+        }
+        let msg = with_ctl(|ctl| {
+            if ctl.knows(u64::from(job.job_id)) {
+                return None;
+            }
+            let info = unsafe { job_info(job, ctl.spec().gpus_per_node) };
+            let alloc = unsafe { allocated_gpus(job) };
+            ctl.begin(&info, &alloc, now_unix())
+        });
+        if let Some(Some(m)) = msg {
+            log::verbose(&m);
+        }
+    });
+    rc
+}
+
+/// # Safety
+/// Called by Slurm with a live job record.
+#[no_mangle]
+pub unsafe extern "C" fn select_p_job_fini(job_ptr: *mut sys::job_record_t) -> c_int {
+    // SAFETY: forwarded unchanged.
+    let rc = guard("select_p_job_fini", SLURM_ERROR, || unsafe { (stock().select_p_job_fini)(job_ptr) });
+    guard("select_p_job_fini (engine)", (), || {
+        if job_ptr.is_null() {
+            return;
+        }
+        // SAFETY: live job record.
+        let id = u64::from(unsafe { (*job_ptr).job_id });
+        if let Some(Some(m)) = with_ctl(|ctl| ctl.fini(id)) {
+            log::verbose(&m);
+        }
+    });
+    rc
+}

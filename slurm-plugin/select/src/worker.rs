@@ -1,0 +1,114 @@
+//! The plugin's own thread (slurmctld only): once a second it updates
+//! movability, carries out migration orders (requeue + begin time now,
+//! through the public API, i.e. RPCs to slurmctld, never under its locks)
+//! and publishes the live state file atomically.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use compass_slurm::controller::MigrationOrder;
+use slurm_sys as sys;
+
+use crate::{log, now_unix, PLUGIN};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static HANDLE: Mutex<Option<JoinHandle<()>>> = Mutex::new(None);
+
+/// Starts the thread once.
+pub fn start() {
+    let mut h = HANDLE.lock().unwrap_or_else(|p| p.into_inner());
+    if h.is_some() {
+        return;
+    }
+    STOP.store(false, Ordering::SeqCst);
+    match std::thread::Builder::new().name("compass".into()).spawn(run) {
+        Ok(j) => *h = Some(j),
+        Err(e) => log::error(&format!("cannot start the compass thread: {e}")),
+    }
+}
+
+/// Stops and joins the thread (plugin fini).
+pub fn stop() {
+    STOP.store(true, Ordering::SeqCst);
+    if let Some(j) = HANDLE.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        let _ = j.join();
+    }
+}
+
+fn run() {
+    let Some(plugin) = PLUGIN.get() else { return };
+    let mut last_written = String::new();
+    while !STOP.load(Ordering::SeqCst) {
+        let now = now_unix();
+        let (orders, snapshot) = {
+            let mut g = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner());
+            match g.as_mut() {
+                Some(ctl) => (ctl.tick(now), Some(ctl.snapshot(now, true))),
+                None => (vec![], None),
+            }
+        };
+        for order in orders {
+            migrate(&order);
+        }
+        if let Some(s) = snapshot {
+            let mut key = s.clone();
+            key.updated_unix = 0;
+            let key = serde_json_key(&key);
+            // Rewrite on change, and every 10 s so readers see it is alive.
+            if key != last_written || now % 10 == 0 {
+                if let Err(e) = s.write_atomic(&plugin.state_file) {
+                    log::error(&format!("cannot write {}: {e}", plugin.state_file.display()));
+                }
+                last_written = key;
+            }
+        }
+        for _ in 0..10 {
+            if STOP.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn serde_json_key(s: &compass_slurm::state::PublishedState) -> String {
+    format!("{s:?}")
+}
+
+/// Requeue + pin + begin time now (a plain requeue waits cred_expire + 1 s).
+fn migrate(order: &MigrationOrder) {
+    let Some(plugin) = PLUGIN.get() else { return };
+    // Mark first: the requeue's job_fini must see the job as migrating.
+    if let Some(ctl) = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        ctl.requeued(order, now_unix());
+    }
+    let id = order.job as u32;
+    // SAFETY: public API call, no locks of ours held.
+    let rc = unsafe { sys::slurm_requeue(id, 0) };
+    if rc != 0 {
+        log::error(&format!("migration of job {id}: requeue failed (rc {rc}); left in place"));
+        if let Some(ctl) = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            ctl.requeue_failed(order);
+        }
+        return;
+    }
+    // The job is COMPLETING, then PENDING: retry until the update sticks.
+    for _ in 0..50 {
+        // SAFETY: zeroed then initialised by Slurm's own initialiser.
+        let rc = unsafe {
+            let mut desc: sys::job_desc_msg_t = std::mem::zeroed();
+            sys::slurm_init_job_desc_msg(&mut desc);
+            desc.job_id = id;
+            desc.begin_time = now_unix() as sys::time_t;
+            sys::slurm_update_job(&mut desc)
+        };
+        if rc == 0 {
+            log::info(&format!("migration of job {id}: requeued, pinned to its planned nodes, begin time now"));
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    log::error(&format!("migration of job {id}: could not reset its begin time (it starts after cred_expire)"));
+}
