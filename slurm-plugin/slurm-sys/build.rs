@@ -23,7 +23,8 @@ fn main() {
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
     println!("cargo:rerun-if-env-changed=COMPASS_SLURM_SRC");
 
-    let include = PathBuf::from(env::var("SLURM_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".into()));
+    let include =
+        PathBuf::from(env::var("SLURM_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".into()));
     if !include.join("slurm/slurm.h").exists() {
         fail(&format!(
             "{}/slurm/slurm.h not found: install the Slurm headers (Debian: run contrib/install-slurm-deps.sh, \
@@ -35,8 +36,10 @@ fn main() {
 
     let internal = env::var_os("CARGO_FEATURE_INTERNAL").is_some();
     let builder = if internal {
-        let root = PathBuf::from(env::var("COMPASS_SLURM_SRC").unwrap_or_else(|_| "/var/cache/compass/slurm-src".into()))
-            .join("current");
+        let root = PathBuf::from(
+            env::var("COMPASS_SLURM_SRC").unwrap_or_else(|_| "/var/cache/compass/slurm-src".into()),
+        )
+        .join("current");
         check_tree(&root);
         println!("cargo:rerun-if-changed={}", root.join("config.h").display());
         println!("cargo:rustc-env=SLURM_SYS_SOURCE_TREE={}", root.display());
@@ -71,7 +74,11 @@ fn main() {
 }
 
 fn check_tree(root: &Path) {
-    for f in ["config.h", "src/slurmctld/slurmctld.h", "src/common/select.h"] {
+    for f in [
+        "config.h",
+        "src/slurmctld/slurmctld.h",
+        "src/common/select.h",
+    ] {
         if !root.join(f).exists() {
             fail(&format!(
                 "{} missing: the select plugin needs the configured Slurm source tree. \

@@ -56,7 +56,11 @@ pub struct SelectConfig {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            spank: SpankConfig { max_min_runtime_s: 8 * 3600, default_min_runtime_s: 0, default_resumable: false },
+            spank: SpankConfig {
+                max_min_runtime_s: 8 * 3600,
+                default_min_runtime_s: 0,
+                default_resumable: false,
+            },
             select: SelectConfig {
                 enabled: true,
                 state_file: "/run/compass/state.json".into(),
@@ -103,13 +107,19 @@ impl Config {
         match std::fs::read_to_string(path) {
             Ok(text) => Self::parse(&path.display().to_string(), &text),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(e) => Err(Error::Config { path: path.display().to_string(), why: e.to_string() }),
+            Err(e) => Err(Error::Config {
+                path: path.display().to_string(),
+                why: e.to_string(),
+            }),
         }
     }
 
     /// Parses the text of a config file; `origin` names it in errors.
     pub fn parse(origin: &str, text: &str) -> Result<Self> {
-        let cfg_err = |why: String| Error::Config { path: origin.to_string(), why: why.replace('\n', " ") };
+        let cfg_err = |why: String| Error::Config {
+            path: origin.to_string(),
+            why: why.replace('\n', " "),
+        };
         let raw: RawConfig = toml::from_str(text).map_err(|e| cfg_err(e.message().to_string()))?;
         let mut c = Self::default();
         let dur = |key: &str, v: &Option<String>, into: &mut u64| -> Result<()> {
@@ -118,8 +128,16 @@ impl Config {
             }
             Ok(())
         };
-        dur("spank.max_min_runtime", &raw.spank.max_min_runtime, &mut c.spank.max_min_runtime_s)?;
-        dur("spank.default_min_runtime", &raw.spank.default_min_runtime, &mut c.spank.default_min_runtime_s)?;
+        dur(
+            "spank.max_min_runtime",
+            &raw.spank.max_min_runtime,
+            &mut c.spank.max_min_runtime_s,
+        )?;
+        dur(
+            "spank.default_min_runtime",
+            &raw.spank.default_min_runtime,
+            &mut c.spank.default_min_runtime_s,
+        )?;
         if let Some(b) = raw.spank.default_resumable {
             c.spank.default_resumable = b;
         }
@@ -143,8 +161,16 @@ impl Config {
         if let Some(b) = s.migrate {
             c.select.migrate = b;
         }
-        dur("select.migration_cooldown", &s.migration_cooldown, &mut c.select.migration_cooldown_s)?;
-        dur("select.min_run_before_migration", &s.min_run_before_migration, &mut c.select.min_run_before_migration_s)?;
+        dur(
+            "select.migration_cooldown",
+            &s.migration_cooldown,
+            &mut c.select.migration_cooldown_s,
+        )?;
+        dur(
+            "select.min_run_before_migration",
+            &s.min_run_before_migration,
+            &mut c.select.min_run_before_migration_s,
+        )?;
         Ok(c)
     }
 
@@ -194,19 +220,36 @@ mod tests {
 
     #[test]
     fn bad_files_are_refused_with_the_key() {
-        let e = Config::parse("/etc/c.conf", "[spank]\nmax_min_runtime = \"soon\"\n").unwrap_err().to_string();
-        assert!(e.starts_with("/etc/c.conf: ") && e.contains("spank.max_min_runtime"), "{e}");
-        let e = Config::parse("/etc/c.conf", "[spank]\nmax_runtime = \"1h\"\n").unwrap_err().to_string();
+        let e = Config::parse("/etc/c.conf", "[spank]\nmax_min_runtime = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("/etc/c.conf: ") && e.contains("spank.max_min_runtime"),
+            "{e}"
+        );
+        let e = Config::parse("/etc/c.conf", "[spank]\nmax_runtime = \"1h\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("max_runtime"), "{e}");
-        let e = Config::parse("c", "[spank]\nmax_min_runtime = \"1h\"\ndefault_min_runtime = \"2h\"\n").unwrap_err();
+        let e = Config::parse(
+            "c",
+            "[spank]\nmax_min_runtime = \"1h\"\ndefault_min_runtime = \"2h\"\n",
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("above"), "{e}");
     }
 
     #[test]
     fn cap_is_enforced_and_named() {
         let c = Config::default();
-        assert_eq!(c.min_runtime("--min-runtime", "8h", "/etc/slurm/compass.conf"), Ok(28_800));
-        let e = c.min_runtime("--min-runtime", "8:00:01", "/etc/slurm/compass.conf").unwrap_err().to_string();
+        assert_eq!(
+            c.min_runtime("--min-runtime", "8h", "/etc/slurm/compass.conf"),
+            Ok(28_800)
+        );
+        let e = c
+            .min_runtime("--min-runtime", "8:00:01", "/etc/slurm/compass.conf")
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "--min-runtime=8:00:01 exceeds the site cap of 8:00:00 (set max_min_runtime in /etc/slurm/compass.conf)"

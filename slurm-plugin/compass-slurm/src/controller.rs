@@ -119,25 +119,48 @@ impl Controller {
     fn eligible(&self, id: u64, rec: &JobRec, now: u64) -> bool {
         rec.flags.resumable
             && now.saturating_sub(rec.start) >= self.config.min_run_before_migration_s
-            && self.last_migrated.get(&id).is_none_or(|t| now.saturating_sub(*t) >= self.config.migration_cooldown_s)
+            && self
+                .last_migrated
+                .get(&id)
+                .is_none_or(|t| now.saturating_sub(*t) >= self.config.migration_cooldown_s)
     }
 
     /// Nodes to narrow `select_p_job_test` to, or `None` to leave Slurm's
     /// candidates alone. `Err` carries a message for Slurm's log (then
     /// nothing is narrowed either).
-    pub fn narrow(&mut self, job: &JobInfo, candidates: &NodeSet) -> Result<Option<NodeSet>, String> {
+    pub fn narrow(
+        &mut self,
+        job: &JobInfo,
+        candidates: &NodeSet,
+    ) -> Result<Option<NodeSet>, String> {
         if !self.config.enabled {
             return Ok(None);
         }
         if let Some(pin) = self.pins.get(&job.id) {
-            let set = NodeSet::from_nodes(candidates.len(), pin.nodes.iter().copied().filter(|n| candidates.contains(*n)));
+            let set = NodeSet::from_nodes(
+                candidates.len(),
+                pin.nodes
+                    .iter()
+                    .copied()
+                    .filter(|n| candidates.contains(*n)),
+            );
             return Ok((!set.is_empty()).then_some(set));
         }
-        let Mapping::Model { shape, distinct_nodes } = job.mapping else { return Ok(None) };
+        let Mapping::Model {
+            shape,
+            distinct_nodes,
+        } = job.mapping
+        else {
+            return Ok(None);
+        };
         if self.jobs.contains_key(&job.id) || self.migrating.contains(&job.id) {
             return Ok(None);
         }
-        let req = JobRequest { id: JobId(job.id), shape, movable: job.flags.is_some_and(|f| f.resumable) };
+        let req = JobRequest {
+            id: JobId(job.id),
+            shape,
+            movable: job.flags.is_some_and(|f| f.resumable),
+        };
         match self.engine.plan(&req, Some(candidates)) {
             Ok(Some(nodes)) => {
                 let set = NodeSet::from_nodes(candidates.len(), nodes.iter().copied());
@@ -166,19 +189,40 @@ impl Controller {
             self.last_migrated.insert(job.id, now);
             self.counters.migrations_done += 1;
             // The engine recorded the job at its target already.
-            let planned = self.engine.occupancy().job(JobId(job.id)).map(|r| per_node_of(&r.nodes, r.request.shape.gpus));
+            let planned = self
+                .engine
+                .occupancy()
+                .job(JobId(job.id))
+                .map(|r| per_node_of(&r.nodes, r.request.shape.gpus));
             if planned.as_deref() == Some(&sorted(per_node)[..]) {
                 self.jobs.insert(
                     job.id,
-                    JobRec { shape, per_node: per_node.to_vec(), flags, start: now, movable: false, in_engine: true },
+                    JobRec {
+                        shape,
+                        per_node: per_node.to_vec(),
+                        flags,
+                        start: now,
+                        movable: false,
+                        in_engine: true,
+                    },
                 );
                 return None;
             }
             if planned.is_some() {
-                let _ = self.engine.remove(JobId(job.id)).map(|m| self.order_migrations(&m));
+                let _ = self
+                    .engine
+                    .remove(JobId(job.id))
+                    .map(|m| self.order_migrations(&m));
             }
         }
-        let mut rec = JobRec { shape, per_node: per_node.to_vec(), flags, start: now, movable: false, in_engine: false };
+        let mut rec = JobRec {
+            shape,
+            per_node: per_node.to_vec(),
+            flags,
+            start: now,
+            movable: false,
+            in_engine: false,
+        };
         let gpus: u32 = per_node.iter().map(|(_, g)| g).sum();
         if gpus == 0 {
             self.jobs.insert(job.id, rec);
@@ -187,7 +231,11 @@ impl Controller {
         rec.movable = self.eligible(job.id, &rec, now);
         let adopted = match shape.and_then(|s| instances_from_alloc(s, per_node).map(|n| (s, n))) {
             Some((s, nodes)) => {
-                let req = JobRequest { id: JobId(job.id), shape: s, movable: rec.movable };
+                let req = JobRequest {
+                    id: JobId(job.id),
+                    shape: s,
+                    movable: rec.movable,
+                };
                 match self.engine.adopt(&req, &nodes) {
                     Ok(AdoptOutcome::Matched) => true,
                     Ok(AdoptOutcome::Diverged) => {
@@ -202,12 +250,17 @@ impl Controller {
             }
             None => false,
         };
-        if !adopted {
+        if adopted {
+            // Algorithm 1, line 9: Compact after an arrival (it also corrects
+            // a layout Slurm chose differently from the plan).
+            self.compact();
+        } else {
             match self.engine.adopt_foreign(JobId(job.id), per_node) {
                 Ok(()) => rec.in_engine = true,
                 Err(e) => log = Some(self.note_error(&format!("adopt_foreign job {}", job.id), e)),
             }
-        } else {
+        }
+        if adopted {
             rec.in_engine = true;
         }
         self.jobs.insert(job.id, rec);
@@ -238,8 +291,13 @@ impl Controller {
         }
         let jobs: BTreeSet<u64> = migrations.iter().map(|m| m.job.0).collect();
         for j in jobs {
-            let Some(running) = self.engine.occupancy().job(JobId(j)) else { continue };
-            let order = MigrationOrder { job: j, to_nodes: running.nodes.clone() };
+            let Some(running) = self.engine.occupancy().job(JobId(j)) else {
+                continue;
+            };
+            let order = MigrationOrder {
+                job: j,
+                to_nodes: running.nodes.clone(),
+            };
             self.orders.retain(|o| o.job != j);
             self.orders.push_back(order);
             self.counters.migrations_ordered += 1;
@@ -269,8 +327,12 @@ impl Controller {
                 }
             }
         }
-        let stale: Vec<u64> =
-            self.pins.iter().filter(|(_, p)| now.saturating_sub(p.since) > PIN_TIMEOUT_S).map(|(j, _)| *j).collect();
+        let stale: Vec<u64> = self
+            .pins
+            .iter()
+            .filter(|(_, p)| now.saturating_sub(p.since) > PIN_TIMEOUT_S)
+            .map(|(j, _)| *j)
+            .collect();
         for j in stale {
             self.pins.remove(&j);
             if self.migrating.remove(&j) {
@@ -284,7 +346,13 @@ impl Controller {
     /// the requeue's `job_fini` must find the job marked): pin it to its target.
     pub fn requeued(&mut self, order: &MigrationOrder, now: u64) {
         self.migrating.insert(order.job);
-        self.pins.insert(order.job, Pin { nodes: order.to_nodes.clone(), since: now });
+        self.pins.insert(
+            order.job,
+            Pin {
+                nodes: order.to_nodes.clone(),
+                since: now,
+            },
+        );
     }
 
     /// The requeue failed (the job ended meanwhile, or refused): the engine
@@ -299,7 +367,11 @@ impl Controller {
         let _ = self.engine.remove(JobId(order.job));
         if let Some(shape) = rec.shape {
             if let Some(nodes) = instances_from_alloc(shape, &rec.per_node) {
-                let req = JobRequest { id: JobId(order.job), shape, movable: false };
+                let req = JobRequest {
+                    id: JobId(order.job),
+                    shape,
+                    movable: false,
+                };
                 if self.engine.adopt(&req, &nodes).is_ok() {
                     return;
                 }
@@ -322,7 +394,12 @@ impl Controller {
     pub fn snapshot(&self, now: u64, engine_active: bool) -> PublishedState {
         let cap = self.spec.gpus_per_node;
         let mut nodes: Vec<NodeView> = (0..self.spec.nodes)
-            .map(|n| NodeView { name: self.name(n), capacity: cap, used_gpus: 0, jobs: vec![] })
+            .map(|n| NodeView {
+                name: self.name(n),
+                capacity: cap,
+                used_gpus: 0,
+                jobs: vec![],
+            })
             .collect();
         let mut counts = [0u64; 9];
         let mut jobs = Vec::new();
@@ -333,7 +410,10 @@ impl Controller {
                     v.jobs.push((id, g));
                 }
             }
-            match rec.shape.filter(|s| instances_from_alloc(*s, &rec.per_node).is_some()) {
+            match rec
+                .shape
+                .filter(|s| instances_from_alloc(*s, &rec.per_node).is_some())
+            {
                 Some(s) => counts[s.gpus.min(8) as usize] += u64::from(s.instances),
                 None => {
                     for &(_, g) in &rec.per_node {
@@ -343,7 +423,10 @@ impl Controller {
                     }
                 }
             }
-            let names = match rec.shape.and_then(|s| instances_from_alloc(s, &rec.per_node)) {
+            let names = match rec
+                .shape
+                .and_then(|s| instances_from_alloc(s, &rec.per_node))
+            {
                 Some(inst) => inst.iter().map(|n| self.name(*n)).collect(),
                 None => rec.per_node.iter().map(|(n, _)| self.name(*n)).collect(),
             };
@@ -353,10 +436,15 @@ impl Controller {
                 nodes: names,
                 flags: rec.flags,
                 foreign: rec.per_node.iter().any(|(_, g)| *g > 0)
-                    && rec.shape.is_none_or(|s| instances_from_alloc(s, &rec.per_node).is_none()),
+                    && rec
+                        .shape
+                        .is_none_or(|s| instances_from_alloc(s, &rec.per_node).is_none()),
             });
         }
-        let partial = nodes.iter().filter(|n| n.used_gpus > 0 && n.used_gpus < n.capacity).count() as u32;
+        let partial = nodes
+            .iter()
+            .filter(|n| n.used_gpus > 0 && n.used_gpus < n.capacity)
+            .count() as u32;
         let phi = metric::phi_star(&counts, cap);
         let n_sif = (f64::from(partial) - phi as f64).max(0.0);
         PublishedState {
@@ -374,7 +462,10 @@ impl Controller {
             pending_migrations: self
                 .pins
                 .iter()
-                .map(|(j, p)| PendingMigration { job: *j, to_nodes: p.nodes.iter().map(|n| self.name(*n)).collect() })
+                .map(|(j, p)| PendingMigration {
+                    job: *j,
+                    to_nodes: p.nodes.iter().map(|n| self.name(*n)).collect(),
+                })
                 .chain(self.orders.iter().map(|o| PendingMigration {
                     job: o.job,
                     to_nodes: o.to_nodes.iter().map(|n| self.name(*n)).collect(),
@@ -382,12 +473,15 @@ impl Controller {
                 .collect(),
             migrations_done: self.counters.migrations_done,
             jobs,
-            layout: None,
+            layout: serde_json::to_value(self.engine.snapshot()).ok(),
         }
     }
 
     fn name(&self, n: NodeId) -> String {
-        self.node_names.get(n as usize).cloned().unwrap_or_else(|| format!("#{n}"))
+        self.node_names
+            .get(n as usize)
+            .cloned()
+            .unwrap_or_else(|| format!("#{n}"))
     }
 }
 
@@ -414,14 +508,24 @@ mod tests {
 
     fn ctl() -> Controller {
         let names = (1..=4).map(|i| format!("n{i}")).collect();
-        Controller::new(Config::default().select, ClusterSpec::new(4, 8).unwrap(), names)
+        Controller::new(
+            Config::default().select,
+            ClusterSpec::new(4, 8).unwrap(),
+            names,
+        )
     }
 
     fn job(id: u64, w: u32, g: u32) -> JobInfo {
         JobInfo {
             id,
-            mapping: Mapping::Model { shape: JobShape::new(w, g), distinct_nodes: false },
-            flags: Some(JobFlags { min_runtime_s: 0, resumable: true }),
+            mapping: Mapping::Model {
+                shape: JobShape::new(w, g),
+                distinct_nodes: false,
+            },
+            flags: Some(JobFlags {
+                min_runtime_s: 0,
+                resumable: true,
+            }),
         }
     }
 
@@ -429,9 +533,17 @@ mod tests {
     fn jobs_without_gpus_or_outside_the_model_are_never_narrowed() {
         let mut c = ctl();
         let all = NodeSet::full(4);
-        let no_gpu = JobInfo { id: 1, mapping: Mapping::NoGpu, flags: None };
+        let no_gpu = JobInfo {
+            id: 1,
+            mapping: Mapping::NoGpu,
+            flags: None,
+        };
         assert_eq!(c.narrow(&no_gpu, &all), Ok(None));
-        let outside = JobInfo { id: 2, mapping: Mapping::Outside("x".into()), flags: None };
+        let outside = JobInfo {
+            id: 2,
+            mapping: Mapping::Outside("x".into()),
+            flags: None,
+        };
         assert_eq!(c.narrow(&outside, &all), Ok(None));
     }
 
@@ -446,9 +558,18 @@ mod tests {
     #[test]
     fn pins_narrow_within_candidates_only() {
         let mut c = ctl();
-        c.requeued(&MigrationOrder { job: 7, to_nodes: vec![2, 3] }, 100);
+        c.requeued(
+            &MigrationOrder {
+                job: 7,
+                to_nodes: vec![2, 3],
+            },
+            100,
+        );
         let cand = NodeSet::from_nodes(4, [0, 1, 2]);
-        assert_eq!(c.narrow(&job(7, 2, 4), &cand), Ok(Some(NodeSet::from_nodes(4, [2]))));
+        assert_eq!(
+            c.narrow(&job(7, 2, 4), &cand),
+            Ok(Some(NodeSet::from_nodes(4, [2])))
+        );
         // a pin outside every candidate does not narrow to nothing
         let cand = NodeSet::from_nodes(4, [0]);
         assert_eq!(c.narrow(&job(7, 2, 4), &cand), Ok(None));
@@ -457,12 +578,104 @@ mod tests {
         assert_eq!(c.pinned(7), None);
     }
 
+    /// Submit through the controller as the plugin does: narrow, then Slurm
+    /// allocates on the narrowed nodes (here: exactly the plan), then begin.
+    fn run(c: &mut Controller, j: &JobInfo, now: u64) -> Vec<NodeId> {
+        let all = NodeSet::full(c.spec().nodes);
+        let set = c.narrow(j, &all).unwrap().expect("engine plans the job");
+        let Mapping::Model { shape, .. } = j.mapping else {
+            panic!()
+        };
+        let nodes: Vec<NodeId> = set.iter().collect();
+        // spread instances over the narrowed nodes by free room, like cons_tres
+        let mut per_node = Vec::new();
+        let mut left = shape.instances;
+        for n in nodes {
+            let room = (8 - c.snapshot(now, true).nodes[n as usize].used_gpus) / shape.gpus;
+            let k = room.min(left);
+            if k > 0 {
+                per_node.push((n, k * shape.gpus));
+                left -= k;
+            }
+        }
+        assert_eq!(left, 0, "narrowed nodes hold the job");
+        assert_eq!(c.begin(j, &per_node, now), None);
+        per_node.iter().map(|(n, _)| *n).collect()
+    }
+
+    #[test]
+    fn plans_are_followed_without_divergence() {
+        let mut c = ctl();
+        for (id, w, g) in [(1, 1, 4), (2, 2, 2), (3, 1, 1), (4, 3, 1), (5, 1, 8)] {
+            run(&mut c, &job(id, w, g), 0);
+        }
+        assert_eq!(c.counters.divergences, 0);
+        assert_eq!(c.counters.narrowed, 5);
+        let s = c.snapshot(1, true);
+        // 4+4+1+3 = 12 GPUs on one full node plus one 4-GPU node, 8 on a third
+        assert!(s.partial_nodes <= 1, "{}", s.render(1));
+        assert_eq!(s.n_sif, 0.0);
+    }
+
+    #[test]
+    fn departure_migrates_resumable_jobs_only() {
+        for resumable in [true, false] {
+            let mut c = ctl();
+            let mk = |id| JobInfo {
+                flags: Some(JobFlags {
+                    min_runtime_s: 0,
+                    resumable,
+                }),
+                ..job(id, 1, 4)
+            };
+            let n1 = run(&mut c, &mk(1), 0);
+            let n2 = run(&mut c, &mk(2), 0);
+            let n3 = run(&mut c, &mk(3), 0);
+            assert_eq!(n1, n2, "two 4-GPU instances share a node");
+            assert_ne!(n1, n3);
+            // past the first minutes of run time: resumable jobs become movable
+            assert!(c.tick(1000).is_empty());
+            c.fini(1);
+            let orders = c.tick(1000);
+            if !resumable {
+                assert!(
+                    orders.is_empty(),
+                    "non-resumable jobs are never migrated: {orders:?}"
+                );
+                assert_eq!(c.snapshot(1000, true).partial_nodes, 2);
+                continue;
+            }
+            assert_eq!(orders.len(), 1, "{orders:?}");
+            let o = &orders[0];
+            // the requeue: pin, fini (kept in the engine), then restart on the target
+            c.requeued(o, 1000);
+            c.fini(o.job);
+            let cand = NodeSet::full(4);
+            let pinned = c.narrow(&mk(o.job), &cand).unwrap().unwrap();
+            assert_eq!(pinned.iter().collect::<Vec<_>>(), o.to_nodes);
+            c.begin(&mk(o.job), &[(o.to_nodes[0], 4)], 1001);
+            assert_eq!(c.counters.migrations_done, 1);
+            assert_eq!(c.snapshot(1001, true).partial_nodes, 0);
+            // cool-down: the same job is not movable again for 10 minutes
+            c.fini(if o.job == 2 { 3 } else { 2 });
+            assert!(c.tick(1002).is_empty());
+        }
+    }
+
     #[test]
     fn snapshot_counts_slurm_allocation() {
         let mut c = ctl();
         c.begin(&job(1, 2, 4), &[(0, 8)], 10);
         c.begin(&job(2, 1, 3), &[(1, 3)], 10);
-        c.begin(&JobInfo { id: 3, mapping: Mapping::NoGpu, flags: None }, &[(2, 0)], 10);
+        c.begin(
+            &JobInfo {
+                id: 3,
+                mapping: Mapping::NoGpu,
+                flags: None,
+            },
+            &[(2, 0)],
+            10,
+        );
         let s = c.snapshot(20, true);
         assert_eq!(s.nodes[0].used_gpus, 8);
         assert_eq!(s.nodes[1].used_gpus, 3);

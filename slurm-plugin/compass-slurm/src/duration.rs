@@ -9,7 +9,11 @@ use crate::error::{Error, Result};
 
 /// Parses `value` given for `option` (named in the error message).
 pub fn parse(option: &str, value: &str) -> Result<u64> {
-    let bad = |why: &str| Error::BadDuration { option: option.to_string(), value: value.to_string(), why: why.to_string() };
+    let bad = |why: &str| Error::BadDuration {
+        option: option.to_string(),
+        value: value.to_string(),
+        why: why.to_string(),
+    };
     let v = value.trim();
     if v.is_empty() {
         return Err(bad("empty"));
@@ -22,11 +26,15 @@ pub fn parse(option: &str, value: &str) -> Result<u64> {
             'd' => 86_400,
             _ => return Err(bad(&format!("unknown unit `{unit}`"))),
         };
-        let n = number(&v[..v.len() - 1]).ok_or_else(|| bad("not a whole number before the unit"))?;
+        let n =
+            number(&v[..v.len() - 1]).ok_or_else(|| bad("not a whole number before the unit"))?;
         return n.checked_mul(mult).ok_or_else(|| bad("too large"));
     }
     let (days, rest) = match v.split_once('-') {
-        Some((d, rest)) => (Some(number(d).ok_or_else(|| bad("days must be a whole number"))?), rest),
+        Some((d, rest)) => (
+            Some(number(d).ok_or_else(|| bad("days must be a whole number"))?),
+            rest,
+        ),
         None => (None, v),
     };
     let parts: Vec<&str> = rest.split(':').collect();
@@ -107,7 +115,21 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_option_and_forms() {
-        for bad in ["", "bogus", "4x", "h", "-1", "1:60", "1:2:3:4", "1-", "-5", "1.5h", "4:00:60", " m", "99999999999999999999"] {
+        for bad in [
+            "",
+            "bogus",
+            "4x",
+            "h",
+            "-1",
+            "1:60",
+            "1:2:3:4",
+            "1-",
+            "-5",
+            "1.5h",
+            "4:00:60",
+            " m",
+            "99999999999999999999",
+        ] {
             let err = p(bad).expect_err(bad).to_string();
             assert!(err.contains("--min-runtime"), "{err}");
             assert!(err.contains("`4:00:00`") && err.contains("`30m`"), "{err}");

@@ -33,7 +33,9 @@ pub fn from_spank_env<'a>(entries: impl IntoIterator<Item = &'a str>) -> Option<
     let mut flags = JobFlags::default();
     let mut seen = false;
     for e in entries {
-        let Some((k, v)) = e.split_once('=') else { continue };
+        let Some((k, v)) = e.split_once('=') else {
+            continue;
+        };
         let k = k.strip_prefix("SPANK_").unwrap_or(k);
         if k == ENV_MIN_RUNTIME {
             if let Ok(s) = v.parse() {
@@ -50,7 +52,11 @@ pub fn from_spank_env<'a>(entries: impl IntoIterator<Item = &'a str>) -> Option<
 
 /// `compass:min_runtime=5400,resumable=1` (what job_submit.lua writes).
 pub fn format_admin_comment(f: &JobFlags) -> String {
-    format!("{ADMIN_COMMENT_TAG}min_runtime={},resumable={}", f.min_runtime_s, u8::from(f.resumable))
+    format!(
+        "{ADMIN_COMMENT_TAG}min_runtime={},resumable={}",
+        f.min_runtime_s,
+        u8::from(f.resumable)
+    )
 }
 
 /// Finds the compass tag in an `AdminComment` (other text around it, separated
@@ -67,7 +73,10 @@ pub fn parse_admin_comment(comment: &str) -> Option<JobFlags> {
             _ => {}
         }
     }
-    Some(JobFlags { min_runtime_s: min?, resumable: res? })
+    Some(JobFlags {
+        min_runtime_s: min?,
+        resumable: res?,
+    })
 }
 
 #[cfg(test)]
@@ -76,21 +85,46 @@ mod tests {
 
     #[test]
     fn spank_env_entries() {
-        let env = ["_SLURM_SPANK_OPTION_compass_min_runtime=4h", "COMPASS_MIN_RUNTIME=14400", "COMPASS_RESUMABLE=1"];
-        assert_eq!(from_spank_env(env), Some(JobFlags { min_runtime_s: 14_400, resumable: true }));
+        let env = [
+            "_SLURM_SPANK_OPTION_compass_min_runtime=4h",
+            "COMPASS_MIN_RUNTIME=14400",
+            "COMPASS_RESUMABLE=1",
+        ];
+        assert_eq!(
+            from_spank_env(env),
+            Some(JobFlags {
+                min_runtime_s: 14_400,
+                resumable: true
+            })
+        );
         let env = ["SPANK_COMPASS_MIN_RUNTIME=0", "SPANK_COMPASS_RESUMABLE=0"];
-        assert_eq!(from_spank_env(env), Some(JobFlags { min_runtime_s: 0, resumable: false }));
+        assert_eq!(
+            from_spank_env(env),
+            Some(JobFlags {
+                min_runtime_s: 0,
+                resumable: false
+            })
+        );
         assert_eq!(from_spank_env(["PATH=/bin", "garbage"]), None);
     }
 
     #[test]
     fn admin_comment_round_trip() {
-        let f = JobFlags { min_runtime_s: 5400, resumable: true };
+        let f = JobFlags {
+            min_runtime_s: 5400,
+            resumable: true,
+        };
         let s = format_admin_comment(&f);
         assert_eq!(s, "compass:min_runtime=5400,resumable=1");
         assert_eq!(parse_admin_comment(&s), Some(f));
-        assert_eq!(parse_admin_comment(&format!("site note;{s};other")), Some(f));
-        assert_eq!(parse_admin_comment("compass:min_runtime=x,resumable=1"), None);
+        assert_eq!(
+            parse_admin_comment(&format!("site note;{s};other")),
+            Some(f)
+        );
+        assert_eq!(
+            parse_admin_comment("compass:min_runtime=x,resumable=1"),
+            None
+        );
         assert_eq!(parse_admin_comment("compass:resumable=1"), None);
         assert_eq!(parse_admin_comment(""), None);
     }

@@ -36,7 +36,10 @@ pub enum Mapping {
     NoGpu,
     /// In the model. `distinct_nodes`: Slurm puts each instance on its own
     /// node (`-N n` forms), so a plan sharing a node cannot be enforced.
-    Model { shape: JobShape, distinct_nodes: bool },
+    Model {
+        shape: JobShape,
+        distinct_nodes: bool,
+    },
     /// Uses GPUs outside the model; the reason is logged.
     Outside(String),
 }
@@ -47,12 +50,16 @@ pub enum Mapping {
 pub fn gpus_in_tres(tres: &str) -> Option<Result<u32, String>> {
     let mut found = None;
     for entry in tres.split(',').map(str::trim) {
-        let rest = entry.strip_prefix("gres:gpu").or_else(|| entry.strip_prefix("gres/gpu"));
+        let rest = entry
+            .strip_prefix("gres:gpu")
+            .or_else(|| entry.strip_prefix("gres/gpu"));
         let Some(rest) = rest else { continue };
         let count = rest.rsplit([':', '=']).next().filter(|_| !rest.is_empty());
         let n = match count {
             None => Ok(1),
-            Some(c) => c.parse::<u32>().map_err(|_| format!("cannot read GPU count in `{entry}`")),
+            Some(c) => c
+                .parse::<u32>()
+                .map_err(|_| format!("cannot read GPU count in `{entry}`")),
         };
         found = Some(match (found, n) {
             (Some(Ok(a)), Ok(b)) => Ok(a + b),
@@ -81,7 +88,11 @@ pub fn map_request(r: &SlurmRequest<'_>, capacity: u32) -> Mapping {
         Some(Ok(n)) => Ok(Some(n)),
         Some(Err(e)) => Err(e),
     };
-    let (per_task, per_node, per_job) = match (read(r.tres_per_task), read(r.tres_per_node), read(r.tres_per_job)) {
+    let (per_task, per_node, per_job) = match (
+        read(r.tres_per_task),
+        read(r.tres_per_node),
+        read(r.tres_per_job),
+    ) {
         (Ok(a), Ok(b), Ok(c)) => (a, b, c),
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Mapping::Outside(e),
     };
@@ -96,7 +107,10 @@ pub fn map_request(r: &SlurmRequest<'_>, capacity: u32) -> Mapping {
         }
         (None, Some(g), None) => {
             if !fixed_nodes {
-                return Mapping::Outside(format!("node range {}-{} with GPUs per node", r.min_nodes, r.max_nodes));
+                return Mapping::Outside(format!(
+                    "node range {}-{} with GPUs per node",
+                    r.min_nodes, r.max_nodes
+                ));
             }
             (JobShape::new(r.min_nodes.max(1), g), true)
         }
@@ -106,18 +120,31 @@ pub fn map_request(r: &SlurmRequest<'_>, capacity: u32) -> Mapping {
             }
             (JobShape::new(1, g), false)
         }
-        _ => return Mapping::Outside("GPUs requested per task, per node and/or per job at once".into()),
+        _ => {
+            return Mapping::Outside(
+                "GPUs requested per task, per node and/or per job at once".into(),
+            )
+        }
     };
     if shape.gpus > capacity {
-        return Mapping::Outside(format!("{} GPUs per instance exceed the node capacity {capacity}", shape.gpus));
+        return Mapping::Outside(format!(
+            "{} GPUs per instance exceed the node capacity {capacity}",
+            shape.gpus
+        ));
     }
-    Mapping::Model { shape, distinct_nodes }
+    Mapping::Model {
+        shape,
+        distinct_nodes,
+    }
 }
 
 /// The node of each instance (`nodes[k]` hosts instance `k`), from the GPUs
 /// Slurm allocated per node, or `None` when the allocation cannot be read as
 /// `w` instances of `g` (then the job is recorded as foreign GPU use).
-pub fn instances_from_alloc(shape: JobShape, per_node_gpus: &[(NodeId, u32)]) -> Option<Vec<NodeId>> {
+pub fn instances_from_alloc(
+    shape: JobShape,
+    per_node_gpus: &[(NodeId, u32)],
+) -> Option<Vec<NodeId>> {
     let mut nodes = Vec::with_capacity(shape.instances as usize);
     for &(node, gpus) in per_node_gpus {
         if gpus % shape.gpus != 0 {
@@ -132,7 +159,14 @@ pub fn instances_from_alloc(shape: JobShape, per_node_gpus: &[(NodeId, u32)]) ->
 mod tests {
     use super::*;
 
-    fn req<'a>(tasks: u32, min: u32, max: u32, tpt: Option<&'a str>, tpn: Option<&'a str>, tpj: Option<&'a str>) -> SlurmRequest<'a> {
+    fn req<'a>(
+        tasks: u32,
+        min: u32,
+        max: u32,
+        tpt: Option<&'a str>,
+        tpn: Option<&'a str>,
+        tpj: Option<&'a str>,
+    ) -> SlurmRequest<'a> {
         SlurmRequest {
             num_tasks: tasks,
             min_nodes: min,
@@ -165,32 +199,68 @@ mod tests {
     #[test]
     fn per_task_form() {
         let m = map_request(&req(4, 1, 0, Some("gres:gpu:2"), None, None), 8);
-        assert_eq!(m, Mapping::Model { shape: JobShape::new(4, 2), distinct_nodes: false });
+        assert_eq!(
+            m,
+            Mapping::Model {
+                shape: JobShape::new(4, 2),
+                distinct_nodes: false
+            }
+        );
     }
 
     #[test]
     fn per_node_form_is_one_instance_per_node() {
         let mut r = req(2, 2, 2, None, Some("gres:gpu:8"), None);
         r.ntasks_per_node = 1;
-        assert_eq!(map_request(&r, 8), Mapping::Model { shape: JobShape::new(2, 8), distinct_nodes: true });
-        assert!(matches!(map_request(&req(1, 2, 4, None, Some("gres:gpu:8"), None), 8), Mapping::Outside(_)));
+        assert_eq!(
+            map_request(&r, 8),
+            Mapping::Model {
+                shape: JobShape::new(2, 8),
+                distinct_nodes: true
+            }
+        );
+        assert!(matches!(
+            map_request(&req(1, 2, 4, None, Some("gres:gpu:8"), None), 8),
+            Mapping::Outside(_)
+        ));
     }
 
     #[test]
     fn per_job_form() {
         assert_eq!(
             map_request(&req(1, 1, 1, None, None, Some("gres:gpu:3")), 8),
-            Mapping::Model { shape: JobShape::new(1, 3), distinct_nodes: false }
+            Mapping::Model {
+                shape: JobShape::new(1, 3),
+                distinct_nodes: false
+            }
         );
-        assert!(matches!(map_request(&req(1, 1, 0, None, None, Some("gres:gpu:3")), 8), Mapping::Outside(_)));
+        assert!(matches!(
+            map_request(&req(1, 1, 0, None, None, Some("gres:gpu:3")), 8),
+            Mapping::Outside(_)
+        ));
     }
 
     #[test]
     fn outside_and_no_gpu() {
-        assert_eq!(map_request(&req(4, 1, 0, None, None, None), 8), Mapping::NoGpu);
-        assert_eq!(map_request(&req(1, 1, 0, Some("cpu:2"), None, None), 8), Mapping::NoGpu);
-        assert!(matches!(map_request(&req(1, 1, 0, Some("gres:gpu:16"), None, None), 8), Mapping::Outside(_)));
-        assert!(matches!(map_request(&req(2, 1, 0, Some("gres:gpu:1"), Some("gres:gpu:2"), None), 8), Mapping::Outside(_)));
+        assert_eq!(
+            map_request(&req(4, 1, 0, None, None, None), 8),
+            Mapping::NoGpu
+        );
+        assert_eq!(
+            map_request(&req(1, 1, 0, Some("cpu:2"), None, None), 8),
+            Mapping::NoGpu
+        );
+        assert!(matches!(
+            map_request(&req(1, 1, 0, Some("gres:gpu:16"), None, None), 8),
+            Mapping::Outside(_)
+        ));
+        assert!(matches!(
+            map_request(
+                &req(2, 1, 0, Some("gres:gpu:1"), Some("gres:gpu:2"), None),
+                8
+            ),
+            Mapping::Outside(_)
+        ));
         let mut r = req(4, 2, 2, Some("gres:gpu:1"), None, None);
         r.ntasks_per_node = 2;
         assert!(matches!(map_request(&r, 8), Mapping::Outside(_)));
@@ -199,9 +269,15 @@ mod tests {
     #[test]
     fn allocation_to_instances() {
         let s = JobShape::new(3, 4);
-        assert_eq!(instances_from_alloc(s, &[(5, 8), (6, 4)]), Some(vec![5, 5, 6]));
+        assert_eq!(
+            instances_from_alloc(s, &[(5, 8), (6, 4)]),
+            Some(vec![5, 5, 6])
+        );
         assert_eq!(instances_from_alloc(s, &[(5, 8)]), None);
         assert_eq!(instances_from_alloc(s, &[(5, 6), (6, 6)]), None);
-        assert_eq!(instances_from_alloc(JobShape::new(2, 2), &[(0, 4)]), Some(vec![0, 0]));
+        assert_eq!(
+            instances_from_alloc(JobShape::new(2, 2), &[(0, 4)]),
+            Some(vec![0, 0])
+        );
     }
 }

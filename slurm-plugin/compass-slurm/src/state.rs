@@ -94,9 +94,14 @@ impl PublishedState {
     /// Reads a published state file.
     pub fn read(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let s: Self = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let s: Self =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         if s.format != FORMAT {
-            return Err(format!("{}: format {} not supported (expected {FORMAT})", path.display(), s.format));
+            return Err(format!(
+                "{}: format {} not supported (expected {FORMAT})",
+                path.display(),
+                s.format
+            ));
         }
         Ok(s)
     }
@@ -119,12 +124,17 @@ impl PublishedState {
         if !self.engine_active {
             out.push_str(&format!(
                 "engine inactive (plain cons_tres){}\n",
-                self.engine_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+                self.engine_error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
             ));
         }
         let width = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(0);
         for n in &self.nodes {
-            let bar: String = (0..n.capacity).map(|i| if i < n.used_gpus { '#' } else { '.' }).collect();
+            let bar: String = (0..n.capacity)
+                .map(|i| if i < n.used_gpus { '#' } else { '.' })
+                .collect();
             let jobs: Vec<String> = n.jobs.iter().map(|(j, g)| format!("{j}:{g}")).collect();
             out.push_str(&format!(
                 "{:width$} [{bar}] {}/{}  {}\n",
@@ -136,7 +146,11 @@ impl PublishedState {
             ));
         }
         for m in &self.pending_migrations {
-            out.push_str(&format!("pending migration: job {} -> {}\n", m.job, m.to_nodes.join(",")));
+            out.push_str(&format!(
+                "pending migration: job {} -> {}\n",
+                m.job,
+                m.to_nodes.join(",")
+            ));
         }
         out
     }
@@ -153,13 +167,26 @@ mod tests {
             engine_active: true,
             gpus_per_node: 8,
             nodes: vec![
-                NodeView { name: "n1".into(), capacity: 8, used_gpus: 5, jobs: vec![(3, 4), (4, 1)] },
-                NodeView { name: "n10".into(), capacity: 8, used_gpus: 0, jobs: vec![] },
+                NodeView {
+                    name: "n1".into(),
+                    capacity: 8,
+                    used_gpus: 5,
+                    jobs: vec![(3, 4), (4, 1)],
+                },
+                NodeView {
+                    name: "n10".into(),
+                    capacity: 8,
+                    used_gpus: 0,
+                    jobs: vec![],
+                },
             ],
             partial_nodes: 1,
             n_sif: 0.0,
             phi_star: 1,
-            pending_migrations: vec![PendingMigration { job: 4, to_nodes: vec!["n10".into()] }],
+            pending_migrations: vec![PendingMigration {
+                job: 4,
+                to_nodes: vec!["n10".into()],
+            }],
             ..Default::default()
         }
     }
@@ -183,7 +210,9 @@ mod tests {
         let mut bad = sample();
         bad.format = 99;
         bad.write_atomic(&path).unwrap();
-        assert!(PublishedState::read(&path).unwrap_err().contains("format 99"));
+        assert!(PublishedState::read(&path)
+            .unwrap_err()
+            .contains("format 99"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

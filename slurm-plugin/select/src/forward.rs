@@ -123,9 +123,13 @@ pub fn load_stock(path: &str) -> Result<(), String> {
             "unknown error".to_string()
         } else {
             // SAFETY: non-null C string.
-            unsafe { std::ffi::CStr::from_ptr(err) }.to_string_lossy().into_owned()
+            unsafe { std::ffi::CStr::from_ptr(err) }
+                .to_string_lossy()
+                .into_owned()
         };
-        return Err(format!("cannot load the stock cons_tres {path}: {why} (select.stock_plugin in compass.conf)"));
+        return Err(format!(
+            "cannot load the stock cons_tres {path}: {why} (select.stock_plugin in compass.conf)"
+        ));
     }
     // SAFETY: live handle.
     let stock = unsafe { Stock::load(lib, path)? };

@@ -75,7 +75,10 @@ unsafe fn bits(b: *mut sys::bitstr_t) -> Vec<NodeId> {
     }
     // SAFETY: valid bitmap.
     let size = unsafe { sys::bit_size(b) };
-    (0..size).filter(|&i| unsafe { sys::bit_test(b, i) } != 0).map(|i| i as NodeId).collect()
+    (0..size)
+        .filter(|&i| unsafe { sys::bit_test(b, i) } != 0)
+        .map(|i| i as NodeId)
+        .collect()
 }
 
 /// What the controller needs to know about a job.
@@ -100,7 +103,11 @@ unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
             }
         }
     }
-    JobInfo { id: u64::from(job.job_id), mapping: map_request(&req, capacity), flags: flags::from_spank_env(env) }
+    JobInfo {
+        id: u64::from(job.job_id),
+        mapping: map_request(&req, capacity),
+        flags: flags::from_spank_env(env),
+    }
 }
 
 /// GPUs Slurm allocated to the job per node (from `gres_list_alloc`; the
@@ -117,7 +124,8 @@ unsafe fn allocated_gpus(job: &sys::job_record_t) -> Vec<(NodeId, u32)> {
                 break;
             }
             let gs = unsafe { &*p };
-            let is_gpu = gs.plugin_id == GPU_PLUGIN_ID || unsafe { opt_str(gs.gres_name) } == Some("gpu");
+            let is_gpu =
+                gs.plugin_id == GPU_PLUGIN_ID || unsafe { opt_str(gs.gres_name) } == Some("gpu");
             if !is_gpu || gs.gres_data.is_null() {
                 continue;
             }
@@ -127,7 +135,11 @@ unsafe fn allocated_gpus(job: &sys::job_record_t) -> Vec<(NodeId, u32)> {
                     unsafe { *js.gres_cnt_node_alloc.add(k) }
                 } else if !js.gres_bit_alloc.is_null() {
                     let b = unsafe { *js.gres_bit_alloc.add(k) };
-                    if b.is_null() { 0 } else { (unsafe { sys::bit_set_count(b) }) as u64 }
+                    if b.is_null() {
+                        0
+                    } else {
+                        (unsafe { sys::bit_set_count(b) }) as u64
+                    }
                 } else {
                     0
                 };
@@ -151,7 +163,10 @@ fn with_ctl<R>(f: impl FnOnce(&mut Controller) -> R) -> Option<R> {
         // SAFETY: called from slurmctld entry points, node table is live.
         match unsafe { cluster() } {
             Ok((spec, names)) => {
-                log::info(&format!("engine on {} nodes x {} GPUs", spec.nodes, spec.gpus_per_node));
+                log::info(&format!(
+                    "engine on {} nodes x {} GPUs",
+                    spec.nodes, spec.gpus_per_node
+                ));
                 *guard = Some(Controller::new(plugin.config.select.clone(), spec, names));
                 worker::start();
             }
@@ -173,7 +188,9 @@ fn with_ctl<R>(f: impl FnOnce(&mut Controller) -> R) -> Option<R> {
 #[no_mangle]
 pub unsafe extern "C" fn select_p_job_init(job_list: *mut c_void) -> c_int {
     // SAFETY: forwarded unchanged.
-    let rc = guard("select_p_job_init", SLURM_ERROR, || unsafe { (stock().select_p_job_init)(job_list) });
+    let rc = guard("select_p_job_init", SLURM_ERROR, || unsafe {
+        (stock().select_p_job_init)(job_list)
+    });
     guard("select_p_job_init (engine)", (), || {
         if job_list.is_null() {
             return;
@@ -220,7 +237,11 @@ pub unsafe extern "C" fn select_p_job_init(job_list: *mut c_void) -> c_int {
 }
 
 fn ctl_names(ctl: &Controller) -> Vec<String> {
-    ctl.snapshot(0, false).nodes.into_iter().map(|n| n.name).collect()
+    ctl.snapshot(0, false)
+        .nodes
+        .into_iter()
+        .map(|n| n.name)
+        .collect()
 }
 
 /// Narrows the candidate nodes to the engine's plan, then forwards. In
@@ -292,7 +313,11 @@ pub unsafe extern "C" fn select_p_job_test(
         // SAFETY: job_ptr checked non-null above.
         let id = unsafe { (*job_ptr).job_id };
         if rc == SLURM_SUCCESS {
-            log::verbose(&format!("job_test job {id} mode {mode}: narrowed {} -> {} nodes", bits_count(orig), want.count()));
+            log::verbose(&format!(
+                "job_test job {id} mode {mode}: narrowed {} -> {} nodes",
+                bits_count(orig),
+                want.count()
+            ));
         } else if mode == SELECT_MODE_RUN_NOW {
             unsafe { sys::bit_copybits(bitmap, orig) };
             rc = call(bitmap);
@@ -352,7 +377,9 @@ pub unsafe extern "C" fn select_p_select_nodeinfo_set(job_ptr: *mut sys::job_rec
 #[no_mangle]
 pub unsafe extern "C" fn select_p_job_fini(job_ptr: *mut sys::job_record_t) -> c_int {
     // SAFETY: forwarded unchanged.
-    let rc = guard("select_p_job_fini", SLURM_ERROR, || unsafe { (stock().select_p_job_fini)(job_ptr) });
+    let rc = guard("select_p_job_fini", SLURM_ERROR, || unsafe {
+        (stock().select_p_job_fini)(job_ptr)
+    });
     guard("select_p_job_fini (engine)", (), || {
         if job_ptr.is_null() {
             return;

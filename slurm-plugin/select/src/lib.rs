@@ -70,7 +70,9 @@ fn guard<R>(what: &str, on_panic: R, f: impl FnOnce() -> R) -> R {
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            log::error(&format!("{what}: internal error (panic: {msg}); using plain cons_tres"));
+            log::error(&format!(
+                "{what}: internal error (panic: {msg}); using plain cons_tres"
+            ));
             on_panic
         }
     }
@@ -84,7 +86,9 @@ pub extern "C" fn init() -> c_int {
         let config = match Config::load(std::path::Path::new(&path)) {
             Ok(c) => c,
             Err(e) => {
-                log::error(&format!("{e}; the compass engine is disabled (plain cons_tres)"));
+                log::error(&format!(
+                    "{e}; the compass engine is disabled (plain cons_tres)"
+                ));
                 let mut c = Config::default();
                 c.select.enabled = false;
                 c
@@ -95,7 +99,11 @@ pub extern "C" fn init() -> c_int {
             return SLURM_ERROR;
         }
         let state_file = PathBuf::from(&config.select.state_file);
-        let _ = PLUGIN.set(Plugin { config, state_file, ctl: Mutex::new(None) });
+        let _ = PLUGIN.set(Plugin {
+            config,
+            state_file,
+            ctl: Mutex::new(None),
+        });
         // SAFETY: stock init, loaded above.
         unsafe { (forward::stock().init)() }
     })
@@ -115,12 +123,17 @@ pub extern "C" fn fini() -> c_int {
 pub(crate) fn in_slurmctld() -> bool {
     static IS: OnceLock<bool> = OnceLock::new();
     *IS.get_or_init(|| {
-        std::fs::read_to_string("/proc/self/comm").map(|c| c.trim() == "slurmctld").unwrap_or(false)
+        std::fs::read_to_string("/proc/self/comm")
+            .map(|c| c.trim() == "slurmctld")
+            .unwrap_or(false)
     })
 }
 
 pub(crate) fn now_unix() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Unused-type silencer for pointer aliases used by the macros.

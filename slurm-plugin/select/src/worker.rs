@@ -23,7 +23,10 @@ pub fn start() {
         return;
     }
     STOP.store(false, Ordering::SeqCst);
-    match std::thread::Builder::new().name("compass".into()).spawn(run) {
+    match std::thread::Builder::new()
+        .name("compass".into())
+        .spawn(run)
+    {
         Ok(j) => *h = Some(j),
         Err(e) => log::error(&format!("cannot start the compass thread: {e}")),
     }
@@ -57,9 +60,12 @@ fn run() {
             key.updated_unix = 0;
             let key = serde_json_key(&key);
             // Rewrite on change, and every 10 s so readers see it is alive.
-            if key != last_written || now % 10 == 0 {
+            if key != last_written || now.is_multiple_of(10) {
                 if let Err(e) = s.write_atomic(&plugin.state_file) {
-                    log::error(&format!("cannot write {}: {e}", plugin.state_file.display()));
+                    log::error(&format!(
+                        "cannot write {}: {e}",
+                        plugin.state_file.display()
+                    ));
                 }
                 last_written = key;
             }
@@ -81,15 +87,27 @@ fn serde_json_key(s: &compass_slurm::state::PublishedState) -> String {
 fn migrate(order: &MigrationOrder) {
     let Some(plugin) = PLUGIN.get() else { return };
     // Mark first: the requeue's job_fini must see the job as migrating.
-    if let Some(ctl) = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+    if let Some(ctl) = plugin
+        .ctl
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_mut()
+    {
         ctl.requeued(order, now_unix());
     }
     let id = order.job as u32;
     // SAFETY: public API call, no locks of ours held.
     let rc = unsafe { sys::slurm_requeue(id, 0) };
     if rc != 0 {
-        log::error(&format!("migration of job {id}: requeue failed (rc {rc}); left in place"));
-        if let Some(ctl) = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        log::error(&format!(
+            "migration of job {id}: requeue failed (rc {rc}); left in place"
+        ));
+        if let Some(ctl) = plugin
+            .ctl
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
             ctl.requeue_failed(order);
         }
         return;
@@ -105,10 +123,14 @@ fn migrate(order: &MigrationOrder) {
             sys::slurm_update_job(&mut desc)
         };
         if rc == 0 {
-            log::info(&format!("migration of job {id}: requeued, pinned to its planned nodes, begin time now"));
+            log::info(&format!(
+                "migration of job {id}: requeued, pinned to its planned nodes, begin time now"
+            ));
             return;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    log::error(&format!("migration of job {id}: could not reset its begin time (it starts after cred_expire)"));
+    log::error(&format!(
+        "migration of job {id}: could not reset its begin time (it starts after cred_expire)"
+    ));
 }

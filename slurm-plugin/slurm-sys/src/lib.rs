@@ -15,7 +15,13 @@
 //! from the Slurm process that loads them; a standalone program using the
 //! public API must link libslurm itself (`println!("cargo:rustc-link-lib=slurm")`
 //! in its build script).
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code, clippy::all)]
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code,
+    clippy::all
+)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 

@@ -73,7 +73,9 @@ fn guarded(what: &str, f: impl FnOnce() -> c_int) -> c_int {
 }
 
 fn leak(s: &str) -> *mut c_char {
-    CString::new(s).expect("static option text has no NUL").into_raw()
+    CString::new(s)
+        .expect("static option text has no NUL")
+        .into_raw()
 }
 
 /// Plugin arguments from plugstack.conf: `conf=PATH`.
@@ -93,7 +95,9 @@ unsafe fn config_path(ac: c_int, av: *mut *mut c_char) -> String {
         if let Some(p) = arg.strip_prefix("conf=") {
             path = p.to_string();
         } else {
-            log_error(&format!("compass: unknown plugstack.conf argument `{arg}` (expected conf=PATH)"));
+            log_error(&format!(
+                "compass: unknown plugstack.conf argument `{arg}` (expected conf=PATH)"
+            ));
         }
     }
     path
@@ -102,7 +106,11 @@ unsafe fn config_path(ac: c_int, av: *mut *mut c_char) -> String {
 /// # Safety
 /// Called by Slurm with a valid `spank_t` and `ac`/`av` plugin arguments.
 #[no_mangle]
-pub unsafe extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+pub unsafe extern "C" fn slurm_spank_init(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
     guarded("slurm_spank_init", || {
         // SAFETY: forwarded from Slurm.
         let path = unsafe { config_path(ac, av) };
@@ -113,10 +121,18 @@ pub unsafe extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut 
                 return -1;
             }
         };
-        *STATE.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(State { config, config_path: path, min_runtime_s: None, resumable: false });
+        *STATE.lock().unwrap_or_else(|p| p.into_inner()) = Some(State {
+            config,
+            config_path: path,
+            min_runtime_s: None,
+            resumable: false,
+        });
         let cap = compass_slurm::duration::format(
-            STATE.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, |s| s.config.spank.max_min_runtime_s),
+            STATE
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .map_or(0, |s| s.config.spank.max_min_runtime_s),
         );
         let opts = [
             sys::spank_option {
@@ -155,16 +171,23 @@ pub unsafe extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut 
 unsafe extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
     guarded("option callback", || {
         let mut guard = STATE.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(state) = guard.as_mut() else { return -1 };
+        let Some(state) = guard.as_mut() else {
+            return -1;
+        };
         match val {
             OPT_MIN_RUNTIME => {
                 let arg = if optarg.is_null() {
                     String::new()
                 } else {
                     // SAFETY: option argument from Slurm.
-                    unsafe { CStr::from_ptr(optarg) }.to_string_lossy().into_owned()
+                    unsafe { CStr::from_ptr(optarg) }
+                        .to_string_lossy()
+                        .into_owned()
                 };
-                match state.config.min_runtime("--min-runtime", &arg, &state.config_path) {
+                match state
+                    .config
+                    .min_runtime("--min-runtime", &arg, &state.config_path)
+                {
                     Ok(s) => state.min_runtime_s = Some(s),
                     Err(e) => {
                         // In the remote context the value was accepted at
@@ -190,7 +213,11 @@ unsafe extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int)
 /// # Safety
 /// Called by Slurm with a valid `spank_t`.
 #[no_mangle]
-pub unsafe extern "C" fn slurm_spank_init_post_opt(sp: sys::spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+pub unsafe extern "C" fn slurm_spank_init_post_opt(
+    sp: sys::spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
     guarded("slurm_spank_init_post_opt", || {
         // SAFETY: plain query.
         let ctx = unsafe { sys::spank_context() };
@@ -198,15 +225,27 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(sp: sys::spank_t, _ac: c_int,
             return 0;
         }
         let guard = STATE.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(state) = guard.as_ref() else { return -1 };
-        let min = state.min_runtime_s.unwrap_or(state.config.spank.default_min_runtime_s);
+        let Some(state) = guard.as_ref() else {
+            return -1;
+        };
+        let min = state
+            .min_runtime_s
+            .unwrap_or(state.config.spank.default_min_runtime_s);
         let resumable = state.resumable || state.config.spank.default_resumable;
-        for (name, value) in [(ENV_MIN_RUNTIME, min.to_string()), (ENV_RESUMABLE, u8::from(resumable).to_string())] {
-            let (n, v) = (CString::new(name).unwrap_or_default(), CString::new(value).unwrap_or_default());
+        for (name, value) in [
+            (ENV_MIN_RUNTIME, min.to_string()),
+            (ENV_RESUMABLE, u8::from(resumable).to_string()),
+        ] {
+            let (n, v) = (
+                CString::new(name).unwrap_or_default(),
+                CString::new(value).unwrap_or_default(),
+            );
             // SAFETY: sp from Slurm, NUL-terminated strings.
             let rc = unsafe { sys::spank_job_control_setenv(sp, n.as_ptr(), v.as_ptr(), 1) };
             if rc != sys::ESPANK_SUCCESS as sys::spank_err_t {
-                log_error(&format!("compass: cannot store {name} with the job (spank error {rc})"));
+                log_error(&format!(
+                    "compass: cannot store {name} with the job (spank error {rc})"
+                ));
                 return -1;
             }
         }

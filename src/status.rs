@@ -1,0 +1,110 @@
+//! `compass status`: a per-node picture of the cluster and the current SIF,
+//! from the live state that `select/cons_tres_compass` publishes
+//! (`select.state_file` in compass.conf, atomically replaced JSON).
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use compass_slurm::config::{Config, DEFAULT_PATH};
+use compass_slurm::state::PublishedState;
+
+/// Show the placement state published by the select plugin.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// compass.conf to find the state file in (`select.state_file`).
+    #[arg(long, default_value = DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// Read this state file instead of the one named in the config.
+    #[arg(long)]
+    pub state_file: Option<PathBuf>,
+    /// Print the published JSON as it is (node types, slots, anchors,
+    /// fillers, pool, pending migrations, per-job flags).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Why `compass status` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error(transparent)]
+    Config(#[from] compass_slurm::Error),
+    #[error("{0} (is select/cons_tres_compass loaded in slurmctld?)")]
+    State(String),
+}
+
+/// Prints the state.
+pub fn run(args: Args) -> Result<(), StatusError> {
+    print!("{}", render(&args)?);
+    Ok(())
+}
+
+fn render(args: &Args) -> Result<String, StatusError> {
+    let path = match &args.state_file {
+        Some(p) => p.clone(),
+        None => PathBuf::from(Config::load(&args.config)?.select.state_file),
+    };
+    let state = PublishedState::read(&path).map_err(StatusError::State)?;
+    if args.json {
+        return serde_json::to_string_pretty(&state)
+            .map(|s| s + "\n")
+            .map_err(|e| StatusError::State(e.to_string()));
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    Ok(state.render(now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use compass_slurm::state::{NodeView, FORMAT};
+
+    #[test]
+    fn renders_the_state_file_named_in_the_config() {
+        let dir = std::env::temp_dir().join(format!("compass-status-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let state_path = dir.join("state.json");
+        let conf = dir.join("compass.conf");
+        std::fs::write(
+            &conf,
+            format!("[select]\nstate_file = \"{}\"\n", state_path.display()),
+        )
+        .unwrap();
+        let state = PublishedState {
+            format: FORMAT,
+            engine_active: true,
+            gpus_per_node: 8,
+            nodes: vec![NodeView {
+                name: "n1".into(),
+                capacity: 8,
+                used_gpus: 3,
+                jobs: vec![(9, 3)],
+            }],
+            partial_nodes: 1,
+            ..Default::default()
+        };
+        state.write_atomic(&state_path).unwrap();
+        let args = Args {
+            config: conf.clone(),
+            state_file: None,
+            json: false,
+        };
+        let text = render(&args).unwrap();
+        assert!(text.contains("n1 [###.....] 3/8  9:3"), "{text}");
+        let json = render(&Args { json: true, ..args }).unwrap();
+        assert!(json.contains("\"used_gpus\": 3"), "{json}");
+        let missing = Args {
+            config: conf,
+            state_file: Some(dir.join("nope.json")),
+            json: false,
+        };
+        let err = render(&missing).unwrap_err().to_string();
+        assert!(
+            err.contains("nope.json") && err.contains("select/cons_tres_compass"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
