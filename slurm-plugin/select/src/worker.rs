@@ -112,25 +112,52 @@ fn migrate(order: &MigrationOrder) {
         }
         return;
     }
-    // The job is COMPLETING, then PENDING: retry until the update sticks.
-    for _ in 0..50 {
-        // SAFETY: zeroed then initialised by Slurm's own initialiser.
-        let rc = unsafe {
-            let mut desc: sys::job_desc_msg_t = std::mem::zeroed();
-            sys::slurm_init_job_desc_msg(&mut desc);
-            desc.job_id = id;
-            desc.begin_time = now_unix() as sys::time_t;
-            sys::slurm_update_job(&mut desc)
-        };
-        if rc == 0 {
-            log::info(&format!(
-                "migration of job {id}: requeued, pinned to its planned nodes, begin time now"
-            ));
-            return;
+    // The job is COMPLETING, then PENDING with begin time = requeue +
+    // cred_expire + 1; an update made while it completes is overwritten, so
+    // wait until it is PENDING, then set the begin time and check it stuck.
+    for _ in 0..100 {
+        match job_pending_since(id) {
+            Some(eligible) if eligible <= now_unix() as i64 => {
+                log::info(&format!("migration of job {id}: requeued, pinned to its planned nodes, eligible now"));
+                return;
+            }
+            Some(_) => {
+                // SAFETY: zeroed then initialised by Slurm's own initialiser.
+                unsafe {
+                    let mut desc: sys::job_desc_msg_t = std::mem::zeroed();
+                    sys::slurm_init_job_desc_msg(&mut desc);
+                    desc.job_id = id;
+                    desc.begin_time = now_unix() as sys::time_t;
+                    sys::slurm_update_job(&mut desc);
+                }
+            }
+            None => {}
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    log::error(&format!(
-        "migration of job {id}: could not reset its begin time (it starts after cred_expire)"
-    ));
+    log::error(&format!("migration of job {id}: could not reset its begin time (it starts after cred_expire)"));
+}
+
+/// `Some(eligible_time)` once the job is plainly PENDING (not completing).
+fn job_pending_since(id: u32) -> Option<i64> {
+    const JOB_PENDING: u32 = 0;
+    const JOB_STATE_BASE: u32 = 0xff;
+    const JOB_COMPLETING: u32 = 1 << 15;
+    let mut msg: *mut sys::job_info_msg_t = std::ptr::null_mut();
+    // SAFETY: public API; the message is freed below.
+    unsafe {
+        if sys::slurm_load_job(&mut msg, id, 0) != 0 || msg.is_null() {
+            return None;
+        }
+        let m = &*msg;
+        let out = if m.record_count >= 1 && !m.job_array.is_null() {
+            let j = &*m.job_array;
+            let pending = j.job_state & JOB_STATE_BASE == JOB_PENDING && j.job_state & JOB_COMPLETING == 0;
+            pending.then_some(j.eligible_time)
+        } else {
+            None
+        };
+        sys::slurm_free_job_info_msg(msg);
+        out
+    }
 }
