@@ -299,6 +299,12 @@ impl Controller {
                 to_nodes: running.nodes.clone(),
             };
             self.orders.retain(|o| o.job != j);
+            // Moves inside a node (a role change in the engine) leave Slurm's
+            // allocation as it is: nothing to requeue.
+            let target = per_node_of(&running.nodes, running.request.shape.gpus);
+            if self.jobs.get(&j).is_some_and(|r| sorted(&r.per_node) == target) {
+                continue;
+            }
             self.orders.push_back(order);
             self.counters.migrations_ordered += 1;
         }
@@ -311,8 +317,9 @@ impl Controller {
     }
 
     /// Periodic work of the plugin thread: movability and stale pins.
-    /// Returns the migration orders to carry out now; the caller reports
-    /// each with [`Controller::requeued`] or [`Controller::requeue_failed`].
+    /// Returns the migration orders to carry out now, already marked in
+    /// flight (pinned); the caller reports a failed requeue with
+    /// [`Controller::requeue_failed`].
     pub fn tick(&mut self, now: u64) -> Vec<MigrationOrder> {
         let ids: Vec<u64> = self.jobs.keys().copied().collect();
         for id in ids {
@@ -339,12 +346,18 @@ impl Controller {
                 let _ = self.engine.remove(JobId(j));
             }
         }
-        self.orders.drain(..).collect()
+        let orders: Vec<MigrationOrder> = self.orders.drain(..).collect();
+        for o in &orders {
+            self.mark_migrating(o, now);
+        }
+        orders
     }
 
-    /// The plugin thread is about to requeue the job (call before the RPC:
-    /// the requeue's `job_fini` must find the job marked): pin it to its target.
-    pub fn requeued(&mut self, order: &MigrationOrder, now: u64) {
+    /// Marks an order in flight as [`Controller::tick`] hands it out, before
+    /// the requeue RPC (the requeue's `job_fini` must find the job marked, and
+    /// no other job may widen onto GPUs the engine counts on): pin the job to
+    /// its target.
+    fn mark_migrating(&mut self, order: &MigrationOrder, now: u64) {
         self.migrating.insert(order.job);
         self.pins.insert(
             order.job,
@@ -378,6 +391,14 @@ impl Controller {
             }
         }
         let _ = self.engine.adopt_foreign(JobId(order.job), &rec.per_node);
+    }
+
+    /// May `job_test` retry a job on all of Slurm's candidates after cons_tres
+    /// refused the narrowed nodes? Not while migrations are in flight: the
+    /// engine's plan then counts on GPUs that requeues are about to free (or
+    /// on a migrating job's pinned target), and widening would take them.
+    pub fn may_widen(&self, job: u64) -> bool {
+        self.pins.is_empty() && self.orders.is_empty() && !self.migrating.contains(&job)
     }
 
     /// Whether the controller has recorded this running job.
@@ -558,13 +579,9 @@ mod tests {
     #[test]
     fn pins_narrow_within_candidates_only() {
         let mut c = ctl();
-        c.requeued(
-            &MigrationOrder {
-                job: 7,
-                to_nodes: vec![2, 3],
-            },
-            100,
-        );
+        assert!(c.may_widen(7));
+        c.mark_migrating(&MigrationOrder { job: 7, to_nodes: vec![2, 3] }, 100);
+        assert!(!c.may_widen(7) && !c.may_widen(8), "no widening while a migration is in flight");
         let cand = NodeSet::from_nodes(4, [0, 1, 2]);
         assert_eq!(
             c.narrow(&job(7, 2, 4), &cand),
@@ -576,6 +593,7 @@ mod tests {
         // stale pins expire
         c.tick(100 + PIN_TIMEOUT_S + 1);
         assert_eq!(c.pinned(7), None);
+        assert!(c.may_widen(8));
     }
 
     /// Submit through the controller as the plugin does: narrow, then Slurm
@@ -647,8 +665,9 @@ mod tests {
             }
             assert_eq!(orders.len(), 1, "{orders:?}");
             let o = &orders[0];
-            // the requeue: pin, fini (kept in the engine), then restart on the target
-            c.requeued(o, 1000);
+            // handed out pinned; the requeue: fini (kept in the engine), then restart on the target
+            assert_eq!(c.pinned(o.job), Some(&o.to_nodes[..]));
+            assert!(!c.may_widen(99));
             c.fini(o.job);
             let cand = NodeSet::full(4);
             let pinned = c.narrow(&mk(o.job), &cand).unwrap().unwrap();

@@ -278,7 +278,7 @@ pub unsafe extern "C" fn select_p_job_test(
             exc_core_bitmap,
         )
     };
-    let narrowed: Option<NodeSet> = guard("select_p_job_test (engine)", None, || {
+    let narrowed: Option<(NodeSet, bool)> = guard("select_p_job_test (engine)", None, || {
         if job_ptr.is_null() || bitmap.is_null() {
             return None;
         }
@@ -288,7 +288,7 @@ pub unsafe extern "C" fn select_p_job_test(
         with_ctl(|ctl| {
             let info = unsafe { job_info(job, ctl.spec().gpus_per_node) };
             match ctl.narrow(&info, &candidates) {
-                Ok(n) => n,
+                Ok(n) => n.map(|set| (set, ctl.may_widen(info.id))),
                 Err(msg) => {
                     log::error(&format!("{msg}; job {} goes to plain cons_tres", info.id));
                     None
@@ -297,7 +297,7 @@ pub unsafe extern "C" fn select_p_job_test(
         })
         .flatten()
     });
-    let Some(want) = narrowed else {
+    let Some((want, may_widen)) = narrowed else {
         return guard("select_p_job_test", SLURM_ERROR, || call(bitmap));
     };
     guard("select_p_job_test", SLURM_ERROR, || {
@@ -318,6 +318,8 @@ pub unsafe extern "C" fn select_p_job_test(
                 bits_count(orig),
                 want.count()
             ));
+        } else if mode == SELECT_MODE_RUN_NOW && !may_widen {
+            log::verbose(&format!("job_test job {id}: planned nodes not free yet (migrations in flight); job waits"));
         } else if mode == SELECT_MODE_RUN_NOW {
             unsafe { sys::bit_copybits(bitmap, orig) };
             rc = call(bitmap);

@@ -86,18 +86,16 @@ fn serde_json_key(s: &compass_slurm::state::PublishedState) -> String {
 /// Requeue + pin + begin time now (a plain requeue waits cred_expire + 1 s).
 fn migrate(order: &MigrationOrder) {
     let Some(plugin) = PLUGIN.get() else { return };
-    // Mark first: the requeue's job_fini must see the job as migrating.
-    if let Some(ctl) = plugin
-        .ctl
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_mut()
-    {
-        ctl.requeued(order, now_unix());
-    }
+    // tick() marked the order in flight (pinned) before handing it out.
     let id = order.job as u32;
-    // SAFETY: public API call, no locks of ours held.
-    let rc = unsafe { sys::slurm_requeue(id, 0) };
+    // A job that is ending (cancelled, completing) must not be requeued: that
+    // would start it again. Small race left between this check and the RPC.
+    let rc = if job_running(id) {
+        // SAFETY: public API call, no locks of ours held.
+        unsafe { sys::slurm_requeue(id, 0) }
+    } else {
+        -1
+    };
     if rc != 0 {
         log::error(&format!(
             "migration of job {id}: requeue failed (rc {rc}); left in place"
@@ -112,12 +110,16 @@ fn migrate(order: &MigrationOrder) {
         }
         return;
     }
+    // slurmd revoked the job's credential at the requeue; a new one created
+    // in the same second is refused ("Job credential revoked") and the job
+    // is killed, so the restart is never earlier than 2 s after the requeue.
+    let begin = now_unix() + 2;
     // The job is COMPLETING, then PENDING with begin time = requeue +
     // cred_expire + 1; an update made while it completes is overwritten, so
     // wait until it is PENDING, then set the begin time and check it stuck.
     for _ in 0..100 {
         match job_pending_since(id) {
-            Some(eligible) if eligible <= now_unix() as i64 => {
+            Some(eligible) if eligible <= begin as i64 => {
                 log::info(&format!("migration of job {id}: requeued, pinned to its planned nodes, eligible now"));
                 return;
             }
@@ -127,7 +129,7 @@ fn migrate(order: &MigrationOrder) {
                     let mut desc: sys::job_desc_msg_t = std::mem::zeroed();
                     sys::slurm_init_job_desc_msg(&mut desc);
                     desc.job_id = id;
-                    desc.begin_time = now_unix() as sys::time_t;
+                    desc.begin_time = begin as sys::time_t;
                     sys::slurm_update_job(&mut desc);
                 }
             }
@@ -138,11 +140,13 @@ fn migrate(order: &MigrationOrder) {
     log::error(&format!("migration of job {id}: could not reset its begin time (it starts after cred_expire)"));
 }
 
-/// `Some(eligible_time)` once the job is plainly PENDING (not completing).
-fn job_pending_since(id: u32) -> Option<i64> {
-    const JOB_PENDING: u32 = 0;
-    const JOB_STATE_BASE: u32 = 0xff;
-    const JOB_COMPLETING: u32 = 1 << 15;
+const JOB_PENDING: u32 = 0;
+const JOB_RUNNING: u32 = 1;
+const JOB_STATE_BASE: u32 = 0xff;
+const JOB_COMPLETING: u32 = 1 << 15;
+
+/// The job's `job_state` and `eligible_time` from slurmctld.
+fn load_job(id: u32) -> Option<(u32, i64)> {
     let mut msg: *mut sys::job_info_msg_t = std::ptr::null_mut();
     // SAFETY: public API; the message is freed below.
     unsafe {
@@ -152,12 +156,22 @@ fn job_pending_since(id: u32) -> Option<i64> {
         let m = &*msg;
         let out = if m.record_count >= 1 && !m.job_array.is_null() {
             let j = &*m.job_array;
-            let pending = j.job_state & JOB_STATE_BASE == JOB_PENDING && j.job_state & JOB_COMPLETING == 0;
-            pending.then_some(j.eligible_time)
+            Some((j.job_state, j.eligible_time))
         } else {
             None
         };
         sys::slurm_free_job_info_msg(msg);
         out
     }
+}
+
+/// `Some(eligible_time)` once the job is plainly PENDING (not completing).
+fn job_pending_since(id: u32) -> Option<i64> {
+    let (state, eligible) = load_job(id)?;
+    (state & JOB_STATE_BASE == JOB_PENDING && state & JOB_COMPLETING == 0).then_some(eligible)
+}
+
+/// Running and not completing (not being cancelled).
+fn job_running(id: u32) -> bool {
+    load_job(id).is_some_and(|(state, _)| state & JOB_STATE_BASE == JOB_RUNNING && state & JOB_COMPLETING == 0)
 }

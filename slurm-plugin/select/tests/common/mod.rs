@@ -1,0 +1,219 @@
+//! Harness of the lab-cluster tests: a real Slurm 22.05 cluster (munge,
+//! slurmctld, N slurmd with fake GPUs) on this host, started by
+//! `contrib/slurm-lab.sh` with the plugins of this build, and always torn
+//! down (Drop runs on panic too). Needs root and the packages of
+//! `contrib/install-slurm-deps.sh`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// One lab at a time per test binary (they share CPU and munge load).
+static SERIAL: Mutex<()> = Mutex::new(());
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+}
+
+/// A plugin built by this `cargo test`: `cargo test` leaves it in deps/
+/// (target/debug/ may hold an older copy from a `cargo build`), so take the
+/// newest of the two.
+fn artifact(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe path");
+    let deps = exe.parent().expect("deps dir");
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = [deps.to_path_buf(), deps.parent().expect("profile dir").to_path_buf()]
+        .into_iter()
+        .map(|d| d.join(name))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .collect();
+    found.sort();
+    found.pop().map(|(_, p)| p).unwrap_or_else(|| panic!("{name} not built next to {}", exe.display()))
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct LabOptions {
+    /// Run select/cons_tres_compass (else stock select/cons_tres).
+    pub compass: bool,
+    pub nodes: u32,
+}
+
+impl Default for LabOptions {
+    fn default() -> Self {
+        Self { compass: true, nodes: 8 }
+    }
+}
+
+pub struct Lab {
+    pub dir: PathBuf,
+    conf: PathBuf,
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Lab {
+    pub fn start(name: &str, opts: LabOptions) -> Lab {
+        assert!(
+            unsafe { libc_geteuid() } == 0,
+            "lab-cluster tests need root (they start munge, slurmctld and slurmd)"
+        );
+        assert!(
+            Path::new("/usr/sbin/slurmctld-wlm").exists(),
+            "Slurm is not installed: run contrib/install-slurm-deps.sh"
+        );
+        let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let k = NEXT.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("compass-lab-{}-{}-{name}", std::process::id(), k));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("lab dir");
+        let root = repo_root();
+        let lab = Lab { conf: dir.join("etc/slurm.conf"), dir, _serial: serial };
+        let mut cmd = Command::new(root.join("contrib/slurm-lab.sh"));
+        cmd.arg("up")
+            .arg(&lab.dir)
+            .env("LAB_PORT_BASE", (17_100 + 20 * (k % 40)).to_string())
+            .env("LAB_NODES", opts.nodes.to_string())
+            .env("COMPASS_SPANK_SO", artifact("libcompass_spank.so"))
+            .env("COMPASS_JOB_SUBMIT_LUA", root.join("etc/job_submit.lua"))
+            .env("COMPASS_CONF", root.join("slurm-plugin/tests/lab-compass.conf"));
+        if opts.compass {
+            cmd.env("COMPASS_SELECT_SO", artifact("libselect_cons_tres_compass.so"));
+        }
+        let out = cmd.output().expect("run contrib/slurm-lab.sh");
+        assert!(out.status.success(), "lab up failed: {}{}", lossy(&out.stdout), lossy(&out.stderr));
+        lab
+    }
+
+    /// Runs a Slurm client against this lab.
+    pub fn run(&self, prog: &str, args: &[&str]) -> Output {
+        Command::new(prog)
+            .args(args)
+            .env("SLURM_CONF", &self.conf)
+            .current_dir(&self.dir)
+            .output()
+            .unwrap_or_else(|e| panic!("{prog}: {e}"))
+    }
+
+    /// `sbatch --parsable -o /dev/null ARGS --wrap CMD`: job id or stderr.
+    pub fn sbatch(&self, args: &[&str], wrap: &str) -> Result<u32, String> {
+        let mut a = vec!["--parsable", "-o", "/dev/null"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["--wrap", wrap]);
+        let out = self.run("sbatch", &a);
+        if !out.status.success() {
+            return Err(lossy(&out.stderr));
+        }
+        let s = lossy(&out.stdout);
+        s.trim().split(';').next().unwrap_or("").parse().map_err(|_| format!("sbatch printed {s}"))
+    }
+
+    pub fn submit(&self, args: &[&str]) -> u32 {
+        self.sbatch(args, "sleep 600").unwrap_or_else(|e| panic!("sbatch {args:?}: {e}"))
+    }
+
+    /// `(state, node list)` of a job from squeue ("" nodes while pending).
+    pub fn job(&self, id: u32) -> (String, String) {
+        let out = lossy(&self.run("squeue", &["-h", "-j", &id.to_string(), "-o", "%T %N"]).stdout);
+        let mut it = out.split_whitespace();
+        (it.next().unwrap_or("GONE").to_string(), it.next().unwrap_or("").to_string())
+    }
+
+    pub fn show_job(&self, id: u32) -> String {
+        lossy(&self.run("scontrol", &["show", "job", "-d", &id.to_string()]).stdout)
+    }
+
+    /// Per-node GPUs in use, from Slurm (`sinfo GresUsed`), by node name.
+    pub fn gpus_used(&self) -> Vec<(String, u32)> {
+        let out = lossy(&self.run("sinfo", &["-h", "-N", "-O", "NodeList:12,GresUsed:60"]).stdout);
+        let mut v: Vec<(String, u32)> = out
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                let node = it.next()?.to_string();
+                let used = it.next().unwrap_or("gpu:0");
+                let n = used.strip_prefix("gpu:")?.split('(').next()?.parse().ok()?;
+                Some((node, n))
+            })
+            .collect();
+        v.sort_by_key(|(n, _)| n[1..].parse::<u32>().unwrap_or(0));
+        v.dedup();
+        v
+    }
+
+    pub fn partial_nodes(&self, cap: u32) -> usize {
+        self.gpus_used().iter().filter(|(_, u)| *u > 0 && *u < cap).count()
+    }
+
+    pub fn wait_until(&self, what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) -> Duration {
+        let t0 = Instant::now();
+        while t0.elapsed() < timeout {
+            if ok() {
+                return t0.elapsed();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("timed out after {timeout:?} waiting for {what}\n{}", self.debug());
+    }
+
+    pub fn wait_running(&self, ids: &[u32], timeout: Duration) {
+        self.wait_until(&format!("jobs {ids:?} RUNNING"), timeout, || ids.iter().all(|&j| self.job(j).0 == "RUNNING"));
+    }
+
+    pub fn state_json(&self) -> serde_json::Value {
+        let p = self.dir.join("run/compass-state.json");
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        serde_json::from_str(&text).expect("state JSON")
+    }
+
+    pub fn ctld_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log/slurmctld.log")).unwrap_or_default()
+    }
+
+    pub fn restart_ctld(&self) {
+        let out = Command::new(repo_root().join("contrib/slurm-lab.sh"))
+            .arg("restart-ctld")
+            .arg(&self.dir)
+            .output()
+            .expect("restart-ctld");
+        assert!(out.status.success(), "restart-ctld: {}", lossy(&out.stderr));
+    }
+
+    pub fn debug(&self) -> String {
+        let q = lossy(&self.run("squeue", &["-o", "%i %T %N %r %b"]).stdout);
+        let log = self.ctld_log();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        format!(
+            "squeue:\n{q}\nGPUs used: {:?}\nslurmctld.log (last lines):\n{}",
+            self.gpus_used(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let out = Command::new(repo_root().join("contrib/slurm-lab.sh")).arg("down").arg(&self.dir).output();
+        if let Ok(o) = &out {
+            if !o.status.success() {
+                eprintln!("lab down: {}", lossy(&o.stderr));
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!("lab kept for inspection: {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+pub fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
