@@ -302,7 +302,11 @@ impl Controller {
             // Moves inside a node (a role change in the engine) leave Slurm's
             // allocation as it is: nothing to requeue.
             let target = per_node_of(&running.nodes, running.request.shape.gpus);
-            if self.jobs.get(&j).is_some_and(|r| sorted(&r.per_node) == target) {
+            if self
+                .jobs
+                .get(&j)
+                .is_some_and(|r| sorted(&r.per_node) == target)
+            {
                 continue;
             }
             self.orders.push_back(order);
@@ -580,8 +584,17 @@ mod tests {
     fn pins_narrow_within_candidates_only() {
         let mut c = ctl();
         assert!(c.may_widen(7));
-        c.mark_migrating(&MigrationOrder { job: 7, to_nodes: vec![2, 3] }, 100);
-        assert!(!c.may_widen(7) && !c.may_widen(8), "no widening while a migration is in flight");
+        c.mark_migrating(
+            &MigrationOrder {
+                job: 7,
+                to_nodes: vec![2, 3],
+            },
+            100,
+        );
+        assert!(
+            !c.may_widen(7) && !c.may_widen(8),
+            "no widening while a migration is in flight"
+        );
         let cand = NodeSet::from_nodes(4, [0, 1, 2]);
         assert_eq!(
             c.narrow(&job(7, 2, 4), &cand),

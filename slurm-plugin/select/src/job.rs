@@ -81,6 +81,23 @@ unsafe fn bits(b: *mut sys::bitstr_t) -> Vec<NodeId> {
         .collect()
 }
 
+/// Node indices of a Slurm host list (`n[1-3]`).
+unsafe fn nodes_from_names(names: *mut c_char) -> Vec<NodeId> {
+    if names.is_null() {
+        return vec![];
+    }
+    let mut b: *mut sys::bitstr_t = std::ptr::null_mut();
+    // SAFETY: valid C string; the bitmap is allocated by Slurm and freed here.
+    unsafe {
+        sys::node_name2bitmap(names, true, &mut b);
+        let out = bits(b);
+        if !b.is_null() {
+            sys::slurm_bit_free(&mut b);
+        }
+        out
+    }
+}
+
 /// What the controller needs to know about a job.
 unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
     // SAFETY: details is NULL or valid.
@@ -113,7 +130,13 @@ unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
 /// GPUs Slurm allocated to the job per node (from `gres_list_alloc`; the
 /// k-th entry belongs to the k-th node of the job's node bitmap).
 unsafe fn allocated_gpus(job: &sys::job_record_t) -> Vec<(NodeId, u32)> {
-    let nodes = unsafe { bits(job.node_bitmap) };
+    let nodes = if !job.node_bitmap.is_null() {
+        unsafe { bits(job.node_bitmap) }
+    } else {
+        // select_p_job_init after a restart runs before slurmctld rebuilds
+        // node_bitmap from the saved node list.
+        unsafe { nodes_from_names(job.nodes) }
+    };
     let mut gpus = vec![0u32; nodes.len()];
     if !job.gres_list_alloc.is_null() {
         // SAFETY: Slurm List of gres_state_t.
@@ -206,7 +229,9 @@ pub unsafe extern "C" fn select_p_job_init(job_list: *mut c_void) -> c_int {
                     break;
                 }
                 let state = (*p).job_state & JOB_STATE_BASE;
-                if (state == JOB_RUNNING || state == JOB_SUSPENDED) && !(*p).node_bitmap.is_null() {
+                if (state == JOB_RUNNING || state == JOB_SUSPENDED)
+                    && (!(*p).node_bitmap.is_null() || !(*p).nodes.is_null())
+                {
                     jobs.push(p);
                 }
             }
@@ -319,7 +344,9 @@ pub unsafe extern "C" fn select_p_job_test(
                 want.count()
             ));
         } else if mode == SELECT_MODE_RUN_NOW && !may_widen {
-            log::verbose(&format!("job_test job {id}: planned nodes not free yet (migrations in flight); job waits"));
+            log::verbose(&format!(
+                "job_test job {id}: planned nodes not free yet (migrations in flight); job waits"
+            ));
         } else if mode == SELECT_MODE_RUN_NOW {
             unsafe { sys::bit_copybits(bitmap, orig) };
             rc = call(bitmap);

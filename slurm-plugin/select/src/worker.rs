@@ -120,7 +120,9 @@ fn migrate(order: &MigrationOrder) {
     for _ in 0..100 {
         match job_pending_since(id) {
             Some(eligible) if eligible <= begin as i64 => {
-                log::info(&format!("migration of job {id}: requeued, pinned to its planned nodes, eligible now"));
+                log::info(&format!(
+                    "migration of job {id}: requeued, pinned to its planned nodes, eligible now"
+                ));
                 return;
             }
             Some(_) => {
@@ -137,7 +139,9 @@ fn migrate(order: &MigrationOrder) {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    log::error(&format!("migration of job {id}: could not reset its begin time (it starts after cred_expire)"));
+    log::error(&format!(
+        "migration of job {id}: could not reset its begin time (it starts after cred_expire)"
+    ));
 }
 
 const JOB_PENDING: u32 = 0;
@@ -173,5 +177,7 @@ fn job_pending_since(id: u32) -> Option<i64> {
 
 /// Running and not completing (not being cancelled).
 fn job_running(id: u32) -> bool {
-    load_job(id).is_some_and(|(state, _)| state & JOB_STATE_BASE == JOB_RUNNING && state & JOB_COMPLETING == 0)
+    load_job(id).is_some_and(|(state, _)| {
+        state & JOB_STATE_BASE == JOB_RUNNING && state & JOB_COMPLETING == 0
+    })
 }

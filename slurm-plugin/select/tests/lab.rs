@@ -13,8 +13,14 @@ use std::time::{Duration, Instant};
 
 use common::{Lab, LabOptions};
 
-const STOCK: LabOptions = LabOptions { compass: false, nodes: 8 };
-const COMPASS: LabOptions = LabOptions { compass: true, nodes: 8 };
+const STOCK: LabOptions = LabOptions {
+    compass: false,
+    nodes: 8,
+};
+const COMPASS: LabOptions = LabOptions {
+    compass: true,
+    nodes: 8,
+};
 
 #[test]
 fn spank_options_are_in_sbatch_help_and_validated_at_submit() {
@@ -26,22 +32,43 @@ fn spank_options_are_in_sbatch_help_and_validated_at_submit() {
     for bad in ["bogus", "4x", "1:60", "-5", "1.5h", ""] {
         let arg = format!("--min-runtime={bad}");
         let err = lab.sbatch(&[&arg], "true").expect_err(bad);
-        assert!(err.contains("--min-runtime") && err.contains("`4:00:00`") && err.contains("`30m`"), "{bad}: {err}");
+        assert!(
+            err.contains("--min-runtime") && err.contains("`4:00:00`") && err.contains("`30m`"),
+            "{bad}: {err}"
+        );
     }
     let err = lab.sbatch(&["--min-runtime=9h"], "true").unwrap_err();
-    assert!(err.contains("--min-runtime=9h exceeds the site cap of 8:00:00"), "{err}");
-    assert!(lab.run("squeue", &["-h"]).stdout.is_empty(), "no refused job was queued");
+    assert!(
+        err.contains("--min-runtime=9h exceeds the site cap of 8:00:00"),
+        "{err}"
+    );
+    assert!(
+        lab.run("squeue", &["-h"]).stdout.is_empty(),
+        "no refused job was queued"
+    );
 
     // accepted values travel with the job (AdminComment, via job_submit.lua)
     for (args, want) in [
-        (vec!["--min-runtime=4h", "--resumable"], "compass:min_runtime=14400,resumable=1"),
-        (vec!["--min-runtime=90"], "compass:min_runtime=5400,resumable=0"),
-        (vec!["--min-runtime=0-2"], "compass:min_runtime=7200,resumable=0"),
+        (
+            vec!["--min-runtime=4h", "--resumable"],
+            "compass:min_runtime=14400,resumable=1",
+        ),
+        (
+            vec!["--min-runtime=90"],
+            "compass:min_runtime=5400,resumable=0",
+        ),
+        (
+            vec!["--min-runtime=0-2"],
+            "compass:min_runtime=7200,resumable=0",
+        ),
         (vec![], "compass:min_runtime=0,resumable=0"),
     ] {
         let id = lab.submit(&args);
         let show = lab.show_job(id);
-        assert!(show.contains(&format!("AdminComment={want}")), "{args:?}: {show}");
+        assert!(
+            show.contains(&format!("AdminComment={want}")),
+            "{args:?}: {show}"
+        );
     }
 }
 
@@ -54,26 +81,58 @@ fn forwarder_runs_gpu_non_gpu_and_out_of_model_jobs() {
     let per_node = lab.submit(&["-N2", "--gres=gpu:8", "--ntasks-per-node=1"]);
     lab.wait_running(&[no_gpu, tasks, spread, per_node], Duration::from_secs(20));
 
-    assert!(!lab.show_job(no_gpu).contains("GRES=gpu"), "{}", lab.show_job(no_gpu));
-    assert!(lab.show_job(tasks).contains("GRES=gpu:4"), "{}", lab.show_job(tasks));
-    assert!(lab.show_job(spread).contains("GRES=gpu:3"), "{}", lab.show_job(spread));
+    assert!(
+        !lab.show_job(no_gpu).contains("GRES=gpu"),
+        "{}",
+        lab.show_job(no_gpu)
+    );
+    assert!(
+        lab.show_job(tasks).contains("GRES=gpu:4"),
+        "{}",
+        lab.show_job(tasks)
+    );
+    assert!(
+        lab.show_job(spread).contains("GRES=gpu:3"),
+        "{}",
+        lab.show_job(spread)
+    );
     let pn = lab.show_job(per_node);
-    assert!(pn.contains("NumNodes=2") && pn.contains("GRES=gpu:8(IDX:0-7)"), "{pn}");
+    assert!(
+        pn.contains("NumNodes=2") && pn.contains("GRES=gpu:8(IDX:0-7)"),
+        "{pn}"
+    );
     let used: u32 = lab.gpus_used().iter().map(|(_, u)| u).sum();
     assert_eq!(used, 4 + 3 + 16);
 
     let log = lab.ctld_log();
-    assert!(log.contains(&format!("job_test job {tasks} mode 0: narrowed")), "{}", lab.debug());
-    lab.wait_until("state file lists the 4 jobs", Duration::from_secs(5), || {
-        std::fs::metadata(lab.dir.join("run/compass-state.json")).is_ok()
-            && lab.state_json()["jobs"].as_array().map(|j| j.len()) == Some(4)
-    });
+    assert!(
+        log.contains(&format!("job_test job {tasks} mode 0: narrowed")),
+        "{}",
+        lab.debug()
+    );
+    lab.wait_until(
+        "state file lists the 4 jobs",
+        Duration::from_secs(5),
+        || {
+            std::fs::metadata(lab.dir.join("run/compass-state.json")).is_ok()
+                && lab.state_json()["jobs"].as_array().map(|j| j.len()) == Some(4)
+        },
+    );
     let state = lab.state_json();
     assert!(state["engine_error"].is_null(), "{state}");
     let foreign = |id: u32| {
-        state["jobs"].as_array().unwrap().iter().find(|j| j["id"] == id).map(|j| j["foreign"].as_bool().unwrap())
+        state["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"] == id)
+            .map(|j| j["foreign"].as_bool().unwrap())
     };
-    assert_eq!(foreign(spread), Some(true), "--gpus=3 over nodes is outside the model");
+    assert_eq!(
+        foreign(spread),
+        Some(true),
+        "--gpus=3 over nodes is outside the model"
+    );
     assert_eq!(foreign(tasks), Some(false));
     assert_eq!(foreign(no_gpu), Some(false));
 }
@@ -82,41 +141,75 @@ fn forwarder_runs_gpu_non_gpu_and_out_of_model_jobs() {
 /// and 2 of them end on n1, n2, n3. Returns the id of the 2 x 4-GPU job
 /// submitted then, and the one-GPU jobs left.
 fn abstract_workload(lab: &Lab) -> (u32, Vec<u32>) {
-    let ids: Vec<u32> = (0..24).map(|_| lab.submit(&["-n1", "--gpus-per-task=1", "--resumable"])).collect();
+    let ids: Vec<u32> = (0..24)
+        .map(|_| lab.submit(&["-n1", "--gpus-per-task=1", "--resumable"]))
+        .collect();
     lab.wait_running(&ids, Duration::from_secs(30));
     let mut cancel = Vec::new();
     for (node, k) in [("n1", 3), ("n2", 5), ("n3", 2)] {
-        let on: Vec<u32> = ids.iter().copied().filter(|&j| lab.job(j).1 == node).take(k).collect();
-        assert_eq!(on.len(), k, "{node} holds {k} one-GPU jobs\n{}", lab.debug());
+        let on: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&j| lab.job(j).1 == node)
+            .take(k)
+            .collect();
+        assert_eq!(
+            on.len(),
+            k,
+            "{node} holds {k} one-GPU jobs\n{}",
+            lab.debug()
+        );
         cancel.extend(on);
     }
     let args: Vec<String> = cancel.iter().map(|j| j.to_string()).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     assert!(lab.run("scancel", &args).status.success());
     let left = ids.into_iter().filter(|j| !cancel.contains(j)).collect();
-    (lab.submit(&["-n2", "--gpus-per-task=4", "--resumable"]), left)
+    (
+        lab.submit(&["-n2", "--gpus-per-task=4", "--resumable"]),
+        left,
+    )
 }
 
 #[test]
 fn abstract_example_stock_cons_tres_blocks_the_two_by_four_job() {
-    let lab = Lab::start("abstract-stock", LabOptions { compass: false, nodes: 3 });
+    let lab = Lab::start(
+        "abstract-stock",
+        LabOptions {
+            compass: false,
+            nodes: 3,
+        },
+    );
     let (big, _) = abstract_workload(&lab);
     std::thread::sleep(Duration::from_secs(6));
     assert_eq!(lab.job(big).0, "PENDING", "{}", lab.debug());
     let free: Vec<u32> = lab.gpus_used().iter().map(|(_, u)| 8 - u).collect();
-    assert_eq!(free, vec![3, 5, 2], "10 free GPUs, but no two nodes with 4 free");
+    assert_eq!(
+        free,
+        vec![3, 5, 2],
+        "10 free GPUs, but no two nodes with 4 free"
+    );
 }
 
 #[test]
 fn abstract_example_compass_never_keeps_the_fragmented_layout() {
-    let lab = Lab::start("abstract-compass", LabOptions { compass: true, nodes: 3 });
+    let lab = Lab::start(
+        "abstract-compass",
+        LabOptions {
+            compass: true,
+            nodes: 3,
+        },
+    );
     let (big, mut left) = abstract_workload(&lab);
     left.push(big);
     lab.wait_running(&left, Duration::from_secs(30));
     let free: Vec<u32> = lab.gpus_used().iter().map(|(_, u)| 8 - u).collect();
     assert_eq!(free.iter().sum::<u32>(), 2, "{free:?}");
     assert!(lab.partial_nodes(8) <= 1, "{}", lab.debug());
-    assert!(lab.ctld_log().contains("migration of job"), "Compact requeued one-GPU jobs");
+    assert!(
+        lab.ctld_log().contains("migration of job"),
+        "Compact requeued one-GPU jobs"
+    );
 }
 
 /// A mixed 1/2/4/8-GPU workload, then every other job ends. Returns the
@@ -128,7 +221,12 @@ fn mixed_workload(lab: &Lab, settle: Duration) -> usize {
         .map(|g| lab.submit(&["-n1", &format!("--gpus-per-task={g}"), "--resumable"]))
         .collect();
     lab.wait_running(&ids, Duration::from_secs(30));
-    let gone: Vec<String> = ids.iter().skip(1).step_by(2).map(|j| j.to_string()).collect();
+    let gone: Vec<String> = ids
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .map(|j| j.to_string())
+        .collect();
     let args: Vec<&str> = gone.iter().map(String::as_str).collect();
     assert!(lab.run("scancel", &args).status.success());
     let left: Vec<u32> = ids.iter().step_by(2).copied().collect();
@@ -159,14 +257,22 @@ fn mixed_workload(lab: &Lab, settle: Duration) -> usize {
 fn mixed_workload_stock_cons_tres_leaves_several_partial_nodes() {
     let lab = Lab::start("mixed-stock", STOCK);
     let partial = mixed_workload(&lab, Duration::from_secs(3));
-    assert!(partial >= 3, "stock cons_tres: {partial} partial nodes\n{}", lab.debug());
+    assert!(
+        partial >= 3,
+        "stock cons_tres: {partial} partial nodes\n{}",
+        lab.debug()
+    );
 }
 
 #[test]
 fn mixed_workload_compass_leaves_at_most_two_partial_nodes() {
     let lab = Lab::start("mixed-compass", COMPASS);
     let partial = mixed_workload(&lab, Duration::from_secs(30));
-    assert!(partial <= 2, "compass: {partial} partial nodes\n{}", lab.debug());
+    assert!(
+        partial <= 2,
+        "compass: {partial} partial nodes\n{}",
+        lab.debug()
+    );
 }
 
 /// Three 1 x 4-GPU jobs: two share a node, one is alone. The first ends.
@@ -181,7 +287,12 @@ fn departure(lab: &Lab, resumable: bool) -> (u32, u32, String, String) {
     let c = lab.submit(&args);
     lab.wait_running(&[a, b, c], Duration::from_secs(15));
     let (na, nb, nc) = (lab.job(a).1, lab.job(b).1, lab.job(c).1);
-    assert_eq!(na, nb, "the engine pairs two 4-GPU instances on one node\n{}", lab.debug());
+    assert_eq!(
+        na,
+        nb,
+        "the engine pairs two 4-GPU instances on one node\n{}",
+        lab.debug()
+    );
     assert_ne!(nb, nc);
     assert_eq!(lab.partial_nodes(8), 1);
     assert!(lab.run("scancel", &[&a.to_string()]).status.success());
@@ -193,17 +304,33 @@ fn departure_requeues_a_resumable_job_onto_the_planned_node_within_5s() {
     let lab = Lab::start("migrate", COMPASS);
     let (b, c, nb, nc) = departure(&lab, true);
     let t0 = Instant::now();
-    let waited = lab.wait_until("B and C share one node again", Duration::from_secs(15), || {
-        let (sb, xb) = lab.job(b);
-        let (sc, xc) = lab.job(c);
-        sb == "RUNNING" && sc == "RUNNING" && xb == xc
-    });
-    assert!(waited <= Duration::from_secs(5), "restarted {:?} after the departure", t0.elapsed());
+    let waited = lab.wait_until(
+        "B and C share one node again",
+        Duration::from_secs(15),
+        || {
+            let (sb, xb) = lab.job(b);
+            let (sc, xc) = lab.job(c);
+            sb == "RUNNING" && sc == "RUNNING" && xb == xc
+        },
+    );
+    assert!(
+        waited <= Duration::from_secs(5),
+        "restarted {:?} after the departure",
+        t0.elapsed()
+    );
     let (xb, xc) = (lab.job(b).1, lab.job(c).1);
     // exactly one of them moved, onto the node of the other
     let moved = if xb != nb { b } else { c };
-    assert!((xb == nc && moved == b) || (xc == nb && moved == c), "{}", lab.debug());
-    assert!(lab.show_job(moved).contains("Restarts=1"), "{}", lab.show_job(moved));
+    assert!(
+        (xb == nc && moved == b) || (xc == nb && moved == c),
+        "{}",
+        lab.debug()
+    );
+    assert!(
+        lab.show_job(moved).contains("Restarts=1"),
+        "{}",
+        lab.show_job(moved)
+    );
     let stayed = if moved == b { c } else { b };
     assert!(lab.show_job(stayed).contains("Restarts=0"));
     assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
@@ -217,7 +344,11 @@ fn departure_never_touches_a_job_that_is_not_resumable() {
     assert_eq!(lab.job(b), ("RUNNING".to_string(), nb));
     assert_eq!(lab.job(c), ("RUNNING".to_string(), nc));
     assert!(lab.show_job(b).contains("Restarts=0") && lab.show_job(c).contains("Restarts=0"));
-    assert!(!lab.ctld_log().contains("migration of job"), "{}", lab.debug());
+    assert!(
+        !lab.ctld_log().contains("migration of job"),
+        "{}",
+        lab.debug()
+    );
 }
 
 #[test]
@@ -232,17 +363,57 @@ fn slurmctld_restart_rebuilds_the_engine_without_losing_jobs() {
     ];
     lab.wait_running(&ids, Duration::from_secs(20));
     let before: Vec<(String, String)> = ids.iter().map(|&j| lab.job(j)).collect();
-    let count = |l: &Lab| common::lossy(&l.run("squeue", &["-h", "-o", "%i"]).stdout).lines().count();
+    let count = |l: &Lab| {
+        common::lossy(&l.run("squeue", &["-h", "-o", "%i"]).stdout)
+            .lines()
+            .count()
+    };
     assert_eq!(count(&lab), ids.len());
 
     lab.restart_ctld();
-    lab.wait_until("slurmctld answers", Duration::from_secs(20), || lab.run("scontrol", &["ping"]).status.success());
+    lab.wait_until("slurmctld answers", Duration::from_secs(20), || {
+        lab.run("scontrol", &["ping"]).status.success()
+    });
     let after: Vec<(String, String)> = ids.iter().map(|&j| lab.job(j)).collect();
     assert_eq!(before, after, "same jobs, same nodes, still running");
     assert_eq!(count(&lab), ids.len(), "no job lost or duplicated");
-    assert!(lab.ctld_log().contains(&format!("engine rebuilt from {} running jobs", ids.len())), "{}", lab.debug());
+    assert!(
+        lab.ctld_log()
+            .contains(&format!("engine rebuilt from {} running jobs", ids.len())),
+        "{}",
+        lab.debug()
+    );
+    // the rebuilt state matches what Slurm runs, node by node
+    let restarted = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    lab.wait_until(
+        "state file rewritten after the restart",
+        Duration::from_secs(15),
+        || lab.state_json()["updated_unix"].as_u64().unwrap_or(0) > restarted,
+    );
+    let state = lab.state_json();
+    let published: Vec<(String, u32)> = state["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap().to_string(),
+                n["used_gpus"].as_u64().unwrap() as u32,
+            )
+        })
+        .collect();
+    assert_eq!(published, lab.gpus_used(), "{state}");
+    assert_eq!(state["jobs"].as_array().unwrap().len(), ids.len());
     // the engine keeps placing after the restart
     let next = lab.submit(&["-n1", "--gpus-per-task=2"]);
     lab.wait_running(&[next], Duration::from_secs(15));
-    assert!(lab.ctld_log().contains(&format!("job_test job {next} mode 0: narrowed")), "{}", lab.debug());
+    assert!(
+        lab.ctld_log()
+            .contains(&format!("job_test job {next} mode 0: narrowed")),
+        "{}",
+        lab.debug()
+    );
 }

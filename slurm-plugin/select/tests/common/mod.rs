@@ -17,7 +17,10 @@ static SERIAL: Mutex<()> = Mutex::new(());
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repo root")
 }
 
 /// A plugin built by this `cargo test`: `cargo test` leaves it in deps/
@@ -26,13 +29,19 @@ fn repo_root() -> PathBuf {
 fn artifact(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test exe path");
     let deps = exe.parent().expect("deps dir");
-    let mut found: Vec<(std::time::SystemTime, PathBuf)> = [deps.to_path_buf(), deps.parent().expect("profile dir").to_path_buf()]
-        .into_iter()
-        .map(|d| d.join(name))
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .collect();
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = [
+        deps.to_path_buf(),
+        deps.parent().expect("profile dir").to_path_buf(),
+    ]
+    .into_iter()
+    .map(|d| d.join(name))
+    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+    .collect();
     found.sort();
-    found.pop().map(|(_, p)| p).unwrap_or_else(|| panic!("{name} not built next to {}", exe.display()))
+    found
+        .pop()
+        .map(|(_, p)| p)
+        .unwrap_or_else(|| panic!("{name} not built next to {}", exe.display()))
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -44,7 +53,10 @@ pub struct LabOptions {
 
 impl Default for LabOptions {
     fn default() -> Self {
-        Self { compass: true, nodes: 8 }
+        Self {
+            compass: true,
+            nodes: 8,
+        }
     }
 }
 
@@ -66,11 +78,16 @@ impl Lab {
         );
         let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let k = NEXT.fetch_add(1, Ordering::SeqCst);
-        let dir = std::env::temp_dir().join(format!("compass-lab-{}-{}-{name}", std::process::id(), k));
+        let dir =
+            std::env::temp_dir().join(format!("compass-lab-{}-{}-{name}", std::process::id(), k));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("lab dir");
         let root = repo_root();
-        let lab = Lab { conf: dir.join("etc/slurm.conf"), dir, _serial: serial };
+        let lab = Lab {
+            conf: dir.join("etc/slurm.conf"),
+            dir,
+            _serial: serial,
+        };
         let mut cmd = Command::new(root.join("contrib/slurm-lab.sh"));
         cmd.arg("up")
             .arg(&lab.dir)
@@ -78,12 +95,23 @@ impl Lab {
             .env("LAB_NODES", opts.nodes.to_string())
             .env("COMPASS_SPANK_SO", artifact("libcompass_spank.so"))
             .env("COMPASS_JOB_SUBMIT_LUA", root.join("etc/job_submit.lua"))
-            .env("COMPASS_CONF", root.join("slurm-plugin/tests/lab-compass.conf"));
+            .env(
+                "COMPASS_CONF",
+                root.join("slurm-plugin/tests/lab-compass.conf"),
+            );
         if opts.compass {
-            cmd.env("COMPASS_SELECT_SO", artifact("libselect_cons_tres_compass.so"));
+            cmd.env(
+                "COMPASS_SELECT_SO",
+                artifact("libselect_cons_tres_compass.so"),
+            );
         }
         let out = cmd.output().expect("run contrib/slurm-lab.sh");
-        assert!(out.status.success(), "lab up failed: {}{}", lossy(&out.stdout), lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "lab up failed: {}{}",
+            lossy(&out.stdout),
+            lossy(&out.stderr)
+        );
         lab
     }
 
@@ -107,27 +135,48 @@ impl Lab {
             return Err(lossy(&out.stderr));
         }
         let s = lossy(&out.stdout);
-        s.trim().split(';').next().unwrap_or("").parse().map_err(|_| format!("sbatch printed {s}"))
+        s.trim()
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .parse()
+            .map_err(|_| format!("sbatch printed {s}"))
     }
 
     pub fn submit(&self, args: &[&str]) -> u32 {
-        self.sbatch(args, "sleep 600").unwrap_or_else(|e| panic!("sbatch {args:?}: {e}"))
+        self.sbatch(args, "sleep 600")
+            .unwrap_or_else(|e| panic!("sbatch {args:?}: {e}"))
     }
 
     /// `(state, node list)` of a job from squeue ("" nodes while pending).
     pub fn job(&self, id: u32) -> (String, String) {
-        let out = lossy(&self.run("squeue", &["-h", "-j", &id.to_string(), "-o", "%T %N"]).stdout);
+        let out = lossy(
+            &self
+                .run("squeue", &["-h", "-j", &id.to_string(), "-o", "%T %N"])
+                .stdout,
+        );
         let mut it = out.split_whitespace();
-        (it.next().unwrap_or("GONE").to_string(), it.next().unwrap_or("").to_string())
+        (
+            it.next().unwrap_or("GONE").to_string(),
+            it.next().unwrap_or("").to_string(),
+        )
     }
 
     pub fn show_job(&self, id: u32) -> String {
-        lossy(&self.run("scontrol", &["show", "job", "-d", &id.to_string()]).stdout)
+        lossy(
+            &self
+                .run("scontrol", &["show", "job", "-d", &id.to_string()])
+                .stdout,
+        )
     }
 
     /// Per-node GPUs in use, from Slurm (`sinfo GresUsed`), by node name.
     pub fn gpus_used(&self) -> Vec<(String, u32)> {
-        let out = lossy(&self.run("sinfo", &["-h", "-N", "-O", "NodeList:12,GresUsed:60"]).stdout);
+        let out = lossy(
+            &self
+                .run("sinfo", &["-h", "-N", "-O", "NodeList:12,GresUsed:60"])
+                .stdout,
+        );
         let mut v: Vec<(String, u32)> = out
             .lines()
             .filter_map(|l| {
@@ -144,10 +193,18 @@ impl Lab {
     }
 
     pub fn partial_nodes(&self, cap: u32) -> usize {
-        self.gpus_used().iter().filter(|(_, u)| *u > 0 && *u < cap).count()
+        self.gpus_used()
+            .iter()
+            .filter(|(_, u)| *u > 0 && *u < cap)
+            .count()
     }
 
-    pub fn wait_until(&self, what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) -> Duration {
+    pub fn wait_until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut ok: impl FnMut() -> bool,
+    ) -> Duration {
         let t0 = Instant::now();
         while t0.elapsed() < timeout {
             if ok() {
@@ -155,11 +212,16 @@ impl Lab {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("timed out after {timeout:?} waiting for {what}\n{}", self.debug());
+        panic!(
+            "timed out after {timeout:?} waiting for {what}\n{}",
+            self.debug()
+        );
     }
 
     pub fn wait_running(&self, ids: &[u32], timeout: Duration) {
-        self.wait_until(&format!("jobs {ids:?} RUNNING"), timeout, || ids.iter().all(|&j| self.job(j).0 == "RUNNING"));
+        self.wait_until(&format!("jobs {ids:?} RUNNING"), timeout, || {
+            ids.iter().all(|&j| self.job(j).0 == "RUNNING")
+        });
     }
 
     pub fn state_json(&self) -> serde_json::Value {
@@ -195,7 +257,10 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let out = Command::new(repo_root().join("contrib/slurm-lab.sh")).arg("down").arg(&self.dir).output();
+        let out = Command::new(repo_root().join("contrib/slurm-lab.sh"))
+            .arg("down")
+            .arg(&self.dir)
+            .output();
         if let Ok(o) = &out {
             if !o.status.success() {
                 eprintln!("lab down: {}", lossy(&o.stderr));
