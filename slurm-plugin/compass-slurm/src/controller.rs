@@ -498,6 +498,7 @@ impl Controller {
                 .collect(),
             migrations_done: self.counters.migrations_done,
             jobs,
+            job_test: Default::default(),
             layout: serde_json::to_value(self.engine.snapshot()).ok(),
         }
     }

@@ -40,10 +40,22 @@ pub struct PublishedState {
     /// Migrations carried out (requeues issued), cumulative.
     pub migrations_done: u64,
     pub jobs: Vec<JobView>,
+    /// Time spent in `select_p_job_test` since slurmctld started.
+    #[serde(default)]
+    pub job_test: JobTestStats,
     /// The engine's own layout snapshot (node types, slots, anchors,
     /// fillers, pool) when the engine provides one.
     #[serde(default)]
     pub layout: Option<serde_json::Value>,
+}
+
+/// Cumulative `select_p_job_test` timing: the engine's part (mapping,
+/// planning, narrowing) and the stock cons_tres call it wraps.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobTestStats {
+    pub calls: u64,
+    pub engine_ns: u64,
+    pub stock_ns: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,6 +20,7 @@
 mod forward;
 mod job;
 mod log;
+mod stats;
 mod worker;
 
 use std::ffi::{c_char, c_int, c_void};

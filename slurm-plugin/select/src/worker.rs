@@ -55,9 +55,11 @@ fn run() {
         for order in orders {
             migrate(&order);
         }
-        if let Some(s) = snapshot {
+        if let Some(mut s) = snapshot {
+            s.job_test = crate::stats::job_test();
             let mut key = s.clone();
             key.updated_unix = 0;
+            key.job_test = Default::default();
             let key = serde_json_key(&key);
             // Rewrite on change, and every 10 s so readers see it is alive.
             if key != last_written || now.is_multiple_of(10) {

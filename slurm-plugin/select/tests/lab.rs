@@ -73,6 +73,80 @@ fn spank_options_are_in_sbatch_help_and_validated_at_submit() {
 }
 
 #[test]
+fn the_values_reach_the_job_environment() {
+    let lab = Lab::start("spank-env", COMPASS);
+    let out = lab.dir.join("env.txt");
+    let o = out.display().to_string();
+    let id = lab
+        .sbatch(&["--min-runtime=30m", "--resumable", "-o", &o], "env")
+        .expect("submit");
+    lab.wait_until(
+        "the job wrote its environment",
+        Duration::from_secs(15),
+        || {
+            lab.job(id).0 == "GONE"
+                && std::fs::read_to_string(&out).is_ok_and(|t| t.contains("SLURM_JOB_ID"))
+        },
+    );
+    let env = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        env.contains("SLURM_SPANK_COMPASS_MIN_RUNTIME=1800"),
+        "{env}"
+    );
+    assert!(env.contains("SLURM_SPANK_COMPASS_RESUMABLE=1"), "{env}");
+}
+
+#[test]
+fn narrowing_stays_within_drained_nodes_exclusions_and_reservations() {
+    let lab = Lab::start("candidates", COMPASS);
+    let ok = |args: &[&str]| {
+        assert!(
+            lab.run("scontrol", args).status.success(),
+            "scontrol {args:?}"
+        )
+    };
+    ok(&[
+        "update",
+        "nodename=n[1-6]",
+        "state=drain",
+        "reason=compass-test",
+    ]);
+    let a = lab.submit(&["-n1", "--gpus-per-task=4"]);
+    lab.wait_running(&[a], Duration::from_secs(15));
+    let na = lab.job(a).1;
+    assert!(
+        na == "n7" || na == "n8",
+        "drained nodes are never chosen: {na}"
+    );
+    ok(&["update", "nodename=n[1-6]", "state=resume"]);
+
+    // the engine would pair the next 4-GPU instance with `a`; --exclude wins
+    let b = lab.submit(&["-n1", "--gpus-per-task=4", &format!("--exclude={na}")]);
+    lab.wait_running(&[b], Duration::from_secs(15));
+    assert_ne!(lab.job(b).1, na);
+
+    ok(&[
+        "create",
+        "reservation=compass",
+        "nodes=n5,n6",
+        "starttime=now",
+        "duration=10",
+        "users=root",
+    ]);
+    let c = lab.submit(&["-n2", "--gpus-per-task=8", "--reservation=compass"]);
+    lab.wait_running(&[c], Duration::from_secs(15));
+    assert_eq!(lab.job(c).1, "n[5-6]");
+    let log = lab.ctld_log();
+    for j in [a, b, c] {
+        assert!(
+            log.contains(&format!("job_test job {j} mode 0: narrowed")),
+            "job {j}\n{}",
+            lab.debug()
+        );
+    }
+}
+
+#[test]
 fn forwarder_runs_gpu_non_gpu_and_out_of_model_jobs() {
     let lab = Lab::start("forward", COMPASS);
     let no_gpu = lab.submit(&["-n4"]);

@@ -23,9 +23,9 @@ fn repo_root() -> PathBuf {
         .expect("repo root")
 }
 
-/// A plugin built by this `cargo test`: `cargo test` leaves it in deps/
-/// (target/debug/ may hold an older copy from a `cargo build`), so take the
-/// newest of the two.
+/// A plugin built by this `cargo test` (or `cargo run --example`): cargo
+/// leaves it in deps/ (target/debug/ may hold an older copy from a `cargo
+/// build`), so take the newest copy.
 fn artifact(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test exe path");
     let deps = exe.parent().expect("deps dir");
