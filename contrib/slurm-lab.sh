@@ -51,21 +51,24 @@ stop_pidfiles() { # pidfiles...: TERM all at once, wait up to 10 s, then KILL
     rm -f "$@"
 }
 
-# slurmstepd of this LAB (started by our slurmd with argv[0] LAB/bin/slurmstepd)
-# and the job processes in their process groups.
-stop_stepds() {
-    local p cmd
+# Whatever is left of this LAB once the PID-file daemons are gone: slurmstepd
+# (argv[0] LAB/bin/slurmstepd, or renamed "slurmstepd: [job]" with
+# SLURM_CONF=LAB/... in its environment), job scripts under LAB/spool, and
+# daemons whose PID file was lost. Only processes naming this LAB match.
+stop_leftovers() {
+    local p cmd pid pids=()
     for p in /proc/[0-9]*; do
+        pid=${p#/proc/}
+        [ "$pid" = "$$" ] && continue
         cmd=$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null || true)
         case "$cmd" in
-        "$LAB/bin/slurmstepd"*|"slurmstepd: ["*)
-            # stepd renames itself "slurmstepd: [jobid.step]"; check its exe link dir
-            if [ "${cmd#"$LAB/bin/slurmstepd"}" != "$cmd" ] || \
-               grep -qs "SLURM_CONF=$LAB/etc/slurm.conf" "$p/environ"; then
-                kill -KILL "${p#/proc/}" 2>/dev/null || true
-            fi ;;
+        *"$LAB/"*) pids+=("$pid") ;;
+        "slurmstepd: ["*)
+            if grep -qs "SLURM_CONF=$LAB/etc/slurm.conf" "$p/environ"; then pids+=("$pid"); fi ;;
         esac
     done
+    [ "${#pids[@]}" -gt 0 ] && kill -KILL "${pids[@]}" 2>/dev/null
+    return 0
 }
 
 write_conf() {
@@ -155,8 +158,8 @@ down() {
         timeout 5 scancel --quiet --full -u root 2>/dev/null || true
     fi
     stop_pidfiles "$LAB"/run/slurmd.*.pid "$LAB/run/slurmctld.pid"
-    stop_stepds
     stop_pidfiles "$LAB/munge/munged.pid"
+    stop_leftovers
     echo "slurm-lab.sh: down ($LAB)"
 }
 

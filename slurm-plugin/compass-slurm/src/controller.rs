@@ -85,6 +85,8 @@ pub struct Controller {
     migrating: BTreeSet<u64>,
     last_migrated: BTreeMap<u64, u64>,
     orders: VecDeque<MigrationOrder>,
+    /// Nodes Slurm reports down/drained/failing.
+    unusable: BTreeSet<NodeId>,
     pub counters: Counters,
 }
 
@@ -101,6 +103,7 @@ impl Controller {
             migrating: BTreeSet::new(),
             last_migrated: BTreeMap::new(),
             orders: VecDeque::new(),
+            unusable: BTreeSet::new(),
             counters: Counters::default(),
         }
     }
@@ -155,6 +158,19 @@ impl Controller {
         };
         if self.jobs.contains_key(&job.id) || self.migrating.contains(&job.id) {
             return Ok(None);
+        }
+        // Slurm offers only nodes that can take work now: a candidate marked
+        // unusable by the last (5 s old) node poll was resumed since.
+        let back: Vec<NodeId> = self
+            .unusable
+            .iter()
+            .copied()
+            .filter(|n| candidates.contains(*n))
+            .collect();
+        for n in back {
+            if self.engine.set_node_usable(n, true).is_ok() {
+                self.unusable.remove(&n);
+            }
         }
         let req = JobRequest {
             id: JobId(job.id),
@@ -403,6 +419,36 @@ impl Controller {
     /// on a migrating job's pinned target), and widening would take them.
     pub fn may_widen(&self, job: u64) -> bool {
         self.pins.is_empty() && self.orders.is_empty() && !self.migrating.contains(&job)
+    }
+
+    /// Marks nodes usable or not for new instances and Compact targets
+    /// (Slurm: down, drained, failing, not responding), by name. Returns the
+    /// names whose state changed.
+    pub fn set_usable_nodes(&mut self, usable: &[(String, bool)]) -> Vec<String> {
+        let mut changed = Vec::new();
+        for (name, ok) in usable {
+            let Some(n) = self.node_names.iter().position(|x| x == name) else {
+                continue;
+            };
+            let n = n as NodeId;
+            if self.unusable.contains(&n) != *ok {
+                continue;
+            }
+            if self.engine.set_node_usable(n, *ok).is_ok() {
+                if *ok {
+                    self.unusable.remove(&n);
+                } else {
+                    self.unusable.insert(n);
+                }
+                changed.push(name.clone());
+            }
+        }
+        changed
+    }
+
+    /// Node names, in Slurm's node index order.
+    pub fn node_names(&self) -> &[String] {
+        &self.node_names
     }
 
     /// Whether the controller has recorded this running job.
@@ -693,6 +739,46 @@ mod tests {
             c.fini(if o.job == 2 { 3 } else { 2 });
             assert!(c.tick(1002).is_empty());
         }
+    }
+
+    #[test]
+    fn unusable_nodes_are_never_planned() {
+        let mut c = ctl();
+        let changed = c.set_usable_nodes(&[
+            ("n1".into(), false),
+            ("n2".into(), false),
+            ("n9".into(), false),
+        ]);
+        assert_eq!(changed, vec!["n1", "n2"]);
+        assert!(
+            c.set_usable_nodes(&[("n1".into(), false)]).is_empty(),
+            "no change, no report"
+        );
+        for id in 1..=2 {
+            // Slurm does not offer drained nodes
+            let plan = c
+                .narrow(&job(id, 1, 8), &NodeSet::from_nodes(4, [2, 3]))
+                .unwrap()
+                .unwrap();
+            assert!(!plan.contains(0) && !plan.contains(1), "{plan:?}");
+            let n = plan.iter().next().unwrap();
+            c.begin(&job(id, 1, 8), &[(n, 8)], 0);
+        }
+        // n3 and n4 are full and n1, n2 unusable: no plan, so no narrowing
+        assert_eq!(
+            c.narrow(&job(3, 1, 8), &NodeSet::from_nodes(4, [2, 3])),
+            Ok(None)
+        );
+        assert_eq!(c.set_usable_nodes(&[("n1".into(), true)]), vec!["n1"]);
+        let plan = c
+            .narrow(&job(3, 1, 8), &NodeSet::from_nodes(4, [0, 2, 3]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(plan.iter().collect::<Vec<_>>(), vec![0]);
+        c.begin(&job(3, 1, 8), &[(0, 8)], 0);
+        // a candidate Slurm offers is usable, whatever the last poll said
+        let plan = c.narrow(&job(4, 1, 8), &NodeSet::full(4)).unwrap().unwrap();
+        assert_eq!(plan.iter().collect::<Vec<_>>(), vec![1]);
     }
 
     #[test]

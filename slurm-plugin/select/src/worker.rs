@@ -43,8 +43,34 @@ pub fn stop() {
 fn run() {
     let Some(plugin) = PLUGIN.get() else { return };
     let mut last_written = String::new();
+    let mut round: u64 = 0;
     while !STOP.load(Ordering::SeqCst) {
         let now = now_unix();
+        // Node states through the public API (an RPC to slurmctld, outside
+        // its locks), every 5 s: down/drained nodes are no Compact targets.
+        if round.is_multiple_of(5) {
+            if let Some(states) = node_usability() {
+                if let Some(ctl) = plugin
+                    .ctl
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .as_mut()
+                {
+                    for name in ctl.set_usable_nodes(&states) {
+                        let ok = states.iter().any(|(n, ok)| *n == name && *ok);
+                        log::info(&format!(
+                            "node {name}: {} for placement and migrations",
+                            if ok {
+                                "usable again"
+                            } else {
+                                "not usable (down/drained)"
+                            }
+                        ));
+                    }
+                }
+            }
+        }
+        round += 1;
         let (orders, snapshot) = {
             let mut g = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner());
             match g.as_mut() {
@@ -182,4 +208,38 @@ fn job_running(id: u32) -> bool {
     load_job(id).is_some_and(|(state, _)| {
         state & JOB_STATE_BASE == JOB_RUNNING && state & JOB_COMPLETING == 0
     })
+}
+
+/// `(node name, usable)` for every node: not down, drained, failing, not
+/// responding, powered down or in maintenance.
+fn node_usability() -> Option<Vec<(String, bool)>> {
+    const BASE: u32 = 0xf;
+    const DOWN: u32 = 1;
+    const FUTURE: u32 = 6;
+    const BAD: u32 = (1 << 9) | (1 << 11) | (1 << 12) | (1 << 13) | (1 << 15);
+    let mut msg: *mut sys::node_info_msg_t = std::ptr::null_mut();
+    // SAFETY: public API; the message is freed below.
+    unsafe {
+        if sys::slurm_load_node(0, &mut msg, sys::SHOW_ALL as u16) != 0 || msg.is_null() {
+            return None;
+        }
+        let m = &*msg;
+        let mut out = Vec::with_capacity(m.record_count as usize);
+        for i in 0..m.record_count as usize {
+            let n = &*m.node_array.add(i);
+            if n.name.is_null() {
+                continue;
+            }
+            let name = std::ffi::CStr::from_ptr(n.name)
+                .to_string_lossy()
+                .into_owned();
+            let base = n.node_state & BASE;
+            out.push((
+                name,
+                base != DOWN && base != FUTURE && n.node_state & BAD == 0,
+            ));
+        }
+        sys::slurm_free_node_info_msg(msg);
+        Some(out)
+    }
 }
