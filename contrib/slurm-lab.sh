@@ -6,6 +6,9 @@
 #   slurm-lab.sh up LAB      start (idempotent); waits until every node is idle
 #   slurm-lab.sh down LAB    stop everything started from LAB (PID files only)
 #   slurm-lab.sh restart-ctld LAB   restart slurmctld only, keeping its state
+#   slurm-lab.sh switch LAB  rewrite the configs from the environment below
+#                            (e.g. set COMPASS_SELECT_SO to install the plugin
+#                            under running jobs) and restart slurmctld
 #
 # Environment (read by `up`):
 #   LAB_PORT_BASE       slurmctld port; slurmd ports are BASE+1..BASE+NODES (default 16817)
@@ -166,10 +169,11 @@ down() {
 case "$CMD" in
 up) up ;;
 down) down ;;
-restart-ctld)
+restart-ctld|switch)
+    [ "$CMD" = switch ] && write_conf
     stop_pidfiles "$LAB/run/slurmctld.pid"
     start_ctld
     for i in $(seq 300); do scontrol ping >/dev/null 2>&1 && break; sleep 0.1; done
     ;;
-*) echo "slurm-lab.sh: unknown command $CMD (up|down|restart-ctld)" >&2; exit 2 ;;
+*) echo "slurm-lab.sh: unknown command $CMD (up|down|restart-ctld|switch)" >&2; exit 2 ;;
 esac

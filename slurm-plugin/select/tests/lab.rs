@@ -491,3 +491,49 @@ fn slurmctld_restart_rebuilds_the_engine_without_losing_jobs() {
         lab.debug()
     );
 }
+
+#[test]
+fn jobs_placed_before_the_plugin_are_adopted_and_compacted() {
+    let lab = Lab::start("install-under-load", STOCK);
+    // stock cons_tres: sixteen 4-GPU jobs fill the cluster, then one job
+    // ends on each of four nodes: four partial nodes
+    let ids: Vec<u32> = (0..16)
+        .map(|_| lab.submit(&["-n1", "--gpus-per-task=4", "--resumable"]))
+        .collect();
+    lab.wait_running(&ids, Duration::from_secs(30));
+    let mut gone = Vec::new();
+    for node in ["n1", "n3", "n5", "n7"] {
+        let j = *ids
+            .iter()
+            .find(|&&j| lab.job(j).1 == node)
+            .expect("a job on the node");
+        gone.push(j.to_string());
+    }
+    let args: Vec<&str> = gone.iter().map(String::as_str).collect();
+    assert!(lab.run("scancel", &args).status.success());
+    let left: Vec<u32> = ids
+        .iter()
+        .copied()
+        .filter(|j| !gone.contains(&j.to_string()))
+        .collect();
+    lab.wait_until("stock layout settles", Duration::from_secs(10), || {
+        lab.partial_nodes(8) == 4
+    });
+
+    lab.switch_to_compass();
+    lab.wait_until("slurmctld answers", Duration::from_secs(20), || {
+        lab.run("scontrol", &["ping"]).status.success()
+    });
+    assert!(
+        lab.ctld_log()
+            .contains("engine rebuilt from 12 running jobs"),
+        "{}",
+        lab.debug()
+    );
+    // Compact pairs the lone 4-GPU instances through requeues
+    lab.wait_until("compact layout", Duration::from_secs(40), || {
+        lab.partial_nodes(8) == 0 && left.iter().all(|&j| lab.job(j).0 == "RUNNING")
+    });
+    let used: u32 = lab.gpus_used().iter().map(|(_, u)| u).sum();
+    assert_eq!(used, 48, "no job lost");
+}

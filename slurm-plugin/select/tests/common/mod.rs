@@ -63,6 +63,8 @@ impl Default for LabOptions {
 pub struct Lab {
     pub dir: PathBuf,
     conf: PathBuf,
+    port_base: u32,
+    nodes: u32,
     _serial: MutexGuard<'static, ()>,
 }
 
@@ -83,15 +85,18 @@ impl Lab {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("lab dir");
         let root = repo_root();
+        let port_base = 17_100 + 20 * (k % 40);
         let lab = Lab {
             conf: dir.join("etc/slurm.conf"),
             dir,
+            port_base,
+            nodes: opts.nodes,
             _serial: serial,
         };
         let mut cmd = Command::new(root.join("contrib/slurm-lab.sh"));
         cmd.arg("up")
             .arg(&lab.dir)
-            .env("LAB_PORT_BASE", (17_100 + 20 * (k % 40)).to_string())
+            .env("LAB_PORT_BASE", port_base.to_string())
             .env("LAB_NODES", opts.nodes.to_string())
             .env("COMPASS_SPANK_SO", artifact("libcompass_spank.so"))
             .env("COMPASS_JOB_SUBMIT_LUA", root.join("etc/job_submit.lua"))
@@ -241,6 +246,30 @@ impl Lab {
             .output()
             .expect("restart-ctld");
         assert!(out.status.success(), "restart-ctld: {}", lossy(&out.stderr));
+    }
+
+    /// Installs select/cons_tres_compass under the running jobs (new
+    /// slurm.conf, slurmctld restarted), as an admin would.
+    pub fn switch_to_compass(&self) {
+        let root = repo_root();
+        let out = Command::new(root.join("contrib/slurm-lab.sh"))
+            .arg("switch")
+            .arg(&self.dir)
+            .env("LAB_PORT_BASE", self.port_base.to_string())
+            .env("LAB_NODES", self.nodes.to_string())
+            .env("COMPASS_SPANK_SO", artifact("libcompass_spank.so"))
+            .env("COMPASS_JOB_SUBMIT_LUA", root.join("etc/job_submit.lua"))
+            .env(
+                "COMPASS_CONF",
+                root.join("slurm-plugin/tests/lab-compass.conf"),
+            )
+            .env(
+                "COMPASS_SELECT_SO",
+                artifact("libselect_cons_tres_compass.so"),
+            )
+            .output()
+            .expect("switch");
+        assert!(out.status.success(), "switch: {}", lossy(&out.stderr));
     }
 
     pub fn debug(&self) -> String {
