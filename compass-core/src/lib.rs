@@ -18,5 +18,7 @@ pub mod error;
 pub mod metric;
 pub mod model;
 pub mod placement;
+pub mod sim;
+pub mod trace;
 
 pub use error::{CoreError, Result};
