@@ -20,7 +20,7 @@ pub fn wcc_holds(counts: &InstanceCounts, capacity: u32) -> bool {
 /// instances (Section 3.2). Interim: closed form of eq. (21).
 pub fn phi_star(counts: &InstanceCounts, capacity: u32) -> u64 {
     let total: u64 = (1..=8).map(|g| g as u64 * counts[g]).sum();
-    u64::from(total % u64::from(capacity) != 0)
+    u64::from(!total.is_multiple_of(u64::from(capacity)))
 }
 
 /// `SIF = (Phi_pi - Phi*) / N` (eq. 2).
