@@ -20,5 +20,7 @@ pub mod metric;
 pub mod model;
 pub mod placement;
 pub mod preempt;
+pub mod sim;
+pub mod trace;
 
 pub use error::{CoreError, Result};
