@@ -30,6 +30,14 @@ pub enum CoreError {
     Trace { file: String, line: u64, field: String, why: String },
     #[error("{0}")]
     Invalid(String),
+    #[error("budget tree: node `{node}`, field `{field}`: {why}")]
+    Budget {
+        node: String,
+        field: String,
+        why: String,
+    },
+    #[error("account `{0}` is not mapped to any leaf of the budget tree")]
+    UnknownAccount(String),
 }
 
 pub type Result<T> = std::result::Result<T, CoreError>;
