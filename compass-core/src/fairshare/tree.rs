@@ -17,6 +17,7 @@ pub const SHARE_EPSILON: f64 = 1e-9;
 
 /// One node as written by a manager (TOML import, API, database row).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NodeSpec {
     /// Unique name of the node (e.g. `research/nlp/team-a`-style or plain).
     pub name: String,
