@@ -136,14 +136,15 @@ pub fn budgets_to_toml(nodes: &[NodeSpec]) -> Result<String> {
     })
 }
 
-struct Client {
+/// A small HTTP client of the service; writes carry a MUNGE credential.
+pub struct Client {
     base: String,
     socket: Option<PathBuf>,
     agent: ureq::Agent,
 }
 
 impl Client {
-    fn new(conn: &Connection) -> Self {
+    pub fn new(conn: &Connection) -> Self {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()
@@ -179,12 +180,14 @@ impl Client {
         }
     }
 
-    fn get(&self, path: &str) -> Result<Value> {
+    /// `GET path`; non-2xx statuses become errors carrying the API's message.
+    pub fn get(&self, path: &str) -> Result<Value> {
         let r = self.agent.get(format!("{}{path}", self.base)).call();
         self.finish(r)
     }
 
-    fn write(&self, method: &str, path: &str, body: &Value) -> Result<Value> {
+    /// An authenticated `POST`, `PATCH` or `DELETE` with a JSON body.
+    pub fn write(&self, method: &str, path: &str, body: &Value) -> Result<Value> {
         let bytes = serde_json::to_vec(body).map_err(|e| BudgetError::Http(e.to_string()))?;
         let cred = munge_encode_payload(
             self.socket.as_deref(),
