@@ -53,7 +53,7 @@ impl Munged {
     pub fn start() -> Self {
         use std::os::unix::fs::PermissionsExt;
         let dir = TempDir::new("munge");
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
         let key = dir.path().join("munge.key");
         let mut bytes = vec![0u8; 1024];
         std::io::Read::read_exact(
