@@ -34,10 +34,14 @@ pub struct Config {
     /// MUNGE socket (default: libmunge's default socket).
     #[serde(default)]
     pub munge_socket: Option<PathBuf>,
-    /// Where Slurm state comes from: `none` (API and ledger ingest only;
-    /// the libslurm source is not built yet, see the report).
+    /// Where Slurm state comes from: `none` (API and ledger ingest only) or
+    /// `file` (a JSON snapshot at `slurm_file`, for demos and tests). The
+    /// libslurm source waits for the shared bindings crate.
     #[serde(default)]
     pub slurm: SlurmMode,
+    /// The snapshot file of `slurm = "file"`.
+    #[serde(default)]
+    pub slurm_file: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -45,6 +49,7 @@ pub struct Config {
 pub enum SlurmMode {
     #[default]
     None,
+    File,
 }
 
 fn default_listen() -> SocketAddr {
@@ -93,6 +98,9 @@ impl Config {
         }
         if self.cycle_s == 0 {
             return bad("cycle_s must be at least 1");
+        }
+        if self.slurm == SlurmMode::File && self.slurm_file.is_none() {
+            return bad("slurm = \"file\" needs slurm_file");
         }
         if self.max_body_bytes < 1024 {
             return bad("max_body_bytes must be at least 1024");

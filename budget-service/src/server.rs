@@ -72,6 +72,12 @@ pub async fn serve(state: Arc<AppState>) -> Result<()> {
             );
             None
         }
+        SlurmMode::File => {
+            let path = state.config.slurm_file.clone().unwrap_or_default();
+            tracing::info!(file = %path.display(), "slurm = \"file\": reading snapshots from a file");
+            let fs = Arc::new(crate::slurm::FileSlurm { path });
+            Some(crate::cycle::Cycle::new(state.clone(), fs.clone(), fs).spawn(stop.clone()))
+        }
     };
     let app = crate::api::router(state.clone());
     axum::serve(listener, app)

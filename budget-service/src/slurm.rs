@@ -3,7 +3,8 @@
 //!
 //! The libslurm-backed implementation belongs on the bindings crate that
 //! `slurm-plugin/` is building (not on `main` yet); until it lands, the
-//! service runs with `slurm = "none"` (API and ledger ingest endpoint only).
+//! service runs with `slurm = "none"` (API and ledger ingest endpoint only)
+//! or `slurm = "file"` ([`FileSlurm`], demos and browser tests).
 
 use compass_core::fairshare::{Interval, Kind, PendingJob, UnixSecs};
 use compass_core::model::JobId;
@@ -185,5 +186,44 @@ impl SlurmSink for FakeSlurm {
         }
         g.pushes.push(factors.to_vec());
         Ok(())
+    }
+}
+
+/// A Slurm stand-in backed by files, for demos and browser tests: each
+/// snapshot is read from a JSON file ([`SlurmSnapshot`]); pushed site factors
+/// are merged into `<file>.factors.json`.
+pub struct FileSlurm {
+    pub path: std::path::PathBuf,
+}
+
+impl FileSlurm {
+    fn factors_path(&self) -> std::path::PathBuf {
+        let mut p = self.path.clone().into_os_string();
+        p.push(".factors.json");
+        p.into()
+    }
+}
+
+impl SlurmSource for FileSlurm {
+    fn snapshot(&self) -> Result<SlurmSnapshot> {
+        let text = std::fs::read_to_string(&self.path)
+            .map_err(|e| BudgetError::Slurm(format!("{}: {e}", self.path.display())))?;
+        serde_json::from_str(&text)
+            .map_err(|e| BudgetError::Slurm(format!("{}: {e}", self.path.display())))
+    }
+}
+
+impl SlurmSink for FileSlurm {
+    fn set_site_factors(&self, factors: &[(JobId, u32)]) -> Result<()> {
+        let p = self.factors_path();
+        let mut all: BTreeMap<u64, u32> = std::fs::read_to_string(&p)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        for (j, f) in factors {
+            all.insert(j.0, *f);
+        }
+        let text = serde_json::to_string(&all).map_err(|e| BudgetError::Slurm(e.to_string()))?;
+        std::fs::write(&p, text).map_err(|e| BudgetError::Slurm(format!("{}: {e}", p.display())))
     }
 }
