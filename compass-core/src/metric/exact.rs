@@ -88,7 +88,9 @@ fn search_g8(n: &InstanceCounts) -> u64 {
     let mut best = u64::MAX;
     for p34 in 0..=n[4].min(n[3]).min(1) {
         for lone3 in 0..=1u64 {
-            let Some(rest) = n[3].checked_sub(p34 + lone3) else { continue };
+            let Some(rest) = n[3].checked_sub(p34 + lone3) else {
+                continue;
+            };
             if rest % 2 != 0 {
                 continue;
             }
