@@ -94,7 +94,13 @@ impl PhiStarCache {
     }
 
     pub fn with_capacity_limit(max_entries: usize) -> Self {
-        Self { map: HashMap::new(), max_entries: max_entries.max(1), hits: 0, misses: 0, closed_form: 0 }
+        Self {
+            map: HashMap::new(),
+            max_entries: max_entries.max(1),
+            hits: 0,
+            misses: 0,
+            closed_form: 0,
+        }
     }
 
     /// Same value as [`phi_star`].
