@@ -272,7 +272,7 @@ proptest! {
 
     #[test]
     fn cache_matches_direct(cs in proptest::collection::vec(counts_strategy(8, 30), 1..20)) {
-        let mut cache = PhiStarCache::with_capacity_limit(8);
+        let mut cache = PhiStarCache::with_slots(8);
         for c in &cs {
             prop_assert_eq!(cache.phi_star(c, 8), phi_star(c, 8));
         }

@@ -341,6 +341,9 @@ pub struct Defrag {
     config: DefragConfig,
     /// Instances `(job, index)` on each node.
     on_node: Vec<BTreeSet<(JobId, u32)>>,
+    /// The last round found nothing to move and no job arrived or left
+    /// since: the next round would find nothing either.
+    settled: bool,
 }
 
 impl Defrag {
@@ -349,6 +352,7 @@ impl Defrag {
             occ: Occupancy::new(spec),
             config,
             on_node: vec![BTreeSet::new(); spec.nodes as usize],
+            settled: false,
         }
     }
 
@@ -394,6 +398,7 @@ impl PlacementPolicy for Defrag {
         let cap = self.occ.capacity();
         let admission = admit(&mut self.occ, job, allowed, |v, g| v.best_fit(g, cap))?;
         if let Some(a) = &admission {
+            self.settled = false;
             for (k, &n) in a.nodes.iter().enumerate() {
                 self.on_node[n as usize].insert((job.id, k as u32));
             }
@@ -402,6 +407,7 @@ impl PlacementPolicy for Defrag {
     }
     fn remove(&mut self, job: JobId) -> Result<Vec<Migration>> {
         let running = self.occ.remove(job)?;
+        self.settled = false;
         for (k, &n) in running.nodes.iter().enumerate() {
             self.on_node[n as usize].remove(&(job, k as u32));
         }
@@ -412,7 +418,7 @@ impl PlacementPolicy for Defrag {
     }
     fn tick(&mut self, _now: Seconds) -> Vec<Migration> {
         let mut migrations = Vec::new();
-        if self.occ.partial_nodes() < 2 {
+        if self.settled || self.occ.partial_nodes() < 2 {
             return migrations;
         }
         let cap = self.occ.capacity();
@@ -431,6 +437,9 @@ impl PlacementPolicy for Defrag {
                 continue;
             };
             if migrations.len() + plan.len() > self.config.max_migrations_per_round {
+                if migrations.len() >= self.config.max_migrations_per_round {
+                    break;
+                }
                 continue;
             }
             for m in &plan {
@@ -446,6 +455,7 @@ impl PlacementPolicy for Defrag {
             drained.insert(src);
             migrations.extend(plan);
         }
+        self.settled = migrations.is_empty();
         migrations
     }
     fn occupancy(&self) -> &Occupancy {
