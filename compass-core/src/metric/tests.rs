@@ -258,6 +258,15 @@ proptest! {
     }
 
     #[test]
+    fn phi_star_matches_exhaustive_search_many_fives_and_twos(
+        n5 in 0u64..=16, n2 in 0u64..=20, n1 in 0u64..=6, n4 in 0u64..=3, n6 in 0u64..=4, n7 in 0u64..=3
+    ) {
+        // Exercises Lemmas E1, E2 and M: many room-3 bins competing for 2s.
+        let c = [0, n1, n2, 0, n4, n5, n6, n7, 0];
+        prop_assert_eq!(phi_star(&c, 8), reference::phi_star(&c, 8), "counts {:?}", c);
+    }
+
+    #[test]
     fn phi_star_matches_exhaustive_search_g4(c in counts_strategy(4, 12)) {
         prop_assert_eq!(phi_star(&c, 4), reference::phi_star(&c, 4), "counts {:?}", c);
     }
