@@ -154,10 +154,9 @@ impl PlacementPolicy for BestFit {
 }
 
 /// `first-fit`: each instance goes to the lowest-index allowed node with
-/// enough free GPUs. This is what Slurm's `select/cons_tres` does with its
-/// default node ordering (nodes are tried in index order, see
-/// `../shared/slurm-lab/REPORT.md`), i.e. a scheduler with no fragmentation
-/// awareness at all.
+/// enough free GPUs: Slurm's `select/cons_tres` with equal node weights walks
+/// its node bitmap in index order and takes the first nodes that fit. A
+/// scheduler with no fragmentation awareness at all.
 #[derive(Clone, Debug)]
 pub struct FirstFit {
     occ: Occupancy,
