@@ -64,9 +64,9 @@ fn start_of(events: &[SimEvent], id: u64) -> Option<f64> {
 fn budgets_split_charged_time() {
     let mut jobs = Vec::new();
     let mut id = 1;
-    for k in 0..400 {
+    for k in 0..1000 {
         for acct in ["a", "b"] {
-            jobs.push(job(id, acct, k as f64 * 0.25, 2.0, 1, 8, 1.0));
+            jobs.push(job(id, acct, k as f64 * 0.1, 2.0, 1, 2, 1.0));
             id += 1;
         }
     }
