@@ -8,6 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use compass_slurm::config::{Config, DEFAULT_PATH};
 use compass_slurm::state::PublishedState;
 
+use crate::error::{CliError, Result};
+
 /// Show the placement state published by the select plugin.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -23,31 +25,31 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Why `compass status` failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StatusError {
-    #[error(transparent)]
-    Config(#[from] compass_slurm::Error),
-    #[error("{0} (is select/cons_tres_compass loaded in slurmctld?)")]
-    State(String),
-}
-
 /// Prints the state.
-pub fn run(args: Args) -> Result<(), StatusError> {
+pub fn run(args: Args) -> Result<()> {
     print!("{}", render(&args)?);
     Ok(())
 }
 
-fn render(args: &Args) -> Result<String, StatusError> {
+fn render(args: &Args) -> Result<String> {
     let path = match &args.state_file {
         Some(p) => p.clone(),
-        None => PathBuf::from(Config::load(&args.config)?.select.state_file),
+        None => PathBuf::from(
+            Config::load(&args.config)
+                .map_err(|e| CliError::Failed(e.to_string()))?
+                .select
+                .state_file,
+        ),
     };
-    let state = PublishedState::read(&path).map_err(StatusError::State)?;
+    let state = PublishedState::read(&path).map_err(|e| {
+        CliError::Failed(format!(
+            "{e} (is select/cons_tres_compass loaded in slurmctld?)"
+        ))
+    })?;
     if args.json {
         return serde_json::to_string_pretty(&state)
             .map(|s| s + "\n")
-            .map_err(|e| StatusError::State(e.to_string()));
+            .map_err(|e| CliError::Failed(e.to_string()));
     }
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
