@@ -87,13 +87,23 @@ pub struct Controller {
     orders: VecDeque<MigrationOrder>,
     /// Nodes Slurm reports down/drained/failing.
     unusable: BTreeSet<NodeId>,
+    /// An arrival or departure happened since the last Compact.
+    compact_due: bool,
     pub counters: Counters,
 }
 
 impl Controller {
     pub fn new(config: SelectConfig, spec: ClusterSpec, node_names: Vec<String>) -> Self {
         Self {
-            engine: CompassEngine::new(spec, CompassConfig::default()),
+            // Compact runs from tick(), never while migrations are in flight
+            // (it would move jobs the engine already placed at their targets).
+            engine: CompassEngine::new(
+                spec,
+                CompassConfig {
+                    compact: false,
+                    ..CompassConfig::default()
+                },
+            ),
             config,
             spec,
             node_names,
@@ -104,6 +114,7 @@ impl Controller {
             last_migrated: BTreeMap::new(),
             orders: VecDeque::new(),
             unusable: BTreeSet::new(),
+            compact_due: false,
             counters: Counters::default(),
         }
     }
@@ -191,9 +202,26 @@ impl Controller {
         }
     }
 
-    /// Slurm started `job` with `per_node` GPUs (node, count). Returns a log
-    /// message when the engine could not record it as planned.
+    /// Slurm started `job` with `per_node` GPUs (node, count): the engine
+    /// adopts it, and Compact is due (Algorithm 1, line 9; it also corrects a
+    /// layout Slurm chose differently from the plan). Returns a log message
+    /// when the engine could not record it as planned.
     pub fn begin(&mut self, job: &JobInfo, per_node: &[(NodeId, u32)], now: u64) -> Option<String> {
+        let log = self.adopt_running(job, per_node, now);
+        self.compact();
+        log
+    }
+
+    /// Records a running job without running Compact: for the rebuild after
+    /// a (re)start, where Compact must wait until every running job is known
+    /// (it would otherwise move instances onto GPUs that jobs not yet
+    /// adopted really use). Call [`Controller::compact`] after the last one.
+    pub fn adopt_running(
+        &mut self,
+        job: &JobInfo,
+        per_node: &[(NodeId, u32)],
+        now: u64,
+    ) -> Option<String> {
         self.pins.remove(&job.id);
         let mut log = None;
         let shape = match job.mapping {
@@ -266,11 +294,7 @@ impl Controller {
             }
             None => false,
         };
-        if adopted {
-            // Algorithm 1, line 9: Compact after an arrival (it also corrects
-            // a layout Slurm chose differently from the plan).
-            self.compact();
-        } else {
+        if !adopted {
             match self.engine.adopt_foreign(JobId(job.id), per_node) {
                 Ok(()) => rec.in_engine = true,
                 Err(e) => log = Some(self.note_error(&format!("adopt_foreign job {}", job.id), e)),
@@ -295,6 +319,7 @@ impl Controller {
         match self.engine.remove(JobId(job)) {
             Ok(migrations) => {
                 self.order_migrations(&migrations);
+                self.compact_due = true;
                 None
             }
             Err(e) => Some(self.note_error(&format!("remove job {job}"), e)),
@@ -331,12 +356,19 @@ impl Controller {
     }
 
     /// Runs Compact now (after a rebuild) and orders its migrations.
+    /// Asks for Compact at the next [`Controller::tick`] with no migration
+    /// in flight (Algorithm 1, lines 9 and 16, deferred by at most a tick).
     pub fn compact(&mut self) {
-        let m = self.engine.compact();
-        self.order_migrations(&m);
+        self.compact_due = true;
     }
 
-    /// Periodic work of the plugin thread: movability and stale pins.
+    fn in_flight(&self) -> bool {
+        !self.pins.is_empty() || !self.orders.is_empty() || !self.migrating.is_empty()
+    }
+
+    /// Periodic work of the plugin thread: movability, stale pins, and the
+    /// Compact due since the last arrival/departure once no migration is in
+    /// flight.
     /// Returns the migration orders to carry out now, already marked in
     /// flight (pinned); the caller reports a failed requeue with
     /// [`Controller::requeue_failed`].
@@ -365,6 +397,11 @@ impl Controller {
             if self.migrating.remove(&j) {
                 let _ = self.engine.remove(JobId(j));
             }
+        }
+        if self.compact_due && !self.in_flight() {
+            self.compact_due = false;
+            let m = self.engine.compact();
+            self.order_migrations(&m);
         }
         let orders: Vec<MigrationOrder> = self.orders.drain(..).collect();
         for o in &orders {
@@ -779,6 +816,33 @@ mod tests {
         // a candidate Slurm offers is usable, whatever the last poll said
         let plan = c.narrow(&job(4, 1, 8), &NodeSet::full(4)).unwrap().unwrap();
         assert_eq!(plan.iter().collect::<Vec<_>>(), vec![1]);
+    }
+
+    #[test]
+    fn rebuild_adopts_every_job_before_compacting() {
+        // Slurm runs one 4-GPU job alone on each of four nodes (placed before
+        // the plugin): adopting them one by one with Compact in between
+        // would plan moves onto nodes whose jobs are not adopted yet.
+        let mut c = ctl();
+        assert!(c.tick(1000).is_empty());
+        for n in 0..4 {
+            assert_eq!(
+                c.adopt_running(&job(u64::from(n) + 1, 1, 4), &[(n, 4)], 0),
+                None
+            );
+        }
+        assert_eq!(c.counters.engine_errors, 0);
+        assert!(c.tick(1000).is_empty(), "nothing moves before compact()");
+        c.tick(1000); // movability: past the first minutes
+        c.compact();
+        let orders = c.tick(1001);
+        assert_eq!(
+            orders.len(),
+            2,
+            "two lone instances join the other two: {orders:?}"
+        );
+        let s = c.snapshot(1001, true);
+        assert_eq!(s.engine_error, None);
     }
 
     #[test]

@@ -247,7 +247,7 @@ pub unsafe extern "C" fn select_p_job_init(job_list: *mut c_void) -> c_int {
                 let info = unsafe { job_info(job, cap) };
                 let alloc = unsafe { allocated_gpus(job) };
                 let start = u64::try_from(job.start_time).unwrap_or(now);
-                if let Some(msg) = ctl.begin(&info, &alloc, start) {
+                if let Some(msg) = ctl.adopt_running(&info, &alloc, start) {
                     log::verbose(&msg);
                 }
             }
