@@ -190,9 +190,15 @@ impl Controller {
         };
         match self.engine.plan(&req, Some(candidates)) {
             Ok(Some(nodes)) => {
-                let set = NodeSet::from_nodes(candidates.len(), nodes.iter().copied());
+                let mut set = NodeSet::from_nodes(candidates.len(), nodes.iter().copied());
                 if distinct_nodes && set.count() < shape.instances {
-                    return Ok(None);
+                    // Slurm needs one node per instance (`-N n` forms): plan
+                    // the instances one at a time, each away from the nodes
+                    // chosen for the others.
+                    match self.plan_distinct(&req, candidates) {
+                        Ok(Some(s)) => set = s,
+                        other => return other,
+                    }
                 }
                 self.counters.narrowed += 1;
                 Ok(Some(set))
@@ -200,6 +206,32 @@ impl Controller {
             Ok(None) => Ok(None),
             Err(e) => Err(self.note_error(&format!("plan for job {}", job.id), e)),
         }
+    }
+
+    fn plan_distinct(
+        &mut self,
+        req: &JobRequest,
+        candidates: &NodeSet,
+    ) -> Result<Option<NodeSet>, String> {
+        let mut allowed = candidates.clone();
+        let mut chosen = NodeSet::empty(candidates.len());
+        let one = JobRequest {
+            shape: JobShape::new(1, req.shape.gpus),
+            ..req.clone()
+        };
+        for _ in 0..req.shape.instances {
+            match self.engine.plan(&one, Some(&allowed)) {
+                Ok(Some(nodes)) => {
+                    for n in nodes {
+                        chosen.insert(n);
+                        allowed.remove(n);
+                    }
+                }
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(self.note_error(&format!("plan for job {}", req.id), e)),
+            }
+        }
+        Ok(Some(chosen))
     }
 
     /// Slurm started `job` with `per_node` GPUs (node, count): the engine
@@ -716,6 +748,23 @@ mod tests {
         assert_eq!(left, 0, "narrowed nodes hold the job");
         assert_eq!(c.begin(j, &per_node, now), None);
         per_node.iter().map(|(n, _)| *n).collect()
+    }
+
+    #[test]
+    fn distinct_node_jobs_get_one_planned_node_per_instance() {
+        let mut c = ctl();
+        let j = JobInfo {
+            id: 1,
+            mapping: Mapping::Model {
+                shape: JobShape::new(2, 4),
+                distinct_nodes: true,
+            },
+            flags: None,
+        };
+        let set = c.narrow(&j, &NodeSet::full(4)).unwrap().expect("planned");
+        assert_eq!(set.count(), 2, "{set:?}");
+        // only one candidate node: no plan can give two distinct nodes
+        assert_eq!(c.narrow(&j, &NodeSet::from_nodes(4, [3])), Ok(None));
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! - `-N n --gres=gpu:g` / `--gpus-per-node=g` (with or without
 //!   `--ntasks-per-node`): `n` instances of `g`, one per node (Slurm needs `n`
 //!   distinct nodes).
+//! - `-N n --ntasks-per-node=k --gpus-per-task=g`: `n` instances of `k*g`,
+//!   one per node.
 //! - `-N 1 --gpus=g`: one instance of `g`.
 //! - Anything else with GPUs (`--gpus=3` that may spread, node ranges, mixed
 //!   per-task and per-node GPUs) is outside the model: Slurm places it alone
@@ -100,10 +102,21 @@ pub fn map_request(r: &SlurmRequest<'_>, capacity: u32) -> Mapping {
     let (shape, distinct_nodes) = match (per_task, per_node, per_job) {
         (None, None, None) => return Mapping::NoGpu,
         (Some(g), None, None) => {
-            if r.ntasks_per_node > 1 {
-                return Mapping::Outside("--gpus-per-task with --ntasks-per-node > 1".into());
+            let k = r.ntasks_per_node;
+            if k > 1 {
+                // -N n --ntasks-per-node=k --gpus-per-task=g: one instance
+                // of k*g GPUs on each of n nodes.
+                let n = r.min_nodes.max(1);
+                if !fixed_nodes || r.num_tasks != n * k {
+                    return Mapping::Outside(format!(
+                        "--ntasks-per-node={k} with {} tasks on {}-{} nodes",
+                        r.num_tasks, r.min_nodes, r.max_nodes
+                    ));
+                }
+                (JobShape::new(n, k * g), true)
+            } else {
+                (JobShape::new(r.num_tasks.max(1), g), false)
             }
-            (JobShape::new(r.num_tasks.max(1), g), false)
         }
         (None, Some(g), None) => {
             if !fixed_nodes {
@@ -209,6 +222,19 @@ mod tests {
     }
 
     #[test]
+    fn tasks_per_node_form_is_one_instance_per_node() {
+        let mut r = req(4, 2, 2, Some("gres:gpu:2"), None, None);
+        r.ntasks_per_node = 2;
+        assert_eq!(
+            map_request(&r, 8),
+            Mapping::Model {
+                shape: JobShape::new(2, 4),
+                distinct_nodes: true
+            }
+        );
+    }
+
+    #[test]
     fn per_node_form_is_one_instance_per_node() {
         let mut r = req(2, 2, 2, None, Some("gres:gpu:8"), None);
         r.ntasks_per_node = 1;
@@ -261,9 +287,18 @@ mod tests {
             ),
             Mapping::Outside(_)
         ));
-        let mut r = req(4, 2, 2, Some("gres:gpu:1"), None, None);
+        let mut r = req(4, 2, 0, Some("gres:gpu:1"), None, None);
+        r.ntasks_per_node = 3;
+        assert!(
+            matches!(map_request(&r, 8), Mapping::Outside(_)),
+            "4 tasks cannot be 3 per node on 2 nodes"
+        );
+        let mut r = req(4, 2, 2, Some("gres:gpu:8"), None, None);
         r.ntasks_per_node = 2;
-        assert!(matches!(map_request(&r, 8), Mapping::Outside(_)));
+        assert!(
+            matches!(map_request(&r, 8), Mapping::Outside(_)),
+            "16 GPUs per node"
+        );
     }
 
     #[test]

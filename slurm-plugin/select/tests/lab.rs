@@ -153,7 +153,11 @@ fn forwarder_runs_gpu_non_gpu_and_out_of_model_jobs() {
     let tasks = lab.submit(&["-n2", "--gpus-per-task=2"]);
     let spread = lab.submit(&["-n3", "--gpus=3"]);
     let per_node = lab.submit(&["-N2", "--gres=gpu:8", "--ntasks-per-node=1"]);
-    lab.wait_running(&[no_gpu, tasks, spread, per_node], Duration::from_secs(20));
+    let tpn = lab.submit(&["-N2", "--ntasks-per-node=2", "--gpus-per-task=2"]);
+    lab.wait_running(
+        &[no_gpu, tasks, spread, per_node, tpn],
+        Duration::from_secs(20),
+    );
 
     assert!(
         !lab.show_job(no_gpu).contains("GRES=gpu"),
@@ -175,21 +179,25 @@ fn forwarder_runs_gpu_non_gpu_and_out_of_model_jobs() {
         pn.contains("NumNodes=2") && pn.contains("GRES=gpu:8(IDX:0-7)"),
         "{pn}"
     );
+    let t = lab.show_job(tpn);
+    assert!(t.contains("NumNodes=2") && t.contains("GRES=gpu:4"), "{t}");
     let used: u32 = lab.gpus_used().iter().map(|(_, u)| u).sum();
-    assert_eq!(used, 4 + 3 + 16);
+    assert_eq!(used, 4 + 3 + 16 + 8);
 
     let log = lab.ctld_log();
-    assert!(
-        log.contains(&format!("job_test job {tasks} mode 0: narrowed")),
-        "{}",
-        lab.debug()
-    );
+    for j in [tasks, tpn, per_node] {
+        assert!(
+            log.contains(&format!("job_test job {j} mode 0: narrowed")),
+            "job {j}\n{}",
+            lab.debug()
+        );
+    }
     lab.wait_until(
-        "state file lists the 4 jobs",
+        "state file lists the 5 jobs",
         Duration::from_secs(5),
         || {
             std::fs::metadata(lab.dir.join("run/compass-state.json")).is_ok()
-                && lab.state_json()["jobs"].as_array().map(|j| j.len()) == Some(4)
+                && lab.state_json()["jobs"].as_array().map(|j| j.len()) == Some(5)
         },
     );
     let state = lab.state_json();
@@ -208,6 +216,7 @@ fn forwarder_runs_gpu_non_gpu_and_out_of_model_jobs() {
         "--gpus=3 over nodes is outside the model"
     );
     assert_eq!(foreign(tasks), Some(false));
+    assert_eq!(foreign(tpn), Some(false));
     assert_eq!(foreign(no_gpu), Some(false));
 }
 
