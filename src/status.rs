@@ -94,7 +94,7 @@ mod tests {
             json: false,
         };
         let text = render(&args).unwrap();
-        assert!(text.contains("n1 [###.....] 3/8  9:3"), "{text}");
+        assert!(text.contains("n1          [###.....] 3/8  9:3"), "{text}");
         let json = render(&Args { json: true, ..args }).unwrap();
         assert!(json.contains("\"used_gpus\": 3"), "{json}");
         let missing = Args {

@@ -118,6 +118,17 @@ impl PublishedState {
         Ok(s)
     }
 
+    /// The engine's kind of node `i` (`empty`, `slotted`, `pool`) from the
+    /// layout snapshot, when published.
+    fn node_kind(&self, i: usize) -> Option<String> {
+        let kind = self.layout.as_ref()?.get("nodes")?.get(i)?.get("kind")?;
+        Some(
+            kind.as_str()
+                .map(str::to_lowercase)
+                .unwrap_or_else(|| kind.to_string()),
+        )
+    }
+
     /// The per-node picture `compass status` prints. `now_unix` gives the age.
     pub fn render(&self, now_unix: u64) -> String {
         let mut out = String::new();
@@ -143,14 +154,15 @@ impl PublishedState {
             ));
         }
         let width = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(0);
-        for n in &self.nodes {
+        for (i, n) in self.nodes.iter().enumerate() {
             let bar: String = (0..n.capacity)
                 .map(|i| if i < n.used_gpus { '#' } else { '.' })
                 .collect();
             let jobs: Vec<String> = n.jobs.iter().map(|(j, g)| format!("{j}:{g}")).collect();
             out.push_str(&format!(
-                "{:width$} [{bar}] {}/{}  {}\n",
+                "{:width$} {:8} [{bar}] {}/{}  {}\n",
                 n.name,
+                self.node_kind(i).unwrap_or_default(),
                 n.used_gpus,
                 n.capacity,
                 jobs.join(" "),
@@ -195,6 +207,7 @@ mod tests {
             partial_nodes: 1,
             n_sif: 0.0,
             phi_star: 1,
+            layout: Some(serde_json::json!({"nodes": [{"kind": "Slotted"}, {"kind": "Empty"}]})),
             pending_migrations: vec![PendingMigration {
                 job: 4,
                 to_nodes: vec!["n10".into()],
@@ -208,8 +221,11 @@ mod tests {
         let text = sample().render(103);
         assert!(text.contains("2 nodes x 8 GPUs, 1 partial"), "{text}");
         assert!(text.contains("updated 3 s ago"), "{text}");
-        assert!(text.contains("n1  [#####...] 5/8  3:4 4:1"), "{text}");
-        assert!(text.contains("n10 [........] 0/8"), "{text}");
+        assert!(
+            text.contains("n1  slotted  [#####...] 5/8  3:4 4:1"),
+            "{text}"
+        );
+        assert!(text.contains("n10 empty    [........] 0/8"), "{text}");
         assert!(text.contains("pending migration: job 4 -> n10"), "{text}");
     }
 
