@@ -295,8 +295,11 @@ impl Drop for Lab {
                 eprintln!("lab down: {}", lossy(&o.stderr));
             }
         }
-        if std::thread::panicking() {
-            eprintln!("lab kept for inspection: {}", self.dir.display());
+        if std::thread::panicking() && std::env::var_os("COMPASS_KEEP_LAB").is_some() {
+            eprintln!(
+                "lab kept for inspection (COMPASS_KEEP_LAB): {}",
+                self.dir.display()
+            );
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
