@@ -490,6 +490,15 @@ impl Controller {
         self.pins.is_empty() && self.orders.is_empty() && !self.migrating.contains(&job)
     }
 
+    /// The engine's structural invariants (paper Proposition 1 and the GPU
+    /// accounting); a message for Slurm's log when one is violated.
+    pub fn self_check(&mut self) -> Option<String> {
+        match self.engine.check_invariants() {
+            Ok(()) => None,
+            Err(why) => Some(self.note_error("engine invariant violated", why)),
+        }
+    }
+
     /// Marks nodes usable or not for new instances and Compact targets
     /// (Slurm: down, drained, failing, not responding), by name. Returns the
     /// names whose state changed.
@@ -775,6 +784,7 @@ mod tests {
         }
         assert_eq!(c.counters.divergences, 0);
         assert_eq!(c.counters.narrowed, 5);
+        assert_eq!(c.self_check(), None);
         let s = c.snapshot(1, true);
         // 4+4+1+3 = 12 GPUs on one full node plus one 4-GPU node, 8 on a third
         assert!(s.partial_nodes <= 1, "{}", s.render(1));

@@ -70,6 +70,18 @@ fn run() {
                 }
             }
         }
+        if round.is_multiple_of(10) {
+            if let Some(ctl) = plugin
+                .ctl
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_mut()
+            {
+                if let Some(msg) = ctl.self_check() {
+                    log::error(&msg);
+                }
+            }
+        }
         round += 1;
         let (orders, snapshot) = {
             let mut g = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner());

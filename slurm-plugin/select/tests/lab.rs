@@ -356,6 +356,13 @@ fn mixed_workload_compass_leaves_at_most_two_partial_nodes() {
         "compass: {partial} partial nodes\n{}",
         lab.debug()
     );
+    // the plugin checks the engine's invariants every 10 s
+    std::thread::sleep(Duration::from_secs(10));
+    assert!(
+        !lab.ctld_log().contains("engine invariant violated"),
+        "{}",
+        lab.debug()
+    );
 }
 
 /// Three 1 x 4-GPU jobs: two share a node, one is alone. The first ends.
