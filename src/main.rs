@@ -18,7 +18,12 @@ use clap::{Parser, Subcommand};
 
 /// Version line: the crate version and the Slurm version the plugins were
 /// built for (from slurm_version.h at build time, "none" without Slurm).
-const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (Slurm ", env!("COMPASS_SLURM_VERSION"), ")");
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (Slurm ",
+    env!("COMPASS_SLURM_VERSION"),
+    ")"
+);
 
 /// compass: a GPU scheduler for Slurm clusters (COMPASS-ABS placement).
 #[derive(Parser)]
@@ -38,6 +43,7 @@ enum Command {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("COMPASS_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),

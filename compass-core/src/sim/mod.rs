@@ -42,8 +42,8 @@ pub enum QueuePolicy {
     Fifo,
     /// FIFO plus backfill. When the head cannot start, its *reservation* is
     /// the earliest projected completion time `t_res` at which it fits
-    /// physically: running jobs end at their projected ends (start + duration
-    /// + migration costs so far) and free their GPUs on their current nodes,
+    /// physically: running jobs end at their projected ends (start, plus
+    /// duration, plus migration costs so far) and free their GPUs on their current nodes,
     /// and the head fits when `sum_n floor(free_n / g_h) >= w_h`. A later job
     /// `j` (at most [`SimConfig::backfill_depth`] of them, in queue order) may
     /// start now if the policy places it and either it ends by then
