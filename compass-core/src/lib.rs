@@ -11,6 +11,7 @@
 //!   all behind [`placement::PlacementPolicy`].
 //! - [`metric`]: partial nodes, the exact inherent fragmentation `Phi*` and SIF
 //!   (paper Section 3.2, Appendix C).
+//! - [`preempt`]: protected and preemptible time: victims, faulty nodes.
 //! - [`clock`]: the injected clock.
 
 pub mod clock;
@@ -18,6 +19,7 @@ pub mod error;
 pub mod metric;
 pub mod model;
 pub mod placement;
+pub mod preempt;
 pub mod sim;
 pub mod trace;
 
