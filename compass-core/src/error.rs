@@ -44,6 +44,14 @@ pub enum CoreError {
     },
     #[error("{0}")]
     Invalid(String),
+    #[error("budget tree: node `{node}`, field `{field}`: {why}")]
+    Budget {
+        node: String,
+        field: String,
+        why: String,
+    },
+    #[error("account `{0}` is not mapped to any leaf of the budget tree")]
+    UnknownAccount(String),
 }
 
 pub type Result<T> = std::result::Result<T, CoreError>;

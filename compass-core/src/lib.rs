@@ -12,10 +12,13 @@
 //! - [`metric`]: partial nodes, the exact inherent fragmentation `Phi*` and SIF
 //!   (paper Section 3.2, Appendix C).
 //! - [`preempt`]: protected and preemptible time: victims, faulty nodes.
+//! - [`fairshare`]: org-tree budgets, the occupancy ledger and the fair-share
+//!   queue order (budget service, issue 4).
 //! - [`clock`]: the injected clock.
 
 pub mod clock;
 pub mod error;
+pub mod fairshare;
 pub mod metric;
 pub mod model;
 pub mod placement;

@@ -1,0 +1,707 @@
+//! The REST API (axum): tree and budgets, usage and ratios over any window,
+//! the queue with reasons, reports, audit, ledger ingest, OpenAPI, metrics,
+//! health. Every write is authenticated (see [`crate::auth`]) and authorised;
+//! every refusal is a 4xx JSON body `{"error": ..., "field": ...}` and changes
+//! nothing.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, OriginalUri, Path, Query, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use compass_core::fairshare::{self, Interval, NodeSpec, OrgTree, Placed, TreeChange};
+use compass_core::model::JobId;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use crate::auth::{request_payload, Policy, SCHEME};
+use crate::error::BudgetError;
+use crate::state::AppState;
+
+/// The OpenAPI document served at `/openapi.json`.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// An error as the API returns it.
+pub struct ApiError(pub BudgetError);
+
+impl From<BudgetError> for ApiError {
+    fn from(e: BudgetError) -> Self {
+        ApiError(e)
+    }
+}
+impl From<compass_core::CoreError> for ApiError {
+    fn from(e: compass_core::CoreError) -> Self {
+        ApiError(e.into())
+    }
+}
+
+impl ApiError {
+    fn status_and_field(&self) -> (StatusCode, Option<String>) {
+        use compass_core::CoreError;
+        match &self.0 {
+            BudgetError::Field { field, .. } => {
+                (StatusCode::UNPROCESSABLE_ENTITY, Some(field.clone()))
+            }
+            BudgetError::Core(CoreError::Budget { field, .. }) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, Some(field.clone()))
+            }
+            BudgetError::Core(CoreError::UnknownAccount(_)) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, Some("account".into()))
+            }
+            BudgetError::Core(_) => (StatusCode::UNPROCESSABLE_ENTITY, None),
+            BudgetError::Malformed { field, .. } => (StatusCode::BAD_REQUEST, field.clone()),
+            BudgetError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, Some("body".into())),
+            BudgetError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, None),
+            BudgetError::Forbidden { .. } => (StatusCode::FORBIDDEN, None),
+            BudgetError::NotFound(_) => (StatusCode::NOT_FOUND, None),
+            BudgetError::Conflict(_) => (StatusCode::CONFLICT, None),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, None),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, field) = self.status_and_field();
+        if status.is_server_error() {
+            tracing::error!(error = %self.0, "request failed");
+        }
+        (
+            status,
+            Json(json!({ "error": self.0.to_string(), "field": field })),
+        )
+            .into_response()
+    }
+}
+
+type ApiResult<T> = std::result::Result<T, ApiError>;
+
+/// Builds the router.
+pub fn router(state: Arc<AppState>) -> Router {
+    let limit = state.config.max_body_bytes;
+    Router::new()
+        .route("/", get(crate::dashboard::page))
+        .route("/dashboard.js", get(crate::dashboard::script))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .route("/api/v1/tree", get(get_tree))
+        .route("/api/v1/usage", get(get_usage))
+        .route("/api/v1/nodes", post(create_node))
+        .route(
+            "/api/v1/nodes/{name}",
+            get(get_node).patch(patch_node).delete(delete_node),
+        )
+        .route("/api/v1/export", get(export))
+        .route("/api/v1/import", post(import))
+        .route("/api/v1/queue", get(get_queue))
+        .route("/api/v1/queue/{job}", get(get_why))
+        .route("/api/v1/reports/owed", get(owed))
+        .route("/api/v1/audit", get(audit))
+        .route("/api/v1/ledger", post(ingest))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// Parses a JSON body, naming the offending field on error.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BudgetError> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        BudgetError::Malformed {
+            field: (path != ".").then_some(path),
+            why: e.inner().to_string(),
+        }
+    })
+}
+
+/// Authenticates a write and parses its body: `(user, body)`.
+fn authenticate<T: DeserializeOwned>(
+    state: &AppState,
+    method: &Method,
+    uri: &OriginalUri,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(String, T), BudgetError> {
+    let body = body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            BudgetError::TooLarge {
+                limit: state.config.max_body_bytes,
+            }
+        } else {
+            BudgetError::Malformed {
+                field: Some("body".into()),
+                why: r.body_text(),
+            }
+        }
+    })?;
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| BudgetError::Unauthenticated(format!("writes need an `Authorization: {SCHEME} <credential>` header (use the `compass budget` CLI)")))?;
+    let cred = auth
+        .strip_prefix(SCHEME)
+        .and_then(|c| c.strip_prefix(' '))
+        .ok_or_else(|| {
+            BudgetError::Unauthenticated(format!(
+                "unsupported authorization scheme; expected `{SCHEME}`"
+            ))
+        })?;
+    let pq = uri.0.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let user = state
+        .auth
+        .authenticate(cred, &request_payload(method.as_str(), pq, &body))?;
+    let parsed = parse_json(&body)?;
+    Ok((user, parsed))
+}
+
+fn policy(state: &AppState) -> Policy<'_> {
+    Policy {
+        admins: &state.config.admins,
+    }
+}
+
+fn tree_of(specs: &[NodeSpec]) -> Result<Option<OrgTree>, BudgetError> {
+    if specs.is_empty() {
+        Ok(None)
+    } else {
+        Ok(Some(OrgTree::build(specs)?))
+    }
+}
+
+fn query_i64(q: &HashMap<String, String>, key: &str) -> Result<Option<i64>, BudgetError> {
+    match q.get(key) {
+        None => Ok(None),
+        Some(v) => v
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|_| BudgetError::field(key, format!("`{v}` is not a whole number"))),
+    }
+}
+
+/// `from`/`to` (Unix seconds) or `window_s` ending now; default: the
+/// configured window ending now.
+fn window(state: &AppState, q: &HashMap<String, String>) -> Result<(i64, i64), BudgetError> {
+    let now = state.now();
+    let to = query_i64(q, "to")?.unwrap_or(now);
+    let from = match (query_i64(q, "from")?, query_i64(q, "window_s")?) {
+        (Some(f), None) => f,
+        (None, Some(w)) if w > 0 => to - w,
+        (None, Some(_)) => return Err(BudgetError::field("window_s", "must be positive")),
+        (None, None) => to - state.config.window_s,
+        (Some(_), Some(_)) => {
+            return Err(BudgetError::field(
+                "window_s",
+                "give either `from` or `window_s`, not both",
+            ))
+        }
+    };
+    if from >= to {
+        return Err(BudgetError::field(
+            "from",
+            format!("must be before `to` ({from} >= {to})"),
+        ));
+    }
+    Ok((from, to))
+}
+
+async fn healthz(State(state): State<Arc<AppState>>) -> Response {
+    let db_ok = state.db().integrity_ok().unwrap_or(false);
+    let st = state.status().clone();
+    let code = if db_ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        Json(
+            json!({ "status": if db_ok { "ok" } else { "db-error" }, "db_ok": db_ok, "cycle": st }),
+        ),
+    )
+        .into_response()
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+fn prom_escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
+    let now = state.now();
+    let nodes = state.tree_view(now - state.config.window_s, now)?;
+    let q = state.queue();
+    let st = state.status().clone();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP compass_budget_ratio Fair-share ratio per tree node over the window."
+    );
+    let _ = writeln!(out, "# TYPE compass_budget_ratio gauge");
+    for n in &nodes {
+        if let Some(r) = n.ratio {
+            let _ = writeln!(
+                out,
+                "compass_budget_ratio{{node=\"{}\"}} {r}",
+                prom_escape(&n.name)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP compass_budget_usage_gpu_hours GPU-hours used per node over the window."
+    );
+    let _ = writeln!(out, "# TYPE compass_budget_usage_gpu_hours gauge");
+    for n in &nodes {
+        let name = prom_escape(&n.name);
+        let _ = writeln!(
+            out,
+            "compass_budget_usage_gpu_hours{{node=\"{name}\",kind=\"allocated\"}} {}",
+            n.charged_gpu_hours
+        );
+        let _ = writeln!(
+            out,
+            "compass_budget_usage_gpu_hours{{node=\"{name}\",kind=\"unallocated\"}} {}",
+            n.free_gpu_hours
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP compass_budget_queue_length Pending jobs in the last computed order."
+    );
+    let _ = writeln!(out, "# TYPE compass_budget_queue_length gauge");
+    let _ = writeln!(out, "compass_budget_queue_length {}", q.order.len());
+    let _ = writeln!(out, "# HELP compass_budget_ingest_lag_seconds Seconds since the last successful Slurm ingest (-1: never).");
+    let _ = writeln!(out, "# TYPE compass_budget_ingest_lag_seconds gauge");
+    let _ = writeln!(
+        out,
+        "compass_budget_ingest_lag_seconds {}",
+        st.last_ok.map_or(-1, |t| now - t)
+    );
+    let _ = writeln!(out, "# TYPE compass_budget_cycles_total counter");
+    let _ = writeln!(
+        out,
+        "compass_budget_cycles_total{{result=\"ok\"}} {}",
+        st.cycles_ok
+    );
+    let _ = writeln!(
+        out,
+        "compass_budget_cycles_total{{result=\"failed\"}} {}",
+        st.cycles_failed
+    );
+    let _ = writeln!(
+        out,
+        "# TYPE compass_budget_site_factor_updates_total counter"
+    );
+    let _ = writeln!(
+        out,
+        "compass_budget_site_factor_updates_total {}",
+        st.factors_pushed
+    );
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+}
+
+async fn get_tree(
+    State(state): State<Arc<AppState>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    let (from, to) = window(&state, &q)?;
+    let nodes = state.tree_view(from, to)?;
+    Ok(Json(json!({ "from": from, "to": to, "capacity_gpus": state.config.capacity_gpus, "nodes": nodes })).into_response())
+}
+
+async fn get_usage(
+    State(state): State<Arc<AppState>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    let (from, to) = window(&state, &q)?;
+    let Some((tree, usage, stats)) = state.stats(from, to)? else {
+        return Ok(Json(json!({ "from": from, "to": to, "nodes": [] })).into_response());
+    };
+    let nodes: Vec<usize> = match q.get("account").or(q.get("node")) {
+        Some(a) if q.contains_key("account") => vec![tree.leaf_for_account(a)?],
+        Some(n) => vec![tree
+            .find(n)
+            .ok_or_else(|| BudgetError::field("node", format!("unknown node `{n}`")))?],
+        None => tree.subtree(tree.root()),
+    };
+    let rows: Vec<_> = nodes
+        .into_iter()
+        .map(|ix| {
+            let s = &stats[ix];
+            json!({
+                "node": tree.node(ix).name,
+                "charged_gpu_hours": s.usage.charged_gpu_s / 3600.0,
+                "free_gpu_hours": s.usage.free_gpu_s / 3600.0,
+                "budget_gpu_hours": s.budget_gpu_s / 3600.0,
+                "ratio": s.ratio.is_finite().then_some(s.ratio),
+            })
+        })
+        .collect();
+    let unb = fairshare::unbudgeted_usage(&tree, &usage);
+    Ok(Json(json!({
+        "from": from, "to": to, "nodes": rows,
+        "unbudgeted": { "charged_gpu_hours": unb.charged_gpu_s / 3600.0, "free_gpu_hours": unb.free_gpu_s / 3600.0 }
+    }))
+    .into_response())
+}
+
+async fn get_node(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> ApiResult<Response> {
+    let now = state.now();
+    let nodes = state.tree_view(now - state.config.window_s, now)?;
+    let n = nodes
+        .into_iter()
+        .find(|n| n.name == name)
+        .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
+    Ok(Json(n).into_response())
+}
+
+/// Body of `POST /api/v1/nodes`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    name: String,
+    parent: Option<String>,
+    share: f64,
+    #[serde(default)]
+    account: Option<String>,
+    #[serde(default)]
+    managers: Vec<String>,
+    why: String,
+}
+
+fn changes_json(changes: &[TreeChange]) -> serde_json::Value {
+    json!({ "changes": changes, "summary": changes.iter().map(|c| c.to_string()).collect::<Vec<_>>() })
+}
+
+async fn create_node(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let (user, b): (String, CreateBody) = authenticate(&state, &method, &uri, &headers, body)?;
+    let now = state.now();
+    let pol = policy(&state);
+    let changes = state.db().edit_tree(&user, "create", &b.why, now, |old| {
+        let tree = tree_of(old)?;
+        if old.iter().any(|s| s.name == b.name) {
+            return Err(BudgetError::Conflict(format!(
+                "node `{}` already exists",
+                b.name
+            )));
+        }
+        pol.check_place_under(&user, tree.as_ref(), b.parent.as_deref())?;
+        let mut v = old.to_vec();
+        v.push(NodeSpec {
+            name: b.name.clone(),
+            parent: b.parent.clone(),
+            share: b.share,
+            managers: b.managers.clone(),
+            account: b.account.clone(),
+        });
+        Ok(v)
+    })?;
+    Ok((StatusCode::CREATED, Json(changes_json(&changes))).into_response())
+}
+
+/// Body of `PATCH /api/v1/nodes/{name}`: only the given fields change.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchBody {
+    #[serde(default)]
+    share: Option<f64>,
+    #[serde(default)]
+    parent: Option<String>,
+    /// `""` removes the account.
+    #[serde(default)]
+    account: Option<String>,
+    #[serde(default)]
+    managers: Option<Vec<String>>,
+    why: String,
+}
+
+async fn patch_node(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let (user, b): (String, PatchBody) = authenticate(&state, &method, &uri, &headers, body)?;
+    let now = state.now();
+    let pol = policy(&state);
+    let changes = state.db().edit_tree(&user, "update", &b.why, now, |old| {
+        let tree = tree_of(old)?;
+        pol.check_edit(&user, tree.as_ref(), &name)?;
+        let mut v = old.to_vec();
+        let s = v
+            .iter_mut()
+            .find(|s| s.name == name)
+            .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
+        if let Some(sh) = b.share {
+            s.share = sh;
+        }
+        if let Some(p) = &b.parent {
+            if s.parent.as_deref() != Some(p.as_str()) {
+                pol.check_place_under(&user, tree.as_ref(), Some(p))?;
+                s.parent = Some(p.clone());
+            }
+        }
+        if let Some(a) = &b.account {
+            s.account = (!a.is_empty()).then(|| a.clone());
+        }
+        if let Some(m) = &b.managers {
+            s.managers = m.clone();
+        }
+        Ok(v)
+    })?;
+    Ok(Json(changes_json(&changes)).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteBody {
+    why: String,
+}
+
+async fn delete_node(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let (user, b): (String, DeleteBody) = authenticate(&state, &method, &uri, &headers, body)?;
+    let now = state.now();
+    let pol = policy(&state);
+    let pending = state.queue();
+    let changes = state.db().edit_tree(&user, "delete", &b.why, now, |old| {
+        let tree = tree_of(old)?;
+        pol.check_edit(&user, tree.as_ref(), &name)?;
+        let kids: Vec<&str> = old.iter().filter(|s| s.parent.as_deref() == Some(name.as_str())).map(|s| s.name.as_str()).collect();
+        if !kids.is_empty() {
+            return Err(BudgetError::Conflict(format!(
+                "node `{name}` has children ({}); move or remove them first",
+                kids.join(", ")
+            )));
+        }
+        if let Some(acct) = old.iter().find(|s| s.name == name).and_then(|s| s.account.clone()) {
+            let n = pending.order.iter().filter(|p| p.job.account == acct).count();
+            if n > 0 {
+                return Err(BudgetError::Conflict(format!(
+                    "account `{acct}` of node `{name}` has {n} pending jobs; map the account to another leaf first"
+                )));
+            }
+        }
+        Ok(old.iter().filter(|s| s.name != name).cloned().collect())
+    })?;
+    Ok(Json(changes_json(&changes)).into_response())
+}
+
+/// The whole tree as node specs (for TOML export).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TreeDoc {
+    pub nodes: Vec<NodeSpec>,
+}
+
+async fn export(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
+    let specs = match state.db().load_tree()? {
+        Some(t) => t.to_specs(),
+        None => Vec::new(),
+    };
+    Ok(Json(TreeDoc { nodes: specs }).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImportBody {
+    nodes: Vec<NodeSpec>,
+    why: String,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+async fn import(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let (user, b): (String, ImportBody) = authenticate(&state, &method, &uri, &headers, body)?;
+    let pol = policy(&state);
+    if b.nodes.is_empty() {
+        return Err(BudgetError::field("nodes", "an import needs at least the root node").into());
+    }
+    OrgTree::build(&b.nodes)?;
+    if b.dry_run {
+        let old = state.db().load_specs()?;
+        let changes = fairshare::diff(&old, &b.nodes);
+        pol.check_import(&user, tree_of(&old)?.as_ref(), &changes)?;
+        let mut v = changes_json(&changes);
+        v["applied"] = json!(false);
+        return Ok(Json(v).into_response());
+    }
+    let now = state.now();
+    let changes = state.db().edit_tree(&user, "import", &b.why, now, |old| {
+        let changes = fairshare::diff(old, &b.nodes);
+        pol.check_import(&user, tree_of(old)?.as_ref(), &changes)?;
+        Ok(b.nodes.clone())
+    })?;
+    let mut v = changes_json(&changes);
+    v["applied"] = json!(true);
+    Ok(Json(v).into_response())
+}
+
+/// One queue row as the API shows it.
+#[derive(Serialize)]
+pub struct QueueRow {
+    pub rank: usize,
+    pub job: JobId,
+    pub account: String,
+    pub team: Option<String>,
+    pub kind: fairshare::Kind,
+    pub gpus: u32,
+    pub priority: i64,
+    /// The sort metric: the team's fair-share ratio (`None`: no budget).
+    pub team_ratio: Option<f64>,
+    pub site_factor: u32,
+    pub why: String,
+}
+
+fn queue_row(p: &Placed, len: usize) -> QueueRow {
+    QueueRow {
+        rank: p.rank,
+        job: p.job.job,
+        account: p.job.account.clone(),
+        team: p.team.clone(),
+        kind: p.kind,
+        gpus: p.job.gpus,
+        priority: p.job.priority,
+        team_ratio: p.path.last().map(|l| l.ratio).filter(|r| r.is_finite()),
+        site_factor: fairshare::SITE_FACTOR_BASE
+            - p.rank.min(fairshare::SITE_FACTOR_BASE as usize - 1) as u32,
+        why: fairshare::explain(p, len),
+    }
+}
+
+async fn get_queue(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
+    let q = state.queue();
+    let rows: Vec<QueueRow> = q
+        .order
+        .iter()
+        .map(|p| queue_row(p, q.order.len()))
+        .collect();
+    Ok(Json(json!({ "at": q.at, "jobs": rows })).into_response())
+}
+
+async fn get_why(
+    State(state): State<Arc<AppState>>,
+    Path(job): Path<String>,
+) -> ApiResult<Response> {
+    let id: u64 = job
+        .parse()
+        .map_err(|_| BudgetError::field("job", format!("`{job}` is not a job id")))?;
+    let q = state.queue();
+    let p = q
+        .order
+        .iter()
+        .find(|p| p.job.job == JobId(id))
+        .ok_or_else(|| {
+            BudgetError::NotFound(format!(
+                "job {id} is not pending in the last computed order (at {})",
+                q.at
+            ))
+        })?;
+    Ok(
+        Json(json!({ "at": q.at, "placed": p, "row": queue_row(p, q.order.len()) }))
+            .into_response(),
+    )
+}
+
+async fn owed(
+    State(state): State<Arc<AppState>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    let days = query_i64(&q, "days")?.unwrap_or(30);
+    if !(1..=366).contains(&days) {
+        return Err(BudgetError::field("days", "must be between 1 and 366").into());
+    }
+    let to = state.now();
+    let from = to - days * 86400;
+    let rows = state.owed_report(from, to)?;
+    let owed: f64 = rows.iter().map(|r| r.owed_gpu_hours).sum();
+    let capped: f64 = rows
+        .iter()
+        .map(|r| r.delivered_fraction * r.owed_gpu_hours)
+        .sum();
+    Ok(Json(json!({
+        "from": from, "to": to, "teams": rows,
+        "overall_delivered_fraction": if owed > 0.0 { capped / owed } else { 1.0 }
+    }))
+    .into_response())
+}
+
+async fn audit(
+    State(state): State<Arc<AppState>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    let limit = query_i64(&q, "limit")?.unwrap_or(100);
+    if !(1..=10_000).contains(&limit) {
+        return Err(BudgetError::field("limit", "must be between 1 and 10000").into());
+    }
+    Ok(Json(json!({ "rows": state.db().audit(limit as usize)? })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LedgerBody {
+    intervals: Vec<Interval>,
+}
+
+/// Admin-only: merge run intervals into the ledger (backfill from
+/// accounting, or a Slurm-less deployment). Idempotent.
+async fn ingest(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let (user, b): (String, LedgerBody) = authenticate(&state, &method, &uri, &headers, body)?;
+    if !policy(&state).is_admin(&user) {
+        return Err(BudgetError::Forbidden {
+            what: format!("user `{user}` writing the ledger"),
+            why: "only admins may ingest run intervals".into(),
+        }
+        .into());
+    }
+    for (i, iv) in b.intervals.iter().enumerate() {
+        fairshare::tree::check_name(&iv.account, "account", &iv.account)
+            .map_err(|e| BudgetError::field(&format!("intervals[{i}].account"), e.to_string()))?;
+        iv.validate()
+            .map_err(|e| BudgetError::field(&format!("intervals[{i}]"), e.to_string()))?;
+    }
+    let now = state.now();
+    let rep = state.db().ingest(&b.intervals, now)?;
+    Ok(Json(rep).into_response())
+}

@@ -1,0 +1,403 @@
+//! The manager CLI: `compass budget show|set-share|add|move|remove|import|export`
+//! and `compass why JOBID`. It talks to the service over HTTP; writes carry a
+//! MUNGE credential bound to the request (see [`crate::auth`]).
+
+use compass_core::fairshare::NodeSpec;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+use crate::auth::{munge_encode_payload, request_payload, SCHEME};
+use crate::error::{BudgetError, Result};
+
+/// Default service URL.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:8642";
+
+/// How to reach the service.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Connection {
+    /// URL of compass-budgetd.
+    #[arg(long, env = "COMPASS_BUDGET_URL", default_value = DEFAULT_URL)]
+    pub url: String,
+    /// MUNGE socket (default: libmunge's default).
+    #[arg(long, env = "COMPASS_MUNGE_SOCKET")]
+    pub munge_socket: Option<PathBuf>,
+}
+
+/// `compass budget ...`
+#[derive(clap::Args, Debug, Clone)]
+pub struct BudgetArgs {
+    #[command(flatten)]
+    pub conn: Connection,
+    #[command(subcommand)]
+    pub cmd: BudgetCmd,
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum BudgetCmd {
+    /// Show the tree with shares, allocations, usage over the window and ratios.
+    Show {
+        /// Window in days (default: the service's, 7).
+        #[arg(long)]
+        days: Option<f64>,
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a node's share of its parent's budget (0..=1).
+    SetShare {
+        node: String,
+        share: f64,
+        /// Reason, kept in the audit trail.
+        #[arg(long)]
+        why: String,
+    },
+    /// Add a node under a parent.
+    Add {
+        name: String,
+        #[arg(long)]
+        parent: String,
+        #[arg(long)]
+        share: f64,
+        /// Slurm account (leaves only).
+        #[arg(long)]
+        account: Option<String>,
+        /// Manager of the new node (repeatable).
+        #[arg(long = "manager")]
+        managers: Vec<String>,
+        #[arg(long)]
+        why: String,
+    },
+    /// Move a node under another parent.
+    Move {
+        node: String,
+        #[arg(long)]
+        to: String,
+        #[arg(long)]
+        why: String,
+    },
+    /// Remove a leaf node.
+    Remove {
+        node: String,
+        #[arg(long)]
+        why: String,
+    },
+    /// Import the whole tree from TOML: prints the diff; applies only with --yes.
+    Import {
+        file: PathBuf,
+        #[arg(long)]
+        why: String,
+        /// Apply the changes after showing them.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Export the whole tree as TOML (stdout or --output).
+    Export {
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+}
+
+/// `compass why JOBID`
+#[derive(clap::Args, Debug, Clone)]
+pub struct WhyArgs {
+    #[command(flatten)]
+    pub conn: Connection,
+    /// Slurm job id.
+    pub job: u64,
+}
+
+/// The TOML file format of import/export (`etc/budgets.example.toml`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetsToml {
+    #[serde(default, rename = "node")]
+    pub nodes: Vec<NodeSpec>,
+}
+
+/// Parses a budgets TOML file (no I/O): malformed TOML and unknown keys are
+/// errors; the tree itself is validated by the service (and
+/// [`compass_core::fairshare::OrgTree::build`]).
+pub fn parse_budgets_toml(text: &str) -> Result<BudgetsToml> {
+    toml::from_str(text).map_err(|e| BudgetError::Malformed {
+        field: None,
+        why: e.to_string(),
+    })
+}
+
+/// Renders a tree as budgets TOML.
+pub fn budgets_to_toml(nodes: &[NodeSpec]) -> Result<String> {
+    toml::to_string(&BudgetsToml {
+        nodes: nodes.to_vec(),
+    })
+    .map_err(|e| BudgetError::Malformed {
+        field: None,
+        why: e.to_string(),
+    })
+}
+
+/// A small HTTP client of the service; writes carry a MUNGE credential.
+pub struct Client {
+    base: String,
+    socket: Option<PathBuf>,
+    agent: ureq::Agent,
+}
+
+impl Client {
+    pub fn new(conn: &Connection) -> Self {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Client {
+            base: conn.url.trim_end_matches('/').to_string(),
+            socket: conn.munge_socket.clone(),
+            agent,
+        }
+    }
+
+    fn finish(
+        &self,
+        resp: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<Value> {
+        let mut resp =
+            resp.map_err(|e| BudgetError::Http(format!("{} unreachable: {e}", self.base)))?;
+        let status = resp.status();
+        let text = resp
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| BudgetError::Http(e.to_string()))?;
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if status.is_success() {
+            Ok(v)
+        } else {
+            let msg = v
+                .get("error")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string());
+            Err(BudgetError::Http(format!("{} {}", status.as_u16(), msg)))
+        }
+    }
+
+    /// `GET path`; non-2xx statuses become errors carrying the API's message.
+    pub fn get(&self, path: &str) -> Result<Value> {
+        let r = self.agent.get(format!("{}{path}", self.base)).call();
+        self.finish(r)
+    }
+
+    /// An authenticated `POST`, `PATCH` or `DELETE` with a JSON body.
+    pub fn write(&self, method: &str, path: &str, body: &Value) -> Result<Value> {
+        let bytes = serde_json::to_vec(body).map_err(|e| BudgetError::Http(e.to_string()))?;
+        let cred = munge_encode_payload(
+            self.socket.as_deref(),
+            &request_payload(method, path, &bytes),
+        )?;
+        let url = format!("{}{path}", self.base);
+        let auth = format!("{SCHEME} {cred}");
+        let r = match method {
+            "POST" => self
+                .agent
+                .post(&url)
+                .header("Authorization", &auth)
+                .header("Content-Type", "application/json")
+                .send(&bytes[..]),
+            "PATCH" => self
+                .agent
+                .patch(&url)
+                .header("Authorization", &auth)
+                .header("Content-Type", "application/json")
+                .send(&bytes[..]),
+            "DELETE" => self
+                .agent
+                .delete(&url)
+                .header("Authorization", &auth)
+                .header("Content-Type", "application/json")
+                .force_send_body()
+                .send(&bytes[..]),
+            m => return Err(BudgetError::Http(format!("unsupported method {m}"))),
+        };
+        self.finish(r)
+    }
+}
+
+fn path_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn fmt_opt(v: &Value, digits: usize) -> String {
+    v.as_f64()
+        .map_or("-".to_string(), |x| format!("{x:.digits$}"))
+}
+
+/// Renders the tree response as a table.
+pub fn render_tree(v: &Value) -> String {
+    let mut out = format!(
+        "{:<32} {:>7} {:>8} {:>9} {:>11} {:>9} {:>7}\n",
+        "node", "share", "cluster", "alloc GPU", "charged GPUh", "free GPUh", "ratio"
+    );
+    for n in v["nodes"].as_array().into_iter().flatten() {
+        let depth = n["depth"].as_u64().unwrap_or(0) as usize;
+        let mut name = format!(
+            "{}{}",
+            "  ".repeat(depth),
+            n["name"].as_str().unwrap_or("?")
+        );
+        if let Some(a) = n["account"].as_str() {
+            name.push_str(&format!(" [{a}]"));
+        }
+        out.push_str(&format!(
+            "{:<32} {:>7} {:>7.1}% {:>9} {:>11} {:>9} {:>7}\n",
+            name,
+            fmt_opt(&n["share"], 3),
+            n["abs_share"].as_f64().unwrap_or(0.0) * 100.0,
+            fmt_opt(&n["allocation_gpus"], 2),
+            fmt_opt(&n["charged_gpu_hours"], 1),
+            fmt_opt(&n["free_gpu_hours"], 1),
+            fmt_opt(&n["ratio"], 3),
+        ));
+    }
+    out
+}
+
+fn print_changes(v: &Value) {
+    let summary = v["summary"].as_array().cloned().unwrap_or_default();
+    if summary.is_empty() {
+        println!("no changes");
+    }
+    for s in summary {
+        println!("{}", s.as_str().unwrap_or_default());
+    }
+}
+
+fn read_file(p: &Path) -> Result<String> {
+    std::fs::read_to_string(p).map_err(|e| BudgetError::Config {
+        path: p.display().to_string(),
+        why: e.to_string(),
+    })
+}
+
+/// Runs `compass budget ...`.
+pub fn run_budget(args: &BudgetArgs) -> Result<()> {
+    let c = Client::new(&args.conn);
+    match &args.cmd {
+        BudgetCmd::Show { days, json } => {
+            let path = match days {
+                Some(d) if d.is_finite() && *d > 0.0 => {
+                    format!("/api/v1/tree?window_s={}", (d * 86400.0) as i64)
+                }
+                Some(_) => return Err(BudgetError::field("days", "must be a positive number")),
+                None => "/api/v1/tree".to_string(),
+            };
+            let v = c.get(&path)?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            } else {
+                print!("{}", render_tree(&v));
+            }
+        }
+        BudgetCmd::SetShare { node, share, why } => {
+            print_changes(&c.write(
+                "PATCH",
+                &format!("/api/v1/nodes/{}", path_escape(node)),
+                &json!({ "share": share, "why": why }),
+            )?);
+        }
+        BudgetCmd::Add {
+            name,
+            parent,
+            share,
+            account,
+            managers,
+            why,
+        } => {
+            print_changes(&c.write(
+                "POST",
+                "/api/v1/nodes",
+                &json!({ "name": name, "parent": parent, "share": share, "account": account, "managers": managers, "why": why }),
+            )?);
+        }
+        BudgetCmd::Move { node, to, why } => {
+            print_changes(&c.write(
+                "PATCH",
+                &format!("/api/v1/nodes/{}", path_escape(node)),
+                &json!({ "parent": to, "why": why }),
+            )?);
+        }
+        BudgetCmd::Remove { node, why } => {
+            print_changes(&c.write(
+                "DELETE",
+                &format!("/api/v1/nodes/{}", path_escape(node)),
+                &json!({ "why": why }),
+            )?);
+        }
+        BudgetCmd::Import { file, why, yes } => {
+            let doc = parse_budgets_toml(&read_file(file)?)?;
+            let body = |dry: bool| json!({ "nodes": doc.nodes, "why": why, "dry_run": dry });
+            println!("dry run: changes from {}:", file.display());
+            print_changes(&c.write("POST", "/api/v1/import", &body(true))?);
+            if *yes {
+                let v = c.write("POST", "/api/v1/import", &body(false))?;
+                println!(
+                    "applied {} change(s)",
+                    v["changes"].as_array().map_or(0, Vec::len)
+                );
+            } else {
+                println!("(not applied; run again with --yes to apply)");
+            }
+        }
+        BudgetCmd::Export { output } => {
+            let v = c.get("/api/v1/export")?;
+            let nodes: Vec<NodeSpec> = serde_json::from_value(v["nodes"].clone())
+                .map_err(|e| BudgetError::Http(format!("unexpected export: {e}")))?;
+            let text = budgets_to_toml(&nodes)?;
+            match output {
+                Some(p) => std::fs::write(p, text)?,
+                None => print!("{text}"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `compass why JOBID`.
+pub fn run_why(args: &WhyArgs) -> Result<()> {
+    let c = Client::new(&args.conn);
+    let v = c.get(&format!("/api/v1/queue/{}", args.job))?;
+    print!(
+        "{}",
+        v["row"]["why"]
+            .as_str()
+            .unwrap_or("no explanation returned\n")
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_toml_parses_and_validates() {
+        let doc = parse_budgets_toml(include_str!("../../etc/budgets.example.toml")).unwrap();
+        let tree = compass_core::fairshare::OrgTree::build(&doc.nodes).unwrap();
+        assert!(tree.len() >= 5);
+        let back = parse_budgets_toml(&budgets_to_toml(&tree.to_specs()).unwrap()).unwrap();
+        assert_eq!(back.nodes, tree.to_specs());
+    }
+
+    #[test]
+    fn malformed_toml_and_unknown_keys_are_errors() {
+        assert!(parse_budgets_toml("[[node]]\nname = \"x\"\nshare = ").is_err());
+        let e = parse_budgets_toml("[[node]]\nname = \"x\"\nshare = 1.0\nacount = \"a\"\n")
+            .unwrap_err();
+        assert!(e.to_string().contains("acount"), "{e}");
+    }
+}

@@ -1,0 +1,136 @@
+//! The service's configuration file (`etc/compass-budgetd.toml`).
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use crate::error::{BudgetError, Result};
+
+/// Default listen address: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8642";
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// HTTP listen address (`--listen` overrides). Loopback by default.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// SQLite database path (`--db` overrides).
+    pub db: PathBuf,
+    /// Users who may edit the whole tree.
+    #[serde(default)]
+    pub admins: Vec<String>,
+    /// Total GPUs of the cluster (the `capacity` in share x capacity x window).
+    pub capacity_gpus: u32,
+    /// Fair-share lookback window in seconds (default 7 days).
+    #[serde(default = "default_window")]
+    pub window_s: i64,
+    /// Seconds between ingest/order/push cycles (default 10).
+    #[serde(default = "default_cycle")]
+    pub cycle_s: u64,
+    /// Largest accepted request body in bytes (default 1 MiB).
+    #[serde(default = "default_body")]
+    pub max_body_bytes: usize,
+    /// MUNGE socket (default: libmunge's default socket).
+    #[serde(default)]
+    pub munge_socket: Option<PathBuf>,
+    /// Where Slurm state comes from: `none` (API and ledger ingest only) or
+    /// `file` (a JSON snapshot at `slurm_file`, for demos and tests). The
+    /// libslurm source waits for the shared bindings crate.
+    #[serde(default)]
+    pub slurm: SlurmMode,
+    /// The snapshot file of `slurm = "file"`.
+    #[serde(default)]
+    pub slurm_file: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SlurmMode {
+    #[default]
+    None,
+    File,
+}
+
+fn default_listen() -> SocketAddr {
+    DEFAULT_LISTEN.parse().expect("constant address parses")
+}
+fn default_window() -> i64 {
+    compass_core::fairshare::DEFAULT_WINDOW_S
+}
+fn default_cycle() -> u64 {
+    10
+}
+fn default_body() -> usize {
+    1 << 20
+}
+
+impl Config {
+    pub fn parse(text: &str, path: &str) -> Result<Self> {
+        let c: Config = toml::from_str(text).map_err(|e| BudgetError::Config {
+            path: path.to_string(),
+            why: e.to_string(),
+        })?;
+        c.validate(path)?;
+        Ok(c)
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| BudgetError::Config {
+            path: path.display().to_string(),
+            why: e.to_string(),
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    fn validate(&self, path: &str) -> Result<()> {
+        let bad = |why: &str| {
+            Err(BudgetError::Config {
+                path: path.to_string(),
+                why: why.to_string(),
+            })
+        };
+        if self.capacity_gpus == 0 {
+            return bad("capacity_gpus must be at least 1");
+        }
+        if self.window_s <= 0 {
+            return bad("window_s must be positive");
+        }
+        if self.cycle_s == 0 {
+            return bad("cycle_s must be at least 1");
+        }
+        if self.slurm == SlurmMode::File && self.slurm_file.is_none() {
+            return bad("slurm = \"file\" needs slurm_file");
+        }
+        if self.max_body_bytes < 1024 {
+            return bad("max_body_bytes must be at least 1024");
+        }
+        Ok(())
+    }
+
+    pub fn is_admin(&self, user: &str) -> bool {
+        self.admins.iter().any(|a| a == user)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_example_and_defaults() {
+        let c = Config::parse(include_str!("../../etc/compass-budgetd.toml"), "example").unwrap();
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.window_s, 7 * 24 * 3600);
+        assert_eq!(c.cycle_s, 10);
+        let c = Config::parse("db = \"x.db\"\ncapacity_gpus = 8\n", "t").unwrap();
+        assert!(c.listen.ip().is_loopback());
+        assert!(Config::parse("db = \"x.db\"\ncapacity_gpus = 0\n", "t").is_err());
+        assert!(
+            Config::parse("db = \"x.db\"\ncapacity_gpus = 8\nbogus = 1\n", "t")
+                .unwrap_err()
+                .to_string()
+                .contains("bogus")
+        );
+    }
+}

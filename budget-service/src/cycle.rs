@@ -1,0 +1,179 @@
+//! The ingest -> order -> push cycle (every `cycle_s`, default 10 s).
+//!
+//! Each step reads Slurm, merges running and ended jobs into the ledger
+//! (idempotent), closes intervals of jobs Slurm no longer reports, records
+//! demand, orders the pending jobs by fair share and pushes the site factors
+//! of the jobs whose rank changed. If Slurm does not answer, reads keep being
+//! served from the last state and the cycle retries with exponential back-off
+//! (capped at 5 minutes); Slurm keeps scheduling on the last pushed order.
+
+use compass_core::fairshare::{self, Kind};
+use compass_core::model::JobId;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::slurm::{SlurmSink, SlurmSource};
+use crate::state::{AppState, QueueView};
+
+/// Longest wait between retries when Slurm is down.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// What one step did.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct StepReport {
+    pub ingested: usize,
+    pub closed: usize,
+    pub pending: usize,
+    pub pushed: usize,
+}
+
+pub struct Cycle {
+    state: Arc<AppState>,
+    source: Arc<dyn SlurmSource>,
+    sink: Arc<dyn SlurmSink>,
+    /// Site factors Slurm holds, as far as we know.
+    pushed: HashMap<JobId, u32>,
+    last_ok: Option<i64>,
+}
+
+impl Cycle {
+    pub fn new(
+        state: Arc<AppState>,
+        source: Arc<dyn SlurmSource>,
+        sink: Arc<dyn SlurmSink>,
+    ) -> Self {
+        Self {
+            state,
+            source,
+            sink,
+            pushed: HashMap::new(),
+            last_ok: None,
+        }
+    }
+
+    /// One ingest -> order -> push step.
+    pub fn step(&mut self) -> Result<StepReport> {
+        let res = self.try_step();
+        let mut st = self.state.status();
+        match &res {
+            Ok(r) => {
+                st.slurm_connected = true;
+                st.last_ok = Some(self.state.now());
+                st.last_error = None;
+                st.cycles_ok += 1;
+                st.factors_pushed += r.pushed as u64;
+            }
+            Err(e) => {
+                st.slurm_connected = false;
+                st.last_error = Some(e.to_string());
+                st.cycles_failed += 1;
+            }
+        }
+        res
+    }
+
+    fn try_step(&mut self) -> Result<StepReport> {
+        let snap = self.source.snapshot()?;
+        let now = self.state.now();
+        let mut rep = StepReport::default();
+        let observed: Vec<_> = snap
+            .running
+            .iter()
+            .chain(snap.ended.iter())
+            .filter_map(|j| j.as_interval())
+            .collect();
+        let running: Vec<(JobId, i64)> = snap
+            .running
+            .iter()
+            .filter_map(|j| j.start.map(|s| (j.job, s)))
+            .collect();
+        let window = self.state.config.window_s;
+        let capacity = self.state.config.capacity_gpus;
+        let elapsed = match self.last_ok {
+            Some(t) => (now - t).clamp(0, 3 * self.state.config.cycle_s as i64),
+            None => self.state.config.cycle_s as i64,
+        } as f64;
+        let mut demand: HashMap<String, f64> = HashMap::new();
+        for j in snap
+            .running
+            .iter()
+            .chain(snap.pending.iter())
+            .filter(|j| j.kind() == Kind::Allocated)
+        {
+            *demand.entry(j.account.clone()).or_default() += f64::from(j.gpus) * elapsed;
+        }
+        let (tree, ledger) = {
+            let mut db = self.state.db();
+            let r = db.ingest(&observed, now)?;
+            rep.ingested = r.inserted;
+            rep.closed = r.closed + db.close_vanished(&running)?;
+            let mut d: Vec<(String, f64)> = demand.into_iter().collect();
+            d.sort_by(|a, b| a.0.cmp(&b.0));
+            db.add_demand(now, &d)?;
+            (db.load_tree()?, db.ledger_between(now - window, now)?)
+        };
+        let pending: Vec<_> = snap.pending.iter().map(|j| j.as_pending()).collect();
+        rep.pending = pending.len();
+        let order = match &tree {
+            Some(tree) => {
+                let stats = fairshare::stats_at(tree, &ledger, now, window, capacity);
+                fairshare::order_queue(tree, &stats, &pending)
+            }
+            None => {
+                let empty = compass_core::fairshare::OrgTree::build(&[
+                    compass_core::fairshare::NodeSpec {
+                        name: "(none)".into(),
+                        parent: None,
+                        share: 1.0,
+                        managers: vec![],
+                        account: None,
+                    },
+                ])?;
+                let stats = fairshare::stats_at(&empty, &ledger, now, window, capacity);
+                fairshare::order_queue(&empty, &stats, &pending)
+            }
+        };
+        let factors = fairshare::site_factors(&order);
+        let changed = fairshare::changed_factors(&self.pushed, &factors);
+        if !changed.is_empty() {
+            self.sink.set_site_factors(&changed)?;
+        }
+        rep.pushed = changed.len();
+        self.pushed = factors.into_iter().collect();
+        self.state.set_queue(QueueView { at: now, order });
+        self.last_ok = Some(now);
+        Ok(rep)
+    }
+
+    /// Runs [`Cycle::run`] on its own thread.
+    pub fn spawn(self, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || self.run(stop))
+    }
+
+    /// Runs steps every `cycle_s` until `stop` is set, backing off
+    /// exponentially while Slurm fails. Blocking: run it on its own thread.
+    pub fn run(mut self, stop: Arc<AtomicBool>) {
+        let period = Duration::from_secs(self.state.config.cycle_s);
+        let mut wait = period;
+        while !stop.load(Ordering::SeqCst) {
+            match self.step() {
+                Ok(r) => {
+                    tracing::debug!(?r, "cycle ok");
+                    wait = period;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in_s = wait.as_secs(), "cycle failed; serving reads from the last state");
+                    wait = (wait * 2).min(MAX_BACKOFF);
+                }
+            }
+            let until = std::time::Instant::now() + wait;
+            while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}

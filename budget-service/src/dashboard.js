@@ -1,0 +1,72 @@
+// compass budget dashboard: renders the embedded data, refreshes every 30 s.
+"use strict";
+const SVG = "http://www.w3.org/2000/svg";
+const fmt = (x, d) => (x === null || x === undefined) ? "-" : Number(x).toFixed(d);
+function el(tag, attrs, text) {
+  const e = document.createElementNS(SVG, tag);
+  for (const k in attrs) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+function row(tbody, cells, id) {
+  const tr = document.createElement("tr");
+  if (id) tr.id = id;
+  for (const c of cells) { const td = document.createElement("td"); td.textContent = c; tr.appendChild(td); }
+  tbody.appendChild(tr);
+  return tr;
+}
+function bars(svg, items, series) {
+  // items: [{label, values: [..]}]; series: [{color}]
+  svg.innerHTML = "";
+  const h = 18, left = 220, width = 640;
+  const max = Math.max(1e-9, ...items.flatMap(i => i.values));
+  svg.setAttribute("height", items.length * (h * series.length + 8) + 10);
+  items.forEach((it, i) => {
+    const y0 = 5 + i * (h * series.length + 8);
+    svg.appendChild(el("text", { x: 0, y: y0 + h - 4, "font-size": 12 }, it.label));
+    it.values.forEach((v, s) => {
+      const w = Math.max(0, v / max * width);
+      svg.appendChild(el("rect", { x: left, y: y0 + s * h, width: w, height: h - 3, fill: series[s].color }));
+      svg.appendChild(el("text", { x: left + w + 4, y: y0 + s * h + h - 6, "font-size": 11 }, fmt(v, 1)));
+    });
+  });
+}
+function render(d) {
+  const hours = d.window_s / 3600;
+  document.getElementById("meta").textContent =
+    `capacity ${d.capacity_gpus} GPUs; window ${fmt(hours / 24, 1)} days; ${d.queue.length} pending jobs`;
+  const tb = document.querySelector("#tree-table tbody"); tb.innerHTML = "";
+  for (const n of d.tree) {
+    const name = "\u00a0\u00a0".repeat(n.depth) + n.name + (n.account ? ` (${n.account})` : "");
+    const tr = row(tb, [name, fmt(n.share, 3), fmt(n.abs_share * 100, 1) + "%", fmt(n.allocation_gpus, 2),
+      fmt(n.charged_gpu_hours, 1), fmt(n.free_gpu_hours, 1), fmt(n.ratio, 3)], "node-" + n.name);
+    if (n.ratio !== null) tr.lastChild.className = n.ratio > 1 ? "over" : "under";
+  }
+  bars(document.getElementById("tree-chart"),
+    d.tree.map(n => ({ label: "\u00a0".repeat(2 * n.depth) + n.name,
+      values: [n.allocation_gpus * hours, n.charged_gpu_hours, n.free_gpu_hours] })),
+    [{ color: "#9bc" }, { color: "#d62" }, { color: "#ec9" }]);
+  const qb = document.querySelector("#queue-table tbody"); qb.innerHTML = "";
+  for (const j of d.queue) {
+    row(qb, [j.rank + 1, j.job, j.team || `(${j.account}, unbudgeted)`, j.kind, j.gpus, j.priority, fmt(j.team_ratio, 3)], "job-" + j.job);
+  }
+  const ob = document.querySelector("#owed-table tbody"); ob.innerHTML = "";
+  for (const t of d.owed) {
+    row(ob, [t.team, fmt(t.owed_gpu_hours, 1), fmt(t.delivered_gpu_hours, 1), fmt(t.delivered_fraction * 100, 1) + "%"], "owed-" + t.team);
+  }
+  bars(document.getElementById("owed-chart"),
+    d.owed.map(t => ({ label: t.team, values: [t.owed_gpu_hours, t.delivered_gpu_hours] })),
+    [{ color: "#9bc" }, { color: "#2a6" }]);
+}
+async function refresh() {
+  try {
+    const [tree, queue, owed] = await Promise.all(
+      ["/api/v1/tree", "/api/v1/queue", "/api/v1/reports/owed?days=30"].map(u => fetch(u).then(r => r.json())));
+    const d = JSON.parse(document.getElementById("data").textContent);
+    d.tree = tree.nodes; d.window_s = tree.to - tree.from; d.capacity_gpus = tree.capacity_gpus;
+    d.queue = queue.jobs; d.owed = owed.teams;
+    render(d);
+  } catch (e) { console.log("refresh failed", e); }
+}
+render(JSON.parse(document.getElementById("data").textContent));
+setInterval(refresh, 30000);

@@ -1,0 +1,49 @@
+//! The dashboard: one HTML page with inline SVG charts, no build step.
+//! The page embeds the current data (so it renders without a round trip)
+//! and refreshes from the API every 30 s: the tree with allocation against
+//! 7-day usage per node, the queue with its sort metric, and owed versus
+//! delivered GPU-hours per team over 30 days.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{Html, IntoResponse, Response};
+use serde_json::json;
+use std::sync::Arc;
+
+use crate::state::AppState;
+
+const PAGE: &str = include_str!("dashboard.html");
+const SCRIPT: &str = include_str!("dashboard.js");
+
+/// The data the page renders (same shapes as the API responses).
+pub fn data(state: &AppState) -> serde_json::Value {
+    let now = state.now();
+    let week = state.config.window_s;
+    let tree = state.tree_view(now - week, now).unwrap_or_default();
+    let q = state.queue();
+    let rows: Vec<_> = q
+        .order
+        .iter()
+        .map(|p| {
+            json!({
+                "rank": p.rank, "job": p.job.job, "account": p.job.account, "team": p.team,
+                "kind": p.kind, "gpus": p.job.gpus, "priority": p.job.priority,
+                "team_ratio": p.path.last().map(|l| l.ratio).filter(|r| r.is_finite()),
+            })
+        })
+        .collect();
+    let owed = state.owed_report(now - 30 * 86400, now).unwrap_or_default();
+    json!({
+        "now": now, "window_s": week, "capacity_gpus": state.config.capacity_gpus,
+        "tree": tree, "queue": rows, "owed": owed,
+    })
+}
+
+pub async fn page(State(state): State<Arc<AppState>>) -> Response {
+    let data = data(&state).to_string().replace("</", "<\\/");
+    Html(PAGE.replace("__DATA__", &data)).into_response()
+}
+
+pub async fn script() -> Response {
+    ([(header::CONTENT_TYPE, "application/javascript")], SCRIPT).into_response()
+}

@@ -1,0 +1,508 @@
+//! SQLite storage: versioned schema from `sql/`, the tree with its audit
+//! trail, the occupancy ledger and demand samples.
+//!
+//! WAL mode, foreign keys on, `synchronous=FULL`: an edit acknowledged to a
+//! client has been committed and survives `kill -9`. Every budget edit runs in
+//! one `IMMEDIATE` transaction together with its audit rows.
+
+use compass_core::fairshare::{
+    self, IngestOutcome, Interval, Kind, Ledger, NodeSpec, OrgTree, TreeChange, UnixSecs,
+};
+use compass_core::model::JobId;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use serde::Serialize;
+use std::path::Path;
+
+use crate::error::{BudgetError, Result};
+
+/// The schema files, in order. File `N` brings the database to version `N`.
+pub const MIGRATIONS: &[&str] = &[include_str!("../../sql/0001_init.sql")];
+
+/// The newest schema version this build knows.
+pub fn known_version() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
+pub struct Db {
+    conn: Connection,
+}
+
+/// One audit row.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct AuditRow {
+    pub id: i64,
+    pub at: i64,
+    pub who: String,
+    pub action: String,
+    pub node: String,
+    pub old: Option<serde_json::Value>,
+    pub new: Option<serde_json::Value>,
+    pub why: String,
+}
+
+/// What a batch ingest did.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct IngestReport {
+    pub inserted: usize,
+    pub closed: usize,
+    pub unchanged: usize,
+}
+
+fn spec_json(s: &NodeSpec) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+impl Db {
+    /// Opens (creating if needed) and migrates the database.
+    pub fn open(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir)?;
+            }
+        }
+        Self::init(Connection::open(path)?)
+    }
+
+    /// An in-memory database (tests).
+    pub fn open_in_memory() -> Result<Self> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(conn: Connection) -> Result<Self> {
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        conn.execute_batch("PRAGMA foreign_keys=ON; PRAGMA synchronous=FULL;")?;
+        let mut db = Db { conn };
+        db.migrate()?;
+        Ok(db)
+    }
+
+    /// The schema version stored in the database.
+    pub fn version(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
+    }
+
+    fn migrate(&mut self) -> Result<()> {
+        let found = self.version()?;
+        let known = known_version();
+        if found > known {
+            return Err(BudgetError::SchemaTooNew { found, known });
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Exclusive)?;
+            tx.execute_batch(sql)?;
+            tx.execute_batch(&format!("PRAGMA user_version={}", i + 1))?;
+            tx.commit()?;
+            tracing::info!(version = i + 1, "applied schema migration");
+        }
+        Ok(())
+    }
+
+    /// Every node of the tree (may be empty on a fresh database).
+    pub fn load_specs(&self) -> Result<Vec<NodeSpec>> {
+        load_specs(&self.conn)
+    }
+
+    /// The validated tree, or `None` if no node exists yet.
+    pub fn load_tree(&self) -> Result<Option<OrgTree>> {
+        let specs = self.load_specs()?;
+        if specs.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(OrgTree::build(&specs)?))
+    }
+
+    /// Applies one budget edit atomically: `edit` turns the current specs into
+    /// the new ones (or refuses); the result must validate as a tree (or be
+    /// empty); changed rows and one audit row per changed node are written
+    /// in the same transaction. Returns the changes (empty: nothing written).
+    pub fn edit_tree<F>(
+        &mut self,
+        who: &str,
+        action: &str,
+        why: &str,
+        now: UnixSecs,
+        edit: F,
+    ) -> Result<Vec<TreeChange>>
+    where
+        F: FnOnce(&[NodeSpec]) -> Result<Vec<NodeSpec>>,
+    {
+        if why.trim().is_empty() {
+            return Err(BudgetError::field(
+                "why",
+                "every budget edit needs a reason",
+            ));
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let old = load_specs(&tx)?;
+        let new = edit(&old)?;
+        if !new.is_empty() {
+            OrgTree::build(&new)?;
+        }
+        let changes = fairshare::diff(&old, &new);
+        for c in &changes {
+            let (node, old_j, new_j) = match c {
+                TreeChange::Add { node } => {
+                    insert_node(&tx, node)?;
+                    (node.name.clone(), None, Some(spec_json(node)))
+                }
+                TreeChange::Remove { node } => {
+                    tx.execute("DELETE FROM nodes WHERE name = ?1", params![node.name])?;
+                    (node.name.clone(), Some(spec_json(node)), None)
+                }
+                TreeChange::Modify { old, new } => {
+                    tx.execute(
+                        "UPDATE nodes SET parent = ?2, share = ?3, account = ?4, managers = ?5 WHERE name = ?1",
+                        params![
+                            new.name,
+                            new.parent,
+                            new.share,
+                            new.account,
+                            serde_json::to_string(&new.managers).unwrap_or_default()
+                        ],
+                    )?;
+                    (new.name.clone(), Some(spec_json(old)), Some(spec_json(new)))
+                }
+            };
+            tx.execute(
+                "INSERT INTO audit (at, who, action, node, old, new, why) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![now, who, action, node, old_j, new_j, why],
+            )?;
+        }
+        tx.commit()?;
+        Ok(changes)
+    }
+
+    /// The newest audit rows first.
+    pub fn audit(&self, limit: usize) -> Result<Vec<AuditRow>> {
+        let mut st = self.conn.prepare(
+            "SELECT id, at, who, action, node, old, new, why FROM audit ORDER BY id DESC LIMIT ?1",
+        )?;
+        let rows = st.query_map(params![limit as i64], |r| {
+            let parse = |s: Option<String>| s.and_then(|s| serde_json::from_str(&s).ok());
+            Ok(AuditRow {
+                id: r.get(0)?,
+                at: r.get(1)?,
+                who: r.get(2)?,
+                action: r.get(3)?,
+                node: r.get(4)?,
+                old: parse(r.get(5)?),
+                new: parse(r.get(6)?),
+                why: r.get(7)?,
+            })
+        })?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// Merges observed intervals into the ledger in one transaction, with the
+    /// core's idempotent rules ([`Ledger::ingest`]). `seen_at` is recorded as
+    /// the last time each interval was observed.
+    pub fn ingest(&mut self, observed: &[Interval], seen_at: UnixSecs) -> Result<IngestReport> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut rep = IngestReport::default();
+        for obs in observed {
+            let cur = get_interval(&tx, obs.job, obs.start)?;
+            let mut one = Ledger::new();
+            if let Some(c) = cur {
+                one.ingest(c)?;
+            }
+            match one.ingest(obs.clone())? {
+                IngestOutcome::Inserted => {
+                    tx.execute(
+                        "INSERT INTO intervals (job, start, account, gpus, end_time, kind, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        params![obs.job.0 as i64, obs.start, obs.account, obs.gpus, obs.end, obs.kind.as_str(), seen_at],
+                    )?;
+                    rep.inserted += 1;
+                }
+                IngestOutcome::Closed => {
+                    let end = one.get(&obs.key()).and_then(|i| i.end);
+                    tx.execute(
+                        "UPDATE intervals SET end_time = ?3, last_seen = MAX(last_seen, ?4) WHERE job = ?1 AND start = ?2",
+                        params![obs.job.0 as i64, obs.start, end, seen_at],
+                    )?;
+                    rep.closed += 1;
+                }
+                IngestOutcome::Unchanged => {
+                    tx.execute(
+                        "UPDATE intervals SET last_seen = MAX(last_seen, ?3) WHERE job = ?1 AND start = ?2",
+                        params![obs.job.0 as i64, obs.start, seen_at],
+                    )?;
+                    rep.unchanged += 1;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(rep)
+    }
+
+    /// Closes open intervals that Slurm no longer reports as running, at the
+    /// last time they were seen (the job ended somewhere in between; this
+    /// never over-charges). Returns how many were closed.
+    pub fn close_vanished(&mut self, still_running: &[(JobId, UnixSecs)]) -> Result<usize> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let open: Vec<(i64, i64)> = {
+            let mut st = tx.prepare("SELECT job, start FROM intervals WHERE end_time IS NULL")?;
+            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<std::result::Result<_, _>>()?
+        };
+        let running: std::collections::HashSet<(i64, i64)> = still_running
+            .iter()
+            .map(|(j, s)| (j.0 as i64, *s))
+            .collect();
+        let mut n = 0;
+        for key in open {
+            if !running.contains(&key) {
+                n += tx.execute(
+                    "UPDATE intervals SET end_time = MAX(start, last_seen) WHERE job = ?1 AND start = ?2",
+                    params![key.0, key.1],
+                )?;
+            }
+        }
+        tx.commit()?;
+        Ok(n)
+    }
+
+    /// The intervals that overlap `[from, to)`, as a core ledger.
+    pub fn ledger_between(&self, from: UnixSecs, to: UnixSecs) -> Result<Ledger> {
+        let mut st = self.conn.prepare(
+            "SELECT job, start, account, gpus, end_time, kind FROM intervals WHERE start < ?2 AND (end_time IS NULL OR end_time > ?1)",
+        )?;
+        let rows = st.query_map(params![from, to], row_interval)?;
+        let mut l = Ledger::new();
+        for r in rows {
+            l.ingest(r?)?;
+        }
+        Ok(l)
+    }
+
+    /// Number of intervals stored.
+    pub fn interval_count(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("SELECT COUNT(*) FROM intervals", [], |r| r.get(0))?)
+    }
+
+    /// Adds demand (GPU-seconds) for accounts in the hour containing `at`.
+    pub fn add_demand(&mut self, at: UnixSecs, per_account: &[(String, f64)]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        for (acct, gpu_s) in per_account {
+            tx.execute(
+                "INSERT INTO demand (hour, account, gpu_s) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(hour, account) DO UPDATE SET gpu_s = gpu_s + excluded.gpu_s",
+                params![at.div_euclid(3600), acct, gpu_s],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Demand rows `(hour, account, gpu_s)` for hours in `[from, to)`.
+    pub fn demand_between(&self, from: UnixSecs, to: UnixSecs) -> Result<Vec<(i64, String, f64)>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT hour, account, gpu_s FROM demand WHERE hour >= ?1 AND hour < ?2")?;
+        let rows = st.query_map(params![from.div_euclid(3600), to.div_euclid(3600)], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// Integrity check used by the durability test: `PRAGMA integrity_check`.
+    pub fn integrity_ok(&self) -> Result<bool> {
+        let s: String = self
+            .conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        Ok(s == "ok")
+    }
+}
+
+fn row_interval(r: &rusqlite::Row<'_>) -> rusqlite::Result<Interval> {
+    let kind: String = r.get(5)?;
+    Ok(Interval {
+        job: JobId(r.get::<_, i64>(0)? as u64),
+        start: r.get(1)?,
+        account: r.get(2)?,
+        gpus: r.get(3)?,
+        end: r.get(4)?,
+        kind: if kind == "allocated" {
+            Kind::Allocated
+        } else {
+            Kind::Unallocated
+        },
+    })
+}
+
+fn get_interval(conn: &Connection, job: JobId, start: UnixSecs) -> Result<Option<Interval>> {
+    Ok(conn
+        .query_row(
+            "SELECT job, start, account, gpus, end_time, kind FROM intervals WHERE job = ?1 AND start = ?2",
+            params![job.0 as i64, start],
+            row_interval,
+        )
+        .optional()?)
+}
+
+fn load_specs(conn: &Connection) -> Result<Vec<NodeSpec>> {
+    let mut st =
+        conn.prepare("SELECT name, parent, share, account, managers FROM nodes ORDER BY name")?;
+    let rows = st.query_map([], |r| {
+        let managers: String = r.get(4)?;
+        Ok(NodeSpec {
+            name: r.get(0)?,
+            parent: r.get(1)?,
+            share: r.get(2)?,
+            account: r.get(3)?,
+            managers: serde_json::from_str(&managers).unwrap_or_default(),
+        })
+    })?;
+    Ok(rows.collect::<std::result::Result<_, _>>()?)
+}
+
+fn insert_node(conn: &Connection, s: &NodeSpec) -> Result<()> {
+    conn.execute(
+        "INSERT INTO nodes (name, parent, share, account, managers) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            s.name,
+            s.parent,
+            s.share,
+            s.account,
+            serde_json::to_string(&s.managers).unwrap_or_default()
+        ],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, parent: Option<&str>, share: f64, account: Option<&str>) -> NodeSpec {
+        NodeSpec {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            share,
+            managers: vec![],
+            account: account.map(Into::into),
+        }
+    }
+
+    fn seeded() -> Db {
+        let mut db = Db::open_in_memory().unwrap();
+        db.edit_tree("root", "import", "seed", 1, |_| {
+            Ok(vec![
+                spec("org", None, 1.0, None),
+                spec("a", Some("org"), 0.7, Some("acct-a")),
+                spec("b", Some("org"), 0.3, Some("acct-b")),
+            ])
+        })
+        .unwrap();
+        db
+    }
+
+    #[test]
+    fn edit_writes_rows_and_audit_atomically() {
+        let mut db = seeded();
+        assert_eq!(db.audit(10).unwrap().len(), 3);
+        // A refused edit changes nothing and writes no audit row.
+        let e = db
+            .edit_tree("root", "update", "too much", 2, |old| {
+                let mut v = old.to_vec();
+                v.iter_mut().find(|s| s.name == "b").unwrap().share = 0.4;
+                Ok(v)
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("more than 1"), "{e}");
+        assert_eq!(db.audit(10).unwrap().len(), 3);
+        let changes = db
+            .edit_tree("pat", "update", "rebalance", 3, |old| {
+                let mut v = old.to_vec();
+                v.iter_mut().find(|s| s.name == "a").unwrap().share = 0.6;
+                Ok(v)
+            })
+            .unwrap();
+        assert_eq!(changes.len(), 1);
+        let a = &db.audit(1).unwrap()[0];
+        assert_eq!(
+            (a.who.as_str(), a.node.as_str(), a.why.as_str(), a.at),
+            ("pat", "a", "rebalance", 3)
+        );
+        assert_eq!(a.old.as_ref().unwrap()["share"], 0.7);
+        assert_eq!(a.new.as_ref().unwrap()["share"], 0.6);
+        let t = db.load_tree().unwrap().unwrap();
+        assert!((t.node(t.find("a").unwrap()).abs_share - 0.6).abs() < 1e-12);
+        assert!(db
+            .edit_tree("pat", "update", " ", 3, |o| Ok(o.to_vec()))
+            .is_err());
+    }
+
+    #[test]
+    fn refuses_newer_schema() {
+        let dir = std::env::temp_dir().join(format!("compass-budget-db-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("b.db");
+        {
+            let db = Db::open(&path).unwrap();
+            assert_eq!(db.version().unwrap(), known_version());
+            db.conn.execute_batch("PRAGMA user_version = 99").unwrap();
+        }
+        let e = Db::open(&path).err().unwrap();
+        assert!(
+            matches!(e, BudgetError::SchemaTooNew { found: 99, .. }),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn ingest_is_idempotent_in_storage() {
+        let mut db = seeded();
+        let iv = Interval {
+            job: JobId(7),
+            account: "acct-a".into(),
+            gpus: 2,
+            start: 100,
+            end: None,
+            kind: Kind::Allocated,
+        };
+        assert_eq!(
+            db.ingest(std::slice::from_ref(&iv), 150).unwrap().inserted,
+            1
+        );
+        assert_eq!(
+            db.ingest(std::slice::from_ref(&iv), 160).unwrap().unchanged,
+            1
+        );
+        assert_eq!(db.interval_count().unwrap(), 1);
+        // It vanished from Slurm: closed at last_seen (160).
+        assert_eq!(db.close_vanished(&[]).unwrap(), 1);
+        let l = db.ledger_between(0, 1000).unwrap();
+        assert_eq!(l.usage(0, 1000)["acct-a"].charged_gpu_s, 2.0 * 60.0);
+        // A later replay of the running state does not reopen it.
+        db.ingest(&[iv], 170).unwrap();
+        assert_eq!(
+            db.ledger_between(0, 1000).unwrap().usage(0, 1000)["acct-a"].charged_gpu_s,
+            120.0
+        );
+    }
+
+    #[test]
+    fn demand_accumulates_per_hour() {
+        let mut db = seeded();
+        db.add_demand(3600, &[("acct-a".into(), 10.0)]).unwrap();
+        db.add_demand(3700, &[("acct-a".into(), 5.0)]).unwrap();
+        assert_eq!(
+            db.demand_between(0, 7200).unwrap(),
+            vec![(1, "acct-a".to_string(), 15.0)]
+        );
+    }
+}

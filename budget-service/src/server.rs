@@ -1,0 +1,112 @@
+//! Start-up and graceful shutdown of `compass-budgetd`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::auth::MungeAuth;
+use crate::config::{Config, SlurmMode};
+use crate::db::Db;
+use crate::error::{BudgetError, Result};
+use crate::state::{AppState, SystemClock};
+
+/// Command line of `compass-budgetd`.
+#[derive(clap::Parser, Debug, Clone)]
+#[command(
+    name = "compass-budgetd",
+    about = "compass budget service: org-tree GPU budgets and fair-share queue order"
+)]
+pub struct DaemonArgs {
+    /// Configuration file (see etc/compass-budgetd.toml).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Database path (overrides `db` in the config).
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Listen address (overrides `listen` in the config).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+}
+
+/// Loads the config with the command-line overrides applied.
+pub fn load_config(args: &DaemonArgs) -> Result<Config> {
+    let mut c = Config::load(&args.config)?;
+    if let Some(db) = &args.db {
+        c.db = db.clone();
+    }
+    if let Some(l) = args.listen {
+        c.listen = l;
+    }
+    Ok(c)
+}
+
+/// Runs the service until SIGINT or SIGTERM.
+pub fn run(args: DaemonArgs) -> Result<()> {
+    let config = load_config(&args)?;
+    let db = Db::open(&config.db)?;
+    let auth = Arc::new(MungeAuth {
+        socket: config.munge_socket.clone(),
+    });
+    let state = AppState::new(config, db, auth, Arc::new(SystemClock));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(serve(state))
+}
+
+/// Binds, serves and shuts down gracefully on SIGINT/SIGTERM.
+pub async fn serve(state: Arc<AppState>) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, db = %state.config.db.display(), "compass-budgetd listening");
+    if !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "listening beyond loopback; reads are unauthenticated");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let cycle: Option<std::thread::JoinHandle<()>> = match state.config.slurm {
+        SlurmMode::None => {
+            tracing::info!(
+                "slurm = \"none\": no Slurm cycle; the ledger is fed through POST /api/v1/ledger"
+            );
+            None
+        }
+        SlurmMode::File => {
+            let path = state.config.slurm_file.clone().unwrap_or_default();
+            tracing::info!(file = %path.display(), "slurm = \"file\": reading snapshots from a file");
+            let fs = Arc::new(crate::slurm::FileSlurm { path });
+            Some(crate::cycle::Cycle::new(state.clone(), fs.clone(), fs).spawn(stop.clone()))
+        }
+    };
+    let app = crate::api::router(state.clone());
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(BudgetError::Io)?;
+    stop.store(true, Ordering::SeqCst);
+    if let Some(h) = cycle {
+        let _ = h.join();
+    }
+    tracing::info!("compass-budgetd stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutdown requested");
+}

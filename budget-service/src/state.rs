@@ -1,0 +1,246 @@
+//! Shared service state and the read-side computations behind the API, the
+//! dashboard and the metrics (tree with usage and ratios, owed vs delivered).
+
+use compass_core::clock::Clock;
+use compass_core::fairshare::{self, OrgTree, Placed, UnixSecs, Usage};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::auth::Authenticator;
+use crate::config::Config;
+use crate::db::Db;
+use crate::error::Result;
+
+/// A clock the service threads can share.
+pub type SharedClock = Arc<dyn Clock + Send + Sync>;
+
+/// The wall clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> f64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0)
+    }
+}
+
+/// A settable clock for tests (whole seconds).
+#[derive(Default)]
+pub struct TestClock(pub AtomicI64);
+
+impl TestClock {
+    pub fn new(t: i64) -> Self {
+        Self(AtomicI64::new(t))
+    }
+    pub fn set(&self, t: i64) {
+        self.0.store(t, Ordering::SeqCst);
+    }
+    pub fn advance(&self, dt: i64) {
+        self.0.fetch_add(dt, Ordering::SeqCst);
+    }
+}
+
+impl Clock for TestClock {
+    fn now(&self) -> f64 {
+        self.0.load(Ordering::SeqCst) as f64
+    }
+}
+
+/// The queue order of the last successful cycle.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct QueueView {
+    /// When it was computed (Unix seconds); 0: never.
+    pub at: UnixSecs,
+    pub order: Vec<Placed>,
+}
+
+/// Health of the Slurm cycle.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CycleStatus {
+    pub slurm_connected: bool,
+    pub last_ok: Option<UnixSecs>,
+    pub last_error: Option<String>,
+    pub cycles_ok: u64,
+    pub cycles_failed: u64,
+    pub factors_pushed: u64,
+}
+
+pub struct AppState {
+    pub config: Config,
+    pub db: Mutex<Db>,
+    pub auth: Arc<dyn Authenticator>,
+    pub clock: SharedClock,
+    pub queue: RwLock<QueueView>,
+    pub status: Mutex<CycleStatus>,
+}
+
+/// Tree, usage per account and per-node stats over one window.
+pub type WindowStats = (OrgTree, HashMap<String, Usage>, Vec<fairshare::NodeStats>);
+
+/// One node of the tree with its numbers over a window.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct NodeView {
+    pub name: String,
+    pub parent: Option<String>,
+    pub share: f64,
+    pub abs_share: f64,
+    /// `abs_share x capacity`.
+    pub allocation_gpus: f64,
+    pub account: Option<String>,
+    pub managers: Vec<String>,
+    pub depth: usize,
+    pub charged_gpu_hours: f64,
+    pub free_gpu_hours: f64,
+    /// `None` when the node has no budget (infinite ratio).
+    pub ratio: Option<f64>,
+}
+
+/// Owed vs delivered GPU-hours of one team.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct OwedRow {
+    pub team: String,
+    pub account: String,
+    pub owed_gpu_hours: f64,
+    pub delivered_gpu_hours: f64,
+    /// Delivered capped hourly at owed, over owed (1.0 when nothing was owed).
+    pub delivered_fraction: f64,
+}
+
+impl AppState {
+    pub fn new(
+        config: Config,
+        db: Db,
+        auth: Arc<dyn Authenticator>,
+        clock: SharedClock,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            db: Mutex::new(db),
+            auth,
+            clock,
+            queue: RwLock::new(QueueView::default()),
+            status: Mutex::new(CycleStatus::default()),
+        })
+    }
+
+    pub fn now(&self) -> UnixSecs {
+        fairshare::now_secs(self.clock.as_ref())
+    }
+
+    pub fn db(&self) -> MutexGuard<'_, Db> {
+        self.db.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn status(&self) -> MutexGuard<'_, CycleStatus> {
+        self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn queue(&self) -> QueueView {
+        self.queue.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set_queue(&self, q: QueueView) {
+        *self.queue.write().unwrap_or_else(|e| e.into_inner()) = q;
+    }
+
+    /// Tree, usage per account over `[from, to)` and node stats.
+    pub fn stats(&self, from: UnixSecs, to: UnixSecs) -> Result<Option<WindowStats>> {
+        let db = self.db();
+        let Some(tree) = db.load_tree()? else {
+            return Ok(None);
+        };
+        let usage = db.ledger_between(from, to)?.usage(from, to);
+        drop(db);
+        let stats = fairshare::node_stats(&tree, &usage, self.config.capacity_gpus, to - from);
+        Ok(Some((tree, usage, stats)))
+    }
+
+    /// Every node with allocation, usage and ratio over `[from, to)`, in
+    /// pre-order from the root.
+    pub fn tree_view(&self, from: UnixSecs, to: UnixSecs) -> Result<Vec<NodeView>> {
+        let Some((tree, _usage, stats)) = self.stats(from, to)? else {
+            return Ok(Vec::new());
+        };
+        Ok(tree
+            .subtree(tree.root())
+            .into_iter()
+            .map(|ix| {
+                let n = tree.node(ix);
+                let s = &stats[ix];
+                NodeView {
+                    name: n.name.clone(),
+                    parent: n.parent.map(|p| tree.node(p).name.clone()),
+                    share: n.share,
+                    abs_share: n.abs_share,
+                    allocation_gpus: n.abs_share * f64::from(self.config.capacity_gpus),
+                    account: n.account.clone(),
+                    managers: n.managers.clone(),
+                    depth: n.depth,
+                    charged_gpu_hours: s.usage.charged_gpu_s / 3600.0,
+                    free_gpu_hours: s.usage.free_gpu_s / 3600.0,
+                    ratio: s.ratio.is_finite().then_some(s.ratio),
+                }
+            })
+            .collect())
+    }
+
+    /// Owed vs delivered GPU-hours per team over `[from, to)`, hour by hour:
+    /// owed = allocation capped at the team's demand in that hour; delivered
+    /// = charged GPU-time (fair-share-budgets.txt, "Evidence").
+    pub fn owed_report(&self, from: UnixSecs, to: UnixSecs) -> Result<Vec<OwedRow>> {
+        let db = self.db();
+        let Some(tree) = db.load_tree()? else {
+            return Ok(Vec::new());
+        };
+        let ledger = db.ledger_between(from, to)?;
+        let demand = db.demand_between(from, to)?;
+        drop(db);
+        let mut demand_h: HashMap<(i64, String), f64> = HashMap::new();
+        for (h, a, g) in demand {
+            *demand_h.entry((h, a)).or_default() += g;
+        }
+        let mut delivered_h: HashMap<(i64, String), f64> = HashMap::new();
+        for iv in ledger
+            .iter()
+            .filter(|i| i.kind == fairshare::Kind::Allocated)
+        {
+            let end = iv.end.unwrap_or(to).min(to);
+            let mut t = iv.start.max(from);
+            while t < end {
+                let h = t.div_euclid(3600);
+                let next = ((h + 1) * 3600).min(end);
+                *delivered_h.entry((h, iv.account.clone())).or_default() +=
+                    (next - t) as f64 * f64::from(iv.gpus);
+                t = next;
+            }
+        }
+        let mut rows = Vec::new();
+        for ix in tree.subtree(tree.root()) {
+            let n = tree.node(ix);
+            let Some(acct) = &n.account else { continue };
+            let alloc_per_hour = n.abs_share * f64::from(self.config.capacity_gpus) * 3600.0;
+            let (mut owed, mut delivered, mut capped) = (0.0, 0.0, 0.0);
+            for h in from.div_euclid(3600)..to.div_euclid(3600).max(from.div_euclid(3600) + 1) {
+                let key = (h, acct.clone());
+                let d = demand_h.get(&key).copied().unwrap_or(0.0);
+                let got = delivered_h.get(&key).copied().unwrap_or(0.0);
+                let o = alloc_per_hour.min(d);
+                owed += o;
+                delivered += got;
+                capped += got.min(o);
+            }
+            rows.push(OwedRow {
+                team: n.name.clone(),
+                account: acct.clone(),
+                owed_gpu_hours: owed / 3600.0,
+                delivered_gpu_hours: delivered / 3600.0,
+                delivered_fraction: if owed > 0.0 { capped / owed } else { 1.0 },
+            });
+        }
+        Ok(rows)
+    }
+}

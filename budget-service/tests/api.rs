@@ -1,0 +1,527 @@
+//! The REST API in-process (tower `oneshot`), with a stand-in authenticator
+//! (the MUNGE one is tested against a real munged in `munge_cli.rs`), and the
+//! ingest -> order -> push cycle against the in-memory fake Slurm.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use compass_budget::auth::Authenticator;
+use compass_budget::config::Config;
+use compass_budget::cycle::Cycle;
+use compass_budget::db::Db;
+use compass_budget::slurm::{FakeSlurm, SlurmJob};
+use compass_budget::state::{AppState, TestClock};
+use compass_budget::{BudgetError, Result};
+use compass_core::model::JobId;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tower::ServiceExt;
+
+/// Takes the credential as the user name (tests only).
+struct NameAuth;
+
+impl Authenticator for NameAuth {
+    fn authenticate(&self, credential: &str, _payload: &[u8]) -> Result<String> {
+        if credential.is_empty() {
+            return Err(BudgetError::Unauthenticated("empty credential".into()));
+        }
+        Ok(credential.to_string())
+    }
+}
+
+const T0: i64 = 1_800_000_000;
+
+fn setup() -> (Arc<AppState>, Arc<TestClock>, Router) {
+    let config = Config::parse(
+        "db = \":memory:\"\nadmins = [\"root\"]\ncapacity_gpus = 10\nwindow_s = 3600\nmax_body_bytes = 4096\n",
+        "test",
+    )
+    .unwrap();
+    let clock = Arc::new(TestClock::new(T0));
+    let state = AppState::new(
+        config,
+        Db::open_in_memory().unwrap(),
+        Arc::new(NameAuth),
+        clock.clone(),
+    );
+    let router = compass_budget::api::router(state.clone());
+    (state, clock, router)
+}
+
+async fn call(
+    router: &Router,
+    method: &str,
+    path: &str,
+    user: Option<&str>,
+    body: Option<Vec<u8>>,
+) -> (StatusCode, Value) {
+    let mut req = Request::builder().method(method).uri(path);
+    if let Some(u) = user {
+        req = req.header("Authorization", format!("MUNGE {u}"));
+    }
+    let req = req
+        .header("Content-Type", "application/json")
+        .body(body.map(Body::from).unwrap_or_else(Body::empty))
+        .unwrap();
+    let resp = router.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 10 << 20)
+        .await
+        .unwrap();
+    let v = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    (status, v)
+}
+
+fn j(v: Value) -> Option<Vec<u8>> {
+    Some(serde_json::to_vec(&v).unwrap())
+}
+
+fn tree_doc() -> Value {
+    json!({ "why": "initial budgets", "nodes": [
+        { "name": "org", "share": 1.0, "managers": ["ceo"] },
+        { "name": "research", "parent": "org", "share": 0.8, "managers": ["pi"] },
+        { "name": "team-a", "parent": "research", "share": 0.7, "account": "acct-a" },
+        { "name": "team-b", "parent": "research", "share": 0.3, "account": "acct-b" },
+        { "name": "ops", "parent": "org", "share": 0.2, "account": "acct-ops" },
+    ]})
+}
+
+async fn seeded() -> (Arc<AppState>, Arc<TestClock>, Router) {
+    let (s, c, r) = setup();
+    let mut dry = tree_doc();
+    dry["dry_run"] = json!(true);
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(dry)).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["applied"], false);
+    assert_eq!(v["changes"].as_array().unwrap().len(), 5);
+    assert!(
+        s.db().load_tree().unwrap().is_none(),
+        "a dry run changes nothing"
+    );
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["applied"], true);
+    (s, c, r)
+}
+
+async fn audit_len(r: &Router) -> usize {
+    call(r, "GET", "/api/v1/audit?limit=1000", None, None)
+        .await
+        .1["rows"]
+        .as_array()
+        .unwrap()
+        .len()
+}
+
+#[tokio::test]
+async fn tree_shows_products_and_usage_over_any_window() {
+    let (_s, _c, r) = seeded().await;
+    // team-a ran 7 GPUs for the last 30 minutes (allocated), ops 2 GPUs free.
+    let ivs = json!({ "intervals": [
+        { "job": 1, "account": "acct-a", "gpus": 7, "start": T0 - 1800, "end": null, "kind": "allocated" },
+        { "job": 2, "account": "acct-ops", "gpus": 2, "start": T0 - 3600, "end": T0, "kind": "unallocated" },
+    ]});
+    let (st, v) = call(&r, "POST", "/api/v1/ledger", Some("root"), j(ivs.clone())).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["inserted"], 2);
+    // Idempotent replay.
+    let (_, v) = call(&r, "POST", "/api/v1/ledger", Some("root"), j(ivs)).await;
+    assert_eq!(
+        (v["inserted"].as_u64(), v["unchanged"].as_u64()),
+        (Some(0), Some(2))
+    );
+    let (st, v) = call(&r, "GET", "/api/v1/tree", None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    let node = |name: &str| {
+        v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let a = node("team-a");
+    assert!((a["abs_share"].as_f64().unwrap() - 0.56).abs() < 1e-9);
+    assert!((a["allocation_gpus"].as_f64().unwrap() - 5.6).abs() < 1e-9);
+    assert!((a["charged_gpu_hours"].as_f64().unwrap() - 3.5).abs() < 1e-9);
+    // ratio = 3.5 GPU-h / (0.56 x 10 GPUs x 1 h) = 0.625
+    assert!((a["ratio"].as_f64().unwrap() - 0.625).abs() < 1e-9);
+    assert!((node("ops")["free_gpu_hours"].as_f64().unwrap() - 2.0).abs() < 1e-9);
+    assert_eq!(node("ops")["ratio"], 0.0);
+    // A 10-minute window.
+    let (_, v) = call(
+        &r,
+        "GET",
+        &format!("/api/v1/usage?node=team-a&from={}&to={}", T0 - 600, T0),
+        None,
+        None,
+    )
+    .await;
+    assert!(
+        (v["nodes"][0]["charged_gpu_hours"].as_f64().unwrap() - 7.0 / 6.0).abs() < 1e-9,
+        "{v}"
+    );
+    let (st, v) = call(&r, "GET", "/api/v1/usage?account=nope", None, None).await;
+    assert_eq!(
+        (st, v["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("account")),
+        "{v}"
+    );
+    let (st, v) = call(&r, "GET", "/api/v1/tree?window_s=abc", None, None).await;
+    assert_eq!(
+        (st, v["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("window_s"))
+    );
+}
+
+#[tokio::test]
+async fn managers_edit_only_their_subtree_and_refusals_say_why() {
+    let (s, _c, r) = seeded().await;
+    let before = audit_len(&r).await;
+    // pi manages research: may re-share team-a/team-b, not research itself nor ops.
+    let (st, v) = call(
+        &r,
+        "PATCH",
+        "/api/v1/nodes/team-a",
+        Some("pi"),
+        j(json!({ "share": 0.6, "why": "rebalance" })),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["summary"][0], "~ modify team-a: share 0.7 -> 0.6");
+    let (st, v) = call(
+        &r,
+        "PATCH",
+        "/api/v1/nodes/ops",
+        Some("pi"),
+        j(json!({ "share": 0.1, "why": "grab" })),
+    )
+    .await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    let msg = v["error"].as_str().unwrap();
+    assert!(
+        msg.contains("user `pi` editing node `ops`") && msg.contains("do not manage"),
+        "{msg}"
+    );
+    let (st, _) = call(
+        &r,
+        "PATCH",
+        "/api/v1/nodes/research",
+        Some("pi"),
+        j(json!({ "share": 0.9, "why": "grab" })),
+    )
+    .await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    // Adding under a node they manage is fine; under ops is not.
+    let body = json!({ "name": "team-c", "parent": "research", "share": 0.1, "account": "acct-c", "why": "new team" });
+    assert_eq!(
+        call(&r, "POST", "/api/v1/nodes", Some("pi"), j(body))
+            .await
+            .0,
+        StatusCode::CREATED
+    );
+    let body = json!({ "name": "x", "parent": "ops", "share": 0.1, "why": "nope" });
+    assert_eq!(
+        call(&r, "POST", "/api/v1/nodes", Some("pi"), j(body))
+            .await
+            .0,
+        StatusCode::FORBIDDEN
+    );
+    // No credential at all.
+    let (st, v) = call(
+        &r,
+        "PATCH",
+        "/api/v1/nodes/team-a",
+        None,
+        j(json!({ "share": 0.5, "why": "x" })),
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    assert!(v["error"].as_str().unwrap().contains("Authorization"));
+    assert_eq!(audit_len(&r).await, before + 2);
+    let t = s.db().load_tree().unwrap().unwrap();
+    assert_eq!(t.node(t.find("ops").unwrap()).share, 0.2);
+}
+
+#[tokio::test]
+async fn bad_input_is_4xx_naming_the_field_and_changes_nothing() {
+    let (s, _c, r) = seeded().await;
+    let before = s.db().load_specs().unwrap();
+    let n_audit = audit_len(&r).await;
+    let cases: Vec<(&str, &str, Vec<u8>, StatusCode, Option<&str>)> = vec![
+        // Siblings above 1.
+        ("PATCH", "/api/v1/nodes/team-b", serde_json::to_vec(&json!({"share": 0.5, "why": "x"})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("share")),
+        // Negative, above 1.
+        ("PATCH", "/api/v1/nodes/team-b", serde_json::to_vec(&json!({"share": -0.1, "why": "x"})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("share")),
+        ("PATCH", "/api/v1/nodes/team-b", serde_json::to_vec(&json!({"share": 1.5, "why": "x"})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("share")),
+        // NaN is not JSON; a string is the wrong type.
+        ("PATCH", "/api/v1/nodes/team-b", br#"{"share": NaN, "why": "x"}"#.to_vec(), StatusCode::BAD_REQUEST, None),
+        ("PATCH", "/api/v1/nodes/team-b", br#"{"share": "NaN", "why": "x"}"#.to_vec(), StatusCode::BAD_REQUEST, Some("share")),
+        // A cycle: research under its own child.
+        ("PATCH", "/api/v1/nodes/research", serde_json::to_vec(&json!({"parent": "team-a", "why": "x"})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("parent")),
+        // Unknown parent, unknown field, missing reason.
+        ("POST", "/api/v1/nodes", serde_json::to_vec(&json!({"name": "z", "parent": "nope", "share": 0.0, "why": "x"})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("parent")),
+        ("PATCH", "/api/v1/nodes/team-b", serde_json::to_vec(&json!({"shares": 0.1, "why": "x"})).unwrap(), StatusCode::BAD_REQUEST, None),
+        ("PATCH", "/api/v1/nodes/team-b", serde_json::to_vec(&json!({"share": 0.1, "why": ""})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("why")),
+        // Account on an inner node; duplicate account.
+        ("PATCH", "/api/v1/nodes/research", serde_json::to_vec(&json!({"account": "r", "why": "x"})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("account")),
+        ("PATCH", "/api/v1/nodes/team-b", serde_json::to_vec(&json!({"account": "acct-a", "why": "x"})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("account")),
+        // Deleting an inner node; unknown node.
+        ("DELETE", "/api/v1/nodes/research", serde_json::to_vec(&json!({"why": "x"})).unwrap(), StatusCode::CONFLICT, None),
+        ("PATCH", "/api/v1/nodes/ghost", serde_json::to_vec(&json!({"share": 0.1, "why": "x"})).unwrap(), StatusCode::NOT_FOUND, None),
+        // Malformed JSON, oversized body.
+        ("POST", "/api/v1/import", b"{\"nodes\": [".to_vec(), StatusCode::BAD_REQUEST, None),
+        ("POST", "/api/v1/import", vec![b' '; 10_000], StatusCode::PAYLOAD_TOO_LARGE, Some("body")),
+        // Ledger: end before start.
+        ("POST", "/api/v1/ledger", serde_json::to_vec(&json!({"intervals": [{"job": 1, "account": "a", "gpus": 1, "start": 10, "end": 5, "kind": "allocated"}]})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("intervals[0]")),
+    ];
+    for (m, p, body, want, field) in cases {
+        let (st, v) = call(&r, m, p, Some("root"), Some(body.clone())).await;
+        assert_eq!(
+            st,
+            want,
+            "{m} {p} {} -> {v}",
+            String::from_utf8_lossy(&body[..body.len().min(80)])
+        );
+        assert!(
+            v["error"].is_string(),
+            "error body is JSON with a message: {v}"
+        );
+        if let Some(f) = field {
+            assert_eq!(v["field"].as_str(), Some(f), "{m} {p}: {v}");
+        }
+    }
+    assert_eq!(s.db().load_specs().unwrap(), before);
+    assert_eq!(audit_len(&r).await, n_audit);
+}
+
+#[tokio::test]
+async fn move_and_remove_with_checks() {
+    let (s, _c, r) = seeded().await;
+    let (st, v) = call(
+        &r,
+        "PATCH",
+        "/api/v1/nodes/ops",
+        Some("root"),
+        j(json!({"parent": "research", "share": 0.0, "why": "reorg"})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let t = s.db().load_tree().unwrap().unwrap();
+    assert_eq!(
+        t.node(t.node(t.find("ops").unwrap()).parent.unwrap()).name,
+        "research"
+    );
+    let (st, _) = call(
+        &r,
+        "DELETE",
+        "/api/v1/nodes/ops",
+        Some("root"),
+        j(json!({"why": "gone"})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(s.db().load_tree().unwrap().unwrap().find("ops").is_none());
+    let rows = call(&r, "GET", "/api/v1/audit?limit=1", None, None).await.1;
+    assert_eq!(rows["rows"][0]["action"], "delete");
+    assert_eq!(rows["rows"][0]["who"], "root");
+    assert_eq!(rows["rows"][0]["why"], "gone");
+    assert_eq!(rows["rows"][0]["old"]["name"], "ops");
+    // Export round-trips.
+    let (_, v) = call(&r, "GET", "/api/v1/export", None, None).await;
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 4);
+}
+
+fn sjob(id: u64, acct: &str, gpus: u32, min_rt: u64, prio: i64, submit: i64) -> SlurmJob {
+    SlurmJob {
+        job: JobId(id),
+        account: acct.into(),
+        gpus,
+        min_runtime_s: min_rt,
+        resumable: true,
+        priority: prio,
+        submit,
+        start: None,
+        end: None,
+    }
+}
+
+#[tokio::test]
+async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
+    let (s, clock, r) = seeded().await;
+    let slurm = Arc::new(FakeSlurm::new());
+    // team-a has used its budget (ratio 1), team-b nothing.
+    slurm.put(SlurmJob {
+        start: Some(T0 - 3600),
+        ..sjob(1, "acct-a", 5, 600, 0, T0 - 4000)
+    });
+    slurm.put(sjob(10, "acct-a", 1, 600, 5, T0 - 100));
+    slurm.put(sjob(11, "acct-a", 1, 600, 0, T0 - 90));
+    slurm.put(sjob(20, "acct-b", 1, 600, -5, T0 - 50));
+    slurm.put(sjob(30, "acct-b", 1, 0, 100, T0 - 40)); // unallocated
+    slurm.put(sjob(40, "stranger", 1, 600, 0, T0 - 30));
+    let mut cycle = Cycle::new(s.clone(), slurm.clone(), slurm.clone());
+    let rep = cycle.step().unwrap();
+    assert_eq!((rep.ingested, rep.pending, rep.pushed), (1, 5, 5));
+    // Under-served team-b first; team-a's jobs by their priority; the
+    // unbudgeted account after; unallocated last.
+    let want: Vec<JobId> = [20, 10, 11, 40, 30].into_iter().map(JobId).collect();
+    assert_eq!(slurm.pending_order(), want);
+    let q = call(&r, "GET", "/api/v1/queue", None, None).await.1;
+    let ids: Vec<u64> = q["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![20, 10, 11, 40, 30]);
+    let why = call(&r, "GET", "/api/v1/queue/11", None, None).await.1;
+    let text = why["row"]["why"].as_str().unwrap();
+    assert!(text.contains("Job 11 is 3rd of 5"), "{text}");
+    assert!(text.contains("`team-a` has fair-share ratio"), "{text}");
+    assert!(text.contains("2nd of 2 by job priority"), "{text}");
+    assert_eq!(
+        call(&r, "GET", "/api/v1/queue/999", None, None).await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        call(&r, "GET", "/api/v1/queue/abc", None, None).await.1["field"],
+        "job"
+    );
+
+    // Nothing changed: nothing pushed.
+    clock.advance(10);
+    assert_eq!(cycle.step().unwrap().pushed, 0);
+    // A new job appended at the end changes only its own factor.
+    slurm.put(sjob(12, "acct-a", 1, 600, -9, T0));
+    clock.advance(10);
+    let rep = cycle.step().unwrap();
+    assert_eq!(rep.pushed, 3, "job 12 plus the two it overtakes (40, 30)");
+
+    // Slurm goes down: the step fails, reads keep working from the last state.
+    slurm.set_down(true);
+    clock.advance(10);
+    assert!(cycle.step().is_err());
+    assert_eq!(
+        call(&r, "GET", "/api/v1/queue", None, None).await.1["jobs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        6
+    );
+    let h = call(&r, "GET", "/healthz", None, None).await.1;
+    assert_eq!(h["cycle"]["slurm_connected"], false);
+    let m = call(&r, "GET", "/metrics", None, None).await.1;
+    let m = m.as_str().unwrap();
+    assert!(m.contains("compass_budget_queue_length 6"), "{m}");
+    assert!(
+        m.contains("compass_budget_cycles_total{result=\"failed\"} 1"),
+        "{m}"
+    );
+    assert!(m.contains("compass_budget_ingest_lag_seconds 10"), "{m}");
+    assert!(m.contains("compass_budget_ratio{node=\"team-a\"}"), "{m}");
+    slurm.set_down(false);
+    // Job 1 ended while we were not looking; Slurm forgot it.
+    slurm.purge(JobId(1));
+    clock.advance(10);
+    let rep = cycle.step().unwrap();
+    assert_eq!(rep.closed, 1);
+    let l = s.db().ledger_between(0, T0 + 100).unwrap();
+    let iv = l.iter().next().unwrap();
+    assert_eq!(iv.end, Some(T0 + 20), "closed at the last time it was seen");
+}
+
+#[tokio::test]
+async fn owed_vs_delivered_caps_owed_at_demand() {
+    let (s, clock, r) = seeded().await;
+    let slurm = Arc::new(FakeSlurm::new());
+    // team-b (allocation 0.24 x 10 = 2.4 GPUs) demands and gets 1 GPU for one hour.
+    slurm.put(SlurmJob {
+        start: Some(T0),
+        ..sjob(1, "acct-b", 1, 600, 0, T0)
+    });
+    let mut cycle = Cycle::new(s.clone(), slurm.clone(), slurm.clone());
+    for _ in 0..360 {
+        cycle.step().unwrap();
+        clock.advance(10);
+    }
+    let v = call(&r, "GET", "/api/v1/reports/owed?days=1", None, None)
+        .await
+        .1;
+    let b = v["teams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["team"] == "team-b")
+        .unwrap()
+        .clone();
+    let owed = b["owed_gpu_hours"].as_f64().unwrap();
+    let delivered = b["delivered_gpu_hours"].as_f64().unwrap();
+    assert!(
+        (owed - 1.0).abs() < 0.02,
+        "owed = min(2.4 GPUs, 1 GPU demand) x 1 h: {b}"
+    );
+    assert!((delivered - 1.0).abs() < 0.02, "{b}");
+    assert!(b["delivered_fraction"].as_f64().unwrap() > 0.97, "{b}");
+    let a = v["teams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["team"] == "team-a")
+        .unwrap()
+        .clone();
+    assert_eq!(a["owed_gpu_hours"], 0.0, "no demand, nothing owed");
+    assert_eq!(
+        call(&r, "GET", "/api/v1/reports/owed?days=0", None, None)
+            .await
+            .1["field"],
+        "days"
+    );
+}
+
+#[tokio::test]
+async fn openapi_documents_every_route_and_dashboard_renders_data() {
+    let (_s, _c, r) = seeded().await;
+    let (st, doc) = call(&r, "GET", "/openapi.json", None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    let paths = doc["paths"].as_object().unwrap();
+    for p in [
+        "/",
+        "/dashboard.js",
+        "/healthz",
+        "/metrics",
+        "/openapi.json",
+        "/api/v1/tree",
+        "/api/v1/usage",
+        "/api/v1/nodes",
+        "/api/v1/nodes/{name}",
+        "/api/v1/export",
+        "/api/v1/import",
+        "/api/v1/queue",
+        "/api/v1/queue/{job}",
+        "/api/v1/reports/owed",
+        "/api/v1/audit",
+        "/api/v1/ledger",
+    ] {
+        assert!(
+            paths.contains_key(p),
+            "{p} missing from the OpenAPI document"
+        );
+        // And the route exists (not 404 for GET where documented).
+        if paths[p].get("get").is_some() {
+            let concrete = p.replace("{name}", "team-a").replace("{job}", "1");
+            let st = call(&r, "GET", &concrete, None, None).await.0;
+            assert!(
+                st != StatusCode::NOT_FOUND || concrete.contains("queue/1"),
+                "{p} -> {st}"
+            );
+        }
+    }
+    let (st, page) = call(&r, "GET", "/", None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    let page = page.as_str().unwrap();
+    assert!(page.contains("\"name\":\"team-a\""), "page embeds the data");
+    assert!(!page.contains("__DATA__"));
+}

@@ -1,0 +1,225 @@
+//! The dashboard in headless Chromium (Debian `chromium`): the real daemon
+//! with seeded data (tree, ledger, demand, a file-backed Slurm snapshot), the
+//! page loaded, the numbers shown checked against hand-computed values, and a
+//! screenshot saved to `$CARGO_TARGET_TMPDIR/budget-dashboard.png`.
+
+mod common;
+
+use common::{free_port, Daemon, TempDir};
+use compass_budget::cli::parse_budgets_toml;
+use compass_budget::db::Db;
+use compass_budget::slurm::{SlurmJob, SlurmSnapshot};
+use compass_core::fairshare::{Interval, Kind};
+use compass_core::model::JobId;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn chromium(profile: &Path, extra: &[String], url: &str) -> String {
+    let out = Command::new("timeout")
+        .arg("90")
+        .arg("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("chromium not found: install the Debian package `chromium`");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The text of the cells of `<tr id="ID">` in a dumped DOM.
+fn cells(dom: &str, id: &str) -> Vec<String> {
+    let start = dom
+        .find(&format!("<tr id=\"{id}\">"))
+        .unwrap_or_else(|| panic!("row {id} not rendered"));
+    let row = &dom[start..start + dom[start..].find("</tr>").unwrap()];
+    row.split("<td")
+        .skip(1)
+        .map(|c| {
+            let c = &c[c.find('>').unwrap() + 1..];
+            c[..c.find("</td>").unwrap()]
+                .replace("&nbsp;", " ")
+                .replace('\u{a0}', " ")
+                .trim()
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn dashboard_shows_seeded_numbers_in_headless_chromium() {
+    let dir = TempDir::new("dash");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let base = (now / 3600 - 49) * 3600;
+    {
+        let mut db = Db::open(&dir.path().join("budget.db")).unwrap();
+        let doc = parse_budgets_toml(include_str!("../../etc/budgets.example.toml")).unwrap();
+        db.edit_tree("root", "import", "seed", now, |_| Ok(doc.nodes.clone()))
+            .unwrap();
+        let iv = |job: u64, acct: &str, gpus: u32, start: i64, end: i64, kind: Kind| Interval {
+            job: JobId(job),
+            account: acct.into(),
+            gpus,
+            start,
+            end: Some(end),
+            kind,
+        };
+        db.ingest(
+            &[
+                // nlp-a: 8 GPUs for 47 h, charged, and it wanted exactly that.
+                iv(1, "nlp-a", 8, base, base + 47 * 3600, Kind::Allocated),
+                // vision: 2 GPUs for 24 h while demanding 4.
+                iv(2, "vision", 2, base, base + 24 * 3600, Kind::Allocated),
+                // platform: free time only.
+                iv(3, "platform", 4, base, base + 10 * 3600, Kind::Unallocated),
+            ],
+            now,
+        )
+        .unwrap();
+        for h in 0..47 {
+            db.add_demand(base + h * 3600, &[("nlp-a".into(), 8.0 * 3600.0)])
+                .unwrap();
+        }
+        for h in 0..24 {
+            db.add_demand(base + h * 3600, &[("vision".into(), 4.0 * 3600.0)])
+                .unwrap();
+        }
+    }
+    let job = |id: u64, acct: &str, min_rt: u64| SlurmJob {
+        job: JobId(id),
+        account: acct.into(),
+        gpus: 1,
+        min_runtime_s: min_rt,
+        resumable: true,
+        priority: 0,
+        submit: now - 60,
+        start: None,
+        end: None,
+    };
+    let snap = SlurmSnapshot {
+        pending: vec![
+            job(101, "nlp-a", 600),
+            job(102, "nlp-b", 600),
+            job(103, "vision", 600),
+            job(104, "platform", 0),
+        ],
+        running: vec![],
+        ended: vec![],
+    };
+    let snap_path = dir.path().join("slurm.json");
+    std::fs::write(&snap_path, serde_json::to_string(&snap).unwrap()).unwrap();
+    let cfg = dir.path().join("budgetd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "db = \"{}\"\ncapacity_gpus = 64\ncycle_s = 1\nslurm = \"file\"\nslurm_file = \"{}\"\n",
+            dir.path().join("budget.db").display(),
+            snap_path.display()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&cfg, free_port());
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let start = Instant::now();
+    loop {
+        let v: serde_json::Value = serde_json::from_str(
+            &agent
+                .get(format!("{}/api/v1/queue", d.url))
+                .call()
+                .unwrap()
+                .body_mut()
+                .read_to_string()
+                .unwrap(),
+        )
+        .unwrap();
+        if v["jobs"].as_array().is_some_and(|j| j.len() == 4) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no cycle ran: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let profile = TempDir::new("chromium-profile");
+    let dom = chromium(
+        profile.path(),
+        &["--dump-dom".to_string()],
+        &format!("{}/", d.url),
+    );
+
+    // Tree: team-nlp-a = 1.0 x 0.6 x 0.5 x 0.7 = 21% of 64 GPUs = 13.44 GPUs;
+    // 8 x 47 = 376 charged GPU-h; ratio 376 / (13.44 x 168 h) = 0.167.
+    let a = cells(&dom, "node-team-nlp-a");
+    assert_eq!(
+        a[1..],
+        ["0.700", "21.0%", "13.44", "376.0", "0.0", "0.167"],
+        "{a:?}"
+    );
+    let p = cells(&dom, "node-platform");
+    assert_eq!(
+        (p[4].as_str(), p[5].as_str(), p[6].as_str()),
+        ("0.0", "40.0", "0.000"),
+        "{p:?}"
+    );
+    // Queue: vision (ratio 0.015) beats nlp (0.117) inside research; nlp-b
+    // (0) before nlp-a; the unallocated platform job last.
+    let order: Vec<usize> = [103, 102, 101, 104]
+        .iter()
+        .map(|j| dom.find(&format!("id=\"job-{j}\"")).unwrap())
+        .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "queue rendered out of order"
+    );
+    assert_eq!(cells(&dom, "job-103")[..2], ["1", "103"]);
+    assert_eq!(cells(&dom, "job-103")[6], "0.015");
+    assert_eq!(cells(&dom, "job-104")[3], "unallocated");
+    // Owed vs delivered over 30 days: nlp-a owed min(13.44, 8) x 47 h = 376,
+    // delivered 376; vision owed min(19.2, 4) x 24 = 96, delivered 48.
+    assert_eq!(
+        cells(&dom, "owed-team-nlp-a")[1..],
+        ["376.0", "376.0", "100.0%"]
+    );
+    assert_eq!(cells(&dom, "owed-vision")[1..], ["96.0", "48.0", "50.0%"]);
+    assert!(dom.contains("<rect"), "charts drawn");
+
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("budget-dashboard.png");
+    let _ = std::fs::remove_file(&shot);
+    chromium(
+        profile.path(),
+        &[
+            format!("--screenshot={}", shot.display()),
+            "--window-size=1280,1800".to_string(),
+            "--hide-scrollbars".to_string(),
+        ],
+        &format!("{}/", d.url),
+    );
+    let png = std::fs::read(&shot).expect("screenshot written");
+    assert!(
+        png.len() > 10_000 && png.starts_with(b"\x89PNG"),
+        "screenshot is a real PNG"
+    );
+}

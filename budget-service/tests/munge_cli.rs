@@ -1,0 +1,266 @@
+//! MUNGE authentication and the manager CLI against the real
+//! `compass-budgetd` binary and a private munged (Debian `munge`).
+
+mod common;
+
+use common::{conn, free_port, write_config, Daemon, Munged, TempDir};
+use compass_budget::auth::{
+    munge_decode_cred, munge_encode_payload, request_payload, Authenticator, MungeAuth,
+};
+use compass_budget::cli::{
+    parse_budgets_toml, run_budget, run_why, BudgetArgs, BudgetCmd, Client, WhyArgs,
+};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn example() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../etc/budgets.example.toml")
+}
+
+#[test]
+fn munge_roundtrip_binds_payload_and_refuses_replay() {
+    let m = Munged::start();
+    let payload = request_payload("PATCH", "/api/v1/nodes/a", b"{\"share\":0.5}");
+    let cred = munge_encode_payload(Some(&m.socket), &payload).unwrap();
+    let auth = MungeAuth {
+        socket: Some(m.socket.clone()),
+    };
+    assert_eq!(auth.authenticate(&cred, &payload).unwrap(), "root");
+    // The same credential again is a replay.
+    let e = auth.authenticate(&cred, &payload).unwrap_err().to_string();
+    assert!(
+        e.contains("not authenticated") && e.to_lowercase().contains("replay"),
+        "{e}"
+    );
+    // A credential for another request.
+    let cred = munge_encode_payload(Some(&m.socket), &payload).unwrap();
+    let e = auth
+        .authenticate(&cred, &request_payload("PATCH", "/api/v1/nodes/b", b"{}"))
+        .unwrap_err();
+    assert!(e.to_string().contains("different request"), "{e}");
+    // Garbage.
+    assert!(munge_decode_cred(Some(&m.socket), "MUNGE:garbage:").is_err());
+}
+
+fn budget(c: &compass_budget::cli::Connection, cmd: BudgetCmd) -> compass_budget::Result<()> {
+    run_budget(&BudgetArgs {
+        conn: c.clone(),
+        cmd,
+    })
+}
+
+#[test]
+fn cli_manages_the_tree_through_the_daemon() {
+    let m = Munged::start();
+    let dir = TempDir::new("cli");
+    let cfg = write_config(dir.path(), &["root"], 64, &m.socket);
+    let mut d = Daemon::start(&cfg, free_port());
+    let c = conn(&d.url, &m.socket);
+    let client = Client::new(&c);
+
+    // Import: without --yes only the diff is shown.
+    budget(
+        &c,
+        BudgetCmd::Import {
+            file: example(),
+            why: "initial".into(),
+            yes: false,
+        },
+    )
+    .unwrap();
+    assert!(client.get("/api/v1/export").unwrap()["nodes"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    budget(
+        &c,
+        BudgetCmd::Import {
+            file: example(),
+            why: "initial".into(),
+            yes: true,
+        },
+    )
+    .unwrap();
+    let nodes = client.get("/api/v1/export").unwrap()["nodes"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(
+        nodes,
+        parse_budgets_toml(&std::fs::read_to_string(example()).unwrap())
+            .unwrap()
+            .nodes
+            .len()
+    );
+
+    budget(
+        &c,
+        BudgetCmd::SetShare {
+            node: "team-nlp-a".into(),
+            share: 0.6,
+            why: "rebalance".into(),
+        },
+    )
+    .unwrap();
+    budget(
+        &c,
+        BudgetCmd::Add {
+            name: "team-nlp-c".into(),
+            parent: "nlp".into(),
+            share: 0.1,
+            account: Some("nlp-c".into()),
+            managers: vec!["lead-c".into()],
+            why: "new team".into(),
+        },
+    )
+    .unwrap();
+    budget(
+        &c,
+        BudgetCmd::Move {
+            node: "team-nlp-c".into(),
+            to: "research".into(),
+            why: "reorg".into(),
+        },
+    )
+    .unwrap_err(); // research's children would sum to 1.1
+    budget(
+        &c,
+        BudgetCmd::SetShare {
+            node: "team-nlp-c".into(),
+            share: 0.0,
+            why: "park".into(),
+        },
+    )
+    .unwrap();
+    budget(
+        &c,
+        BudgetCmd::Move {
+            node: "team-nlp-c".into(),
+            to: "research".into(),
+            why: "reorg".into(),
+        },
+    )
+    .unwrap();
+    let e = budget(
+        &c,
+        BudgetCmd::SetShare {
+            node: "vision".into(),
+            share: 0.9,
+            why: "x".into(),
+        },
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("422") && e.to_string().contains("more than 1"),
+        "{e}"
+    );
+    budget(
+        &c,
+        BudgetCmd::Remove {
+            node: "team-nlp-c".into(),
+            why: "done".into(),
+        },
+    )
+    .unwrap();
+    budget(
+        &c,
+        BudgetCmd::Show {
+            days: Some(7.0),
+            json: false,
+        },
+    )
+    .unwrap();
+
+    let tree = client.get("/api/v1/tree").unwrap();
+    let a = tree["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "team-nlp-a")
+        .unwrap()
+        .clone();
+    assert!(
+        (a["abs_share"].as_f64().unwrap() - 0.6 * 0.5 * 0.6).abs() < 1e-9,
+        "{a}"
+    );
+    let audit = client.get("/api/v1/audit").unwrap();
+    let rows = audit["rows"].as_array().unwrap();
+    assert_eq!(rows[0]["action"], "delete");
+    assert_eq!(rows[0]["who"], "root");
+    assert_eq!(rows[0]["why"], "done");
+
+    // Export to TOML and re-import: no changes.
+    let out = dir.path().join("export.toml");
+    budget(
+        &c,
+        BudgetCmd::Export {
+            output: Some(out.clone()),
+        },
+    )
+    .unwrap();
+    let exported = parse_budgets_toml(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(
+        serde_json::to_value(&exported.nodes).unwrap(),
+        client.get("/api/v1/export").unwrap()["nodes"]
+    );
+
+    // `compass why` for a job that is not pending says so.
+    let e = run_why(&WhyArgs {
+        conn: c.clone(),
+        job: 42,
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("404"), "{e}");
+
+    // Another user (nobody) manages nothing: refused, with what and why.
+    let body = br#"{"share":0.1,"why":"grab"}"#;
+    let payload_file = dir.path().join("payload");
+    std::fs::write(
+        &payload_file,
+        request_payload("PATCH", "/api/v1/nodes/platform", body),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &payload_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "munge",
+            "-S",
+        ])
+        .arg(&m.socket)
+        .arg("-i")
+        .arg(&payload_file)
+        .output()
+        .expect("setpriv and munge (Debian util-linux, munge)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cred = String::from_utf8(out.stdout).unwrap();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut resp = agent
+        .patch(format!("{}/api/v1/nodes/platform", d.url))
+        .header("Authorization", format!("MUNGE {}", cred.trim()))
+        .header("Content-Type", "application/json")
+        .send(&body[..])
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
+    let text = resp.body_mut().read_to_string().unwrap();
+    assert!(
+        text.contains("user `nobody` editing node `platform`"),
+        "{text}"
+    );
+
+    // Graceful shutdown on SIGTERM.
+    assert!(d.terminate().success());
+}

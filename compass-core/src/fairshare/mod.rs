@@ -1,0 +1,25 @@
+//! Org-tree GPU budgets and hierarchical fair-share ordering (issue 4; see
+//! `fair-share-budgets.txt`). Pure: no I/O, time is passed in as Unix
+//! seconds by the caller (from its [`crate::clock::Clock`]).
+//!
+//! - [`tree`]: the org tree, its validation, leaf shares as products.
+//! - [`ledger`]: run intervals (allocated / unallocated), idempotent ingest,
+//!   usage over a window.
+//! - [`order`]: fair-share ratios, the queue order (tree walk), explanations,
+//!   Slurm site factors.
+
+pub mod ledger;
+pub mod order;
+pub mod tree;
+
+pub use ledger::{IngestOutcome, Interval, IntervalKey, Kind, Ledger, UnixSecs, Usage};
+pub use order::{
+    changed_factors, explain, node_stats, order_queue, ratio, site_factors, stats_at,
+    unbudgeted_usage, LevelPos, NodeStats, PendingJob, Placed, DEFAULT_WINDOW_S, SITE_FACTOR_BASE,
+};
+pub use tree::{diff, NodeIx, NodeSpec, OrgTree, TreeChange};
+
+/// Reads "now" from an injected clock as whole Unix seconds.
+pub fn now_secs(clock: &dyn crate::clock::Clock) -> UnixSecs {
+    clock.now().floor() as UnixSecs
+}
