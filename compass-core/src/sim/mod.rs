@@ -215,6 +215,8 @@ pub struct SimResult {
     /// Times a backfilled start (through the policy's migrations) moved the
     /// head's reservation later. 0 for policies that do not migrate.
     pub reservation_slips: u64,
+    /// Total seconds those slips moved reservations later.
+    pub reservation_slip_s: Seconds,
     pub waits: WaitStats,
     /// One sample per event instant when [`SimConfig::record_timeseries`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -358,6 +360,7 @@ struct Sim<'a> {
     charges: u64,
     backfilled: u64,
     slips: u64,
+    slip_s: Seconds,
     timeseries: Vec<Sample>,
 }
 
@@ -419,6 +422,7 @@ impl<'a> Sim<'a> {
             charges: 0,
             backfilled: 0,
             slips: 0,
+            slip_s: 0.0,
             timeseries: Vec::new(),
         })
     }
@@ -709,6 +713,7 @@ impl<'a> Sim<'a> {
                 let next = self.reservation(head, t);
                 if next.t_res > res.t_res {
                     self.slips += 1;
+                    self.slip_s += next.t_res - res.t_res;
                 }
                 res = next;
             } else {
@@ -822,6 +827,7 @@ impl<'a> Sim<'a> {
             wcc_coverage: avg(window.wcc),
             backfilled: self.backfilled,
             reservation_slips: self.slips,
+            reservation_slip_s: self.slip_s,
             waits: WaitStats {
                 overall: Percentiles::of(all),
                 whole_node: Percentiles::of(whole),

@@ -475,3 +475,19 @@ fn same_input_gives_bit_identical_output() {
         assert!(ra.migrations > 0);
     }
 }
+
+#[test]
+fn backfill_without_migrations_never_slips_a_reservation() {
+    // Over many mixed traces and cluster sizes, a policy that never migrates
+    // must never see a backfilled start move the head's reservation later.
+    let mut backfilled = 0;
+    for (n, jobs) in [(3, 250), (5, 400), (8, 600)] {
+        let trace = mixed_trace(jobs);
+        let cfg = config(n, QueuePolicy::Backfill);
+        let r = simulate(&trace, &mut Spread::new(n), &cfg, &mut NoObserver).unwrap();
+        assert_eq!(r.reservation_slips, 0, "{n} nodes");
+        assert_eq!(r.migrations, 0);
+        backfilled += r.backfilled;
+    }
+    assert!(backfilled > 0, "the traces exercise backfill");
+}
