@@ -25,7 +25,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', value_parser = PossibleValuesParser::new(POLICY_NAMES))]
     pub policies: Vec<String>,
 
-    /// Queue policies to run (comma-separated), each a column group.
+    /// Queue policies to run (comma-separated), one table and chart each.
     #[arg(long, value_delimiter = ',', default_value = "fifo", value_parser = PossibleValuesParser::new(QueuePolicy::NAMES))]
     pub queue: Vec<String>,
 
