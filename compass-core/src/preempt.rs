@@ -38,21 +38,26 @@ use crate::model::{JobId, JobShape, NodeId, NodeSet};
 pub struct ProtectionConfig {
     /// Longest protected time a job can buy (the published design: 8 h).
     pub min_runtime_cap_s: Seconds,
-    /// GPU-time a resumable victim loses is its run time since its last
-    /// checkpoint, which we bound by this interval (non-resumable victims lose
-    /// all their run time).
+    /// Resumable jobs checkpoint this often from the start of each run; a
+    /// resumable victim loses its run time since its last checkpoint
+    /// (non-resumable victims lose all their run time).
     pub checkpoint_interval_s: Seconds,
     /// Exhaustive victim search up to this many candidates; greedy with
     /// pruning above.
     pub exact_search_limit: usize,
+    /// Hysteresis: an allocated victim's team ratio must exceed the
+    /// requester's by this fraction (0.05: 5% more over-served), so two teams
+    /// close to their budgets do not take turns preempting each other.
+    pub preempt_margin: f64,
 }
 
 impl Default for ProtectionConfig {
     fn default() -> Self {
         Self {
             min_runtime_cap_s: 8.0 * 3600.0,
-            checkpoint_interval_s: 3600.0,
-            exact_search_limit: 14,
+            checkpoint_interval_s: 600.0,
+            exact_search_limit: 10,
+            preempt_margin: 0.05,
         }
     }
 }
@@ -90,12 +95,21 @@ impl RunningJob {
     /// GPU-seconds lost if preempted at `now`.
     pub fn loss(&self, now: Seconds, cfg: &ProtectionConfig) -> f64 {
         let run = (now - self.started_s).max(0.0);
-        let lost = if self.resumable {
-            run.min(cfg.checkpoint_interval_s)
-        } else {
-            run
-        };
+        let lost = lost_run_s(run, self.resumable, cfg);
         lost * f64::from(self.gpus())
+    }
+}
+
+/// Seconds of a run of `run` seconds that a preemption throws away: since the
+/// last checkpoint for resumable jobs, all of it otherwise.
+pub fn lost_run_s(run: Seconds, resumable: bool, cfg: &ProtectionConfig) -> Seconds {
+    let run = run.max(0.0);
+    if !resumable {
+        run
+    } else if cfg.checkpoint_interval_s > 0.0 {
+        run % cfg.checkpoint_interval_s
+    } else {
+        0.0
     }
 }
 
@@ -210,10 +224,12 @@ pub fn victim_rule(
     }
     let victim_ratio = ratios.ratio(&victim.account);
     let requester_ratio = ratios.ratio(&pending.account);
-    (victim_ratio > requester_ratio).then_some(VictimRule::OverServed {
-        victim_ratio,
-        requester_ratio,
-    })
+    (victim_ratio > requester_ratio * (1.0 + cfg.preempt_margin)).then_some(
+        VictimRule::OverServed {
+            victim_ratio,
+            requester_ratio,
+        },
+    )
 }
 
 /// Chooses the victims that make `pending` placeable, or `None` if no legal
