@@ -491,3 +491,62 @@ fn backfill_without_migrations_never_slips_a_reservation() {
     }
     assert!(backfilled > 0, "the traces exercise backfill");
 }
+
+#[test]
+fn gpu_time_is_conserved_under_every_policy() {
+    // The integral of used GPUs over the replay equals the sum over jobs of
+    // w * g * (duration + c * charges): completions, migration charges and
+    // GPU accounting agree, for every policy and queue.
+    for name in POLICY_NAMES {
+        for (nodes, queue) in [
+            (4, QueuePolicy::Fifo),
+            (6, QueuePolicy::Backfill),
+            (9, QueuePolicy::Fifo),
+        ] {
+            let jobs = mixed_trace(250);
+            let mut cfg = config(nodes, queue);
+            cfg.record_timeseries = true;
+            let opts = PolicyOptions {
+                defrag_interval_s: 60.0,
+                ..PolicyOptions::default()
+            };
+            let Ok(mut policy) = placement::build(name, cfg.spec, &opts) else {
+                continue;
+            };
+            let mut charges = vec![0u64; jobs.len()];
+            let mut obs = FnObserver(|e: &Event<'_>, _: &dyn PlacementPolicy| {
+                let mut moved: Vec<u64> = e.migrations.iter().map(|m| m.job.0).collect();
+                moved.sort_unstable();
+                moved.dedup();
+                for j in moved {
+                    if !(e.kind == EventKind::Start && e.job == Some(JobId(j))) {
+                        charges[j as usize] += 1;
+                    }
+                }
+            });
+            let r = simulate(&jobs, policy.as_mut(), &cfg, &mut obs).unwrap();
+            let expected: f64 = jobs
+                .iter()
+                .zip(&charges)
+                .map(|(j, &c)| {
+                    j.shape.total_gpus() as f64 * (j.duration_s + cfg.migration_cost_s * c as f64)
+                })
+                .sum();
+            let total = cfg.spec.total_gpus() as f64;
+            let used: f64 = r
+                .timeseries
+                .windows(2)
+                .map(|w| w[0].utilisation * total * (w[1].t_s - w[0].t_s))
+                .sum();
+            assert!(
+                (used - expected).abs() <= 1e-9 * expected,
+                "{name} {queue:?}: {used} vs {expected}"
+            );
+            assert_eq!(charges.iter().sum::<u64>(), r.migration_charges, "{name}");
+            assert_eq!(
+                r.timeseries.last().map(|s| (s.running, s.queued)),
+                Some((0, 0))
+            );
+        }
+    }
+}
