@@ -24,7 +24,9 @@ use crate::fairshare::order::node_stats;
 use crate::fairshare::tree::{NodeIx, OrgTree};
 use crate::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeSet};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
-use crate::preempt::{plan_room, NodeRoom, PendingJob, ProtectionConfig, RunningJob};
+use crate::preempt::{
+    plan_room, NodeRoom, PendingJob, ProtectionConfig, RunningJob, TeamLoad, TeamTable,
+};
 use crate::sim::stats::Percentiles;
 use crate::trace::TraceJob;
 
@@ -59,7 +61,7 @@ pub struct BudgetSimConfig {
     pub restart_cost_s: Seconds,
     /// Waiting jobs examined per scheduling pass (Slurm's queue depth).
     pub queue_depth: usize,
-    /// Blocked allocated jobs that may preempt per cycle, in queue order.
+    /// Teams whose head allocated job may preempt per cycle, in fair-share order.
     pub preempt_depth: usize,
     /// Stop at this simulated time (seconds after the first submission).
     pub horizon_s: Option<Seconds>,
@@ -69,6 +71,23 @@ pub struct BudgetSimConfig {
     pub debug_max_min_runtime_s: Seconds,
     /// Keep a log of every start, preemption and completion in the report.
     pub record: Record,
+    /// How teams are ordered when capacity frees up.
+    pub team_order: TeamOrder,
+}
+
+/// How the scheduler orders teams.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TeamOrder {
+    /// The published design: the fair-share tree walk by lookback ratio.
+    Ratio,
+    /// Ours: teams running less allocated time than their allocation right
+    /// now go first (in ratio order), then the others (in ratio order). The
+    /// lookback ratio alone hands all freed capacity to one team at a time,
+    /// so a team's hourly use swings around its budget; this keeps each team
+    /// near its allocation hour by hour, which is what "owed GPU-hours" counts.
+    #[default]
+    UnderAllocationFirst,
 }
 
 /// Whether the report carries the event log.
@@ -110,11 +129,12 @@ impl BudgetSimConfig {
             cycle_s: 60.0,
             restart_cost_s: 8.0,
             queue_depth: 200,
-            preempt_depth: 4,
+            preempt_depth: 16,
             horizon_s: None,
             debug_max_gpus: 2,
             debug_max_min_runtime_s: 900.0,
             record: Record::Summary,
+            team_order: TeamOrder::default(),
         }
     }
 }
@@ -259,7 +279,7 @@ pub fn assign_venus(
             let debug = gpus <= 2 && j.duration_s <= 900.0;
             let min_runtime_s = if debug {
                 j.duration_s.max(1.0)
-            } else if (h >> 20) % 5 == 0 {
+            } else if (h >> 20).is_multiple_of(5) {
                 0.0
             } else {
                 j.duration_s.min(min_runtime_cap_s).max(1.0)
@@ -271,7 +291,7 @@ pub fn assign_venus(
                 duration_s: j.duration_s,
                 shape: j.shape,
                 min_runtime_s,
-                resumable: (h >> 40) % 10 != 0,
+                resumable: !(h >> 40).is_multiple_of(10),
             }
         })
         .collect())
@@ -423,7 +443,7 @@ struct Sim<'a> {
     cycle_pending: bool,
     /// Teams in fair-share order (allocated jobs of the first team first).
     order: Vec<usize>,
-    ratios: BTreeMap<String, f64>,
+    ratios: TeamTable,
     capacity: u64,
     waiting: usize,
     peak_used_gpu_s: f64,
@@ -491,7 +511,7 @@ impl<'a> Sim<'a> {
             now: 0.0,
             cycle_pending: false,
             order: Vec::new(),
-            ratios: BTreeMap::new(),
+            ratios: TeamTable::default(),
             capacity: cfg.spec.total_gpus(),
             waiting: 0,
             peak_used_gpu_s: 0.0,
@@ -658,7 +678,7 @@ impl<'a> Sim<'a> {
             )
         });
         self.order = order;
-        self.ratios = self
+        self.ratios.ratio = self
             .teams
             .iter()
             .map(|t| {
@@ -668,14 +688,46 @@ impl<'a> Sim<'a> {
                 )
             })
             .collect();
+        self.refresh_loads();
     }
 
-    /// Waiting jobs in queue order: every allocated job (teams in fair-share
-    /// order, FIFO within a team), then every unallocated job.
+    /// Allocated GPUs each team runs now against its allocation.
+    fn refresh_loads(&mut self) {
+        let cap = self.capacity as f64;
+        self.ratios.load = self
+            .teams
+            .iter()
+            .map(|t| {
+                let load = TeamLoad {
+                    running_gpus: t.run_charged as f64,
+                    allocation_gpus: t.share * cap,
+                };
+                (t.account.clone(), load)
+            })
+            .collect();
+    }
+
+    /// Teams in the order their jobs are served now (see [`TeamOrder`]).
+    fn team_order(&self) -> Vec<usize> {
+        match self.cfg.team_order {
+            TeamOrder::Ratio => self.order.clone(),
+            TeamOrder::UnderAllocationFirst => {
+                let cap = self.capacity as f64;
+                let (under, over): (Vec<usize>, Vec<usize>) = self.order.iter().partition(|&&t| {
+                    (self.teams[t].run_charged as f64) < self.teams[t].share * cap
+                });
+                under.into_iter().chain(over).collect()
+            }
+        }
+    }
+
+    /// Waiting jobs in queue order: every allocated job (teams in
+    /// [`Self::team_order`], FIFO within a team), then every unallocated job.
     fn queue(&self, limit: usize) -> Vec<usize> {
         let mut out = Vec::with_capacity(limit);
+        let order = self.team_order();
         for alloc in [true, false] {
-            for &t in &self.order {
+            for &t in &order {
                 let set = if alloc {
                     &self.teams[t].wait_alloc
                 } else {
@@ -859,14 +911,23 @@ impl<'a> Sim<'a> {
             .collect()
     }
 
-    /// The enforcement step of a cycle: the first blocked allocated jobs in
-    /// queue order preempt what they need ([`plan_room`]).
+    /// The enforcement step of a cycle: the head allocated job of each team
+    /// (at most `preempt_depth` teams, in fair-share order) preempts what it
+    /// needs ([`plan_room`]).
     fn preempt_for_blocked(&mut self) -> Result<()> {
+        // The first waiting allocated job of each team, teams in fair-share
+        // order: a team below its allocation must be able to reclaim it even
+        // when another team sorts ahead of it.
         let blocked: Vec<usize> = self
-            .queue(self.cfg.queue_depth)
-            .into_iter()
-            .filter(|&i| self.allocated(i))
-            .filter(|&i| !self.owes_min_runtime(i))
+            .order
+            .iter()
+            .filter_map(|&t| {
+                self.teams[t]
+                    .wait_alloc
+                    .iter()
+                    .map(|&(_, i)| i)
+                    .find(|&i| !self.owes_min_runtime(i))
+            })
             .take(self.cfg.preempt_depth)
             .collect();
         if blocked.is_empty() {
@@ -876,6 +937,7 @@ impl<'a> Sim<'a> {
         let cap = self.cfg.spec.gpus_per_node;
         let mut excluded: BTreeSet<JobId> = BTreeSet::new();
         for i in blocked {
+            self.refresh_loads();
             let occ = self.policy.occupancy();
             let room = NodeRoom {
                 capacity: cap,
