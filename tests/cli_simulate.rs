@@ -235,3 +235,29 @@ fn version_names_the_slurm_build() {
     let v = String::from_utf8(out.stdout).unwrap();
     assert!(v.starts_with("compass ") && v.contains("(Slurm "), "{v}");
 }
+
+#[test]
+fn paper_compact_flag_reproduces_the_issue_counter_example() {
+    // 1,1,1 / 2,2,2 / 1,1,1 / 4 on empty nodes: the paper's Compact ends
+    // with three partial nodes where none are needed; ours with two.
+    let s = Scratch::new("paper");
+    let mut text = String::from("job_id,submit_s,duration_s,num_inst,gpus_per_inst\n");
+    for (i, g) in [1, 1, 1, 2, 2, 2, 1, 1, 1, 4].iter().enumerate() {
+        text.push_str(&format!("j{i},{},1000,1,{g}\n", i + 1));
+    }
+    let trace = s.file("ex.csv", &text);
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "--trace",
+            path(&trace),
+            "--nodes",
+            "6",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        json(&compass(&args))
+    };
+    assert_eq!(run(&[])["max_n_sif"], 2);
+    assert_eq!(run(&["--compass-paper-compact"])["max_n_sif"], 3);
+}
