@@ -174,8 +174,8 @@ pub fn table(r: &Report<'_>) -> String {
         row(
             "backfilled",
             format!(
-                "{} jobs ({} reservation slips)",
-                x.backfilled, x.reservation_slips
+                "{} jobs ({} reservation slips, {:.0} s in total)",
+                x.backfilled, x.reservation_slips, x.reservation_slip_s
             ),
         );
     }
