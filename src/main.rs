@@ -1,1 +1,59 @@
-fn main() {}
+//! `compass`: the command-line driver of the compass GPU scheduler.
+//!
+//! Thin clap dispatcher: each subcommand lives in its own module with an
+//! `Args` struct and a `run` function. Adding one is one enum variant and one
+//! match arm.
+
+mod bench;
+mod chart;
+mod compare;
+mod error;
+mod progress;
+mod simulate;
+mod tracefile;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Version line: the crate version and the Slurm version the plugins were
+/// built for (from slurm_version.h at build time, "none" without Slurm).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (Slurm ", env!("COMPASS_SLURM_VERSION"), ")");
+
+/// compass: a GPU scheduler for Slurm clusters (COMPASS-ABS placement).
+#[derive(Parser)]
+#[command(name = "compass", version = VERSION, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Simulate(simulate::Args),
+    Compare(compare::Args),
+    Bench(bench::Args),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("COMPASS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => simulate::run(args),
+        Command::Compare(args) => compare::run(args),
+        Command::Bench(args) => bench::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("compass: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -20,7 +20,9 @@ pub struct ManualClock {
 
 impl ManualClock {
     pub fn new(start: Seconds) -> Self {
-        Self { now: Cell::new(start) }
+        Self {
+            now: Cell::new(start),
+        }
     }
     pub fn set(&self, t: Seconds) {
         self.now.set(t);

@@ -13,7 +13,11 @@ pub enum CoreError {
     #[error("a job needs at least one instance, got 0 (job {0})")]
     NoInstances(JobId),
     #[error("job {job}: {gpus} GPUs per instance cannot fit a node of {capacity} GPUs")]
-    InstanceTooLarge { job: JobId, gpus: u32, capacity: u32 },
+    InstanceTooLarge {
+        job: JobId,
+        gpus: u32,
+        capacity: u32,
+    },
     #[error("job {job}: GPUs per instance must be at least 1")]
     ZeroGpus { job: JobId },
     #[error("job {0} is already placed")]
@@ -25,9 +29,19 @@ pub enum CoreError {
     #[error("job {job}: layout does not match the job shape: {why}")]
     BadLayout { job: JobId, why: String },
     #[error("node {node}: adopting job {job} would put {used} GPUs on a node of {capacity}")]
-    Overcommit { job: JobId, node: NodeId, used: u32, capacity: u32 },
+    Overcommit {
+        job: JobId,
+        node: NodeId,
+        used: u32,
+        capacity: u32,
+    },
     #[error("{file}:{line}: field `{field}`: {why}")]
-    Trace { file: String, line: u64, field: String, why: String },
+    Trace {
+        file: String,
+        line: u64,
+        field: String,
+        why: String,
+    },
     #[error("{0}")]
     Invalid(String),
     #[error("budget tree: node `{node}`, field `{field}`: {why}")]

@@ -13,6 +13,7 @@
 //!   (paper Section 3.2, Appendix C).
 //! - [`fairshare`]: org-tree budgets, the occupancy ledger and the fair-share
 //!   queue order (budget service, issue 4).
+//! - [`preempt`]: protected and preemptible time: victims, faulty nodes.
 //! - [`clock`]: the injected clock.
 
 pub mod clock;
@@ -21,5 +22,8 @@ pub mod fairshare;
 pub mod metric;
 pub mod model;
 pub mod placement;
+pub mod preempt;
+pub mod sim;
+pub mod trace;
 
 pub use error::{CoreError, Result};

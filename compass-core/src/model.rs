@@ -62,7 +62,11 @@ pub struct JobRequest {
 
 impl JobRequest {
     pub fn new(id: u64, instances: u32, gpus: u32) -> Self {
-        Self { id: JobId(id), shape: JobShape::new(instances, gpus), movable: true }
+        Self {
+            id: JobId(id),
+            shape: JobShape::new(instances, gpus),
+            movable: true,
+        }
     }
     pub fn pinned(mut self) -> Self {
         self.movable = false;
@@ -106,7 +110,10 @@ impl ClusterSpec {
         if nodes == 0 {
             return Err(CoreError::NoNodes);
         }
-        Ok(Self { nodes, gpus_per_node })
+        Ok(Self {
+            nodes,
+            gpus_per_node,
+        })
     }
 
     pub fn total_gpus(&self) -> u64 {
@@ -133,7 +140,10 @@ impl ClusterSpec {
 
     pub fn check_node(&self, node: NodeId) -> Result<()> {
         if node >= self.nodes {
-            return Err(CoreError::UnknownNode { node, nodes: self.nodes });
+            return Err(CoreError::UnknownNode {
+                node,
+                nodes: self.nodes,
+            });
         }
         Ok(())
     }
@@ -154,7 +164,10 @@ pub struct NodeSet {
 
 impl NodeSet {
     pub fn empty(len: u32) -> Self {
-        Self { words: vec![0; (len as usize).div_ceil(64)], len }
+        Self {
+            words: vec![0; (len as usize).div_ceil(64)],
+            len,
+        }
     }
     pub fn full(len: u32) -> Self {
         let mut s = Self::empty(len);

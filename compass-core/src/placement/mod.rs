@@ -10,7 +10,7 @@ pub mod occupancy;
 
 use crate::clock::Seconds;
 use crate::error::Result;
-use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration, NodeId, NodeSet};
+use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration, NodeSet};
 
 pub use occupancy::Occupancy;
 
@@ -32,12 +32,20 @@ pub struct PolicyOptions {
 
 impl Default for PolicyOptions {
     fn default() -> Self {
-        Self { compass: CompassConfig::default(), defrag_interval_s: 300.0, fgd_window: 1000 }
+        Self {
+            compass: CompassConfig::default(),
+            defrag_interval_s: 300.0,
+            fgd_window: 1000,
+        }
     }
 }
 
 /// Builds a policy by its CLI name.
-pub fn build(name: &str, spec: ClusterSpec, opts: &PolicyOptions) -> Result<Box<dyn PlacementPolicy>> {
+pub fn build(
+    name: &str,
+    spec: ClusterSpec,
+    opts: &PolicyOptions,
+) -> Result<Box<dyn PlacementPolicy>> {
     match name {
         "compass" => Ok(Box::new(CompassEngine::new(spec, opts.compass.clone()))),
         other => Err(CoreError::Invalid(format!(

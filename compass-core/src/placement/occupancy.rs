@@ -16,6 +16,9 @@ pub struct RunningJob {
     pub request: JobRequest,
     /// `nodes[k]` hosts instance `k`.
     pub nodes: Vec<NodeId>,
+    /// GPUs of instance `k`: all `g` for a `w x g` job; per-node amounts for
+    /// a job outside the model (see [`Occupancy::add_foreign`]).
+    pub gpus: Vec<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -93,7 +96,10 @@ impl Occupancy {
     /// `g` (lowest index on ties).
     pub fn best_fit(&self, g: u32, allowed: Option<&NodeSet>) -> Option<NodeId> {
         (g..=self.capacity()).find_map(|f| {
-            self.by_free[f as usize].iter().copied().find(|n| allowed.is_none_or(|a| a.contains(*n)))
+            self.by_free[f as usize]
+                .iter()
+                .copied()
+                .find(|n| allowed.is_none_or(|a| a.contains(*n)))
         })
     }
 
@@ -102,7 +108,10 @@ impl Occupancy {
     pub fn first_fit(&self, g: u32, allowed: Option<&NodeSet>) -> Option<NodeId> {
         (g..=self.capacity())
             .filter_map(|f| {
-                self.by_free[f as usize].iter().copied().find(|n| allowed.is_none_or(|a| a.contains(*n)))
+                self.by_free[f as usize]
+                    .iter()
+                    .copied()
+                    .find(|n| allowed.is_none_or(|a| a.contains(*n)))
             })
             .min()
     }
@@ -123,6 +132,13 @@ impl Occupancy {
         self.used_total = (self.used_total as i64 + delta) as u64;
     }
 
+    /// Sets the movable flag of a running job.
+    pub fn set_movable(&mut self, job: JobId, movable: bool) -> Result<()> {
+        let r = self.jobs.get_mut(&job).ok_or(CoreError::UnknownJob(job))?;
+        r.request.movable = movable;
+        Ok(())
+    }
+
     /// Records a running job on `nodes` (one entry per instance). Checks the
     /// shape and that no node is over-committed; on error nothing changes.
     pub fn add(&mut self, request: &JobRequest, nodes: Vec<NodeId>) -> Result<()> {
@@ -133,7 +149,11 @@ impl Occupancy {
         if nodes.len() != request.shape.instances as usize {
             return Err(CoreError::BadLayout {
                 job: request.id,
-                why: format!("{} nodes given for {} instances", nodes.len(), request.shape.instances),
+                why: format!(
+                    "{} nodes given for {} instances",
+                    nodes.len(),
+                    request.shape.instances
+                ),
             });
         }
         let g = request.shape.gpus;
@@ -145,32 +165,93 @@ impl Occupancy {
         for (&n, &add) in &extra {
             let used = self.used(n) + add;
             if used > self.capacity() {
-                return Err(CoreError::Overcommit { job: request.id, node: n, used, capacity: self.capacity() });
+                return Err(CoreError::Overcommit {
+                    job: request.id,
+                    node: n,
+                    used,
+                    capacity: self.capacity(),
+                });
             }
         }
         for (&n, &add) in &extra {
             self.adjust(n, i64::from(add));
         }
         self.counts[g as usize] += u64::from(request.shape.instances);
-        self.jobs.insert(request.id, RunningJob { request: request.clone(), nodes });
+        let gpus = vec![g; nodes.len()];
+        self.jobs.insert(
+            request.id,
+            RunningJob {
+                request: request.clone(),
+                nodes,
+                gpus,
+            },
+        );
+        Ok(())
+    }
+
+    /// Records GPUs held by a job outside the `w x g` model (Slurm's
+    /// `--gpus=3` spread over nodes): one chunk per node, never movable. For
+    /// `Phi*` each chunk counts as an instance of its size.
+    pub fn add_foreign(&mut self, job: JobId, chunks: &[(NodeId, u32)]) -> Result<()> {
+        if self.jobs.contains_key(&job) {
+            return Err(CoreError::DuplicateJob(job));
+        }
+        if chunks.is_empty() || chunks.iter().any(|c| c.1 == 0) {
+            return Err(CoreError::BadLayout {
+                job,
+                why: "no GPUs in the chunks".into(),
+            });
+        }
+        let mut extra: BTreeMap<NodeId, u32> = BTreeMap::new();
+        for &(n, g) in chunks {
+            self.spec.check_node(n)?;
+            *extra.entry(n).or_default() += g;
+        }
+        for (&n, &add) in &extra {
+            let used = self.used(n) + add;
+            if used > self.capacity() {
+                return Err(CoreError::Overcommit {
+                    job,
+                    node: n,
+                    used,
+                    capacity: self.capacity(),
+                });
+            }
+        }
+        for (&n, &add) in &extra {
+            self.adjust(n, i64::from(add));
+            self.counts[add.min(8) as usize] += 1;
+        }
+        let request = JobRequest {
+            id: job,
+            shape: crate::model::JobShape::new(extra.len() as u32, 0),
+            movable: false,
+        };
+        self.jobs.insert(
+            job,
+            RunningJob {
+                request,
+                nodes: extra.keys().copied().collect(),
+                gpus: extra.values().copied().collect(),
+            },
+        );
         Ok(())
     }
 
     /// Forgets a running job and frees its GPUs.
     pub fn remove(&mut self, job: JobId) -> Result<RunningJob> {
         let running = self.jobs.remove(&job).ok_or(CoreError::UnknownJob(job))?;
-        let g = running.request.shape.gpus;
-        for &n in &running.nodes {
+        for (&n, &g) in running.nodes.iter().zip(&running.gpus) {
             self.adjust(n, -i64::from(g));
+            self.counts[g.min(8) as usize] -= 1;
         }
-        self.counts[g as usize] -= u64::from(running.request.shape.instances);
         Ok(running)
     }
 
     /// Moves one instance. The caller guarantees room on `to`.
     pub fn move_instance(&mut self, job: JobId, instance: u32, to: NodeId) -> Result<NodeId> {
         let running = self.jobs.get(&job).ok_or(CoreError::UnknownJob(job))?;
-        let g = running.request.shape.gpus;
+        let g = running.gpus.get(instance as usize).copied().unwrap_or(0);
         let from = *running
             .nodes
             .get(instance as usize)
@@ -180,7 +261,12 @@ impl Occupancy {
             return Ok(from);
         }
         if self.free(to) < g {
-            return Err(CoreError::Overcommit { job, node: to, used: self.used(to) + g, capacity: self.capacity() });
+            return Err(CoreError::Overcommit {
+                job,
+                node: to,
+                used: self.used(to) + g,
+                capacity: self.capacity(),
+            });
         }
         self.adjust(from, -i64::from(g));
         self.adjust(to, i64::from(g));
@@ -201,14 +287,23 @@ mod tests {
         let mut o = Occupancy::new(spec);
         o.add(&JobRequest::new(1, 2, 4), vec![0, 0]).unwrap();
         o.add(&JobRequest::new(2, 1, 3), vec![1]).unwrap();
-        assert_eq!((o.partial_nodes(), o.empty_nodes(), o.used_gpus()), (1, 1, 11));
+        assert_eq!(
+            (o.partial_nodes(), o.empty_nodes(), o.used_gpus()),
+            (1, 1, 11)
+        );
         assert_eq!(o.best_fit(2, None), Some(1));
         assert_eq!(o.first_fit(6, None), Some(2));
-        assert!(matches!(o.add(&JobRequest::new(3, 1, 6), vec![1]), Err(CoreError::Overcommit { .. })));
+        assert!(matches!(
+            o.add(&JobRequest::new(3, 1, 6), vec![1]),
+            Err(CoreError::Overcommit { .. })
+        ));
         o.move_instance(JobId(2), 0, 2).unwrap();
         assert_eq!(o.used(1), 0);
         o.remove(JobId(1)).unwrap();
-        assert_eq!((o.partial_nodes(), o.empty_nodes(), o.used_gpus()), (1, 2, 3));
+        assert_eq!(
+            (o.partial_nodes(), o.empty_nodes(), o.used_gpus()),
+            (1, 2, 3)
+        );
         assert_eq!(o.instance_counts()[4], 0);
     }
 }

@@ -1,0 +1,671 @@
+//! Protected and preemptible time (`fair-share-budgets.txt`; issue 5): who
+//! may be preempted, for whom, and which victims free room a pending job can
+//! actually use under the one-node-per-instance rule.
+//!
+//! Rules, all decided here with the clock injected:
+//! - A job with `min_runtime > 0` is *allocated* time: charged, and
+//!   **protected** until it has run `min(min_runtime, cap)` since its last
+//!   (re)start. A job with `min_runtime = 0` is *unallocated*: free, never
+//!   protected.
+//! - A pending allocated job that cannot start may preempt, in this order of
+//!   preference, unallocated jobs, then unprotected allocated jobs of teams
+//!   whose fair-share ratio is strictly higher (more over-served) than its own.
+//!   Unallocated requests never preempt.
+//! - The victim set must make the job placeable: enough nodes with `g` free
+//!   GPUs for its `w` instances, counted node by node (free GPUs spread over
+//!   many nodes are not room for an 8-GPU instance). Among such sets we take
+//!   the one that loses the least allocated GPU-time, then the least
+//!   unallocated GPU-time, then has the fewest victims, then leaves the
+//!   fewest partial nodes.
+//! - **No preemption loop.** A job never preempts the job that preempted it
+//!   last, and a job that was preempted cannot preempt again until it has run
+//!   its min runtime since its restart. So every preemption of a job `J` is
+//!   preceded by `J` completing a protected period, and a chain
+//!   `A -> B -> A` needs `A` to have run its min runtime in between: a job is
+//!   preempted at most once per protected period it completes.
+//! - Faulty nodes take no new jobs; each job on one is preempted as soon as its
+//!   protection ends; an empty faulty node is drained for repair.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Seconds;
+use crate::model::{JobId, JobShape, NodeId, NodeSet};
+
+/// Site settings of protection.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProtectionConfig {
+    /// Longest protected time a job can buy (the published design: 8 h).
+    pub min_runtime_cap_s: Seconds,
+    /// GPU-time a resumable victim loses is its run time since its last
+    /// checkpoint, which we bound by this interval (non-resumable victims lose
+    /// all their run time).
+    pub checkpoint_interval_s: Seconds,
+    /// Exhaustive victim search up to this many candidates; greedy with
+    /// pruning above.
+    pub exact_search_limit: usize,
+}
+
+impl Default for ProtectionConfig {
+    fn default() -> Self {
+        Self {
+            min_runtime_cap_s: 8.0 * 3600.0,
+            checkpoint_interval_s: 3600.0,
+            exact_search_limit: 14,
+        }
+    }
+}
+
+/// A running job as the planner sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunningJob {
+    pub id: JobId,
+    /// Team (Slurm account, a leaf of the budget tree).
+    pub account: String,
+    /// GPUs held on each node.
+    pub gpus_on: Vec<(NodeId, u32)>,
+    pub min_runtime_s: Seconds,
+    /// Start of the current run (after the last requeue).
+    pub started_s: Seconds,
+    pub resumable: bool,
+}
+
+impl RunningJob {
+    pub fn allocated(&self) -> bool {
+        self.min_runtime_s > 0.0
+    }
+    pub fn gpus(&self) -> u32 {
+        self.gpus_on.iter().map(|(_, g)| g).sum()
+    }
+    /// Protected at `now`: allocated and still inside `min(min_runtime, cap)`.
+    pub fn protected(&self, now: Seconds, cfg: &ProtectionConfig) -> bool {
+        self.allocated() && now - self.started_s < self.min_runtime_s.min(cfg.min_runtime_cap_s)
+    }
+    /// When protection ends (`None` for unallocated jobs).
+    pub fn protected_until(&self, cfg: &ProtectionConfig) -> Option<Seconds> {
+        self.allocated()
+            .then(|| self.started_s + self.min_runtime_s.min(cfg.min_runtime_cap_s))
+    }
+    /// GPU-seconds lost if preempted at `now`.
+    pub fn loss(&self, now: Seconds, cfg: &ProtectionConfig) -> f64 {
+        let run = (now - self.started_s).max(0.0);
+        let lost = if self.resumable {
+            run.min(cfg.checkpoint_interval_s)
+        } else {
+            run
+        };
+        lost * f64::from(self.gpus())
+    }
+}
+
+/// A pending job asking for room.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingJob {
+    pub id: JobId,
+    pub account: String,
+    pub shape: JobShape,
+    pub min_runtime_s: Seconds,
+    /// The job that preempted this one last, if any.
+    pub preempted_by: Option<JobId>,
+    /// Was this job preempted and has not yet run its min runtime since?
+    pub owes_min_runtime: bool,
+}
+
+impl PendingJob {
+    /// May this job preempt anyone (allocated, and not a recent victim)?
+    pub fn may_preempt(&self) -> bool {
+        self.min_runtime_s > 0.0 && !self.owes_min_runtime
+    }
+}
+
+/// Why a job may be a victim.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "rule", rename_all = "snake_case")]
+pub enum VictimRule {
+    /// Unallocated (min runtime 0): preemptible by any allocated request.
+    Unallocated,
+    /// Allocated, past its protection, and its team is more over-served.
+    OverServed {
+        victim_ratio: f64,
+        requester_ratio: f64,
+    },
+    /// On a faulty node and past its protection.
+    FaultyNode { node: NodeId },
+}
+
+/// One decided preemption, with its cause.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Preemption {
+    pub victim: JobId,
+    /// The pending job that needed the room (`None` for faulty nodes).
+    pub for_job: Option<JobId>,
+    pub rule: VictimRule,
+    /// Requeue (resumable) or cancel (not resumable).
+    pub requeue: bool,
+    /// GPU-seconds lost.
+    pub lost_gpu_s: f64,
+}
+
+/// The fair-share ratio of an account (usage over allocation; higher = more
+/// over-served). Accounts without a budget count as infinitely over-served.
+pub trait Ratios {
+    fn ratio(&self, account: &str) -> f64;
+}
+
+impl Ratios for BTreeMap<String, f64> {
+    fn ratio(&self, account: &str) -> f64 {
+        self.get(account).copied().unwrap_or(f64::INFINITY)
+    }
+}
+
+/// Free GPUs per node, as the placement engine sees them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRoom {
+    pub capacity: u32,
+    /// Free GPUs of each node.
+    pub free: Vec<u32>,
+    /// Nodes that may take new jobs (not faulty, down or drained).
+    pub usable: NodeSet,
+}
+
+impl NodeRoom {
+    /// How many `g`-GPU instances fit, node by node, with `extra` GPUs freed.
+    fn instances_fitting(&self, g: u32, extra: &BTreeMap<NodeId, u32>) -> u64 {
+        self.free
+            .iter()
+            .enumerate()
+            .filter(|(n, _)| self.usable.contains(*n as NodeId))
+            .map(|(n, f)| u64::from((f + extra.get(&(n as NodeId)).copied().unwrap_or(0)) / g))
+            .sum()
+    }
+    fn partial_after(&self, extra: &BTreeMap<NodeId, u32>) -> usize {
+        self.free
+            .iter()
+            .enumerate()
+            .filter(|(n, f)| {
+                let free = *f + extra.get(&(*n as NodeId)).copied().unwrap_or(0);
+                free > 0 && free < self.capacity
+            })
+            .count()
+    }
+}
+
+/// The rule that makes `victim` preemptible for `pending`, if any.
+pub fn victim_rule(
+    victim: &RunningJob,
+    pending: &PendingJob,
+    ratios: &dyn Ratios,
+    now: Seconds,
+    cfg: &ProtectionConfig,
+) -> Option<VictimRule> {
+    if !pending.may_preempt()
+        || victim.protected(now, cfg)
+        || pending.preempted_by == Some(victim.id)
+    {
+        return None;
+    }
+    if !victim.allocated() {
+        return Some(VictimRule::Unallocated);
+    }
+    let victim_ratio = ratios.ratio(&victim.account);
+    let requester_ratio = ratios.ratio(&pending.account);
+    (victim_ratio > requester_ratio).then_some(VictimRule::OverServed {
+        victim_ratio,
+        requester_ratio,
+    })
+}
+
+/// Chooses the victims that make `pending` placeable, or `None` if no legal
+/// set does. `Some(vec![])` means it fits already. `excluded` jobs (already
+/// chosen this cycle) are not considered.
+pub fn plan_room(
+    pending: &PendingJob,
+    running: &[RunningJob],
+    room: &NodeRoom,
+    ratios: &dyn Ratios,
+    now: Seconds,
+    cfg: &ProtectionConfig,
+    excluded: &BTreeSet<JobId>,
+) -> Option<Vec<Preemption>> {
+    let g = pending.shape.gpus;
+    let w = u64::from(pending.shape.instances);
+    if g == 0 || g > room.capacity {
+        return None;
+    }
+    if room.instances_fitting(g, &BTreeMap::new()) >= w {
+        return Some(Vec::new());
+    }
+    let mut cands: Vec<(&RunningJob, VictimRule)> = running
+        .iter()
+        .filter(|v| !excluded.contains(&v.id))
+        .filter_map(|v| victim_rule(v, pending, ratios, now, cfg).map(|r| (v, r)))
+        .filter(|(v, _)| v.gpus_on.iter().any(|(n, _)| room.usable.contains(*n)))
+        .collect();
+    // Cheapest first: unallocated before allocated, then by loss, then id.
+    let key = |v: &RunningJob| (v.allocated(), v.loss(now, cfg), v.id);
+    cands.sort_by(|a, b| {
+        key(a.0)
+            .partial_cmp(&key(b.0))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+
+    let freed = |set: &[usize]| {
+        let mut extra: BTreeMap<NodeId, u32> = BTreeMap::new();
+        for &i in set {
+            for &(n, gpus) in &cands[i].0.gpus_on {
+                *extra.entry(n).or_default() += gpus;
+            }
+        }
+        extra
+    };
+    let feasible = |set: &[usize]| room.instances_fitting(g, &freed(set)) >= w;
+    let cost = |set: &[usize]| {
+        let (mut alloc, mut unalloc) = (0.0, 0.0);
+        for &i in set {
+            let v = cands[i].0;
+            if v.allocated() {
+                alloc += v.loss(now, cfg);
+            } else {
+                unalloc += v.loss(now, cfg);
+            }
+        }
+        (
+            alloc,
+            unalloc,
+            set.len(),
+            room.partial_after(&freed(set)),
+            set.to_vec(),
+        )
+    };
+    type Cost = (f64, f64, usize, usize, Vec<usize>);
+    let better = |a: &Cost, b: &Cost| {
+        (a.0, a.1, a.2, a.3)
+            .partial_cmp(&(b.0, b.1, b.2, b.3))
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.4.cmp(&b.4))
+            == std::cmp::Ordering::Less
+    };
+
+    let chosen: Vec<usize> = if cands.len() <= cfg.exact_search_limit {
+        let mut best: Option<Cost> = None;
+        for mask in 1u32..(1u32 << cands.len()) {
+            let set: Vec<usize> = (0..cands.len()).filter(|i| mask & (1 << i) != 0).collect();
+            if !feasible(&set) {
+                continue;
+            }
+            let c = cost(&set);
+            if best.as_ref().is_none_or(|b| better(&c, b)) {
+                best = Some(c);
+            }
+        }
+        best?.4
+    } else {
+        // Greedy: add the candidate that makes the most instances fit per
+        // GPU-second lost, then drop any victim that is not needed.
+        let mut set: Vec<usize> = Vec::new();
+        while !feasible(&set) {
+            let fits = room.instances_fitting(g, &freed(&set));
+            let next = (0..cands.len())
+                .filter(|i| !set.contains(i))
+                .max_by(|&a, &b| {
+                    let score = |i: usize| {
+                        let mut s = set.clone();
+                        s.push(i);
+                        let gain =
+                            room.instances_fitting(g, &freed(&s)).saturating_sub(fits) as f64;
+                        let v = cands[i].0;
+                        let weight = if v.allocated() { 1e6 } else { 1.0 };
+                        gain / (1.0 + weight * v.loss(now, cfg))
+                    };
+                    score(a)
+                        .partial_cmp(&score(b))
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                        .then(b.cmp(&a))
+                })?;
+            set.push(next);
+        }
+        for i in (0..set.len()).rev() {
+            let mut s = set.clone();
+            s.remove(i);
+            if feasible(&s) {
+                set = s;
+            }
+        }
+        set
+    };
+    Some(
+        chosen
+            .into_iter()
+            .map(|i| {
+                let (v, rule) = &cands[i];
+                Preemption {
+                    victim: v.id,
+                    for_job: Some(pending.id),
+                    rule: rule.clone(),
+                    requeue: v.resumable,
+                    lost_gpu_s: v.loss(now, cfg),
+                }
+            })
+            .collect(),
+    )
+}
+
+/// What one enforcement cycle decides.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CyclePlan {
+    pub preemptions: Vec<Preemption>,
+    /// Faulty nodes that are empty now (or after this cycle's preemptions):
+    /// drain them for repair.
+    pub drain: Vec<NodeId>,
+    /// Pending jobs that were given room this cycle, in queue order.
+    pub admitted: Vec<JobId>,
+}
+
+/// One cycle: faulty-node evictions, then pending jobs in fair-share order
+/// (`queue` is already ordered), each taking room from free GPUs first and
+/// from legal victims otherwise. Room given to an earlier job is not given
+/// again to a later one.
+pub fn plan_cycle(
+    queue: &[PendingJob],
+    running: &[RunningJob],
+    room: &NodeRoom,
+    faulty: &BTreeSet<NodeId>,
+    ratios: &dyn Ratios,
+    now: Seconds,
+    cfg: &ProtectionConfig,
+) -> CyclePlan {
+    let mut plan = CyclePlan::default();
+    let mut room = room.clone();
+    for n in faulty {
+        room.usable.remove(*n);
+    }
+    let mut gone: BTreeSet<JobId> = BTreeSet::new();
+    let release = |room: &mut NodeRoom, v: &RunningJob| {
+        for &(n, g) in &v.gpus_on {
+            if let Some(f) = room.free.get_mut(n as usize) {
+                *f = (*f + g).min(room.capacity);
+            }
+        }
+    };
+    // Faulty nodes: evict each job as soon as its protection has ended.
+    for v in running {
+        let on_faulty = v.gpus_on.iter().find(|(n, _)| faulty.contains(n));
+        if let Some(&(node, _)) = on_faulty {
+            if !v.protected(now, cfg) {
+                plan.preemptions.push(Preemption {
+                    victim: v.id,
+                    for_job: None,
+                    rule: VictimRule::FaultyNode { node },
+                    requeue: v.resumable,
+                    lost_gpu_s: v.loss(now, cfg),
+                });
+                gone.insert(v.id);
+                release(&mut room, v);
+            }
+        }
+    }
+    let still_on = |n: NodeId, gone: &BTreeSet<JobId>| {
+        running
+            .iter()
+            .any(|v| !gone.contains(&v.id) && v.gpus_on.iter().any(|(m, _)| *m == n))
+    };
+    plan.drain = faulty
+        .iter()
+        .copied()
+        .filter(|n| !still_on(*n, &gone))
+        .collect();
+
+    for p in queue {
+        let Some(victims) = plan_room(p, running, &room, ratios, now, cfg, &gone) else {
+            continue;
+        };
+        for v in &victims {
+            gone.insert(v.victim);
+            if let Some(r) = running.iter().find(|r| r.id == v.victim) {
+                release(&mut room, r);
+            }
+        }
+        plan.preemptions.extend(victims);
+        // Reserve the job's room: take its instances from the best-fit nodes.
+        let g = p.shape.gpus;
+        for _ in 0..p.shape.instances {
+            let best = (0..room.free.len())
+                .filter(|&n| room.usable.contains(n as NodeId) && room.free[n] >= g)
+                .min_by_key(|&n| (room.free[n], n));
+            if let Some(n) = best {
+                room.free[n] -= g;
+            }
+        }
+        plan.admitted.push(p.id);
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: f64 = 3600.0;
+
+    fn cfg() -> ProtectionConfig {
+        ProtectionConfig::default()
+    }
+
+    fn running(
+        id: u64,
+        account: &str,
+        gpus_on: &[(NodeId, u32)],
+        min_h: f64,
+        started_h: f64,
+    ) -> RunningJob {
+        RunningJob {
+            id: JobId(id),
+            account: account.into(),
+            gpus_on: gpus_on.to_vec(),
+            min_runtime_s: min_h * H,
+            started_s: started_h * H,
+            resumable: true,
+        }
+    }
+
+    fn pending(id: u64, account: &str, w: u32, g: u32) -> PendingJob {
+        PendingJob {
+            id: JobId(id),
+            account: account.into(),
+            shape: JobShape::new(w, g),
+            min_runtime_s: 2.0 * H,
+            preempted_by: None,
+            owes_min_runtime: false,
+        }
+    }
+
+    fn room_of(nodes: u32, running: &[RunningJob]) -> NodeRoom {
+        let mut free = vec![8; nodes as usize];
+        for r in running {
+            for &(n, g) in &r.gpus_on {
+                free[n as usize] -= g;
+            }
+        }
+        NodeRoom {
+            capacity: 8,
+            free,
+            usable: NodeSet::full(nodes),
+        }
+    }
+
+    fn ratios(pairs: &[(&str, f64)]) -> BTreeMap<String, f64> {
+        pairs.iter().map(|(a, r)| (a.to_string(), *r)).collect()
+    }
+
+    #[test]
+    fn protection_lasts_min_runtime_capped() {
+        let j = running(1, "a", &[(0, 8)], 10.0, 0.0);
+        assert!(j.protected(7.9 * H, &cfg()));
+        assert!(!j.protected(8.0 * H, &cfg()), "capped at 8 h");
+        let free = running(2, "a", &[(0, 8)], 0.0, 0.0);
+        assert!(!free.protected(0.0, &cfg()));
+        assert_eq!(free.protected_until(&cfg()), None);
+    }
+
+    #[test]
+    fn frees_room_the_job_can_use_not_just_gpu_count() {
+        // 14 free GPUs (4 + 4 + 6) but no free node: a count of free GPUs says
+        // the 8-GPU instance fits; it does not. Emptying node 2 costs 2
+        // GPU-hours (job 3), node 1 costs 4 (job 2), node 0 costs 24 (job 1).
+        let run = vec![
+            running(1, "x", &[(0, 4)], 0.0, 0.0),
+            running(2, "x", &[(1, 4)], 0.0, 5.0),
+            running(3, "x", &[(2, 2)], 0.0, 5.0),
+        ];
+        let room = room_of(3, &run);
+        let p = pending(9, "a", 1, 8);
+        let got = plan_room(
+            &p,
+            &run,
+            &room,
+            &ratios(&[]),
+            6.0 * H,
+            &cfg(),
+            &BTreeSet::new(),
+        )
+        .unwrap();
+        let victims: Vec<u64> = got.iter().map(|v| v.victim.0).collect();
+        assert_eq!(victims, vec![3]);
+        assert!(got.iter().all(|v| v.rule == VictimRule::Unallocated));
+    }
+
+    #[test]
+    fn unallocated_first_then_over_served_teams_only() {
+        let run = vec![
+            running(1, "rich", &[(0, 8)], 1.0, 0.0), // allocated, unprotected, over-served
+            running(2, "poor", &[(1, 8)], 1.0, 0.0), // allocated, team less served than requester
+            running(3, "any", &[(2, 4)], 0.0, 0.0),  // unallocated, only 4 GPUs
+        ];
+        let r = ratios(&[("rich", 2.0), ("poor", 0.1), ("mid", 0.5), ("any", 1.0)]);
+        let room = room_of(3, &run);
+        let now = 3.0 * H;
+        // 4 GPUs: the unallocated job's node has 4 free already... needs 8:
+        // unallocated alone frees node 2 entirely.
+        let got = plan_room(
+            &pending(9, "mid", 1, 8),
+            &run,
+            &room,
+            &r,
+            now,
+            &cfg(),
+            &BTreeSet::new(),
+        )
+        .unwrap();
+        assert_eq!(got.iter().map(|v| v.victim.0).collect::<Vec<_>>(), vec![3]);
+        // Two 8-GPU instances: also needs the over-served team's job, never the poorer team's.
+        let got = plan_room(
+            &pending(9, "mid", 2, 8),
+            &run,
+            &room,
+            &r,
+            now,
+            &cfg(),
+            &BTreeSet::new(),
+        )
+        .unwrap();
+        let mut v: Vec<u64> = got.iter().map(|v| v.victim.0).collect();
+        v.sort_unstable();
+        assert_eq!(v, vec![1, 3]);
+        // Three: impossible without the poorer team's job.
+        assert_eq!(
+            plan_room(
+                &pending(9, "mid", 3, 8),
+                &run,
+                &room,
+                &r,
+                now,
+                &cfg(),
+                &BTreeSet::new()
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn protected_jobs_are_never_victims() {
+        let run = vec![running(1, "rich", &[(0, 8)], 4.0, 0.0)];
+        let r = ratios(&[("rich", 9.0), ("poor", 0.0)]);
+        let room = room_of(1, &run);
+        let p = pending(2, "poor", 1, 8);
+        assert_eq!(
+            plan_room(&p, &run, &room, &r, 3.9 * H, &cfg(), &BTreeSet::new()),
+            None
+        );
+        let got = plan_room(&p, &run, &room, &r, 4.0 * H, &cfg(), &BTreeSet::new()).unwrap();
+        assert_eq!(got.len(), 1);
+    }
+
+    #[test]
+    fn unallocated_requests_never_preempt_and_no_ping_pong() {
+        let run = vec![running(1, "x", &[(0, 8)], 0.0, 0.0)];
+        let room = room_of(1, &run);
+        let mut p = pending(2, "a", 1, 8);
+        p.min_runtime_s = 0.0;
+        assert_eq!(
+            plan_room(&p, &run, &room, &ratios(&[]), H, &cfg(), &BTreeSet::new()),
+            None
+        );
+        // A job never preempts the job that preempted it.
+        let mut p = pending(2, "a", 1, 8);
+        p.preempted_by = Some(JobId(1));
+        assert_eq!(
+            plan_room(&p, &run, &room, &ratios(&[]), H, &cfg(), &BTreeSet::new()),
+            None
+        );
+        // A victim that has not yet re-run its min runtime cannot preempt.
+        let mut p = pending(3, "a", 1, 8);
+        p.owes_min_runtime = true;
+        assert_eq!(
+            plan_room(&p, &run, &room, &ratios(&[]), H, &cfg(), &BTreeSet::new()),
+            None
+        );
+    }
+
+    #[test]
+    fn faulty_nodes_empty_as_protections_end_then_drain() {
+        let run = vec![
+            running(1, "a", &[(0, 4)], 2.0, 0.0),
+            running(2, "a", &[(0, 4)], 0.0, 0.0),
+        ];
+        let room = room_of(2, &run);
+        let faulty: BTreeSet<NodeId> = [0].into();
+        let plan = plan_cycle(&[], &run, &room, &faulty, &ratios(&[]), H, &cfg());
+        assert_eq!(
+            plan.preemptions
+                .iter()
+                .map(|p| p.victim.0)
+                .collect::<Vec<_>>(),
+            vec![2]
+        );
+        assert!(plan.drain.is_empty(), "job 1 is still protected");
+        let plan = plan_cycle(&[], &run, &room, &faulty, &ratios(&[]), 2.0 * H, &cfg());
+        assert_eq!(plan.preemptions.len(), 2);
+        assert_eq!(plan.drain, vec![0]);
+    }
+
+    #[test]
+    fn cycle_does_not_give_the_same_room_twice() {
+        // One unallocated 8-GPU job; two allocated 8-GPU requests: only the
+        // first (queue order) gets it, the second finds no other victim.
+        let run = vec![running(1, "x", &[(0, 8)], 0.0, 0.0)];
+        let room = room_of(1, &run);
+        let queue = vec![pending(2, "a", 1, 8), pending(3, "b", 1, 8)];
+        let plan = plan_cycle(
+            &queue,
+            &run,
+            &room,
+            &BTreeSet::new(),
+            &ratios(&[]),
+            H,
+            &cfg(),
+        );
+        assert_eq!(plan.admitted, vec![JobId(2)]);
+        assert_eq!(plan.preemptions.len(), 1);
+    }
+}

@@ -1,0 +1,852 @@
+//! Event-driven trace simulator (paper Section 5; `docs/simulator.md`).
+//!
+//! Replays a trace of jobs through any [`PlacementPolicy`] on virtual time:
+//! the clock jumps from one event (arrival, completion, policy tick) to the
+//! next, so idle time costs nothing. Periodic policy ticks are events only
+//! while jobs run. The same input gives bit-identical output.
+//!
+//! Queue policies ([`QueuePolicy`]): FIFO with head-of-line blocking (the
+//! paper's setting) and backfill (later jobs may start when the head cannot,
+//! without delaying the head's reservation; see [`QueuePolicy::Backfill`]).
+//!
+//! Metrics follow paper Section 5.5 (eqs. 14-17): AFR and AGU are time
+//! averages over `T_peak`, the time the waiting queue is non-empty; AJCT is the
+//! mean of completion minus submission, where completion includes `c` seconds
+//! per migration event of the job.
+
+pub mod sizing;
+pub mod stats;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Seconds;
+use crate::error::{CoreError, Result};
+use crate::metric;
+use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration};
+use crate::placement::{self, PlacementPolicy, PolicyOptions};
+use crate::trace::TraceJob;
+
+pub use sizing::{nodes_for_job, size_cluster, Sizing};
+pub use stats::{size_class, Percentiles, SizeWaits, WaitStats, SIZE_CLASSES};
+
+/// How the waiting queue is served.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueuePolicy {
+    /// Strict FIFO with head-of-line blocking: only the oldest waiting job may
+    /// start; when it does not fit, everything behind it waits (paper §5).
+    #[default]
+    Fifo,
+    /// FIFO plus backfill. When the head cannot start, its *reservation* is
+    /// the earliest projected completion time `t_res` at which it fits
+    /// physically: running jobs end at their projected ends (start + duration
+    /// + migration costs so far) and free their GPUs on their current nodes,
+    /// and the head fits when `sum_n floor(free_n / g_h) >= w_h`. A later job
+    /// `j` (at most [`SimConfig::backfill_depth`] of them, in queue order) may
+    /// start now if the policy places it and either it ends by then
+    /// (`now + duration_j <= t_res`), or the head still fits at `t_res` however
+    /// `j`'s instances are laid out:
+    /// `F(t_res) - w_j * ceil(g_j / g_h) >= w_h`, where `F(t_res)` is the
+    /// head's fit count at `t_res` (one instance of `g_j` GPUs removes at most
+    /// `ceil(g_j / g_h)` head instances from a node). The reservation is
+    /// recomputed after each backfilled start.
+    Backfill,
+}
+
+impl QueuePolicy {
+    pub const NAMES: &'static [&'static str] = &["fifo", "backfill"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fifo => "fifo",
+            Self::Backfill => "backfill",
+        }
+    }
+
+    pub fn parse_name(name: &str) -> Result<Self> {
+        match name {
+            "fifo" => Ok(Self::Fifo),
+            "backfill" => Ok(Self::Backfill),
+            other => Err(CoreError::Invalid(format!(
+                "unknown queue policy `{other}`; expected fifo or backfill"
+            ))),
+        }
+    }
+}
+
+/// Simulation settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimConfig {
+    pub spec: ClusterSpec,
+    pub queue: QueuePolicy,
+    /// `c`: seconds added to a job's completion each time a policy event
+    /// (one place, remove or tick call) migrates any of its instances.
+    pub migration_cost_s: Seconds,
+    /// With backfill: how many waiting jobs behind the head are examined per
+    /// scheduling pass (Slurm's `bf_max_job_test`).
+    pub backfill_depth: usize,
+    /// Keep one [`Sample`] per event time in [`SimResult::timeseries`].
+    pub record_timeseries: bool,
+}
+
+impl SimConfig {
+    /// FIFO, `c = 8` s, backfill depth 1000, no time series.
+    pub fn new(spec: ClusterSpec) -> Self {
+        Self {
+            spec,
+            queue: QueuePolicy::Fifo,
+            migration_cost_s: 8.0,
+            backfill_depth: 1000,
+            record_timeseries: false,
+        }
+    }
+}
+
+/// What just happened, passed to an [`Observer`] after each policy call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A job was placed and started (`place` returned an admission).
+    Start,
+    /// A job completed and was removed (`remove`).
+    Finish,
+    /// The policy's periodic `tick` ran.
+    Tick,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Event<'a> {
+    pub time: Seconds,
+    pub kind: EventKind,
+    /// The job started or finished (`None` for ticks).
+    pub job: Option<JobId>,
+    /// Migrations the policy returned in this call.
+    pub migrations: &'a [Migration],
+    /// Jobs waiting and running after the call.
+    pub queued: usize,
+    pub running: usize,
+}
+
+/// Hooks into a replay: property tests check the policy after every event;
+/// the CLI draws a progress bar.
+pub trait Observer {
+    /// Called after every policy call that changed its state.
+    fn after_event(&mut self, _event: &Event<'_>, _policy: &dyn PlacementPolicy) {}
+    /// Called after each batch of simultaneous events.
+    fn progress(&mut self, _finished_jobs: u64, _total_jobs: u64) {}
+}
+
+/// Observes nothing.
+pub struct NoObserver;
+impl Observer for NoObserver {}
+
+/// Wraps a closure as an [`Observer`] of events.
+pub struct FnObserver<F>(pub F);
+impl<F: FnMut(&Event<'_>, &dyn PlacementPolicy)> Observer for FnObserver<F> {
+    fn after_event(&mut self, event: &Event<'_>, policy: &dyn PlacementPolicy) {
+        (self.0)(event, policy)
+    }
+}
+
+/// The cluster state after the events at one instant.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    pub t_s: Seconds,
+    /// `N * SIF = Phi_pi - Phi*` (eq. 2).
+    pub n_sif: u64,
+    /// Used GPUs / total GPUs.
+    pub utilisation: f64,
+    pub empty_nodes: u32,
+    pub partial_nodes: u32,
+    pub queued: u64,
+    pub running: u64,
+}
+
+/// Everything a replay measured. Serialisable; the CLI prints it as JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimResult {
+    pub policy: String,
+    pub queue: QueuePolicy,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub migration_cost_s: Seconds,
+    /// Jobs replayed (all completed).
+    pub jobs: u64,
+    /// Jobs left out because they can never fit the cluster (more instances
+    /// than the whole cluster holds; only possible with a fixed node count).
+    pub unschedulable: u64,
+    /// Average Fragmentation Rate (eq. 15): time-average of SIF over the
+    /// metric window.
+    pub afr: f64,
+    /// Average Job Completion Time (eq. 16): mean of completion - submission.
+    pub ajct_s: Seconds,
+    /// Average GPU Utilisation (eq. 17) over the metric window.
+    pub agu: f64,
+    /// `peak`: AFR, AGU and WCC coverage average over `T_peak` (queue
+    /// non-empty, eq. 14). `busy` when the queue was never non-empty for a
+    /// positive time: they then average over the time any job ran.
+    pub metric_window: String,
+    /// `|T_peak|`: seconds with a non-empty queue.
+    pub peak_s: Seconds,
+    /// Seconds with any job running or waiting.
+    pub busy_s: Seconds,
+    /// First submission to last completion.
+    pub makespan_s: Seconds,
+    /// Largest `N * SIF = Phi_pi - Phi*` after any event batch.
+    pub max_n_sif: u64,
+    /// Largest `N * SIF` after event batches where WCC held (Theorem 1
+    /// promises at most 2); `None` if WCC never held.
+    pub max_n_sif_under_wcc: Option<u64>,
+    /// Instances moved, in total.
+    pub migrations: u64,
+    /// Migration events charged (`c` each): a job moved in one policy call
+    /// pays once however many of its instances moved.
+    pub migration_charges: u64,
+    /// Jobs migrated at least once.
+    pub migrated_jobs: u64,
+    /// `migration_charges / jobs`.
+    pub migrations_per_job: f64,
+    /// Fraction of the metric window where WCC (eq. 9) held.
+    pub wcc_coverage: f64,
+    /// Jobs started by backfill ahead of a blocked head.
+    pub backfilled: u64,
+    /// Times a backfilled start (through the policy's migrations) moved the
+    /// head's reservation later. 0 for policies that do not migrate.
+    pub reservation_slips: u64,
+    pub waits: WaitStats,
+    /// One sample per event instant when [`SimConfig::record_timeseries`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeseries: Vec<Sample>,
+}
+
+/// Builds the policy `name` (see [`placement::POLICY_NAMES`]) and replays.
+pub fn simulate_named(
+    name: &str,
+    jobs: &[TraceJob],
+    cfg: &SimConfig,
+    opts: &PolicyOptions,
+    obs: &mut dyn Observer,
+) -> Result<SimResult> {
+    let mut policy = placement::build(name, cfg.spec, opts)?;
+    simulate(jobs, policy.as_mut(), cfg, obs)
+}
+
+/// Replays `jobs` (any order; replayed by submission time, ties in slice
+/// order) through `policy`, a fresh policy on `cfg.spec`. Job `k` of the
+/// slice is `JobId(k)` for the policy.
+pub fn simulate(
+    jobs: &[TraceJob],
+    policy: &mut dyn PlacementPolicy,
+    cfg: &SimConfig,
+    obs: &mut dyn Observer,
+) -> Result<SimResult> {
+    if policy.spec() != cfg.spec {
+        return Err(CoreError::Invalid(format!(
+            "policy is for {} nodes of {} GPUs, the simulation for {} of {}",
+            policy.spec().nodes,
+            policy.spec().gpus_per_node,
+            cfg.spec.nodes,
+            cfg.spec.gpus_per_node
+        )));
+    }
+    if policy.occupancy().running_jobs() != 0 {
+        return Err(CoreError::Invalid(
+            "the policy must start on an empty cluster".into(),
+        ));
+    }
+    if !(cfg.migration_cost_s.is_finite() && cfg.migration_cost_s >= 0.0) {
+        return Err(CoreError::Invalid(format!(
+            "migration cost must be >= 0, got {}",
+            cfg.migration_cost_s
+        )));
+    }
+    let mut sim = Sim::new(jobs, policy, cfg)?;
+    sim.run(obs)?;
+    Ok(sim.finish())
+}
+
+/// `f64` with a total order, for heaps and ordered sets.
+#[derive(Copy, Clone, Debug, PartialEq)]
+struct T(f64);
+impl Eq for T {}
+impl PartialOrd for T {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for T {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct JobState {
+    start: Option<Seconds>,
+    end: Seconds,
+    running: bool,
+    charges: u64,
+}
+
+/// The state after the last batch, integrated until the next one.
+#[derive(Clone, Copy, Debug, Default)]
+struct Snapshot {
+    sif: f64,
+    utilisation: f64,
+    wcc: bool,
+}
+
+/// Time integrals of the metrics over one window.
+#[derive(Clone, Copy, Debug, Default)]
+struct Window {
+    time: f64,
+    sif: f64,
+    util: f64,
+    wcc: f64,
+}
+
+impl Window {
+    fn add(&mut self, dt: f64, s: &Snapshot) {
+        self.time += dt;
+        self.sif += s.sif * dt;
+        self.util += s.utilisation * dt;
+        if s.wcc {
+            self.wcc += dt;
+        }
+    }
+}
+
+/// A blocked head's reservation (see [`QueuePolicy::Backfill`]).
+#[derive(Clone, Copy, Debug)]
+struct Reservation {
+    t_res: Seconds,
+    /// `F(t_res) = sum_n floor(free_n(t_res) / g_head)`.
+    fit: i64,
+}
+
+struct Sim<'a> {
+    jobs: &'a [TraceJob],
+    policy: &'a mut dyn PlacementPolicy,
+    cfg: &'a SimConfig,
+    /// Job indices by (submission, index).
+    order: Vec<usize>,
+    /// Queue of waiting jobs, as positions in `order` (FIFO order).
+    queue: BTreeSet<usize>,
+    state: Vec<JobState>,
+    /// Completion events; stale entries (end moved by a migration) skipped.
+    ends: BinaryHeap<Reverse<(T, usize)>>,
+    /// Running jobs by projected end, for reservations.
+    by_end: BTreeSet<(T, usize)>,
+    next_arrival: usize,
+    next_tick: Option<Seconds>,
+    running: usize,
+    finished: u64,
+    schedulable: u64,
+    unschedulable: u64,
+    last_t: Seconds,
+    first_submit: Seconds,
+    snap: Snapshot,
+    last_counts: Option<[u64; 9]>,
+    last_phi: u64,
+    peak: Window,
+    busy: Window,
+    max_n_sif: u64,
+    max_n_sif_wcc: Option<u64>,
+    migrations: u64,
+    charges: u64,
+    backfilled: u64,
+    slips: u64,
+    timeseries: Vec<Sample>,
+}
+
+impl<'a> Sim<'a> {
+    fn new(
+        jobs: &'a [TraceJob],
+        policy: &'a mut dyn PlacementPolicy,
+        cfg: &'a SimConfig,
+    ) -> Result<Self> {
+        let spec = cfg.spec;
+        let mut order: Vec<usize> = Vec::with_capacity(jobs.len());
+        let mut unschedulable = 0;
+        for (i, j) in jobs.iter().enumerate() {
+            if !(j.submit_s.is_finite() && j.duration_s.is_finite() && j.duration_s >= 0.0) {
+                return Err(CoreError::Invalid(format!(
+                    "job `{}`: submission and duration must be finite",
+                    j.name
+                )));
+            }
+            spec.check_job(&request(i, j))?;
+            if nodes_for_job(j.shape.instances, j.shape.gpus, spec.gpus_per_node) > spec.nodes {
+                unschedulable += 1;
+            } else {
+                order.push(i);
+            }
+        }
+        order.sort_by(|&a, &b| {
+            jobs[a]
+                .submit_s
+                .total_cmp(&jobs[b].submit_s)
+                .then(a.cmp(&b))
+        });
+        let first_submit = order.first().map(|&i| jobs[i].submit_s).unwrap_or(0.0);
+        Ok(Self {
+            jobs,
+            policy,
+            cfg,
+            schedulable: order.len() as u64,
+            order,
+            queue: BTreeSet::new(),
+            state: vec![JobState::default(); jobs.len()],
+            ends: BinaryHeap::new(),
+            by_end: BTreeSet::new(),
+            next_arrival: 0,
+            next_tick: None,
+            running: 0,
+            finished: 0,
+            unschedulable,
+            last_t: first_submit,
+            first_submit,
+            snap: Snapshot::default(),
+            last_counts: None,
+            last_phi: 0,
+            peak: Window::default(),
+            busy: Window::default(),
+            max_n_sif: 0,
+            max_n_sif_wcc: None,
+            migrations: 0,
+            charges: 0,
+            backfilled: 0,
+            slips: 0,
+            timeseries: Vec::new(),
+        })
+    }
+
+    /// Earliest valid completion event, dropping stale ones.
+    fn peek_end(&mut self) -> Option<Seconds> {
+        while let Some(Reverse((t, j))) = self.ends.peek().copied() {
+            let s = &self.state[j];
+            if s.running && s.end == t.0 {
+                return Some(t.0);
+            }
+            self.ends.pop();
+        }
+        None
+    }
+
+    fn run(&mut self, obs: &mut dyn Observer) -> Result<()> {
+        let total = self.schedulable;
+        loop {
+            let arrival = self
+                .order
+                .get(self.next_arrival)
+                .map(|&i| self.jobs[i].submit_s);
+            let t = [arrival, self.peek_end(), self.next_tick]
+                .into_iter()
+                .flatten()
+                .min_by(f64::total_cmp);
+            let Some(t) = t else { break };
+            self.integrate(t);
+            // Completions first: they free GPUs for the jobs arriving now.
+            while self.peek_end() == Some(t) {
+                let Some(Reverse((_, j))) = self.ends.pop() else {
+                    break;
+                };
+                self.finish_job(j, t, obs)?;
+            }
+            while let Some(&i) = self.order.get(self.next_arrival) {
+                if self.jobs[i].submit_s != t {
+                    break;
+                }
+                self.queue.insert(self.next_arrival);
+                self.next_arrival += 1;
+            }
+            let ticked = self.next_tick == Some(t);
+            if ticked {
+                let migrations = self.policy.tick(t);
+                self.charge(&migrations, None)?;
+                self.notify(obs, t, EventKind::Tick, None, &migrations);
+            }
+            self.schedule(t, obs)?;
+            self.plan_tick(t);
+            self.snapshot(t);
+            obs.progress(self.finished, total);
+        }
+        if let Some(&r) = self.queue.first() {
+            let j = &self.jobs[self.order[r]];
+            return Err(CoreError::Invalid(format!(
+                "policy `{}` left {} job(s) waiting on an idle cluster; the first, `{}` ({} x {} GPUs, line {}), \
+                 fits the cluster but was never placed",
+                self.policy.name(),
+                self.queue.len(),
+                j.name,
+                j.shape.instances,
+                j.shape.gpus,
+                j.line
+            )));
+        }
+        Ok(())
+    }
+
+    fn plan_tick(&mut self, t: Seconds) {
+        let interval = self
+            .policy
+            .tick_interval()
+            .filter(|i| i.is_finite() && *i > 0.0);
+        match interval {
+            Some(iv) if self.running > 0 => {
+                if self.next_tick.is_none_or(|n| n <= t) {
+                    let mut next = ((t / iv).floor() + 1.0) * iv;
+                    if next <= t {
+                        next += iv;
+                    }
+                    self.next_tick = Some(next);
+                }
+            }
+            _ => self.next_tick = None,
+        }
+    }
+
+    fn integrate(&mut self, t: Seconds) {
+        let dt = t - self.last_t;
+        if dt > 0.0 {
+            if !self.queue.is_empty() {
+                self.peak.add(dt, &self.snap);
+            }
+            if !self.queue.is_empty() || self.running > 0 {
+                self.busy.add(dt, &self.snap);
+            }
+        }
+        self.last_t = t;
+    }
+
+    fn snapshot(&mut self, t: Seconds) {
+        let occ = self.policy.occupancy();
+        let spec = self.cfg.spec;
+        let counts = *occ.instance_counts();
+        let phi = match self.last_counts {
+            Some(c) if c == counts => self.last_phi,
+            _ => metric::phi_star(&counts, spec.gpus_per_node),
+        };
+        self.last_counts = Some(counts);
+        self.last_phi = phi;
+        let partial = occ.partial_nodes();
+        let n_sif = u64::from(partial).saturating_sub(phi);
+        let wcc = metric::wcc_holds(&counts, spec.gpus_per_node);
+        self.snap = Snapshot {
+            sif: metric::sif(partial, phi, spec.nodes),
+            utilisation: occ.used_gpus() as f64 / spec.total_gpus() as f64,
+            wcc,
+        };
+        self.max_n_sif = self.max_n_sif.max(n_sif);
+        if wcc {
+            self.max_n_sif_wcc = Some(self.max_n_sif_wcc.unwrap_or(0).max(n_sif));
+        }
+        if self.cfg.record_timeseries {
+            let sample = Sample {
+                t_s: t,
+                n_sif,
+                utilisation: self.snap.utilisation,
+                empty_nodes: occ.empty_nodes(),
+                partial_nodes: partial,
+                queued: self.queue.len() as u64,
+                running: self.running as u64,
+            };
+            match self.timeseries.last_mut() {
+                Some(last) if last.t_s == t => *last = sample,
+                _ => self.timeseries.push(sample),
+            }
+        }
+    }
+
+    fn notify(
+        &self,
+        obs: &mut dyn Observer,
+        t: Seconds,
+        kind: EventKind,
+        job: Option<usize>,
+        m: &[Migration],
+    ) {
+        let event = Event {
+            time: t,
+            kind,
+            job: job.map(|j| JobId(j as u64)),
+            migrations: m,
+            queued: self.queue.len(),
+            running: self.running,
+        };
+        obs.after_event(&event, &*self.policy);
+    }
+
+    fn finish_job(&mut self, j: usize, t: Seconds, obs: &mut dyn Observer) -> Result<()> {
+        let migrations = self.policy.remove(JobId(j as u64))?;
+        let s = &mut self.state[j];
+        s.running = false;
+        let end = s.end;
+        self.by_end.remove(&(T(end), j));
+        self.running -= 1;
+        self.finished += 1;
+        self.charge(&migrations, None)?;
+        self.notify(obs, t, EventKind::Finish, Some(j), &migrations);
+        Ok(())
+    }
+
+    /// Charges `c` once to every running job moved in one policy call.
+    /// `starting` is the job admitted in this call: moving it costs nothing.
+    fn charge(&mut self, migrations: &[Migration], starting: Option<usize>) -> Result<()> {
+        if migrations.is_empty() {
+            return Ok(());
+        }
+        self.migrations += migrations.len() as u64;
+        let mut moved: Vec<usize> = migrations.iter().map(|m| m.job.0 as usize).collect();
+        moved.sort_unstable();
+        moved.dedup();
+        for j in moved {
+            if Some(j) == starting {
+                continue;
+            }
+            let name = self.policy.name();
+            let Some(s) = self.state.get(j).filter(|s| s.running) else {
+                return Err(CoreError::Invalid(format!(
+                    "policy `{name}` migrated job {j}, which is not running"
+                )));
+            };
+            if !self.jobs[j].resumable {
+                return Err(CoreError::Invalid(format!(
+                    "policy `{name}` migrated job `{}`, which is not resumable",
+                    self.jobs[j].name
+                )));
+            }
+            let old = s.end;
+            let new = old + self.cfg.migration_cost_s;
+            let s = &mut self.state[j];
+            s.charges += 1;
+            s.end = new;
+            self.charges += 1;
+            if new != old {
+                self.by_end.remove(&(T(old), j));
+                self.by_end.insert((T(new), j));
+                self.ends.push(Reverse((T(new), j)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Tries to start job `j` now. `Ok(false)`: the policy has no room.
+    fn try_start(&mut self, j: usize, t: Seconds, obs: &mut dyn Observer) -> Result<bool> {
+        let job = &self.jobs[j];
+        let occ = self.policy.occupancy();
+        let free = self.cfg.spec.total_gpus() - occ.used_gpus();
+        if free < job.shape.total_gpus() {
+            return Ok(false);
+        }
+        let Some(Admission { migrations, .. }) = self.policy.place(&request(j, job), None)? else {
+            return Ok(false);
+        };
+        let end = t + job.duration_s;
+        self.state[j] = JobState {
+            start: Some(t),
+            end,
+            running: true,
+            charges: 0,
+        };
+        self.running += 1;
+        self.ends.push(Reverse((T(end), j)));
+        self.by_end.insert((T(end), j));
+        self.charge(&migrations, Some(j))?;
+        self.notify(obs, t, EventKind::Start, Some(j), &migrations);
+        Ok(true)
+    }
+
+    fn schedule(&mut self, t: Seconds, obs: &mut dyn Observer) -> Result<()> {
+        // Start heads while they fit (both queue policies).
+        while let Some(&r) = self.queue.first() {
+            let j = self.order[r];
+            if !self.try_start(j, t, obs)? {
+                break;
+            }
+            self.queue.remove(&r);
+        }
+        if self.cfg.queue == QueuePolicy::Fifo || self.queue.len() < 2 {
+            return Ok(());
+        }
+        let Some(&head_pos) = self.queue.first() else {
+            return Ok(());
+        };
+        let head = self.order[head_pos];
+        let mut res = self.reservation(head, t);
+        let candidates: Vec<usize> = self
+            .queue
+            .iter()
+            .skip(1)
+            .take(self.cfg.backfill_depth)
+            .copied()
+            .collect();
+        // Shapes the policy refused since the state last changed.
+        let mut refused: BTreeSet<(u32, u32)> = BTreeSet::new();
+        let (wh, gh) = (
+            i64::from(self.jobs[head].shape.instances),
+            self.jobs[head].shape.gpus,
+        );
+        for r in candidates {
+            let j = self.order[r];
+            let job = &self.jobs[j];
+            let shape = (job.shape.instances, job.shape.gpus);
+            if refused.contains(&shape) {
+                continue;
+            }
+            let ends_in_time = t + job.duration_s <= res.t_res;
+            let blocks = i64::from(job.shape.instances) * i64::from(job.shape.gpus.div_ceil(gh));
+            let spare = res.fit - blocks >= wh;
+            if !(ends_in_time || spare) {
+                continue;
+            }
+            if self.try_start(j, t, obs)? {
+                self.queue.remove(&r);
+                self.backfilled += 1;
+                refused.clear();
+                let next = self.reservation(head, t);
+                if next.t_res > res.t_res {
+                    self.slips += 1;
+                }
+                res = next;
+            } else {
+                refused.insert(shape);
+            }
+        }
+        Ok(())
+    }
+
+    /// The head's reservation: the earliest projected time it fits
+    /// physically, with its fit count then.
+    fn reservation(&self, head: usize, t: Seconds) -> Reservation {
+        let occ = self.policy.occupancy();
+        let g = self.jobs[head].shape.gpus;
+        let w = i64::from(self.jobs[head].shape.instances);
+        let mut free: Vec<u32> = (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect();
+        let mut fit: i64 = free.iter().map(|f| i64::from(f / g)).sum();
+        let mut t_res = if fit >= w { Some(t) } else { None };
+        for &(end, j) in &self.by_end {
+            if let Some(tr) = t_res {
+                if end.0 > tr {
+                    break;
+                }
+            }
+            if let Some(running) = occ.job(JobId(j as u64)) {
+                let gj = running.request.shape.gpus;
+                for &n in &running.nodes {
+                    let f = &mut free[n as usize];
+                    fit -= i64::from(*f / g);
+                    *f += gj;
+                    fit += i64::from(*f / g);
+                }
+            }
+            if t_res.is_none() && fit >= w {
+                t_res = Some(end.0.max(t));
+            }
+        }
+        Reservation {
+            t_res: t_res.unwrap_or(f64::INFINITY),
+            fit,
+        }
+    }
+
+    fn finish(self) -> SimResult {
+        let spec = self.cfg.spec;
+        let mut jct = 0.0;
+        let mut all = Vec::new();
+        let mut whole = Vec::new();
+        let mut sub = Vec::new();
+        let mut by_size: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+        let mut last_end = self.first_submit;
+        let mut migrated_jobs = 0;
+        for &i in &self.order {
+            let (job, s) = (&self.jobs[i], &self.state[i]);
+            let start = s.start.unwrap_or(job.submit_s);
+            let wait = start - job.submit_s;
+            jct += s.end - job.submit_s;
+            last_end = last_end.max(s.end);
+            all.push(wait);
+            if job.shape.gpus == spec.gpus_per_node {
+                whole.push(wait);
+            } else {
+                sub.push(wait);
+            }
+            let gpus = job.shape.total_gpus();
+            let class = SIZE_CLASSES
+                .iter()
+                .position(|(lo, hi, _)| (*lo..=*hi).contains(&gpus))
+                .unwrap_or(0);
+            by_size.entry(class).or_default().push(wait);
+            migrated_jobs += u64::from(s.charges > 0);
+        }
+        let n = self.order.len();
+        let (window, name) = if self.peak.time > 0.0 {
+            (self.peak, "peak")
+        } else {
+            (self.busy, "busy")
+        };
+        let avg = |x: f64| {
+            if window.time > 0.0 {
+                x / window.time
+            } else {
+                0.0
+            }
+        };
+        SimResult {
+            policy: self.policy.name().to_string(),
+            queue: self.cfg.queue,
+            nodes: spec.nodes,
+            gpus_per_node: spec.gpus_per_node,
+            migration_cost_s: self.cfg.migration_cost_s,
+            jobs: n as u64,
+            unschedulable: self.unschedulable,
+            afr: avg(window.sif),
+            ajct_s: if n > 0 { jct / n as f64 } else { 0.0 },
+            agu: avg(window.util),
+            metric_window: name.to_string(),
+            peak_s: self.peak.time,
+            busy_s: self.busy.time,
+            makespan_s: last_end - self.first_submit,
+            max_n_sif: self.max_n_sif,
+            max_n_sif_under_wcc: self.max_n_sif_wcc,
+            migrations: self.migrations,
+            migration_charges: self.charges,
+            migrated_jobs,
+            migrations_per_job: if n > 0 {
+                self.charges as f64 / n as f64
+            } else {
+                0.0
+            },
+            wcc_coverage: avg(window.wcc),
+            backfilled: self.backfilled,
+            reservation_slips: self.slips,
+            waits: WaitStats {
+                overall: Percentiles::of(all),
+                whole_node: Percentiles::of(whole),
+                sub_node: Percentiles::of(sub),
+                by_size: by_size
+                    .into_iter()
+                    .map(|(c, w)| SizeWaits {
+                        gpus: SIZE_CLASSES[c].2.to_string(),
+                        waits: Percentiles::of(w),
+                    })
+                    .collect(),
+            },
+            timeseries: self.timeseries,
+        }
+    }
+}
+
+/// The policy request for job `i` of a trace.
+fn request(i: usize, job: &TraceJob) -> JobRequest {
+    JobRequest {
+        id: JobId(i as u64),
+        shape: job.shape,
+        movable: job.resumable,
+    }
+}
+
+#[cfg(test)]
+mod tests;

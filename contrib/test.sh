@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The README's test command: installs what the tests need, then runs every
+# check and test of the workspace (format, lints, unit, property and
+# integration tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+./contrib/install-deps.sh
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --workspace --locked

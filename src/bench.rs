@@ -1,0 +1,327 @@
+//! `compass bench`: per-event latency of Place and Remove (Compact runs
+//! inside them) at several cluster sizes for every policy, and the replay
+//! speed of a full trace under every policy. A command, not a timed test:
+//! build with `--release` for meaningful numbers.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::builder::PossibleValuesParser;
+use compass_core::model::{ClusterSpec, JobId, JobRequest};
+use compass_core::placement::{build, PlacementPolicy, PolicyOptions, POLICY_NAMES};
+use compass_core::sim::{simulate_named, size_cluster, Percentiles, QueuePolicy, SimConfig};
+use compass_core::trace::{self, ReadOptions};
+use serde::Serialize;
+
+use crate::error::{CliError, Result};
+use crate::progress::Progress;
+
+/// Measure per-event latency of Place/Remove (with Compact) at several
+/// cluster sizes for every policy, and the replay time of a full trace.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Cluster sizes (nodes of 8 GPUs) for the latency benchmark.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
+    pub nodes: Vec<u32>,
+
+    /// Measured departures per policy and size (each followed by arrivals
+    /// until the cluster is back at --load).
+    #[arg(long, default_value_t = 20_000)]
+    pub events: usize,
+
+    /// Steady-state fraction of GPUs in use during the latency benchmark.
+    #[arg(long, default_value_t = 0.9)]
+    pub load: f64,
+
+    /// Trace replayed (sized by eta 0.9, FIFO) under every policy for the
+    /// replay-speed part.
+    #[arg(long, default_value = "../shared/traces/venus/venus_sample.csv", value_name = "FILE")]
+    pub trace: PathBuf,
+
+    /// Skip the replay-speed part.
+    #[arg(long)]
+    pub no_replay: bool,
+
+    /// Policies to measure (comma-separated); all by default.
+    #[arg(long, value_delimiter = ',', value_parser = PossibleValuesParser::new(POLICY_NAMES))]
+    pub policies: Vec<String>,
+
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Latency summary in microseconds.
+#[derive(Serialize, Default)]
+struct Micros {
+    calls: u64,
+    p50_us: f64,
+    p99_us: f64,
+    max_us: f64,
+}
+
+impl Micros {
+    fn of(nanos: Vec<f64>) -> Self {
+        let p = Percentiles::of(nanos);
+        Self { calls: p.count, p50_us: p.p50 / 1e3, p99_us: p.p99 / 1e3, max_us: p.max / 1e3 }
+    }
+}
+
+#[derive(Serialize)]
+struct LatencyRow {
+    policy: String,
+    nodes: u32,
+    place: Micros,
+    remove: Micros,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tick: Option<Micros>,
+    migrations: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct ReplayRow {
+    policy: String,
+    jobs: u64,
+    nodes: u32,
+    wall_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct BenchReport {
+    latency: Vec<LatencyRow>,
+    replay_trace: Option<String>,
+    replay: Vec<ReplayRow>,
+    replay_total_s: f64,
+}
+
+/// Deterministic generator (splitmix64).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Job shapes `(w, g, weight)`, roughly the Venus mix (Table 1 of the paper:
+/// 1- and 8-GPU instances dominate, few 3/5/6/7).
+const SHAPES: &[(u32, u32, u64)] = &[
+    (1, 1, 100),
+    (1, 2, 12),
+    (2, 2, 4),
+    (1, 4, 14),
+    (2, 4, 6),
+    (1, 8, 30),
+    (2, 8, 16),
+    (4, 8, 10),
+    (16, 8, 2),
+    (1, 3, 2),
+    (1, 5, 1),
+    (1, 6, 2),
+    (1, 7, 1),
+];
+
+fn shape(rng: &mut Rng) -> (u32, u32) {
+    let total: u64 = SHAPES.iter().map(|s| s.2).sum();
+    let mut x = rng.below(total);
+    for &(w, g, weight) in SHAPES {
+        if x < weight {
+            return (w, g);
+        }
+        x -= weight;
+    }
+    (1, 1)
+}
+
+fn nanos(start: Instant) -> f64 {
+    start.elapsed().as_nanos() as f64
+}
+
+/// Steady-state churn at `load`: remove a random job, then place new ones
+/// until the load is back or the policy refuses one.
+fn latency(policy: &mut dyn PlacementPolicy, args: &Args) -> compass_core::Result<(Micros, Micros, Option<Micros>, u64)> {
+    let spec = policy.spec();
+    let target = (spec.total_gpus() as f64 * args.load) as u64;
+    let mut rng = Rng(7);
+    let mut running: Vec<JobId> = Vec::new();
+    let mut next_id = 0u64;
+    let (mut place, mut remove, mut tick) = (Vec::new(), Vec::new(), Vec::new());
+    let mut migrations = 0u64;
+    let mut refill = |policy: &mut dyn PlacementPolicy, running: &mut Vec<JobId>, times: Option<&mut Vec<f64>>, rng: &mut Rng| {
+        let mut times = times;
+        let mut refusals = 0;
+        let mut moved = 0u64;
+        while policy.occupancy().used_gpus() < target && refusals < 20 {
+            let (w, g) = shape(rng);
+            let w = w.min(spec.nodes);
+            let job = JobRequest::new(next_id, w, g);
+            next_id += 1;
+            let t = Instant::now();
+            let r = policy.place(&job, None)?;
+            if let Some(v) = times.as_deref_mut() {
+                v.push(nanos(t));
+            }
+            match r {
+                Some(a) => {
+                    moved += a.migrations.len() as u64;
+                    running.push(job.id);
+                    refusals = 0;
+                }
+                None => {
+                    refusals += 1;
+                    if times.is_some() {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok::<u64, compass_core::CoreError>(moved)
+    };
+    migrations += refill(policy, &mut running, None, &mut rng)?;
+    let tick_every = policy.tick_interval();
+    for event in 0..args.events {
+        if running.is_empty() {
+            migrations += refill(policy, &mut running, None, &mut rng)?;
+            if running.is_empty() {
+                break;
+            }
+        }
+        let k = rng.below(running.len() as u64) as usize;
+        let job = running.swap_remove(k);
+        let t = Instant::now();
+        let m = policy.remove(job)?;
+        remove.push(nanos(t));
+        migrations += m.len() as u64;
+        migrations += refill(policy, &mut running, Some(&mut place), &mut rng)?;
+        if let Some(iv) = tick_every {
+            if event % 100 == 99 {
+                let t = Instant::now();
+                let m = policy.tick(iv * (event / 100 + 1) as f64);
+                tick.push(nanos(t));
+                migrations += m.len() as u64;
+            }
+        }
+    }
+    let tick = tick_every.map(|_| Micros::of(tick));
+    Ok((Micros::of(place), Micros::of(remove), tick, migrations))
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let policies: Vec<String> =
+        if args.policies.is_empty() { POLICY_NAMES.iter().map(|s| s.to_string()).collect() } else { args.policies.clone() };
+    let opts = PolicyOptions::default();
+    let mut report = BenchReport { latency: Vec::new(), replay_trace: None, replay: Vec::new(), replay_total_s: 0.0 };
+    for policy in &policies {
+        for &n in &args.nodes {
+            let spec = ClusterSpec::new(n, 8)?;
+            let outcome = build(policy, spec, &opts).and_then(|mut p| latency(p.as_mut(), &args));
+            let row = match outcome {
+                Ok((place, remove, tick, migrations)) => {
+                    LatencyRow { policy: policy.clone(), nodes: n, place, remove, tick, migrations, error: None }
+                }
+                Err(e) => LatencyRow {
+                    policy: policy.clone(),
+                    nodes: n,
+                    place: Micros::default(),
+                    remove: Micros::default(),
+                    tick: None,
+                    migrations: 0,
+                    error: Some(e.to_string()),
+                },
+            };
+            if !args.json && !args.quiet {
+                eprintln!("latency: {policy} at {n} nodes done");
+            }
+            report.latency.push(row);
+        }
+    }
+    if !args.no_replay {
+        let path = args.trace.display().to_string();
+        let file = File::open(&args.trace).map_err(|e| CliError::io(&path, e))?;
+        let tr = trace::read(BufReader::new(file), &path, &ReadOptions::default())?;
+        let sizing = size_cluster(&tr.jobs, 0.9, 8)?;
+        let cfg = SimConfig { queue: QueuePolicy::Fifo, ..SimConfig::new(ClusterSpec::new(sizing.nodes, 8)?) };
+        report.replay_trace = Some(path);
+        for policy in &policies {
+            let mut progress = Progress::new(policy, tr.jobs.len() as u64, args.quiet || args.json);
+            let t = Instant::now();
+            let r = simulate_named(policy, &tr.jobs, &cfg, &opts, &mut progress);
+            let wall_s = t.elapsed().as_secs_f64();
+            progress.finish();
+            let row = match r {
+                Ok(r) => {
+                    report.replay_total_s += wall_s;
+                    ReplayRow { policy: policy.clone(), jobs: r.jobs, nodes: r.nodes, wall_s, error: None }
+                }
+                Err(e) => ReplayRow { policy: policy.clone(), jobs: 0, nodes: sizing.nodes, wall_s, error: Some(e.to_string()) },
+            };
+            report.replay.push(row);
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&report).map_err(|e| CliError::Failed(e.to_string()))?);
+    } else {
+        print!("{}", tables(&report, &args));
+    }
+    Ok(())
+}
+
+fn tables(r: &BenchReport, args: &Args) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Per-event latency, microseconds (steady churn at {:.0}% load, {} departures per row{})",
+        args.load * 100.0,
+        args.events,
+        if cfg!(debug_assertions) { "; DEBUG BUILD: use --release" } else { "" }
+    );
+    let _ = writeln!(
+        s,
+        "{:<10} {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>10}",
+        "policy", "nodes", "place p50", "p99", "max", "remove p50", "p99", "max", "tick p50", "p99", "migrations"
+    );
+    for l in &r.latency {
+        if let Some(e) = &l.error {
+            let _ = writeln!(s, "{:<10} {:>7} | unavailable: {e}", l.policy, l.nodes);
+            continue;
+        }
+        let (tp50, tp99) = l.tick.as_ref().map(|t| (format!("{:.2}", t.p50_us), format!("{:.2}", t.p99_us))).unwrap_or(("-".into(), "-".into()));
+        let _ = writeln!(
+            s,
+            "{:<10} {:>7} | {:>9.2} {:>9.2} {:>9.1} | {:>10.2} {:>9.2} {:>9.1} | {:>9} {:>9} | {:>10}",
+            l.policy, l.nodes, l.place.p50_us, l.place.p99_us, l.place.max_us, l.remove.p50_us, l.remove.p99_us, l.remove.max_us, tp50, tp99, l.migrations
+        );
+    }
+    if let Some(t) = &r.replay_trace {
+        let _ = writeln!(s, "\nReplay of {t} (eta 0.9, FIFO), wall seconds:");
+        for p in &r.replay {
+            match &p.error {
+                Some(e) => {
+                    let _ = writeln!(s, "  {:<10} unavailable: {e}", p.policy);
+                }
+                None => {
+                    let _ = writeln!(s, "  {:<10} {:>8.3} s  ({} jobs, {} nodes)", p.policy, p.wall_s, p.jobs, p.nodes);
+                }
+            }
+        }
+        let _ = writeln!(s, "  {:<10} {:>8.3} s  (target: under 5 s in total)", "total", r.replay_total_s);
+    }
+    s
+}

@@ -1,0 +1,158 @@
+//! `compass simulate`: replay a trace under one placement policy.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::builder::PossibleValuesParser;
+use compass_core::placement::POLICY_NAMES;
+use compass_core::sim::{simulate_named, QueuePolicy, Sample, SimConfig, SimResult, Sizing};
+use serde::Serialize;
+
+use crate::error::{CliError, Result};
+use crate::progress::Progress;
+use crate::tracefile::{describe, Loaded, TraceArgs};
+
+/// Replay a trace under one placement policy and print its metrics.
+///
+/// AFR, AGU and WCC coverage average over the time the queue is non-empty
+/// (paper Section 5.5); AJCT includes queueing and migration costs.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub trace: TraceArgs,
+
+    /// Placement policy.
+    #[arg(long, default_value = "compass", value_parser = PossibleValuesParser::new(POLICY_NAMES))]
+    pub policy: String,
+
+    /// Queue policy: strict FIFO with head-of-line blocking, or FIFO with
+    /// backfill that never delays the head's reservation.
+    #[arg(long, default_value = "fifo", value_parser = PossibleValuesParser::new(QueuePolicy::NAMES))]
+    pub queue: String,
+
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Write the time series (N*SIF, utilisation, empty nodes, ...) as CSV.
+    #[arg(long, value_name = "FILE")]
+    pub timeseries: Option<PathBuf>,
+}
+
+/// The JSON object printed by `--json`: the simulator's result plus the run.
+#[derive(Serialize)]
+pub struct Report<'a> {
+    pub trace: &'a str,
+    pub format: &'a str,
+    pub skipped_rows: u64,
+    pub sizing: Option<&'a Sizing>,
+    /// Wall-clock seconds of the replay (trace reading excluded).
+    pub wall_s: f64,
+    #[serde(flatten)]
+    pub result: &'a SimResult,
+}
+
+/// Replays `loaded` under `policy`, timing it.
+pub fn replay(
+    loaded: &Loaded,
+    args: &TraceArgs,
+    policy: &str,
+    queue: QueuePolicy,
+    timeseries: bool,
+) -> Result<(SimResult, f64)> {
+    let mut cfg = SimConfig::new(loaded.spec);
+    cfg.queue = queue;
+    cfg.migration_cost_s = args.migration_cost;
+    cfg.backfill_depth = args.backfill_depth;
+    cfg.record_timeseries = timeseries;
+    let label = format!("{policy} ({})", queue.name());
+    let mut progress = Progress::new(&label, loaded.trace.jobs.len() as u64, args.quiet);
+    let started = Instant::now();
+    let result = simulate_named(policy, &loaded.trace.jobs, &cfg, &args.policy_options(), &mut progress);
+    progress.finish();
+    let wall = started.elapsed().as_secs_f64();
+    Ok((result.map_err(|e| CliError::Failed(format!("policy `{policy}`: {e}")))?, wall))
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let queue = QueuePolicy::parse_name(&args.queue)?;
+    let loaded = args.trace.load()?;
+    let (mut result, wall_s) = replay(&loaded, &args.trace, &args.policy, queue, args.timeseries.is_some())?;
+    if let Some(path) = &args.timeseries {
+        write_timeseries(path, &result.timeseries)?;
+        result.timeseries.clear();
+    }
+    let report = Report {
+        trace: &loaded.path,
+        format: loaded.trace.format.name(),
+        skipped_rows: loaded.trace.skipped_total(),
+        sizing: loaded.sizing.as_ref(),
+        wall_s,
+        result: &result,
+    };
+    if args.json {
+        let json = serde_json::to_string(&report).map_err(|e| CliError::Failed(e.to_string()))?;
+        println!("{json}");
+    } else {
+        println!("{}", describe(&loaded));
+        print!("{}", table(&report));
+    }
+    Ok(())
+}
+
+/// Writes the time series as CSV.
+pub fn write_timeseries(path: &PathBuf, samples: &[Sample]) -> Result<()> {
+    let mut out = String::from("t_s,n_sif,utilisation,empty_nodes,partial_nodes,queued,running\n");
+    for s in samples {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{}",
+            s.t_s, s.n_sif, s.utilisation, s.empty_nodes, s.partial_nodes, s.queued, s.running
+        );
+    }
+    std::fs::write(path, out).map_err(|e| CliError::io(path.display(), e))
+}
+
+/// The human-readable table of one replay.
+pub fn table(r: &Report<'_>) -> String {
+    let x = r.result;
+    let mut s = String::new();
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(s, "  {k:<28} {v}");
+    };
+    row("policy", format!("{} ({} queue)", x.policy, x.queue.name()));
+    row("nodes", format!("{} x {} GPUs", x.nodes, x.gpus_per_node));
+    let unsched = if x.unschedulable > 0 { format!(" ({} larger than the cluster, left out)", x.unschedulable) } else { String::new() };
+    row("jobs", format!("{}{unsched}", x.jobs));
+    row("AFR", format!("{:.5} (2/N = {:.5})", x.afr, 2.0 / f64::from(x.nodes)));
+    row("AJCT", format!("{:.1} s", x.ajct_s));
+    row("AGU", format!("{:.4}", x.agu));
+    row("metric window", format!("{} ({:.0} s queue non-empty of {:.0} s busy)", x.metric_window, x.peak_s, x.busy_s));
+    let wcc = x.max_n_sif_under_wcc.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+    row("max N*SIF", format!("{} (under WCC: {wcc})", x.max_n_sif));
+    row("WCC coverage", format!("{:.4}", x.wcc_coverage));
+    row(
+        "migrations",
+        format!(
+            "{} instances, {} charged moves, {:.4} per job, {} jobs moved",
+            x.migrations, x.migration_charges, x.migrations_per_job, x.migrated_jobs
+        ),
+    );
+    if x.queue == QueuePolicy::Backfill {
+        row("backfilled", format!("{} jobs ({} reservation slips)", x.backfilled, x.reservation_slips));
+    }
+    row("makespan", format!("{:.0} s", x.makespan_s));
+    row("wall time", format!("{:.3} s", r.wall_s));
+    let _ = writeln!(s, "  queue wait (s)               {:>8} {:>10} {:>10} {:>10} {:>10}", "jobs", "mean", "p50", "p90", "p99");
+    let mut wait = |k: &str, p: &compass_core::sim::Percentiles| {
+        let _ = writeln!(s, "    {k:<26} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>10.1}", p.count, p.mean, p.p50, p.p90, p.p99);
+    };
+    wait("all", &x.waits.overall);
+    wait("whole-node instances", &x.waits.whole_node);
+    wait("sub-node instances", &x.waits.sub_node);
+    for b in &x.waits.by_size {
+        wait(&format!("{} GPUs", b.gpus), &b.waits);
+    }
+    s
+}
