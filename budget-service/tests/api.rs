@@ -250,7 +250,14 @@ async fn bad_input_is_4xx_naming_the_field_and_changes_nothing() {
     let (s, _c, r) = seeded().await;
     let before = s.db().load_specs().unwrap();
     let n_audit = audit_len(&r).await;
-    let cases: Vec<(&str, &str, Vec<u8>, StatusCode, Option<&str>)> = vec![
+    type Case = (
+        &'static str,
+        &'static str,
+        Vec<u8>,
+        StatusCode,
+        Option<&'static str>,
+    );
+    let cases: Vec<Case> = vec![
         // Siblings above 1.
         ("PATCH", "/api/v1/nodes/team-b", serde_json::to_vec(&json!({"share": 0.5, "why": "x"})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("share")),
         // Negative, above 1.
