@@ -146,6 +146,17 @@ impl Db {
             OrgTree::build(&new)?;
         }
         let changes = fairshare::diff(&old, &new);
+        // Accounts are UNIQUE and checked per statement: release the accounts
+        // of every modified or removed node first, so that an edit may move
+        // an account between nodes (the new tree was validated above).
+        for c in &changes {
+            if let TreeChange::Modify { old: n, .. } | TreeChange::Remove { node: n } = c {
+                tx.execute(
+                    "UPDATE nodes SET account = NULL WHERE name = ?1",
+                    params![n.name],
+                )?;
+            }
+        }
         for c in &changes {
             let (node, old_j, new_j) = match c {
                 TreeChange::Add { node } => {
@@ -443,6 +454,29 @@ mod tests {
         assert!(db
             .edit_tree("pat", "update", " ", 3, |o| Ok(o.to_vec()))
             .is_err());
+    }
+
+    #[test]
+    fn accounts_can_move_between_nodes_in_one_edit() {
+        let mut db = seeded();
+        db.edit_tree("root", "import", "swap", 2, |old| {
+            let mut v = old.to_vec();
+            for s in &mut v {
+                s.account = match s.account.as_deref() {
+                    Some("acct-a") => Some("acct-b".into()),
+                    Some("acct-b") => Some("acct-a".into()),
+                    x => x.map(Into::into),
+                };
+            }
+            // And a removed leaf hands its account to a new one.
+            v.retain(|s| s.name != "b");
+            v.push(spec("c", Some("org"), 0.3, Some("acct-a")));
+            Ok(v)
+        })
+        .unwrap();
+        let t = db.load_tree().unwrap().unwrap();
+        assert_eq!(t.node(t.leaf_for_account("acct-b").unwrap()).name, "a");
+        assert_eq!(t.node(t.leaf_for_account("acct-a").unwrap()).name, "c");
     }
 
     #[test]
