@@ -144,7 +144,11 @@ impl Cycle {
         }
         rep.pushed = changed.len();
         self.pushed = factors.into_iter().collect();
-        self.state.set_queue(QueueView { at: now, order });
+        self.state.set_queue(QueueView {
+            at: now,
+            order,
+            ..QueueView::default()
+        });
         self.last_ok = Some(now);
         Ok(rep)
     }

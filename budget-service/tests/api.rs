@@ -384,6 +384,10 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
         .map(|j| j["job"].as_u64().unwrap())
         .collect();
     assert_eq!(ids, vec![20, 10, 11, 40, 30]);
+    let top = call(&r, "GET", "/api/v1/queue?limit=2", None, None).await.1;
+    assert_eq!(top["jobs"].as_array().unwrap().len(), 2);
+    assert_eq!(top["jobs"][1]["job"], 10);
+    assert_eq!(top["jobs"][1]["site_factor"], 99_999_999);
     let why = call(&r, "GET", "/api/v1/queue/11", None, None).await.1;
     let text = why["row"]["why"].as_str().unwrap();
     assert!(text.contains("Job 11 is 3rd of 5"), "{text}");
