@@ -38,6 +38,7 @@ pub struct Cycle {
     /// Site factors Slurm holds, as far as we know.
     pushed: HashMap<JobId, u32>,
     last_ok: Option<i64>,
+    last_prune: Option<i64>,
 }
 
 impl Cycle {
@@ -52,6 +53,7 @@ impl Cycle {
             sink,
             pushed: HashMap::new(),
             last_ok: None,
+            last_prune: None,
         }
     }
 
@@ -106,7 +108,7 @@ impl Cycle {
         {
             *demand.entry(j.account.clone()).or_default() += f64::from(j.gpus) * elapsed;
         }
-        let (tree, ledger) = {
+        let (tree, usage) = {
             let mut db = self.state.db();
             let r = db.ingest(&observed, now)?;
             rep.ingested = r.inserted;
@@ -114,13 +116,17 @@ impl Cycle {
             let mut d: Vec<(String, f64)> = demand.into_iter().collect();
             d.sort_by(|a, b| a.0.cmp(&b.0));
             db.add_demand(now, &d)?;
-            (db.load_tree()?, db.ledger_between(now - window, now)?)
+            if self.last_prune.is_none_or(|t| now - t >= 3600) {
+                db.prune_before(now - self.state.config.retain_days * 86400)?;
+                self.last_prune = Some(now);
+            }
+            (db.load_tree()?, db.usage_between(now - window, now)?)
         };
         let pending: Vec<_> = snap.pending.iter().map(|j| j.as_pending()).collect();
         rep.pending = pending.len();
         let order = match &tree {
             Some(tree) => {
-                let stats = fairshare::stats_at(tree, &ledger, now, window, capacity);
+                let stats = fairshare::node_stats(tree, &usage, capacity, window);
                 fairshare::order_queue(tree, &stats, &pending)
             }
             None => {
@@ -133,7 +139,7 @@ impl Cycle {
                         account: None,
                     },
                 ])?;
-                let stats = fairshare::stats_at(&empty, &ledger, now, window, capacity);
+                let stats = fairshare::node_stats(&empty, &usage, capacity, window);
                 fairshare::order_queue(&empty, &stats, &pending)
             }
         };

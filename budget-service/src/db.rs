@@ -6,11 +6,12 @@
 //! one `IMMEDIATE` transaction together with its audit rows.
 
 use compass_core::fairshare::{
-    self, IngestOutcome, Interval, Kind, Ledger, NodeSpec, OrgTree, TreeChange, UnixSecs,
+    self, IngestOutcome, Interval, Kind, Ledger, NodeSpec, OrgTree, TreeChange, UnixSecs, Usage,
 };
 use compass_core::model::JobId;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::path::Path;
 
 use crate::error::{BudgetError, Result};
@@ -296,6 +297,56 @@ impl Db {
         Ok(l)
     }
 
+    /// GPU-seconds per account and kind in `[from, to)`, summed in SQL
+    /// (same result as `ledger_between(from, to)?.usage(from, to)`, without
+    /// loading the intervals).
+    pub fn usage_between(&self, from: UnixSecs, to: UnixSecs) -> Result<HashMap<String, Usage>> {
+        let mut st = self.conn.prepare(
+            "SELECT account, kind, SUM(gpus * (MIN(COALESCE(end_time, ?2), ?2) - MAX(start, ?1)))
+             FROM intervals
+             WHERE start < ?2 AND (end_time IS NULL OR end_time > ?1)
+             GROUP BY account, kind",
+        )?;
+        let rows = st.query_map(params![from, to], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, f64>(2)?,
+            ))
+        })?;
+        let mut out: HashMap<String, Usage> = HashMap::new();
+        for row in rows {
+            let (acct, kind, gpu_s) = row?;
+            if gpu_s > 0.0 {
+                let u = out.entry(acct).or_default();
+                if kind == "allocated" {
+                    u.charged_gpu_s += gpu_s;
+                } else {
+                    u.free_gpu_s += gpu_s;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes intervals that ended, and demand hours, before `cutoff`.
+    /// Returns the number of intervals deleted.
+    pub fn prune_before(&mut self, cutoff: UnixSecs) -> Result<usize> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let n = tx.execute(
+            "DELETE FROM intervals WHERE end_time IS NOT NULL AND end_time < ?1",
+            params![cutoff],
+        )?;
+        tx.execute(
+            "DELETE FROM demand WHERE hour < ?1",
+            params![cutoff.div_euclid(3600)],
+        )?;
+        tx.commit()?;
+        Ok(n)
+    }
+
     /// Number of intervals stored.
     pub fn interval_count(&self) -> Result<i64> {
         Ok(self
@@ -527,6 +578,32 @@ mod tests {
             db.ledger_between(0, 1000).unwrap().usage(0, 1000)["acct-a"].charged_gpu_s,
             120.0
         );
+    }
+
+    #[test]
+    fn sql_usage_matches_the_core_ledger() {
+        let mut db = seeded();
+        let mut ivs = Vec::new();
+        for i in 0..60i64 {
+            ivs.push(Interval {
+                job: JobId(i as u64),
+                account: ["acct-a", "acct-b", "x"][(i % 3) as usize].into(),
+                gpus: 1 + (i % 8) as u32,
+                start: i * 37 % 1000,
+                end: (i % 4 != 0).then_some(i * 37 % 1000 + i * 13),
+                kind: if i % 5 == 0 {
+                    Kind::Unallocated
+                } else {
+                    Kind::Allocated
+                },
+            });
+        }
+        db.ingest(&ivs, 0).unwrap();
+        for (from, to) in [(0, 2000), (100, 400), (500, 501), (990, 5000)] {
+            let core = db.ledger_between(from, to).unwrap().usage(from, to);
+            let sql = db.usage_between(from, to).unwrap();
+            assert_eq!(core, sql, "window {from}..{to}");
+        }
     }
 
     #[test]

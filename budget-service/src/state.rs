@@ -157,7 +157,7 @@ impl AppState {
         let Some(tree) = db.load_tree()? else {
             return Ok(None);
         };
-        let usage = db.ledger_between(from, to)?.usage(from, to);
+        let usage = db.usage_between(from, to)?;
         drop(db);
         let stats = fairshare::node_stats(&tree, &usage, self.config.capacity_gpus, to - from);
         Ok(Some((tree, usage, stats)))
