@@ -22,15 +22,25 @@ fn slurm_version(header: &Path) -> Option<String> {
         text.lines().find_map(|line| {
             let rest = line.trim().strip_prefix("#define")?.trim_start();
             let value = rest.strip_prefix(name)?;
-            value.starts_with([' ', '\t']).then(|| value.trim().trim_matches('"').to_string())
+            value
+                .starts_with([' ', '\t'])
+                .then(|| value.trim().trim_matches('"').to_string())
         })
     };
     if let Some(v) = define("SLURM_VERSION_STRING") {
-        if !v.is_empty() && v.chars().all(|c| c.is_ascii_alphanumeric() || ".-_".contains(c)) {
+        if !v.is_empty()
+            && v.chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-_".contains(c))
+        {
             return Some(v);
         }
     }
     let n = define("SLURM_VERSION_NUMBER")?;
     let n = u32::from_str_radix(n.trim_start_matches("0x").trim_start_matches("0X"), 16).ok()?;
-    Some(format!("{}.{:02}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff))
+    Some(format!(
+        "{}.{:02}.{}",
+        (n >> 16) & 0xff,
+        (n >> 8) & 0xff,
+        n & 0xff
+    ))
 }

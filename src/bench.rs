@@ -38,7 +38,11 @@ pub struct Args {
 
     /// Trace replayed (sized by eta 0.9, FIFO) under every policy for the
     /// replay-speed part.
-    #[arg(long, default_value = "../shared/traces/venus/venus_sample.csv", value_name = "FILE")]
+    #[arg(
+        long,
+        default_value = "../shared/traces/venus/venus_sample.csv",
+        value_name = "FILE"
+    )]
     pub trace: PathBuf,
 
     /// Skip the replay-speed part.
@@ -70,7 +74,12 @@ struct Micros {
 impl Micros {
     fn of(nanos: Vec<f64>) -> Self {
         let p = Percentiles::of(nanos);
-        Self { calls: p.count, p50_us: p.p50 / 1e3, p99_us: p.p99 / 1e3, max_us: p.max / 1e3 }
+        Self {
+            calls: p.count,
+            p50_us: p.p50 / 1e3,
+            p99_us: p.p99 / 1e3,
+            max_us: p.max / 1e3,
+        }
     }
 }
 
@@ -156,7 +165,10 @@ fn nanos(start: Instant) -> f64 {
 
 /// Steady-state churn at `load`: remove a random job, then place new ones
 /// until the load is back or the policy refuses one.
-fn latency(policy: &mut dyn PlacementPolicy, args: &Args) -> compass_core::Result<(Micros, Micros, Option<Micros>, u64)> {
+fn latency(
+    policy: &mut dyn PlacementPolicy,
+    args: &Args,
+) -> compass_core::Result<(Micros, Micros, Option<Micros>, u64)> {
     let spec = policy.spec();
     let target = (spec.total_gpus() as f64 * args.load) as u64;
     let mut rng = Rng(7);
@@ -164,7 +176,10 @@ fn latency(policy: &mut dyn PlacementPolicy, args: &Args) -> compass_core::Resul
     let mut next_id = 0u64;
     let (mut place, mut remove, mut tick) = (Vec::new(), Vec::new(), Vec::new());
     let mut migrations = 0u64;
-    let mut refill = |policy: &mut dyn PlacementPolicy, running: &mut Vec<JobId>, times: Option<&mut Vec<f64>>, rng: &mut Rng| {
+    let mut refill = |policy: &mut dyn PlacementPolicy,
+                      running: &mut Vec<JobId>,
+                      times: Option<&mut Vec<f64>>,
+                      rng: &mut Rng| {
         let mut times = times;
         let mut refusals = 0;
         let mut moved = 0u64;
@@ -224,18 +239,32 @@ fn latency(policy: &mut dyn PlacementPolicy, args: &Args) -> compass_core::Resul
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let policies: Vec<String> =
-        if args.policies.is_empty() { POLICY_NAMES.iter().map(|s| s.to_string()).collect() } else { args.policies.clone() };
+    let policies: Vec<String> = if args.policies.is_empty() {
+        POLICY_NAMES.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.policies.clone()
+    };
     let opts = PolicyOptions::default();
-    let mut report = BenchReport { latency: Vec::new(), replay_trace: None, replay: Vec::new(), replay_total_s: 0.0 };
+    let mut report = BenchReport {
+        latency: Vec::new(),
+        replay_trace: None,
+        replay: Vec::new(),
+        replay_total_s: 0.0,
+    };
     for policy in &policies {
         for &n in &args.nodes {
             let spec = ClusterSpec::new(n, 8)?;
             let outcome = build(policy, spec, &opts).and_then(|mut p| latency(p.as_mut(), &args));
             let row = match outcome {
-                Ok((place, remove, tick, migrations)) => {
-                    LatencyRow { policy: policy.clone(), nodes: n, place, remove, tick, migrations, error: None }
-                }
+                Ok((place, remove, tick, migrations)) => LatencyRow {
+                    policy: policy.clone(),
+                    nodes: n,
+                    place,
+                    remove,
+                    tick,
+                    migrations,
+                    error: None,
+                },
                 Err(e) => LatencyRow {
                     policy: policy.clone(),
                     nodes: n,
@@ -257,7 +286,10 @@ pub fn run(args: Args) -> Result<()> {
         let file = File::open(&args.trace).map_err(|e| CliError::io(&path, e))?;
         let tr = trace::read(BufReader::new(file), &path, &ReadOptions::default())?;
         let sizing = size_cluster(&tr.jobs, 0.9, 8)?;
-        let cfg = SimConfig { queue: QueuePolicy::Fifo, ..SimConfig::new(ClusterSpec::new(sizing.nodes, 8)?) };
+        let cfg = SimConfig {
+            queue: QueuePolicy::Fifo,
+            ..SimConfig::new(ClusterSpec::new(sizing.nodes, 8)?)
+        };
         report.replay_trace = Some(path);
         for policy in &policies {
             let mut progress = Progress::new(policy, tr.jobs.len() as u64, args.quiet || args.json);
@@ -268,15 +300,30 @@ pub fn run(args: Args) -> Result<()> {
             let row = match r {
                 Ok(r) => {
                     report.replay_total_s += wall_s;
-                    ReplayRow { policy: policy.clone(), jobs: r.jobs, nodes: r.nodes, wall_s, error: None }
+                    ReplayRow {
+                        policy: policy.clone(),
+                        jobs: r.jobs,
+                        nodes: r.nodes,
+                        wall_s,
+                        error: None,
+                    }
                 }
-                Err(e) => ReplayRow { policy: policy.clone(), jobs: 0, nodes: sizing.nodes, wall_s, error: Some(e.to_string()) },
+                Err(e) => ReplayRow {
+                    policy: policy.clone(),
+                    jobs: 0,
+                    nodes: sizing.nodes,
+                    wall_s,
+                    error: Some(e.to_string()),
+                },
             };
             report.replay.push(row);
         }
     }
     if args.json {
-        println!("{}", serde_json::to_string(&report).map_err(|e| CliError::Failed(e.to_string()))?);
+        println!(
+            "{}",
+            serde_json::to_string(&report).map_err(|e| CliError::Failed(e.to_string()))?
+        );
     } else {
         print!("{}", tables(&report, &args));
     }
@@ -285,7 +332,8 @@ pub fn run(args: Args) -> Result<()> {
 
 fn tables(r: &BenchReport, args: &Args) -> String {
     let mut s = String::new();
-    let _ = writeln!(
+    let _ =
+        writeln!(
         s,
         "Per-event latency, microseconds (steady churn at {:.0}% load, {} departures per row{})",
         args.load * 100.0,
@@ -295,14 +343,28 @@ fn tables(r: &BenchReport, args: &Args) -> String {
     let _ = writeln!(
         s,
         "{:<10} {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>10}",
-        "policy", "nodes", "place p50", "p99", "max", "remove p50", "p99", "max", "tick p50", "p99", "migrations"
+        "policy",
+        "nodes",
+        "place p50",
+        "p99",
+        "max",
+        "remove p50",
+        "p99",
+        "max",
+        "tick p50",
+        "p99",
+        "migrations"
     );
     for l in &r.latency {
         if let Some(e) = &l.error {
             let _ = writeln!(s, "{:<10} {:>7} | unavailable: {e}", l.policy, l.nodes);
             continue;
         }
-        let (tp50, tp99) = l.tick.as_ref().map(|t| (format!("{:.2}", t.p50_us), format!("{:.2}", t.p99_us))).unwrap_or(("-".into(), "-".into()));
+        let (tp50, tp99) = l
+            .tick
+            .as_ref()
+            .map(|t| (format!("{:.2}", t.p50_us), format!("{:.2}", t.p99_us)))
+            .unwrap_or(("-".into(), "-".into()));
         let _ = writeln!(
             s,
             "{:<10} {:>7} | {:>9.2} {:>9.2} {:>9.1} | {:>10.2} {:>9.2} {:>9.1} | {:>9} {:>9} | {:>10}",
@@ -317,11 +379,19 @@ fn tables(r: &BenchReport, args: &Args) -> String {
                     let _ = writeln!(s, "  {:<10} unavailable: {e}", p.policy);
                 }
                 None => {
-                    let _ = writeln!(s, "  {:<10} {:>8.3} s  ({} jobs, {} nodes)", p.policy, p.wall_s, p.jobs, p.nodes);
+                    let _ = writeln!(
+                        s,
+                        "  {:<10} {:>8.3} s  ({} jobs, {} nodes)",
+                        p.policy, p.wall_s, p.jobs, p.nodes
+                    );
                 }
             }
         }
-        let _ = writeln!(s, "  {:<10} {:>8.3} s  (target: under 5 s in total)", "total", r.replay_total_s);
+        let _ = writeln!(
+            s,
+            "  {:<10} {:>8.3} s  (target: under 5 s in total)",
+            "total", r.replay_total_s
+        );
     }
     s
 }

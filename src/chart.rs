@@ -12,8 +12,10 @@ use plotters::style::FontStyle;
 
 use crate::error::{CliError, Result};
 
-const FONT_PATHS: &[&str] =
-    &["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/dejavu/DejaVuSans.ttf"];
+const FONT_PATHS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+];
 
 /// At most this many points per line.
 const BUCKETS: usize = 1500;
@@ -59,7 +61,10 @@ impl Series {
                 points.push((hours, prev.0, prev.1));
             }
         }
-        Self { name: name.to_string(), points }
+        Self {
+            name: name.to_string(),
+            points,
+        }
     }
 }
 
@@ -88,44 +93,79 @@ pub fn legend_text(series: &[Series]) -> String {
         .zip(COLOURS.iter().cycle())
         .map(|(s, c)| format!("{} = rgb({}, {}, {})", s.name, c.0, c.1, c.2))
         .collect();
-    format!("Chart without text (no font found). Top: N*SIF, bottom: utilisation, x: time. Lines: {}.", names.join(", "))
+    format!(
+        "Chart without text (no font found). Top: N*SIF, bottom: utilisation, x: time. Lines: {}.",
+        names.join(", ")
+    )
 }
 
 /// Draws the chart; returns whether it has text (title, axes, legend).
 pub fn draw(path: &Path, title: &str, series: &[Series]) -> Result<bool> {
     let text = font_ready();
-    let err = |e: &dyn std::fmt::Display| CliError::Chart { path: path.display().to_string(), why: e.to_string() };
+    let err = |e: &dyn std::fmt::Display| CliError::Chart {
+        path: path.display().to_string(),
+        why: e.to_string(),
+    };
     let root = BitMapBackend::new(path, (1400, 900)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let x_max = series.iter().flat_map(|s| s.points.last().map(|p| p.0)).fold(1e-9, f64::max);
-    let sif_max = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(1.0, f64::max) * 1.1;
+    let x_max = series
+        .iter()
+        .flat_map(|s| s.points.last().map(|p| p.0))
+        .fold(1e-9, f64::max);
+    let sif_max = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(1.0, f64::max)
+        * 1.1;
     let (top, bottom) = root.split_vertically(450);
     for (area, panel) in [(&top, 0), (&bottom, 1)] {
         let y_max = if panel == 0 { sif_max } else { 1.05 };
         let mut builder = ChartBuilder::on(area);
         builder.margin(12);
         if text {
-            let caption = if panel == 0 { format!("{title}: N*SIF") } else { "GPU utilisation".to_string() };
-            builder.caption(caption, ("sans-serif", 22)).x_label_area_size(35).y_label_area_size(55);
+            let caption = if panel == 0 {
+                format!("{title}: N*SIF")
+            } else {
+                "GPU utilisation".to_string()
+            };
+            builder
+                .caption(caption, ("sans-serif", 22))
+                .x_label_area_size(35)
+                .y_label_area_size(55);
         }
-        let mut chart = builder.build_cartesian_2d(0f64..x_max, 0f64..y_max).map_err(|e| err(&e))?;
+        let mut chart = builder
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+            .map_err(|e| err(&e))?;
         if text {
             chart
                 .configure_mesh()
                 .x_desc("hours since first submission")
-                .y_desc(if panel == 0 { "N*SIF" } else { "used / total GPUs" })
+                .y_desc(if panel == 0 {
+                    "N*SIF"
+                } else {
+                    "used / total GPUs"
+                })
                 .draw()
                 .map_err(|e| err(&e))?;
         } else {
             let frame = Rectangle::new([(0.0, 0.0), (x_max, y_max)], BLACK.stroke_width(1));
-            chart.draw_series(std::iter::once(frame)).map_err(|e| err(&e))?;
+            chart
+                .draw_series(std::iter::once(frame))
+                .map_err(|e| err(&e))?;
         }
         for (s, colour) in series.iter().zip(COLOURS.iter().cycle()) {
-            let line = s.points.iter().map(|p| (p.0, if panel == 0 { p.1 } else { p.2 }));
-            let drawn = chart.draw_series(LineSeries::new(line, colour.stroke_width(2))).map_err(|e| err(&e))?;
+            let line = s
+                .points
+                .iter()
+                .map(|p| (p.0, if panel == 0 { p.1 } else { p.2 }));
+            let drawn = chart
+                .draw_series(LineSeries::new(line, colour.stroke_width(2)))
+                .map_err(|e| err(&e))?;
             if text {
                 let c = *colour;
-                drawn.label(s.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
+                drawn.label(s.name.clone()).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3))
+                });
             }
         }
         if text {

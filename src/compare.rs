@@ -47,9 +47,16 @@ struct Outcome {
 
 pub fn run(args: Args) -> Result<()> {
     let loaded = args.trace.load()?;
-    let policies: Vec<String> =
-        if args.policies.is_empty() { POLICY_NAMES.iter().map(|s| s.to_string()).collect() } else { args.policies.clone() };
-    let queues: Vec<QueuePolicy> = args.queue.iter().map(|q| QueuePolicy::parse_name(q)).collect::<std::result::Result<_, _>>()?;
+    let policies: Vec<String> = if args.policies.is_empty() {
+        POLICY_NAMES.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.policies.clone()
+    };
+    let queues: Vec<QueuePolicy> = args
+        .queue
+        .iter()
+        .map(|q| QueuePolicy::parse_name(q))
+        .collect::<std::result::Result<_, _>>()?;
     std::fs::create_dir_all(&args.out).map_err(|e| CliError::io(args.out.display(), e))?;
     let header = describe(&loaded);
     eprintln!("{header}");
@@ -65,12 +72,24 @@ pub fn run(args: Args) -> Result<()> {
                     series.push(Series::from_samples(policy, &r.timeseries));
                     r.timeseries.clear();
                     rows.push((policy.clone(), Ok((r.clone(), wall_s))));
-                    outcomes.push(Outcome { policy: policy.clone(), queue, wall_s, result: Some(r), error: None });
+                    outcomes.push(Outcome {
+                        policy: policy.clone(),
+                        queue,
+                        wall_s,
+                        result: Some(r),
+                        error: None,
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(policy = %policy, error = %e, "policy failed");
                     rows.push((policy.clone(), Err(e.to_string())));
-                    outcomes.push(Outcome { policy: policy.clone(), queue, wall_s: 0.0, result: None, error: Some(e.to_string()) });
+                    outcomes.push(Outcome {
+                        policy: policy.clone(),
+                        queue,
+                        wall_s: 0.0,
+                        result: None,
+                        error: Some(e.to_string()),
+                    });
                 }
             }
         }
@@ -79,10 +98,22 @@ pub fn run(args: Args) -> Result<()> {
         md.push_str(&table);
         let png = args.out.join(format!("timeseries-{}.png", queue.name()));
         if !series.is_empty() {
-            let title = format!("{} ({} queue, {} nodes)", loaded.path, queue.name(), loaded.spec.nodes);
+            let title = format!(
+                "{} ({} queue, {} nodes)",
+                loaded.path,
+                queue.name(),
+                loaded.spec.nodes
+            );
             let labelled = chart::draw(&png, &title, &series)?;
-            let name = png.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-            let _ = writeln!(md, "![N*SIF and utilisation over time, {} queue]({name})\n", queue.name());
+            let name = png
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_default();
+            let _ = writeln!(
+                md,
+                "![N*SIF and utilisation over time, {} queue]({name})\n",
+                queue.name()
+            );
             if !labelled {
                 let _ = writeln!(md, "{}\n", chart::legend_text(&series));
             }
@@ -92,13 +123,27 @@ pub fn run(args: Args) -> Result<()> {
     let md_path = args.out.join("compare.md");
     std::fs::write(&md_path, &md).map_err(|e| CliError::io(md_path.display(), e))?;
     let json_path = args.out.join("compare.json");
-    let json = serde_json::to_string_pretty(&outcomes).map_err(|e| CliError::Failed(e.to_string()))?;
+    let json =
+        serde_json::to_string_pretty(&outcomes).map_err(|e| CliError::Failed(e.to_string()))?;
     std::fs::write(&json_path, json).map_err(|e| CliError::io(json_path.display(), e))?;
-    eprintln!("wrote {}, {} and {} chart(s) in {}", md_path.display(), json_path.display(), charts.len(), args.out.display());
+    eprintln!(
+        "wrote {}, {} and {} chart(s) in {}",
+        md_path.display(),
+        json_path.display(),
+        charts.len(),
+        args.out.display()
+    );
     let failed: Vec<&Outcome> = outcomes.iter().filter(|o| o.error.is_some()).collect();
     if !failed.is_empty() {
-        let names: Vec<String> = failed.iter().map(|o| format!("{} ({})", o.policy, o.queue.name())).collect();
-        return Err(CliError::Failed(format!("{} run(s) failed: {}", failed.len(), names.join(", "))));
+        let names: Vec<String> = failed
+            .iter()
+            .map(|o| format!("{} ({})", o.policy, o.queue.name()))
+            .collect();
+        return Err(CliError::Failed(format!(
+            "{} run(s) failed: {}",
+            failed.len(),
+            names.join(", ")
+        )));
     }
     Ok(())
 }
@@ -125,7 +170,10 @@ fn markdown(queue: QueuePolicy, rows: &[Row]) -> String {
                     Some(b) if b > 0.0 => format!("{:+.2}%", (b - x.ajct_s) / b * 100.0),
                     _ => "-".into(),
                 };
-                let wcc = x.max_n_sif_under_wcc.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+                let wcc = x
+                    .max_n_sif_under_wcc
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "-".into());
                 let _ = writeln!(
                     s,
                     "| {policy} | {} | {} | {:.5} | {:.5} | {:.1} | {gain} | {:.4} | {} | {wcc} | {:.4} | {:.4} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {:.2} |",
@@ -147,7 +195,11 @@ fn markdown(queue: QueuePolicy, rows: &[Row]) -> String {
                 );
             }
             Err(e) => {
-                let _ = writeln!(s, "| {policy} | failed: {} |||||||||||||||||", e.replace('|', "/"));
+                let _ = writeln!(
+                    s,
+                    "| {policy} | failed: {} |||||||||||||||||",
+                    e.replace('|', "/")
+                );
             }
         }
     }

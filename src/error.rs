@@ -7,7 +7,10 @@ pub enum CliError {
     #[error(transparent)]
     Core(#[from] CoreError),
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("chart {path}: {why}")]
     Chart { path: String, why: String },
     #[error("{0}")]
@@ -18,7 +21,10 @@ pub enum CliError {
 
 impl CliError {
     pub fn io(path: impl std::fmt::Display, source: std::io::Error) -> Self {
-        Self::Io { path: path.to_string(), source }
+        Self::Io {
+            path: path.to_string(),
+            source,
+        }
     }
 }
 

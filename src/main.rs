@@ -18,7 +18,12 @@ use clap::{Parser, Subcommand};
 
 /// Version line: the crate version and the Slurm version the plugins were
 /// built for (from slurm_version.h at build time, "none" without Slurm).
-const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (Slurm ", env!("COMPASS_SLURM_VERSION"), ")");
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (Slurm ",
+    env!("COMPASS_SLURM_VERSION"),
+    ")"
+);
 
 /// compass: a GPU scheduler for Slurm clusters (COMPASS-ABS placement).
 #[derive(Parser)]

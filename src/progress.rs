@@ -19,11 +19,19 @@ pub struct Progress {
 impl Progress {
     pub fn new(label: &str, total: u64, quiet: bool) -> Self {
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
-        if let Ok(style) = ProgressStyle::with_template("{msg:>24} [{bar:40}] {pos}/{len} jobs ({eta})") {
+        if let Ok(style) =
+            ProgressStyle::with_template("{msg:>24} [{bar:40}] {pos}/{len} jobs ({eta})")
+        {
             bar.set_style(style.progress_chars("=> "));
         }
         bar.set_message(label.to_string());
-        Self { bar, started: Instant::now(), enabled: !quiet && std::io::stderr().is_terminal(), shown: false, calls: 0 }
+        Self {
+            bar,
+            started: Instant::now(),
+            enabled: !quiet && std::io::stderr().is_terminal(),
+            shown: false,
+            calls: 0,
+        }
     }
 
     pub fn finish(&self) {

@@ -69,16 +69,31 @@ pub fn replay(
     let label = format!("{policy} ({})", queue.name());
     let mut progress = Progress::new(&label, loaded.trace.jobs.len() as u64, args.quiet);
     let started = Instant::now();
-    let result = simulate_named(policy, &loaded.trace.jobs, &cfg, &args.policy_options(), &mut progress);
+    let result = simulate_named(
+        policy,
+        &loaded.trace.jobs,
+        &cfg,
+        &args.policy_options(),
+        &mut progress,
+    );
     progress.finish();
     let wall = started.elapsed().as_secs_f64();
-    Ok((result.map_err(|e| CliError::Failed(format!("policy `{policy}`: {e}")))?, wall))
+    Ok((
+        result.map_err(|e| CliError::Failed(format!("policy `{policy}`: {e}")))?,
+        wall,
+    ))
 }
 
 pub fn run(args: Args) -> Result<()> {
     let queue = QueuePolicy::parse_name(&args.queue)?;
     let loaded = args.trace.load()?;
-    let (mut result, wall_s) = replay(&loaded, &args.trace, &args.policy, queue, args.timeseries.is_some())?;
+    let (mut result, wall_s) = replay(
+        &loaded,
+        &args.trace,
+        &args.policy,
+        queue,
+        args.timeseries.is_some(),
+    )?;
     if let Some(path) = &args.timeseries {
         write_timeseries(path, &result.timeseries)?;
         result.timeseries.clear();
@@ -123,13 +138,29 @@ pub fn table(r: &Report<'_>) -> String {
     };
     row("policy", format!("{} ({} queue)", x.policy, x.queue.name()));
     row("nodes", format!("{} x {} GPUs", x.nodes, x.gpus_per_node));
-    let unsched = if x.unschedulable > 0 { format!(" ({} larger than the cluster, left out)", x.unschedulable) } else { String::new() };
+    let unsched = if x.unschedulable > 0 {
+        format!(" ({} larger than the cluster, left out)", x.unschedulable)
+    } else {
+        String::new()
+    };
     row("jobs", format!("{}{unsched}", x.jobs));
-    row("AFR", format!("{:.5} (2/N = {:.5})", x.afr, 2.0 / f64::from(x.nodes)));
+    row(
+        "AFR",
+        format!("{:.5} (2/N = {:.5})", x.afr, 2.0 / f64::from(x.nodes)),
+    );
     row("AJCT", format!("{:.1} s", x.ajct_s));
     row("AGU", format!("{:.4}", x.agu));
-    row("metric window", format!("{} ({:.0} s queue non-empty of {:.0} s busy)", x.metric_window, x.peak_s, x.busy_s));
-    let wcc = x.max_n_sif_under_wcc.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+    row(
+        "metric window",
+        format!(
+            "{} ({:.0} s queue non-empty of {:.0} s busy)",
+            x.metric_window, x.peak_s, x.busy_s
+        ),
+    );
+    let wcc = x
+        .max_n_sif_under_wcc
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "-".into());
     row("max N*SIF", format!("{} (under WCC: {wcc})", x.max_n_sif));
     row("WCC coverage", format!("{:.4}", x.wcc_coverage));
     row(
@@ -140,13 +171,27 @@ pub fn table(r: &Report<'_>) -> String {
         ),
     );
     if x.queue == QueuePolicy::Backfill {
-        row("backfilled", format!("{} jobs ({} reservation slips)", x.backfilled, x.reservation_slips));
+        row(
+            "backfilled",
+            format!(
+                "{} jobs ({} reservation slips)",
+                x.backfilled, x.reservation_slips
+            ),
+        );
     }
     row("makespan", format!("{:.0} s", x.makespan_s));
     row("wall time", format!("{:.3} s", r.wall_s));
-    let _ = writeln!(s, "  queue wait (s)               {:>8} {:>10} {:>10} {:>10} {:>10}", "jobs", "mean", "p50", "p90", "p99");
+    let _ = writeln!(
+        s,
+        "  queue wait (s)               {:>8} {:>10} {:>10} {:>10} {:>10}",
+        "jobs", "mean", "p50", "p90", "p99"
+    );
     let mut wait = |k: &str, p: &compass_core::sim::Percentiles| {
-        let _ = writeln!(s, "    {k:<26} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>10.1}", p.count, p.mean, p.p50, p.p90, p.p99);
+        let _ = writeln!(
+            s,
+            "    {k:<26} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+            p.count, p.mean, p.p50, p.p90, p.p99
+        );
     };
     wait("all", &x.waits.overall);
     wait("whole-node instances", &x.waits.whole_node);

@@ -65,17 +65,29 @@ pub struct Loaded {
 
 impl TraceArgs {
     pub fn policy_options(&self) -> PolicyOptions {
-        PolicyOptions { defrag_interval_s: self.defrag_interval, ..PolicyOptions::default() }
+        PolicyOptions {
+            defrag_interval_s: self.defrag_interval,
+            ..PolicyOptions::default()
+        }
     }
 
     pub fn load(&self) -> Result<Loaded> {
         let path = self.trace.display().to_string();
-        let format = self.format.as_deref().map(TraceFormat::parse_name).transpose()?;
+        let format = self
+            .format
+            .as_deref()
+            .map(TraceFormat::parse_name)
+            .transpose()?;
         let file = File::open(&self.trace).map_err(|e| CliError::io(&path, e))?;
-        let opts = ReadOptions { format, gpus_per_node: self.gpus_per_node };
+        let opts = ReadOptions {
+            format,
+            gpus_per_node: self.gpus_per_node,
+        };
         let trace = trace::read(BufReader::new(file), &path, &opts)?;
         if trace.jobs.is_empty() {
-            return Err(CliError::Usage(format!("{path}: the trace has no jobs to replay")));
+            return Err(CliError::Usage(format!(
+                "{path}: the trace has no jobs to replay"
+            )));
         }
         let (nodes, sizing) = match self.nodes {
             Some(n) => (n, None),
@@ -93,7 +105,12 @@ impl TraceArgs {
             nodes,
             "trace loaded"
         );
-        Ok(Loaded { path, trace, spec, sizing })
+        Ok(Loaded {
+            path,
+            trace,
+            spec,
+            sizing,
+        })
     }
 }
 
@@ -106,15 +123,27 @@ pub fn describe(l: &Loaded) -> String {
         l.trace.jobs.len()
     );
     if l.trace.skipped_total() > 0 {
-        let why: Vec<String> = l.trace.skipped.iter().map(|(k, v)| format!("{v} {k}")).collect();
-        s.push_str(&format!(" ({} rows skipped: {})", l.trace.skipped_total(), why.join(", ")));
+        let why: Vec<String> = l
+            .trace
+            .skipped
+            .iter()
+            .map(|(k, v)| format!("{v} {k}"))
+            .collect();
+        s.push_str(&format!(
+            " ({} rows skipped: {})",
+            l.trace.skipped_total(),
+            why.join(", ")
+        ));
     }
     match &l.sizing {
         Some(z) => s.push_str(&format!(
             "; cluster {} x {} GPUs sized by eta {} (p_eta {} GPUs, largest job {} nodes)",
             l.spec.nodes, l.spec.gpus_per_node, z.eta, z.p_eta_gpus, z.n_maxjob
         )),
-        None => s.push_str(&format!("; cluster {} x {} GPUs (given)", l.spec.nodes, l.spec.gpus_per_node)),
+        None => s.push_str(&format!(
+            "; cluster {} x {} GPUs (given)",
+            l.spec.nodes, l.spec.gpus_per_node
+        )),
     }
     s
 }

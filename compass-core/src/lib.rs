@@ -11,9 +11,9 @@
 //!   all behind [`placement::PlacementPolicy`].
 //! - [`metric`]: partial nodes, the exact inherent fragmentation `Phi*` and SIF
 //!   (paper Section 3.2, Appendix C).
+//! - [`preempt`]: protected and preemptible time: victims, faulty nodes.
 //! - [`fairshare`]: org-tree budgets, the occupancy ledger and the fair-share
 //!   queue order (budget service, issue 4).
-//! - [`preempt`]: protected and preemptible time: victims, faulty nodes.
 //! - [`clock`]: the injected clock.
 
 pub mod clock;

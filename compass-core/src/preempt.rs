@@ -9,7 +9,9 @@
 //!   protected.
 //! - A pending allocated job that cannot start may preempt, in this order of
 //!   preference, unallocated jobs, then unprotected allocated jobs of teams
-//!   whose fair-share ratio is strictly higher (more over-served) than its own.
+//!   whose fair-share ratio is higher (more over-served, by a hysteresis
+//!   margin) than its own and that run more allocated GPUs than their
+//!   allocation, while the requester's team runs less than its own.
 //!   Unallocated requests never preempt.
 //! - The victim set must make the job placeable: enough nodes with `g` free
 //!   GPUs for its `w` instances, counted node by node (free GPUs spread over
@@ -38,21 +40,26 @@ use crate::model::{JobId, JobShape, NodeId, NodeSet};
 pub struct ProtectionConfig {
     /// Longest protected time a job can buy (the published design: 8 h).
     pub min_runtime_cap_s: Seconds,
-    /// GPU-time a resumable victim loses is its run time since its last
-    /// checkpoint, which we bound by this interval (non-resumable victims lose
-    /// all their run time).
+    /// Resumable jobs checkpoint this often from the start of each run; a
+    /// resumable victim loses its run time since its last checkpoint
+    /// (non-resumable victims lose all their run time).
     pub checkpoint_interval_s: Seconds,
     /// Exhaustive victim search up to this many candidates; greedy with
     /// pruning above.
     pub exact_search_limit: usize,
+    /// Hysteresis: an allocated victim's team ratio must exceed the
+    /// requester's by this fraction (0.05: 5% more over-served), so two teams
+    /// close to their budgets do not take turns preempting each other.
+    pub preempt_margin: f64,
 }
 
 impl Default for ProtectionConfig {
     fn default() -> Self {
         Self {
             min_runtime_cap_s: 8.0 * 3600.0,
-            checkpoint_interval_s: 3600.0,
-            exact_search_limit: 14,
+            checkpoint_interval_s: 600.0,
+            exact_search_limit: 10,
+            preempt_margin: 0.05,
         }
     }
 }
@@ -90,12 +97,21 @@ impl RunningJob {
     /// GPU-seconds lost if preempted at `now`.
     pub fn loss(&self, now: Seconds, cfg: &ProtectionConfig) -> f64 {
         let run = (now - self.started_s).max(0.0);
-        let lost = if self.resumable {
-            run.min(cfg.checkpoint_interval_s)
-        } else {
-            run
-        };
+        let lost = lost_run_s(run, self.resumable, cfg);
         lost * f64::from(self.gpus())
+    }
+}
+
+/// Seconds of a run of `run` seconds that a preemption throws away: since the
+/// last checkpoint for resumable jobs, all of it otherwise.
+pub fn lost_run_s(run: Seconds, resumable: bool, cfg: &ProtectionConfig) -> Seconds {
+    let run = run.max(0.0);
+    if !resumable {
+        run
+    } else if cfg.checkpoint_interval_s > 0.0 {
+        run % cfg.checkpoint_interval_s
+    } else {
+        0.0
     }
 }
 
@@ -151,6 +167,35 @@ pub struct Preemption {
 /// over-served). Accounts without a budget count as infinitely over-served.
 pub trait Ratios {
     fn ratio(&self, account: &str) -> f64;
+
+    /// The account's allocated GPUs running now and its allocation in GPUs
+    /// (`share x capacity`), when known. See [`victim_rule`].
+    fn allocation(&self, _account: &str) -> Option<TeamLoad> {
+        None
+    }
+}
+
+/// A team's allocated GPUs running now against its allocation.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TeamLoad {
+    pub running_gpus: f64,
+    pub allocation_gpus: f64,
+}
+
+/// Ratios and loads of every team, for drivers that know both.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TeamTable {
+    pub ratio: BTreeMap<String, f64>,
+    pub load: BTreeMap<String, TeamLoad>,
+}
+
+impl Ratios for TeamTable {
+    fn ratio(&self, account: &str) -> f64 {
+        self.ratio.ratio(account)
+    }
+    fn allocation(&self, account: &str) -> Option<TeamLoad> {
+        self.load.get(account).copied()
+    }
 }
 
 impl Ratios for BTreeMap<String, f64> {
@@ -210,10 +255,23 @@ pub fn victim_rule(
     }
     let victim_ratio = ratios.ratio(&victim.account);
     let requester_ratio = ratios.ratio(&pending.account);
-    (victim_ratio > requester_ratio).then_some(VictimRule::OverServed {
-        victim_ratio,
-        requester_ratio,
-    })
+    // "Still prioritised": when loads are known, a team running within its
+    // allocation keeps its jobs, and a team already at its allocation takes
+    // no allocated job from another.
+    if let (Some(v), Some(r)) = (
+        ratios.allocation(&victim.account),
+        ratios.allocation(&pending.account),
+    ) {
+        if v.running_gpus <= v.allocation_gpus || r.running_gpus >= r.allocation_gpus {
+            return None;
+        }
+    }
+    (victim_ratio > requester_ratio * (1.0 + cfg.preempt_margin)).then_some(
+        VictimRule::OverServed {
+            victim_ratio,
+            requester_ratio,
+        },
+    )
 }
 
 /// Chooses the victims that make `pending` placeable, or `None` if no legal
@@ -513,11 +571,14 @@ mod tests {
         // 14 free GPUs (4 + 4 + 6) but no free node: a count of free GPUs says
         // the 8-GPU instance fits; it does not. Emptying node 2 costs 2
         // GPU-hours (job 3), node 1 costs 4 (job 2), node 0 costs 24 (job 1).
-        let run = vec![
+        let mut run = vec![
             running(1, "x", &[(0, 4)], 0.0, 0.0),
             running(2, "x", &[(1, 4)], 0.0, 5.0),
             running(3, "x", &[(2, 2)], 0.0, 5.0),
         ];
+        for r in &mut run {
+            r.resumable = false; // a victim loses all its run time
+        }
         let room = room_of(3, &run);
         let p = pending(9, "a", 1, 8);
         let got = plan_room(

@@ -8,9 +8,9 @@
 //! 1. Reductions that keep `Phi*` unchanged (R1-R3).
 //! 2. Closed form when the reduced counts satisfy WCC (eq. 21, Lemma CF).
 //! 3. Otherwise: enumerate the O(1) canonical packings of the items of size
-//!    >= 3 (Lemma L3), then place the 2-GPU items by a lemma-pruned enumeration
-//!    (Lemmas E1, E2, P) and the 1-GPU items by an exact greedy (Lemma F1).
-//!    Cost is linear in the counts.
+//!    at least 3 (Lemma L3), then place the 2-GPU items by a lemma-pruned enumeration
+//!    (Lemmas E1, E2, P, M) and the 1-GPU items by an exact greedy (Lemma
+//!    F1). At most 2 x 9 x 4 evaluations of O(G) each, whatever the counts.
 
 use super::{total_gpus, wcc_holds, InstanceCounts};
 
@@ -60,7 +60,7 @@ pub(super) fn closed_form(reduced: &InstanceCounts, capacity: u32) -> Option<u64
 
 /// Any packing with `T mod G != 0` has a partial bin.
 fn lower_bound(n: &InstanceCounts, capacity: u32) -> u64 {
-    u64::from(total_gpus(n) % u64::from(capacity) != 0)
+    u64::from(!total_gpus(n).is_multiple_of(u64::from(capacity)))
 }
 
 /// Exact search on reduced counts (valid whether or not WCC holds).
@@ -88,7 +88,9 @@ fn search_g8(n: &InstanceCounts) -> u64 {
     let mut best = u64::MAX;
     for p34 in 0..=n[4].min(n[3]).min(1) {
         for lone3 in 0..=1u64 {
-            let Some(rest) = n[3].checked_sub(p34 + lone3) else { continue };
+            let Some(rest) = n[3].checked_sub(p34 + lone3) else {
+                continue;
+            };
             if rest % 2 != 0 {
                 continue;
             }
@@ -114,8 +116,9 @@ fn search_g8(n: &InstanceCounts) -> u64 {
 /// 2s: room-1 bins take none; by Lemma E1 a 2 sits in a room-3 bin only when
 /// every room-2 bin holds a 2, and by Lemma E2 a 2 sits in a new bin only when
 /// every room-2 bin holds a 2; by Lemma P the new bins' 2s are packed `G/2`
-/// per bin. Rooms 4 and 5 (at most one bin each) are enumerated. 1s then
-/// fill by Lemma F1.
+/// per bin; by Lemma M only the four largest `y3` need evaluating. Rooms 4
+/// and 5 (at most one bin each) are enumerated. 1s then fill by Lemma F1.
+/// O(1) evaluations.
 fn place_small(capacity: u32, rooms: &Rooms, twos: u64, ones: u64) -> u64 {
     debug_assert!(rooms[4] <= 1 && rooms[5] <= 1 && rooms[6..].iter().all(|&c| c == 0));
     let g = u64::from(capacity);
@@ -136,7 +139,7 @@ fn place_small(capacity: u32, rooms: &Rooms, twos: u64, ones: u64) -> u64 {
             }
         }
         let per_bin = g / 2;
-        if per_bin > 0 && pure % per_bin != 0 {
+        if per_bin > 0 && !pure.is_multiple_of(per_bin) {
             h[(g - 2 * (pure % per_bin)) as usize] += 1;
         }
         best = best.min(fill_ones(capacity, &h, ones));
@@ -147,7 +150,10 @@ fn place_small(capacity: u32, rooms: &Rooms, twos: u64, ones: u64) -> u64 {
             if rem < c2 {
                 eval(t4, t5, rem, 0, 0);
             } else {
-                for y3 in 0..=c3.min(rem - c2) {
+                // Lemma M: y3 + 4 never costs more than y3, so only the
+                // four largest values can be the minimum.
+                let max_y3 = c3.min(rem - c2);
+                for y3 in max_y3.saturating_sub(3)..=max_y3 {
                     eval(t4, t5, c2, y3, rem - c2 - y3);
                 }
             }
@@ -163,7 +169,7 @@ fn fill_ones(capacity: u32, rooms: &Rooms, ones: u64) -> u64 {
     let total_room: u64 = (1..=8).map(|r| r as u64 * rooms[r]).sum();
     let bins: u64 = rooms[1..].iter().sum();
     if ones >= total_room {
-        return u64::from((ones - total_room) % u64::from(capacity) != 0);
+        return u64::from(!(ones - total_room).is_multiple_of(u64::from(capacity)));
     }
     let mut left = ones;
     let mut filled = 0;

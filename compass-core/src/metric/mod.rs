@@ -15,8 +15,6 @@
 mod exact;
 mod reference;
 
-use std::collections::HashMap;
-
 /// Running instances by GPUs per instance: `counts[g]` for `g` in `1..=8`
 /// (index 0 unused).
 pub type InstanceCounts = [u64; 9];
@@ -66,16 +64,16 @@ pub fn sif(partial: u32, phi_star: u64, nodes: u32) -> f64 {
 
 /// Memoised [`phi_star`] for trace replays, which ask after every event.
 ///
-/// The closed form is answered without touching the map. Otherwise the key is
-/// the *reduced* residual (after the exact reductions of [`exact`]: full
-/// nodes of `G`-GPU instances, pairs of `G/2` instances, `{5,3}` pairs), so
-/// states that differ only by such full nodes share one entry. The map is
-/// cleared when it exceeds `max_entries` so a long replay cannot grow it
-/// without bound.
+/// The closed form (eq. 21) is answered without a lookup. Otherwise the key
+/// is the *reduced* residual (after the exact reductions R1-R3 of [`exact`]:
+/// full nodes of `G`-GPU instances, pairs of `G/2` instances, `{5,3}` pairs),
+/// so states that differ only by such full nodes share one entry. The memo is
+/// a fixed-size direct-mapped table (a slot per hash, the newest state wins):
+/// constant memory, no allocation after construction, and a lookup cheaper
+/// than the search it saves even when most states never recur.
 #[derive(Debug, Clone)]
 pub struct PhiStarCache {
-    map: HashMap<(u32, InstanceCounts), u64>,
-    max_entries: usize,
+    slots: Vec<Option<(u32, InstanceCounts, u64)>>,
     hits: u64,
     misses: u64,
     closed_form: u64,
@@ -88,13 +86,19 @@ impl Default for PhiStarCache {
 }
 
 impl PhiStarCache {
-    /// A cache of at most one million residual states.
+    /// A table of 4,096 slots.
     pub fn new() -> Self {
-        Self::with_capacity_limit(1 << 20)
+        Self::with_slots(1 << 12)
     }
 
-    pub fn with_capacity_limit(max_entries: usize) -> Self {
-        Self { map: HashMap::new(), max_entries: max_entries.max(1), hits: 0, misses: 0, closed_form: 0 }
+    /// A table of `slots` slots, rounded up to a power of two (at least 1).
+    pub fn with_slots(slots: usize) -> Self {
+        Self {
+            slots: vec![None; slots.max(1).next_power_of_two()],
+            hits: 0,
+            misses: 0,
+            closed_form: 0,
+        }
     }
 
     /// Same value as [`phi_star`].
@@ -106,28 +110,27 @@ impl PhiStarCache {
             self.closed_form += 1;
             return v;
         }
-        let key = (capacity, reduced);
-        if let Some(&v) = self.map.get(&key) {
-            self.hits += 1;
-            return v;
+        let slot = (slot_hash(capacity, &reduced) as usize) & (self.slots.len() - 1);
+        if let Some((cap, key, v)) = &self.slots[slot] {
+            if *cap == capacity && *key == reduced {
+                self.hits += 1;
+                return *v;
+            }
         }
         self.misses += 1;
         let v = exact::search(&reduced, capacity);
-        if self.map.len() >= self.max_entries {
-            self.map.clear();
-        }
-        self.map.insert(key, v);
+        self.slots[slot] = Some((capacity, reduced, v));
         v
     }
 
-    /// Residual states stored.
+    /// Residual states currently stored.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.slots.iter().filter(|s| s.is_some()).count()
     }
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.slots.iter().all(Option::is_none)
     }
-    /// Searches answered from the map.
+    /// Searches answered from the table.
     pub fn hits(&self) -> u64 {
         self.hits
     }
@@ -139,6 +142,18 @@ impl PhiStarCache {
     pub fn closed_form_answers(&self) -> u64 {
         self.closed_form
     }
+}
+
+/// Multiply-rotate over the counts, then the splitmix64 finaliser so every
+/// slot bit depends on every count.
+fn slot_hash(capacity: u32, counts: &InstanceCounts) -> u64 {
+    let mut h = u64::from(capacity);
+    for &c in counts {
+        h = (h.rotate_left(5) ^ c).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
 }
 
 #[cfg(test)]

@@ -28,7 +28,9 @@ pub(super) fn phi_star(counts: &InstanceCounts, capacity: u32) -> u64 {
 }
 
 fn solve(n: &mut InstanceCounts, cap: usize, memo: &mut HashMap<InstanceCounts, u64>) -> u64 {
-    let Some(largest) = (1..=cap).rev().find(|&g| n[g] > 0) else { return 0 };
+    let Some(largest) = (1..=cap).rev().find(|&g| n[g] > 0) else {
+        return 0;
+    };
     if let Some(&v) = memo.get(&*n) {
         return v;
     }

@@ -4,7 +4,9 @@
 //!
 //! - [`compass`]: COMPASS-ABS (paper Section 4), with our corrections.
 //! - [`occupancy`]: the physical GPU accounting every policy shares.
+//! - [`baselines`]: best-fit, first-fit, FGD and a round-based defragmenter.
 
+pub mod baselines;
 pub mod compass;
 pub mod occupancy;
 
@@ -48,6 +50,16 @@ pub fn build(
 ) -> Result<Box<dyn PlacementPolicy>> {
     match name {
         "compass" => Ok(Box::new(CompassEngine::new(spec, opts.compass.clone()))),
+        "best-fit" => Ok(Box::new(baselines::BestFit::new(spec))),
+        "first-fit" => Ok(Box::new(baselines::FirstFit::new(spec))),
+        "fgd" => Ok(Box::new(baselines::Fgd::new(spec, opts.fgd_window))),
+        "defrag" => Ok(Box::new(baselines::Defrag::new(
+            spec,
+            baselines::DefragConfig {
+                interval_s: opts.defrag_interval_s,
+                ..Default::default()
+            },
+        ))),
         other => Err(CoreError::Invalid(format!(
             "unknown policy `{other}`; expected one of: {}",
             POLICY_NAMES.join(", ")

@@ -14,6 +14,7 @@
 //! mean of completion minus submission, where completion includes `c` seconds
 //! per migration event of the job.
 
+pub mod budgets;
 pub mod sizing;
 pub mod stats;
 

@@ -1,0 +1,1107 @@
+//! Policy simulator (issue 5): replays a trace with accounts, min runtimes and
+//! resumable flags through the whole decision core: fair-share ordering
+//! ([`crate::fairshare`]), protected and preemptible time
+//! ([`crate::preempt`]) and a placement policy (COMPASS or a baseline). Event
+//! driven, skipping idle time: the clock jumps between arrivals, completions
+//! and enforcement cycles, and cycles run only while jobs wait.
+//!
+//! Figures reported are those of the published budget design
+//! (`fair-share-budgets.txt`), so both can be read side by side: owed
+//! GPU-hours delivered (owed = allocation capped hourly at actual demand),
+//! occupancy, the unallocated share of delivered time, debug-job p90 wait,
+//! waits of the largest jobs, preemptions and GPU-time lost to them.
+//! Definitions: `docs/policy-simulator.md`.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Seconds;
+use crate::error::{CoreError, Result};
+use crate::fairshare::ledger::Usage;
+use crate::fairshare::order::node_stats;
+use crate::fairshare::tree::{NodeIx, OrgTree};
+use crate::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeSet};
+use crate::placement::{self, PlacementPolicy, PolicyOptions};
+use crate::preempt::{
+    plan_room, NodeRoom, PendingJob, ProtectionConfig, RunningJob, TeamLoad, TeamTable,
+};
+use crate::sim::stats::Percentiles;
+use crate::trace::TraceJob;
+
+/// A job of the policy simulator.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BudgetJob {
+    pub id: JobId,
+    pub account: String,
+    pub submit_s: Seconds,
+    pub duration_s: Seconds,
+    pub shape: JobShape,
+    /// 0 = unallocated (free, preemptible) time.
+    pub min_runtime_s: Seconds,
+    pub resumable: bool,
+}
+
+/// Settings of a policy replay.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BudgetSimConfig {
+    pub spec: ClusterSpec,
+    /// Placement policy (`compass`, `best-fit`, ...).
+    pub policy: String,
+    pub policy_options: PolicyOptions,
+    /// Fair-share lookback window (the published design: 7 days).
+    pub window_s: Seconds,
+    pub protection: ProtectionConfig,
+    /// Enforcement cycle: ratios, order and preemption are refreshed this often
+    /// while jobs wait (the budget service's default is 10 s).
+    pub cycle_s: Seconds,
+    /// Seconds added to a job each time it is migrated by Compact or restarted
+    /// after a preemption (checkpoint restore).
+    pub restart_cost_s: Seconds,
+    /// Waiting jobs examined per scheduling pass (Slurm's queue depth).
+    pub queue_depth: usize,
+    /// Teams whose head allocated job may preempt per cycle, in fair-share order.
+    pub preempt_depth: usize,
+    /// Stop at this simulated time (seconds after the first submission).
+    pub horizon_s: Option<Seconds>,
+    /// Debug jobs: at most this many GPUs ...
+    pub debug_max_gpus: u32,
+    /// ... and a min runtime in `(0, this]`.
+    pub debug_max_min_runtime_s: Seconds,
+    /// Keep a log of every start, preemption and completion in the report.
+    pub record: Record,
+    /// How teams are ordered when capacity frees up.
+    pub team_order: TeamOrder,
+}
+
+/// How the scheduler orders teams.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TeamOrder {
+    /// The published design: the fair-share tree walk by lookback ratio.
+    Ratio,
+    /// Ours: teams running less allocated time than their allocation right
+    /// now go first (in ratio order), then the others (in ratio order). The
+    /// lookback ratio alone hands all freed capacity to one team at a time,
+    /// so a team's hourly use swings around its budget; this keeps each team
+    /// near its allocation hour by hour, which is what "owed GPU-hours" counts.
+    #[default]
+    UnderAllocationFirst,
+}
+
+/// Whether the report carries the event log.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Record {
+    #[default]
+    Summary,
+    Events,
+}
+
+/// One entry of the event log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum SimEvent {
+    Start {
+        t: Seconds,
+        job: JobId,
+    },
+    Preempt {
+        t: Seconds,
+        job: JobId,
+        for_job: JobId,
+        requeued: bool,
+    },
+    Finish {
+        t: Seconds,
+        job: JobId,
+    },
+}
+
+impl BudgetSimConfig {
+    pub fn new(spec: ClusterSpec) -> Self {
+        Self {
+            spec,
+            policy: "compass".into(),
+            policy_options: PolicyOptions::default(),
+            window_s: 7.0 * 86400.0,
+            protection: ProtectionConfig::default(),
+            cycle_s: 60.0,
+            restart_cost_s: 8.0,
+            queue_depth: 200,
+            preempt_depth: 16,
+            horizon_s: None,
+            debug_max_gpus: 2,
+            debug_max_min_runtime_s: 900.0,
+            record: Record::Summary,
+            team_order: TeamOrder::default(),
+        }
+    }
+}
+
+/// Per-team figures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TeamReport {
+    pub account: String,
+    /// Fixed share of total capacity.
+    pub share: f64,
+    pub jobs: usize,
+    /// Allocation capped hourly at the team's demand, GPU-hours.
+    pub owed_gpu_h: f64,
+    /// Owed GPU-hours the team actually received.
+    pub delivered_gpu_h: f64,
+    /// `delivered / owed` (1 when nothing was owed).
+    pub owed_delivered: f64,
+    /// All GPU-hours the team used (charged and free).
+    pub used_gpu_h: f64,
+    pub charged_gpu_h: f64,
+}
+
+/// Result of a policy replay.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BudgetReport {
+    pub policy: String,
+    pub nodes: u32,
+    pub gpus: u64,
+    pub jobs: usize,
+    pub completed: usize,
+    /// Non-resumable victims, cancelled.
+    pub cancelled: usize,
+    /// Not finished at the horizon.
+    pub unfinished: usize,
+    pub simulated_s: Seconds,
+    pub window_s: Seconds,
+    pub min_runtime_cap_s: Seconds,
+    /// Overall owed GPU-hours delivered.
+    pub owed_delivered: f64,
+    pub worst_team_owed_delivered: f64,
+    /// Teams owed anything that received at least 95% of it.
+    pub teams_at_95: usize,
+    pub teams_owed: usize,
+    /// Used GPU-time over capacity while jobs were waiting.
+    pub occupancy: f64,
+    /// Unallocated share of the delivered GPU-time.
+    pub unallocated_share: f64,
+    pub debug_jobs: usize,
+    pub debug_p90_wait_s: f64,
+    /// Largest jobs: GPU count at or above the 99th percentile.
+    pub largest_min_gpus: u32,
+    pub largest_jobs: usize,
+    pub largest_p50_wait_s: f64,
+    pub largest_p90_wait_s: f64,
+    pub wait: Percentiles,
+    pub preemptions: u64,
+    pub preemptions_per_job: f64,
+    pub lost_gpu_h: f64,
+    pub migrations: u64,
+    pub teams: Vec<TeamReport>,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub events: Vec<SimEvent>,
+}
+
+/// Scales arrival times so that offered GPU-time equals `demand` times the
+/// cluster's capacity over the (scaled) arrival span.
+pub fn scale_demand(jobs: &mut [BudgetJob], capacity_gpus: u64, demand: f64) -> Result<()> {
+    if !(demand.is_finite() && demand > 0.0) {
+        return Err(CoreError::Invalid(format!(
+            "demand must be a positive number, got {demand}"
+        )));
+    }
+    let first = jobs
+        .iter()
+        .map(|j| j.submit_s)
+        .fold(f64::INFINITY, f64::min);
+    let last = jobs
+        .iter()
+        .map(|j| j.submit_s)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let work: f64 = jobs
+        .iter()
+        .map(|j| j.duration_s * j.shape.total_gpus() as f64)
+        .sum();
+    if jobs.is_empty() || last <= first || work <= 0.0 {
+        return Ok(());
+    }
+    // Offered load over the span: work / (capacity * span). Compress or
+    // stretch the span so it equals `demand`.
+    let span = work / (capacity_gpus as f64 * demand);
+    let factor = span / (last - first);
+    for j in jobs.iter_mut() {
+        j.submit_s = (j.submit_s - first) * factor;
+    }
+    Ok(())
+}
+
+/// FNV-1a, for deterministic assignments that do not depend on row order.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Turns Venus rows (no accounts, no min runtimes) into policy-simulator
+/// jobs, deterministically (`docs/policy-simulator.md`):
+/// - account: the job id's FNV-1a hash modulo the total node count of
+///   `vcs`, mapped onto the virtual clusters by cumulative node counts, so a
+///   VC's expected share of jobs is proportional to its size;
+/// - debug jobs (at most 2 GPUs, at most 15 minutes) ask their duration as
+///   min runtime; of the others one in five (by hash) is unallocated
+///   (min runtime 0) and the rest ask `min(duration, cap)`;
+/// - nine in ten (by hash) are resumable.
+pub fn assign_venus(
+    jobs: &[TraceJob],
+    vcs: &[(String, u32)],
+    min_runtime_cap_s: Seconds,
+) -> Result<Vec<BudgetJob>> {
+    let total: u64 = vcs.iter().map(|(_, n)| u64::from(*n)).sum();
+    if total == 0 {
+        return Err(CoreError::Invalid("virtual clusters have no nodes".into()));
+    }
+    Ok(jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            let h = fnv(&j.name);
+            let mut slot = h % total;
+            let account = vcs
+                .iter()
+                .find(|(_, n)| {
+                    if slot < u64::from(*n) {
+                        true
+                    } else {
+                        slot -= u64::from(*n);
+                        false
+                    }
+                })
+                .map(|(name, _)| name.clone())
+                .expect("slot below the total");
+            let gpus = j.shape.total_gpus();
+            let debug = gpus <= 2 && j.duration_s <= 900.0;
+            let min_runtime_s = if debug {
+                j.duration_s.max(1.0)
+            } else if (h >> 20).is_multiple_of(5) {
+                0.0
+            } else {
+                j.duration_s.min(min_runtime_cap_s).max(1.0)
+            };
+            BudgetJob {
+                id: JobId(i as u64 + 1),
+                account,
+                submit_s: j.submit_s,
+                duration_s: j.duration_s,
+                shape: j.shape,
+                min_runtime_s,
+                resumable: !(h >> 40).is_multiple_of(10),
+            }
+        })
+        .collect())
+}
+
+/// Converts canonical-trace rows (which may carry account, min runtime and
+/// resumable) into policy-simulator jobs; rows without an account are refused.
+pub fn from_canonical(jobs: &[TraceJob], file: &str) -> Result<Vec<BudgetJob>> {
+    jobs.iter()
+        .enumerate()
+        .map(|(i, j)| {
+            let account = j.account.clone().ok_or_else(|| CoreError::Trace {
+                file: file.into(),
+                line: j.line,
+                field: "account".into(),
+                why: "the policy simulator needs an account on every row".into(),
+            })?;
+            Ok(BudgetJob {
+                id: JobId(i as u64 + 1),
+                account,
+                submit_s: j.submit_s,
+                duration_s: j.duration_s,
+                shape: j.shape,
+                min_runtime_s: j.min_runtime_s.unwrap_or(0.0),
+                resumable: j.resumable,
+            })
+        })
+        .collect()
+}
+
+/// Cumulative GPU-seconds of one team as a piecewise-linear function of time,
+/// with the breakpoints still inside the lookback window.
+#[derive(Clone, Debug, Default)]
+struct Cumulative {
+    value: f64,
+    rate: f64,
+    last: f64,
+    /// `(time, value at time, rate after time)`.
+    hist: VecDeque<(f64, f64, f64)>,
+}
+
+impl Cumulative {
+    fn advance(&mut self, t: f64) {
+        self.value += self.rate * (t - self.last);
+        self.last = t;
+    }
+    fn add_rate(&mut self, t: f64, delta: f64) {
+        self.advance(t);
+        self.rate += delta;
+        self.hist.push_back((t, self.value, self.rate));
+    }
+    /// Value at `t <= last`; forgets breakpoints before `t` (queries only move forward).
+    fn at(&mut self, t: f64) -> f64 {
+        while self.hist.len() >= 2 && self.hist[1].0 <= t {
+            self.hist.pop_front();
+        }
+        match self.hist.front() {
+            Some(&(t0, v0, r)) if t >= t0 => v0 + r * (t - t0),
+            _ => 0.0,
+        }
+    }
+}
+
+/// Per-team live accounting.
+#[derive(Clone, Debug, Default)]
+struct Team {
+    account: String,
+    share: f64,
+    leaf: Option<NodeIx>,
+    charged: Cumulative,
+    /// GPUs of the team's running jobs, by kind.
+    run_charged: u64,
+    run_free: u64,
+    /// GPUs of the team's jobs waiting or running.
+    demand: u64,
+    /// Hourly integrals: demand, use (GPU-seconds).
+    demand_h: Vec<f64>,
+    used_h: Vec<f64>,
+    charged_total: f64,
+    free_total: f64,
+    jobs: usize,
+    /// Waiting jobs by (submit, index): allocated and unallocated.
+    wait_alloc: BTreeSet<(u64, usize)>,
+    wait_free: BTreeSet<(u64, usize)>,
+}
+
+fn add_hourly(buckets: &mut Vec<f64>, from: f64, to: f64, rate: f64) {
+    if rate == 0.0 || to <= from {
+        return;
+    }
+    let mut t = from;
+    while t < to {
+        let h = (t / 3600.0).floor();
+        let end = ((h + 1.0) * 3600.0).min(to);
+        let h = h as usize;
+        if buckets.len() <= h {
+            buckets.resize(h + 1, 0.0);
+        }
+        buckets[h] += rate * (end - t);
+        t = end;
+    }
+}
+
+/// Live state of one job.
+#[derive(Clone, Debug, Default)]
+struct Live {
+    team: usize,
+    progress_s: f64,
+    run_start: Option<f64>,
+    first_start: Option<f64>,
+    ran_total_s: f64,
+    /// Restart and migration overheads of the current run.
+    extra_s: f64,
+    gen: u64,
+    preempted_by: Option<JobId>,
+    preemptions: u32,
+    waiting: bool,
+    done: bool,
+    cancelled: bool,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Finish(usize, u64),
+    Arrive(usize),
+    Cycle,
+}
+
+/// Replays `jobs` (submit times from 0) through ordering, protection,
+/// preemption and placement.
+pub fn run_budgets(
+    jobs: &[BudgetJob],
+    tree: &OrgTree,
+    cfg: &BudgetSimConfig,
+) -> Result<BudgetReport> {
+    Sim::new(jobs, tree, cfg)?.run()
+}
+
+struct Sim<'a> {
+    jobs: &'a [BudgetJob],
+    tree: &'a OrgTree,
+    cfg: &'a BudgetSimConfig,
+    policy: Box<dyn PlacementPolicy>,
+    teams: Vec<Team>,
+    live: Vec<Live>,
+    heap: BinaryHeap<Reverse<(u64, Ev, u64)>>,
+    seq: u64,
+    now: f64,
+    cycle_pending: bool,
+    /// Teams in fair-share order (allocated jobs of the first team first).
+    order: Vec<usize>,
+    ratios: TeamTable,
+    capacity: u64,
+    waiting: usize,
+    peak_used_gpu_s: f64,
+    peak_s: f64,
+    preemptions: u64,
+    lost_gpu_s: f64,
+    migrations: u64,
+    events: Vec<SimEvent>,
+}
+
+impl<'a> Sim<'a> {
+    fn log(&mut self, e: SimEvent) {
+        if self.cfg.record == Record::Events {
+            self.events.push(e);
+        }
+    }
+
+    fn new(jobs: &'a [BudgetJob], tree: &'a OrgTree, cfg: &'a BudgetSimConfig) -> Result<Self> {
+        if !(cfg.window_s > 0.0 && cfg.cycle_s > 0.0) {
+            return Err(CoreError::Invalid(
+                "window and cycle must be positive".into(),
+            ));
+        }
+        let policy = placement::build(&cfg.policy, cfg.spec, &cfg.policy_options)?;
+        let mut teams: Vec<Team> = Vec::new();
+        let mut by_account: HashMap<&str, usize> = HashMap::new();
+        let mut live = Vec::with_capacity(jobs.len());
+        for j in jobs {
+            cfg.spec.check_job(&JobRequest {
+                id: j.id,
+                shape: j.shape,
+                movable: true,
+            })?;
+            if !(j.submit_s >= 0.0 && j.duration_s >= 0.0 && j.min_runtime_s >= 0.0) {
+                return Err(CoreError::Invalid(format!(
+                    "job {}: negative or NaN times",
+                    j.id
+                )));
+            }
+            let t = *by_account.entry(j.account.as_str()).or_insert_with(|| {
+                let leaf = tree.leaf_for_account(&j.account).ok();
+                teams.push(Team {
+                    account: j.account.clone(),
+                    share: leaf.map_or(0.0, |l| tree.node(l).abs_share),
+                    leaf,
+                    ..Team::default()
+                });
+                teams.len() - 1
+            });
+            teams[t].jobs += 1;
+            live.push(Live {
+                team: t,
+                ..Live::default()
+            });
+        }
+        let mut sim = Self {
+            jobs,
+            tree,
+            cfg,
+            policy,
+            teams,
+            live,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            now: 0.0,
+            cycle_pending: false,
+            order: Vec::new(),
+            ratios: TeamTable::default(),
+            capacity: cfg.spec.total_gpus(),
+            waiting: 0,
+            peak_used_gpu_s: 0.0,
+            peak_s: 0.0,
+            preemptions: 0,
+            lost_gpu_s: 0.0,
+            migrations: 0,
+            events: Vec::new(),
+        };
+        for (i, j) in jobs.iter().enumerate() {
+            sim.push(j.submit_s, Ev::Arrive(i));
+        }
+        sim.refresh_order();
+        Ok(sim)
+    }
+
+    fn push(&mut self, t: f64, ev: Ev) {
+        self.seq += 1;
+        self.heap
+            .push(Reverse((t.max(0.0).to_bits(), ev, self.seq)));
+    }
+
+    fn gpus(&self, i: usize) -> u64 {
+        self.jobs[i].shape.total_gpus()
+    }
+
+    fn allocated(&self, i: usize) -> bool {
+        self.jobs[i].min_runtime_s > 0.0
+    }
+
+    /// Integrates every rate up to `t`.
+    fn advance(&mut self, t: f64) {
+        let from = self.now;
+        if t <= from {
+            return;
+        }
+        let used = self.policy.occupancy().used_gpus() as f64;
+        if self.waiting > 0 {
+            self.peak_s += t - from;
+            self.peak_used_gpu_s += used * (t - from);
+        }
+        for team in &mut self.teams {
+            add_hourly(&mut team.demand_h, from, t, team.demand as f64);
+            let run = (team.run_charged + team.run_free) as f64;
+            add_hourly(&mut team.used_h, from, t, run);
+            team.charged_total += team.run_charged as f64 * (t - from);
+            team.free_total += team.run_free as f64 * (t - from);
+        }
+        self.now = t;
+    }
+
+    fn run(mut self) -> Result<BudgetReport> {
+        while let Some(Reverse((bits, ev, _))) = self.heap.pop() {
+            let t = f64::from_bits(bits);
+            if self.cfg.horizon_s.is_some_and(|h| t > h) {
+                self.advance(self.cfg.horizon_s.unwrap_or(t));
+                break;
+            }
+            self.advance(t);
+            match ev {
+                Ev::Arrive(i) => {
+                    self.enqueue(i);
+                    self.teams[self.live[i].team].demand += self.gpus(i);
+                    if !self.cycle_pending {
+                        self.cycle_pending = true;
+                        self.push(t + self.cfg.cycle_s, Ev::Cycle);
+                    }
+                    self.schedule()?;
+                }
+                Ev::Finish(i, gen) => {
+                    if self.live[i].gen != gen
+                        || self.live[i].done
+                        || self.live[i].run_start.is_none()
+                    {
+                        continue;
+                    }
+                    self.finish(i)?;
+                    self.schedule()?;
+                }
+                Ev::Cycle => {
+                    self.cycle_pending = false;
+                    self.refresh_order();
+                    self.preempt_for_blocked()?;
+                    self.schedule()?;
+                    if self.waiting > 0 {
+                        self.cycle_pending = true;
+                        self.push(t + self.cfg.cycle_s, Ev::Cycle);
+                    }
+                }
+            }
+        }
+        Ok(self.report())
+    }
+
+    fn enqueue(&mut self, i: usize) {
+        let key = (self.jobs[i].submit_s.to_bits(), i);
+        let alloc = self.allocated(i);
+        let team = &mut self.teams[self.live[i].team];
+        if alloc {
+            team.wait_alloc.insert(key);
+        } else {
+            team.wait_free.insert(key);
+        }
+        self.live[i].waiting = true;
+        self.waiting += 1;
+    }
+
+    fn dequeue(&mut self, i: usize) {
+        let key = (self.jobs[i].submit_s.to_bits(), i);
+        let team = &mut self.teams[self.live[i].team];
+        team.wait_alloc.remove(&key);
+        team.wait_free.remove(&key);
+        self.live[i].waiting = false;
+        self.waiting -= 1;
+    }
+
+    /// Fair-share order of the teams: a walk of the tree with siblings by
+    /// (ratio, name), as [`crate::fairshare::order::order_queue`] does;
+    /// accounts outside the tree go last.
+    fn refresh_order(&mut self) {
+        let now = self.now;
+        let window_start = now - self.cfg.window_s;
+        let mut usage: HashMap<String, Usage> = HashMap::new();
+        for team in &mut self.teams {
+            team.charged.advance(now);
+            let charged = team.charged.value - team.charged.at(window_start.max(0.0));
+            usage.insert(
+                team.account.clone(),
+                Usage {
+                    charged_gpu_s: charged,
+                    free_gpu_s: 0.0,
+                },
+            );
+        }
+        let stats = node_stats(
+            self.tree,
+            &usage,
+            self.capacity as u32,
+            self.cfg.window_s as i64,
+        );
+        let mut rank: HashMap<NodeIx, usize> = HashMap::new();
+        let mut stack = vec![self.tree.root()];
+        let mut next = 0;
+        while let Some(n) = stack.pop() {
+            rank.insert(n, next);
+            next += 1;
+            let mut kids = self.tree.node(n).children.clone();
+            kids.sort_by(|a, b| {
+                stats[*a]
+                    .ratio
+                    .total_cmp(&stats[*b].ratio)
+                    .then_with(|| self.tree.node(*a).name.cmp(&self.tree.node(*b).name))
+            });
+            stack.extend(kids.into_iter().rev());
+        }
+        let mut order: Vec<usize> = (0..self.teams.len()).collect();
+        order.sort_by_key(|&t| {
+            (
+                self.teams[t]
+                    .leaf
+                    .and_then(|l| rank.get(&l).copied())
+                    .unwrap_or(usize::MAX),
+                t,
+            )
+        });
+        self.order = order;
+        self.ratios.ratio = self
+            .teams
+            .iter()
+            .map(|t| {
+                (
+                    t.account.clone(),
+                    t.leaf.map_or(f64::INFINITY, |l| stats[l].ratio),
+                )
+            })
+            .collect();
+        self.refresh_loads();
+    }
+
+    /// Allocated GPUs each team runs now against its allocation.
+    fn refresh_loads(&mut self) {
+        let cap = self.capacity as f64;
+        self.ratios.load = self
+            .teams
+            .iter()
+            .map(|t| {
+                let load = TeamLoad {
+                    running_gpus: t.run_charged as f64,
+                    allocation_gpus: t.share * cap,
+                };
+                (t.account.clone(), load)
+            })
+            .collect();
+    }
+
+    /// Teams in the order their jobs are served now (see [`TeamOrder`]).
+    fn team_order(&self) -> Vec<usize> {
+        match self.cfg.team_order {
+            TeamOrder::Ratio => self.order.clone(),
+            TeamOrder::UnderAllocationFirst => {
+                let cap = self.capacity as f64;
+                let (under, over): (Vec<usize>, Vec<usize>) = self.order.iter().partition(|&&t| {
+                    (self.teams[t].run_charged as f64) < self.teams[t].share * cap
+                });
+                under.into_iter().chain(over).collect()
+            }
+        }
+    }
+
+    /// Waiting jobs in queue order: every allocated job (teams in
+    /// [`Self::team_order`], FIFO within a team), then every unallocated job.
+    fn queue(&self, limit: usize) -> Vec<usize> {
+        let mut out = Vec::with_capacity(limit);
+        let order = self.team_order();
+        for alloc in [true, false] {
+            for &t in &order {
+                let set = if alloc {
+                    &self.teams[t].wait_alloc
+                } else {
+                    &self.teams[t].wait_free
+                };
+                for &(_, i) in set {
+                    if out.len() == limit {
+                        return out;
+                    }
+                    out.push(i);
+                }
+            }
+        }
+        out
+    }
+
+    /// One scheduling pass: start waiting jobs in queue order while they fit.
+    fn schedule(&mut self) -> Result<()> {
+        let mut free = self.capacity - self.policy.occupancy().used_gpus();
+        for i in self.queue(self.cfg.queue_depth) {
+            if free == 0 {
+                break;
+            }
+            if self.gpus(i) > free {
+                continue;
+            }
+            if self.try_start(i)? {
+                free = self.capacity - self.policy.occupancy().used_gpus();
+            }
+        }
+        Ok(())
+    }
+
+    fn request(&self, i: usize) -> JobRequest {
+        JobRequest {
+            id: self.jobs[i].id,
+            shape: self.jobs[i].shape,
+            movable: self.jobs[i].resumable,
+        }
+    }
+
+    fn try_start(&mut self, i: usize) -> Result<bool> {
+        let Some(adm) = self.policy.place(&self.request(i), None)? else {
+            return Ok(false);
+        };
+        self.dequeue(i);
+        let now = self.now;
+        let gpus = self.gpus(i);
+        let alloc = self.allocated(i);
+        let team = &mut self.teams[self.live[i].team];
+        if alloc {
+            team.run_charged += gpus;
+            team.charged.add_rate(now, gpus as f64);
+        } else {
+            team.run_free += gpus;
+        }
+        let restart = self.live[i].first_start.is_some();
+        let l = &mut self.live[i];
+        l.first_start.get_or_insert(now);
+        l.run_start = Some(now);
+        l.extra_s = if restart {
+            self.cfg.restart_cost_s
+        } else {
+            0.0
+        };
+        self.schedule_finish(i);
+        self.charge_migrations(&adm.migrations);
+        self.log(SimEvent::Start {
+            t: now,
+            job: self.jobs[i].id,
+        });
+        Ok(true)
+    }
+
+    fn schedule_finish(&mut self, i: usize) {
+        let l = &mut self.live[i];
+        l.gen += 1;
+        let end = l.run_start.unwrap_or(self.now)
+            + (self.jobs[i].duration_s - l.progress_s).max(0.0)
+            + l.extra_s;
+        let gen = l.gen;
+        self.push(end, Ev::Finish(i, gen));
+    }
+
+    /// Compact moved these jobs: each pays the restart cost once.
+    fn charge_migrations(&mut self, migrations: &[Migration]) {
+        let moved: BTreeSet<JobId> = migrations.iter().map(|m| m.job).collect();
+        self.migrations += migrations.len() as u64;
+        for job in moved {
+            let i = (job.0 - 1) as usize;
+            if i < self.live.len() && self.live[i].run_start.is_some() {
+                self.live[i].extra_s += self.cfg.restart_cost_s;
+                self.schedule_finish(i);
+            }
+        }
+    }
+
+    /// Stops job `i`'s current run (completion or preemption).
+    fn stop_run(&mut self, i: usize) -> Result<f64> {
+        let now = self.now;
+        let start = self.live[i].run_start.take().unwrap_or(now);
+        let gpus = self.gpus(i);
+        let alloc = self.allocated(i);
+        let team = &mut self.teams[self.live[i].team];
+        if alloc {
+            team.run_charged -= gpus;
+            team.charged.add_rate(now, -(gpus as f64));
+        } else {
+            team.run_free -= gpus;
+        }
+        let run = (now - start).max(0.0);
+        self.live[i].ran_total_s += run;
+        self.live[i].gen += 1;
+        let migrations = self.policy.remove(self.jobs[i].id)?;
+        self.charge_migrations(&migrations);
+        Ok(run)
+    }
+
+    fn finish(&mut self, i: usize) -> Result<()> {
+        self.stop_run(i)?;
+        self.log(SimEvent::Finish {
+            t: self.now,
+            job: self.jobs[i].id,
+        });
+        self.live[i].done = true;
+        self.teams[self.live[i].team].demand -= self.gpus(i);
+        Ok(())
+    }
+
+    fn preempt(&mut self, i: usize, for_job: JobId) -> Result<()> {
+        let run = self.stop_run(i)?;
+        let job = &self.jobs[i];
+        let requeued = job.resumable;
+        self.log(SimEvent::Preempt {
+            t: self.now,
+            job: job.id,
+            for_job,
+            requeued,
+        });
+        let job = &self.jobs[i];
+        let cfg = &self.cfg.protection;
+        let lost = crate::preempt::lost_run_s(run, job.resumable, cfg);
+        self.lost_gpu_s += lost * job.shape.total_gpus() as f64;
+        self.preemptions += 1;
+        let l = &mut self.live[i];
+        l.preemptions += 1;
+        l.preempted_by = Some(for_job);
+        if job.resumable {
+            l.progress_s = (l.progress_s + run - lost - l.extra_s).clamp(0.0, job.duration_s);
+            self.enqueue(i);
+        } else {
+            l.done = true;
+            l.cancelled = true;
+            self.teams[l.team].demand -= job.shape.total_gpus();
+        }
+        Ok(())
+    }
+
+    /// Running jobs as the victim planner sees them.
+    fn running_view(&self) -> Vec<RunningJob> {
+        self.policy
+            .occupancy()
+            .jobs()
+            .filter_map(|r| {
+                let i = (r.request.id.0 - 1) as usize;
+                let start = self.live.get(i)?.run_start?;
+                let mut on: BTreeMap<u32, u32> = BTreeMap::new();
+                for (&n, &g) in r.nodes.iter().zip(&r.gpus) {
+                    *on.entry(n).or_default() += g;
+                }
+                let j = &self.jobs[i];
+                Some(RunningJob {
+                    id: j.id,
+                    account: j.account.clone(),
+                    gpus_on: on.into_iter().collect(),
+                    min_runtime_s: j.min_runtime_s,
+                    started_s: start,
+                    resumable: j.resumable,
+                })
+            })
+            .collect()
+    }
+
+    /// The enforcement step of a cycle: the head allocated job of each team
+    /// (at most `preempt_depth` teams, in fair-share order) preempts what it
+    /// needs ([`plan_room`]).
+    fn preempt_for_blocked(&mut self) -> Result<()> {
+        // The first waiting allocated job of each team, teams in fair-share
+        // order: a team below its allocation must be able to reclaim it even
+        // when another team sorts ahead of it.
+        let blocked: Vec<usize> = self
+            .order
+            .iter()
+            .filter_map(|&t| {
+                self.teams[t]
+                    .wait_alloc
+                    .iter()
+                    .map(|&(_, i)| i)
+                    .find(|&i| !self.owes_min_runtime(i))
+            })
+            .take(self.cfg.preempt_depth)
+            .collect();
+        if blocked.is_empty() {
+            return Ok(());
+        }
+        let mut running = self.running_view();
+        let cap = self.cfg.spec.gpus_per_node;
+        let mut excluded: BTreeSet<JobId> = BTreeSet::new();
+        for i in blocked {
+            self.refresh_loads();
+            let occ = self.policy.occupancy();
+            let room = NodeRoom {
+                capacity: cap,
+                free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
+                usable: NodeSet::full(self.cfg.spec.nodes),
+            };
+            let pending = PendingJob {
+                id: self.jobs[i].id,
+                account: self.jobs[i].account.clone(),
+                shape: self.jobs[i].shape,
+                min_runtime_s: self.jobs[i].min_runtime_s,
+                preempted_by: self.live[i].preempted_by,
+                owes_min_runtime: false,
+            };
+            let plan = plan_room(
+                &pending,
+                &running,
+                &room,
+                &self.ratios,
+                self.now,
+                &self.cfg.protection,
+                &excluded,
+            );
+            let Some(victims) = plan else { continue };
+            if victims.is_empty() {
+                self.try_start(i)?;
+                continue;
+            }
+            for v in &victims {
+                excluded.insert(v.victim);
+                self.preempt((v.victim.0 - 1) as usize, pending.id)?;
+            }
+            running.retain(|r| !excluded.contains(&r.id));
+            self.try_start(i)?;
+        }
+        Ok(())
+    }
+
+    /// A preempted job may not preempt until its total run time reaches its
+    /// (capped) min runtime.
+    fn owes_min_runtime(&self, i: usize) -> bool {
+        let l = &self.live[i];
+        let need = self.jobs[i]
+            .min_runtime_s
+            .min(self.cfg.protection.min_runtime_cap_s);
+        l.preemptions > 0 && l.ran_total_s < need
+    }
+
+    fn report(self) -> BudgetReport {
+        let hour = 3600.0;
+        let cap = self.capacity as f64;
+        let mut teams = Vec::new();
+        let (mut owed_all, mut delivered_all) = (0.0, 0.0);
+        for t in &self.teams {
+            let alloc_h = t.share * cap * hour;
+            let (mut owed, mut delivered) = (0.0, 0.0);
+            for (h, d) in t.demand_h.iter().enumerate() {
+                let o = alloc_h.min(*d);
+                owed += o;
+                delivered += t.used_h.get(h).copied().unwrap_or(0.0).min(o);
+            }
+            owed_all += owed;
+            delivered_all += delivered;
+            teams.push(TeamReport {
+                account: t.account.clone(),
+                share: t.share,
+                jobs: t.jobs,
+                owed_gpu_h: owed / hour,
+                delivered_gpu_h: delivered / hour,
+                owed_delivered: if owed > 0.0 { delivered / owed } else { 1.0 },
+                used_gpu_h: t.used_h.iter().sum::<f64>() / hour,
+                charged_gpu_h: t.charged_total / hour,
+            });
+        }
+        teams.sort_by(|a, b| a.account.cmp(&b.account));
+        let owed_teams: Vec<&TeamReport> = teams.iter().filter(|t| t.owed_gpu_h > 0.0).collect();
+        let charged: f64 = self.teams.iter().map(|t| t.charged_total).sum();
+        let free: f64 = self.teams.iter().map(|t| t.free_total).sum();
+
+        let end = self.now;
+        let wait_of = |i: usize| self.live[i].first_start.unwrap_or(end) - self.jobs[i].submit_s;
+        let all: Vec<f64> = (0..self.jobs.len())
+            .filter(|&i| self.jobs[i].submit_s <= end)
+            .map(wait_of)
+            .collect();
+        let debug: Vec<f64> = (0..self.jobs.len())
+            .filter(|&i| {
+                let j = &self.jobs[i];
+                j.submit_s <= end
+                    && j.shape.total_gpus() <= u64::from(self.cfg.debug_max_gpus)
+                    && j.min_runtime_s > 0.0
+                    && j.min_runtime_s <= self.cfg.debug_max_min_runtime_s
+            })
+            .map(wait_of)
+            .collect();
+        let mut sizes: Vec<u64> = self.jobs.iter().map(|j| j.shape.total_gpus()).collect();
+        sizes.sort_unstable();
+        let largest_min = sizes
+            .get(sizes.len().saturating_sub(1) * 99 / 100)
+            .copied()
+            .unwrap_or(0);
+        let largest: Vec<f64> = (0..self.jobs.len())
+            .filter(|&i| {
+                self.jobs[i].submit_s <= end && self.jobs[i].shape.total_gpus() >= largest_min
+            })
+            .map(wait_of)
+            .collect();
+        let debug = Percentiles::of(debug);
+        let largest_n = largest.len();
+        let largest = Percentiles::of(largest);
+        let completed = self.live.iter().filter(|l| l.done && !l.cancelled).count();
+        let cancelled = self.live.iter().filter(|l| l.cancelled).count();
+        BudgetReport {
+            policy: self.cfg.policy.clone(),
+            nodes: self.cfg.spec.nodes,
+            gpus: self.capacity,
+            jobs: self.jobs.len(),
+            completed,
+            cancelled,
+            unfinished: self.jobs.len() - completed - cancelled,
+            simulated_s: end,
+            window_s: self.cfg.window_s,
+            min_runtime_cap_s: self.cfg.protection.min_runtime_cap_s,
+            owed_delivered: if owed_all > 0.0 {
+                delivered_all / owed_all
+            } else {
+                1.0
+            },
+            worst_team_owed_delivered: owed_teams
+                .iter()
+                .map(|t| t.owed_delivered)
+                .fold(1.0, f64::min),
+            teams_at_95: owed_teams
+                .iter()
+                .filter(|t| t.owed_delivered >= 0.95)
+                .count(),
+            teams_owed: owed_teams.len(),
+            occupancy: if self.peak_s > 0.0 {
+                self.peak_used_gpu_s / (cap * self.peak_s)
+            } else {
+                0.0
+            },
+            unallocated_share: if charged + free > 0.0 {
+                free / (charged + free)
+            } else {
+                0.0
+            },
+            debug_jobs: debug.count as usize,
+            debug_p90_wait_s: debug.p90,
+            largest_min_gpus: largest_min as u32,
+            largest_jobs: largest_n,
+            largest_p50_wait_s: largest.p50,
+            largest_p90_wait_s: largest.p90,
+            wait: Percentiles::of(all),
+            preemptions: self.preemptions,
+            preemptions_per_job: self.preemptions as f64 / self.jobs.len().max(1) as f64,
+            lost_gpu_h: self.lost_gpu_s / hour,
+            migrations: self.migrations,
+            teams,
+            events: self.events,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "budgets_tests.rs"]
+mod tests;
