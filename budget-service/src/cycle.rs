@@ -31,6 +31,18 @@ pub struct StepReport {
     pub pushed: usize,
 }
 
+/// The wait before the next step: the period after a success; after the
+/// `k`-th failure in a row, `period x 2^k`, capped at [`MAX_BACKOFF`].
+pub fn next_wait(period: Duration, failures_in_a_row: u32) -> Duration {
+    if failures_in_a_row == 0 {
+        return period;
+    }
+    let factor = 1u32
+        .checked_shl(failures_in_a_row.min(31))
+        .unwrap_or(u32::MAX);
+    period.saturating_mul(factor).min(MAX_BACKOFF).max(period)
+}
+
 pub struct Cycle {
     state: Arc<AppState>,
     source: Arc<dyn SlurmSource>,
@@ -168,22 +180,45 @@ impl Cycle {
     /// exponentially while Slurm fails. Blocking: run it on its own thread.
     pub fn run(mut self, stop: Arc<AtomicBool>) {
         let period = Duration::from_secs(self.state.config.cycle_s);
-        let mut wait = period;
+        let mut failures = 0u32;
         while !stop.load(Ordering::SeqCst) {
             match self.step() {
                 Ok(r) => {
                     tracing::debug!(?r, "cycle ok");
-                    wait = period;
+                    failures = 0;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, retry_in_s = wait.as_secs(), "cycle failed; serving reads from the last state");
-                    wait = (wait * 2).min(MAX_BACKOFF);
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(
+                        error = %e,
+                        retry_in_s = next_wait(period, failures).as_secs(),
+                        "cycle failed; serving reads from the last state"
+                    );
                 }
             }
+            let wait = next_wait(period, failures);
             let until = std::time::Instant::now() + wait;
             while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn back_off_doubles_and_caps() {
+        let p = Duration::from_secs(10);
+        let waits: Vec<u64> = (0..8).map(|k| next_wait(p, k).as_secs()).collect();
+        assert_eq!(waits, vec![10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(next_wait(p, u32::MAX), MAX_BACKOFF);
+        // A period longer than the cap is never shortened.
+        assert_eq!(
+            next_wait(Duration::from_secs(600), 3),
+            Duration::from_secs(600)
+        );
     }
 }
