@@ -645,20 +645,41 @@ async fn get_why(
         .parse()
         .map_err(|_| BudgetError::field("job", format!("`{job}` is not a job id")))?;
     let q = state.queue();
-    let p = q
-        .order
-        .iter()
-        .find(|p| p.job.job == JobId(id))
-        .ok_or_else(|| {
-            BudgetError::NotFound(format!(
-                "job {id} is not pending in the last computed order (at {})",
-                q.at
-            ))
-        })?;
-    Ok(
-        Json(json!({ "at": q.at, "placed": p, "row": queue_row(p, q.order.len()) }))
-            .into_response(),
-    )
+    if let Some(p) = q.order.iter().find(|p| p.job.job == JobId(id)) {
+        return Ok(Json(
+            json!({ "at": q.at, "state": "pending", "placed": p, "row": queue_row(p, q.order.len()) }),
+        )
+        .into_response());
+    }
+    // Not pending: say what the ledger knows about its latest run.
+    match state.db().latest_interval(JobId(id))? {
+        Some(iv) => {
+            let kind = match iv.kind {
+                fairshare::Kind::Allocated => "allocated time, charged to the budget of",
+                fairshare::Kind::Unallocated => "unallocated (free) time, under",
+            };
+            let text = match iv.end {
+                None => format!(
+                    "Job {id} is not pending: it has been running since {} on {} GPUs, using {kind} account {}.\n",
+                    iv.start, iv.gpus, iv.account
+                ),
+                Some(end) => format!(
+                    "Job {id} is not pending: its last run went from {} to {end} on {} GPUs, using {kind} account {}.\n",
+                    iv.start, iv.gpus, iv.account
+                ),
+            };
+            let st = if iv.end.is_none() { "running" } else { "ended" };
+            Ok(
+                Json(json!({ "at": q.at, "state": st, "interval": iv, "row": { "why": text } }))
+                    .into_response(),
+            )
+        }
+        None => Err(BudgetError::NotFound(format!(
+            "job {id} is neither pending in the last computed order (at {}) nor in the ledger",
+            q.at
+        ))
+        .into()),
+    }
 }
 
 async fn owed(

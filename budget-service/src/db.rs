@@ -347,6 +347,18 @@ impl Db {
         Ok(n)
     }
 
+    /// The latest run interval of a job, if any.
+    pub fn latest_interval(&self, job: JobId) -> Result<Option<Interval>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT job, start, account, gpus, end_time, kind FROM intervals WHERE job = ?1 ORDER BY start DESC LIMIT 1",
+                params![job.0 as i64],
+                row_interval,
+            )
+            .optional()?)
+    }
+
     /// Number of intervals stored.
     pub fn interval_count(&self) -> Result<i64> {
         Ok(self

@@ -397,6 +397,13 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
         call(&r, "GET", "/api/v1/queue/999", None, None).await.0,
         StatusCode::NOT_FOUND
     );
+    let running = call(&r, "GET", "/api/v1/queue/1", None, None).await.1;
+    assert_eq!(running["state"], "running");
+    let text = running["row"]["why"].as_str().unwrap();
+    assert!(
+        text.contains("running since") && text.contains("acct-a"),
+        "{text}"
+    );
     assert_eq!(
         call(&r, "GET", "/api/v1/queue/abc", None, None).await.1["field"],
         "job"
