@@ -158,7 +158,12 @@ impl Cycle {
         let factors = fairshare::site_factors(&order);
         let changed = fairshare::changed_factors(&self.pushed, &factors);
         if !changed.is_empty() {
-            self.sink.set_site_factors(&changed)?;
+            if let Err(e) = self.sink.set_site_factors(&changed) {
+                // Part of the push may have landed: forget what Slurm holds,
+                // so the next successful cycle pushes every factor.
+                self.pushed.clear();
+                return Err(e);
+            }
         }
         rep.pushed = changed.len();
         self.pushed = factors.into_iter().collect();
