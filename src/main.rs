@@ -38,6 +38,10 @@ enum Command {
     Simulate(simulate::Args),
     Compare(compare::Args),
     Bench(bench::Args),
+    /// Manage GPU budgets through compass-budgetd (show, set-share, add, move, remove, import, export).
+    Budget(compass_budget::cli::BudgetArgs),
+    /// Explain a pending job's place in the fair-share queue.
+    Why(compass_budget::cli::WhyArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +58,11 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Budget(args) => compass_budget::cli::run_budget(&args)
+            .map_err(|e| error::CliError::Failed(e.to_string())),
+        Command::Why(args) => {
+            compass_budget::cli::run_why(&args).map_err(|e| error::CliError::Failed(e.to_string()))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
