@@ -8,6 +8,7 @@ mod bench;
 mod chart;
 mod compare;
 mod error;
+mod policy;
 mod progress;
 mod simulate;
 mod tracefile;
