@@ -8,18 +8,4 @@
 # SQLite is compiled in (rusqlite `bundled`), so no libsqlite3-dev is needed.
 set -euo pipefail
 
-PKGS=(munge libmunge-dev chromium util-linux)
-
-missing=()
-for p in "${PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-    if [[ $EUID -ne 0 ]]; then
-        echo "install-budget-deps: need root to install: ${missing[*]}" >&2
-        exit 1
-    fi
-    echo "install-budget-deps: installing ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+exec "$(dirname "$0")/install-deps.sh" munge libmunge-dev chromium util-linux
