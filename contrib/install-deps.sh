@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Debian packages compass builds and tests with. Idempotent: does
-# nothing when everything is present. Needs root (or sudo) on Debian 12.
+# Installs the Debian packages compass builds with, plus any packages named
+# as arguments (the other install scripts call it that way). Idempotent: does
+# nothing when everything is present. Needs root on Debian 12.
 set -euo pipefail
 
-PKGS=(build-essential pkg-config ca-certificates fonts-dejavu-core)
+PKGS=(build-essential pkg-config ca-certificates fonts-dejavu-core "$@")
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
 ./contrib/install-deps.sh
+./contrib/install-budget-deps.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -159,7 +159,7 @@ pub fn draw(path: &Path, title: &str, series: &[Series]) -> Result<bool> {
                 .iter()
                 .map(|p| (p.0, if panel == 0 { p.1 } else { p.2 }));
             let drawn = chart
-                .draw_series(LineSeries::new(line, colour.stroke_width(2)))
+                .draw_series(LineSeries::new(line, colour.stroke_width(1)))
                 .map_err(|e| err(&e))?;
             if text {
                 let c = *colour;

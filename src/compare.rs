@@ -25,7 +25,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', value_parser = PossibleValuesParser::new(POLICY_NAMES))]
     pub policies: Vec<String>,
 
-    /// Queue policies to run (comma-separated), each a column group.
+    /// Queue policies to run (comma-separated), one table and chart each.
     #[arg(long, value_delimiter = ',', default_value = "fifo", value_parser = PossibleValuesParser::new(QueuePolicy::NAMES))]
     pub queue: Vec<String>,
 
@@ -81,7 +81,7 @@ pub fn run(args: Args) -> Result<()> {
                     });
                 }
                 Err(e) => {
-                    tracing::warn!(policy = %policy, error = %e, "policy failed");
+                    tracing::info!(policy = %policy, error = %e, "policy failed");
                     rows.push((policy.clone(), Err(e.to_string())));
                     outcomes.push(Outcome {
                         policy: policy.clone(),
@@ -98,9 +98,14 @@ pub fn run(args: Args) -> Result<()> {
         md.push_str(&table);
         let png = args.out.join(format!("timeseries-{}.png", queue.name()));
         if !series.is_empty() {
+            let file = args
+                .trace
+                .trace
+                .file_name()
+                .map(|f| f.to_string_lossy().to_string())
+                .unwrap_or_default();
             let title = format!(
-                "{} ({} queue, {} nodes)",
-                loaded.path,
+                "{file} ({} queue, {} nodes)",
                 queue.name(),
                 loaded.spec.nodes
             );

@@ -8,6 +8,7 @@ mod bench;
 mod chart;
 mod compare;
 mod error;
+mod policy;
 mod progress;
 mod simulate;
 mod status;
@@ -39,12 +40,18 @@ enum Command {
     Simulate(simulate::Args),
     Compare(compare::Args),
     Bench(bench::Args),
+    /// Show the live placement state of select/cons_tres_compass (per node, SIF).
     Status(status::Args),
+    /// Manage GPU budgets through compass-budgetd (show, set-share, add, move, remove, import, export).
+    Budget(compass_budget::cli::BudgetArgs),
+    /// Explain a pending job's place in the fair-share queue.
+    Why(compass_budget::cli::WhyArgs),
 }
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("COMPASS_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -56,6 +63,11 @@ fn main() -> ExitCode {
         Command::Compare(args) => compare::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Status(args) => status::run(args),
+        Command::Budget(args) => compass_budget::cli::run_budget(&args)
+            .map_err(|e| error::CliError::Failed(e.to_string())),
+        Command::Why(args) => {
+            compass_budget::cli::run_why(&args).map_err(|e| error::CliError::Failed(e.to_string()))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -46,7 +46,7 @@ impl Observer for Progress {
 
     fn progress(&mut self, finished: u64, _total: u64) {
         self.calls += 1;
-        if self.calls % 256 != 0 || !self.enabled {
+        if self.calls & 255 != 0 || !self.enabled {
             return;
         }
         if !self.shown && self.started.elapsed() > Duration::from_secs(1) {

@@ -38,6 +38,9 @@ pub struct Args {
     /// Write the time series (N*SIF, utilisation, empty nodes, ...) as CSV.
     #[arg(long, value_name = "FILE")]
     pub timeseries: Option<PathBuf>,
+
+    #[command(flatten, next_help_heading = "Policy simulator (with --budgets)")]
+    pub budgets: crate::policy::PolicyArgs,
 }
 
 /// The JSON object printed by `--json`: the simulator's result plus the run.
@@ -87,6 +90,15 @@ pub fn replay(
 pub fn run(args: Args) -> Result<()> {
     let queue = QueuePolicy::parse_name(&args.queue)?;
     let loaded = args.trace.load()?;
+    if args.budgets.budgets.is_some() {
+        return crate::policy::run(
+            &loaded,
+            &args.budgets,
+            &args.policy,
+            args.json,
+            args.trace.quiet,
+        );
+    }
     let (mut result, wall_s) = replay(
         &loaded,
         &args.trace,
@@ -174,8 +186,8 @@ pub fn table(r: &Report<'_>) -> String {
         row(
             "backfilled",
             format!(
-                "{} jobs ({} reservation slips)",
-                x.backfilled, x.reservation_slips
+                "{} jobs ({} reservation slips, {:.0} s in total)",
+                x.backfilled, x.reservation_slips, x.reservation_slip_s
             ),
         );
     }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::builder::PossibleValuesParser;
 use compass_core::model::ClusterSpec;
+use compass_core::placement::compass::SlottedPass;
 use compass_core::placement::PolicyOptions;
 use compass_core::sim::{size_cluster, Sizing};
 use compass_core::trace::{self, ReadOptions, Trace, TraceFormat};
@@ -50,6 +51,16 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
     pub defrag_interval: f64,
 
+    /// COMPASS experiments: never let an instance overflow outside its ABS
+    /// place (the paper's design; 1-GPU jobs may then wait on small clusters).
+    #[arg(long)]
+    pub compass_no_overflow: bool,
+
+    /// COMPASS experiments: run the paper's literal slotted pass of Compact
+    /// (Section 4.3.4) instead of our correction.
+    #[arg(long)]
+    pub compass_paper_compact: bool,
+
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -65,10 +76,15 @@ pub struct Loaded {
 
 impl TraceArgs {
     pub fn policy_options(&self) -> PolicyOptions {
-        PolicyOptions {
+        let mut opts = PolicyOptions {
             defrag_interval_s: self.defrag_interval,
             ..PolicyOptions::default()
+        };
+        opts.compass.overflow = !self.compass_no_overflow;
+        if self.compass_paper_compact {
+            opts.compass.slotted_pass = SlottedPass::Paper;
         }
+        opts
     }
 
     pub fn load(&self) -> Result<Loaded> {

@@ -212,7 +212,8 @@ fn window(state: &AppState, q: &HashMap<String, String>) -> Result<(i64, i64), B
 }
 
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {
-    let db_ok = state.db().integrity_ok().unwrap_or(false);
+    // Cheap: the schema version read (a full integrity check is O(size)).
+    let db_ok = state.db().version().is_ok();
     let st = state.status().clone();
     let code = if db_ok {
         StatusCode::OK
@@ -604,14 +605,36 @@ fn queue_row(p: &Placed, len: usize) -> QueueRow {
     }
 }
 
-async fn get_queue(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
+/// `GET /api/v1/queue[?limit=N]`: the whole order (serialized once per
+/// cycle and then served from memory) or its first `N` rows.
+async fn get_queue(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
     let q = state.queue();
-    let rows: Vec<QueueRow> = q
-        .order
-        .iter()
-        .map(|p| queue_row(p, q.order.len()))
-        .collect();
-    Ok(Json(json!({ "at": q.at, "jobs": rows })).into_response())
+    let rows = |n: usize| -> Vec<QueueRow> {
+        q.order
+            .iter()
+            .take(n)
+            .map(|p| queue_row(p, q.order.len()))
+            .collect()
+    };
+    let body = match query_i64(&params, "limit")? {
+        Some(n) if n >= 0 => axum::body::Bytes::from(
+            serde_json::to_vec(&json!({ "at": q.at, "jobs": rows(n as usize) }))
+                .map_err(|e| BudgetError::Http(e.to_string()))?,
+        ),
+        Some(_) => return Err(BudgetError::field("limit", "must not be negative").into()),
+        None => q
+            .json
+            .get_or_init(|| {
+                serde_json::to_vec(&json!({ "at": q.at, "jobs": rows(usize::MAX) }))
+                    .unwrap_or_default()
+                    .into()
+            })
+            .clone(),
+    };
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 async fn get_why(
@@ -622,20 +645,41 @@ async fn get_why(
         .parse()
         .map_err(|_| BudgetError::field("job", format!("`{job}` is not a job id")))?;
     let q = state.queue();
-    let p = q
-        .order
-        .iter()
-        .find(|p| p.job.job == JobId(id))
-        .ok_or_else(|| {
-            BudgetError::NotFound(format!(
-                "job {id} is not pending in the last computed order (at {})",
-                q.at
-            ))
-        })?;
-    Ok(
-        Json(json!({ "at": q.at, "placed": p, "row": queue_row(p, q.order.len()) }))
-            .into_response(),
-    )
+    if let Some(p) = q.order.iter().find(|p| p.job.job == JobId(id)) {
+        return Ok(Json(
+            json!({ "at": q.at, "state": "pending", "placed": p, "row": queue_row(p, q.order.len()) }),
+        )
+        .into_response());
+    }
+    // Not pending: say what the ledger knows about its latest run.
+    match state.db().latest_interval(JobId(id))? {
+        Some(iv) => {
+            let kind = match iv.kind {
+                fairshare::Kind::Allocated => "allocated time, charged to the budget of",
+                fairshare::Kind::Unallocated => "unallocated (free) time, under",
+            };
+            let text = match iv.end {
+                None => format!(
+                    "Job {id} is not pending: it has been running since {} on {} GPUs, using {kind} account {}.\n",
+                    iv.start, iv.gpus, iv.account
+                ),
+                Some(end) => format!(
+                    "Job {id} is not pending: its last run went from {} to {end} on {} GPUs, using {kind} account {}.\n",
+                    iv.start, iv.gpus, iv.account
+                ),
+            };
+            let st = if iv.end.is_none() { "running" } else { "ended" };
+            Ok(
+                Json(json!({ "at": q.at, "state": st, "interval": iv, "row": { "why": text } }))
+                    .into_response(),
+            )
+        }
+        None => Err(BudgetError::NotFound(format!(
+            "job {id} is neither pending in the last computed order (at {}) nor in the ledger",
+            q.at
+        ))
+        .into()),
+    }
 }
 
 async fn owed(

@@ -394,6 +394,32 @@ mod tests {
     }
 
     #[test]
+    fn tree_table_shows_shares_usage_and_ratios() {
+        let v = json!({ "nodes": [
+            { "name": "org", "depth": 0, "share": 1.0, "abs_share": 1.0, "allocation_gpus": 64.0,
+              "charged_gpu_hours": 424.0, "free_gpu_hours": 40.0, "ratio": 0.0394, "account": null },
+            { "name": "team-a", "depth": 1, "share": 0.7, "abs_share": 0.21, "allocation_gpus": 13.44,
+              "charged_gpu_hours": 376.0, "free_gpu_hours": 0.0, "ratio": null, "account": "nlp-a" },
+        ]});
+        let out = render_tree(&v);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("node"));
+        let cols: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(
+            cols,
+            ["team-a", "[nlp-a]", "0.700", "21.0%", "13.44", "376.0", "0.0", "-"]
+        );
+        assert!(lines[1].split_whitespace().last() == Some("0.039"));
+    }
+
+    #[test]
+    fn path_segments_are_escaped() {
+        assert_eq!(path_escape("team a/b"), "team%20a%2Fb");
+        assert_eq!(path_escape("nlp-a_1.x~"), "nlp-a_1.x~");
+    }
+
+    #[test]
     fn malformed_toml_and_unknown_keys_are_errors() {
         assert!(parse_budgets_toml("[[node]]\nname = \"x\"\nshare = ").is_err());
         let e = parse_budgets_toml("[[node]]\nname = \"x\"\nshare = 1.0\nacount = \"a\"\n")

@@ -25,6 +25,10 @@ pub struct Config {
     /// Fair-share lookback window in seconds (default 7 days).
     #[serde(default = "default_window")]
     pub window_s: i64,
+    /// Ledger and demand rows older than this many days are pruned (default
+    /// 400; must cover the fair-share window and the reports, at most 366 days).
+    #[serde(default = "default_retain")]
+    pub retain_days: i64,
     /// Seconds between ingest/order/push cycles (default 10).
     #[serde(default = "default_cycle")]
     pub cycle_s: u64,
@@ -57,6 +61,9 @@ fn default_listen() -> SocketAddr {
 }
 fn default_window() -> i64 {
     compass_core::fairshare::DEFAULT_WINDOW_S
+}
+fn default_retain() -> i64 {
+    400
 }
 fn default_cycle() -> u64 {
     10
@@ -95,6 +102,9 @@ impl Config {
         }
         if self.window_s <= 0 {
             return bad("window_s must be positive");
+        }
+        if self.retain_days * 86400 < self.window_s.max(366 * 86400) {
+            return bad("retain_days must cover the window and 366 days of reports");
         }
         if self.cycle_s == 0 {
             return bad("cycle_s must be at least 1");

@@ -31,6 +31,18 @@ pub struct StepReport {
     pub pushed: usize,
 }
 
+/// The wait before the next step: the period after a success; after the
+/// `k`-th failure in a row, `period x 2^k`, capped at [`MAX_BACKOFF`].
+pub fn next_wait(period: Duration, failures_in_a_row: u32) -> Duration {
+    if failures_in_a_row == 0 {
+        return period;
+    }
+    let factor = 1u32
+        .checked_shl(failures_in_a_row.min(31))
+        .unwrap_or(u32::MAX);
+    period.saturating_mul(factor).min(MAX_BACKOFF).max(period)
+}
+
 pub struct Cycle {
     state: Arc<AppState>,
     source: Arc<dyn SlurmSource>,
@@ -38,6 +50,7 @@ pub struct Cycle {
     /// Site factors Slurm holds, as far as we know.
     pushed: HashMap<JobId, u32>,
     last_ok: Option<i64>,
+    last_prune: Option<i64>,
 }
 
 impl Cycle {
@@ -52,6 +65,7 @@ impl Cycle {
             sink,
             pushed: HashMap::new(),
             last_ok: None,
+            last_prune: None,
         }
     }
 
@@ -106,7 +120,7 @@ impl Cycle {
         {
             *demand.entry(j.account.clone()).or_default() += f64::from(j.gpus) * elapsed;
         }
-        let (tree, ledger) = {
+        let (tree, usage) = {
             let mut db = self.state.db();
             let r = db.ingest(&observed, now)?;
             rep.ingested = r.inserted;
@@ -114,13 +128,17 @@ impl Cycle {
             let mut d: Vec<(String, f64)> = demand.into_iter().collect();
             d.sort_by(|a, b| a.0.cmp(&b.0));
             db.add_demand(now, &d)?;
-            (db.load_tree()?, db.ledger_between(now - window, now)?)
+            if self.last_prune.is_none_or(|t| now - t >= 3600) {
+                db.prune_before(now - self.state.config.retain_days * 86400)?;
+                self.last_prune = Some(now);
+            }
+            (db.load_tree()?, db.usage_between(now - window, now)?)
         };
         let pending: Vec<_> = snap.pending.iter().map(|j| j.as_pending()).collect();
         rep.pending = pending.len();
         let order = match &tree {
             Some(tree) => {
-                let stats = fairshare::stats_at(tree, &ledger, now, window, capacity);
+                let stats = fairshare::node_stats(tree, &usage, capacity, window);
                 fairshare::order_queue(tree, &stats, &pending)
             }
             None => {
@@ -133,18 +151,27 @@ impl Cycle {
                         account: None,
                     },
                 ])?;
-                let stats = fairshare::stats_at(&empty, &ledger, now, window, capacity);
+                let stats = fairshare::node_stats(&empty, &usage, capacity, window);
                 fairshare::order_queue(&empty, &stats, &pending)
             }
         };
         let factors = fairshare::site_factors(&order);
         let changed = fairshare::changed_factors(&self.pushed, &factors);
         if !changed.is_empty() {
-            self.sink.set_site_factors(&changed)?;
+            if let Err(e) = self.sink.set_site_factors(&changed) {
+                // Part of the push may have landed: forget what Slurm holds,
+                // so the next successful cycle pushes every factor.
+                self.pushed.clear();
+                return Err(e);
+            }
         }
         rep.pushed = changed.len();
         self.pushed = factors.into_iter().collect();
-        self.state.set_queue(QueueView { at: now, order });
+        self.state.set_queue(QueueView {
+            at: now,
+            order,
+            ..QueueView::default()
+        });
         self.last_ok = Some(now);
         Ok(rep)
     }
@@ -158,22 +185,45 @@ impl Cycle {
     /// exponentially while Slurm fails. Blocking: run it on its own thread.
     pub fn run(mut self, stop: Arc<AtomicBool>) {
         let period = Duration::from_secs(self.state.config.cycle_s);
-        let mut wait = period;
+        let mut failures = 0u32;
         while !stop.load(Ordering::SeqCst) {
             match self.step() {
                 Ok(r) => {
                     tracing::debug!(?r, "cycle ok");
-                    wait = period;
+                    failures = 0;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, retry_in_s = wait.as_secs(), "cycle failed; serving reads from the last state");
-                    wait = (wait * 2).min(MAX_BACKOFF);
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(
+                        error = %e,
+                        retry_in_s = next_wait(period, failures).as_secs(),
+                        "cycle failed; serving reads from the last state"
+                    );
                 }
             }
+            let wait = next_wait(period, failures);
             let until = std::time::Instant::now() + wait;
             while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn back_off_doubles_and_caps() {
+        let p = Duration::from_secs(10);
+        let waits: Vec<u64> = (0..8).map(|k| next_wait(p, k).as_secs()).collect();
+        assert_eq!(waits, vec![10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(next_wait(p, u32::MAX), MAX_BACKOFF);
+        // A period longer than the cap is never shortened.
+        assert_eq!(
+            next_wait(Duration::from_secs(600), 3),
+            Duration::from_secs(600)
+        );
     }
 }

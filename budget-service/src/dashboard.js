@@ -66,7 +66,9 @@ async function refresh() {
     d.tree = tree.nodes; d.window_s = tree.to - tree.from; d.capacity_gpus = tree.capacity_gpus;
     d.queue = queue.jobs; d.owed = owed.teams;
     render(d);
+    document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
   } catch (e) { console.log("refresh failed", e); }
 }
 render(JSON.parse(document.getElementById("data").textContent));
+if (location.hash === "#refresh") refresh();
 setInterval(refresh, 30000);

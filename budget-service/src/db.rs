@@ -6,11 +6,12 @@
 //! one `IMMEDIATE` transaction together with its audit rows.
 
 use compass_core::fairshare::{
-    self, IngestOutcome, Interval, Kind, Ledger, NodeSpec, OrgTree, TreeChange, UnixSecs,
+    self, IngestOutcome, Interval, Kind, Ledger, NodeSpec, OrgTree, TreeChange, UnixSecs, Usage,
 };
 use compass_core::model::JobId;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::path::Path;
 
 use crate::error::{BudgetError, Result};
@@ -146,6 +147,17 @@ impl Db {
             OrgTree::build(&new)?;
         }
         let changes = fairshare::diff(&old, &new);
+        // Accounts are UNIQUE and checked per statement: release the accounts
+        // of every modified or removed node first, so that an edit may move
+        // an account between nodes (the new tree was validated above).
+        for c in &changes {
+            if let TreeChange::Modify { old: n, .. } | TreeChange::Remove { node: n } = c {
+                tx.execute(
+                    "UPDATE nodes SET account = NULL WHERE name = ?1",
+                    params![n.name],
+                )?;
+            }
+        }
         for c in &changes {
             let (node, old_j, new_j) = match c {
                 TreeChange::Add { node } => {
@@ -283,6 +295,68 @@ impl Db {
             l.ingest(r?)?;
         }
         Ok(l)
+    }
+
+    /// GPU-seconds per account and kind in `[from, to)`, summed in SQL
+    /// (same result as `ledger_between(from, to)?.usage(from, to)`, without
+    /// loading the intervals).
+    pub fn usage_between(&self, from: UnixSecs, to: UnixSecs) -> Result<HashMap<String, Usage>> {
+        let mut st = self.conn.prepare(
+            "SELECT account, kind, SUM(gpus * (MIN(COALESCE(end_time, ?2), ?2) - MAX(start, ?1)))
+             FROM intervals
+             WHERE start < ?2 AND (end_time IS NULL OR end_time > ?1)
+             GROUP BY account, kind",
+        )?;
+        let rows = st.query_map(params![from, to], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, f64>(2)?,
+            ))
+        })?;
+        let mut out: HashMap<String, Usage> = HashMap::new();
+        for row in rows {
+            let (acct, kind, gpu_s) = row?;
+            if gpu_s > 0.0 {
+                let u = out.entry(acct).or_default();
+                if kind == "allocated" {
+                    u.charged_gpu_s += gpu_s;
+                } else {
+                    u.free_gpu_s += gpu_s;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes intervals that ended, and demand hours, before `cutoff`.
+    /// Returns the number of intervals deleted.
+    pub fn prune_before(&mut self, cutoff: UnixSecs) -> Result<usize> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let n = tx.execute(
+            "DELETE FROM intervals WHERE end_time IS NOT NULL AND end_time < ?1",
+            params![cutoff],
+        )?;
+        tx.execute(
+            "DELETE FROM demand WHERE hour < ?1",
+            params![cutoff.div_euclid(3600)],
+        )?;
+        tx.commit()?;
+        Ok(n)
+    }
+
+    /// The latest run interval of a job, if any.
+    pub fn latest_interval(&self, job: JobId) -> Result<Option<Interval>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT job, start, account, gpus, end_time, kind FROM intervals WHERE job = ?1 ORDER BY start DESC LIMIT 1",
+                params![job.0 as i64],
+                row_interval,
+            )
+            .optional()?)
     }
 
     /// Number of intervals stored.
@@ -446,6 +520,29 @@ mod tests {
     }
 
     #[test]
+    fn accounts_can_move_between_nodes_in_one_edit() {
+        let mut db = seeded();
+        db.edit_tree("root", "import", "swap", 2, |old| {
+            let mut v = old.to_vec();
+            for s in &mut v {
+                s.account = match s.account.as_deref() {
+                    Some("acct-a") => Some("acct-b".into()),
+                    Some("acct-b") => Some("acct-a".into()),
+                    x => x.map(Into::into),
+                };
+            }
+            // And a removed leaf hands its account to a new one.
+            v.retain(|s| s.name != "b");
+            v.push(spec("c", Some("org"), 0.3, Some("acct-a")));
+            Ok(v)
+        })
+        .unwrap();
+        let t = db.load_tree().unwrap().unwrap();
+        assert_eq!(t.node(t.leaf_for_account("acct-b").unwrap()).name, "a");
+        assert_eq!(t.node(t.leaf_for_account("acct-a").unwrap()).name, "c");
+    }
+
+    #[test]
     fn refuses_newer_schema() {
         let dir = std::env::temp_dir().join(format!("compass-budget-db-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -493,6 +590,32 @@ mod tests {
             db.ledger_between(0, 1000).unwrap().usage(0, 1000)["acct-a"].charged_gpu_s,
             120.0
         );
+    }
+
+    #[test]
+    fn sql_usage_matches_the_core_ledger() {
+        let mut db = seeded();
+        let mut ivs = Vec::new();
+        for i in 0..60i64 {
+            ivs.push(Interval {
+                job: JobId(i as u64),
+                account: ["acct-a", "acct-b", "x"][(i % 3) as usize].into(),
+                gpus: 1 + (i % 8) as u32,
+                start: i * 37 % 1000,
+                end: (i % 4 != 0).then_some(i * 37 % 1000 + i * 13),
+                kind: if i % 5 == 0 {
+                    Kind::Unallocated
+                } else {
+                    Kind::Allocated
+                },
+            });
+        }
+        db.ingest(&ivs, 0).unwrap();
+        for (from, to) in [(0, 2000), (100, 400), (500, 501), (990, 5000)] {
+            let core = db.ledger_between(from, to).unwrap().usage(from, to);
+            let sql = db.usage_between(from, to).unwrap();
+            assert_eq!(core, sql, "window {from}..{to}");
+        }
     }
 
     #[test]

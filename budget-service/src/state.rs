@@ -50,12 +50,16 @@ impl Clock for TestClock {
     }
 }
 
-/// The queue order of the last successful cycle.
-#[derive(Clone, Debug, Default, Serialize)]
+/// The queue order of the last successful cycle, shared read-only (`Arc`)
+/// with the request handlers.
+#[derive(Debug, Default, Serialize)]
 pub struct QueueView {
     /// When it was computed (Unix seconds); 0: never.
     pub at: UnixSecs,
     pub order: Vec<Placed>,
+    /// The serialized `GET /api/v1/queue` body, built on first request.
+    #[serde(skip)]
+    pub json: std::sync::OnceLock<axum::body::Bytes>,
 }
 
 /// Health of the Slurm cycle.
@@ -74,7 +78,7 @@ pub struct AppState {
     pub db: Mutex<Db>,
     pub auth: Arc<dyn Authenticator>,
     pub clock: SharedClock,
-    pub queue: RwLock<QueueView>,
+    pub queue: RwLock<Arc<QueueView>>,
     pub status: Mutex<CycleStatus>,
 }
 
@@ -122,7 +126,7 @@ impl AppState {
             db: Mutex::new(db),
             auth,
             clock,
-            queue: RwLock::new(QueueView::default()),
+            queue: RwLock::new(Arc::new(QueueView::default())),
             status: Mutex::new(CycleStatus::default()),
         })
     }
@@ -139,12 +143,12 @@ impl AppState {
         self.status.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn queue(&self) -> QueueView {
+    pub fn queue(&self) -> Arc<QueueView> {
         self.queue.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn set_queue(&self, q: QueueView) {
-        *self.queue.write().unwrap_or_else(|e| e.into_inner()) = q;
+        *self.queue.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(q);
     }
 
     /// Tree, usage per account over `[from, to)` and node stats.
@@ -153,7 +157,7 @@ impl AppState {
         let Some(tree) = db.load_tree()? else {
             return Ok(None);
         };
-        let usage = db.ledger_between(from, to)?.usage(from, to);
+        let usage = db.usage_between(from, to)?;
         drop(db);
         let stats = fairshare::node_stats(&tree, &usage, self.config.capacity_gpus, to - from);
         Ok(Some((tree, usage, stats)))

@@ -250,7 +250,14 @@ async fn bad_input_is_4xx_naming_the_field_and_changes_nothing() {
     let (s, _c, r) = seeded().await;
     let before = s.db().load_specs().unwrap();
     let n_audit = audit_len(&r).await;
-    let cases: Vec<(&str, &str, Vec<u8>, StatusCode, Option<&str>)> = vec![
+    type Case = (
+        &'static str,
+        &'static str,
+        Vec<u8>,
+        StatusCode,
+        Option<&'static str>,
+    );
+    let cases: Vec<Case> = vec![
         // Siblings above 1.
         ("PATCH", "/api/v1/nodes/team-b", serde_json::to_vec(&json!({"share": 0.5, "why": "x"})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("share")),
         // Negative, above 1.
@@ -377,6 +384,10 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
         .map(|j| j["job"].as_u64().unwrap())
         .collect();
     assert_eq!(ids, vec![20, 10, 11, 40, 30]);
+    let top = call(&r, "GET", "/api/v1/queue?limit=2", None, None).await.1;
+    assert_eq!(top["jobs"].as_array().unwrap().len(), 2);
+    assert_eq!(top["jobs"][1]["job"], 10);
+    assert_eq!(top["jobs"][1]["site_factor"], 99_999_999);
     let why = call(&r, "GET", "/api/v1/queue/11", None, None).await.1;
     let text = why["row"]["why"].as_str().unwrap();
     assert!(text.contains("Job 11 is 3rd of 5"), "{text}");
@@ -385,6 +396,13 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
     assert_eq!(
         call(&r, "GET", "/api/v1/queue/999", None, None).await.0,
         StatusCode::NOT_FOUND
+    );
+    let running = call(&r, "GET", "/api/v1/queue/1", None, None).await.1;
+    assert_eq!(running["state"], "running");
+    let text = running["row"]["why"].as_str().unwrap();
+    assert!(
+        text.contains("running since") && text.contains("acct-a"),
+        "{text}"
     );
     assert_eq!(
         call(&r, "GET", "/api/v1/queue/abc", None, None).await.1["field"],

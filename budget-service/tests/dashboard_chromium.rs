@@ -1,6 +1,7 @@
 //! The dashboard in headless Chromium (Debian `chromium`): the real daemon
 //! with seeded data (tree, ledger, demand, a file-backed Slurm snapshot), the
-//! page loaded, the numbers shown checked against hand-computed values, and a
+//! page loaded (embedded data, then the API refresh path), the numbers shown
+//! checked against hand-computed values, and a
 //! screenshot saved to `$CARGO_TARGET_TMPDIR/budget-dashboard.png`.
 
 mod common;
@@ -164,11 +165,31 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
     }
 
     let profile = TempDir::new("chromium-profile");
-    let dom = chromium(
+    let embedded = chromium(
         profile.path(),
         &["--dump-dom".to_string()],
         &format!("{}/", d.url),
     );
+    // The same page re-rendered from the API (the 30 s refresh path).
+    let dom = chromium(
+        profile.path(),
+        &[
+            "--dump-dom".to_string(),
+            "--virtual-time-budget=10000".to_string(),
+        ],
+        &format!("{}/#refresh", d.url),
+    );
+    assert!(
+        dom.contains("data-refreshed=\"1\""),
+        "the API refresh ran and rendered"
+    );
+    for id in ["node-team-nlp-a", "node-platform", "job-103", "owed-vision"] {
+        assert_eq!(
+            cells(&embedded, id),
+            cells(&dom, id),
+            "{id}: embedded data and API agree"
+        );
+    }
 
     // Tree: team-nlp-a = 1.0 x 0.6 x 0.5 x 0.7 = 21% of 64 GPUs = 13.44 GPUs;
     // 8 x 47 = 376 charged GPU-h; ratio 376 / (13.44 x 168 h) = 0.167.

@@ -33,6 +33,7 @@ fn kill_9_mid_stream_loses_no_acknowledged_write() {
     let mut next_node = 0u64;
     let mut next_batch = 0u64;
     let mut root_made = false;
+    let mut cuts = 0;
 
     for round in 0..3 {
         let mut d = Daemon::start(&cfg, free_port());
@@ -53,6 +54,7 @@ fn kill_9_mid_stream_loses_no_acknowledged_write() {
             let (mut node, mut batch) = (next_node, next_batch);
             std::thread::spawn(move || {
                 let client = Client::new(&c);
+                let mut cut = false;
                 while !stop.load(Ordering::SeqCst) {
                     // A budget edit.
                     let name = format!("team-{node}");
@@ -64,7 +66,10 @@ fn kill_9_mid_stream_loses_no_acknowledged_write() {
                     node += 1;
                     match r {
                         Ok(_) => acked.lock().unwrap().nodes.push(name),
-                        Err(_) => break,
+                        Err(_) => {
+                            cut = true;
+                            break;
+                        }
                     }
                     // An ingest batch of BATCH open intervals, then the same batch closed.
                     let ivs = |end: Option<i64>| {
@@ -75,7 +80,10 @@ fn kill_9_mid_stream_loses_no_acknowledged_write() {
                     match client.write("POST", "/api/v1/ledger", &json!({ "intervals": ivs(None) }))
                     {
                         Ok(_) => acked.lock().unwrap().batches.push(batch),
-                        Err(_) => break,
+                        Err(_) => {
+                            cut = true;
+                            break;
+                        }
                     }
                     match client.write(
                         "POST",
@@ -83,11 +91,14 @@ fn kill_9_mid_stream_loses_no_acknowledged_write() {
                         &json!({ "intervals": ivs(Some(5000 + batch as i64)) }),
                     ) {
                         Ok(_) => acked.lock().unwrap().closed_batches.push(batch),
-                        Err(_) => break,
+                        Err(_) => {
+                            cut = true;
+                            break;
+                        }
                     }
                     batch += 1;
                 }
-                (node, batch)
+                (node, batch, cut)
             })
         };
         // Let some writes through, then kill -9 while the stream runs.
@@ -100,12 +111,17 @@ fn kill_9_mid_stream_loses_no_acknowledged_write() {
         }
         d.kill9();
         stop.store(true, Ordering::SeqCst);
-        let (n, b) = writer.join().unwrap();
+        let (n, b, cut) = writer.join().unwrap();
+        cuts += usize::from(cut);
         // Skip names/ids possibly used by an in-flight, unacknowledged write.
         next_node = n + 1;
         next_batch = b + 1;
     }
 
+    assert!(
+        cuts >= 2,
+        "kill -9 landed mid-stream in only {cuts} of 3 rounds"
+    );
     let a = acked.lock().unwrap();
     assert!(
         a.nodes.len() >= 45,

@@ -14,6 +14,9 @@
 //! - [`preempt`]: protected and preemptible time: victims, faulty nodes.
 //! - [`fairshare`]: org-tree budgets, the occupancy ledger and the fair-share
 //!   queue order (budget service, issue 4).
+//! - [`trace`]: trace readers (canonical CSV, Helios Venus, Alibaba PAI 2023).
+//! - [`sim`]: the event-driven trace simulator, and in [`sim::budgets`] the
+//!   policy simulator (fair share, protection, preemption and placement).
 //! - [`clock`]: the injected clock.
 
 pub mod clock;

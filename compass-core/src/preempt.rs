@@ -253,13 +253,24 @@ pub fn victim_rule(
     if !victim.allocated() {
         return Some(VictimRule::Unallocated);
     }
-    let victim_ratio = ratios.ratio(&victim.account);
+    team_rule(&victim.account, pending, ratios, cfg)
+}
+
+/// The team half of [`victim_rule`]: may `pending` take an unprotected
+/// allocated job of `account`?
+fn team_rule(
+    account: &str,
+    pending: &PendingJob,
+    ratios: &dyn Ratios,
+    cfg: &ProtectionConfig,
+) -> Option<VictimRule> {
+    let victim_ratio = ratios.ratio(account);
     let requester_ratio = ratios.ratio(&pending.account);
     // "Still prioritised": when loads are known, a team running within its
     // allocation keeps its jobs, and a team already at its allocation takes
     // no allocated job from another.
     if let (Some(v), Some(r)) = (
-        ratios.allocation(&victim.account),
+        ratios.allocation(account),
         ratios.allocation(&pending.account),
     ) {
         if v.running_gpus <= v.allocation_gpus || r.running_gpus >= r.allocation_gpus {
@@ -291,15 +302,59 @@ pub fn plan_room(
     if g == 0 || g > room.capacity {
         return None;
     }
-    if room.instances_fitting(g, &BTreeMap::new()) >= w {
+    let base_fit = room.instances_fitting(g, &BTreeMap::new());
+    if base_fit >= w {
         return Some(Vec::new());
     }
+    if !pending.may_preempt() {
+        return None;
+    }
+    // The team rule depends on the account only: decide it once per account.
+    // (A short list: clusters have tens of teams, and hashing costs more.)
+    let mut by_team: Vec<(&str, Option<VictimRule>)> = Vec::new();
     let mut cands: Vec<(&RunningJob, VictimRule)> = running
         .iter()
-        .filter(|v| !excluded.contains(&v.id))
-        .filter_map(|v| victim_rule(v, pending, ratios, now, cfg).map(|r| (v, r)))
-        .filter(|(v, _)| v.gpus_on.iter().any(|(n, _)| room.usable.contains(*n)))
+        .filter(|v| !v.protected(now, cfg) && !excluded.contains(&v.id))
+        .filter(|v| pending.preempted_by != Some(v.id))
+        .filter(|v| v.gpus_on.iter().any(|(n, _)| room.usable.contains(*n)))
+        .filter_map(|v| {
+            let rule = if v.allocated() {
+                match by_team.iter().find(|(a, _)| *a == v.account) {
+                    Some((_, rule)) => rule.clone(),
+                    None => {
+                        let rule = team_rule(&v.account, pending, ratios, cfg);
+                        by_team.push((v.account.as_str(), rule.clone()));
+                        rule
+                    }
+                }
+            } else {
+                Some(VictimRule::Unallocated)
+            };
+            rule.map(|r| (v, r))
+        })
         .collect();
+    // Instances that fit with `extra` GPUs freed, counting only touched nodes.
+    let fit_with = |extra: &BTreeMap<NodeId, u32>| {
+        base_fit
+            + extra
+                .iter()
+                .filter(|(n, _)| room.usable.contains(**n))
+                .map(|(&n, &e)| {
+                    let f = room.free.get(n as usize).copied().unwrap_or(0);
+                    u64::from((f + e).min(room.capacity) / g) - u64::from(f / g)
+                })
+                .sum::<u64>()
+    };
+    let mut all: BTreeMap<NodeId, u32> = BTreeMap::new();
+    for (v, _) in &cands {
+        for &(n, gpus) in &v.gpus_on {
+            *all.entry(n).or_default() += gpus;
+        }
+    }
+    if fit_with(&all) < w {
+        // Even every legal victim together does not make room.
+        return None;
+    }
     // Cheapest first: unallocated before allocated, then by loss, then id.
     let key = |v: &RunningJob| (v.allocated(), v.loss(now, cfg), v.id);
     cands.sort_by(|a, b| {
@@ -317,7 +372,7 @@ pub fn plan_room(
         }
         extra
     };
-    let feasible = |set: &[usize]| room.instances_fitting(g, &freed(set)) >= w;
+    let feasible = |set: &[usize]| fit_with(&freed(set)) >= w;
     let cost = |set: &[usize]| {
         let (mut alloc, mut unalloc) = (0.0, 0.0);
         for &i in set {
@@ -362,25 +417,36 @@ pub fn plan_room(
         // Greedy: add the candidate that makes the most instances fit per
         // GPU-second lost, then drop any victim that is not needed.
         let mut set: Vec<usize> = Vec::new();
-        while !feasible(&set) {
-            let fits = room.instances_fitting(g, &freed(&set));
+        let mut extra: BTreeMap<NodeId, u32> = BTreeMap::new();
+        while fit_with(&extra) < w {
             let next = (0..cands.len())
                 .filter(|i| !set.contains(i))
                 .max_by(|&a, &b| {
+                    // Extra instances candidate `i` makes fit, from its nodes only.
                     let score = |i: usize| {
-                        let mut s = set.clone();
-                        s.push(i);
-                        let gain =
-                            room.instances_fitting(g, &freed(&s)).saturating_sub(fits) as f64;
                         let v = cands[i].0;
+                        let gain: u64 = v
+                            .gpus_on
+                            .iter()
+                            .filter(|(n, _)| room.usable.contains(*n))
+                            .map(|&(n, gpus)| {
+                                let f = room.free.get(n as usize).copied().unwrap_or(0)
+                                    + extra.get(&n).copied().unwrap_or(0);
+                                u64::from((f + gpus).min(room.capacity) / g)
+                                    - u64::from(f.min(room.capacity) / g)
+                            })
+                            .sum();
                         let weight = if v.allocated() { 1e6 } else { 1.0 };
-                        gain / (1.0 + weight * v.loss(now, cfg))
+                        gain as f64 / (1.0 + weight * v.loss(now, cfg))
                     };
                     score(a)
                         .partial_cmp(&score(b))
                         .unwrap_or(std::cmp::Ordering::Equal)
                         .then(b.cmp(&a))
                 })?;
+            for &(n, gpus) in &cands[next].0.gpus_on {
+                *extra.entry(n).or_default() += gpus;
+            }
             set.push(next);
         }
         for i in (0..set.len()).rev() {

@@ -53,6 +53,7 @@ fn workload() -> impl Strategy<Value = Vec<BudgetJob>> {
                     shape: JobShape::new(w, g),
                     min_runtime_s: min_h * 3600.0,
                     resumable,
+                    priority: 0,
                 },
             )
             .collect()

@@ -14,8 +14,9 @@ pub mod tree;
 
 pub use ledger::{IngestOutcome, Interval, IntervalKey, Kind, Ledger, UnixSecs, Usage};
 pub use order::{
-    changed_factors, explain, node_stats, order_queue, ratio, site_factors, stats_at,
-    unbudgeted_usage, LevelPos, NodeStats, PendingJob, Placed, DEFAULT_WINDOW_S, SITE_FACTOR_BASE,
+    account_ratios, changed_factors, explain, node_stats, order_queue, ratio, site_factors,
+    stats_at, unbudgeted_usage, LevelPos, NodeStats, PendingJob, Placed, DEFAULT_WINDOW_S,
+    SITE_FACTOR_BASE,
 };
 pub use tree::{diff, NodeIx, NodeSpec, OrgTree, TreeChange};
 

@@ -103,6 +103,20 @@ pub fn stats_at(
     )
 }
 
+/// Each account's fair-share ratio (its leaf's), for the preemption rules of
+/// [`crate::preempt`] (`BTreeMap<String, f64>` implements its `Ratios`;
+/// accounts missing from the map count as infinitely over-served there).
+pub fn account_ratios(
+    tree: &OrgTree,
+    stats: &[NodeStats],
+) -> std::collections::BTreeMap<String, f64> {
+    tree.nodes()
+        .iter()
+        .enumerate()
+        .filter_map(|(ix, n)| n.account.as_ref().map(|a| (a.clone(), stats[ix].ratio)))
+        .collect()
+}
+
 /// A pending job as the ordering sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingJob {
@@ -420,6 +434,10 @@ mod tests {
         assert!((s[b].ratio - 0.5).abs() < 1e-12);
         assert_eq!(s[b].usage.free_gpu_s, 3000.0);
         assert!((s[t.root()].ratio - 0.85).abs() < 1e-12);
+        let by_account = account_ratios(&t, &s);
+        assert_eq!(by_account.len(), 2);
+        assert!((by_account["acct-b"] - 0.5).abs() < 1e-12);
+        assert!((crate::preempt::Ratios::ratio(&by_account, "acct-a") - 1.0).abs() < 1e-12);
         // b is under-served: its job goes first even with lower priority.
         let jobs = vec![
             job(10, "acct-a", 60, 100, 0),

@@ -41,6 +41,8 @@ pub struct BudgetJob {
     /// 0 = unallocated (free, preemptible) time.
     pub min_runtime_s: Seconds,
     pub resumable: bool,
+    /// Reorders the job within its team only (Slurm: minus `--nice`).
+    pub priority: i64,
 }
 
 /// Settings of a policy replay.
@@ -59,8 +61,11 @@ pub struct BudgetSimConfig {
     /// Seconds added to a job each time it is migrated by Compact or restarted
     /// after a preemption (checkpoint restore).
     pub restart_cost_s: Seconds,
-    /// Waiting jobs examined per scheduling pass (Slurm's queue depth).
+    /// Start attempts per scheduling pass (Slurm's queue depth): jobs that
+    /// need more GPUs than are free are skipped without an attempt.
     pub queue_depth: usize,
+    /// Waiting jobs looked at per scheduling pass.
+    pub scan_limit: usize,
     /// Teams whose head allocated job may preempt per cycle, in fair-share order.
     pub preempt_depth: usize,
     /// Stop at this simulated time (seconds after the first submission).
@@ -129,6 +134,7 @@ impl BudgetSimConfig {
             cycle_s: 60.0,
             restart_cost_s: 8.0,
             queue_depth: 200,
+            scan_limit: 5000,
             preempt_depth: 16,
             horizon_s: None,
             debug_max_gpus: 2,
@@ -245,7 +251,7 @@ fn fnv(s: &str) -> u64 {
 ///   `vcs`, mapped onto the virtual clusters by cumulative node counts, so a
 ///   VC's expected share of jobs is proportional to its size;
 /// - debug jobs (at most 2 GPUs, at most 15 minutes) ask their duration as
-///   min runtime; of the others one in five (by hash) is unallocated
+///   min runtime and priority 1 (first in their team); of the others one in five (by hash) is unallocated
 ///   (min runtime 0) and the rest ask `min(duration, cap)`;
 /// - nine in ten (by hash) are resumable.
 pub fn assign_venus(
@@ -292,6 +298,7 @@ pub fn assign_venus(
                 shape: j.shape,
                 min_runtime_s,
                 resumable: !(h >> 40).is_multiple_of(10),
+                priority: i64::from(debug),
             }
         })
         .collect())
@@ -317,6 +324,7 @@ pub fn from_canonical(jobs: &[TraceJob], file: &str) -> Result<Vec<BudgetJob>> {
                 shape: j.shape,
                 min_runtime_s: j.min_runtime_s.unwrap_or(0.0),
                 resumable: j.resumable,
+                priority: 0,
             })
         })
         .collect()
@@ -374,8 +382,8 @@ struct Team {
     free_total: f64,
     jobs: usize,
     /// Waiting jobs by (submit, index): allocated and unallocated.
-    wait_alloc: BTreeSet<(u64, usize)>,
-    wait_free: BTreeSet<(u64, usize)>,
+    wait_alloc: Waiting,
+    wait_free: Waiting,
 }
 
 fn add_hourly(buckets: &mut Vec<f64>, from: f64, to: f64, rate: f64) {
@@ -393,6 +401,24 @@ fn add_hourly(buckets: &mut Vec<f64>, from: f64, to: f64, rate: f64) {
         buckets[h] += rate * (end - t);
         t = end;
     }
+}
+
+/// A waiting job's place in its team's queue: higher priority first, then
+/// submit time, then index.
+type WaitKey = (Reverse<i64>, u64, usize);
+
+/// A team's waiting jobs of one kind, bucketed by shape `(gpus, instances)`:
+/// a scheduling pass looks only at shapes that fit the free GPUs and that
+/// are not at least as large as a shape that just failed to place.
+type Waiting = BTreeMap<(u32, u32), BTreeSet<WaitKey>>;
+
+/// The first job, in queue order, of a shape worth trying.
+fn first_fitting(w: &Waiting, free: u64, failed: &[(u32, u32)]) -> Option<WaitKey> {
+    w.iter()
+        .filter(|((g, n), _)| u64::from(*g) * u64::from(*n) <= free)
+        .filter(|((g, n), _)| !failed.iter().any(|(fg, fn_)| g >= fg && n >= fn_))
+        .filter_map(|(_, set)| set.first().copied())
+        .min()
 }
 
 /// Live state of one job.
@@ -607,23 +633,40 @@ impl<'a> Sim<'a> {
     }
 
     fn enqueue(&mut self, i: usize) {
-        let key = (self.jobs[i].submit_s.to_bits(), i);
+        let key = (
+            Reverse(self.jobs[i].priority),
+            self.jobs[i].submit_s.to_bits(),
+            i,
+        );
         let alloc = self.allocated(i);
+        let shape = (self.jobs[i].shape.gpus, self.jobs[i].shape.instances);
         let team = &mut self.teams[self.live[i].team];
-        if alloc {
-            team.wait_alloc.insert(key);
+        let w = if alloc {
+            &mut team.wait_alloc
         } else {
-            team.wait_free.insert(key);
-        }
+            &mut team.wait_free
+        };
+        w.entry(shape).or_default().insert(key);
         self.live[i].waiting = true;
         self.waiting += 1;
     }
 
     fn dequeue(&mut self, i: usize) {
-        let key = (self.jobs[i].submit_s.to_bits(), i);
+        let key = (
+            Reverse(self.jobs[i].priority),
+            self.jobs[i].submit_s.to_bits(),
+            i,
+        );
+        let shape = (self.jobs[i].shape.gpus, self.jobs[i].shape.instances);
         let team = &mut self.teams[self.live[i].team];
-        team.wait_alloc.remove(&key);
-        team.wait_free.remove(&key);
+        for w in [&mut team.wait_alloc, &mut team.wait_free] {
+            if let Some(set) = w.get_mut(&shape) {
+                set.remove(&key);
+                if set.is_empty() {
+                    w.remove(&shape);
+                }
+            }
+        }
         self.live[i].waiting = false;
         self.waiting -= 1;
     }
@@ -721,41 +764,41 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Waiting jobs in queue order: every allocated job (teams in
-    /// [`Self::team_order`], FIFO within a team), then every unallocated job.
-    fn queue(&self, limit: usize) -> Vec<usize> {
-        let mut out = Vec::with_capacity(limit);
+    /// One scheduling pass: waiting jobs in queue order (every allocated job,
+    /// teams in [`Self::team_order`], priority then FIFO within a team; then
+    /// every unallocated job) are started while they fit. Jobs needing more
+    /// GPUs than are free are skipped without an attempt; at most
+    /// `queue_depth` start attempts per pass.
+    fn schedule(&mut self) -> Result<()> {
+        let mut free = self.capacity - self.policy.occupancy().used_gpus();
+        let mut attempts = 0;
+        // Shapes that failed to place since the last start: any job at least
+        // as large in both GPUs and instances fails too.
+        let mut failed: Vec<(u32, u32)> = Vec::new();
         let order = self.team_order();
         for alloc in [true, false] {
             for &t in &order {
-                let set = if alloc {
-                    &self.teams[t].wait_alloc
-                } else {
-                    &self.teams[t].wait_free
-                };
-                for &(_, i) in set {
-                    if out.len() == limit {
-                        return out;
+                loop {
+                    if free == 0 || attempts == self.cfg.queue_depth {
+                        return Ok(());
                     }
-                    out.push(i);
+                    let team = &self.teams[t];
+                    let w = if alloc {
+                        &team.wait_alloc
+                    } else {
+                        &team.wait_free
+                    };
+                    let Some((_, _, i)) = first_fitting(w, free, &failed) else {
+                        break;
+                    };
+                    attempts += 1;
+                    if self.try_start(i)? {
+                        free = self.capacity - self.policy.occupancy().used_gpus();
+                        failed.clear();
+                    } else {
+                        failed.push((self.jobs[i].shape.gpus, self.jobs[i].shape.instances));
+                    }
                 }
-            }
-        }
-        out
-    }
-
-    /// One scheduling pass: start waiting jobs in queue order while they fit.
-    fn schedule(&mut self) -> Result<()> {
-        let mut free = self.capacity - self.policy.occupancy().used_gpus();
-        for i in self.queue(self.cfg.queue_depth) {
-            if free == 0 {
-                break;
-            }
-            if self.gpus(i) > free {
-                continue;
-            }
-            if self.try_start(i)? {
-                free = self.capacity - self.policy.occupancy().used_gpus();
             }
         }
         Ok(())
@@ -886,7 +929,7 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
-    /// Running jobs as the victim planner sees them.
+    /// Running jobs that may be victims now, as the victim planner sees them.
     fn running_view(&self) -> Vec<RunningJob> {
         self.policy
             .occupancy()
@@ -899,6 +942,12 @@ impl<'a> Sim<'a> {
                     *on.entry(n).or_default() += g;
                 }
                 let j = &self.jobs[i];
+                // Protected jobs are never victims: leave them out up front.
+                let protected_until =
+                    start + j.min_runtime_s.min(self.cfg.protection.min_runtime_cap_s);
+                if j.min_runtime_s > 0.0 && self.now < protected_until {
+                    return None;
+                }
                 Some(RunningJob {
                     id: j.id,
                     account: j.account.clone(),
@@ -918,15 +967,29 @@ impl<'a> Sim<'a> {
         // The first waiting allocated job of each team, teams in fair-share
         // order: a team below its allocation must be able to reclaim it even
         // when another team sorts ahead of it.
+        // Only unallocated jobs, or allocated jobs of teams over their
+        // allocation for a team under its own, can be victims: skip the teams
+        // that could not take anything.
+        let cap = self.capacity as f64;
+        let free_running: u64 = self.teams.iter().map(|t| t.run_free).sum();
+        let idle = self.capacity - self.policy.occupancy().used_gpus();
         let blocked: Vec<usize> = self
             .order
             .iter()
+            .filter(|&&t| {
+                free_running > 0 || (self.teams[t].run_charged as f64) < self.teams[t].share * cap
+            })
             .filter_map(|&t| {
-                self.teams[t]
+                let mut heads: Vec<WaitKey> = self.teams[t]
                     .wait_alloc
-                    .iter()
-                    .map(|&(_, i)| i)
-                    .find(|&i| !self.owes_min_runtime(i))
+                    .values()
+                    .filter_map(|set| set.iter().find(|k| !self.owes_min_runtime(k.2)).copied())
+                    .collect();
+                heads.sort();
+                let i = heads.first()?.2;
+                // A team at its allocation can only take unallocated jobs.
+                let under = (self.teams[t].run_charged as f64) < self.teams[t].share * cap;
+                (under || self.gpus(i) <= idle + free_running).then_some(i)
             })
             .take(self.cfg.preempt_depth)
             .collect();

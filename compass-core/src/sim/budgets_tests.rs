@@ -34,6 +34,7 @@ fn job(id: u64, account: &str, submit_h: f64, dur_h: f64, w: u32, g: u32, min_h:
         shape: JobShape::new(w, g),
         min_runtime_s: min_h * H,
         resumable: true,
+        priority: 0,
     }
 }
 
@@ -83,13 +84,23 @@ fn budgets_split_charged_time() {
         let a = r.teams.iter().find(|t| t.account == "a").unwrap();
         let b = r.teams.iter().find(|t| t.account == "b").unwrap();
         let share = a.charged_gpu_h / (a.charged_gpu_h + b.charged_gpu_h);
-        assert!((share - 0.7).abs() <= 0.05, "{order:?}: team a got {share:.3} of the charged time");
+        assert!(
+            (share - 0.7).abs() <= 0.05,
+            "{order:?}: team a got {share:.3} of the charged time"
+        );
         assert!(r.occupancy > 0.95, "{order:?}: occupancy {}", r.occupancy);
-        eprintln!("{order:?}: owed delivered {:.3}, worst team {:.3}, preemptions {}", r.owed_delivered, r.worst_team_owed_delivered, r.preemptions);
+        eprintln!(
+            "{order:?}: owed delivered {:.3}, worst team {:.3}, preemptions {}",
+            r.owed_delivered, r.worst_team_owed_delivered, r.preemptions
+        );
         results.push(r);
     }
     let (ratio, ours) = (&results[0], &results[1]);
-    assert!(ours.owed_delivered >= 0.95, "owed delivered {}", ours.owed_delivered);
+    assert!(
+        ours.owed_delivered >= 0.95,
+        "owed delivered {}",
+        ours.owed_delivered
+    );
     assert!(ours.owed_delivered > ratio.owed_delivered + 0.05);
     assert!(ours.preemptions < ratio.preemptions);
 }

@@ -43,8 +43,8 @@ pub enum QueuePolicy {
     Fifo,
     /// FIFO plus backfill. When the head cannot start, its *reservation* is
     /// the earliest projected completion time `t_res` at which it fits
-    /// physically: running jobs end at their projected ends (start + duration
-    /// + migration costs so far) and free their GPUs on their current nodes,
+    /// physically: running jobs end at their projected ends (start, plus
+    /// duration, plus migration costs so far) and free their GPUs on their current nodes,
     /// and the head fits when `sum_n floor(free_n / g_h) >= w_h`. A later job
     /// `j` (at most [`SimConfig::backfill_depth`] of them, in queue order) may
     /// start now if the policy places it and either it ends by then
@@ -216,6 +216,8 @@ pub struct SimResult {
     /// Times a backfilled start (through the policy's migrations) moved the
     /// head's reservation later. 0 for policies that do not migrate.
     pub reservation_slips: u64,
+    /// Total seconds those slips moved reservations later.
+    pub reservation_slip_s: Seconds,
     pub waits: WaitStats,
     /// One sample per event instant when [`SimConfig::record_timeseries`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -359,6 +361,7 @@ struct Sim<'a> {
     charges: u64,
     backfilled: u64,
     slips: u64,
+    slip_s: Seconds,
     timeseries: Vec<Sample>,
 }
 
@@ -420,6 +423,7 @@ impl<'a> Sim<'a> {
             charges: 0,
             backfilled: 0,
             slips: 0,
+            slip_s: 0.0,
             timeseries: Vec::new(),
         })
     }
@@ -710,6 +714,7 @@ impl<'a> Sim<'a> {
                 let next = self.reservation(head, t);
                 if next.t_res > res.t_res {
                     self.slips += 1;
+                    self.slip_s += next.t_res - res.t_res;
                 }
                 res = next;
             } else {
@@ -823,6 +828,7 @@ impl<'a> Sim<'a> {
             wcc_coverage: avg(window.wcc),
             backfilled: self.backfilled,
             reservation_slips: self.slips,
+            reservation_slip_s: self.slip_s,
             waits: WaitStats {
                 overall: Percentiles::of(all),
                 whole_node: Percentiles::of(whole),

@@ -1,0 +1,373 @@
+//! `compass simulate --budgets FILE`: the policy simulator (budgets,
+//! protected and preemptible time, preemption and placement in one replay;
+//! `docs/policy-simulator.md`).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::builder::PossibleValuesParser;
+use compass_core::fairshare::tree::OrgTree;
+use compass_core::sim::budgets::{
+    assign_venus, from_canonical, run_budgets, scale_demand, BudgetJob, BudgetReport,
+    BudgetSimConfig, TeamOrder,
+};
+use compass_core::trace::TraceFormat;
+use serde::Serialize;
+
+use crate::error::{CliError, Result};
+use crate::tracefile::Loaded;
+
+/// Options of the policy simulator (only with `--budgets`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct PolicyArgs {
+    /// Budget tree (TOML, the format of `compass budget import`, e.g.
+    /// etc/budgets.venus.toml). Switches `simulate` to the policy simulator:
+    /// fair-share order, protected and preemptible time, preemption.
+    #[arg(long, value_name = "FILE")]
+    pub budgets: Option<PathBuf>,
+
+    /// Scale arrivals so the offered GPU-time is X times the cluster's
+    /// capacity (the published setting runs at 2-3x).
+    #[arg(long, value_name = "X", requires = "budgets")]
+    pub demand: Option<f64>,
+
+    /// Virtual clusters of a Venus trace (`name,nodes` CSV); by default
+    /// vc_config.csv beside the trace.
+    #[arg(long, value_name = "FILE", requires = "budgets")]
+    pub vc_config: Option<PathBuf>,
+
+    /// Fair-share lookback window (e.g. 7d, 36h, 3600).
+    #[arg(long, default_value = "7d", value_name = "DURATION", value_parser = parse_duration)]
+    pub window: f64,
+
+    /// Longest protected time a job can buy (the site cap).
+    #[arg(long, default_value = "8h", value_name = "DURATION", value_parser = parse_duration)]
+    pub min_runtime_cap: f64,
+
+    /// Stop after this much simulated time (e.g. 30d); the whole trace by default.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub horizon: Option<f64>,
+
+    /// Enforcement cycle: ratios, order and preemption are refreshed this often.
+    #[arg(long, default_value = "60", value_name = "DURATION", value_parser = parse_duration)]
+    pub cycle: f64,
+
+    /// How teams are ordered when capacity frees up: the published design's
+    /// ratio order, or ours (teams under their allocation first).
+    #[arg(long, default_value = "under-allocation-first",
+          value_parser = PossibleValuesParser::new(["ratio", "under-allocation-first"]))]
+    pub team_order: String,
+
+    /// Sweep: lookback windows to try (comma-separated durations); prints a
+    /// table of every (window, cap) pair instead of one report.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_duration)]
+    pub sweep_window: Vec<f64>,
+
+    /// Sweep: min-runtime caps to try (comma-separated durations).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_duration)]
+    pub sweep_cap: Vec<f64>,
+}
+
+/// Durations: plain seconds, or a number with s, m, h or d.
+pub fn parse_duration(s: &str) -> std::result::Result<f64, String> {
+    let s = s.trim();
+    let (num, unit) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => (&s[..i], &s[i..]),
+        None => (s, "s"),
+    };
+    let mult = match unit {
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => {
+            return Err(format!(
+                "`{s}`: expected seconds or a number with s, m, h or d (e.g. 90, 30m, 8h, 7d)"
+            ))
+        }
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: not a duration (e.g. 90, 30m, 8h, 7d)"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("`{s}`: a duration must be positive"));
+    }
+    Ok(v * mult)
+}
+
+/// The JSON object printed by `--json` in policy mode.
+#[derive(Serialize)]
+struct Report<'a> {
+    trace: &'a str,
+    demand: Option<f64>,
+    wall_s: f64,
+    #[serde(flatten)]
+    result: &'a BudgetReport,
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| CliError::io(path.display(), e))
+}
+
+fn load_tree(path: &Path) -> Result<OrgTree> {
+    let doc = compass_budget::cli::parse_budgets_toml(&read(path)?)
+        .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
+    OrgTree::build(&doc.nodes).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))
+}
+
+fn load_vcs(path: &Path) -> Result<Vec<(String, u32)>> {
+    let text = read(path)?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate().skip(1) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut f = line.split(',');
+        let name = f.next().unwrap_or("").trim().to_string();
+        let nodes = f.next().unwrap_or("").trim().parse::<u32>().map_err(|_| {
+            CliError::Usage(format!(
+                "{}:{}: field `nodes`: not a whole number",
+                path.display(),
+                n + 1
+            ))
+        })?;
+        if name.is_empty() {
+            return Err(CliError::Usage(format!(
+                "{}:{}: field `name` is empty",
+                path.display(),
+                n + 1
+            )));
+        }
+        out.push((name, nodes));
+    }
+    Ok(out)
+}
+
+/// The trace's jobs with accounts, min runtimes and resumable flags.
+fn budget_jobs(loaded: &Loaded, args: &PolicyArgs) -> Result<Vec<BudgetJob>> {
+    match loaded.trace.format {
+        TraceFormat::Venus => {
+            let vc = match &args.vc_config {
+                Some(p) => p.clone(),
+                None => Path::new(&loaded.path).with_file_name("vc_config.csv"),
+            };
+            Ok(assign_venus(&loaded.trace.jobs, &load_vcs(&vc)?, args.min_runtime_cap)?)
+        }
+        TraceFormat::Canonical => Ok(from_canonical(&loaded.trace.jobs, &loaded.path)?),
+        other => Err(CliError::Usage(format!(
+            "{}: the policy simulator needs accounts: use a canonical trace with an account column, \
+             or a Venus trace (accounts from its virtual clusters); {} traces have neither",
+            loaded.path,
+            other.name()
+        ))),
+    }
+}
+
+pub fn run(
+    loaded: &Loaded,
+    args: &PolicyArgs,
+    policy: &str,
+    json: bool,
+    quiet: bool,
+) -> Result<()> {
+    let budgets = args.budgets.as_ref().expect("policy mode needs --budgets");
+    let tree = load_tree(budgets)?;
+    let mut jobs = budget_jobs(loaded, args)?;
+    if let Some(d) = args.demand {
+        scale_demand(&mut jobs, loaded.spec.total_gpus(), d)?;
+    }
+    let mut cfg = BudgetSimConfig::new(loaded.spec);
+    cfg.policy = policy.to_string();
+    cfg.horizon_s = args.horizon;
+    cfg.cycle_s = args.cycle;
+    cfg.team_order = match args.team_order.as_str() {
+        "ratio" => TeamOrder::Ratio,
+        _ => TeamOrder::UnderAllocationFirst,
+    };
+    if !args.sweep_window.is_empty() || !args.sweep_cap.is_empty() {
+        return sweep(&jobs, &tree, &cfg, args, quiet);
+    }
+    cfg.window_s = args.window;
+    cfg.protection.min_runtime_cap_s = args.min_runtime_cap;
+    if !quiet {
+        eprintln!(
+            "{}: {} jobs on {} x {} GPUs, policy {policy}, team order {}",
+            loaded.path,
+            jobs.len(),
+            loaded.spec.nodes,
+            loaded.spec.gpus_per_node,
+            args.team_order
+        );
+    }
+    let started = Instant::now();
+    let result = run_budgets(&jobs, &tree, &cfg)?;
+    let wall_s = started.elapsed().as_secs_f64();
+    if json {
+        let r = Report {
+            trace: &loaded.path,
+            demand: args.demand,
+            wall_s,
+            result: &result,
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&r).map_err(|e| CliError::Failed(e.to_string()))?
+        );
+    } else {
+        print!("{}", table(&result, wall_s));
+    }
+    Ok(())
+}
+
+fn hours(s: f64) -> String {
+    if s >= 3600.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else {
+        format!("{s:.0} s")
+    }
+}
+
+/// Human-readable report, with the published design's figures beside ours.
+pub fn table(r: &BudgetReport, wall_s: f64) -> String {
+    let mut s = String::new();
+    let mut row = |k: &str, v: String, published: &str| {
+        let _ = writeln!(s, "  {k:<34} {v:<24} {published}");
+    };
+    row("", "compass".into(), "published design");
+    row("policy", format!("{} on {} GPUs", r.policy, r.gpus), "");
+    row(
+        "jobs (done/cancelled/unfinished)",
+        format!("{}/{}/{}", r.completed, r.cancelled, r.unfinished),
+        "",
+    );
+    row(
+        "owed GPU-hours delivered",
+        format!("{:.1}%", 100.0 * r.owed_delivered),
+        "98%",
+    );
+    row(
+        "teams at >= 95% of owed",
+        format!("{} of {}", r.teams_at_95, r.teams_owed),
+        "13 of 15",
+    );
+    row(
+        "worst team",
+        format!("{:.1}%", 100.0 * r.worst_team_owed_delivered),
+        "90%",
+    );
+    row("occupancy", format!("{:.1}%", 100.0 * r.occupancy), "98%");
+    row(
+        "unallocated share of delivered",
+        format!("{:.1}%", 100.0 * r.unallocated_share),
+        "18%",
+    );
+    row(
+        &format!("debug-job p90 wait ({} jobs)", r.debug_jobs),
+        hours(r.debug_p90_wait_s),
+        "30 s",
+    );
+    row(
+        &format!("largest jobs (>= {} GPUs) p50 wait", r.largest_min_gpus),
+        hours(r.largest_p50_wait_s),
+        "24 s (H100 cluster)",
+    );
+    row(
+        "largest jobs p90 wait",
+        hours(r.largest_p90_wait_s),
+        "1.8 h (H100 cluster)",
+    );
+    row(
+        "preemptions",
+        format!("{} ({:.3} per job)", r.preemptions, r.preemptions_per_job),
+        "",
+    );
+    row(
+        "GPU-hours lost to preemption",
+        format!("{:.1}", r.lost_gpu_h),
+        "",
+    );
+    row("migrations (Compact)", r.migrations.to_string(), "");
+    row("simulated", hours(r.simulated_s), "30 days");
+    row("wall time", format!("{wall_s:.2} s"), "");
+    let _ = writeln!(
+        s,
+        "  {:<12} {:>7} {:>10} {:>10} {:>9}",
+        "team", "share", "owed GPU-h", "delivered", "used GPU-h"
+    );
+    for t in &r.teams {
+        let _ = writeln!(
+            s,
+            "  {:<12} {:>6.1}% {:>10.0} {:>9.1}% {:>9.0}",
+            t.account,
+            100.0 * t.share,
+            t.owed_gpu_h,
+            100.0 * t.owed_delivered,
+            t.used_gpu_h
+        );
+    }
+    s
+}
+
+fn sweep(
+    jobs: &[BudgetJob],
+    tree: &OrgTree,
+    base: &BudgetSimConfig,
+    args: &PolicyArgs,
+    quiet: bool,
+) -> Result<()> {
+    let windows = if args.sweep_window.is_empty() {
+        vec![args.window]
+    } else {
+        args.sweep_window.clone()
+    };
+    let caps = if args.sweep_cap.is_empty() {
+        vec![args.min_runtime_cap]
+    } else {
+        args.sweep_cap.clone()
+    };
+    println!("| window | min-runtime cap | owed delivered | worst team | teams >= 95% | occupancy | debug p90 wait | largest p90 wait | preemptions | lost GPU-h |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &w in &windows {
+        for &c in &caps {
+            let mut cfg = base.clone();
+            cfg.window_s = w;
+            cfg.protection.min_runtime_cap_s = c;
+            if !quiet {
+                eprintln!("sweep: window {} cap {}", hours(w), hours(c));
+            }
+            let r = run_budgets(jobs, tree, &cfg)?;
+            println!(
+                "| {} | {} | {:.1}% | {:.1}% | {} of {} | {:.1}% | {} | {} | {} | {:.0} |",
+                hours(w),
+                hours(c),
+                100.0 * r.owed_delivered,
+                100.0 * r.worst_team_owed_delivered,
+                r.teams_at_95,
+                r.teams_owed,
+                100.0 * r.occupancy,
+                hours(r.debug_p90_wait_s),
+                hours(r.largest_p90_wait_s),
+                r.preemptions,
+                r.lost_gpu_h
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90"), Ok(90.0));
+        assert_eq!(parse_duration("30m"), Ok(1800.0));
+        assert_eq!(parse_duration("8h"), Ok(28800.0));
+        assert_eq!(parse_duration("7d"), Ok(604800.0));
+        assert!(parse_duration("7w").is_err());
+        assert!(parse_duration("-1h").is_err());
+        assert!(parse_duration("abc").is_err());
+    }
+}

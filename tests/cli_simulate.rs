@@ -1,0 +1,263 @@
+//! Runs the built `compass` binary on small traces and checks its output.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A scratch directory removed on drop, even when the test fails.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("compass-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+    fn file(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn compass(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_compass"))
+        .args(args)
+        .output()
+        .expect("run compass")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    assert_eq!(
+        text.trim().lines().count(),
+        1,
+        "one JSON object on one line: {text}"
+    );
+    serde_json::from_str(&text).unwrap()
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+const CANONICAL: &str =
+    "job_id,submit_s,duration_s,num_inst,gpus_per_inst\nA,0,10,1,8\nB,0,10,1,8\n";
+
+/// Two nodes. A (one node, 0-10) runs; head B (both nodes) arrives at 1 and
+/// waits for A; C (one node, 5 s) arrives at 2; D (one node, 100 s) at 3.
+/// Placement-independent: whole-node instances only.
+const BACKFILL: &str =
+    "job_id,submit_s,duration_s,num_inst,gpus_per_inst\nA,0,10,1,8\nB,1,10,2,8\nC,2,5,1,8\nD,3,100,1,8\n";
+
+#[test]
+fn simulate_json_has_the_documented_keys_and_values() {
+    let s = Scratch::new("json");
+    let trace = s.file("two.csv", CANONICAL);
+    let v = json(&compass(&[
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--policy",
+        "compass",
+        "--nodes",
+        "1",
+        "--json",
+    ]));
+    for key in [
+        "policy",
+        "nodes",
+        "jobs",
+        "afr",
+        "ajct_s",
+        "agu",
+        "max_n_sif",
+        "migrations",
+        "wcc_coverage",
+        "wall_s",
+    ] {
+        assert!(v.get(key).is_some(), "missing key {key} in {v}");
+    }
+    assert_eq!(v["policy"], "compass");
+    assert_eq!(v["nodes"], 1);
+    assert_eq!(v["jobs"], 2);
+    // B waits 10 s for A: completions 10 and 20.
+    assert_eq!(v["ajct_s"], 15.0);
+    // The queue is non-empty on [0, 10) with the node full and not partial.
+    assert_eq!(v["agu"], 1.0);
+    assert_eq!(v["afr"], 0.0);
+    assert_eq!(v["max_n_sif"], 0);
+    assert_eq!(v["migrations"], 0);
+    assert_eq!(v["peak_s"], 10.0);
+    assert_eq!(v["format"], "canonical");
+    assert!(v["wall_s"].as_f64().unwrap() >= 0.0);
+    assert_eq!(v["waits"]["whole_node"]["max"], 10.0);
+}
+
+#[test]
+fn backfill_starts_the_short_job_without_delaying_the_head() {
+    let s = Scratch::new("backfill");
+    let trace = s.file("bf.csv", BACKFILL);
+    let run = |queue: &str| {
+        json(&compass(&[
+            "simulate",
+            "--trace",
+            path(&trace),
+            "--policy",
+            "compass",
+            "--nodes",
+            "2",
+            "--queue",
+            queue,
+            "--json",
+        ]))
+    };
+    let fifo = run("fifo");
+    let bf = run("backfill");
+    // FIFO: JCTs 10, 19, 23, 117. Backfill: C runs 2-7, B still at 10.
+    assert_eq!(fifo["ajct_s"], 169.0 / 4.0);
+    assert_eq!(bf["ajct_s"], 151.0 / 4.0);
+    assert_eq!(bf["backfilled"], 1);
+    assert_eq!(fifo["backfilled"], 0);
+    assert_eq!(bf["queue"], "backfill");
+}
+
+#[test]
+fn eta_sizing_and_venus_detection() {
+    let s = Scratch::new("venus");
+    let trace = s.file(
+        "v.csv",
+        "job_id,arrival_s,service_sec,gpu_count\n1#1,0,100,16\n2#1,10,100,4\n3#1,20,50,1\n",
+    );
+    let v = json(&compass(&[
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--policy",
+        "compass",
+        "--eta",
+        "0.9",
+        "--json",
+    ]));
+    assert_eq!(v["format"], "venus");
+    // The 16-GPU job needs two whole nodes; demand 16-21 GPUs needs 3.
+    assert_eq!(v["sizing"]["n_maxjob"], 2);
+    assert_eq!(v["nodes"], v["sizing"]["nodes"]);
+    assert_eq!(v["jobs"], 3);
+}
+
+#[test]
+fn table_and_timeseries() {
+    let s = Scratch::new("table");
+    let trace = s.file("two.csv", CANONICAL);
+    let ts = s.0.join("ts.csv");
+    let out = compass(&[
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--nodes",
+        "1",
+        "--timeseries",
+        path(&ts),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        table.contains("AFR") && table.contains("AJCT") && table.contains("15.0 s"),
+        "{table}"
+    );
+    let csv = std::fs::read_to_string(&ts).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("t_s,n_sif,utilisation,empty_nodes,partial_nodes,queued,running")
+    );
+    assert_eq!(lines.next(), Some("0,0,1,0,0,1,1"));
+    assert_eq!(lines.next(), Some("10,0,1,0,0,0,1"));
+    assert_eq!(lines.next(), Some("20,0,0,1,0,0,0"));
+}
+
+#[test]
+fn bad_rows_and_options_fail_with_clear_errors() {
+    let s = Scratch::new("errors");
+    let trace = s.file(
+        "bad.csv",
+        "job_id,submit_s,duration_s,num_inst,gpus_per_inst\nA,0,10,1,8\nB,zero,10,1,8\n",
+    );
+    let out = compass(&["simulate", "--trace", path(&trace), "--nodes", "1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.csv:3: field `submit_s`"), "{err}");
+    let out = compass(&[
+        "simulate",
+        "--trace",
+        path(&s.0.join("missing.csv")),
+        "--nodes",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.csv"));
+    let out = compass(&["simulate", "--trace", path(&trace), "--policy", "nope"]);
+    assert!(!out.status.success());
+    let trace = s.file("ok.csv", CANONICAL);
+    let out = compass(&[
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--gpus-per-node",
+        "6",
+        "--nodes",
+        "1",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1, 2, 4 or 8"));
+    let out = compass(&["simulate", "--trace", path(&trace), "--eta", "1.5"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("eta"));
+}
+
+#[test]
+fn version_names_the_slurm_build() {
+    let out = compass(&["--version"]);
+    let v = String::from_utf8(out.stdout).unwrap();
+    assert!(v.starts_with("compass ") && v.contains("(Slurm "), "{v}");
+}
+
+#[test]
+fn paper_compact_flag_reproduces_the_issue_counter_example() {
+    // 1,1,1 / 2,2,2 / 1,1,1 / 4 on empty nodes: the paper's Compact ends
+    // with three partial nodes where none are needed; ours with two.
+    let s = Scratch::new("paper");
+    let mut text = String::from("job_id,submit_s,duration_s,num_inst,gpus_per_inst\n");
+    for (i, g) in [1, 1, 1, 2, 2, 2, 1, 1, 1, 4].iter().enumerate() {
+        text.push_str(&format!("j{i},{},1000,1,{g}\n", i + 1));
+    }
+    let trace = s.file("ex.csv", &text);
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "--trace",
+            path(&trace),
+            "--nodes",
+            "6",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        json(&compass(&args))
+    };
+    assert_eq!(run(&[])["max_n_sif"], 2);
+    assert_eq!(run(&["--compass-paper-compact"])["max_n_sif"], 3);
+}
