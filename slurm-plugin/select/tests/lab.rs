@@ -11,15 +11,17 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Lab, LabOptions};
+use common::{Lab, LabOptions, LAB_CONF};
 
 const STOCK: LabOptions = LabOptions {
     compass: false,
     nodes: 8,
+    conf: LAB_CONF,
 };
 const COMPASS: LabOptions = LabOptions {
     compass: true,
     nodes: 8,
+    conf: LAB_CONF,
 };
 
 #[test]
@@ -261,6 +263,7 @@ fn abstract_example_stock_cons_tres_blocks_the_two_by_four_job() {
         LabOptions {
             compass: false,
             nodes: 3,
+            conf: LAB_CONF,
         },
     );
     let (big, _) = abstract_workload(&lab);
@@ -281,6 +284,7 @@ fn abstract_example_compass_never_keeps_the_fragmented_layout() {
         LabOptions {
             compass: true,
             nodes: 3,
+            conf: LAB_CONF,
         },
     );
     let (big, mut left) = abstract_workload(&lab);
@@ -552,4 +556,34 @@ fn jobs_placed_before_the_plugin_are_adopted_and_compacted() {
     });
     let used: u32 = lab.gpus_used().iter().map(|(_, u)| u).sum();
     assert_eq!(used, 48, "no job lost");
+}
+
+#[test]
+fn disabled_engine_is_plain_cons_tres() {
+    let lab = Lab::start(
+        "disabled",
+        LabOptions {
+            conf: "lab-compass-disabled.conf",
+            ..COMPASS
+        },
+    );
+    let ids = [
+        lab.submit(&["-n1", "--gpus-per-task=4", "--resumable"]),
+        lab.submit(&["-n1", "--gpus-per-task=4", "--resumable"]),
+        lab.submit(&["-n1", "--gpus-per-task=4", "--resumable"]),
+        lab.submit(&["-n2"]),
+    ];
+    lab.wait_running(&ids, Duration::from_secs(15));
+    assert!(lab.run("scancel", &[&ids[0].to_string()]).status.success());
+    std::thread::sleep(Duration::from_secs(5));
+    let log = lab.ctld_log();
+    assert!(!log.contains("narrowed"), "{}", lab.debug());
+    assert!(!log.contains("migration of job"), "{}", lab.debug());
+    assert!(
+        log.contains("select/cons_tres"),
+        "stock cons_tres loaded through the wrapper"
+    );
+    for &j in &ids[1..] {
+        assert_eq!(lab.job(j).0, "RUNNING");
+    }
 }

@@ -49,6 +49,8 @@ pub struct LabOptions {
     /// Run select/cons_tres_compass (else stock select/cons_tres).
     pub compass: bool,
     pub nodes: u32,
+    /// compass.conf under slurm-plugin/tests/.
+    pub conf: &'static str,
 }
 
 impl Default for LabOptions {
@@ -56,15 +58,20 @@ impl Default for LabOptions {
         Self {
             compass: true,
             nodes: 8,
+            conf: LAB_CONF,
         }
     }
 }
+
+/// The compass.conf of the lab tests.
+pub const LAB_CONF: &str = "lab-compass.conf";
 
 pub struct Lab {
     pub dir: PathBuf,
     conf: PathBuf,
     port_base: u32,
     nodes: u32,
+    compass_conf: &'static str,
     _serial: MutexGuard<'static, ()>,
 }
 
@@ -91,6 +98,7 @@ impl Lab {
             dir,
             port_base,
             nodes: opts.nodes,
+            compass_conf: opts.conf,
             _serial: serial,
         };
         let mut cmd = Command::new(root.join("contrib/slurm-lab.sh"));
@@ -102,7 +110,7 @@ impl Lab {
             .env("COMPASS_JOB_SUBMIT_LUA", root.join("etc/job_submit.lua"))
             .env(
                 "COMPASS_CONF",
-                root.join("slurm-plugin/tests/lab-compass.conf"),
+                root.join("slurm-plugin/tests").join(opts.conf),
             );
         if opts.compass {
             cmd.env(
@@ -261,7 +269,7 @@ impl Lab {
             .env("COMPASS_JOB_SUBMIT_LUA", root.join("etc/job_submit.lua"))
             .env(
                 "COMPASS_CONF",
-                root.join("slurm-plugin/tests/lab-compass.conf"),
+                root.join("slurm-plugin/tests").join(self.compass_conf),
             )
             .env(
                 "COMPASS_SELECT_SO",
