@@ -71,7 +71,7 @@ fn main() {
             "bench-compass",
             LabOptions {
                 compass: true,
-                nodes: 8,
+                ..LabOptions::default()
             },
         );
         load(&lab, pending, seconds);
@@ -100,7 +100,7 @@ fn main() {
             "bench-stock",
             LabOptions {
                 compass: false,
-                nodes: 8,
+                ..LabOptions::default()
             },
         );
         load(&lab, pending, seconds);
