@@ -8,6 +8,8 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 ./contrib/install-deps.sh
 ./contrib/install-budget-deps.sh
+./contrib/install-slurm-deps.sh
+./contrib/prepare-slurm-source.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
