@@ -18,6 +18,9 @@
 #   COMPASS_SPANK_SO    if set: plugstack.conf loads this SPANK plugin
 #   COMPASS_CONF        compass.conf for both plugins (copied to LAB/etc)
 #   COMPASS_JOB_SUBMIT_LUA  if set: job_submit/lua with this script
+#   LAB_EXTRA_CONF      if set: a file of slurm.conf lines appended to the
+#                       generated slurm.conf (later lines win), e.g.
+#                       etc/slurm-budget.conf for priority/multifactor
 #
 # The daemons run through symlinks named slurmctld/slurmd/slurmstepd in
 # LAB/bin: Slurm keys behaviour on argv[0] (a daemon started as
@@ -101,6 +104,9 @@ write_conf() {
         -e "s#@PLUGIN_DIR@#$plugin_dir#g" -e "s#@SELECT_TYPE@#$select_type#g" \
         -e "s#@JOB_SUBMIT@#$job_submit#g" \
         "$HERE/lab/slurm.conf.in" >"$LAB/etc/slurm.conf"
+    if [ -n "${LAB_EXTRA_CONF:-}" ]; then
+        { echo "# appended from $LAB_EXTRA_CONF"; cat "$LAB_EXTRA_CONF"; } >>"$LAB/etc/slurm.conf"
+    fi
     sed -e "s#@LAB@#$LAB#g" -e "s#@NODES@#$nodes#g" -e "s#@GPU_MAX@#$((gpus - 1))#g" \
         "$HERE/lab/gres.conf.in" >"$LAB/etc/gres.conf"
     for i in $(seq 0 $((gpus - 1))); do

@@ -38,14 +38,18 @@ pub struct Config {
     /// MUNGE socket (default: libmunge's default socket).
     #[serde(default)]
     pub munge_socket: Option<PathBuf>,
-    /// Where Slurm state comes from: `none` (API and ledger ingest only) or
-    /// `file` (a JSON snapshot at `slurm_file`, for demos and tests). The
-    /// libslurm source waits for the shared bindings crate.
+    /// Where Slurm state comes from: `none` (API and ledger ingest only),
+    /// `libslurm` (the controller of `slurm_conf`, through libslurm) or
+    /// `file` (a JSON snapshot at `slurm_file`, for demos and tests).
     #[serde(default)]
     pub slurm: SlurmMode,
     /// The snapshot file of `slurm = "file"`.
     #[serde(default)]
     pub slurm_file: Option<PathBuf>,
+    /// slurm.conf of `slurm = "libslurm"` (default: `$SLURM_CONF`, else
+    /// /etc/slurm/slurm.conf).
+    #[serde(default)]
+    pub slurm_conf: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -54,6 +58,7 @@ pub enum SlurmMode {
     #[default]
     None,
     File,
+    Libslurm,
 }
 
 fn default_listen() -> SocketAddr {

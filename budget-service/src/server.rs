@@ -78,6 +78,13 @@ pub async fn serve(state: Arc<AppState>) -> Result<()> {
             let fs = Arc::new(crate::slurm::FileSlurm { path });
             Some(crate::cycle::Cycle::new(state.clone(), fs.clone(), fs).spawn(stop.clone()))
         }
+        SlurmMode::Libslurm => {
+            let ls = Arc::new(crate::slurm::libslurm::LibSlurm::new(
+                state.config.slurm_conf.clone(),
+            ));
+            tracing::info!(conf = %ls.conf_path().display(), "slurm = \"libslurm\": reading and ordering the controller's queue");
+            Some(crate::cycle::Cycle::new(state.clone(), ls.clone(), ls).spawn(stop.clone()))
+        }
     };
     let app = crate::api::router(state.clone());
     axum::serve(listener, app)

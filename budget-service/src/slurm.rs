@@ -1,10 +1,10 @@
 //! Slurm I/O behind traits, so the cycle runs the same against real Slurm and
 //! against the in-memory [`FakeSlurm`] of the tests.
 //!
-//! The libslurm-backed implementation belongs on the bindings crate that
-//! `slurm-plugin/` is building (not on `main` yet); until it lands, the
-//! service runs with `slurm = "none"` (API and ledger ingest endpoint only)
-//! or `slurm = "file"` ([`FileSlurm`], demos and browser tests).
+//! Sources: [`libslurm::LibSlurm`] (`slurm = "libslurm"`: the real
+//! controller through libslurm), [`FileSlurm`] (`slurm = "file"`: demos and
+//! browser tests) and none (`slurm = "none"`: API and ledger ingest endpoint
+//! only).
 
 use compass_core::fairshare::{Interval, Kind, PendingJob, UnixSecs};
 use compass_core::model::JobId;
@@ -13,6 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use crate::error::{BudgetError, Result};
+
+mod ffi;
+pub mod libslurm;
 
 /// State of one job as the service needs it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,271 @@
+//! The real Slurm source and sink: [`LibSlurm`] reads jobs with
+//! `slurm_load_jobs` and pushes site factors with `slurm_update_job`, through
+//! the safe wrappers of [`super::ffi`] (config `slurm = "libslurm"`).
+//!
+//! What is read from each `slurm_job_info_t`:
+//! - state (`job_state & JOB_STATE_BASE`): PENDING -> pending; RUNNING and
+//!   SUSPENDED -> running; any ended state -> ended, but only when the job
+//!   was allocated (a non-empty `tres_alloc_str`; a job cancelled while
+//!   pending never ran and is dropped);
+//! - `job_id`, `account` (the leaf of the org tree), `submit_time`,
+//!   `start_time` (running and ended jobs only: for a pending job it is
+//!   Slurm's start estimate), `end_time` (ended jobs only);
+//! - GPUs: running and ended jobs: `gres/gpu=` of `tres_alloc_str` (what was
+//!   allocated); pending jobs: `gres/gpu=` of `tres_req_str`; when that
+//!   string has no GPU entry, the request from `tres_per_job` (`gres:gpu:N`),
+//!   else `tres_per_node` x `num_nodes`, else `tres_per_task` x `num_tasks`;
+//! - priority within the team: minus the job's nice value (`sbatch --nice`);
+//! - min runtime and resumable flag: the `compass:` tag that
+//!   `etc/job_submit.lua` writes into `admin_comment`
+//!   ([`compass_slurm::flags::parse_admin_comment`]); no tag: min runtime 0
+//!   (unallocated time), not resumable.
+//!
+//! The user (`user_name`/`user_id`) is read but not used: the ledger is kept
+//! per account.
+
+use compass_core::model::JobId;
+use std::path::PathBuf;
+
+use super::ffi::{self, RawJob, UpdateError, NICE_OFFSET};
+use super::{SlurmJob, SlurmSink, SlurmSnapshot, SlurmSource};
+use crate::error::{BudgetError, Result};
+
+/// `enum job_states` values of slurm.h used here.
+const JOB_PENDING: u32 = 0;
+const JOB_RUNNING: u32 = 1;
+const JOB_SUSPENDED: u32 = 2;
+
+/// Slurm through libslurm. `conf`: the slurm.conf to use (`None`:
+/// `SLURM_CONF` or /etc/slurm/slurm.conf); libslurm keeps one per process.
+pub struct LibSlurm {
+    conf: Option<PathBuf>,
+}
+
+impl LibSlurm {
+    pub fn new(conf: Option<PathBuf>) -> Self {
+        Self { conf }
+    }
+
+    /// The slurm.conf this source reads.
+    pub fn conf_path(&self) -> PathBuf {
+        ffi::conf_path(self.conf.as_deref())
+    }
+}
+
+impl SlurmSource for LibSlurm {
+    fn snapshot(&self) -> Result<SlurmSnapshot> {
+        ffi::init(self.conf.as_deref())?;
+        Ok(snapshot_of(&ffi::load_jobs()?))
+    }
+}
+
+impl SlurmSink for LibSlurm {
+    /// One `slurm_update_job` per changed job. Jobs that ended or vanished
+    /// meanwhile are skipped; any other failure is reported after trying
+    /// the rest (the cycle then re-pushes everything on its next success).
+    fn set_site_factors(&self, factors: &[(JobId, u32)]) -> Result<()> {
+        ffi::init(self.conf.as_deref())?;
+        let mut failed: Vec<String> = Vec::new();
+        for &(job, factor) in factors {
+            let Ok(id) = u32::try_from(job.0) else {
+                failed.push(format!("job id {} does not fit Slurm's 32 bits", job.0));
+                continue;
+            };
+            match ffi::set_site_factor(id, factor) {
+                Ok(()) => {}
+                Err(UpdateError::Gone) => {
+                    tracing::debug!(job = id, "job ended before its site factor was set")
+                }
+                Err(UpdateError::Other(why)) => failed.push(why),
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            let n = failed.len();
+            failed.truncate(3);
+            Err(BudgetError::Slurm(format!(
+                "{n} of {} site factor updates failed: {}",
+                factors.len(),
+                failed.join("; ")
+            )))
+        }
+    }
+}
+
+/// Sorts the jobs of one `slurm_load_jobs` into pending, running and ended.
+pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
+    let mut s = SlurmSnapshot::default();
+    for r in jobs {
+        let pending = r.state == JOB_PENDING;
+        let running = r.state == JOB_RUNNING || r.state == JOB_SUSPENDED;
+        if !pending && !running && r.tres_alloc_str.is_empty() {
+            continue; // ended without ever running
+        }
+        let gpus = if pending {
+            tres_gpus(&r.tres_req_str).unwrap_or_else(|| requested_gpus(r))
+        } else {
+            tres_gpus(&r.tres_alloc_str)
+                .or_else(|| tres_gpus(&r.tres_req_str))
+                .unwrap_or_else(|| requested_gpus(r))
+        };
+        let flags = compass_slurm::flags::parse_admin_comment(&r.admin_comment).unwrap_or_default();
+        let has_start = !pending && r.start_time > 0;
+        let job = SlurmJob {
+            job: JobId(u64::from(r.job_id)),
+            account: r.account.clone(),
+            gpus,
+            min_runtime_s: flags.min_runtime_s,
+            resumable: flags.resumable,
+            priority: -(i64::from(r.nice) - i64::from(NICE_OFFSET)),
+            submit: r.submit_time,
+            start: has_start.then_some(r.start_time),
+            end: (!pending && !running && r.end_time > 0).then_some(r.end_time.max(r.start_time)),
+        };
+        if pending {
+            s.pending.push(job);
+        } else if job.start.is_none() {
+            continue; // allocated but no start time: nothing to charge yet
+        } else if running {
+            s.running.push(job);
+        } else {
+            s.ended.push(job);
+        }
+    }
+    s
+}
+
+/// `gres/gpu=N` of a TRES string (`cpu=4,mem=1G,node=1,gres/gpu=8`); typed
+/// entries (`gres/gpu:a100=8`) are part of the untyped total Slurm also lists.
+pub fn tres_gpus(tres: &str) -> Option<u32> {
+    tres.split(',')
+        .find_map(|kv| kv.trim().strip_prefix("gres/gpu="))
+        .and_then(|n| n.parse().ok())
+}
+
+/// GPUs in a per-job/node/task request list (`gres:gpu:4`, `gres/gpu:a100:2`,
+/// `gres:gpu` = 1; entries separated by `,` or `;`).
+pub fn gres_gpus(list: &str) -> Option<u32> {
+    list.split([',', ';']).find_map(|e| {
+        let e = e.trim();
+        let rest = e
+            .strip_prefix("gres:")
+            .or_else(|| e.strip_prefix("gres/"))
+            .unwrap_or(e);
+        let mut parts = rest.split(':');
+        if parts.next()? != "gpu" {
+            return None;
+        }
+        let tail: Vec<&str> = parts.collect();
+        match tail.last() {
+            None => Some(1),
+            Some(last) => match last.parse() {
+                Ok(n) => Some(n),
+                // `gpu:a100`: a type without a count.
+                Err(_) if tail.len() == 1 => Some(1),
+                Err(_) => None,
+            },
+        }
+    })
+}
+
+fn requested_gpus(r: &RawJob) -> u32 {
+    if let Some(n) = gres_gpus(&r.tres_per_job) {
+        return n;
+    }
+    if let Some(n) = gres_gpus(&r.tres_per_node) {
+        return n.saturating_mul(r.num_nodes.max(1));
+    }
+    if let Some(n) = gres_gpus(&r.tres_per_task) {
+        return n.saturating_mul(r.num_tasks.max(1));
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(id: u32, state: u32) -> RawJob {
+        RawJob {
+            job_id: id,
+            state,
+            account: "acct-a".into(),
+            submit_time: 100,
+            start_time: 0,
+            nice: NICE_OFFSET,
+            num_nodes: 1,
+            num_tasks: 1,
+            ..RawJob::default()
+        }
+    }
+
+    #[test]
+    fn gpu_counts_from_tres_strings() {
+        assert_eq!(
+            tres_gpus("cpu=4,mem=1000M,node=1,billing=4,gres/gpu=8"),
+            Some(8)
+        );
+        assert_eq!(tres_gpus("cpu=4,gres/gpu:a100=2,gres/gpu=2"), Some(2));
+        assert_eq!(tres_gpus("cpu=4,node=1"), None);
+        assert_eq!(tres_gpus(""), None);
+        assert_eq!(gres_gpus("gres:gpu:4"), Some(4));
+        assert_eq!(gres_gpus("gres/gpu:a100:2"), Some(2));
+        assert_eq!(gres_gpus("gres:gpu"), Some(1));
+        assert_eq!(gres_gpus("gres:gpu:a100"), Some(1));
+        assert_eq!(gres_gpus("gres:mps:100,gres:gpu:3"), Some(3));
+        assert_eq!(gres_gpus("gres:mps:100"), None);
+        assert_eq!(gres_gpus(""), None);
+    }
+
+    #[test]
+    fn pending_job_reads_request_flags_and_nice() {
+        let mut r = raw(7, JOB_PENDING);
+        r.start_time = 999; // Slurm's estimate: must not become a run start
+        r.nice = NICE_OFFSET + 10;
+        r.tres_per_node = "gres:gpu:2".into();
+        r.num_nodes = 3;
+        r.admin_comment = "hello;compass:min_runtime=5400,resumable=1".into();
+        let s = snapshot_of(&[r.clone()]);
+        assert_eq!(s.pending.len(), 1);
+        let j = &s.pending[0];
+        assert_eq!((j.job, j.gpus, j.start, j.end), (JobId(7), 6, None, None));
+        assert_eq!(
+            (j.min_runtime_s, j.resumable, j.priority),
+            (5400, true, -10)
+        );
+        assert_eq!(j.account, "acct-a");
+        // tres_req_str wins when it names GPUs.
+        r.tres_req_str = "cpu=1,node=3,gres/gpu=4".into();
+        assert_eq!(snapshot_of(&[r]).pending[0].gpus, 4);
+    }
+
+    #[test]
+    fn running_and_ended_jobs_use_allocation() {
+        let mut run = raw(1, JOB_RUNNING);
+        run.start_time = 200;
+        run.end_time = 4000; // expected end: ignored while running
+        run.tres_alloc_str = "cpu=2,node=1,gres/gpu=8".into();
+        run.tres_per_task = "gres:gpu:1".into();
+        let mut done = raw(2, 3);
+        done.start_time = 200;
+        done.end_time = 300;
+        done.tres_alloc_str = "cpu=2,node=1,gres/gpu=1".into();
+        let mut never_ran = raw(3, 4);
+        never_ran.start_time = 250;
+        never_ran.end_time = 250;
+        let s = snapshot_of(&[run, done, never_ran]);
+        assert_eq!(s.running.len(), 1);
+        assert_eq!(
+            (s.running[0].gpus, s.running[0].start, s.running[0].end),
+            (8, Some(200), None)
+        );
+        assert_eq!(s.ended.len(), 1);
+        assert_eq!(
+            (s.ended[0].job, s.ended[0].start, s.ended[0].end),
+            (JobId(2), Some(200), Some(300))
+        );
+        assert_eq!(s.ended[0].min_runtime_s, 0);
+        assert!(s.pending.is_empty());
+    }
+}
