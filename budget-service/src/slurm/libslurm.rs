@@ -22,9 +22,19 @@
 //!
 //! The user (`user_name`/`user_id`) is read but not used: the ledger is kept
 //! per account.
+//!
+//! Writing: Slurm's multifactor priority is `site_factor - nice` (plus the
+//! other factors, all weighted 0 by `etc/slurm-budget.conf`). The nice value
+//! already placed the job inside its team, so the sink adds it back: the
+//! wire site factor is `factor + nice` and the job's Slurm priority equals
+//! compass's factor exactly, whatever the nice values. The nice values are
+//! those of the last snapshot; a job whose nice changes while its rank does
+//! not is corrected at its next rank change.
 
 use compass_core::model::JobId;
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Mutex;
 
 use super::ffi::{self, RawJob, UpdateError, NICE_OFFSET};
 use super::{SlurmJob, SlurmSink, SlurmSnapshot, SlurmSource};
@@ -39,11 +49,16 @@ const JOB_SUSPENDED: u32 = 2;
 /// `SLURM_CONF` or /etc/slurm/slurm.conf); libslurm keeps one per process.
 pub struct LibSlurm {
     conf: Option<PathBuf>,
+    /// Nice value (without offset) of every pending job of the last snapshot.
+    nice: Mutex<HashMap<JobId, i64>>,
 }
 
 impl LibSlurm {
     pub fn new(conf: Option<PathBuf>) -> Self {
-        Self { conf }
+        Self {
+            conf,
+            nice: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The slurm.conf this source reads.
@@ -55,7 +70,10 @@ impl LibSlurm {
 impl SlurmSource for LibSlurm {
     fn snapshot(&self) -> Result<SlurmSnapshot> {
         ffi::init(self.conf.as_deref())?;
-        Ok(snapshot_of(&ffi::load_jobs()?))
+        let snap = snapshot_of(&ffi::load_jobs()?);
+        *self.nice.lock().unwrap_or_else(|e| e.into_inner()) =
+            snap.pending.iter().map(|j| (j.job, -j.priority)).collect();
+        Ok(snap)
     }
 }
 
@@ -65,8 +83,10 @@ impl SlurmSink for LibSlurm {
     /// the rest (the cycle then re-pushes everything on its next success).
     fn set_site_factors(&self, factors: &[(JobId, u32)]) -> Result<()> {
         ffi::init(self.conf.as_deref())?;
+        let nice = self.nice.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut failed: Vec<String> = Vec::new();
         for &(job, factor) in factors {
+            let factor = wire_factor(factor, nice.get(&job).copied().unwrap_or(0));
             let Ok(id) = u32::try_from(job.0) else {
                 failed.push(format!("job id {} does not fit Slurm's 32 bits", job.0));
                 continue;
@@ -91,6 +111,12 @@ impl SlurmSink for LibSlurm {
             )))
         }
     }
+}
+
+/// The site factor to send so that Slurm's `site_factor - nice` equals
+/// `factor` (clamped to Slurm's non-negative range).
+pub fn wire_factor(factor: u32, nice: i64) -> u32 {
+    (i64::from(factor) + nice).clamp(0, i64::from(i32::MAX) - 2) as u32
 }
 
 /// Sorts the jobs of one `slurm_load_jobs` into pending, running and ended.
@@ -198,6 +224,15 @@ mod tests {
             num_tasks: 1,
             ..RawJob::default()
         }
+    }
+
+    #[test]
+    fn wire_factor_cancels_nice() {
+        assert_eq!(wire_factor(1000, 0), 1000);
+        assert_eq!(wire_factor(1000, 5), 1005);
+        assert_eq!(wire_factor(1000, -7), 993);
+        assert_eq!(wire_factor(3, -10), 0);
+        assert_eq!(wire_factor(u32::MAX, 10), i32::MAX as u32 - 2);
     }
 
     #[test]
