@@ -2,7 +2,7 @@
 //! fake Slurm, with a minimal priority scheduler standing in for slurmctld:
 //! two teams with 70/30 budgets both submit more than the cluster holds; the
 //! 70% team must receive 70% +- 5% of the charged GPU-time. (The same check
-//! against the real local Slurm cluster waits for the libslurm source.)
+//! against the real local Slurm cluster is in `tests/lab_slurm.rs`.)
 
 use compass_budget::auth::Authenticator;
 use compass_budget::config::Config;
