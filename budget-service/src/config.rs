@@ -141,6 +141,21 @@ mod tests {
         let c = Config::parse("db = \"x.db\"\ncapacity_gpus = 8\n", "t").unwrap();
         assert!(c.listen.ip().is_loopback());
         assert!(Config::parse("db = \"x.db\"\ncapacity_gpus = 0\n", "t").is_err());
+        let c = Config::parse(
+            "db = \"x.db\"\ncapacity_gpus = 8\nslurm = \"libslurm\"\nslurm_conf = \"/etc/slurm/slurm.conf\"\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.slurm, SlurmMode::Libslurm);
+        assert_eq!(
+            c.slurm_conf.as_deref(),
+            Some(Path::new("/etc/slurm/slurm.conf"))
+        );
+        assert!(Config::parse(
+            "db = \"x.db\"\ncapacity_gpus = 8\nslurm = \"slurmrestd\"\n",
+            "t"
+        )
+        .is_err());
         assert!(
             Config::parse("db = \"x.db\"\ncapacity_gpus = 8\nbogus = 1\n", "t")
                 .unwrap_err()

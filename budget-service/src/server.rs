@@ -44,6 +44,11 @@ pub fn load_config(args: &DaemonArgs) -> Result<Config> {
 /// Runs the service until SIGINT or SIGTERM.
 pub fn run(args: DaemonArgs) -> Result<()> {
     let config = load_config(&args)?;
+    if config.slurm == SlurmMode::Libslurm {
+        // Reads slurm.conf while the process has one thread: libslurm sets
+        // SLURM_CONF with setenv(3). Contacts no daemon.
+        crate::slurm::libslurm::LibSlurm::new(config.slurm_conf.clone()).init()?;
+    }
     let db = Db::open(&config.db)?;
     let auth = Arc::new(MungeAuth {
         socket: config.munge_socket.clone(),

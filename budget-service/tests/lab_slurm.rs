@@ -11,12 +11,16 @@
 //!    (also for a job with `--nice`).
 //! 2. slurmctld stopped: the cycle fails, the last order is still served;
 //!    restarted: the cycle succeeds again.
-//! 3. Compressed run: 2-GPU jobs of 5 s from both teams, a cycle every
+//! 3. The real `compass-budgetd` with `slurm = "libslurm"`: the order of its
+//!    `GET /api/v1/queue` is the order and priorities `squeue` shows.
+//! 4. Compressed run: 2-GPU jobs of 5 s from both teams, a cycle every
 //!    second for 60 s: the 70% team receives 70% +- 5% of the charged
 //!    GPU-time in the ledger.
 //!
 //! Ports 16900-16902: clear of the select plugin's lab tests (17100 and up)
 //! and of slurm-lab.sh's default (16817-16825).
+
+mod common;
 
 use compass_budget::auth::Authenticator;
 use compass_budget::config::Config;
@@ -356,7 +360,72 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
     assert!(state.status().slurm_connected);
     assert_eq!(lab.pending_by_priority().len(), 12);
 
-    // --- 3. Compressed run: 70% +- 5% of the charged GPU-time -------------
+    // --- 3. The daemon, wired with slurm = "libslurm" ----------------------
+    {
+        let dir = common::TempDir::new("lab-daemon");
+        let db_path = dir.path().join("budget.db");
+        {
+            let mut db = Db::open(&db_path).expect("daemon db");
+            let now = state.now();
+            db.edit_tree("root", "import", "70/30", now, |_| {
+                Ok(vec![
+                    spec("org", None, 1.0, None),
+                    spec("big", Some("org"), 0.7, Some(BIG)),
+                    spec("small", Some("org"), 0.3, Some(SMALL)),
+                ])
+            })
+            .expect("daemon tree");
+        }
+        let cfg = dir.path().join("budgetd.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "db = \"{}\"\ncapacity_gpus = {}\nwindow_s = 3600\ncycle_s = 1\n\
+                 slurm = \"libslurm\"\nslurm_conf = \"{}\"\n",
+                db_path.display(),
+                NODES * GPUS,
+                lab.conf.display()
+            ),
+        )
+        .expect("daemon config");
+        let daemon = common::Daemon::start(&cfg, common::free_port());
+        let daemon_order = || -> Vec<(u64, u64)> {
+            let body: serde_json::Value = ureq::get(&format!("{}/api/v1/queue", daemon.url))
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_to_string().ok())
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default();
+            body["jobs"]
+                .as_array()
+                .map(|jobs| {
+                    jobs.iter()
+                        .map(|j| {
+                            (
+                                j["job"].as_u64().unwrap_or(0),
+                                j["site_factor"].as_u64().unwrap_or(0),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        // The daemon's cycle runs every second: compare once it has pushed.
+        let start = Instant::now();
+        let (mut ours, mut theirs) = (daemon_order(), lab.pending_by_priority());
+        while (ours.len() != 12 || ours != theirs) && start.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(500));
+            ours = daemon_order();
+            theirs = lab.pending_by_priority();
+        }
+        assert_eq!(ours.len(), 12, "daemon queue: {ours:?}");
+        assert_eq!(
+            theirs, ours,
+            "squeue (job, priority) vs compass-budgetd's /api/v1/queue (job, site factor)"
+        );
+    }
+
+    // --- 4. Compressed run: 70% +- 5% of the charged GPU-time -------------
     lab.ok("scancel", &["--full", "-u", "root"]);
     lab.wait("the queue to drain", Duration::from_secs(60), || {
         lab.ok("squeue", &["-h", "-o", "%i"]).trim().is_empty()

@@ -86,8 +86,11 @@ pub fn conf_path(conf: Option<&Path>) -> PathBuf {
 }
 
 /// Loads the Slurm configuration once per process (`slurm_init`). Refuses
-/// a missing file (libslurm would otherwise fail later, deep in a call) and
-/// a second, different configuration.
+/// a missing file and a second, different configuration. libslurm itself
+/// ends the process (`fatal`) on a file it cannot parse, as Slurm's own
+/// commands do, and on a missing one it would try DNS SRV look-ups first:
+/// hence the check here. It also calls setenv(3), so call it before other
+/// threads start (the daemon does, in `server::run`).
 pub fn init(conf: Option<&Path>) -> Result<()> {
     if let Some(done) = INIT.get() {
         return if done.as_deref() == conf {

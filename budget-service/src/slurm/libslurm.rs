@@ -61,6 +61,13 @@ impl LibSlurm {
         }
     }
 
+    /// Loads slurm.conf into libslurm (once per process; contacts no
+    /// daemon). Done by the first snapshot otherwise; the daemon calls it at
+    /// start-up, before any other thread exists.
+    pub fn init(&self) -> Result<()> {
+        ffi::init(self.conf.as_deref())
+    }
+
     /// The slurm.conf this source reads.
     pub fn conf_path(&self) -> PathBuf {
         ffi::conf_path(self.conf.as_deref())
@@ -224,6 +231,18 @@ mod tests {
             num_tasks: 1,
             ..RawJob::default()
         }
+    }
+
+    #[test]
+    fn missing_slurm_conf_is_an_error_not_a_crash() {
+        let s = LibSlurm::new(Some("/nonexistent/compass/slurm.conf".into()));
+        let e = s.snapshot().unwrap_err();
+        assert!(matches!(e, BudgetError::Slurm(_)), "{e}");
+        assert!(
+            e.to_string().contains("/nonexistent/compass/slurm.conf"),
+            "{e}"
+        );
+        assert!(s.set_site_factors(&[(JobId(1), 5)]).is_err());
     }
 
     #[test]
