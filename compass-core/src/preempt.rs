@@ -28,7 +28,8 @@
 //! - Faulty nodes take no new jobs; each job on one is preempted as soon as its
 //!   protection ends; an empty faulty node is drained for repair.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::{Deserialize, Serialize};
 
@@ -310,8 +311,8 @@ pub fn plan_room(
         return None;
     }
     // The team rule depends on the account only: decide it once per account.
-    // (A short list: clusters have tens of teams, and hashing costs more.)
-    let mut by_team: Vec<(&str, Option<VictimRule>)> = Vec::new();
+    let mut by_team: HashMap<&str, Option<VictimRule>, BuildHasherDefault<Fnv>> =
+        HashMap::default();
     let mut cands: Vec<(&RunningJob, VictimRule)> = running
         .iter()
         .filter(|v| !v.protected(now, cfg) && !excluded.contains(&v.id))
@@ -319,14 +320,10 @@ pub fn plan_room(
         .filter(|v| v.gpus_on.iter().any(|(n, _)| room.usable.contains(*n)))
         .filter_map(|v| {
             let rule = if v.allocated() {
-                match by_team.iter().find(|(a, _)| *a == v.account) {
-                    Some((_, rule)) => rule.clone(),
-                    None => {
-                        let rule = team_rule(&v.account, pending, ratios, cfg);
-                        by_team.push((v.account.as_str(), rule.clone()));
-                        rule
-                    }
-                }
+                by_team
+                    .entry(v.account.as_str())
+                    .or_insert_with(|| team_rule(&v.account, pending, ratios, cfg))
+                    .clone()
             } else {
                 Some(VictimRule::Unallocated)
             };
@@ -473,6 +470,24 @@ pub fn plan_room(
             })
             .collect(),
     )
+}
+
+/// FNV-1a: account names are short, and SipHash dominated the victim search.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        if self.0 == 0 {
+            self.0 = 0xcbf2_9ce4_8422_2325;
+        }
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
 }
 
 /// What one enforcement cycle decides.

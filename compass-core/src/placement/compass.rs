@@ -367,54 +367,46 @@ impl CompassEngine {
 
     // ----- Place (Section 4.3.2) -----------------------------------------
 
+    /// The lowest-index node passing `ok` in the first level of `index`, in
+    /// the order of `levels`: every best-fit query of the engine.
+    fn first_in(
+        index: &[BTreeSet<NodeId>],
+        levels: impl IntoIterator<Item = u32>,
+        ok: impl Fn(NodeId) -> bool,
+    ) -> Option<NodeId> {
+        levels
+            .into_iter()
+            .find_map(|l| index[l as usize].iter().copied().find(|&n| ok(n)))
+    }
+
     /// Where one arriving instance of `g` GPUs goes (without installing it).
     fn choose(&self, g: u32, allowed: Option<&NodeSet>) -> Option<Dest> {
         let cap = self.cap;
+        let ok = |n: NodeId| self.ok_dest(n, allowed);
+        let empty = || self.empty.iter().copied().find(|&n| ok(n));
         if g >= 2 {
-            let w = slot_width(g);
-            // Best fit over slotted nodes with D(n) >= w (Place, lines 4-5).
-            for d in w..cap {
-                if let Some(&n) = self.slotted[d as usize]
-                    .iter()
-                    .find(|&&n| self.ok_dest(n, allowed))
-                {
-                    return Some(Dest::NewSlot(n));
-                }
-            }
-            // Else open an empty node (line 6).
-            if let Some(&n) = self.empty.iter().find(|&&n| self.ok_dest(n, allowed)) {
+            // Best fit over slotted nodes with D(n) >= w (Place, lines 4-5),
+            // else open an empty node (line 6).
+            let slotted = Self::first_in(&self.slotted, slot_width(g)..cap, ok);
+            if let Some(n) = slotted.or_else(empty) {
                 return Some(Dest::NewSlot(n));
             }
         } else {
             // Slot vacancy first (line 11), then the fullest non-full pool
             // node (line 12), then a new pool node (line 13).
-            if let Some(&(n, a)) = self.vacant.iter().find(|(n, _)| self.ok_dest(*n, allowed)) {
+            if let Some(&(n, a)) = self.vacant.iter().find(|(n, _)| ok(*n)) {
                 return Some(Dest::Filler(n, a));
             }
-            for c in (1..cap).rev() {
-                if let Some(&n) = self.pools[c as usize]
-                    .iter()
-                    .find(|&&n| self.ok_dest(n, allowed))
-                {
-                    return Some(Dest::Pool(n));
-                }
-            }
-            if let Some(&n) = self.empty.iter().find(|&&n| self.ok_dest(n, allowed)) {
+            if let Some(n) = Self::first_in(&self.pools, (1..cap).rev(), ok).or_else(empty) {
                 return Some(Dest::Pool(n));
             }
         }
-        if self.config.overflow {
-            // Correction 3: any physically free GPUs, best fit.
-            for f in g..=cap {
-                if let Some(&n) = self.phys[f as usize]
-                    .iter()
-                    .find(|&&n| self.ok_dest(n, allowed))
-                {
-                    return Some(Dest::Guest(n));
-                }
-            }
-        }
-        None
+        // Correction 3: any physically free GPUs, best fit.
+        self.config
+            .overflow
+            .then(|| Self::first_in(&self.phys, g..=cap, ok))
+            .flatten()
+            .map(Dest::Guest)
     }
 
     fn save(&self, undo: &mut Undo, n: NodeId) {
@@ -860,15 +852,11 @@ impl CompassEngine {
             let fits = |m: NodeId| m != n && self.ok_dest(m, None);
             let empty = || self.empty.iter().copied().find(|&m| fits(m));
             let dest = if g.gpus == 1 {
-                (1..self.cap)
-                    .rev()
-                    .find_map(|c| self.pools[c as usize].iter().copied().find(|&m| fits(m)))
+                Self::first_in(&self.pools, (1..self.cap).rev(), fits)
                     .or_else(empty)
                     .map(Dest::Pool)
             } else {
-                let w = slot_width(g.gpus);
-                (w..self.cap)
-                    .find_map(|d| self.slotted[d as usize].iter().copied().find(|&m| fits(m)))
+                Self::first_in(&self.slotted, slot_width(g.gpus)..self.cap, fits)
                     .or_else(empty)
                     .map(Dest::NewSlot)
             };
