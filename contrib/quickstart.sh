@@ -16,7 +16,9 @@ if [[ ! -r $TRACE ]]; then
 fi
 
 echo "== installing build dependencies"
-./contrib/install-deps.sh
+# libslurm-dev and libclang: the CLI includes the budget tools, which read
+# Slurm through libslurm (bindings generated at build time).
+./contrib/install-deps.sh libslurm-dev libclang-dev clang
 echo "== building compass (release)"
 cargo build --release --locked -p compass
 echo "== replaying $TRACE under every policy (fifo and backfill queues)"
