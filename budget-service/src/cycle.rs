@@ -106,7 +106,10 @@ impl Cycle {
             .filter_map(|j| j.start.map(|s| (j.job, s)))
             .collect();
         let window = self.state.config.window_s;
-        let capacity = self.state.config.capacity_gpus;
+        let capacity = snap
+            .capacity_gpus
+            .filter(|c| *c > 0)
+            .unwrap_or(self.state.config.capacity_gpus);
         let elapsed = match self.last_ok {
             Some(t) => (now - t).clamp(0, 3 * self.state.config.cycle_s as i64),
             None => self.state.config.cycle_s as i64,

@@ -73,6 +73,10 @@ pub struct SlurmSnapshot {
     pub running: Vec<SlurmJob>,
     /// Jobs that ended recently and are still reported (with `end`).
     pub ended: Vec<SlurmJob>,
+    /// GPUs of every node (`Gres=gpu:N` summed), when the source knows them;
+    /// otherwise the config's `capacity_gpus` is the cluster's capacity.
+    #[serde(default)]
+    pub capacity_gpus: Option<u32>,
 }
 
 /// Reads jobs from Slurm.

@@ -124,6 +124,7 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         ],
         running: vec![],
         ended: vec![],
+        capacity_gpus: None,
     };
     let snap_path = dir.path().join("slurm.json");
     std::fs::write(&snap_path, serde_json::to_string(&snap).unwrap()).unwrap();

@@ -285,6 +285,8 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
     lab.release(&queued);
 
     let snap = slurm.snapshot().expect("snapshot");
+    // Capacity comes from the nodes' Gres= through libslurm.
+    assert_eq!(snap.capacity_gpus, Some(NODES * GPUS));
     assert_eq!(snap.running.len(), 2, "{snap:?}");
     assert_eq!(snap.pending.len(), 12, "{snap:?}");
     for j in &snap.running {

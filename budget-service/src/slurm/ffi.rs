@@ -187,6 +187,41 @@ pub fn load_jobs() -> Result<Vec<RawJob>> {
         .collect())
 }
 
+struct NodeMsg(*mut sys::node_info_msg_t);
+
+impl Drop for NodeMsg {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: allocated by slurm_load_node, freed exactly once.
+            unsafe { sys::slurm_free_node_info_msg(self.0) };
+        }
+    }
+}
+
+/// The configured `Gres=` string of every node (`slurm_load_node(0, ..,
+/// SHOW_ALL)`), copied out.
+pub fn load_node_gres() -> Result<Vec<String>> {
+    let _g = call_lock();
+    let mut msg = NodeMsg(std::ptr::null_mut());
+    // SAFETY: libslurm fills `msg.0` with a message we own (freed by NodeMsg).
+    let rc = unsafe { sys::slurm_load_node(0, &mut msg.0, sys::SHOW_ALL as u16) };
+    if rc != 0 || msg.0.is_null() {
+        let (errno, why) = last_error();
+        return Err(BudgetError::Slurm(format!(
+            "slurm_load_node failed: {why} (errno {errno}; is slurmctld up?)"
+        )));
+    }
+    // SAFETY: a valid message: `record_count` records at `node_array`.
+    let m = unsafe { &*msg.0 };
+    let records: &[sys::node_info_t] = if m.node_array.is_null() || m.record_count == 0 {
+        &[]
+    } else {
+        // SAFETY: as above; the slice does not outlive `msg`.
+        unsafe { std::slice::from_raw_parts(m.node_array, m.record_count as usize) }
+    };
+    Ok(records.iter().map(|n| text(n.gres)).collect())
+}
+
 /// Why one `slurm_update_job` failed.
 #[derive(Debug)]
 pub enum UpdateError {

@@ -77,7 +77,13 @@ impl LibSlurm {
 impl SlurmSource for LibSlurm {
     fn snapshot(&self) -> Result<SlurmSnapshot> {
         ffi::init(self.conf.as_deref())?;
-        let snap = snapshot_of(&ffi::load_jobs()?);
+        let mut snap = snapshot_of(&ffi::load_jobs()?);
+        snap.capacity_gpus = Some(
+            ffi::load_node_gres()?
+                .iter()
+                .filter_map(|g| gres_gpus(g))
+                .sum(),
+        );
         *self.nice.lock().unwrap_or_else(|e| e.into_inner()) =
             snap.pending.iter().map(|j| (j.job, -j.priority)).collect();
         Ok(snap)
