@@ -110,13 +110,13 @@ fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| CliError::io(path.display(), e))
 }
 
-fn load_tree(path: &Path) -> Result<OrgTree> {
+pub(crate) fn load_tree(path: &Path) -> Result<OrgTree> {
     let doc = compass_budget::cli::parse_budgets_toml(&read(path)?)
         .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
     OrgTree::build(&doc.nodes).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))
 }
 
-fn load_vcs(path: &Path) -> Result<Vec<(String, u32)>> {
+pub(crate) fn load_vcs(path: &Path) -> Result<Vec<(String, u32)>> {
     let text = read(path)?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate().skip(1) {
