@@ -50,8 +50,11 @@ pub fn build(
 ) -> Result<Box<dyn PlacementPolicy>> {
     match name {
         "compass" => Ok(Box::new(CompassEngine::new(spec, opts.compass.clone()))),
-        "best-fit" => Ok(Box::new(baselines::BestFit::new(spec))),
-        "first-fit" => Ok(Box::new(baselines::FirstFit::new(spec))),
+        "best-fit" => Ok(Box::new(baselines::Greedy::new(spec, baselines::Fit::Best))),
+        "first-fit" => Ok(Box::new(baselines::Greedy::new(
+            spec,
+            baselines::Fit::First,
+        ))),
         "fgd" => Ok(Box::new(baselines::Fgd::new(spec, opts.fgd_window))),
         "defrag" => Ok(Box::new(baselines::Defrag::new(
             spec,

@@ -1,8 +1,8 @@
 //! The baselines COMPASS-ABS must beat (paper Section 5.4), behind the same
 //! [`PlacementPolicy`] interface:
 //!
-//! - [`BestFit`] (`best-fit`): GFS-style best fit.
-//! - [`FirstFit`] (`first-fit`): Slurm's lowest-index order.
+//! - [`Greedy`] with [`Fit::Best`] (`best-fit`): GFS-style best fit.
+//! - [`Greedy`] with [`Fit::First`] (`first-fit`): Slurm's lowest-index order.
 //! - [`Fgd`] (`fgd`): Fragmentation Gradient Descent (Weng et al., ATC'23).
 //! - [`Defrag`] (`defrag`): round-based defragmenter in the spirit of FFT
 //!   (Mo et al. 2025) and DRR (Wu et al. 2025).
@@ -115,70 +115,55 @@ fn admit(
     }))
 }
 
-/// `best-fit`: each instance goes to the allowed node leaving the fewest free
-/// GPUs, ties by the lowest node index. This is the GFS policy the paper
-/// compares against (Section 5.4: "places each job's instances on the nodes
-/// whose remaining GPU capacity most closely matches the per-instance demand";
-/// GFS: Duan et al. 2026) and the policy of ElasticFlow-style bin packing.
-#[derive(Clone, Debug)]
-pub struct BestFit {
-    occ: Occupancy,
+/// Which node a greedy baseline ([`Greedy`]) takes for each instance.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Fit {
+    /// `best-fit`: the allowed node leaving the fewest free GPUs, ties by the
+    /// lowest node index. This is the GFS policy the paper compares against
+    /// (Section 5.4: "places each job's instances on the nodes whose remaining
+    /// GPU capacity most closely matches the per-instance demand"; GFS: Duan
+    /// et al. 2026) and the policy of ElasticFlow-style bin packing.
+    Best,
+    /// `first-fit`: the lowest-index allowed node with enough free GPUs:
+    /// Slurm's `select/cons_tres` with equal node weights walks its node bitmap
+    /// in index order and takes the first nodes that fit. A scheduler with no
+    /// fragmentation awareness at all.
+    First,
 }
 
-impl BestFit {
-    pub fn new(spec: ClusterSpec) -> Self {
+/// `best-fit` and `first-fit`: place each instance by a [`Fit`] rule, never
+/// migrate.
+#[derive(Clone, Debug)]
+pub struct Greedy {
+    occ: Occupancy,
+    fit: Fit,
+}
+
+impl Greedy {
+    pub fn new(spec: ClusterSpec, fit: Fit) -> Self {
         Self {
             occ: Occupancy::new(spec),
+            fit,
         }
     }
 }
 
-impl PlacementPolicy for BestFit {
+impl PlacementPolicy for Greedy {
     fn name(&self) -> &'static str {
-        "best-fit"
+        match self.fit {
+            Fit::Best => "best-fit",
+            Fit::First => "first-fit",
+        }
     }
     fn spec(&self) -> ClusterSpec {
         self.occ.spec()
     }
     fn place(&mut self, job: &JobRequest, allowed: Option<&NodeSet>) -> Result<Option<Admission>> {
         let cap = self.occ.capacity();
-        admit(&mut self.occ, job, allowed, |v, g| v.best_fit(g, cap))
-    }
-    fn remove(&mut self, job: JobId) -> Result<Vec<Migration>> {
-        self.occ.remove(job)?;
-        Ok(Vec::new())
-    }
-    fn occupancy(&self) -> &Occupancy {
-        &self.occ
-    }
-}
-
-/// `first-fit`: each instance goes to the lowest-index allowed node with
-/// enough free GPUs: Slurm's `select/cons_tres` with equal node weights walks
-/// its node bitmap in index order and takes the first nodes that fit. A
-/// scheduler with no fragmentation awareness at all.
-#[derive(Clone, Debug)]
-pub struct FirstFit {
-    occ: Occupancy,
-}
-
-impl FirstFit {
-    pub fn new(spec: ClusterSpec) -> Self {
-        Self {
-            occ: Occupancy::new(spec),
+        match self.fit {
+            Fit::Best => admit(&mut self.occ, job, allowed, |v, g| v.best_fit(g, cap)),
+            Fit::First => admit(&mut self.occ, job, allowed, |v, g| v.first_fit(g)),
         }
-    }
-}
-
-impl PlacementPolicy for FirstFit {
-    fn name(&self) -> &'static str {
-        "first-fit"
-    }
-    fn spec(&self) -> ClusterSpec {
-        self.occ.spec()
-    }
-    fn place(&mut self, job: &JobRequest, allowed: Option<&NodeSet>) -> Result<Option<Admission>> {
-        admit(&mut self.occ, job, allowed, |v, g| v.first_fit(g))
     }
     fn remove(&mut self, job: JobId) -> Result<Vec<Migration>> {
         self.occ.remove(job)?;
