@@ -59,6 +59,16 @@ pub struct PolicyArgs {
           value_parser = PossibleValuesParser::new(["ratio", "under-allocation-first"]))]
     pub team_order: String,
 
+    /// Drains for blocked jobs: at most this many jobs that no legal set of
+    /// victims can place hold the nodes that will be room soonest, so no new
+    /// protected work lands there (0: off; docs/policy-simulator.md).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub drains: usize,
+
+    /// A blocked job gets a drain only after waiting this long.
+    #[arg(long, default_value = "2h", value_name = "DURATION", value_parser = parse_duration)]
+    pub drain_after: f64,
+
     /// Sweep: lookback windows to try (comma-separated durations); prints a
     /// table of every (window, cap) pair instead of one report.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_duration)]
@@ -181,6 +191,8 @@ pub fn run(
     cfg.policy = policy.to_string();
     cfg.horizon_s = args.horizon;
     cfg.cycle_s = args.cycle;
+    cfg.max_drains = args.drains;
+    cfg.drain_after_s = args.drain_after;
     cfg.team_order = match args.team_order.as_str() {
         "ratio" => TeamOrder::Ratio,
         _ => TeamOrder::UnderAllocationFirst,
@@ -288,6 +300,7 @@ pub fn table(r: &BudgetReport, wall_s: f64) -> String {
         "",
     );
     row("migrations (Compact)", r.migrations.to_string(), "");
+    row("jobs started by a drain", r.drained_starts.to_string(), "");
     row("simulated", hours(r.simulated_s), "30 days");
     row("wall time", format!("{wall_s:.2} s"), "");
     let _ = writeln!(

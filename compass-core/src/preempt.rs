@@ -472,6 +472,99 @@ pub fn plan_room(
     )
 }
 
+/// Nodes held for a pending job that no legal victim set can place now
+/// ([`plan_drain`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DrainPlan {
+    pub job: JobId,
+    /// The nodes to hold, best first.
+    pub nodes: Vec<NodeId>,
+    /// When every job now on those nodes is expected to be a legal victim or
+    /// gone: the latest protection end among them (`now` for jobs that are
+    /// legal victims already).
+    pub ready_s: Seconds,
+}
+
+/// Drain for a large job (issue 5: "the largest jobs may wait longer because
+/// fewer running jobs can be interrupted at once"). When [`plan_room`] finds no
+/// legal victim set for `pending` (allocated jobs are protected for their min
+/// runtime, so room for a job of many whole nodes rarely exists at one
+/// instant), choose the nodes that become room soonest and hold them: the
+/// driver stops placing work on them that would still be protected at
+/// `ready_s` (unallocated jobs stay welcome: they are legal victims at any
+/// time), and the job takes them through [`plan_room`] once the protections
+/// there have ended. Nodes are taken by expected ready time (below), then
+/// fewest busy GPUs, then index; each held node is counted as
+/// `capacity / g` instances once emptied. `running` must hold every running
+/// job, protected or not; `held` nodes (held for other jobs) are skipped.
+/// `None`: the job may not preempt, or not enough nodes can ever be promised.
+pub fn plan_drain(
+    pending: &PendingJob,
+    running: &[RunningJob],
+    room: &NodeRoom,
+    ratios: &dyn Ratios,
+    now: Seconds,
+    cfg: &ProtectionConfig,
+    held: &NodeSet,
+) -> Option<DrainPlan> {
+    let g = pending.shape.gpus;
+    if g == 0 || g > room.capacity || !pending.may_preempt() {
+        return None;
+    }
+    let per_node = u64::from(room.capacity / g);
+    let need = u64::from(pending.shape.instances).div_ceil(per_node);
+    // When each node is expected to be room: `now` if every job on it is a
+    // legal victim now ([`victim_rule`]), else the latest protection end among
+    // the others; never (`None`) if a job on it is unprotected yet not a legal
+    // victim (it may run on while its team stays within its allocation, so no
+    // time can be promised).
+    let mut ready: Vec<Option<Seconds>> = vec![Some(now); room.free.len()];
+    let mut by_team: HashMap<&str, bool, BuildHasherDefault<Fnv>> = HashMap::default();
+    for r in running {
+        let legal = pending.preempted_by != Some(r.id)
+            && !r.protected(now, cfg)
+            && (!r.allocated()
+                || *by_team
+                    .entry(r.account.as_str())
+                    .or_insert_with(|| team_rule(&r.account, pending, ratios, cfg).is_some()));
+        if legal {
+            continue;
+        }
+        // A protected job that asked for more protection than the cap is
+        // expected to run on past it, and then it is no legal victim either.
+        let until = if r.protected(now, cfg) && r.min_runtime_s <= cfg.min_runtime_cap_s {
+            r.protected_until(cfg)
+        } else {
+            None
+        };
+        for &(n, _) in &r.gpus_on {
+            if let Some(slot) = ready.get_mut(n as usize) {
+                *slot = match (*slot, until) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    _ => None,
+                };
+            }
+        }
+    }
+    let mut cands: Vec<(Seconds, u32, NodeId)> = (0..room.free.len())
+        .filter(|&n| room.usable.contains(n as NodeId) && !held.contains(n as NodeId))
+        .filter_map(|n| {
+            let busy = room.capacity - room.free[n].min(room.capacity);
+            Some((ready[n]?, busy, n as NodeId))
+        })
+        .collect();
+    if (cands.len() as u64) < need {
+        return None;
+    }
+    cands.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    cands.truncate(need as usize);
+    Some(DrainPlan {
+        job: pending.id,
+        ready_s: cands.iter().map(|c| c.0).fold(now, f64::max),
+        nodes: cands.into_iter().map(|c| c.2).collect(),
+    })
+}
+
 /// FNV-1a: account names are short, and SipHash dominated the victim search.
 #[derive(Default)]
 struct Fnv(u64);

@@ -1,6 +1,7 @@
-//! Property tests of the policy simulator: over random workloads, no
-//! protected job is preempted, no job preempts the job that preempted it, a
-//! non-resumable victim never restarts, and every job is accounted for.
+//! Property tests of the policy simulator: over random workloads, with or
+//! without drains, no protected job is preempted, no job preempts the job
+//! that preempted it, a non-resumable victim never restarts, and every job
+//! is accounted for.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -64,10 +65,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     #[test]
-    fn preemption_follows_the_rules(jobs in workload()) {
+    fn preemption_follows_the_rules(jobs in workload(), drains in 0usize..=2) {
         let mut cfg = BudgetSimConfig::new(ClusterSpec::new(3, 8).unwrap());
         cfg.record = Record::Events;
         cfg.window_s = 6.0 * 3600.0;
+        // Drains hold nodes for blocked jobs; the rules hold either way.
+        cfg.max_drains = drains;
+        cfg.drain_after_s = 1800.0;
         let cap = cfg.protection.min_runtime_cap_s;
         let r = run_budgets(&jobs, &tree(), &cfg).unwrap();
         let by_id: BTreeMap<JobId, &BudgetJob> = jobs.iter().map(|j| (j.id, j)).collect();

@@ -1375,6 +1375,31 @@ impl PlacementPolicy for CompassEngine {
 
     /// Algorithm 1, lines 10-16: Remove every instance, then Compact.
     fn remove(&mut self, job: JobId) -> Result<Vec<Migration>> {
+        self.detach_job(job)?;
+        Ok(if self.config.compact {
+            self.compact()
+        } else {
+            Vec::new()
+        })
+    }
+
+    /// Removes the victims without Compact: the next `place` (the pending
+    /// job's, Algorithm 1 line 9) compacts after the job has its room.
+    fn remove_for_room(&mut self, jobs: &[JobId]) -> Result<Vec<Migration>> {
+        for &job in jobs {
+            self.detach_job(job)?;
+        }
+        Ok(Vec::new())
+    }
+
+    fn occupancy(&self) -> &Occupancy {
+        &self.occ
+    }
+}
+
+impl CompassEngine {
+    /// Algorithm 1, lines 10-15: every instance of `job` leaves its node.
+    fn detach_job(&mut self, job: JobId) -> Result<()> {
         let running = self.occ.remove(job)?;
         self.meta.remove(&job);
         let mut touched = BTreeSet::new();
@@ -1391,15 +1416,7 @@ impl PlacementPolicy for CompassEngine {
         for n in touched {
             self.normalize(n);
         }
-        Ok(if self.config.compact {
-            self.compact()
-        } else {
-            Vec::new()
-        })
-    }
-
-    fn occupancy(&self) -> &Occupancy {
-        &self.occ
+        Ok(())
     }
 }
 

@@ -92,6 +92,19 @@ pub trait PlacementPolicy {
     /// consequence (for COMPASS: the Compact of Algorithm 1, line 16).
     fn remove(&mut self, job: JobId) -> Result<Vec<Migration>>;
 
+    /// Victims of a preemption depart together, to make room for a pending
+    /// job that is placed right after. A policy that compacts on departure
+    /// (COMPASS) defers its Compact to that placement, so migrations do not
+    /// fill the room just freed (issue 5: the victim set is chosen for the
+    /// pending job, node by node). Returns the migrations made now.
+    fn remove_for_room(&mut self, jobs: &[JobId]) -> Result<Vec<Migration>> {
+        let mut out = Vec::new();
+        for &job in jobs {
+            out.extend(self.remove(job)?);
+        }
+        Ok(out)
+    }
+
     /// Seconds between periodic ticks, for round-based policies.
     fn tick_interval(&self) -> Option<Seconds> {
         None

@@ -25,7 +25,7 @@ use crate::fairshare::tree::{NodeIx, OrgTree};
 use crate::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeSet};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
 use crate::preempt::{
-    plan_room, NodeRoom, PendingJob, ProtectionConfig, RunningJob, TeamLoad, TeamTable,
+    plan_drain, plan_room, NodeRoom, PendingJob, ProtectionConfig, RunningJob, TeamLoad, TeamTable,
 };
 use crate::sim::stats::Percentiles;
 use crate::trace::TraceJob;
@@ -78,6 +78,15 @@ pub struct BudgetSimConfig {
     pub record: Record,
     /// How teams are ordered when capacity frees up.
     pub team_order: TeamOrder,
+    /// Drains for blocked jobs ([`crate::preempt::plan_drain`]): at most this
+    /// many head jobs at a time hold nodes that no new protected work may
+    /// take; 0 turns drains off (every job then only gets room that is free
+    /// or legally preemptible at one instant, and the largest jobs starve).
+    pub max_drains: usize,
+    /// A blocked head job gets a drain only after waiting this long since
+    /// submission: most blocked jobs start within minutes as other jobs end,
+    /// and a drain costs the held nodes' protected work meanwhile.
+    pub drain_after_s: Seconds,
 }
 
 /// How the scheduler orders teams.
@@ -141,6 +150,8 @@ impl BudgetSimConfig {
             debug_max_min_runtime_s: 900.0,
             record: Record::Summary,
             team_order: TeamOrder::default(),
+            max_drains: 0,
+            drain_after_s: 2.0 * 3600.0,
         }
     }
 }
@@ -200,6 +211,9 @@ pub struct BudgetReport {
     pub preemptions_per_job: f64,
     pub lost_gpu_h: f64,
     pub migrations: u64,
+    /// Jobs started after a drain held nodes for them (`max_drains`).
+    #[serde(default)]
+    pub drained_starts: u64,
     pub teams: Vec<TeamReport>,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub events: Vec<SimEvent>,
@@ -413,10 +427,20 @@ type WaitKey = (Reverse<i64>, u64, usize);
 type Waiting = BTreeMap<(u32, u32), BTreeSet<WaitKey>>;
 
 /// The first job, in queue order, of a shape worth trying.
-fn first_fitting(w: &Waiting, free: u64, failed: &[(u32, u32)]) -> Option<WaitKey> {
+fn first_fitting(
+    w: &Waiting,
+    free: u64,
+    failed: &[(u32, u32)],
+    team_failed: &[(u32, u32)],
+) -> Option<WaitKey> {
     w.iter()
         .filter(|((g, n), _)| u64::from(*g) * u64::from(*n) <= free)
-        .filter(|((g, n), _)| !failed.iter().any(|(fg, fn_)| g >= fg && n >= fn_))
+        .filter(|((g, n), _)| {
+            !failed
+                .iter()
+                .chain(team_failed)
+                .any(|(fg, fn_)| g >= fg && n >= fn_)
+        })
         .filter_map(|(_, set)| set.first().copied())
         .min()
 }
@@ -478,6 +502,19 @@ struct Sim<'a> {
     lost_gpu_s: f64,
     migrations: u64,
     events: Vec<SimEvent>,
+    /// Nodes held for blocked jobs ([`plan_drain`]).
+    drains: Vec<Drain>,
+    /// Union of the drains' nodes.
+    held: NodeSet,
+    drains_started: u64,
+}
+
+/// Nodes held for one blocked job.
+#[derive(Clone, Debug)]
+struct Drain {
+    job: usize,
+    nodes: NodeSet,
+    ready_s: f64,
 }
 
 impl<'a> Sim<'a> {
@@ -546,6 +583,9 @@ impl<'a> Sim<'a> {
             lost_gpu_s: 0.0,
             migrations: 0,
             events: Vec::new(),
+            drains: Vec::new(),
+            held: NodeSet::empty(cfg.spec.nodes),
+            drains_started: 0,
         };
         for (i, j) in jobs.iter().enumerate() {
             sim.push(j.submit_s, Ev::Arrive(i));
@@ -778,6 +818,9 @@ impl<'a> Sim<'a> {
         let order = self.team_order();
         for alloc in [true, false] {
             for &t in &order {
+                // Shapes of this team that failed only because drains held
+                // nodes (other teams' jobs may be allowed there).
+                let mut team_failed: Vec<(u32, u32)> = Vec::new();
                 loop {
                     if free == 0 || attempts == self.cfg.queue_depth {
                         return Ok(());
@@ -788,13 +831,17 @@ impl<'a> Sim<'a> {
                     } else {
                         &team.wait_free
                     };
-                    let Some((_, _, i)) = first_fitting(w, free, &failed) else {
+                    let Some((_, _, i)) = first_fitting(w, free, &failed, &team_failed) else {
                         break;
                     };
                     attempts += 1;
+                    let restricted = self.held_from(i);
                     if self.try_start(i)? {
                         free = self.capacity - self.policy.occupancy().used_gpus();
                         failed.clear();
+                        team_failed.clear();
+                    } else if restricted {
+                        team_failed.push((self.jobs[i].shape.gpus, self.jobs[i].shape.instances));
                     } else {
                         failed.push((self.jobs[i].shape.gpus, self.jobs[i].shape.instances));
                     }
@@ -812,10 +859,60 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// Where job `i` may start now: anywhere, unless drains hold nodes and
+    /// the job would still be protected when the earliest of them is due (an
+    /// unallocated job, or one protected only until then, is no obstacle: it
+    /// will be a legal victim or gone). The drained job itself goes anywhere.
+    fn allowed_for(&self, i: usize) -> Option<NodeSet> {
+        if !self.held_from(i) {
+            return None;
+        }
+        let until = self.protected_until_if_started(i);
+        let mut allowed = NodeSet::full(self.cfg.spec.nodes);
+        for d in self.drains.iter().filter(|d| until > d.ready_s) {
+            for n in d.nodes.iter() {
+                allowed.remove(n);
+            }
+        }
+        Some(allowed)
+    }
+
+    /// Is job `i` kept off some drained nodes ([`Self::allowed_for`])?
+    fn held_from(&self, i: usize) -> bool {
+        if self.drains.is_empty() || !self.allocated(i) || self.drains.iter().any(|d| d.job == i) {
+            return false;
+        }
+        let until = self.protected_until_if_started(i);
+        self.drains.iter().any(|d| until > d.ready_s)
+    }
+
+    fn protected_until_if_started(&self, i: usize) -> f64 {
+        self.now
+            + self.jobs[i]
+                .min_runtime_s
+                .min(self.cfg.protection.min_runtime_cap_s)
+    }
+
+    fn refresh_held(&mut self) {
+        let mut held = NodeSet::empty(self.cfg.spec.nodes);
+        for d in &self.drains {
+            for n in d.nodes.iter() {
+                held.insert(n);
+            }
+        }
+        self.held = held;
+    }
+
     fn try_start(&mut self, i: usize) -> Result<bool> {
-        let Some(adm) = self.policy.place(&self.request(i), None)? else {
+        let allowed = self.allowed_for(i);
+        let Some(adm) = self.policy.place(&self.request(i), allowed.as_ref())? else {
             return Ok(false);
         };
+        if let Some(k) = self.drains.iter().position(|d| d.job == i) {
+            self.drains.remove(k);
+            self.refresh_held();
+            self.drains_started += 1;
+        }
         self.dequeue(i);
         let now = self.now;
         let gpus = self.gpus(i);
@@ -869,7 +966,9 @@ impl<'a> Sim<'a> {
     }
 
     /// Stops job `i`'s current run (completion or preemption).
-    fn stop_run(&mut self, i: usize) -> Result<f64> {
+    /// `release`: remove the job from the placement policy too (victims of
+    /// one preemption are removed together, [`Self::preempt`]).
+    fn stop_run(&mut self, i: usize, release: bool) -> Result<f64> {
         let now = self.now;
         let start = self.live[i].run_start.take().unwrap_or(now);
         let gpus = self.gpus(i);
@@ -884,13 +983,15 @@ impl<'a> Sim<'a> {
         let run = (now - start).max(0.0);
         self.live[i].ran_total_s += run;
         self.live[i].gen += 1;
-        let migrations = self.policy.remove(self.jobs[i].id)?;
-        self.charge_migrations(&migrations);
+        if release {
+            let migrations = self.policy.remove(self.jobs[i].id)?;
+            self.charge_migrations(&migrations);
+        }
         Ok(run)
     }
 
     fn finish(&mut self, i: usize) -> Result<()> {
-        self.stop_run(i)?;
+        self.stop_run(i, true)?;
         self.log(SimEvent::Finish {
             t: self.now,
             job: self.jobs[i].id,
@@ -900,8 +1001,21 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
-    fn preempt(&mut self, i: usize, for_job: JobId) -> Result<()> {
-        let run = self.stop_run(i)?;
+    /// Preempts `victims` for `for_job`: they leave the placement policy
+    /// together ([`PlacementPolicy::remove_for_room`]), so the room they free
+    /// is still there when `for_job` is placed right after.
+    fn preempt(&mut self, victims: &[usize], for_job: JobId) -> Result<()> {
+        for &i in victims {
+            self.preempt_one(i, for_job)?;
+        }
+        let ids: Vec<JobId> = victims.iter().map(|&i| self.jobs[i].id).collect();
+        let migrations = self.policy.remove_for_room(&ids)?;
+        self.charge_migrations(&migrations);
+        Ok(())
+    }
+
+    fn preempt_one(&mut self, i: usize, for_job: JobId) -> Result<()> {
+        let run = self.stop_run(i, false)?;
         let job = &self.jobs[i];
         let requeued = job.resumable;
         self.log(SimEvent::Preempt {
@@ -930,7 +1044,8 @@ impl<'a> Sim<'a> {
     }
 
     /// Running jobs that may be victims now, as the victim planner sees them.
-    fn running_view(&self) -> Vec<RunningJob> {
+    /// `with_protected`: also the protected jobs (for [`plan_drain`]).
+    fn running_view(&self, with_protected: bool) -> Vec<RunningJob> {
         self.policy
             .occupancy()
             .jobs()
@@ -945,7 +1060,7 @@ impl<'a> Sim<'a> {
                 // Protected jobs are never victims: leave them out up front.
                 let protected_until =
                     start + j.min_runtime_s.min(self.cfg.protection.min_runtime_cap_s);
-                if j.min_runtime_s > 0.0 && self.now < protected_until {
+                if !with_protected && j.min_runtime_s > 0.0 && self.now < protected_until {
                     return None;
                 }
                 Some(RunningJob {
@@ -973,7 +1088,10 @@ impl<'a> Sim<'a> {
         let cap = self.capacity as f64;
         let free_running: u64 = self.teams.iter().map(|t| t.run_free).sum();
         let idle = self.capacity - self.policy.occupancy().used_gpus();
-        let blocked: Vec<usize> = self
+        // Jobs holding drained nodes ask first, whatever their team's load:
+        // the unallocated work let onto their nodes is theirs to take.
+        let drained: Vec<usize> = self.drains.iter().map(|d| d.job).collect();
+        let heads: Vec<usize> = self
             .order
             .iter()
             .filter(|&&t| {
@@ -991,30 +1109,31 @@ impl<'a> Sim<'a> {
                 let under = (self.teams[t].run_charged as f64) < self.teams[t].share * cap;
                 (under || self.gpus(i) <= idle + free_running).then_some(i)
             })
+            .filter(|i| !drained.contains(i))
             .take(self.cfg.preempt_depth)
             .collect();
+        let blocked: Vec<usize> = drained.iter().copied().chain(heads).collect();
         if blocked.is_empty() {
             return Ok(());
         }
-        let mut running = self.running_view();
+        let mut running = self.running_view(false);
+        // Heads that no legal victim set can place now.
+        let mut unplaceable: Vec<usize> = Vec::new();
         let cap = self.cfg.spec.gpus_per_node;
         let mut excluded: BTreeSet<JobId> = BTreeSet::new();
         for i in blocked {
             self.refresh_loads();
             let occ = self.policy.occupancy();
+            // Nodes drained for another job are no room for this one.
+            let usable = self
+                .allowed_for(i)
+                .unwrap_or_else(|| NodeSet::full(self.cfg.spec.nodes));
             let room = NodeRoom {
                 capacity: cap,
                 free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
-                usable: NodeSet::full(self.cfg.spec.nodes),
+                usable,
             };
-            let pending = PendingJob {
-                id: self.jobs[i].id,
-                account: self.jobs[i].account.clone(),
-                shape: self.jobs[i].shape,
-                min_runtime_s: self.jobs[i].min_runtime_s,
-                preempted_by: self.live[i].preempted_by,
-                owes_min_runtime: false,
-            };
+            let pending = self.pending_view(i);
             let plan = plan_room(
                 &pending,
                 &running,
@@ -1024,19 +1143,90 @@ impl<'a> Sim<'a> {
                 &self.cfg.protection,
                 &excluded,
             );
-            let Some(victims) = plan else { continue };
+            let Some(victims) = plan else {
+                unplaceable.push(i);
+                continue;
+            };
             if victims.is_empty() {
                 self.try_start(i)?;
                 continue;
             }
             for v in &victims {
                 excluded.insert(v.victim);
-                self.preempt((v.victim.0 - 1) as usize, pending.id)?;
             }
+            let ids: Vec<usize> = victims.iter().map(|v| (v.victim.0 - 1) as usize).collect();
+            self.preempt(&ids, pending.id)?;
             running.retain(|r| !excluded.contains(&r.id));
             self.try_start(i)?;
         }
+        self.update_drains(&unplaceable);
         Ok(())
+    }
+
+    /// Drains ([`plan_drain`]): a drained job whose nodes were due but that
+    /// still cannot be placed gets its drain planned again (a job there ran on
+    /// past its protection without being a legal victim); then the first
+    /// `unplaceable` heads, in order, get drains while fewer than
+    /// `max_drains` exist.
+    fn update_drains(&mut self, unplaceable: &[usize]) {
+        let stale: Vec<usize> = self
+            .drains
+            .iter()
+            .filter(|d| d.ready_s < self.now && unplaceable.contains(&d.job))
+            .map(|d| d.job)
+            .collect();
+        let fresh: Vec<usize> = unplaceable
+            .iter()
+            .copied()
+            .filter(|i| !self.drains.iter().any(|d| d.job == *i))
+            .filter(|&i| self.now - self.jobs[i].submit_s >= self.cfg.drain_after_s)
+            .filter(|i| self.pending_view(*i).may_preempt())
+            .take(self.cfg.max_drains.saturating_sub(self.drains.len()))
+            .collect();
+        if stale.is_empty() && fresh.is_empty() {
+            return;
+        }
+        self.refresh_loads();
+        let running = self.running_view(true);
+        let occ = self.policy.occupancy();
+        let room = NodeRoom {
+            capacity: self.cfg.spec.gpus_per_node,
+            free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
+            usable: NodeSet::full(self.cfg.spec.nodes),
+        };
+        for i in stale.into_iter().chain(fresh) {
+            self.drains.retain(|d| d.job != i);
+            self.refresh_held();
+            let plan = plan_drain(
+                &self.pending_view(i),
+                &running,
+                &room,
+                &self.ratios,
+                self.now,
+                &self.cfg.protection,
+                &self.held,
+            );
+            if let Some(p) = plan {
+                self.drains.push(Drain {
+                    job: i,
+                    nodes: NodeSet::from_nodes(self.cfg.spec.nodes, p.nodes),
+                    ready_s: p.ready_s,
+                });
+                self.refresh_held();
+            }
+        }
+    }
+
+    /// Job `i` as the victim planner sees a pending job.
+    fn pending_view(&self, i: usize) -> PendingJob {
+        PendingJob {
+            id: self.jobs[i].id,
+            account: self.jobs[i].account.clone(),
+            shape: self.jobs[i].shape,
+            min_runtime_s: self.jobs[i].min_runtime_s,
+            preempted_by: self.live[i].preempted_by,
+            owes_min_runtime: false,
+        }
     }
 
     /// A preempted job may not preempt until its total run time reaches its
@@ -1159,6 +1349,7 @@ impl<'a> Sim<'a> {
             preemptions_per_job: self.preemptions as f64 / self.jobs.len().max(1) as f64,
             lost_gpu_h: self.lost_gpu_s / hour,
             migrations: self.migrations,
+            drained_starts: self.drains_started,
             teams,
             events: self.events,
         }

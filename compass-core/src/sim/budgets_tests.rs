@@ -237,3 +237,85 @@ fn venus_assignment_is_deterministic_and_weighted() {
     let unallocated = a.iter().filter(|j| j.min_runtime_s == 0.0).count() as f64 / a.len() as f64;
     assert!((unallocated - 0.2).abs() < 0.02, "{unallocated}");
 }
+
+/// The victims of one preemption leave the placement engine together, so
+/// COMPASS's Compact does not refill the node they free before the job they
+/// were preempted for is placed. Layout (3 nodes x 8 GPUs, COMPASS): the
+/// unallocated 4-GPU jobs 2 and 3 share a node; removing them one at a time,
+/// each followed by Compact, leaves free GPUs of 6 + 4 + 0 and no empty node,
+/// so the 8-GPU job 8 would lose its room and wait for protections to end
+/// (8 h) after two wasted preemptions.
+#[test]
+fn victims_room_is_not_refilled_before_the_job_starts() {
+    let mut jobs = Vec::new();
+    for (k, (g, min_h)) in [
+        (1, 10.0),
+        (4, 0.0),
+        (4, 0.0),
+        (1, 10.0),
+        (4, 10.0),
+        (4, 10.0),
+        (4, 10.0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        jobs.push(job(k as u64 + 1, "rich", 0.0, 20.0, 1, g, min_h));
+    }
+    jobs.push(job(8, "poor", 1.0, 1.0, 1, 8, 1.0));
+    let tree = tree(&[("rich", 0.5), ("poor", 0.5)]);
+    let mut cfg = config(3);
+    cfg.max_drains = 0;
+    let r = run_budgets(&jobs, &tree, &cfg).unwrap();
+    let start = start_of(&r.events, 8).expect("job 8 starts");
+    assert!(
+        start - H <= 60.0,
+        "job 8 waited {} s for room its victims had freed",
+        start - H
+    );
+    let victims: Vec<u64> = r
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            SimEvent::Preempt { job, for_job, .. } if for_job.0 == 8 => Some(job.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(victims, vec![2, 3]);
+}
+
+/// A job of every node starves while one team's protected 2-GPU jobs keep
+/// arriving (every node always holds some protected work, and protected jobs
+/// are never victims); with a drain (`max_drains`) the nodes stop taking
+/// work that would still be protected when they are due, and the job starts
+/// within its wait threshold plus one protected period.
+#[test]
+fn a_drain_starts_a_job_of_every_node() {
+    let mut jobs = Vec::new();
+    for k in 0..960u64 {
+        jobs.push(job(k + 1, "small", k as f64 * 0.05, 1.0, 1, 2, 1.0));
+    }
+    jobs.push(job(10_000, "big", 0.5, 1.0, 4, 8, 1.0));
+    let tree = tree(&[("small", 0.5), ("big", 0.5)]);
+    let run = |drains: usize| {
+        let mut cfg = config(4);
+        cfg.horizon_s = Some(48.0 * H);
+        cfg.max_drains = drains;
+        cfg.drain_after_s = 2.0 * H;
+        run_budgets(&jobs, &tree, &cfg).unwrap()
+    };
+    let without = run(0);
+    assert_eq!(
+        start_of(&without.events, 10_000),
+        None,
+        "without drains the job of every node starves"
+    );
+    let with = run(1);
+    let start = start_of(&with.events, 10_000).expect("the drained job starts");
+    assert!(
+        start <= 0.5 * H + 2.0 * H + 1.0 * H + 120.0,
+        "drained job started at {} h",
+        start / H
+    );
+    assert!(with.occupancy > 0.8, "occupancy {}", with.occupancy);
+}
