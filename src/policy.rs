@@ -285,6 +285,11 @@ pub fn table(r: &BudgetReport, wall_s: f64) -> String {
         "24 s (H100 cluster)",
     );
     row(
+        "largest jobs started",
+        format!("{} of {}", r.largest_started, r.largest_jobs),
+        "",
+    );
+    row(
         "largest jobs p90 wait",
         hours(r.largest_p90_wait_s),
         "1.8 h (H100 cluster)",

@@ -27,6 +27,10 @@
 //!   preempted at most once per protected period it completes.
 //! - Faulty nodes take no new jobs; each job on one is preempted as soon as its
 //!   protection ends; an empty faulty node is drained for repair.
+//! - **Drains** ([`plan_drain`]), for a job no legal victim set can place now:
+//!   the nodes that become room soonest are held, so no new work that would
+//!   still be protected then lands on them; the job then takes them through
+//!   [`plan_room`]. Drivers decide when to ask (the simulator: opt-in).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -882,6 +886,58 @@ mod tests {
         let plan = plan_cycle(&[], &run, &room, &faulty, &ratios(&[]), 2.0 * H, &cfg());
         assert_eq!(plan.preemptions.len(), 2);
         assert_eq!(plan.drain, vec![0]);
+    }
+
+    #[test]
+    fn drain_holds_the_nodes_that_become_room_soonest() {
+        // 4 nodes, a 2-node job of team "poor" (under-served). Node 0: an
+        // unallocated job (a legal victim now). Node 1: protected until 5 h.
+        // Node 2: protected until 2 h. Node 3: unprotected allocated job of a
+        // team less served than "poor" (no legal victim, no promised end).
+        let run = vec![
+            running(1, "x", &[(0, 8)], 0.0, 0.0),
+            running(2, "x", &[(1, 8)], 4.0, 1.0),
+            running(3, "x", &[(2, 8)], 1.5, 0.5),
+            running(4, "rich", &[(3, 8)], 1.0, 0.0),
+        ];
+        let r = ratios(&[("x", 0.1), ("rich", 0.1), ("poor", 0.5)]);
+        let room = room_of(4, &run);
+        let now = 1.5 * H;
+        let p = pending(9, "poor", 2, 8);
+        assert_eq!(
+            plan_room(&p, &run, &room, &r, now, &cfg(), &BTreeSet::new()),
+            None,
+            "no legal victim set places it now"
+        );
+        let held = NodeSet::empty(4);
+        let d = plan_drain(&p, &run, &room, &r, now, &cfg(), &held).unwrap();
+        assert_eq!(d.nodes, vec![0, 2]);
+        assert_eq!(d.ready_s, 2.0 * H);
+        // Nodes held for another job are not offered again.
+        let held = NodeSet::from_nodes(4, [0]);
+        let d = plan_drain(&p, &run, &room, &r, now, &cfg(), &held).unwrap();
+        assert_eq!(d.nodes, vec![2, 1]);
+        assert_eq!(d.ready_s, 5.0 * H);
+        // Four nodes cannot be promised (node 3 may run on indefinitely).
+        assert_eq!(
+            plan_drain(
+                &pending(9, "poor", 4, 8),
+                &run,
+                &room,
+                &r,
+                now,
+                &cfg(),
+                &held
+            ),
+            None
+        );
+        // Unallocated requests never drain.
+        let mut free = p.clone();
+        free.min_runtime_s = 0.0;
+        assert_eq!(
+            plan_drain(&free, &run, &room, &r, now, &cfg(), &NodeSet::empty(4)),
+            None
+        );
     }
 
     #[test]

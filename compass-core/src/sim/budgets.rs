@@ -204,6 +204,9 @@ pub struct BudgetReport {
     /// Largest jobs: GPU count at or above the 99th percentile.
     pub largest_min_gpus: u32,
     pub largest_jobs: usize,
+    /// Largest jobs submitted by the horizon that started by then.
+    #[serde(default)]
+    pub largest_started: usize,
     pub largest_p50_wait_s: f64,
     pub largest_p90_wait_s: f64,
     pub wait: Percentiles,
@@ -1292,12 +1295,16 @@ impl<'a> Sim<'a> {
             .get(sizes.len().saturating_sub(1) * 99 / 100)
             .copied()
             .unwrap_or(0);
-        let largest: Vec<f64> = (0..self.jobs.len())
+        let largest_ix: Vec<usize> = (0..self.jobs.len())
             .filter(|&i| {
                 self.jobs[i].submit_s <= end && self.jobs[i].shape.total_gpus() >= largest_min
             })
-            .map(wait_of)
             .collect();
+        let largest_started = largest_ix
+            .iter()
+            .filter(|&&i| self.live[i].first_start.is_some())
+            .count();
+        let largest: Vec<f64> = largest_ix.into_iter().map(wait_of).collect();
         let debug = Percentiles::of(debug);
         let largest_n = largest.len();
         let largest = Percentiles::of(largest);
@@ -1342,6 +1349,7 @@ impl<'a> Sim<'a> {
             debug_p90_wait_s: debug.p90,
             largest_min_gpus: largest_min as u32,
             largest_jobs: largest_n,
+            largest_started,
             largest_p50_wait_s: largest.p50,
             largest_p90_wait_s: largest.p90,
             wait: Percentiles::of(all),
