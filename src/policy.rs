@@ -69,6 +69,10 @@ pub struct PolicyArgs {
     #[arg(long, default_value = "2h", value_name = "DURATION", value_parser = parse_duration)]
     pub drain_after: f64,
 
+    /// Only jobs of at least this many GPUs get drains (0: any job).
+    #[arg(long, default_value_t = 0, value_name = "GPUS")]
+    pub drain_min_gpus: u64,
+
     /// Sweep: lookback windows to try (comma-separated durations); prints a
     /// table of every (window, cap) pair instead of one report.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_duration)]
@@ -193,6 +197,7 @@ pub fn run(
     cfg.cycle_s = args.cycle;
     cfg.max_drains = args.drains;
     cfg.drain_after_s = args.drain_after;
+    cfg.drain_min_gpus = args.drain_min_gpus;
     cfg.team_order = match args.team_order.as_str() {
         "ratio" => TeamOrder::Ratio,
         _ => TeamOrder::UnderAllocationFirst,

@@ -87,6 +87,10 @@ pub struct BudgetSimConfig {
     /// submission: most blocked jobs start within minutes as other jobs end,
     /// and a drain costs the held nodes' protected work meanwhile.
     pub drain_after_s: Seconds,
+    /// Only jobs of at least this many GPUs get drains (0: any job). Smaller
+    /// jobs find room as other jobs end; every drain costs the held nodes'
+    /// protected work meanwhile.
+    pub drain_min_gpus: u64,
 }
 
 /// How the scheduler orders teams.
@@ -152,6 +156,7 @@ impl BudgetSimConfig {
             team_order: TeamOrder::default(),
             max_drains: 0,
             drain_after_s: 2.0 * 3600.0,
+            drain_min_gpus: 0,
         }
     }
 }
@@ -1183,6 +1188,7 @@ impl<'a> Sim<'a> {
             .copied()
             .filter(|i| !self.drains.iter().any(|d| d.job == *i))
             .filter(|&i| self.now - self.jobs[i].submit_s >= self.cfg.drain_after_s)
+            .filter(|&i| self.gpus(i) >= self.cfg.drain_min_gpus)
             .filter(|i| self.pending_view(*i).may_preempt())
             .take(self.cfg.max_drains.saturating_sub(self.drains.len()))
             .collect();

@@ -297,20 +297,26 @@ fn a_drain_starts_a_job_of_every_node() {
     }
     jobs.push(job(10_000, "big", 0.5, 1.0, 4, 8, 1.0));
     let tree = tree(&[("small", 0.5), ("big", 0.5)]);
-    let run = |drains: usize| {
+    let run = |drains: usize, min_gpus: u64| {
         let mut cfg = config(4);
         cfg.horizon_s = Some(48.0 * H);
         cfg.max_drains = drains;
         cfg.drain_after_s = 2.0 * H;
+        cfg.drain_min_gpus = min_gpus;
         run_budgets(&jobs, &tree, &cfg).unwrap()
     };
-    let without = run(0);
+    let without = run(0, 0);
+    assert_eq!(
+        start_of(&run(1, 64).events, 10_000),
+        None,
+        "a 32-GPU job is below a 64-GPU drain threshold"
+    );
     assert_eq!(
         start_of(&without.events, 10_000),
         None,
         "without drains the job of every node starves"
     );
-    let with = run(1);
+    let with = run(1, 32);
     let start = start_of(&with.events, 10_000).expect("the drained job starts");
     assert!(
         start <= 0.5 * H + 2.0 * H + 1.0 * H + 120.0,
