@@ -515,6 +515,8 @@ struct Sim<'a> {
     /// Union of the drains' nodes.
     held: NodeSet,
     drains_started: u64,
+    /// Jobs moved by Compact since the victim planner last looked.
+    moved: Vec<JobId>,
 }
 
 /// Nodes held for one blocked job.
@@ -594,6 +596,7 @@ impl<'a> Sim<'a> {
             drains: Vec::new(),
             held: NodeSet::empty(cfg.spec.nodes),
             drains_started: 0,
+            moved: Vec::new(),
         };
         for (i, j) in jobs.iter().enumerate() {
             sim.push(j.submit_s, Ev::Arrive(i));
@@ -964,6 +967,7 @@ impl<'a> Sim<'a> {
     fn charge_migrations(&mut self, migrations: &[Migration]) {
         let moved: BTreeSet<JobId> = migrations.iter().map(|m| m.job).collect();
         self.migrations += migrations.len() as u64;
+        self.moved.extend(moved.iter().copied());
         for job in moved {
             let i = (job.0 - 1) as usize;
             if i < self.live.len() && self.live[i].run_start.is_some() {
@@ -1125,6 +1129,7 @@ impl<'a> Sim<'a> {
             return Ok(());
         }
         let mut running = self.running_view(false);
+        self.moved.clear();
         // Heads that no legal victim set can place now.
         let mut unplaceable: Vec<usize> = Vec::new();
         let cap = self.cfg.spec.gpus_per_node;
@@ -1155,17 +1160,16 @@ impl<'a> Sim<'a> {
                 unplaceable.push(i);
                 continue;
             };
-            if victims.is_empty() {
-                self.try_start(i)?;
-                continue;
-            }
             for v in &victims {
                 excluded.insert(v.victim);
             }
-            let ids: Vec<usize> = victims.iter().map(|v| (v.victim.0 - 1) as usize).collect();
-            self.preempt(&ids, pending.id)?;
-            running.retain(|r| !excluded.contains(&r.id));
+            if !victims.is_empty() {
+                let ids: Vec<usize> = victims.iter().map(|v| (v.victim.0 - 1) as usize).collect();
+                self.preempt(&ids, pending.id)?;
+            }
             self.try_start(i)?;
+            running.retain(|r| !excluded.contains(&r.id));
+            self.relocate(&mut running);
         }
         self.update_drains(&unplaceable);
         Ok(())
@@ -1222,6 +1226,25 @@ impl<'a> Sim<'a> {
                     ready_s: p.ready_s,
                 });
                 self.refresh_held();
+            }
+        }
+    }
+
+    /// Compact moved some running jobs ([`Self::moved`]): the victim planner
+    /// must see where they are now, or it frees the wrong nodes.
+    fn relocate(&mut self, running: &mut [RunningJob]) {
+        if self.moved.is_empty() {
+            return;
+        }
+        let moved: BTreeSet<JobId> = self.moved.drain(..).collect();
+        let occ = self.policy.occupancy();
+        for r in running.iter_mut().filter(|r| moved.contains(&r.id)) {
+            if let Some(j) = occ.job(r.id) {
+                let mut on: BTreeMap<u32, u32> = BTreeMap::new();
+                for (&n, &g) in j.nodes.iter().zip(&j.gpus) {
+                    *on.entry(n).or_default() += g;
+                }
+                r.gpus_on = on.into_iter().collect();
             }
         }
     }
