@@ -1,7 +1,7 @@
 //! Property tests of the policy simulator: over random workloads, with or
 //! without drains, no protected job is preempted, no job preempts the job
-//! that preempted it, a non-resumable victim never restarts, and every job
-//! is accounted for.
+//! that preempted it, a non-resumable victim never restarts, every
+//! preemption starts the job it was for, and every job is accounted for.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -102,6 +102,15 @@ proptest! {
                 SimEvent::Finish { job, .. } => {
                     prop_assert!(!cancelled.contains(job));
                 }
+            }
+        }
+        // Every preemption makes room the job it was for then uses at once.
+        for (k, e) in r.events.iter().enumerate() {
+            if let SimEvent::Preempt { t, for_job, .. } = e {
+                let started = r.events[k..].iter().any(|s| {
+                    matches!(s, SimEvent::Start { t: ts, job } if job == for_job && ts == t)
+                });
+                prop_assert!(started, "job {} preempted for at {} s but did not start", for_job, t);
             }
         }
         prop_assert_eq!(r.completed + r.cancelled + r.unfinished, jobs.len());
