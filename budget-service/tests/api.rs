@@ -352,6 +352,10 @@ fn sjob(id: u64, acct: &str, gpus: u32, min_rt: u64, prio: i64, submit: i64) -> 
         submit,
         start: None,
         end: None,
+        alloc: Vec::new(),
+        instances: 0,
+        eligible: true,
+        begin_after: None,
     }
 }
 

@@ -1,0 +1,522 @@
+//! Enforcement of protected and preemptible time on live Slurm (issue 5,
+//! "Enforcement on real Slurm"; rules of `fair-share-budgets.txt`).
+//!
+//! Every cycle, after the queue is ordered, [`enforce`] turns the snapshot
+//! into the inputs of the pure planner [`compass_core::preempt::plan_cycle`]
+//! (running jobs with their GPUs per node, free GPUs per node, faulty nodes,
+//! team ratios and loads, the eligible pending jobs in fair-share order) and
+//! carries out its plan through [`SlurmActions`]:
+//! - a resumable victim is requeued and its begin time reset to now (Slurm
+//!   would otherwise hold it `cred_expire + 1` = 121 s);
+//! - a non-resumable victim is cancelled, with the reason written into its
+//!   admin comment first (visible in `scontrol show job`);
+//! - a faulty node is set to DRAIN at once; Slurm shows it `draining` while
+//!   protected jobs finish their min runtime and `drained` once it is empty.
+//!
+//! Idempotence: an action ends one *run* of a job (job id + start time), and
+//! is logged in the `actions` table; a run already ended by a successful
+//! action is never acted on again (it may still be reported running while
+//! Slurm completes it; its GPUs then count as free). The no-ping-pong record
+//! (`preemptions`) survives restarts.
+
+use compass_core::fairshare::{self, NodeStats, OrgTree, Placed};
+use compass_core::model::{JobId, JobShape, NodeId, NodeSet};
+use compass_core::preempt::{
+    plan_cycle, NodeRoom, PendingJob, Preemption, ProtectionConfig, RunningJob, TeamLoad,
+    TeamTable, VictimRule,
+};
+use serde::Serialize;
+use std::collections::{BTreeSet, HashMap};
+
+use crate::db::{ActionRow, FaultyNode};
+use crate::error::{BudgetError, Result};
+use crate::slurm::{NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSnapshot};
+use crate::state::AppState;
+
+/// What one enforcement pass did.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct EnforceReport {
+    pub requeued: usize,
+    pub cancelled: usize,
+    /// Faulty nodes set to DRAIN in Slurm this pass.
+    pub drained: usize,
+    /// Requeued jobs whose begin time was reset this pass.
+    pub restarted: usize,
+    pub failed: usize,
+}
+
+/// The rule name stored in the action log.
+pub fn rule_name(rule: &VictimRule) -> &'static str {
+    match rule {
+        VictimRule::Unallocated => "unallocated",
+        VictimRule::OverServed { .. } => "over_served",
+        VictimRule::FaultyNode { .. } => "faulty_node",
+    }
+}
+
+/// Team ratios (the leaf's fair-share ratio over the window) and loads
+/// (allocated GPUs running now against `abs_share x capacity`), for the
+/// "still prioritised" test of [`compass_core::preempt::victim_rule`].
+pub fn team_table(
+    tree: &OrgTree,
+    stats: &[NodeStats],
+    running: &[SlurmJob],
+    capacity_gpus: u32,
+) -> TeamTable {
+    let mut running_gpus: HashMap<&str, f64> = HashMap::new();
+    for j in running.iter().filter(|j| j.min_runtime_s > 0) {
+        *running_gpus.entry(j.account.as_str()).or_default() += f64::from(j.gpus);
+    }
+    let mut t = TeamTable {
+        ratio: fairshare::account_ratios(tree, stats),
+        ..TeamTable::default()
+    };
+    for n in tree.nodes() {
+        if let Some(a) = &n.account {
+            t.load.insert(
+                a.clone(),
+                TeamLoad {
+                    running_gpus: running_gpus.get(a.as_str()).copied().unwrap_or(0.0),
+                    allocation_gpus: n.abs_share * f64::from(capacity_gpus),
+                },
+            );
+        }
+    }
+    t
+}
+
+/// The reason written to the log, the action row and (for a cancel) the
+/// job's admin comment.
+pub fn explain_preemption(p: &Preemption, victim: &SlurmJob, cause: Option<&SlurmJob>) -> String {
+    let verb = if p.requeue {
+        "requeued (resumable)"
+    } else {
+        "cancelled (not resumable)"
+    };
+    let cause_txt = match (p.for_job, cause) {
+        (Some(c), Some(cj)) => format!(
+            "pending job {} of account {} ({} GPUs, allocated time) needed its GPUs",
+            c.0, cj.account, cj.gpus
+        ),
+        (Some(c), None) => format!("pending job {} needed its GPUs", c.0),
+        (None, _) => String::new(),
+    };
+    match &p.rule {
+        VictimRule::Unallocated => format!(
+            "job {} {verb} by compass-budgetd: it ran unallocated time (min runtime 0, never protected) and {cause_txt}",
+            victim.job.0
+        ),
+        VictimRule::OverServed {
+            victim_ratio,
+            requester_ratio,
+        } => format!(
+            "job {} {verb} by compass-budgetd: its protected min runtime had ended and its team {} is over-served \
+             (fair-share ratio {victim_ratio:.3}, above its allocation) while {cause_txt} (ratio {requester_ratio:.3})",
+            victim.job.0, victim.account
+        ),
+        VictimRule::FaultyNode { .. } => format!(
+            "job {} {verb} by compass-budgetd: it ran on a node marked faulty and its protected min runtime had ended",
+            victim.job.0
+        ),
+    }
+}
+
+/// One enforcement pass over a snapshot. `order` is the fair-share order of
+/// this cycle; `ratios` the teams' ratios and loads. Does nothing when the
+/// source reports no nodes.
+pub fn enforce(
+    state: &AppState,
+    actions: &dyn SlurmActions,
+    snap: &SlurmSnapshot,
+    order: &[Placed],
+    ratios: &TeamTable,
+    cfg: &ProtectionConfig,
+) -> Result<EnforceReport> {
+    let mut rep = EnforceReport::default();
+    if snap.nodes.is_empty() {
+        return Ok(rep);
+    }
+    let now = state.now();
+    let (faulty_rows, history) = {
+        let db = state.db();
+        (db.faulty()?, db.preemptions()?)
+    };
+    let index: HashMap<&str, NodeId> = snap
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i as NodeId))
+        .collect();
+    let len = snap.nodes.len() as u32;
+
+    // Faulty nodes: DRAIN at once (again, if someone resumed the node).
+    let mut faulty: BTreeSet<NodeId> = BTreeSet::new();
+    for f in &faulty_rows {
+        let Some(&ix) = index.get(f.node.as_str()) else {
+            tracing::warn!(node = %f.node, "faulty node unknown to Slurm; ignored");
+            continue;
+        };
+        faulty.insert(ix);
+        let node = &snap.nodes[ix as usize];
+        if !node.state.drain_set() && node.state != NodeState::Down {
+            let reason = drain_reason(f);
+            let res = actions.drain(&f.node, &reason);
+            rep.drained += usize::from(res.is_ok());
+            rep.failed += usize::from(res.is_err());
+            log(
+                state,
+                ActionRow {
+                    id: 0,
+                    at: now,
+                    action: "drain".into(),
+                    job: None,
+                    run_start: None,
+                    node: Some(f.node.clone()),
+                    cause_job: None,
+                    rule: Some("faulty_node".into()),
+                    lost_gpu_s: 0.0,
+                    ok: res.is_ok(),
+                    detail: match &res {
+                        Ok(()) => reason,
+                        Err(e) => format!("drain failed: {e}"),
+                    },
+                },
+            )?;
+        }
+    }
+
+    // Running jobs with known placements; runs we already ended are gone.
+    let mut used = vec![0u32; snap.nodes.len()];
+    let mut running: Vec<RunningJob> = Vec::new();
+    let mut by_id: HashMap<JobId, &SlurmJob> = HashMap::new();
+    for j in &snap.running {
+        let Some(start) = j.start else { continue };
+        if j.alloc.is_empty() {
+            continue;
+        }
+        if state.db().run_ended_by_us(j.job.0, start)? {
+            continue;
+        }
+        let gpus_on: Vec<(NodeId, u32)> = j
+            .alloc
+            .iter()
+            .filter_map(|(n, g)| index.get(n.as_str()).map(|&ix| (ix, *g)))
+            .collect();
+        for &(ix, g) in &gpus_on {
+            used[ix as usize] += g;
+        }
+        let r = RunningJob {
+            id: j.job,
+            account: j.account.clone(),
+            gpus_on,
+            min_runtime_s: j.min_runtime_s as f64,
+            started_s: start as f64,
+            resumable: j.resumable,
+        };
+        // A victim that has run its min runtime since its restart may
+        // preempt again.
+        if let Some(h) = history.get(&j.job.0) {
+            if h.owes && start >= h.at && !r.protected(now as f64, cfg) {
+                state.db().settle_preemption(j.job.0)?;
+            }
+        }
+        by_id.insert(j.job, j);
+        running.push(r);
+    }
+    let capacity = snap.nodes.iter().map(|n| n.gpus).max().unwrap_or(0);
+    let room = NodeRoom {
+        capacity,
+        free: snap
+            .nodes
+            .iter()
+            .zip(&used)
+            .map(|(n, u)| n.gpus.saturating_sub(*u))
+            .collect(),
+        usable: NodeSet::from_nodes(
+            len,
+            snap.nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.state == NodeState::Up && n.gpus > 0)
+                .map(|(i, _)| i as NodeId),
+        ),
+    };
+
+    // Eligible pending jobs in fair-share order.
+    let pending: HashMap<JobId, &SlurmJob> = snap.pending.iter().map(|j| (j.job, j)).collect();
+    let history = state.db().preemptions()?;
+    let queue: Vec<PendingJob> = order
+        .iter()
+        .filter_map(|p| pending.get(&p.job.job).copied())
+        .filter(|j| j.eligible)
+        .map(|j| {
+            let (w, g) = j.shape();
+            let h = history.get(&j.job.0);
+            PendingJob {
+                id: j.job,
+                account: j.account.clone(),
+                shape: JobShape::new(w, g),
+                min_runtime_s: j.min_runtime_s as f64,
+                preempted_by: h.and_then(|h| h.by_job).map(JobId),
+                owes_min_runtime: h.is_some_and(|h| h.owes),
+            }
+        })
+        .collect();
+
+    let plan = plan_cycle(&queue, &running, &room, &faulty, ratios, now as f64, cfg);
+    for p in &plan.preemptions {
+        let Some(victim) = by_id.get(&p.victim).copied() else {
+            continue;
+        };
+        let cause = p.for_job.and_then(|c| pending.get(&c).copied());
+        let reason = explain_preemption(p, victim, cause);
+        let (action, res) = if p.requeue {
+            match actions.requeue(victim.job) {
+                Ok(()) => ("requeue", Ok(())),
+                Err(e) => {
+                    // Slurm refused the requeue (e.g. --no-requeue): the
+                    // job must still give the room back.
+                    let r = format!("{reason}; requeue refused by Slurm ({e}), cancelled instead");
+                    (
+                        "cancel",
+                        actions.cancel(victim.job, &r).map_err(|e2| {
+                            BudgetError::Slurm(format!("requeue: {e}; cancel: {e2}"))
+                        }),
+                    )
+                }
+            }
+        } else {
+            ("cancel", actions.cancel(victim.job, &reason))
+        };
+        let node = match &p.rule {
+            VictimRule::FaultyNode { node } => {
+                snap.nodes.get(*node as usize).map(|n| n.name.clone())
+            }
+            _ => None,
+        };
+        let rule = rule_name(&p.rule);
+        match &res {
+            Ok(()) => {
+                if action == "requeue" {
+                    rep.requeued += 1;
+                } else {
+                    rep.cancelled += 1;
+                }
+                state
+                    .db()
+                    .record_preemption(victim.job.0, p.for_job.map(|c| c.0), now)?;
+                tracing::info!(
+                    action,
+                    job = victim.job.0,
+                    cause = ?p.for_job.map(|c| c.0),
+                    rule,
+                    node = ?node,
+                    lost_gpu_s = p.lost_gpu_s,
+                    "{reason}"
+                );
+            }
+            Err(e) => {
+                rep.failed += 1;
+                tracing::warn!(
+                    action,
+                    job = victim.job.0,
+                    cause = ?p.for_job.map(|c| c.0),
+                    rule,
+                    error = %e,
+                    "preemption failed; retried next cycle"
+                );
+            }
+        }
+        log(
+            state,
+            ActionRow {
+                id: 0,
+                at: now,
+                action: action.into(),
+                job: Some(victim.job.0),
+                run_start: victim.start,
+                node,
+                cause_job: p.for_job.map(|c| c.0),
+                rule: Some(rule.into()),
+                lost_gpu_s: p.lost_gpu_s,
+                ok: res.is_ok(),
+                detail: match &res {
+                    Ok(()) => reason,
+                    Err(e) => format!("{reason}; FAILED: {e}"),
+                },
+            },
+        )?;
+    }
+    for ix in &plan.drain {
+        if let Some(n) = snap.nodes.get(*ix as usize) {
+            tracing::debug!(node = %n.name, state = ?n.state, "faulty node empty: drained for repair");
+        }
+    }
+
+    // Requeued victims still waiting for Slurm's begin time: start them now.
+    for j in &snap.pending {
+        let Some(begin) = j.begin_after else { continue };
+        let ours = history
+            .get(&j.job.0)
+            .is_some_and(|h| now - h.at <= 600 && begin > now);
+        if ours {
+            match actions.start_now(j.job) {
+                Ok(()) => {
+                    rep.restarted += 1;
+                    tracing::info!(
+                        job = j.job.0,
+                        begin,
+                        "reset the begin time of a requeued job to now"
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(job = j.job.0, error = %e, "could not reset the begin time")
+                }
+            }
+        }
+    }
+    Ok(rep)
+}
+
+fn log(state: &AppState, row: ActionRow) -> Result<()> {
+    state.db().log_action(&row)?;
+    Ok(())
+}
+
+/// The DRAIN reason Slurm shows for a faulty node.
+pub fn drain_reason(f: &FaultyNode) -> String {
+    format!("compass faulty: {} (by {})", f.reason, f.by)
+}
+
+/// What `compass node fault|repaired` did.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct NodeChange {
+    pub node: String,
+    pub faulty: bool,
+    /// The node's state in Slurm as last seen (`up`, `draining`, ...), if known.
+    pub slurm_state: Option<NodeState>,
+    pub detail: String,
+}
+
+fn known_node(state: &AppState, node: &str) -> Option<SlurmNode> {
+    state.nodes().into_iter().find(|n| n.name == node)
+}
+
+/// Marks `node` faulty: records it and drains it in Slurm at once (when the
+/// service acts on Slurm). An unknown node is refused.
+pub fn mark_faulty(state: &AppState, node: &str, reason: &str, who: &str) -> Result<NodeChange> {
+    if node.trim().is_empty() {
+        return Err(BudgetError::field("node", "a node name is required"));
+    }
+    if reason.trim().is_empty() {
+        return Err(BudgetError::field(
+            "reason",
+            "say why the node is faulty (kept with the record and in Slurm's node reason)",
+        ));
+    }
+    let known = state.nodes();
+    if !known.is_empty() && !known.iter().any(|n| n.name == node) {
+        return Err(BudgetError::NotFound(format!(
+            "Slurm has no node `{node}` (known: {})",
+            known
+                .iter()
+                .map(|n| n.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let now = state.now();
+    let f = FaultyNode {
+        node: node.to_string(),
+        reason: reason.to_string(),
+        since: now,
+        by: who.to_string(),
+    };
+    let detail = match state.actions() {
+        Some(a) => {
+            let why = drain_reason(&f);
+            a.drain(node, &why)?;
+            state.db().log_action(&ActionRow {
+                id: 0,
+                at: now,
+                action: "drain".into(),
+                job: None,
+                run_start: None,
+                node: Some(node.to_string()),
+                cause_job: None,
+                rule: Some("admin".into()),
+                lost_gpu_s: 0.0,
+                ok: true,
+                detail: why.clone(),
+            })?;
+            tracing::info!(node, who, reason, "node marked faulty and set to DRAIN");
+            format!(
+                "set to DRAIN in Slurm ({why}); its jobs are preempted as their protections end"
+            )
+        }
+        None => {
+            tracing::info!(
+                node,
+                who,
+                reason,
+                "node marked faulty (no Slurm actions configured)"
+            );
+            "recorded; this service does not act on Slurm (slurm is not \"libslurm\")".to_string()
+        }
+    };
+    state.db().set_faulty(&f)?;
+    Ok(NodeChange {
+        node: node.to_string(),
+        faulty: true,
+        slurm_state: known_node(state, node).map(|n| n.state),
+        detail,
+    })
+}
+
+/// Returns a repaired node: resumes it in Slurm and clears the record.
+pub fn mark_repaired(state: &AppState, node: &str, who: &str) -> Result<NodeChange> {
+    let is_faulty = state.db().faulty()?.iter().any(|f| f.node == node);
+    if !is_faulty {
+        return Err(BudgetError::NotFound(format!(
+            "node `{node}` is not marked faulty (see `compass node list`)"
+        )));
+    }
+    let now = state.now();
+    let detail = match state.actions() {
+        Some(a) => {
+            let res = a.resume(node);
+            if let Err(BudgetError::NotFound(m)) = &res {
+                return Err(BudgetError::NotFound(m.clone()));
+            }
+            state.db().log_action(&ActionRow {
+                id: 0,
+                at: now,
+                action: "resume".into(),
+                job: None,
+                run_start: None,
+                node: Some(node.to_string()),
+                cause_job: None,
+                rule: Some("admin".into()),
+                lost_gpu_s: 0.0,
+                ok: res.is_ok(),
+                detail: match &res {
+                    Ok(()) => format!("repaired (by {who}): resumed in Slurm"),
+                    Err(e) => format!("repaired (by {who}); resume refused by Slurm: {e}"),
+                },
+            })?;
+            match res {
+                Ok(()) => "resumed in Slurm".to_string(),
+                Err(e) => format!("record cleared; Slurm refused the resume: {e}"),
+            }
+        }
+        None => "record cleared".to_string(),
+    };
+    state.db().clear_faulty(node)?;
+    tracing::info!(node, who, "node repaired");
+    Ok(NodeChange {
+        node: node.to_string(),
+        faulty: false,
+        slurm_state: known_node(state, node).map(|n| n.state),
+        detail,
+    })
+}
