@@ -46,6 +46,8 @@ enum Command {
     Budget(compass_budget::cli::BudgetArgs),
     /// Explain a pending job's place in the fair-share queue.
     Why(compass_budget::cli::WhyArgs),
+    /// Mark Slurm nodes faulty or repaired through compass-budgetd (admins), or list them.
+    Node(compass_budget::cli::NodeArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,17 +60,19 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Simulate(args) => simulate::run(args),
-        Command::Compare(args) => compare::run(args),
-        Command::Bench(args) => bench::run(args),
-        Command::Status(args) => status::run(args),
-        Command::Budget(args) => compass_budget::cli::run_budget(&args)
-            .map_err(|e| error::CliError::Failed(e.to_string())),
-        Command::Why(args) => {
-            compass_budget::cli::run_why(&args).map_err(|e| error::CliError::Failed(e.to_string()))
-        }
-    };
+    let result =
+        match cli.command {
+            Command::Simulate(args) => simulate::run(args),
+            Command::Compare(args) => compare::run(args),
+            Command::Bench(args) => bench::run(args),
+            Command::Status(args) => status::run(args),
+            Command::Budget(args) => compass_budget::cli::run_budget(&args)
+                .map_err(|e| error::CliError::Failed(e.to_string())),
+            Command::Why(args) => compass_budget::cli::run_why(&args)
+                .map_err(|e| error::CliError::Failed(e.to_string())),
+            Command::Node(args) => compass_budget::cli::run_node(&args)
+                .map_err(|e| error::CliError::Failed(e.to_string())),
+        };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -520,3 +520,340 @@ pub fn mark_repaired(state: &AppState, node: &str, who: &str) -> Result<NodeChan
         detail,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Authenticator;
+    use crate::config::Config;
+    use crate::cycle::Cycle;
+    use crate::db::Db;
+    use crate::slurm::{FakeAction, FakeSlurm};
+    use crate::state::TestClock;
+    use compass_core::fairshare::{Interval, Kind, NodeSpec};
+    use std::sync::Arc;
+
+    const T0: i64 = 1_800_000_000;
+
+    struct NoAuth;
+    impl Authenticator for NoAuth {
+        fn authenticate(&self, _c: &str, _p: &[u8]) -> Result<String> {
+            Err(BudgetError::Unauthenticated("tests".into()))
+        }
+    }
+
+    struct World {
+        state: Arc<AppState>,
+        clock: Arc<TestClock>,
+        slurm: Arc<FakeSlurm>,
+        cycle: Cycle,
+    }
+
+    impl World {
+        fn new(extra: &str, db: Db) -> World {
+            let config = Config::parse(
+                &format!("db = \":memory:\"\ncapacity_gpus = 16\nwindow_s = 3600\n{extra}"),
+                "t",
+            )
+            .unwrap();
+            let clock = Arc::new(TestClock::new(T0));
+            let state = AppState::new(config, db, Arc::new(NoAuth), clock.clone());
+            state
+                .db()
+                .edit_tree("root", "import", "30/70", T0, |_| {
+                    Ok(vec![
+                        spec("org", None, 1.0, None),
+                        spec("rich", Some("org"), 0.3, Some("rich")),
+                        spec("poor", Some("org"), 0.7, Some("poor")),
+                    ])
+                })
+                .unwrap();
+            let slurm = Arc::new(FakeSlurm::new());
+            slurm.add_node("n1", 8);
+            slurm.add_node("n2", 8);
+            slurm.set_now(T0);
+            let cycle =
+                Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+            World {
+                state,
+                clock,
+                slurm,
+                cycle,
+            }
+        }
+        fn plain() -> World {
+            World::new("", Db::open_in_memory().unwrap())
+        }
+        fn at(&mut self, t: i64) -> EnforceReport {
+            self.clock.set(t);
+            self.slurm.set_now(t);
+            self.cycle.step().unwrap().enforced
+        }
+        /// A job running since `start` on `node` with `gpus` GPUs.
+        fn run(
+            &self,
+            id: u64,
+            account: &str,
+            node: &str,
+            gpus: u32,
+            min: u64,
+            res: bool,
+            start: i64,
+        ) {
+            self.slurm.put(SlurmJob::basic(
+                JobId(id),
+                account,
+                gpus,
+                min,
+                res,
+                0,
+                start - 10,
+            ));
+            self.slurm.start_on(JobId(id), start, &[(node, gpus)]);
+        }
+        fn pend(&self, id: u64, account: &str, w: u32, g: u32, min: u64) {
+            let mut j = SlurmJob::basic(JobId(id), account, w * g, min, true, 0, T0);
+            j.instances = w;
+            self.slurm.put(j);
+        }
+        fn acts(&self, job: u64) -> Vec<ActionRow> {
+            self.state.db().actions(Some(job), 100).unwrap()
+        }
+        fn seed_rich_usage(&self) {
+            self.state
+                .db()
+                .ingest(
+                    &[Interval {
+                        job: JobId(999),
+                        account: "rich".into(),
+                        gpus: 8,
+                        start: T0 - 3000,
+                        end: Some(T0 - 100),
+                        kind: Kind::Allocated,
+                    }],
+                    T0,
+                )
+                .unwrap();
+        }
+    }
+
+    fn spec(name: &str, parent: Option<&str>, share: f64, account: Option<&str>) -> NodeSpec {
+        NodeSpec {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            share,
+            managers: vec![],
+            account: account.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn unallocated_job_requeued_within_one_cycle_and_only_once() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 3600, false, T0 - 100);
+        assert_eq!(w.at(T0), EnforceReport::default());
+        w.pend(3, "poor", 1, 8, 600);
+        let rep = w.at(T0 + 1);
+        assert_eq!(rep.requeued, 1, "{rep:?}");
+        assert_eq!(w.slurm.actions(), vec![FakeAction::Requeue(JobId(1))]);
+        let a = &w.acts(1)[0];
+        assert_eq!(
+            (
+                a.action.as_str(),
+                a.cause_job,
+                a.rule.as_deref(),
+                a.run_start
+            ),
+            ("requeue", Some(3), Some("unallocated"), Some(T0 - 100))
+        );
+        assert!(a.detail.contains("unallocated time"), "{}", a.detail);
+        // Slurm still lists the run (completing): never acted on twice.
+        w.slurm.start_on(JobId(1), T0 - 100, &[("n1", 8)]);
+        assert_eq!(w.at(T0 + 2), EnforceReport::default());
+        assert_eq!(w.acts(1).len(), 1);
+    }
+
+    #[test]
+    fn non_resumable_victim_is_cancelled_with_its_reason() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n1", 8, 0, false, T0 - 100);
+        w.run(2, "rich", "n2", 8, 0, true, T0 - 50);
+        w.pend(3, "poor", 2, 8, 600);
+        let rep = w.at(T0);
+        assert_eq!((rep.requeued, rep.cancelled), (1, 1), "{rep:?}");
+        let acts = w.slurm.actions();
+        assert!(acts.contains(&FakeAction::Requeue(JobId(2))), "{acts:?}");
+        assert!(!acts.contains(&FakeAction::Requeue(JobId(1))), "{acts:?}");
+        let reason = w.slurm.comment(JobId(1)).expect("cancel reason");
+        assert!(reason.contains("cancelled (not resumable)"), "{reason}");
+        assert!(reason.contains("pending job 3"), "{reason}");
+        assert!(w.slurm.job(JobId(1)).unwrap().end.is_some());
+    }
+
+    #[test]
+    fn protected_job_kept_until_its_min_runtime_then_preempted() {
+        let mut w = World::plain();
+        w.seed_rich_usage();
+        w.run(1, "rich", "n1", 8, 20, true, T0);
+        w.run(2, "poor", "n2", 8, 3600, true, T0);
+        w.pend(3, "poor", 1, 8, 600);
+        for t in [T0, T0 + 10, T0 + 19] {
+            assert_eq!(w.at(t), EnforceReport::default(), "protected at {t}");
+        }
+        let rep = w.at(T0 + 20);
+        assert_eq!(rep.requeued, 1);
+        let a = &w.acts(1)[0];
+        assert_eq!(
+            (a.cause_job, a.rule.as_deref(), a.at),
+            (Some(3), Some("over_served"), T0 + 20)
+        );
+        // The poorer team's protected job is never a victim.
+        assert!(w.acts(2).is_empty());
+    }
+
+    #[test]
+    fn team_within_its_allocation_keeps_its_jobs() {
+        // rich runs 4 GPUs (allocation 4.8): still prioritised.
+        let mut w = World::plain();
+        w.seed_rich_usage();
+        w.run(1, "rich", "n1", 4, 20, true, T0);
+        w.run(2, "poor", "n1", 4, 3600, true, T0);
+        w.run(4, "poor", "n2", 8, 3600, true, T0);
+        w.pend(3, "poor", 1, 8, 600);
+        assert_eq!(w.at(T0 + 100), EnforceReport::default());
+    }
+
+    #[test]
+    fn faulty_node_drains_at_once_and_empties_as_protections_end() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n1", 4, 20, true, T0);
+        w.run(2, "rich", "n1", 4, 0, true, T0);
+        w.at(T0);
+        let e = mark_faulty(&w.state, "n9", "typo", "root").unwrap_err();
+        assert!(matches!(e, BudgetError::NotFound(_)), "{e}");
+        assert!(mark_faulty(&w.state, "n1", " ", "root").is_err());
+        mark_faulty(&w.state, "n1", "ECC errors", "root").unwrap();
+        assert_eq!(
+            w.slurm.actions()[0],
+            FakeAction::Drain("n1".into(), "compass faulty: ECC errors (by root)".into())
+        );
+        let rep = w.at(T0 + 1);
+        assert_eq!(rep.requeued, 1, "the unallocated job goes at once");
+        assert_eq!(w.acts(2)[0].rule.as_deref(), Some("faulty_node"));
+        assert_eq!(w.acts(2)[0].node.as_deref(), Some("n1"));
+        assert_eq!(w.state.nodes()[0].state, NodeState::Draining);
+        assert_eq!(w.at(T0 + 19).requeued, 0, "protected until T0+20");
+        assert_eq!(w.at(T0 + 20).requeued, 1);
+        w.at(T0 + 21);
+        assert_eq!(w.state.nodes()[0].state, NodeState::Drained);
+        // Requeued jobs do not go back to the faulty node: no room there.
+        mark_repaired(&w.state, "n1", "root").unwrap();
+        assert_eq!(
+            w.slurm.actions().last(),
+            Some(&FakeAction::Resume("n1".into()))
+        );
+        assert!(w.state.db().faulty().unwrap().is_empty());
+        assert!(matches!(
+            mark_repaired(&w.state, "n1", "root"),
+            Err(BudgetError::NotFound(_))
+        ));
+        let kinds: Vec<String> = w
+            .state
+            .db()
+            .actions(None, 100)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.action)
+            .collect();
+        assert_eq!(kinds, ["resume", "requeue", "requeue", "drain"]);
+    }
+
+    #[test]
+    fn a_resumed_faulty_node_is_drained_again_by_the_cycle() {
+        let mut w = World::plain();
+        w.at(T0);
+        mark_faulty(&w.state, "n2", "fans", "root").unwrap();
+        // Someone resumes it behind compass's back.
+        w.slurm.resume("n2").unwrap();
+        let rep = w.at(T0 + 1);
+        assert_eq!(rep.drained, 1);
+        assert_eq!(w.at(T0 + 2).drained, 0);
+        assert_eq!(w.state.nodes()[1].state, NodeState::Drained);
+    }
+
+    #[test]
+    fn no_ping_pong_survives_a_restart() {
+        let dir = std::env::temp_dir().join(format!("compass-enforce-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("b.db");
+        {
+            let mut w = World::new("", Db::open(&path).unwrap());
+            w.seed_rich_usage();
+            w.run(1, "rich", "n1", 8, 600, true, T0 - 1000);
+            w.run(2, "poor", "n2", 8, 3600, true, T0);
+            w.pend(3, "poor", 1, 8, 600);
+            assert_eq!(w.at(T0).requeued, 1);
+        }
+        // A new service on the same database: job 1 (pending again, owes its
+        // min runtime) may not preempt, even an unallocated job.
+        let mut w = World::new("", Db::open(&path).unwrap());
+        let mut j = SlurmJob::basic(JobId(1), "rich", 8, 600, true, 0, T0);
+        j.instances = 1;
+        w.slurm.put(j);
+        w.run(5, "poor", "n1", 8, 0, true, T0 + 5);
+        w.run(2, "poor", "n2", 8, 3600, true, T0);
+        assert_eq!(w.at(T0 + 10), EnforceReport::default());
+        let h = w.state.db().preemptions().unwrap();
+        assert_eq!(h[&1].by_job, Some(3));
+        assert!(h[&1].owes);
+        // Once it has run its min runtime again, it may.
+        w.slurm.purge(JobId(5));
+        w.slurm.start_on(JobId(1), T0 + 20, &[("n1", 8)]);
+        w.at(T0 + 700);
+        assert!(!w.state.db().preemptions().unwrap()[&1].owes);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn requeued_job_waiting_for_its_begin_time_is_started_now() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 3600, true, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        w.at(T0);
+        // Slurm kept the 121 s begin time.
+        let mut j = w.slurm.job(JobId(1)).unwrap();
+        j.begin_after = Some(T0 + 121);
+        w.slurm.put(j);
+        assert_eq!(w.at(T0 + 1).restarted, 1);
+        assert_eq!(
+            w.slurm.actions().last(),
+            Some(&FakeAction::StartNow(JobId(1)))
+        );
+    }
+
+    #[test]
+    fn enforcement_off_only_orders() {
+        let mut w = World::new(
+            "[protection]\nenforce = false\n",
+            Db::open_in_memory().unwrap(),
+        );
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 0, true, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        assert_eq!(w.at(T0), EnforceReport::default());
+        assert!(w.slurm.actions().is_empty());
+    }
+
+    #[test]
+    fn held_jobs_cause_no_preemption() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 0, true, T0 - 100);
+        let mut j = SlurmJob::basic(JobId(3), "poor", 8, 600, true, 0, T0);
+        j.eligible = false;
+        w.slurm.put(j);
+        assert_eq!(w.at(T0), EnforceReport::default());
+    }
+}

@@ -526,6 +526,10 @@ async fn openapi_documents_every_route_and_dashboard_renders_data() {
         "/api/v1/reports/owed",
         "/api/v1/audit",
         "/api/v1/ledger",
+        "/api/v1/actions",
+        "/api/v1/hosts",
+        "/api/v1/hosts/{node}/fault",
+        "/api/v1/hosts/{node}/repaired",
     ] {
         assert!(
             paths.contains_key(p),
