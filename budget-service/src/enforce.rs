@@ -590,6 +590,7 @@ mod tests {
             self.cycle.step().unwrap().enforced
         }
         /// A job running since `start` on `node` with `gpus` GPUs.
+        #[allow(clippy::too_many_arguments)]
         fn run(
             &self,
             id: u64,

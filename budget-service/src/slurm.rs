@@ -65,7 +65,6 @@ impl SlurmJob {
 
     /// A job with only the fields every source knows; the enforcement fields
     /// take their defaults (no allocation, one instance, eligible).
-    #[allow(clippy::too_many_arguments)]
     pub fn basic(
         job: JobId,
         account: &str,
@@ -99,7 +98,7 @@ impl SlurmJob {
         if self.gpus == 0 {
             return (w, 0);
         }
-        if self.gpus % w == 0 {
+        if self.gpus.is_multiple_of(w) {
             (w, self.gpus / w)
         } else {
             (1, self.gpus)
