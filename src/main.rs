@@ -60,19 +60,18 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    let result =
-        match cli.command {
-            Command::Simulate(args) => simulate::run(args),
-            Command::Compare(args) => compare::run(args),
-            Command::Bench(args) => bench::run(args),
-            Command::Status(args) => status::run(args),
-            Command::Budget(args) => compass_budget::cli::run_budget(&args)
-                .map_err(|e| error::CliError::Failed(e.to_string())),
-            Command::Why(args) => compass_budget::cli::run_why(&args)
-                .map_err(|e| error::CliError::Failed(e.to_string())),
-            Command::Node(args) => compass_budget::cli::run_node(&args)
-                .map_err(|e| error::CliError::Failed(e.to_string())),
-        };
+    let result = match cli.command {
+        Command::Simulate(args) => simulate::run(args),
+        Command::Compare(args) => compare::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Node(a) => compass_budget::cli::node_command(&a).map_err(error::CliError::Failed),
+        Command::Budget(args) => compass_budget::cli::run_budget(&args)
+            .map_err(|e| error::CliError::Failed(e.to_string())),
+        Command::Why(args) => {
+            compass_budget::cli::run_why(&args).map_err(|e| error::CliError::Failed(e.to_string()))
+        }
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

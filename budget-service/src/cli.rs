@@ -457,6 +457,11 @@ pub fn render_hosts(v: &Value) -> String {
     out
 }
 
+/// [`run_node`] with the error as text (what the `compass` binary prints).
+pub fn node_command(args: &NodeArgs) -> std::result::Result<(), String> {
+    run_node(args).map_err(|e| e.to_string())
+}
+
 /// Runs `compass node ...`.
 pub fn run_node(args: &NodeArgs) -> Result<()> {
     let c = Client::new(&args.conn);

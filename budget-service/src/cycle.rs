@@ -142,7 +142,7 @@ impl Cycle {
         }
         let (tree, usage) = {
             let mut db = self.state.db();
-            let r = db.ingest(&observed, now)?;
+            let r = db.ingest_observed(&observed, now)?;
             rep.ingested = r.inserted;
             rep.closed = r.closed + db.close_vanished(&running)?;
             let mut d: Vec<(String, f64)> = demand.into_iter().collect();

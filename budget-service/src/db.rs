@@ -219,12 +219,56 @@ impl Db {
     /// core's idempotent rules ([`Ledger::ingest`]). `seen_at` is recorded as
     /// the last time each interval was observed.
     pub fn ingest(&mut self, observed: &[Interval], seen_at: UnixSecs) -> Result<IngestReport> {
+        self.ingest_with(observed, seen_at, false)
+    }
+
+    /// [`Db::ingest`] for what Slurm reports each cycle: the first
+    /// observation of a run fixes its account, GPUs and kind. A job that is
+    /// completing on several nodes reports fewer GPUs as its nodes finish;
+    /// that must close the interval, not fail the cycle.
+    pub fn ingest_observed(
+        &mut self,
+        observed: &[Interval],
+        seen_at: UnixSecs,
+    ) -> Result<IngestReport> {
+        self.ingest_with(observed, seen_at, true)
+    }
+
+    fn ingest_with(
+        &mut self,
+        observed: &[Interval],
+        seen_at: UnixSecs,
+        first_wins: bool,
+    ) -> Result<IngestReport> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut rep = IngestReport::default();
         for obs in observed {
             let cur = get_interval(&tx, obs.job, obs.start)?;
+            let mut fixed;
+            let obs = match &cur {
+                Some(c)
+                    if first_wins
+                        && (c.account != obs.account
+                            || c.gpus != obs.gpus
+                            || c.kind != obs.kind) =>
+                {
+                    tracing::debug!(
+                        job = obs.job.0,
+                        start = obs.start,
+                        gpus = obs.gpus,
+                        ledger_gpus = c.gpus,
+                        "run reported with other account/GPUs/kind; keeping its first observation"
+                    );
+                    fixed = obs.clone();
+                    fixed.account = c.account.clone();
+                    fixed.gpus = c.gpus;
+                    fixed.kind = c.kind;
+                    &fixed
+                }
+                _ => obs,
+            };
             let mut one = Ledger::new();
             if let Some(c) = cur {
                 one.ingest(c)?;
@@ -788,6 +832,30 @@ mod tests {
             db.ledger_between(0, 1000).unwrap().usage(0, 1000)["acct-a"].charged_gpu_s,
             120.0
         );
+    }
+
+    #[test]
+    fn slurm_ingest_keeps_the_first_observation_of_a_run() {
+        let mut db = seeded();
+        let mut iv = Interval {
+            job: JobId(3),
+            account: "acct-a".into(),
+            gpus: 16,
+            start: 100,
+            end: None,
+            kind: Kind::Allocated,
+        };
+        db.ingest_observed(std::slice::from_ref(&iv), 110).unwrap();
+        // Completing on one of its two nodes: Slurm now says 8 GPUs.
+        iv.gpus = 8;
+        iv.end = Some(200);
+        assert!(
+            db.ingest(std::slice::from_ref(&iv), 200).is_err(),
+            "strict for the API"
+        );
+        assert_eq!(db.ingest_observed(&[iv], 200).unwrap().closed, 1);
+        let l = db.latest_interval(JobId(3)).unwrap().unwrap();
+        assert_eq!((l.gpus, l.end), (16, Some(200)));
     }
 
     #[test]

@@ -33,6 +33,12 @@ use crate::error::{BudgetError, Result};
 use crate::slurm::{NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSnapshot};
 use crate::state::AppState;
 
+/// A requeued job whose begin time is at most this far ahead is left alone
+/// (the real sink restarts victims 2 s after now, see
+/// [`crate::slurm::libslurm::RESTART_DELAY_S`]); further ahead it is Slurm's
+/// 121 s hold and is reset.
+pub const RESTART_SLACK_S: i64 = 5;
+
 /// What one enforcement pass did.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct EnforceReport {
@@ -358,7 +364,7 @@ pub fn enforce(
         let Some(begin) = j.begin_after else { continue };
         let ours = history
             .get(&j.job.0)
-            .is_some_and(|h| now - h.at <= 600 && begin > now);
+            .is_some_and(|h| now - h.at <= 600 && begin > now + RESTART_SLACK_S);
         if ours {
             match actions.start_now(j.job) {
                 Ok(()) => {

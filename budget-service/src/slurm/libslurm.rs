@@ -161,14 +161,15 @@ fn acted(what: &str, job: JobId, r: std::result::Result<(), UpdateError>) -> Res
 }
 
 impl SlurmActions for LibSlurm {
-    /// `slurm_requeue`, then `begin_time = now` (best effort: a job still
-    /// completing may refuse it; the cycle retries with
-    /// [`SlurmActions::start_now`] while the job waits for its begin time).
+    /// `slurm_requeue`, then `begin_time = now + RESTART_DELAY_S` (best
+    /// effort: Slurm sets the 121 s begin time when the old run has
+    /// completed, which may come after this; the cycle then resets it with
+    /// [`SlurmActions::start_now`]).
     fn requeue(&self, job: JobId) -> Result<()> {
         ffi::init(self.conf.as_deref())?;
         let id = job_id32(job)?;
         acted("requeue", job, ffi::requeue(id))?;
-        if let Err(e) = ffi::set_begin_time(id, unix_now()) {
+        if let Err(e) = ffi::set_begin_time(id, unix_now() + RESTART_DELAY_S) {
             tracing::debug!(job = id, error = ?e, "begin time not reset at requeue; the next cycle retries");
         }
         Ok(())
@@ -213,6 +214,14 @@ impl SlurmActions for LibSlurm {
         ffi::update_node(node, false, "")
     }
 }
+
+/// Seconds between a requeue and the earliest restart. Slurm holds a
+/// requeued job `cred_expire + 1` (121) s because slurmd refuses any
+/// credential of the job created in or before the second its old run was
+/// revoked: a restart within that same second fails the job ("Killing
+/// non-startable batch job: Job credential revoked", seen on the lab
+/// cluster). Two seconds clear it.
+pub const RESTART_DELAY_S: i64 = 2;
 
 fn unix_now() -> i64 {
     std::time::SystemTime::now()
