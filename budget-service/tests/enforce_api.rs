@@ -248,6 +248,16 @@ async fn node_fault_repaired_actions_and_why() {
         "{text}"
     );
 
+    // The dashboard embeds the latest actions.
+    let (st, page) = call(&router, "GET", "/", None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    let page = page.as_str().unwrap();
+    assert!(page.contains("actions-table"), "table present");
+    assert!(
+        page.contains("\"action\":\"requeue\"") && page.contains("\"cause_job\":3"),
+        "data embedded"
+    );
+
     // Repaired: resumed in Slurm, record cleared.
     let (st, v) = call(
         &router,

@@ -56,6 +56,8 @@ pub struct RawJob {
     pub state_reason: u32,
     pub eligible_time: i64,
     pub restart_cnt: u32,
+    /// `req_nodes`: nodes the job requires (`-w`), empty if none.
+    pub req_nodes: String,
 }
 
 /// libslurm keeps one global configuration per process: the first
@@ -207,6 +209,7 @@ pub fn load_jobs() -> Result<Vec<RawJob>> {
             state_reason: u32::from(j.state_reason),
             eligible_time: j.eligible_time,
             restart_cnt: u32::from(j.restart_cnt),
+            req_nodes: text(j.req_nodes),
         })
         .collect())
 }

@@ -342,8 +342,11 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
         };
         let flags = compass_slurm::flags::parse_admin_comment(&r.admin_comment).unwrap_or_default();
         let has_start = !pending && r.start_time > 0;
+        // Jobs pinned to nodes (`-w`) cause no preemption: the planner
+        // would free room anywhere, maybe where they cannot run.
         let eligible = pending
             && r.priority != 0
+            && r.req_nodes.is_empty()
             && matches!(
                 r.state_reason,
                 WAIT_NO_REASON | WAIT_PRIORITY | WAIT_RESOURCES
@@ -534,5 +537,80 @@ mod tests {
         );
         assert_eq!(s.ended[0].min_runtime_s, 0);
         assert!(s.pending.is_empty());
+    }
+
+    #[test]
+    fn allocations_eligibility_and_nodes_for_enforcement() {
+        assert_eq!(detail_gpus("gpu:4(IDX:0-3)"), 4);
+        assert_eq!(detail_gpus("gpu:a100:3(IDX:0,2-3),mps:0(0/100)"), 3);
+        assert_eq!(detail_gpus("mps:50(0/100)"), 0);
+        let mut run = raw(5, JOB_RUNNING);
+        run.start_time = 100;
+        run.tres_per_node = "gres:gpu:8".into();
+        run.num_nodes = 2;
+        run.nodes = vec!["n1".into(), "n2".into()];
+        run.gres_detail = vec!["gpu:8(IDX:0-7)".into(), "gpu:6(IDX:0-5)".into()];
+        let s = snapshot_of(&[run.clone()]);
+        assert_eq!(
+            s.running[0].alloc,
+            vec![("n1".to_string(), 8), ("n2".to_string(), 6)]
+        );
+        // Without details: the GPUs split over the nodes.
+        run.gres_detail.clear();
+        assert_eq!(
+            alloc_of(&run, 5),
+            vec![("n1".to_string(), 3), ("n2".to_string(), 2)]
+        );
+
+        let mut p = raw(6, JOB_PENDING);
+        p.priority = 100;
+        p.tres_per_task = "gres:gpu:4".into();
+        p.num_tasks = 2;
+        p.state_reason = WAIT_RESOURCES;
+        let j = &snapshot_of(&[p.clone()]).pending[0];
+        assert_eq!(
+            (j.instances, j.gpus, j.shape(), j.eligible),
+            (2, 8, (2, 4), true)
+        );
+        for (reason, prio, req, ok) in [
+            (8, 100, "", false),   // held
+            (9, 100, "", false),   // begin time
+            (2, 100, "", false),   // dependency
+            (1, 0, "", false),     // priority 0: held
+            (1, 100, "n1", false), // pinned with -w
+            (0, 100, "", true),
+        ] {
+            p.state_reason = reason;
+            p.priority = prio;
+            p.req_nodes = req.into();
+            p.eligible_time = 5000;
+            let j = &snapshot_of(&[p.clone()]).pending[0];
+            assert_eq!(j.eligible, ok, "reason {reason} prio {prio} req {req}");
+            assert_eq!(j.begin_after, (reason == 9).then_some(5000));
+        }
+
+        let node = |state: u32| {
+            node_of(&RawNode {
+                name: "n1".into(),
+                gres: "gpu:8".into(),
+                state,
+                reason: String::new(),
+            })
+        };
+        assert_eq!(node(2).state, NodeState::Up); // idle
+        assert_eq!(node(5).gpus, 8);
+        assert_eq!(node(3 | ffi::NODE_STATE_DRAIN).state, NodeState::Draining);
+        assert_eq!(node(2 | ffi::NODE_STATE_DRAIN).state, NodeState::Drained);
+        assert_eq!(node(1 | ffi::NODE_STATE_DRAIN).state, NodeState::Down);
+        assert_eq!(node(2 | ffi::NODE_STATE_FAIL).state, NodeState::Down);
+
+        let c = cancel_comment("compass:min_runtime=0,resumable=0", "job 5 compass: x");
+        assert_eq!(
+            c,
+            "compass:min_runtime=0,resumable=0;preempted: job 5 compass  x"
+        );
+        let f = compass_slurm::flags::parse_admin_comment(&c).unwrap();
+        assert_eq!((f.min_runtime_s, f.resumable), (0, false));
+        assert_eq!(cancel_comment("", "why"), "preempted: why");
     }
 }
