@@ -17,7 +17,14 @@
 //!    node is then `drained`; `repaired` returns it. An unknown node is
 //!    refused.
 //!
-//! Ports 16930-16932 (LAB_PORT_BASE=16930).
+//! 4. The real `compass-budgetd` (`slurm = "libslurm"`, cycle every second)
+//!    with the lab's munged: `compass node fault|repaired` through the CLI
+//!    code (MUNGE-authenticated, admin) drains and resumes a node, refuses
+//!    an unknown one; the daemon preempts an unallocated job on its own and
+//!    `GET /api/v1/queue/{job}` (what `compass why` prints) says why.
+//!
+//! Ports 16930-16932 (LAB_PORT_BASE=16930); the daemon listens on a free
+//! loopback port.
 
 use compass_budget::auth::Authenticator;
 use compass_budget::config::Config;
@@ -29,6 +36,9 @@ use compass_budget::state::{AppState, SystemClock};
 use compass_budget::{BudgetError, Result};
 use compass_core::fairshare::{Interval, Kind, NodeSpec};
 use compass_core::model::JobId;
+mod common;
+
+use compass_budget::cli::{run_node, NodeArgs, NodeCmd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
@@ -602,5 +612,108 @@ fn lab_enforcement_preempts_protects_and_drains() {
         assert!(state.db().faulty().expect("faulty").is_empty());
         let e = enforce::mark_repaired(&state, "n1", "root").expect_err("not faulty any more");
         assert!(matches!(e, BudgetError::NotFound(_)), "{e}");
+    }
+
+    // --- 4. The daemon, the CLI and MUNGE -----------------------------------
+    {
+        lab.clear();
+        let dir = common::TempDir::new("lab-enforce-daemon");
+        let db_path = dir.path().join("budget.db");
+        {
+            let mut db = Db::open(&db_path).expect("daemon db");
+            db.edit_tree("root", "import", "30/70", unix_now(), |_| {
+                Ok(vec![
+                    spec("org", None, 1.0, None),
+                    spec("rich", Some("org"), 0.3, Some(RICH)),
+                    spec("poor", Some("org"), 0.7, Some(POOR)),
+                ])
+            })
+            .expect("daemon tree");
+        }
+        let socket = lab.dir.join("munge/munge.socket.2");
+        let cfg = dir.path().join("budgetd.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "db = \"{}\"\nadmins = [\"root\"]\ncapacity_gpus = {}\nwindow_s = 3600\ncycle_s = 1\n\
+                 munge_socket = \"{}\"\nslurm = \"libslurm\"\nslurm_conf = \"{}\"\n\
+                 [protection]\nmin_runtime_cap_s = 3600\n",
+                db_path.display(),
+                NODES * GPUS,
+                socket.display(),
+                lab.conf.display()
+            ),
+        )
+        .expect("daemon config");
+        let daemon = common::Daemon::start(&cfg, common::free_port());
+        let get = |path: &str| -> serde_json::Value {
+            ureq::get(&format!("{}{path}", daemon.url))
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_to_string().ok())
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default()
+        };
+        let wait = |what: &str, mut ok: Box<dyn FnMut() -> bool + '_>| {
+            let start = Instant::now();
+            while !ok() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "timed out waiting for {what}; squeue:\n{}",
+                    lab.squeue()
+                );
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        };
+        wait(
+            "the daemon's first cycle",
+            Box::new(|| get("/api/v1/hosts")["nodes"].as_array().map_or(0, Vec::len) == 2),
+        );
+        let node = |cmd: NodeCmd| {
+            run_node(&NodeArgs {
+                conn: common::conn(&daemon.url, &socket),
+                cmd,
+            })
+        };
+        node(NodeCmd::Fault {
+            node: "n2".into(),
+            reason: "PSU".into(),
+        })
+        .expect("compass node fault n2");
+        assert_eq!(lab.node_state("n2"), "drained", "empty: drained at once");
+        let e = node(NodeCmd::Fault {
+            node: "n7".into(),
+            reason: "typo".into(),
+        })
+        .expect_err("unknown node");
+        assert!(e.to_string().contains("404"), "{e}");
+        assert_eq!(get("/api/v1/hosts")["faulty"][0]["by"], "root");
+        node(NodeCmd::Repaired { node: "n2".into() }).expect("compass node repaired n2");
+        // Slurm marks a resumed node not responding (`idle*`) until its
+        // next ping.
+        wait(
+            "n2 back in service",
+            Box::new(|| lab.node_state("n2") == "idle"),
+        );
+
+        // The daemon preempts on its own; `why` explains it.
+        let u = lab.submit(RICH, "--gres=gpu:8", 0, true, &["-w", "n1"]);
+        let v = lab.submit(RICH, "--gres=gpu:8", 3600, false, &["-w", "n2"]);
+        wait(
+            "both jobs to run",
+            Box::new(|| lab.job_state(u) == "RUNNING" && lab.job_state(v) == "RUNNING"),
+        );
+        let a = lab.submit(POOR, "--gres=gpu:8", 600, true, &[]);
+        wait(
+            "the daemon to make room",
+            Box::new(|| lab.job_state(a) == "RUNNING"),
+        );
+        let why = get(&format!("/api/v1/queue/{u}"));
+        let text = why["enforcement"].as_str().unwrap_or_default().to_string();
+        assert!(
+            text.contains(&format!("requeue this job (unallocated) for job {a}")),
+            "why {u}: {why}"
+        );
+        assert_eq!(lab.job_state(v), "RUNNING", "the protected job stays");
     }
 }
