@@ -314,6 +314,25 @@ async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
         "compass_budget_site_factor_updates_total {}",
         st.factors_pushed
     );
+    let _ = writeln!(
+        out,
+        "# HELP compass_budget_enforcement_actions_total Preemptions and drains done by the cycle (ok) and actions Slurm refused (failed)."
+    );
+    let _ = writeln!(
+        out,
+        "# TYPE compass_budget_enforcement_actions_total counter"
+    );
+    for (action, n) in [
+        ("requeue", st.requeued),
+        ("cancel", st.cancelled),
+        ("drain", st.drained),
+        ("failed", st.actions_failed),
+    ] {
+        let _ = writeln!(
+            out,
+            "compass_budget_enforcement_actions_total{{action=\"{action}\"}} {n}"
+        );
+    }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
 }
 
