@@ -1,6 +1,8 @@
 //! Enforcement of protected and preemptible time on a real Slurm 22.05
 //! cluster on this host (`contrib/slurm-lab.sh`: munge, slurmctld, 2 slurmd
-//! x 8 fake GPUs, `etc/slurm-budget.conf`), through libslurm. Root only;
+//! x 8 fake GPUs, `etc/slurm-budget.conf`, the compass SPANK plugin and
+//! `etc/job_submit.lua`: jobs are submitted with `sbatch --min-runtime=...
+//! [--resumable]`), through libslurm. Root only;
 //! skipped with a message otherwise. The cluster is always torn down (Drop
 //! runs on panic too). The cycle is stepped explicitly, about twice a second.
 //!
@@ -84,6 +86,21 @@ fn skip_reason() -> Option<String> {
     None
 }
 
+/// A cdylib built next to this test (the SPANK plugin, a dev-dependency).
+fn artifact(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe path");
+    let deps = exe.parent().expect("deps dir");
+    [
+        deps.to_path_buf(),
+        deps.parent().expect("profile dir").to_path_buf(),
+    ]
+    .into_iter()
+    .map(|d| d.join(name))
+    .filter(|p| p.exists())
+    .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+    .unwrap_or_else(|| panic!("{name} not built next to {}", exe.display()))
+}
+
 fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -132,6 +149,15 @@ impl Lab {
             .env("LAB_NODES", NODES.to_string())
             .env("LAB_GPUS", GPUS.to_string())
             .env("LAB_EXTRA_CONF", self.dir.join("budget.conf"))
+            .env("COMPASS_SPANK_SO", artifact("libcompass_spank.so"))
+            .env(
+                "COMPASS_JOB_SUBMIT_LUA",
+                repo_root().join("etc/job_submit.lua"),
+            )
+            .env(
+                "COMPASS_CONF",
+                repo_root().join("slurm-plugin/tests/lab-compass.conf"),
+            )
             .output()
             .expect("run contrib/slurm-lab.sh")
     }
@@ -155,8 +181,9 @@ impl Lab {
         lossy(&out.stdout)
     }
 
-    /// Submits a held job, tags it with its min runtime and resumable flag
-    /// (what job_submit.lua writes from the SPANK options) and releases it.
+    /// Submits a job the way users do: `--min-runtime` and `--resumable`
+    /// go through the compass SPANK plugin and etc/job_submit.lua into the
+    /// job's AdminComment, where the service reads them.
     fn submit(
         &self,
         account: &str,
@@ -165,17 +192,23 @@ impl Lab {
         resumable: bool,
         extra: &[&str],
     ) -> u64 {
-        let mut args = vec!["--parsable", "-H", "-o", "/dev/null", "-A", account, gres];
+        let min = format!("--min-runtime={min_s}s");
+        let mut args = vec!["--parsable", "-o", "/dev/null", "-A", account, gres, &min];
+        if resumable {
+            args.push("--resumable");
+        }
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--wrap", "sleep 600"]);
         let out = self.ok("sbatch", &args);
         let id: u64 = out.trim().parse().expect("sbatch job id");
-        let tag = format!(
-            "AdminComment=compass:min_runtime={min_s},resumable={}",
-            u8::from(resumable)
+        let tag = self.field(id, "AdminComment");
+        assert!(
+            tag.starts_with(&format!(
+                "compass:min_runtime={min_s},resumable={}",
+                u8::from(resumable)
+            )),
+            "job {id}: SPANK + job_submit.lua tag: {tag}"
         );
-        self.ok("scontrol", &["update", &format!("JobId={id}"), &tag]);
-        self.ok("scontrol", &["release", &id.to_string()]);
         id
     }
 
