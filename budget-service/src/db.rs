@@ -558,6 +558,19 @@ impl Db {
             .is_some())
     }
 
+    /// Did Slurm already refuse to requeue this run?
+    pub fn requeue_failed(&self, job: u64, run_start: i64) -> Result<bool> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT 1 FROM actions WHERE job = ?1 AND run_start = ?2 AND ok = 0 AND action = 'requeue' LIMIT 1",
+                params![job as i64, run_start],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    }
+
     /// Marks a node faulty (replacing an earlier record of it).
     pub fn set_faulty(&mut self, f: &FaultyNode) -> Result<()> {
         self.conn.execute(

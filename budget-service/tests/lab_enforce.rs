@@ -34,6 +34,7 @@ use compass_budget::cycle::Cycle;
 use compass_budget::db::{ActionRow, Db};
 use compass_budget::enforce;
 use compass_budget::slurm::libslurm::LibSlurm;
+use compass_budget::slurm::SlurmSource;
 use compass_budget::state::{AppState, SystemClock};
 use compass_budget::{BudgetError, Result};
 use compass_core::fairshare::{Interval, Kind, NodeSpec};
@@ -440,7 +441,15 @@ fn lab_enforcement_preempts_protects_and_drains() {
             &mut cycle,
             "the requeued job to lose its 121 s begin time",
             Duration::from_secs(10),
-            || lab.field(u, "Reason") != "BeginTime",
+            || {
+                // Slurm's Reason may stay `BeginTime` until its next pass
+                // over the job: check the begin time itself.
+                let snap = slurm.snapshot().expect("snapshot");
+                snap.pending
+                    .iter()
+                    .find(|j| j.job.0 == u)
+                    .is_some_and(|j| j.begin_after.is_none_or(|b| b <= unix_now() + 5))
+            },
         );
         let eligible = lab.field(u, "EligibleTime");
         // Never acted on twice, even with the victims still listed.
