@@ -23,6 +23,8 @@ pub struct Run {
     /// Wall seconds since the replay start.
     pub start_s: f64,
     pub start_unix: u64,
+    /// When the run was seen over (ended or requeued), wall seconds.
+    pub end_s: Option<f64>,
     /// GPUs per node as Slurm allocated them.
     pub node_gpus: BTreeMap<String, u32>,
     /// The engine's published state listed this run with the same per-node
@@ -216,6 +218,11 @@ impl Observer {
                 let j = &mut self.jobs[i];
                 j.end_s = Some(t_s);
                 j.final_state = Some("GONE".into());
+                if self.live[i] {
+                    if let Some(r) = j.runs.last_mut() {
+                        r.end_s = Some(t_s);
+                    }
+                }
                 self.live[i] = false;
             }
         }
@@ -238,6 +245,7 @@ impl Observer {
                     restarts: o.restarts,
                     start_s: start,
                     start_unix: now_unix.saturating_sub(o.run_time_s),
+                    end_s: None,
                     node_gpus: o.node_gpus.clone(),
                     engine_recorded: false,
                     mismatch: None,
@@ -245,6 +253,11 @@ impl Observer {
             }
             self.live[i] = true;
             return;
+        }
+        if self.live[i] {
+            if let Some(r) = j.runs.last_mut() {
+                r.end_s = Some(t_s);
+            }
         }
         self.live[i] = false;
         let ended = matches!(
@@ -264,6 +277,9 @@ impl Observer {
                 _ => t_s,
             };
             j.end_s = Some(end.min(t_s));
+            if let Some(r) = j.runs.last_mut() {
+                r.end_s = Some(end.min(t_s));
+            }
             j.final_state = Some(o.state.clone());
         }
     }
