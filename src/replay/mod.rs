@@ -67,8 +67,10 @@ pub struct Args {
     pub budgets: Option<PathBuf>,
 
     /// Where the window opens: trace time after the first arrival (e.g. 30d,
-    /// 12h, 0).
-    #[arg(long, default_value = "0", value_name = "DURATION", value_parser = parse_offset)]
+    /// 12h, 0). The default opens on a busy stretch of the Venus sample
+    /// with mixed 1/2/4/8-GPU and multi-node jobs (the sample's first week
+    /// is nearly empty).
+    #[arg(long, default_value = "204h", value_name = "DURATION", value_parser = parse_offset)]
     pub start: f64,
 
     /// Jobs to skip after --start (in arrival order).
@@ -91,10 +93,11 @@ pub struct Args {
     #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = crate::policy::parse_duration)]
     pub min_run: f64,
 
-    /// Longest wall run time of a job (longer compressed runs are cut); no cap
-    /// when omitted.
-    #[arg(long, value_name = "DURATION", value_parser = crate::policy::parse_duration)]
-    pub max_run: Option<f64>,
+    /// Longest wall run time of a job (longer compressed runs are cut, so
+    /// a two-day job does not hold the replay for its whole compressed
+    /// length); `none` for no cap.
+    #[arg(long, default_value = "3m", value_name = "DURATION", value_parser = parse_cap)]
+    pub max_run: Cap,
 
     /// Site cap of --min-runtime, in trace time (as `compass simulate`'s
     /// policy mode), before compression.
@@ -140,6 +143,18 @@ pub struct Args {
     /// No live status line.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// An optional cap (seconds); `None` for `none`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cap(pub Option<f64>);
+
+/// A duration, or `none`.
+fn parse_cap(s: &str) -> std::result::Result<Cap, String> {
+    if s.trim() == "none" {
+        return Ok(Cap(None));
+    }
+    crate::policy::parse_duration(s).map(|v| Cap(Some(v)))
 }
 
 /// `0` or a positive duration.
@@ -218,7 +233,7 @@ pub fn make_plan(args: &Args, fit: Fit) -> Result<Plan> {
         &Compression {
             speedup: args.speedup,
             min_run_s: args.min_run,
-            max_run_s: args.max_run,
+            max_run_s: args.max_run.0,
         },
     )
 }
