@@ -182,14 +182,20 @@ pub fn make_plan(args: &Args, fit: Fit) -> Result<Plan> {
     }
     if let Some(h) = args.hours {
         if !(h.is_finite() && h > 0.0) {
-            return Err(CliError::Usage(format!("--hours must be positive, got {h}")));
+            return Err(CliError::Usage(format!(
+                "--hours must be positive, got {h}"
+            )));
         }
     }
     if args.jobs == Some(0) {
         return Err(CliError::Usage("--jobs must be at least 1".into()));
     }
     let path = args.trace.display().to_string();
-    let format = args.format.as_deref().map(TraceFormat::parse_name).transpose()?;
+    let format = args
+        .format
+        .as_deref()
+        .map(TraceFormat::parse_name)
+        .transpose()?;
     let file = File::open(&args.trace).map_err(|e| {
         CliError::Usage(format!(
             "{path}: {e} (give the trace with --trace; the default is the Venus sample of ../shared/traces)"
@@ -305,8 +311,18 @@ impl Live {
 
 /// Messages from the submitter threads.
 enum Submitted {
-    Ok { cluster: usize, index: usize, id: u64, t_s: f64 },
-    Err { cluster: usize, index: usize, why: String, t_s: f64 },
+    Ok {
+        cluster: usize,
+        index: usize,
+        id: u64,
+        t_s: f64,
+    },
+    Err {
+        cluster: usize,
+        index: usize,
+        why: String,
+        t_s: f64,
+    },
 }
 
 fn unix_now() -> u64 {
@@ -316,13 +332,25 @@ fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-/// Connects to every cluster: its nodes, GPUs and SPANK support.
-fn connect(args: &Args) -> Result<Vec<(ClusterArg, Client, Vec<String>, u32, bool)>> {
+/// A cluster as found at the start: its nodes, GPUs and SPANK support.
+struct Connected {
+    arg: ClusterArg,
+    client: Client,
+    nodes: Vec<String>,
+    gpus: u32,
+    spank: bool,
+}
+
+/// Connects to every cluster.
+fn connect(args: &Args) -> Result<Vec<Connected>> {
     let mut names = BTreeSet::new();
     let mut out = Vec::new();
     for c in &args.clusters {
         if !names.insert(c.name.clone()) {
-            return Err(CliError::Usage(format!("cluster name `{}` given twice", c.name)));
+            return Err(CliError::Usage(format!(
+                "cluster name `{}` given twice",
+                c.name
+            )));
         }
         if !c.slurm_conf.is_file() {
             return Err(CliError::Usage(format!(
@@ -336,7 +364,13 @@ fn connect(args: &Args) -> Result<Vec<(ClusterArg, Client, Vec<String>, u32, boo
         };
         let (nodes, gpus) = client.shape()?;
         let spank = client.has_spank()?;
-        out.push((c.clone(), client, nodes, gpus, spank));
+        out.push(Connected {
+            arg: c.clone(),
+            client,
+            nodes,
+            gpus,
+            spank,
+        });
     }
     Ok(out)
 }
@@ -345,8 +379,12 @@ pub fn run(args: Args) -> Result<()> {
     let t_wall = Instant::now();
     let clusters = connect(&args)?;
     let fit = Fit {
-        nodes: clusters.iter().map(|c| c.2.len() as u32).min().unwrap_or(0),
-        gpus_per_node: clusters.iter().map(|c| c.3).min().unwrap_or(8),
+        nodes: clusters
+            .iter()
+            .map(|c| c.nodes.len() as u32)
+            .min()
+            .unwrap_or(0),
+        gpus_per_node: clusters.iter().map(|c| c.gpus).min().unwrap_or(8),
     };
     if !matches!(fit.gpus_per_node, 1 | 2 | 4 | 8) {
         return Err(CliError::Usage(format!(
@@ -374,7 +412,14 @@ pub fn run(args: Args) -> Result<()> {
         plan.offered_load(fit)
     );
     eprintln!("{summary}");
-    for (c, _, nodes, gpus, spank) in &clusters {
+    for Connected {
+        arg: c,
+        nodes,
+        gpus,
+        spank,
+        ..
+    } in &clusters
+    {
         eprintln!(
             "  cluster {}: {} nodes x {gpus} GPUs, SLURM_CONF={}, SPANK options {}, {}",
             c.name,
@@ -406,7 +451,14 @@ pub fn run(args: Args) -> Result<()> {
     }
 
     let mut live = Vec::new();
-    for (arg, client, nodes, gpus, spank) in clusters {
+    for Connected {
+        arg,
+        client,
+        nodes,
+        gpus,
+        spank,
+    } in clusters
+    {
         let dir = out.join(&arg.name);
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| io(&dir, e))?;
@@ -458,12 +510,18 @@ pub fn run(args: Args) -> Result<()> {
         let tick = Instant::now();
         while let Ok(m) = rx.try_recv() {
             match m {
-                Submitted::Ok { cluster, index, id, t_s } => {
-                    live[cluster].obs.submitted(index, id, t_s)
-                }
-                Submitted::Err { cluster, index, why, t_s } => {
-                    live[cluster].obs.submit_failed(index, why, t_s)
-                }
+                Submitted::Ok {
+                    cluster,
+                    index,
+                    id,
+                    t_s,
+                } => live[cluster].obs.submitted(index, id, t_s),
+                Submitted::Err {
+                    cluster,
+                    index,
+                    why,
+                    t_s,
+                } => live[cluster].obs.submit_failed(index, why, t_s),
             }
         }
         let t = t0.elapsed().as_secs_f64();
@@ -642,7 +700,12 @@ fn submitter(
         }
         let t_s = t0.elapsed().as_secs_f64();
         let mut a = plan::sbatch_args(j, spank, &logs);
-        a.extend([script.clone(), j.run_ms().to_string(), ckpt.clone(), done.clone()]);
+        a.extend([
+            script.clone(),
+            j.run_ms().to_string(),
+            ckpt.clone(),
+            done.clone(),
+        ]);
         let msg = match client.run("sbatch", &a) {
             Ok(o) if o.status.success() => {
                 let text = String::from_utf8_lossy(&o.stdout);
@@ -686,7 +749,9 @@ fn set_executable(path: &Path) -> Result<()> {
 }
 
 fn write_samples(path: &Path, obs: &Observer) -> Result<()> {
-    let mut s = String::from("t_s,n_sif,partial,phi_star,wcc,settled,used_gpus,utilisation,pending,running,done\n");
+    let mut s = String::from(
+        "t_s,n_sif,partial,phi_star,wcc,settled,used_gpus,utilisation,pending,running,done\n",
+    );
     for x in &obs.samples {
         s.push_str(&format!(
             "{:.2},{},{},{},{},{},{},{:.4},{},{},{}\n",
@@ -745,7 +810,10 @@ impl Status {
                 let _ = writeln!(err, "\r\x1b[2K{l}");
             }
             self.drawn = lines.len();
-        } else if self.last.is_none_or(|t| t.elapsed().as_secs_f64() >= self.every) {
+        } else if self
+            .last
+            .is_none_or(|t| t.elapsed().as_secs_f64() >= self.every)
+        {
             for l in lines {
                 let _ = writeln!(err, "{l}");
             }

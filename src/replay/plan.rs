@@ -118,7 +118,11 @@ impl Plan {
     /// GPU-seconds of work offered per GPU-second of the cluster over the
     /// submission span (how loaded the window is).
     pub fn offered_load(&self, fit: Fit) -> f64 {
-        let work: f64 = self.jobs.iter().map(|j| j.run_s * j.total_gpus() as f64).sum();
+        let work: f64 = self
+            .jobs
+            .iter()
+            .map(|j| j.run_s * j.total_gpus() as f64)
+            .sum();
         let span = self.expected_s();
         let cap = f64::from(fit.nodes * fit.gpus_per_node);
         if span > 0.0 && cap > 0.0 {
@@ -415,7 +419,10 @@ mod tests {
             jobs: None,
             span_s: None,
         };
-        assert!(window(&jobs, &late).unwrap_err().to_string().contains("after the trace's last job"));
+        assert!(window(&jobs, &late)
+            .unwrap_err()
+            .to_string()
+            .contains("after the trace's last job"));
     }
 
     #[test]
@@ -444,8 +451,12 @@ mod tests {
         assert_eq!((b.submit_s, b.run_s, b.min_runtime_s), (10.0, 100.0, 50));
         assert_eq!(b.time_limit_min, 5);
         let c3 = &p.jobs[2];
-        assert_eq!((c3.run_s, c3.min_runtime_s), (300.0, 300), "protection never exceeds the run");
-        assert_eq!(p.expected_s(), 300.0 + 1000.0 / 60.0);
+        assert_eq!(
+            (c3.run_s, c3.min_runtime_s),
+            (300.0, 300),
+            "protection never exceeds the run"
+        );
+        assert!((p.expected_s() - (300.0 + 1000.0 / 60.0)).abs() < 1e-3);
         let bad = Compression {
             speedup: 0.0,
             ..c.clone()
@@ -496,7 +507,9 @@ mod tests {
             assert!(with.iter().any(|a| a == want), "{want}: {with:?}");
         }
         let without = sbatch_args(&j, false, "/o/logs");
-        assert!(!without.iter().any(|a| a.starts_with("--min-runtime") || a == "--resumable"));
+        assert!(!without
+            .iter()
+            .any(|a| a.starts_with("--min-runtime") || a == "--resumable"));
         assert_eq!(j.run_ms(), 12_500);
         assert_eq!(time_limit_min(400.0), 15);
     }

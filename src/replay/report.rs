@@ -166,7 +166,10 @@ impl NodeCheck {
     pub fn failures(&self) -> Vec<String> {
         let mut f = Vec::new();
         if !self.mismatches.is_empty() {
-            f.push(format!("engine state disagrees with Slurm: {}", self.mismatches.join("; ")));
+            f.push(format!(
+                "engine state disagrees with Slurm: {}",
+                self.mismatches.join("; ")
+            ));
         }
         if !self.unrecorded.is_empty() {
             f.push(format!(
@@ -298,7 +301,13 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
     } else {
         (obs.busy, "busy")
     };
-    let avg = |x: f64| if window.time_s > 0.0 { x / window.time_s } else { 0.0 };
+    let avg = |x: f64| {
+        if window.time_s > 0.0 {
+            x / window.time_s
+        } else {
+            0.0
+        }
+    };
     r.afr = avg(window.sif_s);
     r.agu = avg(window.util_s);
     r.wcc_coverage = avg(window.wcc_s);
@@ -315,14 +324,19 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
     for (i, j) in obs.jobs.iter().enumerate() {
         let label = format!(
             "job {i} ({})",
-            j.slurm_id.map(|s| format!("Slurm {s}")).unwrap_or("not submitted".into())
+            j.slurm_id
+                .map(|s| format!("Slurm {s}"))
+                .unwrap_or("not submitted".into())
         );
         r.requeues += u64::from(j.restarts);
         match (&j.final_state, j.end_s) {
             (Some(s), Some(_)) if s == "COMPLETED" => r.completed += 1,
             (Some(s), _) => r.problems.push(format!(
                 "{label}: {s}{}",
-                j.submit_error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
+                j.submit_error
+                    .as_deref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
             )),
             (None, _) => r.problems.push(format!("{label}: did not finish")),
         }
@@ -408,8 +422,12 @@ fn node_check(obs: &Observer, log: Option<&LogFacts>, ours: &BTreeSet<u64>) -> N
             if run.engine_recorded {
                 c.engine_recorded += 1;
             } else if let Some(m) = &run.mismatch {
-                c.mismatches.push(format!("job {i} (Slurm {id}) run {k}: {m}"));
-            } else if run.end_s.is_some_and(|e| e - run.start_s < RECORD_MIN_RUN_S) {
+                c.mismatches
+                    .push(format!("job {i} (Slurm {id}) run {k}: {m}"));
+            } else if run
+                .end_s
+                .is_some_and(|e| e - run.start_s < RECORD_MIN_RUN_S)
+            {
                 c.short_unrecorded += 1;
             } else {
                 c.unrecorded.push(format!("job {i} (Slurm {id}) run {k}"));
@@ -423,7 +441,12 @@ fn node_check(obs: &Observer, log: Option<&LogFacts>, ours: &BTreeSet<u64>) -> N
         }
     }
     if let Some(l) = log {
-        c.widened = l.widened.iter().filter(|i| ours.contains(i)).copied().collect();
+        c.widened = l
+            .widened
+            .iter()
+            .filter(|i| ours.contains(i))
+            .copied()
+            .collect();
     }
     c.divergences = match (&obs.state, obs.state_first) {
         (Some(s), Some((d0, _))) => Some(s.divergences.saturating_sub(d0)),
@@ -493,16 +516,22 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
         rows.push((label.to_string(), results.iter().map(f).collect()));
     };
     let opt = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or("-".into());
-    row("jobs completed / submitted", &|r| format!("{} / {}", r.completed, r.submitted));
+    row("jobs completed / submitted", &|r| {
+        format!("{} / {}", r.completed, r.submitted)
+    });
     row("AFR (mean SIF over T_peak)", &|r| format!("{:.4}", r.afr));
     row("max N*SIF", &|r| r.max_n_sif.to_string());
     row("max N*SIF while WCC held", &|r| opt(r.max_n_sif_under_wcc));
-    row("  (settled instants)", &|r| opt(r.max_n_sif_under_wcc_settled));
+    row("  (settled instants)", &|r| {
+        opt(r.max_n_sif_under_wcc_settled)
+    });
     row("AJCT (wall s / trace h)", &|r| {
         format!("{:.1} / {:.2}", r.ajct_s, r.ajct_s * speedup / 3600.0)
     });
     row("AGU", &|r| format!("{:.1}%", 100.0 * r.agu));
-    row("migrations (jobs)", &|r| format!("{} ({})", r.migrations, r.migrated_jobs));
+    row("migrations (jobs)", &|r| {
+        format!("{} ({})", r.migrations, r.migrated_jobs)
+    });
     row("preemptions", &|r| r.preemptions.to_string());
     row("wait p50 / p90, all (wall s)", &|r| {
         format!("{:.1} / {:.1}", r.waits.p50, r.waits.p90)

@@ -173,7 +173,10 @@ pub fn expand_hostlist(list: &str) -> Vec<String> {
         }
     }
     parts.push(&list[start..]);
-    for p in parts.into_iter().filter(|p| !p.is_empty() && *p != "(null)") {
+    for p in parts
+        .into_iter()
+        .filter(|p| !p.is_empty() && *p != "(null)")
+    {
         let Some((prefix, rest)) = p.split_once('[') else {
             out.push(p.to_string());
             continue;
@@ -294,7 +297,10 @@ mod tests {
 
     #[test]
     fn hostlists_gres_and_times() {
-        assert_eq!(expand_hostlist("n[1-3,7],m2"), ["n1", "n2", "n3", "n7", "m2"]);
+        assert_eq!(
+            expand_hostlist("n[1-3,7],m2"),
+            ["n1", "n2", "n3", "n7", "m2"]
+        );
         assert_eq!(expand_hostlist("n10"), ["n10"]);
         assert_eq!(expand_hostlist("gpu[08-10]"), ["gpu08", "gpu09", "gpu10"]);
         assert_eq!(gres_gpus("gpu:8(IDX:0-7)"), 8);

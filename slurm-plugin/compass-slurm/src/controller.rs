@@ -749,7 +749,11 @@ mod tests {
             run(&mut c, &job(id, 1, 8), 100);
         }
         let all = NodeSet::full(4);
-        assert_eq!(c.narrow(&job(9, 1, 8), &all), Ok(None), "full: cons_tres decides");
+        assert_eq!(
+            c.narrow(&job(9, 1, 8), &all),
+            Ok(None),
+            "full: cons_tres decides"
+        );
         c.mark_migrating(
             &MigrationOrder {
                 job: 1,
