@@ -503,7 +503,7 @@ pub fn run(args: Args) -> Result<()> {
 
     let expected = plan.expected_s();
     let timeout = args.timeout.unwrap_or(3.0 * expected + 300.0);
-    let mut status = Status::new(args.quiet, args.status_every, live.len());
+    let mut status = Status::new(args.quiet, args.status_every);
     let poll = Duration::from_secs_f64(args.poll.max(0.2));
     let mut timed_out = false;
     loop {
@@ -631,6 +631,7 @@ pub fn run(args: Args) -> Result<()> {
                 spank: l.spank,
                 completion_log: &l.completion_log(),
                 log,
+                poll_errors: l.poll_errors,
             },
         ));
     }
@@ -787,7 +788,7 @@ struct Status {
 }
 
 impl Status {
-    fn new(quiet: bool, every: f64, _clusters: usize) -> Self {
+    fn new(quiet: bool, every: f64) -> Self {
         Self {
             quiet,
             tty: std::io::stderr().is_terminal(),

@@ -261,6 +261,7 @@ pub struct ClusterResult {
     pub waits: Percentiles,
     pub largest: LargestWaits,
     pub polls: u64,
+    pub poll_errors: u64,
     pub node_check: Option<NodeCheck>,
 }
 
@@ -277,6 +278,8 @@ pub struct ClusterInfo<'a> {
     pub spank: bool,
     pub completion_log: &'a Path,
     pub log: Option<LogFacts>,
+    /// Polls where `scontrol` failed (the cluster's state was not seen).
+    pub poll_errors: u64,
 }
 
 /// Computes a cluster's figures.
@@ -293,6 +296,7 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
         jobs: plan.jobs.len() as u64,
         submitted: submitted.len() as u64,
         polls: obs.samples.len() as u64,
+        poll_errors: info.poll_errors,
         completion: Completion::read(info.completion_log, &submitted),
         ..Default::default()
     };
