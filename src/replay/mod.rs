@@ -175,6 +175,12 @@ fn write(path: &Path, text: &str) -> Result<()> {
 
 /// The plan of `args` for clusters that can all hold `fit`.
 pub fn make_plan(args: &Args, fit: Fit) -> Result<Plan> {
+    check_window_args(args)?;
+    plan_window(args, fit)
+}
+
+/// Usage errors of the window flags, found before any cluster is asked.
+fn check_window_args(args: &Args) -> Result<()> {
     if args.jobs.is_none() && args.hours.is_none() {
         return Err(CliError::Usage(
             "give the window's size: --jobs K and/or --hours H".into(),
@@ -190,6 +196,16 @@ pub fn make_plan(args: &Args, fit: Fit) -> Result<Plan> {
     if args.jobs == Some(0) {
         return Err(CliError::Usage("--jobs must be at least 1".into()));
     }
+    if !(args.speedup.is_finite() && args.speedup > 0.0) {
+        return Err(CliError::Usage(format!(
+            "--speedup must be a positive number, got {}",
+            args.speedup
+        )));
+    }
+    Ok(())
+}
+
+fn plan_window(args: &Args, fit: Fit) -> Result<Plan> {
     let path = args.trace.display().to_string();
     let format = args
         .format
@@ -344,7 +360,6 @@ struct Connected {
 /// Connects to every cluster.
 fn connect(args: &Args) -> Result<Vec<Connected>> {
     let mut names = BTreeSet::new();
-    let mut out = Vec::new();
     for c in &args.clusters {
         if !names.insert(c.name.clone()) {
             return Err(CliError::Usage(format!(
@@ -352,6 +367,9 @@ fn connect(args: &Args) -> Result<Vec<Connected>> {
                 c.name
             )));
         }
+    }
+    let mut out = Vec::new();
+    for c in &args.clusters {
         if !c.slurm_conf.is_file() {
             return Err(CliError::Usage(format!(
                 "--cluster {}: {} is not a file (the cluster's slurm.conf)",
@@ -377,6 +395,7 @@ fn connect(args: &Args) -> Result<Vec<Connected>> {
 
 pub fn run(args: Args) -> Result<()> {
     let t_wall = Instant::now();
+    check_window_args(&args)?;
     let clusters = connect(&args)?;
     let fit = Fit {
         nodes: clusters
