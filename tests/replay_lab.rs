@@ -273,15 +273,17 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
     );
     assert_eq!(s["migrations"], 0);
     let nc = &c["node_check"];
-    // runs requeued within seconds may fall between two writes of the
-    // state file; every other run was recorded on Slurm's nodes
+    // short runs may fall between two writes of the state file (the check
+    // then relies on the log); every other run was recorded on Slurm's
+    // nodes, and most runs are
     let recorded = nc["engine_recorded"].as_u64().unwrap();
+    let runs = nc["runs"].as_u64().unwrap();
     assert_eq!(
         recorded + nc["short_unrecorded"].as_u64().unwrap(),
-        nc["runs"].as_u64().unwrap(),
+        runs,
         "{nc}"
     );
-    assert!(recorded >= 60, "{nc}");
+    assert!(runs >= 60 && recorded * 10 >= runs * 8, "{nc}");
     if let Some(n) = c["max_n_sif_under_wcc_settled"].as_u64() {
         assert!(n <= 2, "{c}");
     }
