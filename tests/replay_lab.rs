@@ -42,7 +42,7 @@ const GPUS: u32 = 8;
 /// fragmented. In the simulator COMPASS's AFR is 0.052 against 0.145 for
 /// first-fit and 0.087 for best-fit, and N*SIF stays at most 2 under WCC;
 /// on the lab clusters the measured AFRs were 0.058-0.067 (compass)
-/// against 0.106-0.149 (stock) over four runs, a margin far above the
+/// against 0.106-0.149 (stock) over three runs, a margin far above the
 /// noise of one-second polling.
 const WINDOW: &[&str] = &[
     "--start",
