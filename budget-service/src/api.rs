@@ -354,7 +354,9 @@ async fn get_usage(
         return Ok(Json(json!({ "from": from, "to": to, "nodes": [] })).into_response());
     };
     let nodes: Vec<usize> = match q.get("account").or(q.get("node")) {
-        Some(a) if q.contains_key("account") => vec![tree.leaf_for_account(a)?],
+        Some(a) if q.contains_key("account") => {
+            vec![tree.leaf_for_account(&a.to_ascii_lowercase())?]
+        }
         Some(n) => vec![tree
             .find(n)
             .ok_or_else(|| BudgetError::field("node", format!("unknown node `{n}`")))?],
@@ -916,7 +918,7 @@ async fn ingest(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let (user, b): (String, LedgerBody) = authenticate(&state, &method, &uri, &headers, body)?;
+    let (user, mut b): (String, LedgerBody) = authenticate(&state, &method, &uri, &headers, body)?;
     if !policy(&state).is_admin(&user) {
         return Err(BudgetError::Forbidden {
             what: format!("user `{user}` writing the ledger"),
@@ -924,7 +926,9 @@ async fn ingest(
         }
         .into());
     }
-    for (i, iv) in b.intervals.iter().enumerate() {
+    for (i, iv) in b.intervals.iter_mut().enumerate() {
+        // accounts are lower case, as Slurm stores them (see Db::edit_tree)
+        iv.account.make_ascii_lowercase();
         fairshare::tree::check_name(&iv.account, "account", &iv.account)
             .map_err(|e| BudgetError::field(&format!("intervals[{i}].account"), e.to_string()))?;
         iv.validate()
