@@ -9,6 +9,8 @@
 #                            sample through real sbatch on both (~10 min),
 #                            print the report and the dashboard URL. The
 #                            clusters and the service keep running.
+#   contrib/demo.sh check    only the preflight checks (root, Debian 12, Slurm
+#                            22.05 or none, trace, ports); changes nothing
 #   contrib/demo.sh stop     stop and remove exactly what the demo started: its
 #                            two clusters, its budget service and its state dir
 #                            (the report in out/demo, the build and the
@@ -337,8 +339,8 @@ demo: total $((SECONDS / 60)) min $((SECONDS % 60)) s
 EOF
 }
 
-main_run() {
-    check_root
+preflight() {
+    check_root "$@"
     check_os
     check_slurm_version
     check_trace
@@ -347,6 +349,10 @@ main_run() {
     exec 9<"$0"
     flock -n 9 || die "another contrib/demo.sh is running"
     check_ports
+}
+
+main_run() {
+    preflight
     trap on_error ERR
 
     install_and_build
@@ -375,10 +381,14 @@ main_run() {
 
 case "${1:-}" in
 "") main_run ;;
+check)
+    preflight check
+    echo "demo: preflight ok (root, Debian 12, Slurm $(dpkg-query -W -f='${Version}' slurmctld 2>/dev/null || echo 'not installed yet'), trace $TRACE, ports free)"
+    ;;
 stop)
     check_root stop
     stop_all
     ;;
 -h|--help|help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' ;;
-*) die "unknown command '$1' (use: contrib/demo.sh, contrib/demo.sh stop)" ;;
+*) die "unknown command '$1' (use: contrib/demo.sh [check|stop|help])" ;;
 esac
