@@ -197,10 +197,15 @@ fn built_files(crate_rel: &str) -> Vec<String> {
 
 #[test]
 fn deb_assets_exist_or_are_built_and_never_collide() {
-    let built: Vec<String> = ["", "budget-service", "slurm-plugin/select", "slurm-plugin/spank"]
-        .iter()
-        .flat_map(|c| built_files(c))
-        .collect();
+    let built: Vec<String> = [
+        "",
+        "budget-service",
+        "slurm-plugin/select",
+        "slurm-plugin/spank",
+    ]
+    .iter()
+    .flat_map(|c| built_files(c))
+    .collect();
     assert!(built.contains(&"compass".to_string()), "{built:?}");
     let mut owner: BTreeMap<String, String> = BTreeMap::new();
     for deb in debs() {
@@ -211,13 +216,22 @@ fn deb_assets_exist_or_are_built_and_never_collide() {
         }
         for (src, dest, mode) in deb.assets() {
             if let Some(file) = src.strip_prefix("target/release/") {
-                assert!(built.contains(&file.to_string()), "{name}: {src} is not built by any crate ({built:?})");
+                assert!(
+                    built.contains(&file.to_string()),
+                    "{name}: {src} is not built by any crate ({built:?})"
+                );
             } else {
                 let p = deb.crate_dir.join(&src);
                 assert!(p.is_file(), "{name}: asset {} missing", p.display());
             }
-            assert!(!dest.starts_with('/') && !dest.ends_with('/'), "{name}: {dest}");
-            assert!(["644", "755"].contains(&mode.as_str()), "{name}: {dest} mode {mode}");
+            assert!(
+                !dest.starts_with('/') && !dest.ends_with('/'),
+                "{name}: {dest}"
+            );
+            assert!(
+                ["644", "755"].contains(&mode.as_str()),
+                "{name}: {dest} mode {mode}"
+            );
             if let Some(other) = owner.insert(dest.clone(), name.clone()) {
                 panic!("/{dest} shipped by both {other} and {name}");
             }
@@ -233,7 +247,8 @@ fn deb_assets_exist_or_are_built_and_never_collide() {
                 }
                 n += 1;
                 assert!(read(&p).starts_with("#!/bin/sh\n"), "{}", p.display());
-                let mode = std::os::unix::fs::PermissionsExt::mode(&p.metadata().unwrap().permissions());
+                let mode =
+                    std::os::unix::fs::PermissionsExt::mode(&p.metadata().unwrap().permissions());
                 assert_eq!(mode & 0o111, 0o111, "{} not executable", p.display());
                 let o = Command::new("sh").arg("-n").arg(&p).output().unwrap();
                 assert!(o.status.success(), "{}: {}", p.display(), text(&o.stderr));
@@ -241,8 +256,13 @@ fn deb_assets_exist_or_are_built_and_never_collide() {
             assert!(n > 0, "{name}: no maintainer scripts in {}", dir.display());
         }
         if let Some(t) = deb.rel_path("triggers-file") {
-            for line in read(&t).lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
-                let dir = line.strip_prefix("interest-noawait /").unwrap_or_else(|| panic!("{line}"));
+            for line in read(&t)
+                .lines()
+                .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            {
+                let dir = line
+                    .strip_prefix("interest-noawait /")
+                    .unwrap_or_else(|| panic!("{line}"));
                 assert!(!dir.contains(' '), "{line}");
             }
         }
@@ -258,7 +278,12 @@ fn plugin_package_depends_on_the_slurm_it_is_built_for() {
         .output()
         .unwrap();
     let line = text(&out.stdout);
-    let built = line.split("(Slurm ").nth(1).unwrap().trim().trim_end_matches(')');
+    let built = line
+        .split("(Slurm ")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .trim_end_matches(')');
     let parts: Vec<u32> = built.split('.').map(|p| p.parse().unwrap()).collect();
     let lower = format!("slurm-wlm-basic-plugins (>= {built})");
     let upper = format!(
@@ -287,8 +312,14 @@ fn slurm_conf(p: &Path) -> BTreeMap<String, String> {
             m.insert("Include".to_string(), rest.trim().to_string());
             continue;
         }
-        let (k, v) = line.split_once('=').unwrap_or_else(|| panic!("{}: bad line {line}", p.display()));
-        assert!(m.insert(k.to_string(), v.to_string()).is_none(), "{k} twice in {}", p.display());
+        let (k, v) = line
+            .split_once('=')
+            .unwrap_or_else(|| panic!("{}: bad line {line}", p.display()));
+        assert!(
+            m.insert(k.to_string(), v.to_string()).is_none(),
+            "{k} twice in {}",
+            p.display()
+        );
     }
     m
 }
@@ -296,7 +327,9 @@ fn slurm_conf(p: &Path) -> BTreeMap<String, String> {
 /// The plugin_type string the select plugin exports.
 fn select_plugin_type() -> String {
     let src = read(&root().join("slurm-plugin/select/src/lib.rs"));
-    let at = src.find("pub static plugin_type").expect("plugin_type in select/src/lib.rs");
+    let at = src
+        .find("pub static plugin_type")
+        .expect("plugin_type in select/src/lib.rs");
     let rest = &src[at..];
     let start = rest.find("b\"").unwrap() + 2;
     let end = rest[start..].find("\\0\"").unwrap();
@@ -308,7 +341,10 @@ fn slurm_conf_fragment_matches_the_plugins_and_the_package() {
     let plugins = Deb::load("slurm-plugin/select");
     let conf = slurm_conf(&root().join("contrib/slurm/slurm.conf.compass"));
     assert_eq!(conf["SelectType"], select_plugin_type());
-    assert!(conf["SelectType"].starts_with("select/cons_tres"), "slurmctld string-matches cons_tres");
+    assert!(
+        conf["SelectType"].starts_with("select/cons_tres"),
+        "slurmctld string-matches cons_tres"
+    );
 
     let select_so = plugins.dest_of("libselect_cons_tres_compass.so");
     let spank_so = plugins.dest_of("libcompass_spank.so");
@@ -317,7 +353,10 @@ fn slurm_conf_fragment_matches_the_plugins_and_the_package() {
     let expected_so = format!("{dir}/{}.so", conf["SelectType"].replace('/', "_"));
     assert_eq!(select_so, expected_so);
     assert_eq!(Path::new(&spank_so).parent().unwrap(), Path::new(dir));
-    assert_ne!(dir, "/usr/lib/x86_64-linux-gnu/slurm-wlm", "must be a private PluginDir");
+    assert_ne!(
+        dir, "/usr/lib/x86_64-linux-gnu/slurm-wlm",
+        "must be a private PluginDir"
+    );
     assert_eq!(conf["JobSubmitPlugins"], "lua");
     assert_eq!(conf["JobRequeue"], "1");
     assert_eq!(conf["GresTypes"], "gpu");
@@ -349,7 +388,11 @@ fn slurm_conf_fragment_matches_the_plugins_and_the_package() {
             &format!("conf={}", plugins.dest_of("etc/compass.conf"))
         ]
     );
-    assert_eq!(plugins.dest_of("etc/compass.conf"), "/etc/slurm/compass.conf", "slurmctld's default");
+    assert_eq!(
+        plugins.dest_of("etc/compass.conf"),
+        "/etc/slurm/compass.conf",
+        "slurmctld's default"
+    );
 
     // /run/compass (tmpfiles.d) is where compass.conf's state file lives.
     let compass_conf: toml::Table = read(&root().join("etc/compass.conf")).parse().unwrap();
@@ -358,8 +401,15 @@ fn slurm_conf_fragment_matches_the_plugins_and_the_package() {
     let d = tmpfiles.lines().find(|l| l.starts_with("d ")).unwrap();
     let f: Vec<&str> = d.split_whitespace().collect();
     assert_eq!(Path::new(state).parent().unwrap(), Path::new(f[1]));
-    assert_eq!(f[3..5], ["slurm", "slurm"], "slurmctld runs as SlurmUser and writes there");
-    assert_eq!(plugins.dest_of("contrib/tmpfiles/compass.conf"), "/usr/lib/tmpfiles.d/compass.conf");
+    assert_eq!(
+        f[3..5],
+        ["slurm", "slurm"],
+        "slurmctld runs as SlurmUser and writes there"
+    );
+    assert_eq!(
+        plugins.dest_of("contrib/tmpfiles/compass.conf"),
+        "/usr/lib/tmpfiles.d/compass.conf"
+    );
 }
 
 // ------------------------------------------------------------ systemd
@@ -385,7 +435,9 @@ fn systemd_unit_verifies_and_matches_package_and_config() {
         "/lib/systemd/system/compass-budgetd.service"
     );
     // The default config's database lies in the unit's StateDirectory.
-    let cfg: toml::Table = read(&root().join("etc/compass-budgetd.toml")).parse().unwrap();
+    let cfg: toml::Table = read(&root().join("etc/compass-budgetd.toml"))
+        .parse()
+        .unwrap();
     let db = cfg["db"].as_str().unwrap();
     assert_eq!(
         Path::new(db).parent().unwrap(),
@@ -403,7 +455,11 @@ fn systemd_unit_verifies_and_matches_package_and_config() {
     let scratch = Scratch::new("unit");
     let copy = scratch.0.join("compass-budgetd.service");
     std::fs::write(&copy, unit.replace(words[0], "/bin/true")).unwrap();
-    let o = Command::new("systemd-analyze").arg("verify").arg(&copy).output().unwrap();
+    let o = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&copy)
+        .output()
+        .unwrap();
     assert!(
         o.status.success() && text(&o.stderr).trim().is_empty(),
         "systemd-analyze verify: {}{}",
@@ -455,7 +511,9 @@ fn demo(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(root().join("contrib/demo.sh"));
     c.args(args);
     // Clear of a demo that may be running on this machine (18080, 18100+, 18200+).
-    c.env("DEMO_COMPASS_PORT", "29100").env("DEMO_STOCK_PORT", "29200").env("DEMO_BUDGET_PORT", "29080");
+    c.env("DEMO_COMPASS_PORT", "29100")
+        .env("DEMO_STOCK_PORT", "29200")
+        .env("DEMO_BUDGET_PORT", "29080");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -478,7 +536,13 @@ fn demo_skip() -> Option<&'static str> {
 }
 
 fn one_error_line(o: &Output) -> String {
-    assert_eq!(o.status.code(), Some(1), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
     let err = text(&o.stderr);
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "one error line expected: {err}");
@@ -500,23 +564,43 @@ fn demo_preflight_names_the_problem_and_the_fix() {
     let trace = root().join("Cargo.toml");
     let trace = trace.to_str().unwrap();
 
-    let o = demo(&["check"], &[("TRACE", "/nonexistent/venus.csv"), ("COMPASS_DEMO_DIR", dir)]);
+    let o = demo(
+        &["check"],
+        &[
+            ("TRACE", "/nonexistent/venus.csv"),
+            ("COMPASS_DEMO_DIR", dir),
+        ],
+    );
     let e = one_error_line(&o);
-    assert!(e.contains("/nonexistent/venus.csv not found") && e.contains("TRACE="), "{e}");
+    assert!(
+        e.contains("/nonexistent/venus.csv not found") && e.contains("TRACE="),
+        "{e}"
+    );
 
     // A port held by someone else (this test): named, with the way out.
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port().to_string();
     let o = demo(
         &["check"],
-        &[("TRACE", trace), ("COMPASS_DEMO_DIR", dir), ("DEMO_BUDGET_PORT", &port)],
+        &[
+            ("TRACE", trace),
+            ("COMPASS_DEMO_DIR", dir),
+            ("DEMO_BUDGET_PORT", &port),
+        ],
     );
     let e = one_error_line(&o);
-    assert!(e.contains(&format!("port {port} is in use")) && e.contains("DEMO_BUDGET_PORT"), "{e}");
+    assert!(
+        e.contains(&format!("port {port} is in use")) && e.contains("DEMO_BUDGET_PORT"),
+        "{e}"
+    );
     drop(l);
     let o = demo(
         &["check"],
-        &[("TRACE", trace), ("COMPASS_DEMO_DIR", dir), ("DEMO_BUDGET_PORT", &port)],
+        &[
+            ("TRACE", trace),
+            ("COMPASS_DEMO_DIR", dir),
+            ("DEMO_BUDGET_PORT", &port),
+        ],
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(text(&o.stdout).contains("preflight ok"));
@@ -534,7 +618,10 @@ fn demo_stop_removes_only_its_own_directory() {
     let foreign = scratch.0.join("foreign");
     std::fs::create_dir_all(&foreign).unwrap();
     std::fs::write(foreign.join("keep.txt"), "x").unwrap();
-    let o = demo(&["stop"], &[("COMPASS_DEMO_DIR", foreign.to_str().unwrap())]);
+    let o = demo(
+        &["stop"],
+        &[("COMPASS_DEMO_DIR", foreign.to_str().unwrap())],
+    );
     assert!(one_error_line(&o).contains("not a demo directory"));
     assert!(foreign.join("keep.txt").exists());
 
@@ -543,11 +630,18 @@ fn demo_stop_removes_only_its_own_directory() {
     let mine = scratch.0.join("demo");
     std::fs::create_dir_all(mine.join("compass/run")).unwrap();
     std::fs::write(mine.join(".compass-demo"), "").unwrap();
-    std::fs::write(mine.join("compass/run/slurmctld.pid"), std::process::id().to_string()).unwrap();
+    std::fs::write(
+        mine.join("compass/run/slurmctld.pid"),
+        std::process::id().to_string(),
+    )
+    .unwrap();
     let o = demo(&["stop"], &[("COMPASS_DEMO_DIR", mine.to_str().unwrap())]);
     assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
     let out = text(&o.stdout);
-    assert!(out.contains("removing stale") && out.contains("removed"), "{out}");
+    assert!(
+        out.contains("removing stale") && out.contains("removed"),
+        "{out}"
+    );
     assert!(!mine.exists());
 
     // Nothing there: nothing to do.
