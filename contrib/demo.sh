@@ -87,11 +87,12 @@ live_pid() {
 # Removes PID files of a demo cluster that name no live process of that
 # cluster (after a crash or reboot), so slurm-lab.sh never signals a reused PID.
 clean_stale_pidfiles() {
-    local lab=$1 f
+    local lab=$1 f n=0
     for f in "$lab"/run/*.pid "$lab"/munge/munged.pid; do
         [ -e "$f" ] || continue
-        live_pid "$f" "$lab/" >/dev/null || { echo "demo: removing stale $f"; rm -f "$f"; }
+        live_pid "$f" "$lab/" >/dev/null || { rm -f "$f"; n=$((n + 1)); }
     done
+    if [ "$n" -gt 0 ]; then echo "demo: removed $n stale PID file(s) of $lab (processes gone)"; fi
 }
 
 # Every live process of the demo: command line naming $DEMO/, or a
@@ -248,6 +249,9 @@ start_clusters() {
     step "start two clusters of $NODES nodes x $GPUS GPUs (compass on :$COMPASS_PORT, stock on :$STOCK_PORT)"
     mkdir -p "$DEMO/lib"
     write_compass_conf
+    # etc/slurm-budget.conf without the lines the lab template already has
+    # (Slurm warns about every key given twice).
+    grep -vxFf "$ROOT/contrib/lab/slurm.conf.in" "$ROOT/etc/slurm-budget.conf" >"$DEMO/slurm-budget.conf"
     # Private copies: rebuilding the workspace never changes a running demo.
     install -m 0755 "$REL/libcompass_spank.so" "$DEMO/lib/compass_spank.so"
     LAB_PORT_BASE=$COMPASS_PORT LAB_NODES=$NODES LAB_GPUS=$GPUS \
@@ -255,10 +259,10 @@ start_clusters() {
         COMPASS_SPANK_SO=$DEMO/lib/compass_spank.so \
         COMPASS_CONF=$DEMO/compass.conf.in \
         COMPASS_JOB_SUBMIT_LUA=$ROOT/etc/job_submit.lua \
-        LAB_EXTRA_CONF=$ROOT/etc/slurm-budget.conf \
-        "$ROOT/contrib/slurm-lab.sh" up "$DEMO/compass"
+        LAB_EXTRA_CONF=$DEMO/slurm-budget.conf \
+        "$ROOT/contrib/slurm-lab.sh" up "$DEMO/compass" 9<&-
     LAB_PORT_BASE=$STOCK_PORT LAB_NODES=$NODES LAB_GPUS=$GPUS \
-        "$ROOT/contrib/slurm-lab.sh" up "$DEMO/stock"
+        "$ROOT/contrib/slurm-lab.sh" up "$DEMO/stock" 9<&-
     grep -q '^SelectType=select/cons_tres_compass$' "$DEMO/compass/etc/slurm.conf" || die "compass cluster is not running select/cons_tres_compass"
     grep -q '^SelectType=select/cons_tres$' "$DEMO/stock/etc/slurm.conf" || die "stock cluster is not running select/cons_tres"
 }
@@ -268,6 +272,15 @@ start_budgetd() {
     local b=$DEMO/budget
     mkdir -p "$b"
     install -m 0755 "$REL/compass-budgetd" "$b/compass-budgetd"
+    # The service reads Slurm through libslurm.so, which loads the configured
+    # select plugin to unpack node and job records. select_cons_tres_compass
+    # only loads into slurmctld (it links slurmctld's internal symbols), and
+    # it claims cons_tres's plugin id and forwards the packing to it, so the
+    # records are cons_tres's: the service gets a client copy of the compass
+    # cluster's slurm.conf naming the stock plugin (docs/admin-guide.md).
+    sed -e 's#^PluginDir=.*#PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm#' \
+        -e 's#^SelectType=.*#SelectType=select/cons_tres#' \
+        "$DEMO/compass/etc/slurm.conf" >"$b/slurm-client.conf"
     cat >"$b/compass-budgetd.toml" <<EOF
 # compass-budgetd of the demo (written by contrib/demo.sh; see etc/compass-budgetd.toml)
 listen = "127.0.0.1:$BUDGET_PORT"
@@ -276,7 +289,7 @@ admins = ["root"]
 capacity_gpus = $((NODES * GPUS))
 cycle_s = 2
 slurm = "libslurm"
-slurm_conf = "$DEMO/compass/etc/slurm.conf"
+slurm_conf = "$b/slurm-client.conf"
 munge_socket = "$DEMO/compass/munge/munge.socket.2"
 EOF
     # Detached (own session, stdin closed), so it outlives this script and a
@@ -284,7 +297,7 @@ EOF
     # shellcheck disable=SC2016 # expanded by the inner bash
     setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$b/compass-budgetd.pid" \
         "$b/compass-budgetd" --config "$b/compass-budgetd.toml" \
-        </dev/null >>"$b/compass-budgetd.log" 2>&1 &
+        </dev/null >>"$b/compass-budgetd.log" 2>&1 9<&- &
     local i up=""
     for i in $(seq 100); do # up to ~20 s
         if "$REL/compass" budget --url "$DASHBOARD" show >/dev/null 2>&1; then up=1; break; fi
@@ -346,6 +359,7 @@ preflight() {
     check_trace
     # One demo.sh run at a time (a `stop` from another shell is still
     # allowed). The lock is on this script itself: it leaves no file behind.
+    # Daemons are started with fd 9 closed, so they never hold it.
     exec 9<"$0"
     flock -n 9 || die "another contrib/demo.sh is running"
     check_ports
