@@ -639,7 +639,8 @@ fn demo_stop_removes_only_its_own_directory() {
     assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
     let out = text(&o.stdout);
     assert!(
-        out.contains("removing stale") && out.contains("removed"),
+        out.contains("removed 1 stale PID file")
+            && out.contains(&format!("demo: removed {}", mine.display())),
         "{out}"
     );
     assert!(!mine.exists());
