@@ -10,6 +10,7 @@ mod compare;
 mod error;
 mod policy;
 mod progress;
+mod replay;
 mod simulate;
 mod status;
 mod tracefile;
@@ -46,6 +47,7 @@ enum Command {
     Budget(compass_budget::cli::BudgetArgs),
     /// Explain a pending job's place in the fair-share queue.
     Why(compass_budget::cli::WhyArgs),
+    Replay(replay::Args),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => compare::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Status(args) => status::run(args),
+        Command::Replay(args) => replay::run(args),
         Command::Budget(args) => compass_budget::cli::run_budget(&args)
             .map_err(|e| error::CliError::Failed(e.to_string())),
         Command::Why(args) => {

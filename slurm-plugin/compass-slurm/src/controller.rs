@@ -151,6 +151,9 @@ impl Controller {
             return Ok(None);
         }
         if let Some(pin) = self.pins.get(&job.id) {
+            // A migrating job restarts on its planned target only: while no
+            // target node is among Slurm's candidates it waits (an empty
+            // set), until the pin expires after PIN_TIMEOUT_S.
             let set = NodeSet::from_nodes(
                 candidates.len(),
                 pin.nodes
@@ -158,7 +161,7 @@ impl Controller {
                     .copied()
                     .filter(|n| candidates.contains(*n)),
             );
-            return Ok((!set.is_empty()).then_some(set));
+            return Ok(Some(set));
         }
         let Mapping::Model {
             shape,
@@ -203,6 +206,11 @@ impl Controller {
                 self.counters.narrowed += 1;
                 Ok(Some(set))
             }
+            // No room in the engine while migrations are in flight: it
+            // counts GPUs the requeues are about to free and the migrating
+            // jobs' targets, which Slurm may still show free. The job waits
+            // for them to land rather than let cons_tres take those GPUs.
+            Ok(None) if self.in_flight() => Ok(Some(NodeSet::empty(candidates.len()))),
             Ok(None) => Ok(None),
             Err(e) => Err(self.note_error(&format!("plan for job {}", job.id), e)),
         }
@@ -725,13 +733,39 @@ mod tests {
             c.narrow(&job(7, 2, 4), &cand),
             Ok(Some(NodeSet::from_nodes(4, [2])))
         );
-        // a pin outside every candidate does not narrow to nothing
+        // a pin outside every candidate: the job waits for its target
         let cand = NodeSet::from_nodes(4, [0]);
-        assert_eq!(c.narrow(&job(7, 2, 4), &cand), Ok(None));
+        assert_eq!(c.narrow(&job(7, 2, 4), &cand), Ok(Some(NodeSet::empty(4))));
         // stale pins expire
         c.tick(100 + PIN_TIMEOUT_S + 1);
         assert_eq!(c.pinned(7), None);
         assert!(c.may_widen(8));
+    }
+
+    #[test]
+    fn no_room_while_migrations_are_in_flight_means_wait() {
+        let mut c = ctl();
+        for id in 1..=4 {
+            run(&mut c, &job(id, 1, 8), 100);
+        }
+        let all = NodeSet::full(4);
+        assert_eq!(
+            c.narrow(&job(9, 1, 8), &all),
+            Ok(None),
+            "full: cons_tres decides"
+        );
+        c.mark_migrating(
+            &MigrationOrder {
+                job: 1,
+                to_nodes: vec![0],
+            },
+            100,
+        );
+        assert_eq!(
+            c.narrow(&job(9, 1, 8), &all),
+            Ok(Some(NodeSet::empty(4))),
+            "the engine's GPUs are promised to a migration: wait"
+        );
     }
 
     /// Submit through the controller as the plugin does: narrow, then Slurm

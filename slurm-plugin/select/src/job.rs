@@ -342,6 +342,12 @@ fn select_p_job_test_narrowed(
     let Some((want, may_widen)) = narrowed else {
         return guard("select_p_job_test", SLURM_ERROR, || call(bitmap));
     };
+    // An empty plan (the job waits for migrations to land) only holds the
+    // job back from starting now: the submit-time test and backfill's
+    // planning see Slurm's own candidates.
+    if want.count() == 0 && mode != SELECT_MODE_RUN_NOW {
+        return guard("select_p_job_test", SLURM_ERROR, || call(bitmap));
+    }
     guard("select_p_job_test", SLURM_ERROR, || {
         // SAFETY: bitmap valid; copy freed below.
         let orig = unsafe { sys::bit_copy(bitmap) };

@@ -1,0 +1,828 @@
+//! `compass replay`: replays a window of a trace through real `sbatch` on
+//! one or more live Slurm clusters at once (the same jobs at the same
+//! compressed times on each), watches them, and reports AFR, `N*SIF`, AJCT,
+//! AGU, migrations, preemptions and the waits of the largest jobs side by
+//! side (`docs/replay.md`).
+//!
+//! - [`plan`]: the window, the compression and the `sbatch` options (pure);
+//! - [`slurm`]: the clusters and the Slurm clients' output;
+//! - [`observe`]: what each poll saw, integrated like the simulator;
+//! - [`report`]: the figures, the `--check` assertions, report.md/json.
+
+pub mod observe;
+pub mod plan;
+pub mod report;
+pub mod slurm;
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{BufReader, IsTerminal, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::builder::PossibleValuesParser;
+use compass_core::trace::{self, ReadOptions, TraceFormat};
+
+use crate::error::{CliError, Result};
+use observe::Observer;
+use plan::{Compression, Fit, Plan, WindowSpec};
+use report::{ClusterInfo, ClusterResult, LogFacts};
+use slurm::{Client, ClusterArg};
+
+/// The Venus sample of the shared traces (the default trace).
+pub const DEFAULT_TRACE: &str = "../shared/traces/venus/venus_sample.csv";
+
+/// Replay a trace window through real sbatch on live Slurm clusters, side by side.
+///
+/// Every cluster receives the same jobs at the same compressed times:
+/// submit and run times are trace times divided by --speedup. Each job is
+/// `sbatch -N w --ntasks-per-node=1 --gres=gpu:g` with an account, a time
+/// limit and (where sbatch knows them) --min-runtime and --resumable; its
+/// script sleeps the compressed run time resumably (checkpoints under
+/// --out) and logs its completion once. The live status shows one line per
+/// cluster; the report compares AFR, N*SIF, AJCT, AGU, migrations,
+/// preemptions and the waits of the largest jobs, defined as the simulator
+/// defines them.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Trace file (CSV): Helios/Venus sample or canonical.
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_TRACE)]
+    pub trace: PathBuf,
+
+    /// Trace format; detected from the header line when omitted.
+    #[arg(long, value_parser = PossibleValuesParser::new(["venus", "canonical"]))]
+    pub format: Option<String>,
+
+    /// Virtual clusters of a Venus trace (`name,nodes` CSV) that give each
+    /// job its account; by default vc_config.csv beside the trace.
+    #[arg(long, value_name = "FILE")]
+    pub vc_config: Option<PathBuf>,
+
+    /// Budget tree (TOML, e.g. etc/budgets.venus.toml): every job's account
+    /// must be a leaf account of it (the budget service charges it there).
+    #[arg(long, value_name = "FILE")]
+    pub budgets: Option<PathBuf>,
+
+    /// Where the window opens: trace time after the first arrival (e.g. 30d,
+    /// 12h, 0). The default opens on a busy stretch of the Venus sample
+    /// with mixed 1/2/4/8-GPU and multi-node jobs (the sample's first week
+    /// is nearly empty).
+    #[arg(long, default_value = "204h", value_name = "DURATION", value_parser = parse_offset)]
+    pub start: f64,
+
+    /// Jobs to skip after --start (in arrival order).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub skip: usize,
+
+    /// At most K jobs (with --hours: whichever ends the window first).
+    #[arg(long, value_name = "K")]
+    pub jobs: Option<usize>,
+
+    /// At most H hours of trace time, from the first job of the window.
+    #[arg(long, value_name = "H")]
+    pub hours: Option<f64>,
+
+    /// Trace seconds per wall second: arrivals and run times are divided by X.
+    #[arg(long, default_value_t = 240.0, value_name = "X")]
+    pub speedup: f64,
+
+    /// Shortest wall run time of a job (shorter compressed runs are raised).
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = crate::policy::parse_duration)]
+    pub min_run: f64,
+
+    /// Longest wall run time of a job (longer compressed runs are cut, so
+    /// a two-day job does not hold the replay for its whole compressed
+    /// length); `none` for no cap.
+    #[arg(long, default_value = "3m", value_name = "DURATION", value_parser = parse_cap)]
+    pub max_run: Cap,
+
+    /// Site cap of --min-runtime, in trace time (as `compass simulate`'s
+    /// policy mode), before compression.
+    #[arg(long, default_value = "8h", value_name = "DURATION", value_parser = crate::policy::parse_duration)]
+    pub min_runtime_cap: f64,
+
+    /// A cluster to replay on, repeatable: NAME=SLURM_CONF[:STATE_FILE]. The
+    /// STATE_FILE (select.state_file of compass.conf) marks the compass
+    /// cluster: its published placement is checked against Slurm's.
+    #[arg(long = "cluster", value_name = "NAME=SLURM_CONF[:STATE_FILE]", value_parser = slurm::parse_cluster, required = true)]
+    pub clusters: Vec<ClusterArg>,
+
+    /// Output directory: report.md, report.json, plan.json, jobs.csv and
+    /// per cluster the job script, checkpoints, Slurm logs, completion log
+    /// and samples.csv (the cluster subdirectories are emptied first).
+    #[arg(long, value_name = "DIR", default_value = "out/replay")]
+    pub out: PathBuf,
+
+    /// Seconds between two polls of each cluster.
+    #[arg(long, default_value = "1", value_name = "DURATION", value_parser = crate::policy::parse_duration)]
+    pub poll: f64,
+
+    /// Give up after this wall time (unfinished jobs are listed and
+    /// cancelled); default: 3 x the expected time + 5 minutes.
+    #[arg(long, value_name = "DURATION", value_parser = crate::policy::parse_duration)]
+    pub timeout: Option<f64>,
+
+    /// Assert: every job completed exactly once; on compass clusters no job
+    /// ran on a node the engine did not choose and N*SIF <= 2 whenever WCC
+    /// held (settled instants); compass's AFR below every stock cluster's.
+    /// Exit non-zero with the reasons otherwise.
+    #[arg(long)]
+    pub check: bool,
+
+    /// Print the plan (and write plan.json, jobs.csv) without submitting.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Without a terminal: seconds between two status prints.
+    #[arg(long, default_value = "10", value_name = "DURATION", value_parser = crate::policy::parse_duration)]
+    pub status_every: f64,
+
+    /// No live status line.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// An optional cap (seconds); `None` for `none`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cap(pub Option<f64>);
+
+/// A duration, or `none`.
+fn parse_cap(s: &str) -> std::result::Result<Cap, String> {
+    if s.trim() == "none" {
+        return Ok(Cap(None));
+    }
+    crate::policy::parse_duration(s).map(|v| Cap(Some(v)))
+}
+
+/// `0` or a positive duration.
+fn parse_offset(s: &str) -> std::result::Result<f64, String> {
+    if s.trim() == "0" {
+        return Ok(0.0);
+    }
+    crate::policy::parse_duration(s)
+}
+
+fn io(path: &Path, e: std::io::Error) -> CliError {
+    CliError::io(path.display(), e)
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|e| io(path, e))
+}
+
+/// The plan of `args` for clusters that can all hold `fit`.
+pub fn make_plan(args: &Args, fit: Fit) -> Result<Plan> {
+    if args.jobs.is_none() && args.hours.is_none() {
+        return Err(CliError::Usage(
+            "give the window's size: --jobs K and/or --hours H".into(),
+        ));
+    }
+    if let Some(h) = args.hours {
+        if !(h.is_finite() && h > 0.0) {
+            return Err(CliError::Usage(format!(
+                "--hours must be positive, got {h}"
+            )));
+        }
+    }
+    if args.jobs == Some(0) {
+        return Err(CliError::Usage("--jobs must be at least 1".into()));
+    }
+    let path = args.trace.display().to_string();
+    let format = args
+        .format
+        .as_deref()
+        .map(TraceFormat::parse_name)
+        .transpose()?;
+    let file = File::open(&args.trace).map_err(|e| {
+        CliError::Usage(format!(
+            "{path}: {e} (give the trace with --trace; the default is the Venus sample of ../shared/traces)"
+        ))
+    })?;
+    let tr = trace::read(
+        BufReader::new(file),
+        &path,
+        &ReadOptions {
+            format,
+            gpus_per_node: fit.gpus_per_node,
+        },
+    )?;
+    let w = WindowSpec {
+        start_s: args.start,
+        skip: args.skip,
+        jobs: args.jobs,
+        span_s: args.hours.map(|h| h * 3600.0),
+    };
+    let (jobs, ws, we) = plan::window(&tr.jobs, &w)?;
+    let vcs = match tr.format {
+        TraceFormat::Venus => {
+            let vc = args
+                .vc_config
+                .clone()
+                .unwrap_or_else(|| args.trace.with_file_name("vc_config.csv"));
+            crate::policy::load_vcs(&vc)?
+        }
+        _ => Vec::new(),
+    };
+    let flags = plan::flags(tr.format, &jobs, &vcs, args.min_runtime_cap)?;
+    if let Some(b) = &args.budgets {
+        check_accounts(b, &flags)?;
+    }
+    plan::build(
+        &jobs,
+        &flags,
+        ws,
+        we,
+        fit,
+        &Compression {
+            speedup: args.speedup,
+            min_run_s: args.min_run,
+            max_run_s: args.max_run.0,
+        },
+    )
+}
+
+/// Every account must be a leaf account of the budget tree.
+fn check_accounts(budgets: &Path, flags: &[plan::Flags]) -> Result<()> {
+    let text = std::fs::read_to_string(budgets).map_err(|e| io(budgets, e))?;
+    let doc = compass_budget::cli::parse_budgets_toml(&text)
+        .map_err(|e| CliError::Usage(format!("{}: {e}", budgets.display())))?;
+    let known: BTreeSet<String> = doc
+        .nodes
+        .iter()
+        .filter_map(|n| n.account.as_ref().map(|a| a.to_lowercase()))
+        .collect();
+    let missing: BTreeSet<&str> = flags
+        .iter()
+        .filter_map(|f| f.account.as_deref())
+        .filter(|a| !known.contains(&a.to_lowercase()))
+        .collect();
+    if !missing.is_empty() {
+        return Err(CliError::Usage(format!(
+            "{}: no leaf of the budget tree has the account(s) {:?} the replayed jobs use",
+            budgets.display(),
+            missing
+        )));
+    }
+    Ok(())
+}
+
+/// `jobs.csv`: the replayed jobs as a canonical trace in wall seconds, so
+/// `compass simulate --trace OUT/jobs.csv --nodes N` simulates exactly what
+/// was submitted.
+fn canonical_csv(plan: &Plan) -> String {
+    let mut s = String::from(
+        "job_id,submit_s,duration_s,num_inst,gpus_per_inst,account,min_runtime_s,resumable\n",
+    );
+    for j in &plan.jobs {
+        s.push_str(&format!(
+            "{},{},{},{},{},{},{},{}\n",
+            j.index,
+            j.submit_s,
+            j.run_s,
+            j.instances,
+            j.gpus,
+            j.account.as_deref().unwrap_or(""),
+            j.min_runtime_s,
+            j.resumable
+        ));
+    }
+    s
+}
+
+/// One cluster during the replay.
+struct Live {
+    arg: ClusterArg,
+    client: Client,
+    spank: bool,
+    dir: PathBuf,
+    obs: Observer,
+    ctld_log: Option<(PathBuf, u64)>,
+    poll_errors: u64,
+}
+
+impl Live {
+    fn completion_log(&self) -> PathBuf {
+        self.dir.join("completed.log")
+    }
+}
+
+/// Messages from the submitter threads.
+enum Submitted {
+    Ok {
+        cluster: usize,
+        index: usize,
+        id: u64,
+        t_s: f64,
+    },
+    Err {
+        cluster: usize,
+        index: usize,
+        why: String,
+        t_s: f64,
+    },
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A cluster as found at the start: its nodes, GPUs and SPANK support.
+struct Connected {
+    arg: ClusterArg,
+    client: Client,
+    nodes: Vec<String>,
+    gpus: u32,
+    spank: bool,
+}
+
+/// Connects to every cluster.
+fn connect(args: &Args) -> Result<Vec<Connected>> {
+    let mut names = BTreeSet::new();
+    let mut out = Vec::new();
+    for c in &args.clusters {
+        if !names.insert(c.name.clone()) {
+            return Err(CliError::Usage(format!(
+                "cluster name `{}` given twice",
+                c.name
+            )));
+        }
+        if !c.slurm_conf.is_file() {
+            return Err(CliError::Usage(format!(
+                "--cluster {}: {} is not a file (the cluster's slurm.conf)",
+                c.name,
+                c.slurm_conf.display()
+            )));
+        }
+        let client = Client {
+            conf: c.slurm_conf.clone(),
+        };
+        let (nodes, gpus) = client.shape()?;
+        let spank = client.has_spank()?;
+        out.push(Connected {
+            arg: c.clone(),
+            client,
+            nodes,
+            gpus,
+            spank,
+        });
+    }
+    Ok(out)
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let t_wall = Instant::now();
+    let clusters = connect(&args)?;
+    let fit = Fit {
+        nodes: clusters
+            .iter()
+            .map(|c| c.nodes.len() as u32)
+            .min()
+            .unwrap_or(0),
+        gpus_per_node: clusters.iter().map(|c| c.gpus).min().unwrap_or(8),
+    };
+    if !matches!(fit.gpus_per_node, 1 | 2 | 4 | 8) {
+        return Err(CliError::Usage(format!(
+            "nodes with {} GPUs: the replay needs 1, 2, 4 or 8 GPUs per node",
+            fit.gpus_per_node
+        )));
+    }
+    let plan = make_plan(&args, fit)?;
+    std::fs::create_dir_all(&args.out).map_err(|e| io(&args.out, e))?;
+    let out = args.out.canonicalize().map_err(|e| io(&args.out, e))?;
+    write(
+        &out.join("plan.json"),
+        &serde_json::to_string_pretty(&plan).map_err(|e| CliError::Failed(e.to_string()))?,
+    )?;
+    write(&out.join("jobs.csv"), &canonical_csv(&plan))?;
+    let trace_name = args.trace.display().to_string();
+    let summary = format!(
+        "{trace_name}: {} jobs ({} too large for {} x {} GPUs left out), speedup {}, expected {:.0} s of wall time without queueing, offered load {:.2}",
+        plan.jobs.len(),
+        plan.skipped_too_large,
+        fit.nodes,
+        fit.gpus_per_node,
+        plan.compression.speedup,
+        plan.expected_s(),
+        plan.offered_load(fit)
+    );
+    eprintln!("{summary}");
+    for Connected {
+        arg: c,
+        nodes,
+        gpus,
+        spank,
+        ..
+    } in &clusters
+    {
+        eprintln!(
+            "  cluster {}: {} nodes x {gpus} GPUs, SLURM_CONF={}, SPANK options {}, {}",
+            c.name,
+            nodes.len(),
+            c.slurm_conf.display(),
+            if *spank { "yes" } else { "no" },
+            match &c.state_file {
+                Some(s) => format!("engine state {}", s.display()),
+                None => "stock (no engine state)".into(),
+            }
+        );
+    }
+    if args.dry_run {
+        for j in &plan.jobs {
+            println!(
+                "{:4} {:>12} {}x{} submit {:8.1} s run {:7.1} s account {} min-runtime {} s resumable {}",
+                j.index,
+                j.name,
+                j.instances,
+                j.gpus,
+                j.submit_s,
+                j.run_s,
+                j.account.as_deref().unwrap_or("-"),
+                j.min_runtime_s,
+                j.resumable
+            );
+        }
+        return Ok(());
+    }
+
+    let mut live = Vec::new();
+    for Connected {
+        arg,
+        client,
+        nodes,
+        gpus,
+        spank,
+    } in clusters
+    {
+        let dir = out.join(&arg.name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        }
+        for sub in ["ckpt", "logs"] {
+            std::fs::create_dir_all(dir.join(sub)).map_err(|e| io(&dir, e))?;
+        }
+        let script = dir.join("job.sh");
+        write(&script, plan::JOB_SCRIPT)?;
+        set_executable(&script)?;
+        let ctld_log = client.ctld_log().map(|p| {
+            let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+            (p, len)
+        });
+        live.push(Live {
+            obs: Observer::new(&plan.jobs, nodes, gpus, arg.state_file.clone()),
+            arg,
+            client,
+            spank,
+            dir,
+            ctld_log,
+            poll_errors: 0,
+        });
+    }
+
+    let t0 = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let mut handles = Vec::new();
+    for (k, l) in live.iter().enumerate() {
+        let jobs = plan.jobs.clone();
+        let client = l.client.clone();
+        let spank = l.spank;
+        let dir = l.dir.clone();
+        let tx = tx.clone();
+        let stop = stop.clone();
+        handles.push(std::thread::spawn(move || {
+            submitter(k, &jobs, &client, spank, &dir, t0, &tx, &stop)
+        }));
+    }
+    drop(tx);
+
+    let expected = plan.expected_s();
+    let timeout = args.timeout.unwrap_or(3.0 * expected + 300.0);
+    let mut status = Status::new(args.quiet, args.status_every, live.len());
+    let poll = Duration::from_secs_f64(args.poll.max(0.2));
+    let mut timed_out = false;
+    loop {
+        let tick = Instant::now();
+        while let Ok(m) = rx.try_recv() {
+            match m {
+                Submitted::Ok {
+                    cluster,
+                    index,
+                    id,
+                    t_s,
+                } => live[cluster].obs.submitted(index, id, t_s),
+                Submitted::Err {
+                    cluster,
+                    index,
+                    why,
+                    t_s,
+                } => live[cluster].obs.submit_failed(index, why, t_s),
+            }
+        }
+        let t = t0.elapsed().as_secs_f64();
+        let now = unix_now();
+        let mut lines = Vec::new();
+        for l in live.iter_mut() {
+            match l.client.jobs() {
+                Ok(obs) => {
+                    let s = l.obs.poll(&obs, t, now);
+                    lines.push(format!(
+                        "{:>10} {} / {}  done {}/{}/{}  queue {}  running {}  N*SIF {}{}  GPUs {:.0}%",
+                        l.arg.name,
+                        clock(t),
+                        clock(expected),
+                        s.done,
+                        l.obs.submitted_count(),
+                        plan.jobs.len(),
+                        s.pending,
+                        s.running,
+                        s.n_sif,
+                        if s.wcc { " (WCC)" } else { "" },
+                        100.0 * s.utilisation
+                    ));
+                }
+                Err(e) => {
+                    l.poll_errors += 1;
+                    tracing::warn!(cluster = %l.arg.name, "poll failed: {e}");
+                    lines.push(format!("{:>10} {} poll failed: {e}", l.arg.name, clock(t)));
+                }
+            }
+        }
+        status.show(&lines);
+        let all_done = live
+            .iter()
+            .all(|l| l.obs.finished_count() == plan.jobs.len());
+        if all_done {
+            break;
+        }
+        if t > timeout {
+            timed_out = true;
+            break;
+        }
+        let spent = tick.elapsed();
+        if spent < poll {
+            std::thread::sleep(poll - spent);
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    status.finish();
+    for h in handles {
+        let _ = h.join();
+    }
+    let mut unfinished_msgs = Vec::new();
+    if timed_out {
+        for l in &live {
+            let ids: Vec<String> = l
+                .obs
+                .unfinished()
+                .iter()
+                .filter_map(|&i| l.obs.jobs[i].slurm_id)
+                .map(|id| id.to_string())
+                .collect();
+            let left: Vec<String> = l
+                .obs
+                .unfinished()
+                .iter()
+                .map(|&i| {
+                    let j = &l.obs.jobs[i];
+                    match j.slurm_id {
+                        Some(id) => format!("{i} (Slurm {id}, {} run(s))", j.runs.len()),
+                        None => format!("{i} (not submitted)"),
+                    }
+                })
+                .collect();
+            if !left.is_empty() {
+                unfinished_msgs.push(format!(
+                    "{}: {} job(s) did not finish: {}",
+                    l.arg.name,
+                    left.len(),
+                    left.join(", ")
+                ));
+            }
+            if !ids.is_empty() {
+                let mut a = vec!["--quiet".to_string()];
+                a.extend(ids);
+                let _ = l.client.run("scancel", &a);
+            }
+        }
+    }
+
+    let wall_s = t0.elapsed().as_secs_f64();
+    let mut results: Vec<ClusterResult> = Vec::new();
+    for l in &live {
+        let ours: BTreeSet<u64> = l.obs.jobs.iter().filter_map(|j| j.slurm_id).collect();
+        let log = match (&l.arg.state_file, &l.ctld_log) {
+            (Some(_), Some((p, from))) => Some(LogFacts::read(p, *from, &ours)),
+            (Some(_), None) => Some(LogFacts::default()),
+            _ => None,
+        };
+        write_samples(&l.dir.join("samples.csv"), &l.obs)?;
+        results.push(report::summarise(
+            &plan,
+            &l.obs,
+            &ClusterInfo {
+                name: &l.arg.name,
+                slurm_conf: &l.arg.slurm_conf,
+                spank: l.spank,
+                completion_log: &l.completion_log(),
+                log,
+            },
+        ));
+    }
+    let mut checks = report::check(&results);
+    checks.splice(0..0, unfinished_msgs.iter().cloned());
+    let md = report::markdown(&trace_name, &plan, &results, &checks, wall_s);
+    write(&out.join("report.md"), &md)?;
+    let json = serde_json::to_string_pretty(&report::Report {
+        trace: &trace_name,
+        plan: &plan,
+        clusters: &results,
+        checks: checks.clone(),
+        wall_s,
+    })
+    .map_err(|e| CliError::Failed(e.to_string()))?;
+    write(&out.join("report.json"), &(json + "\n"))?;
+    println!("{}", report::table(&results, plan.compression.speedup));
+    println!(
+        "report: {} and report.json ({:.0} s)",
+        out.join("report.md").display(),
+        t_wall.elapsed().as_secs_f64()
+    );
+    if timed_out {
+        return Err(CliError::Failed(format!(
+            "timed out after {timeout:.0} s:\n{}",
+            unfinished_msgs.join("\n")
+        )));
+    }
+    if args.check && !checks.is_empty() {
+        return Err(CliError::Failed(format!(
+            "--check failed:\n- {}",
+            checks.join("\n- ")
+        )));
+    }
+    if args.check {
+        println!("--check: all checks passed");
+    }
+    Ok(())
+}
+
+/// Submits the plan's jobs to one cluster at their compressed times.
+#[allow(clippy::too_many_arguments)]
+fn submitter(
+    cluster: usize,
+    jobs: &[plan::PlannedJob],
+    client: &Client,
+    spank: bool,
+    dir: &Path,
+    t0: Instant,
+    tx: &mpsc::Sender<Submitted>,
+    stop: &AtomicBool,
+) {
+    let logs = dir.join("logs").display().to_string();
+    let script = dir.join("job.sh").display().to_string();
+    let ckpt = dir.join("ckpt").display().to_string();
+    let done = dir.join("completed.log").display().to_string();
+    for j in jobs {
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let left = j.submit_s - t0.elapsed().as_secs_f64();
+            if left <= 0.0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs_f64(left.min(0.2)));
+        }
+        let t_s = t0.elapsed().as_secs_f64();
+        let mut a = plan::sbatch_args(j, spank, &logs);
+        a.extend([
+            script.clone(),
+            j.run_ms().to_string(),
+            ckpt.clone(),
+            done.clone(),
+        ]);
+        let msg = match client.run("sbatch", &a) {
+            Ok(o) if o.status.success() => {
+                let text = String::from_utf8_lossy(&o.stdout);
+                match text.trim().split(';').next().unwrap_or("").parse::<u64>() {
+                    Ok(id) => Submitted::Ok {
+                        cluster,
+                        index: j.index,
+                        id,
+                        t_s,
+                    },
+                    Err(_) => Submitted::Err {
+                        cluster,
+                        index: j.index,
+                        why: format!("sbatch printed `{}`", text.trim()),
+                        t_s,
+                    },
+                }
+            }
+            Ok(o) => Submitted::Err {
+                cluster,
+                index: j.index,
+                why: String::from_utf8_lossy(&o.stderr).trim().to_string(),
+                t_s,
+            },
+            Err(e) => Submitted::Err {
+                cluster,
+                index: j.index,
+                why: e.to_string(),
+                t_s,
+            },
+        };
+        if tx.send(msg).is_err() {
+            return;
+        }
+    }
+}
+
+fn set_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(|e| io(path, e))
+}
+
+fn write_samples(path: &Path, obs: &Observer) -> Result<()> {
+    let mut s = String::from(
+        "t_s,n_sif,partial,phi_star,wcc,settled,used_gpus,utilisation,pending,running,done\n",
+    );
+    for x in &obs.samples {
+        s.push_str(&format!(
+            "{:.2},{},{},{},{},{},{},{:.4},{},{},{}\n",
+            x.t_s,
+            x.n_sif,
+            x.partial,
+            x.phi_star,
+            u8::from(x.wcc),
+            u8::from(x.settled),
+            x.used_gpus,
+            x.utilisation,
+            x.pending,
+            x.running,
+            x.done
+        ));
+    }
+    write(path, &s)
+}
+
+fn clock(s: f64) -> String {
+    let s = s.max(0.0) as u64;
+    format!("{:02}:{:02}", s / 60, s % 60)
+}
+
+/// The live status: one line per cluster, redrawn in place on a terminal,
+/// printed every `every` seconds otherwise.
+struct Status {
+    quiet: bool,
+    tty: bool,
+    every: f64,
+    last: Option<Instant>,
+    drawn: usize,
+}
+
+impl Status {
+    fn new(quiet: bool, every: f64, _clusters: usize) -> Self {
+        Self {
+            quiet,
+            tty: std::io::stderr().is_terminal(),
+            every,
+            last: None,
+            drawn: 0,
+        }
+    }
+
+    fn show(&mut self, lines: &[String]) {
+        if self.quiet {
+            return;
+        }
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            if self.drawn > 0 {
+                let _ = write!(err, "\x1b[{}A", self.drawn);
+            }
+            for l in lines {
+                let _ = writeln!(err, "\r\x1b[2K{l}");
+            }
+            self.drawn = lines.len();
+        } else if self
+            .last
+            .is_none_or(|t| t.elapsed().as_secs_f64() >= self.every)
+        {
+            for l in lines {
+                let _ = writeln!(err, "{l}");
+            }
+            self.last = Some(Instant::now());
+        }
+        let _ = err.flush();
+    }
+
+    fn finish(&mut self) {
+        self.drawn = 0;
+    }
+}

@@ -1,0 +1,407 @@
+//! What a replay observes on one cluster, poll after poll: each job's
+//! submit, runs (start, nodes, restarts) and end; the cluster's placement
+//! metrics at every poll (`N * SIF` from the observed per-node GPU
+//! allocation, WCC, utilisation), integrated over time exactly as the
+//! simulator integrates them (`compass_core::sim`, paper eqs. 14-17); and,
+//! on the compass cluster, the engine's published state for the node check.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use compass_core::metric::{self, InstanceCounts, PhiStarCache};
+use compass_slurm::state::PublishedState;
+use serde::Serialize;
+
+use super::plan::PlannedJob;
+use super::slurm::JobObs;
+
+/// One run of a job (a requeue starts a new one).
+#[derive(Clone, Debug, Serialize)]
+pub struct Run {
+    /// Slurm's restart count during this run.
+    pub restarts: u32,
+    /// Wall seconds since the replay start.
+    pub start_s: f64,
+    pub start_unix: u64,
+    /// When the run was seen over (ended or requeued), wall seconds.
+    pub end_s: Option<f64>,
+    /// GPUs per node as Slurm allocated them.
+    pub node_gpus: BTreeMap<String, u32>,
+    /// The engine's published state listed this run with the same per-node
+    /// GPUs (compass cluster only).
+    pub engine_recorded: bool,
+    /// Why the published state disagreed, if it did.
+    pub mismatch: Option<String>,
+}
+
+/// One job on one cluster.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct JobTrack {
+    pub slurm_id: Option<u64>,
+    pub submit_s: Option<f64>,
+    /// `sbatch` refused the job (message).
+    pub submit_error: Option<String>,
+    pub runs: Vec<Run>,
+    pub end_s: Option<f64>,
+    /// Slurm's final state (`COMPLETED`, `CANCELLED`, ...; `GONE` when the
+    /// job left Slurm's list unseen).
+    pub final_state: Option<String>,
+    pub restarts: u32,
+}
+
+impl JobTrack {
+    pub fn first_start_s(&self) -> Option<f64> {
+        self.runs.first().map(|r| r.start_s)
+    }
+}
+
+/// The metrics of one poll.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Sample {
+    pub t_s: f64,
+    pub n_sif: u64,
+    pub partial: u32,
+    pub phi_star: u64,
+    pub wcc: bool,
+    pub used_gpus: u64,
+    pub utilisation: f64,
+    pub pending: u64,
+    pub running: u64,
+    pub done: u64,
+    /// Nothing moved since the previous poll, no job waits to restart after
+    /// a requeue and the engine has no migration in flight.
+    pub settled: bool,
+}
+
+/// Time integrals of the metrics over one window (as the simulator's).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Window {
+    pub time_s: f64,
+    pub sif_s: f64,
+    pub util_s: f64,
+    pub wcc_s: f64,
+}
+
+impl Window {
+    fn add(&mut self, dt: f64, sif: f64, util: f64, wcc: bool) {
+        self.time_s += dt;
+        self.sif_s += sif * dt;
+        self.util_s += util * dt;
+        if wcc {
+            self.wcc_s += dt;
+        }
+    }
+}
+
+/// Everything observed on one cluster.
+pub struct Observer {
+    pub nodes: Vec<String>,
+    pub gpus_per_node: u32,
+    pub state_file: Option<PathBuf>,
+    pub jobs: Vec<JobTrack>,
+    live: Vec<bool>,
+    by_id: BTreeMap<u64, usize>,
+    shapes: Vec<(u32, u32)>,
+    cache: PhiStarCache,
+    last: Option<Sample>,
+    last_placement: BTreeMap<u64, BTreeMap<String, u32>>,
+    pub peak: Window,
+    pub busy: Window,
+    pub max_n_sif: u64,
+    pub max_n_sif_wcc: Option<u64>,
+    pub max_n_sif_wcc_settled: Option<u64>,
+    pub samples: Vec<Sample>,
+    state_mtime: Option<std::time::SystemTime>,
+    pub state: Option<PublishedState>,
+    /// `divergences` and `migrations_done` of the first state read.
+    pub state_first: Option<(u64, u64)>,
+    pub state_errors: Vec<String>,
+}
+
+impl Observer {
+    pub fn new(
+        plan: &[PlannedJob],
+        nodes: Vec<String>,
+        gpus_per_node: u32,
+        state_file: Option<PathBuf>,
+    ) -> Self {
+        Self {
+            nodes,
+            gpus_per_node,
+            state_file,
+            jobs: vec![JobTrack::default(); plan.len()],
+            live: vec![false; plan.len()],
+            by_id: BTreeMap::new(),
+            shapes: plan.iter().map(|j| (j.instances, j.gpus)).collect(),
+            cache: PhiStarCache::new(),
+            last: None,
+            last_placement: BTreeMap::new(),
+            peak: Window::default(),
+            busy: Window::default(),
+            max_n_sif: 0,
+            max_n_sif_wcc: None,
+            max_n_sif_wcc_settled: None,
+            samples: Vec::new(),
+            state_mtime: None,
+            state: None,
+            state_first: None,
+            state_errors: Vec::new(),
+        }
+    }
+
+    /// `sbatch` returned job `id` for plan job `index` at `t_s`.
+    pub fn submitted(&mut self, index: usize, id: u64, t_s: f64) {
+        self.jobs[index].slurm_id = Some(id);
+        self.jobs[index].submit_s = Some(t_s);
+        self.by_id.insert(id, index);
+    }
+
+    pub fn submit_failed(&mut self, index: usize, why: String, t_s: f64) {
+        let j = &mut self.jobs[index];
+        j.submit_error = Some(why);
+        j.end_s = Some(t_s);
+        j.final_state = Some("NOT_SUBMITTED".into());
+    }
+
+    pub fn submitted_count(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn finished_count(&self) -> usize {
+        self.jobs.iter().filter(|j| j.end_s.is_some()).count()
+    }
+
+    /// Jobs still to finish among those handed to `sbatch`.
+    pub fn unfinished(&self) -> Vec<usize> {
+        (0..self.jobs.len())
+            .filter(|&i| self.jobs[i].end_s.is_none())
+            .collect()
+    }
+
+    /// Reads the engine's published state if it changed.
+    fn read_state(&mut self) {
+        let Some(path) = &self.state_file else { return };
+        let Ok(mtime) = std::fs::metadata(path).and_then(|m| m.modified()) else {
+            return;
+        };
+        if self.state_mtime == Some(mtime) {
+            return;
+        }
+        match PublishedState::read(path) {
+            Ok(s) => {
+                self.state_mtime = Some(mtime);
+                self.state_first
+                    .get_or_insert((s.divergences, s.migrations_done));
+                self.state = Some(s);
+            }
+            Err(e) => {
+                if self.state_errors.len() < 5 {
+                    self.state_errors.push(e);
+                }
+            }
+        }
+    }
+
+    /// One poll: Slurm's job list `obs` at wall time `t_s` (`now_unix`).
+    pub fn poll(&mut self, obs: &[JobObs], t_s: f64, now_unix: u64) -> Sample {
+        self.read_state();
+        let listed: BTreeSet<u64> = obs.iter().map(|o| o.id).collect();
+        for o in obs {
+            let Some(&i) = self.by_id.get(&o.id) else {
+                continue;
+            };
+            self.update_job(i, o, t_s, now_unix);
+        }
+        // Jobs that left Slurm's list before we saw them end.
+        for (&id, &i) in &self.by_id {
+            if !listed.contains(&id) && self.jobs[i].end_s.is_none() {
+                let j = &mut self.jobs[i];
+                j.end_s = Some(t_s);
+                j.final_state = Some("GONE".into());
+                if self.live[i] {
+                    if let Some(r) = j.runs.last_mut() {
+                        r.end_s = Some(t_s);
+                    }
+                }
+                self.live[i] = false;
+            }
+        }
+        self.check_engine_records();
+        self.sample(t_s)
+    }
+
+    fn update_job(&mut self, i: usize, o: &JobObs, t_s: f64, now_unix: u64) {
+        let j = &mut self.jobs[i];
+        if j.end_s.is_some() {
+            return;
+        }
+        j.restarts = j.restarts.max(o.restarts);
+        if o.running() && !o.node_gpus.is_empty() {
+            let new_run = !self.live[i] || j.runs.last().is_some_and(|r| r.restarts != o.restarts);
+            if new_run {
+                let back = o.run_time_s as f64;
+                let start = (t_s - back).max(j.submit_s.unwrap_or(0.0));
+                j.runs.push(Run {
+                    restarts: o.restarts,
+                    start_s: start,
+                    start_unix: now_unix.saturating_sub(o.run_time_s),
+                    end_s: None,
+                    node_gpus: o.node_gpus.clone(),
+                    engine_recorded: false,
+                    mismatch: None,
+                });
+            }
+            self.live[i] = true;
+            return;
+        }
+        if self.live[i] {
+            if let Some(r) = j.runs.last_mut() {
+                r.end_s = Some(t_s);
+            }
+        }
+        self.live[i] = false;
+        let ended = matches!(
+            o.state.as_str(),
+            "COMPLETED"
+                | "FAILED"
+                | "CANCELLED"
+                | "TIMEOUT"
+                | "NODE_FAIL"
+                | "BOOT_FAIL"
+                | "DEADLINE"
+                | "OUT_OF_MEMORY"
+        );
+        if ended {
+            let end = match j.runs.last() {
+                Some(r) if o.restarts == r.restarts => r.start_s + o.run_time_s as f64,
+                _ => t_s,
+            };
+            j.end_s = Some(end.min(t_s));
+            if let Some(r) = j.runs.last_mut() {
+                r.end_s = Some(end.min(t_s));
+            }
+            j.final_state = Some(o.state.clone());
+        }
+    }
+
+    /// Compass cluster: is each live run recorded by the engine, on the
+    /// nodes and with the GPUs Slurm allocated?
+    fn check_engine_records(&mut self) {
+        let Some(state) = &self.state else { return };
+        let views: BTreeMap<u64, &compass_slurm::state::JobView> =
+            state.jobs.iter().map(|v| (v.id, v)).collect();
+        for (&id, &i) in &self.by_id {
+            if !self.live[i] {
+                continue;
+            }
+            let Some(run) = self.jobs[i].runs.last_mut() else {
+                continue;
+            };
+            if run.engine_recorded || run.mismatch.is_some() {
+                continue;
+            }
+            // a state older than the run cannot know it yet
+            if state.updated_unix < run.start_unix + 1 {
+                continue;
+            }
+            let Some(v) = views.get(&id) else { continue };
+            if v.foreign {
+                run.mismatch = Some("the engine records it as foreign (outside its model)".into());
+                continue;
+            }
+            let g = v.shape.map(|s| s.1).unwrap_or(0);
+            let mut per_node: BTreeMap<String, u32> = BTreeMap::new();
+            for n in &v.nodes {
+                *per_node.entry(n.clone()).or_default() += g;
+            }
+            if per_node == run.node_gpus {
+                run.engine_recorded = true;
+            } else if state.updated_unix >= run.start_unix + 3 {
+                run.mismatch = Some(format!(
+                    "Slurm runs it on {:?}, the engine records {:?}",
+                    run.node_gpus, per_node
+                ));
+            }
+        }
+    }
+
+    fn sample(&mut self, t_s: f64) -> Sample {
+        let cap = self.gpus_per_node;
+        let mut used: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut counts: InstanceCounts = [0; 9];
+        let mut placement: BTreeMap<u64, BTreeMap<String, u32>> = BTreeMap::new();
+        let (mut pending, mut running, mut done, mut requeued_waiting) = (0, 0, 0, false);
+        for (i, j) in self.jobs.iter().enumerate() {
+            if j.end_s.is_some() {
+                done += 1;
+                continue;
+            }
+            let Some(id) = j.slurm_id else { continue };
+            if self.live[i] {
+                running += 1;
+                let run = j.runs.last().expect("a live job has a run");
+                for (n, g) in &run.node_gpus {
+                    *used.entry(n.as_str()).or_default() += g;
+                }
+                let (w, g) = self.shapes[i];
+                counts[g.min(8) as usize] += u64::from(w);
+                placement.insert(id, run.node_gpus.clone());
+            } else {
+                pending += 1;
+                if j.restarts > 0 {
+                    requeued_waiting = true;
+                }
+            }
+        }
+        let partial = used.values().filter(|&&u| u > 0 && u < cap).count() as u32;
+        let used_gpus: u64 = used.values().map(|&u| u64::from(u)).sum();
+        let phi = self.cache.phi_star(&counts, cap);
+        let n_sif = u64::from(partial).saturating_sub(phi);
+        let wcc = metric::wcc_holds(&counts, cap);
+        let nodes = self.nodes.len() as u32;
+        let utilisation = used_gpus as f64 / f64::from(nodes * cap).max(1.0);
+        let in_flight = self
+            .state
+            .as_ref()
+            .is_some_and(|s| !s.pending_migrations.is_empty());
+        let settled = placement == self.last_placement && !requeued_waiting && !in_flight;
+        let s = Sample {
+            t_s,
+            n_sif,
+            partial,
+            phi_star: phi,
+            wcc,
+            used_gpus,
+            utilisation,
+            pending,
+            running,
+            done,
+            settled,
+        };
+        // the state since the previous poll held until now
+        if let Some(prev) = self.last {
+            let dt = t_s - prev.t_s;
+            if dt > 0.0 {
+                let sif = metric::sif(prev.partial, prev.phi_star, nodes);
+                if prev.pending > 0 {
+                    self.peak.add(dt, sif, prev.utilisation, prev.wcc);
+                }
+                if prev.pending > 0 || prev.running > 0 {
+                    self.busy.add(dt, sif, prev.utilisation, prev.wcc);
+                }
+            }
+        }
+        self.max_n_sif = self.max_n_sif.max(n_sif);
+        if wcc {
+            self.max_n_sif_wcc = Some(self.max_n_sif_wcc.unwrap_or(0).max(n_sif));
+            if settled {
+                self.max_n_sif_wcc_settled =
+                    Some(self.max_n_sif_wcc_settled.unwrap_or(0).max(n_sif));
+            }
+        }
+        self.last_placement = placement;
+        self.last = Some(s);
+        self.samples.push(s);
+        s
+    }
+}
