@@ -23,8 +23,10 @@
 #
 # Environment (all optional):
 #   TRACE            Venus trace (default ../shared/traces/venus/venus_sample.csv)
-#   DEMO_HOURS       hours of the trace to replay (default 24)
-#   DEMO_SPEEDUP     time compression of the replay (default 144: 24 h in ~10 min)
+#   DEMO_HOURS       hours of the trace to replay (default 20)
+#   DEMO_SPEEDUP     time compression of the replay (default 240: with the
+#                    replay's own defaults, --start 204h --max-run 3m, about
+#                    300 jobs in about 10 minutes; see docs/replay.md)
 #   DEMO_OUT         report directory (default out/demo)
 #   COMPASS_DEMO_DIR state directory (default /var/lib/compass-demo)
 #   DEMO_COMPASS_PORT, DEMO_STOCK_PORT  slurmctld ports of the two clusters
@@ -32,6 +34,7 @@
 #   DEMO_BUDGET_PORT HTTP port of compass-budgetd on 127.0.0.1 (default 18080)
 #   DEMO_ALLOW_OS=1  run on something other than Debian 12 (unsupported)
 #   DEMO_NODES, DEMO_GPUS  cluster size (default 16 x 8)
+#   DEMO_REPLAY_ARGS more `compass replay` flags, e.g. "--check" or "--jobs 40"
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -39,8 +42,8 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 DEMO=${COMPASS_DEMO_DIR:-/var/lib/compass-demo}
 TRACE=${TRACE:-../shared/traces/venus/venus_sample.csv}
-HOURS=${DEMO_HOURS:-24}
-SPEEDUP=${DEMO_SPEEDUP:-144}
+HOURS=${DEMO_HOURS:-20}
+SPEEDUP=${DEMO_SPEEDUP:-240}
 OUT=${DEMO_OUT:-out/demo}
 case "$OUT" in /*) ;; *) OUT=$ROOT/$OUT ;; esac
 NODES=${DEMO_NODES:-16}
@@ -314,22 +317,25 @@ EOF
 }
 
 # ==================================================================== REPLAY
-# The one place that runs the replay (`compass replay`, issue 6): the same
-# window of the trace through real sbatch on both clusters at once, a live
-# status line, report.md / report.json in $OUT. COMPASS_REPLAY overrides the
-# program (tests of this script).
+# The one place that runs the replay (`compass replay`, docs/replay.md): the
+# same window of the trace through real sbatch on both clusters at once, a
+# live status line per cluster, report.md / report.json in $OUT.
+# DEMO_REPLAY_ARGS adds flags (e.g. --check, --jobs 40); COMPASS_REPLAY
+# replaces the program (tests of this script).
 run_replay() {
-    step "replay $HOURS h of $(basename "$TRACE") at ${SPEEDUP}x on both clusters (about $((HOURS * 3600 / SPEEDUP / 60)) min)"
+    step "replay $HOURS h of $(basename "$TRACE") at ${SPEEDUP}x through sbatch on both clusters (about 10 min with the defaults)"
     local replay=${COMPASS_REPLAY:-$REL/compass}
     if [ -z "${COMPASS_REPLAY:-}" ] && ! "$replay" replay --help >/dev/null 2>&1; then
         die "this build of compass has no \`replay\` subcommand (issue 6); the clusters and the service are up: stop them with contrib/demo.sh stop"
     fi
     mkdir -p "$OUT"
+    local extra=()
+    read -r -a extra <<<"${DEMO_REPLAY_ARGS:-}"
     "$replay" replay --trace "$TRACE" --speedup "$SPEEDUP" --hours "$HOURS" \
         --cluster "compass=$DEMO/compass/etc/slurm.conf:$DEMO/compass/state.json" \
         --cluster "stock=$DEMO/stock/etc/slurm.conf" \
         --budgets "$ROOT/etc/budgets.venus.toml" \
-        --out "$OUT"
+        --out "$OUT" "${extra[@]}"
 }
 # ==================================================================== /REPLAY
 
