@@ -48,6 +48,8 @@ enum Command {
     /// Explain a pending job's place in the fair-share queue.
     Why(compass_budget::cli::WhyArgs),
     Replay(replay::Args),
+    /// Mark Slurm nodes faulty or repaired through compass-budgetd (admins), or list them.
+    Node(compass_budget::cli::NodeArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Status(args) => status::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::Node(a) => compass_budget::cli::node_command(&a).map_err(error::CliError::Failed),
         Command::Budget(args) => compass_budget::cli::run_budget(&args)
             .map_err(|e| error::CliError::Failed(e.to_string())),
         Command::Why(args) => {

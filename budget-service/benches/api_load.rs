@@ -126,6 +126,10 @@ fn main() {
             submit: NOW - 10_000 + i as i64,
             start: None,
             end: None,
+            alloc: Vec::new(),
+            instances: 0,
+            eligible: true,
+            begin_after: None,
         });
     }
     let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());

@@ -105,6 +105,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/reports/owed", get(owed))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/ledger", post(ingest))
+        .route("/api/v1/actions", get(get_actions))
+        .route("/api/v1/hosts", get(get_hosts))
+        .route("/api/v1/hosts/{node}/fault", post(host_fault))
+        .route("/api/v1/hosts/{node}/repaired", post(host_repaired))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
@@ -645,9 +649,12 @@ async fn get_why(
         .parse()
         .map_err(|_| BudgetError::field("job", format!("`{job}` is not a job id")))?;
     let q = state.queue();
+    let actions = state.db().actions(Some(id), 50)?;
+    let enforcement = enforcement_text(&state, id, &actions);
     if let Some(p) = q.order.iter().find(|p| p.job.job == JobId(id)) {
         return Ok(Json(
-            json!({ "at": q.at, "state": "pending", "placed": p, "row": queue_row(p, q.order.len()) }),
+            json!({ "at": q.at, "state": "pending", "placed": p, "row": queue_row(p, q.order.len()),
+                    "actions": actions, "enforcement": enforcement }),
         )
         .into_response());
     }
@@ -669,17 +676,176 @@ async fn get_why(
                 ),
             };
             let st = if iv.end.is_none() { "running" } else { "ended" };
-            Ok(
-                Json(json!({ "at": q.at, "state": st, "interval": iv, "row": { "why": text } }))
-                    .into_response(),
+            Ok(Json(
+                json!({ "at": q.at, "state": st, "interval": iv, "row": { "why": text },
+                            "actions": actions, "enforcement": enforcement }),
             )
+            .into_response())
         }
+        None if !actions.is_empty() => Ok(Json(json!({
+            "at": q.at, "state": "unknown",
+            "row": { "why": format!("Job {id} is neither pending nor in the ledger.\n") },
+            "actions": actions, "enforcement": enforcement
+        }))
+        .into_response()),
         None => Err(BudgetError::NotFound(format!(
             "job {id} is neither pending in the last computed order (at {}) nor in the ledger",
             q.at
         ))
         .into()),
     }
+}
+
+/// What enforcement did to a job, and whether it is protected now.
+fn enforcement_text(state: &AppState, id: u64, actions: &[crate::db::ActionRow]) -> String {
+    let mut out = String::new();
+    if let Some(j) = state.running_job(id) {
+        let cap = state.config.protection.min_runtime_cap_s;
+        match j.start {
+            Some(start) if j.min_runtime_s > 0 => {
+                let until = start + (j.min_runtime_s as f64).min(cap) as i64;
+                if state.now() < until {
+                    let _ = writeln!(
+                        out,
+                        "Running allocated time: protected from preemption until {until} (min runtime {} s{}).",
+                        j.min_runtime_s,
+                        if (j.min_runtime_s as f64) > cap { format!(", capped at {cap} s") } else { String::new() }
+                    );
+                } else {
+                    let _ = writeln!(
+                        out,
+                        "Running allocated time: its protection ended at {until}; it keeps running while its team \
+                         is within its allocation or no more under-served job needs its GPUs."
+                    );
+                }
+            }
+            Some(_) => {
+                let _ = writeln!(
+                    out,
+                    "Running unallocated time (min runtime 0): never protected; an allocated job that needs its GPUs may preempt it."
+                );
+            }
+            None => {}
+        }
+    }
+    for a in actions.iter().rev() {
+        let what = match (a.job, a.cause_job) {
+            (Some(j), _) if j == id => format!(
+                "{} this job ({}){}",
+                a.action,
+                a.rule.as_deref().unwrap_or("-"),
+                a.cause_job
+                    .map(|c| format!(" for job {c}"))
+                    .unwrap_or_default()
+            ),
+            (Some(j), Some(_)) => format!(
+                "{} job {j} ({}) to make room for this job",
+                a.action,
+                a.rule.as_deref().unwrap_or("-")
+            ),
+            _ => a.action.clone(),
+        };
+        let _ = writeln!(
+            out,
+            "At {}: {what}{}; lost {:.0} GPU-s. {}",
+            a.at,
+            if a.ok { "" } else { " (FAILED)" },
+            a.lost_gpu_s,
+            a.detail
+        );
+    }
+    out
+}
+
+/// `GET /api/v1/actions[?job=J][&limit=N]`: enforcement actions, newest first.
+async fn get_actions(
+    State(state): State<Arc<AppState>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    let limit = query_i64(&q, "limit")?.unwrap_or(100);
+    if !(1..=10_000).contains(&limit) {
+        return Err(BudgetError::field("limit", "must be between 1 and 10000").into());
+    }
+    let job = query_i64(&q, "job")?;
+    if job.is_some_and(|j| j < 0) {
+        return Err(BudgetError::field("job", "must not be negative").into());
+    }
+    let rows = state.db().actions(job.map(|j| j as u64), limit as usize)?;
+    Ok(Json(json!({ "rows": rows })).into_response())
+}
+
+/// `GET /api/v1/hosts`: Slurm nodes of the last cycle and faulty records.
+async fn get_hosts(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
+    let faulty = state.db().faulty()?;
+    let nodes: Vec<_> = state
+        .nodes()
+        .into_iter()
+        .map(|n| {
+            let f = faulty.iter().find(|f| f.node == n.name);
+            json!({ "name": n.name, "gpus": n.gpus, "state": n.state, "reason": n.reason, "faulty": f })
+        })
+        .collect();
+    Ok(Json(json!({ "nodes": nodes, "faulty": faulty })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FaultBody {
+    reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RepairedBody {}
+
+fn require_admin(state: &AppState, user: &str, what: &str) -> Result<(), BudgetError> {
+    if policy(state).is_admin(user) {
+        Ok(())
+    } else {
+        Err(BudgetError::Forbidden {
+            what: format!("user `{user}` {what}"),
+            why: "only admins may mark nodes faulty or repaired".into(),
+        })
+    }
+}
+
+/// Admin-only: mark a node faulty (DRAIN in Slurm at once).
+async fn host_fault(
+    State(state): State<Arc<AppState>>,
+    Path(node): Path<String>,
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let (user, b): (String, FaultBody) = authenticate(&state, &method, &uri, &headers, body)?;
+    require_admin(&state, &user, &format!("marking node `{node}` faulty"))?;
+    let st = state.clone();
+    let change = tokio::task::spawn_blocking(move || {
+        crate::enforce::mark_faulty(&st, &node, &b.reason, &user)
+    })
+    .await
+    .map_err(|e| BudgetError::Http(e.to_string()))??;
+    Ok(Json(change).into_response())
+}
+
+/// Admin-only: a repaired node returns to service (RESUME in Slurm).
+async fn host_repaired(
+    State(state): State<Arc<AppState>>,
+    Path(node): Path<String>,
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let (user, _b): (String, RepairedBody) = authenticate(&state, &method, &uri, &headers, body)?;
+    require_admin(&state, &user, &format!("marking node `{node}` repaired"))?;
+    let st = state.clone();
+    let change =
+        tokio::task::spawn_blocking(move || crate::enforce::mark_repaired(&st, &node, &user))
+            .await
+            .map_err(|e| BudgetError::Http(e.to_string()))??;
+    Ok(Json(change).into_response())
 }
 
 async fn owed(

@@ -1,5 +1,5 @@
-//! The manager CLI: `compass budget show|set-share|add|move|remove|import|export`
-//! and `compass why JOBID`. It talks to the service over HTTP; writes carry a
+//! The manager CLI: `compass budget show|set-share|add|move|remove|import|export`,
+//! `compass why JOBID` and `compass node fault|repaired|list`. It talks to the service over HTTP; writes carry a
 //! MUNGE credential bound to the request (see [`crate::auth`]).
 
 use compass_core::fairshare::NodeSpec;
@@ -105,6 +105,34 @@ pub struct WhyArgs {
     pub conn: Connection,
     /// Slurm job id.
     pub job: u64,
+}
+
+/// `compass node ...`: faulty nodes (admins only for writes).
+#[derive(clap::Args, Debug, Clone)]
+pub struct NodeArgs {
+    #[command(flatten)]
+    pub conn: Connection,
+    #[command(subcommand)]
+    pub cmd: NodeCmd,
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum NodeCmd {
+    /// Mark a Slurm node faulty: DRAIN at once (no new jobs); each job on it
+    /// is preempted as soon as its protection ends; then it is drained.
+    Fault {
+        node: String,
+        /// Why (kept with the record and shown as Slurm's node reason).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Return a repaired node to service (RESUME in Slurm).
+    Repaired { node: String },
+    /// List the nodes with their Slurm state and faulty records.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The TOML file format of import/export (`etc/budgets.example.toml`).
@@ -367,7 +395,8 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
     Ok(())
 }
 
-/// Runs `compass why JOBID`.
+/// Runs `compass why JOBID`: its place in the queue (or its last run) and
+/// what enforcement did to it or for it.
 pub fn run_why(args: &WhyArgs) -> Result<()> {
     let c = Client::new(&args.conn);
     let v = c.get(&format!("/api/v1/queue/{}", args.job))?;
@@ -377,6 +406,97 @@ pub fn run_why(args: &WhyArgs) -> Result<()> {
             .as_str()
             .unwrap_or("no explanation returned\n")
     );
+    if let Some(t) = v["enforcement"].as_str().filter(|t| !t.is_empty()) {
+        print!("{t}");
+    }
+    Ok(())
+}
+
+/// Renders `GET /api/v1/hosts` as a table.
+pub fn render_hosts(v: &Value) -> String {
+    let mut out = format!("{:<16} {:>4} {:<9} {}\n", "node", "gpus", "state", "faulty");
+    for n in v["nodes"].as_array().into_iter().flatten() {
+        let faulty = match n["faulty"].as_object() {
+            Some(f) => format!(
+                "since {} by {}: {}",
+                f.get("since").and_then(Value::as_i64).unwrap_or(0),
+                f.get("by").and_then(Value::as_str).unwrap_or("?"),
+                f.get("reason").and_then(Value::as_str).unwrap_or("")
+            ),
+            None => "-".to_string(),
+        };
+        out.push_str(&format!(
+            "{:<16} {:>4} {:<9} {}\n",
+            n["name"].as_str().unwrap_or("?"),
+            n["gpus"].as_u64().unwrap_or(0),
+            n["state"].as_str().unwrap_or("?"),
+            faulty
+        ));
+    }
+    // Faulty records of nodes the last cycle did not see.
+    let seen: Vec<&str> = v["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["name"].as_str())
+        .collect();
+    for f in v["faulty"].as_array().into_iter().flatten() {
+        let name = f["node"].as_str().unwrap_or("?");
+        if !seen.contains(&name) {
+            out.push_str(&format!(
+                "{:<16} {:>4} {:<9} since {} by {}: {}\n",
+                name,
+                "-",
+                "unknown",
+                f["since"].as_i64().unwrap_or(0),
+                f["by"].as_str().unwrap_or("?"),
+                f["reason"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    out
+}
+
+/// [`run_node`] with the error as text (what the `compass` binary prints).
+pub fn node_command(args: &NodeArgs) -> std::result::Result<(), String> {
+    run_node(args).map_err(|e| e.to_string())
+}
+
+/// Runs `compass node ...`.
+pub fn run_node(args: &NodeArgs) -> Result<()> {
+    let c = Client::new(&args.conn);
+    match &args.cmd {
+        NodeCmd::Fault { node, reason } => {
+            let v = c.write(
+                "POST",
+                &format!("/api/v1/hosts/{}/fault", path_escape(node)),
+                &json!({ "reason": reason }),
+            )?;
+            println!(
+                "node {node} marked faulty: {}",
+                v["detail"].as_str().unwrap_or_default()
+            );
+        }
+        NodeCmd::Repaired { node } => {
+            let v = c.write(
+                "POST",
+                &format!("/api/v1/hosts/{}/repaired", path_escape(node)),
+                &json!({}),
+            )?;
+            println!(
+                "node {node} repaired: {}",
+                v["detail"].as_str().unwrap_or_default()
+            );
+        }
+        NodeCmd::List { json } => {
+            let v = c.get("/api/v1/hosts")?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            } else {
+                print!("{}", render_hosts(&v));
+            }
+        }
+    }
     Ok(())
 }
 

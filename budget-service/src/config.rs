@@ -1,5 +1,6 @@
 //! The service's configuration file (`etc/compass-budgetd.toml`).
 
+use compass_core::preempt::ProtectionConfig;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -50,6 +51,57 @@ pub struct Config {
     /// /etc/slurm/slurm.conf).
     #[serde(default)]
     pub slurm_conf: Option<PathBuf>,
+    /// Enforcement of protected and preemptible time (`[protection]`).
+    #[serde(default)]
+    pub protection: Protection,
+}
+
+/// `[protection]`: how the cycle enforces protected and preemptible time
+/// on Slurm (fair-share-budgets.txt; the rules are
+/// [`compass_core::preempt`]). Maps onto [`ProtectionConfig`].
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Protection {
+    /// Preempt, cancel and drain on Slurm (default true). Off: the cycle
+    /// only orders the queue.
+    pub enforce: bool,
+    /// Longest protected time a job can buy, in seconds (default 8 h).
+    pub min_runtime_cap_s: f64,
+    /// Resumable jobs checkpoint this often; a victim loses its run time
+    /// since its last checkpoint (default 600 s). Used to pick the victims
+    /// that lose the least.
+    pub checkpoint_interval_s: f64,
+    /// An allocated victim's team must be this much more over-served than
+    /// the requester's (default 0.05: 5%).
+    pub preempt_margin: f64,
+    /// Exhaustive victim search up to this many candidates, greedy above
+    /// (default 10, at most 16).
+    pub exact_search_limit: usize,
+}
+
+impl Default for Protection {
+    fn default() -> Self {
+        let c = ProtectionConfig::default();
+        Self {
+            enforce: true,
+            min_runtime_cap_s: c.min_runtime_cap_s,
+            checkpoint_interval_s: c.checkpoint_interval_s,
+            preempt_margin: c.preempt_margin,
+            exact_search_limit: c.exact_search_limit,
+        }
+    }
+}
+
+impl Protection {
+    /// The core's settings.
+    pub fn core(&self) -> ProtectionConfig {
+        ProtectionConfig {
+            min_runtime_cap_s: self.min_runtime_cap_s,
+            checkpoint_interval_s: self.checkpoint_interval_s,
+            exact_search_limit: self.exact_search_limit,
+            preempt_margin: self.preempt_margin,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -117,6 +169,19 @@ impl Config {
         if self.slurm == SlurmMode::File && self.slurm_file.is_none() {
             return bad("slurm = \"file\" needs slurm_file");
         }
+        let p = &self.protection;
+        if !(p.min_runtime_cap_s.is_finite() && p.min_runtime_cap_s > 0.0) {
+            return bad("protection.min_runtime_cap_s must be a positive number of seconds");
+        }
+        if !(p.checkpoint_interval_s.is_finite() && p.checkpoint_interval_s >= 0.0) {
+            return bad("protection.checkpoint_interval_s must be >= 0");
+        }
+        if !(p.preempt_margin.is_finite() && p.preempt_margin >= 0.0) {
+            return bad("protection.preempt_margin must be >= 0");
+        }
+        if p.exact_search_limit > 16 {
+            return bad("protection.exact_search_limit must be at most 16 (2^n victim sets)");
+        }
         if self.max_body_bytes < 1024 {
             return bad("max_body_bytes must be at least 1024");
         }
@@ -156,6 +221,25 @@ mod tests {
             "t"
         )
         .is_err());
+        assert!(c.protection.enforce);
+        assert_eq!(c.protection.core(), ProtectionConfig::default());
+        let c = Config::parse(
+            "db = \"x.db\"\ncapacity_gpus = 8\n[protection]\nenforce = false\nmin_runtime_cap_s = 3600\n",
+            "t",
+        )
+        .unwrap();
+        assert!(!c.protection.enforce);
+        assert_eq!(c.protection.core().min_runtime_cap_s, 3600.0);
+        assert_eq!(c.protection.preempt_margin, 0.05);
+        for bad in [
+            "min_runtime_cap_s = 0",
+            "preempt_margin = -1",
+            "exact_search_limit = 40",
+            "enforec = true",
+        ] {
+            let text = format!("db = \"x.db\"\ncapacity_gpus = 8\n[protection]\n{bad}\n");
+            assert!(Config::parse(&text, "t").is_err(), "{bad}");
+        }
         assert!(
             Config::parse("db = \"x.db\"\ncapacity_gpus = 8\nbogus = 1\n", "t")
                 .unwrap_err()

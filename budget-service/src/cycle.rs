@@ -1,4 +1,6 @@
-//! The ingest -> order -> push cycle (every `cycle_s`, default 10 s).
+//! The ingest -> order -> push -> enforce cycle (every `cycle_s`, default
+//! 10 s). Enforcement ([`crate::enforce`]) runs when the cycle has Slurm
+//! actions ([`Cycle::with_actions`]) and `[protection] enforce` is on.
 //!
 //! Each step reads Slurm, merges running and ended jobs into the ledger
 //! (idempotent), closes intervals of jobs Slurm no longer reports, records
@@ -16,8 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::slurm::{SlurmSink, SlurmSource};
-use crate::state::{AppState, QueueView};
+use crate::slurm::{SlurmActions, SlurmSink, SlurmSource};
+use crate::state::{AppState, QueueView, Seen};
+use compass_core::preempt::TeamTable;
 
 /// Longest wait between retries when Slurm is down.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -29,6 +32,8 @@ pub struct StepReport {
     pub closed: usize,
     pub pending: usize,
     pub pushed: usize,
+    /// What enforcement did (all zero when it is off or has no actions).
+    pub enforced: crate::enforce::EnforceReport,
 }
 
 /// The wait before the next step: the period after a success; after the
@@ -47,6 +52,8 @@ pub struct Cycle {
     state: Arc<AppState>,
     source: Arc<dyn SlurmSource>,
     sink: Arc<dyn SlurmSink>,
+    /// Acts on Slurm for enforcement (`None`: order only).
+    actions: Option<Arc<dyn SlurmActions>>,
     /// Site factors Slurm holds, as far as we know.
     pushed: HashMap<JobId, u32>,
     last_ok: Option<i64>,
@@ -63,13 +70,23 @@ impl Cycle {
             state,
             source,
             sink,
+            actions: None,
             pushed: HashMap::new(),
             last_ok: None,
             last_prune: None,
         }
     }
 
-    /// One ingest -> order -> push step.
+    /// Enforces protected and preemptible time through `actions` each step
+    /// (when `[protection] enforce` is on); also lets `compass node
+    /// fault|repaired` act on Slurm.
+    pub fn with_actions(mut self, actions: Arc<dyn SlurmActions>) -> Self {
+        let _ = self.state.slurm_actions.set(actions.clone());
+        self.actions = Some(actions);
+        self
+    }
+
+    /// One ingest -> order -> push -> enforce step.
     pub fn step(&mut self) -> Result<StepReport> {
         let res = self.try_step();
         let mut st = self.state.status();
@@ -125,7 +142,7 @@ impl Cycle {
         }
         let (tree, usage) = {
             let mut db = self.state.db();
-            let r = db.ingest(&observed, now)?;
+            let r = db.ingest_observed(&observed, now)?;
             rep.ingested = r.inserted;
             rep.closed = r.closed + db.close_vanished(&running)?;
             let mut d: Vec<(String, f64)> = demand.into_iter().collect();
@@ -133,15 +150,18 @@ impl Cycle {
             db.add_demand(now, &d)?;
             if self.last_prune.is_none_or(|t| now - t >= 3600) {
                 db.prune_before(now - self.state.config.retain_days * 86400)?;
+                db.prune_actions_before(now - self.state.config.retain_days * 86400)?;
                 self.last_prune = Some(now);
             }
             (db.load_tree()?, db.usage_between(now - window, now)?)
         };
         let pending: Vec<_> = snap.pending.iter().map(|j| j.as_pending()).collect();
         rep.pending = pending.len();
+        let mut ratios = TeamTable::default();
         let order = match &tree {
             Some(tree) => {
                 let stats = fairshare::node_stats(tree, &usage, capacity, window);
+                ratios = crate::enforce::team_table(tree, &stats, &snap.running, capacity);
                 fairshare::order_queue(tree, &stats, &pending)
             }
             None => {
@@ -170,6 +190,21 @@ impl Cycle {
         }
         rep.pushed = changed.len();
         self.pushed = factors.into_iter().collect();
+        self.state.set_seen(Seen {
+            nodes: snap.nodes.clone(),
+            running: snap.running.iter().map(|j| (j.job.0, j.clone())).collect(),
+        });
+        let prot = &self.state.config.protection;
+        if let (true, Some(actions)) = (prot.enforce, &self.actions) {
+            rep.enforced = crate::enforce::enforce(
+                &self.state,
+                actions.as_ref(),
+                &snap,
+                &order,
+                &ratios,
+                &prot.core(),
+            )?;
+        }
         self.state.set_queue(QueueView {
             at: now,
             order,

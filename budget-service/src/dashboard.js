@@ -57,14 +57,21 @@ function render(d) {
   bars(document.getElementById("owed-chart"),
     d.owed.map(t => ({ label: t.team, values: [t.owed_gpu_hours, t.delivered_gpu_hours] })),
     [{ color: "#9bc" }, { color: "#2a6" }]);
+  const ab = document.querySelector("#actions-table tbody"); ab.innerHTML = "";
+  for (const a of (d.actions || [])) {
+    const tr = row(ab, [new Date(a.at * 1000).toISOString().replace("T", " ").slice(0, 19), a.action,
+      a.job ?? "-", a.node ?? "-", a.cause_job ?? "-", a.rule ?? "-", fmt(a.lost_gpu_s, 0), a.ok ? "yes" : "FAILED"], "action-" + a.id);
+    tr.title = a.detail;
+  }
 }
 async function refresh() {
   try {
-    const [tree, queue, owed] = await Promise.all(
-      ["/api/v1/tree", "/api/v1/queue", "/api/v1/reports/owed?days=30"].map(u => fetch(u).then(r => r.json())));
+    const [tree, queue, owed, actions] = await Promise.all(
+      ["/api/v1/tree", "/api/v1/queue", "/api/v1/reports/owed?days=30", "/api/v1/actions?limit=20"]
+        .map(u => fetch(u).then(r => r.json())));
     const d = JSON.parse(document.getElementById("data").textContent);
     d.tree = tree.nodes; d.window_s = tree.to - tree.from; d.capacity_gpus = tree.capacity_gpus;
-    d.queue = queue.jobs; d.owed = owed.teams;
+    d.queue = queue.jobs; d.owed = owed.teams; d.actions = actions.rows;
     render(d);
     document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
   } catch (e) { console.log("refresh failed", e); }

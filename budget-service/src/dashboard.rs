@@ -2,7 +2,8 @@
 //! The page embeds the current data (so it renders without a round trip)
 //! and refreshes from the API every 30 s: the tree with allocation against
 //! 7-day usage per node, the queue with its sort metric, and owed versus
-//! delivered GPU-hours per team over 30 days.
+//! delivered GPU-hours per team over 30 days, and the latest enforcement
+//! actions (preemptions, drains) with their cause and rule.
 
 use axum::extract::State;
 use axum::http::header;
@@ -33,9 +34,10 @@ pub fn data(state: &AppState) -> serde_json::Value {
         })
         .collect();
     let owed = state.owed_report(now - 30 * 86400, now).unwrap_or_default();
+    let actions = state.db().actions(None, 20).unwrap_or_default();
     json!({
         "now": now, "window_s": week, "capacity_gpus": state.config.capacity_gpus,
-        "tree": tree, "queue": rows, "owed": owed,
+        "tree": tree, "queue": rows, "owed": owed, "actions": actions,
     })
 }
 

@@ -10,14 +10,17 @@ use compass_core::fairshare::{
 };
 use compass_core::model::JobId;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
 
 use crate::error::{BudgetError, Result};
 
 /// The schema files, in order. File `N` brings the database to version `N`.
-pub const MIGRATIONS: &[&str] = &[include_str!("../../sql/0001_init.sql")];
+pub const MIGRATIONS: &[&str] = &[
+    include_str!("../../sql/0001_init.sql"),
+    include_str!("../../sql/0002_enforcement.sql"),
+];
 
 /// The newest schema version this build knows.
 pub fn known_version() -> i64 {
@@ -216,12 +219,56 @@ impl Db {
     /// core's idempotent rules ([`Ledger::ingest`]). `seen_at` is recorded as
     /// the last time each interval was observed.
     pub fn ingest(&mut self, observed: &[Interval], seen_at: UnixSecs) -> Result<IngestReport> {
+        self.ingest_with(observed, seen_at, false)
+    }
+
+    /// [`Db::ingest`] for what Slurm reports each cycle: the first
+    /// observation of a run fixes its account, GPUs and kind. A job that is
+    /// completing on several nodes reports fewer GPUs as its nodes finish;
+    /// that must close the interval, not fail the cycle.
+    pub fn ingest_observed(
+        &mut self,
+        observed: &[Interval],
+        seen_at: UnixSecs,
+    ) -> Result<IngestReport> {
+        self.ingest_with(observed, seen_at, true)
+    }
+
+    fn ingest_with(
+        &mut self,
+        observed: &[Interval],
+        seen_at: UnixSecs,
+        first_wins: bool,
+    ) -> Result<IngestReport> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut rep = IngestReport::default();
         for obs in observed {
             let cur = get_interval(&tx, obs.job, obs.start)?;
+            let mut fixed;
+            let obs = match &cur {
+                Some(c)
+                    if first_wins
+                        && (c.account != obs.account
+                            || c.gpus != obs.gpus
+                            || c.kind != obs.kind) =>
+                {
+                    tracing::debug!(
+                        job = obs.job.0,
+                        start = obs.start,
+                        gpus = obs.gpus,
+                        ledger_gpus = c.gpus,
+                        "run reported with other account/GPUs/kind; keeping its first observation"
+                    );
+                    fixed = obs.clone();
+                    fixed.account = c.account.clone();
+                    fixed.gpus = c.gpus;
+                    fixed.kind = c.kind;
+                    &fixed
+                }
+                _ => obs,
+            };
             let mut one = Ledger::new();
             if let Some(c) = cur {
                 one.ingest(c)?;
@@ -397,6 +444,201 @@ impl Db {
             .conn
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
         Ok(s == "ok")
+    }
+}
+
+/// One enforcement action (table `actions`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ActionRow {
+    #[serde(default)]
+    pub id: i64,
+    pub at: i64,
+    /// `requeue`, `cancel`, `drain` or `resume`.
+    pub action: String,
+    pub job: Option<u64>,
+    /// Start of the victim's run that the action ended.
+    pub run_start: Option<i64>,
+    pub node: Option<String>,
+    /// The pending job that needed the room.
+    pub cause_job: Option<u64>,
+    /// `unallocated`, `over_served`, `faulty_node` or `admin`.
+    pub rule: Option<String>,
+    pub lost_gpu_s: f64,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// A node an admin marked faulty.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FaultyNode {
+    pub node: String,
+    pub reason: String,
+    pub since: i64,
+    pub by: String,
+}
+
+/// The last preemption of a job (no-ping-pong rule).
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct PreemptRecord {
+    pub by_job: Option<u64>,
+    pub at: i64,
+    /// Not yet run its min runtime since.
+    pub owes: bool,
+}
+
+fn row_action(r: &rusqlite::Row<'_>) -> rusqlite::Result<ActionRow> {
+    Ok(ActionRow {
+        id: r.get(0)?,
+        at: r.get(1)?,
+        action: r.get(2)?,
+        job: r.get::<_, Option<i64>>(3)?.map(|j| j as u64),
+        run_start: r.get(4)?,
+        node: r.get(5)?,
+        cause_job: r.get::<_, Option<i64>>(6)?.map(|j| j as u64),
+        rule: r.get(7)?,
+        lost_gpu_s: r.get(8)?,
+        ok: r.get::<_, i64>(9)? != 0,
+        detail: r.get(10)?,
+    })
+}
+
+const ACTION_COLS: &str =
+    "id, at, action, job, run_start, node, cause_job, rule, lost_gpu_s, ok, detail";
+
+impl Db {
+    /// Appends an action to the log; returns its id.
+    pub fn log_action(&mut self, a: &ActionRow) -> Result<i64> {
+        self.conn.execute(
+            "INSERT INTO actions (at, action, job, run_start, node, cause_job, rule, lost_gpu_s, ok, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                a.at,
+                a.action,
+                a.job.map(|j| j as i64),
+                a.run_start,
+                a.node,
+                a.cause_job.map(|j| j as i64),
+                a.rule,
+                a.lost_gpu_s.max(0.0),
+                i64::from(a.ok),
+                a.detail
+            ],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Actions, newest first: all, or those whose victim or cause is `job`.
+    pub fn actions(&self, job: Option<u64>, limit: usize) -> Result<Vec<ActionRow>> {
+        let (sql, j) = match job {
+            Some(j) => (
+                format!("SELECT {ACTION_COLS} FROM actions WHERE job = ?1 OR cause_job = ?1 ORDER BY id DESC LIMIT ?2"),
+                j as i64,
+            ),
+            None => (
+                format!("SELECT {ACTION_COLS} FROM actions WHERE ?1 = ?1 ORDER BY id DESC LIMIT ?2"),
+                0,
+            ),
+        };
+        let mut st = self.conn.prepare(&sql)?;
+        let rows = st.query_map(params![j, limit as i64], row_action)?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// Was the run of `job` that started at `run_start` already requeued or
+    /// cancelled successfully? (Never act twice on one run.)
+    pub fn run_ended_by_us(&self, job: u64, run_start: i64) -> Result<bool> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT 1 FROM actions WHERE job = ?1 AND run_start = ?2 AND ok = 1 AND action IN ('requeue', 'cancel') LIMIT 1",
+                params![job as i64, run_start],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    }
+
+    /// Marks a node faulty (replacing an earlier record of it).
+    pub fn set_faulty(&mut self, f: &FaultyNode) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO faulty_nodes (node, reason, since, by) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(node) DO UPDATE SET reason = excluded.reason, since = excluded.since, by = excluded.by",
+            params![f.node, f.reason, f.since, f.by],
+        )?;
+        Ok(())
+    }
+
+    /// Clears a node's faulty record; `false` if it had none.
+    pub fn clear_faulty(&mut self, node: &str) -> Result<bool> {
+        Ok(self
+            .conn
+            .execute("DELETE FROM faulty_nodes WHERE node = ?1", params![node])?
+            > 0)
+    }
+
+    /// Every faulty node, by name.
+    pub fn faulty(&self) -> Result<Vec<FaultyNode>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT node, reason, since, by FROM faulty_nodes ORDER BY node")?;
+        let rows = st.query_map([], |r| {
+            Ok(FaultyNode {
+                node: r.get(0)?,
+                reason: r.get(1)?,
+                since: r.get(2)?,
+                by: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// Records that `victim` was preempted for `by_job` at `at`; it owes its
+    /// min runtime from now on.
+    pub fn record_preemption(&mut self, victim: u64, by_job: Option<u64>, at: i64) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO preemptions (victim, by_job, at, owes) VALUES (?1, ?2, ?3, 1)
+             ON CONFLICT(victim) DO UPDATE SET by_job = excluded.by_job, at = excluded.at, owes = 1",
+            params![victim as i64, by_job.map(|j| j as i64), at],
+        )?;
+        Ok(())
+    }
+
+    /// The last preemption of every job that was preempted.
+    pub fn preemptions(&self) -> Result<HashMap<u64, PreemptRecord>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT victim, by_job, at, owes FROM preemptions")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                PreemptRecord {
+                    by_job: r.get::<_, Option<i64>>(1)?.map(|j| j as u64),
+                    at: r.get(2)?,
+                    owes: r.get::<_, i64>(3)? != 0,
+                },
+            ))
+        })?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// `victim` has run its min runtime since its last preemption.
+    pub fn settle_preemption(&mut self, victim: u64) -> Result<()> {
+        self.conn.execute(
+            "UPDATE preemptions SET owes = 0 WHERE victim = ?1",
+            params![victim as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Deletes actions and settled preemption records older than `cutoff`.
+    pub fn prune_actions_before(&mut self, cutoff: i64) -> Result<()> {
+        self.conn
+            .execute("DELETE FROM actions WHERE at < ?1", params![cutoff])?;
+        self.conn.execute(
+            "DELETE FROM preemptions WHERE at < ?1 AND owes = 0",
+            params![cutoff],
+        )?;
+        Ok(())
     }
 }
 
@@ -590,6 +832,30 @@ mod tests {
             db.ledger_between(0, 1000).unwrap().usage(0, 1000)["acct-a"].charged_gpu_s,
             120.0
         );
+    }
+
+    #[test]
+    fn slurm_ingest_keeps_the_first_observation_of_a_run() {
+        let mut db = seeded();
+        let mut iv = Interval {
+            job: JobId(3),
+            account: "acct-a".into(),
+            gpus: 16,
+            start: 100,
+            end: None,
+            kind: Kind::Allocated,
+        };
+        db.ingest_observed(std::slice::from_ref(&iv), 110).unwrap();
+        // Completing on one of its two nodes: Slurm now says 8 GPUs.
+        iv.gpus = 8;
+        iv.end = Some(200);
+        assert!(
+            db.ingest(std::slice::from_ref(&iv), 200).is_err(),
+            "strict for the API"
+        );
+        assert_eq!(db.ingest_observed(&[iv], 200).unwrap().closed, 1);
+        let l = db.latest_interval(JobId(3)).unwrap().unwrap();
+        assert_eq!((l.gpus, l.end), (16, Some(200)));
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! - [`db`]: SQLite storage, schema migrations from `sql/`, audit trail.
 //! - [`auth`]: MUNGE authentication, manager/admin authorisation.
 //! - [`slurm`]: Slurm I/O traits and the in-memory fake.
-//! - [`cycle`]: the ingest -> order -> push loop with back-off.
+//! - [`cycle`]: the ingest -> order -> push -> enforce loop with back-off.
+//! - [`enforce`]: protected/preemptible time and faulty nodes on Slurm.
 //! - [`state`]: shared state and read-side computations.
 //! - [`api`]: the REST API, metrics, health, OpenAPI.
 //! - [`dashboard`]: the web page.
@@ -25,6 +26,7 @@ pub mod config;
 pub mod cycle;
 pub mod dashboard;
 pub mod db;
+pub mod enforce;
 pub mod error;
 pub mod server;
 pub mod slurm;

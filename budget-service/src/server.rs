@@ -88,7 +88,11 @@ pub async fn serve(state: Arc<AppState>) -> Result<()> {
                 state.config.slurm_conf.clone(),
             ));
             tracing::info!(conf = %ls.conf_path().display(), "slurm = \"libslurm\": reading and ordering the controller's queue");
-            Some(crate::cycle::Cycle::new(state.clone(), ls.clone(), ls).spawn(stop.clone()))
+            Some(
+                crate::cycle::Cycle::new(state.clone(), ls.clone(), ls.clone())
+                    .with_actions(ls)
+                    .spawn(stop.clone()),
+            )
         }
     };
     let app = crate::api::router(state.clone());

@@ -35,11 +35,74 @@ pub struct SlurmJob {
     pub start: Option<UnixSecs>,
     /// End of the run (ended jobs still reported by Slurm).
     pub end: Option<UnixSecs>,
+    /// Running jobs: GPUs held on each node, by node name (empty when the
+    /// source does not say; enforcement then leaves the job alone).
+    #[serde(default)]
+    pub alloc: Vec<(String, u32)>,
+    /// Pending jobs: instances `w` of the request (`gpus / w` GPUs each, one
+    /// node per instance); 0 when unknown (one instance of `gpus`).
+    #[serde(default)]
+    pub instances: u32,
+    /// Pending jobs: could start now if there were room (not held, not
+    /// waiting for a dependency or a begin time). Only eligible jobs may
+    /// cause preemptions.
+    #[serde(default = "yes")]
+    pub eligible: bool,
+    /// Pending jobs: the begin time Slurm waits for, if it is in the future
+    /// (a requeued job waits `cred_expire + 1` s unless it is reset).
+    #[serde(default)]
+    pub begin_after: Option<UnixSecs>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl SlurmJob {
     pub fn kind(&self) -> Kind {
         Kind::from_min_runtime(self.min_runtime_s)
+    }
+
+    /// A job with only the fields every source knows; the enforcement fields
+    /// take their defaults (no allocation, one instance, eligible).
+    pub fn basic(
+        job: JobId,
+        account: &str,
+        gpus: u32,
+        min_runtime_s: u64,
+        resumable: bool,
+        priority: i64,
+        submit: UnixSecs,
+    ) -> Self {
+        SlurmJob {
+            job,
+            account: account.to_string(),
+            gpus,
+            min_runtime_s,
+            resumable,
+            priority,
+            submit,
+            start: None,
+            end: None,
+            alloc: Vec::new(),
+            instances: 0,
+            eligible: true,
+            begin_after: None,
+        }
+    }
+
+    /// The request as `w` instances of `g` GPUs (one node per instance):
+    /// `instances` when known, else one instance of all its GPUs.
+    pub fn shape(&self) -> (u32, u32) {
+        let w = self.instances.max(1);
+        if self.gpus == 0 {
+            return (w, 0);
+        }
+        if self.gpus.is_multiple_of(w) {
+            (w, self.gpus / w)
+        } else {
+            (1, self.gpus)
+        }
     }
 
     pub fn as_pending(&self) -> PendingJob {
@@ -77,6 +140,45 @@ pub struct SlurmSnapshot {
     /// otherwise the config's `capacity_gpus` is the cluster's capacity.
     #[serde(default)]
     pub capacity_gpus: Option<u32>,
+    /// Every node with its GPUs and state, when the source knows them
+    /// (libslurm does); without nodes the cycle enforces nothing.
+    #[serde(default)]
+    pub nodes: Vec<SlurmNode>,
+}
+
+/// Whether a node takes new jobs, as Slurm reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeState {
+    /// Takes jobs (idle, mixed or allocated).
+    #[default]
+    Up,
+    /// DRAIN set, jobs still running (`draining` in sinfo).
+    Draining,
+    /// DRAIN set and empty (`drained`).
+    Drained,
+    /// Down, failed or not responding: takes no jobs.
+    Down,
+}
+
+/// One node as enforcement needs it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlurmNode {
+    pub name: String,
+    /// GPUs of the node (`Gres=gpu:N`).
+    pub gpus: u32,
+    #[serde(default)]
+    pub state: NodeState,
+    /// Slurm's reason for a drained or down node.
+    #[serde(default)]
+    pub reason: String,
+}
+
+impl NodeState {
+    /// DRAIN is set (draining or drained).
+    pub fn drain_set(self) -> bool {
+        matches!(self, NodeState::Draining | NodeState::Drained)
+    }
 }
 
 /// Reads jobs from Slurm.
@@ -88,6 +190,33 @@ pub trait SlurmSource: Send + Sync {
 pub trait SlurmSink: Send + Sync {
     /// Sets the site factor of the given jobs (only those that changed).
     fn set_site_factors(&self, factors: &[(JobId, u32)]) -> Result<()>;
+}
+
+/// Acts on Slurm for enforcement (issue 5): preemptions and node drains.
+pub trait SlurmActions: Send + Sync {
+    /// Requeues a running job and resets its begin time to now, so it can
+    /// start again at once (Slurm otherwise waits `cred_expire + 1` s).
+    fn requeue(&self, job: JobId) -> Result<()>;
+    /// Resets a pending job's begin time to now (a requeued job whose begin
+    /// time could not be reset at requeue time).
+    fn start_now(&self, job: JobId) -> Result<()>;
+    /// Writes `reason` into the job's record (admin comment) and cancels it.
+    fn cancel(&self, job: JobId, reason: &str) -> Result<()>;
+    /// Sets DRAIN on a node with a reason (running jobs continue).
+    /// [`BudgetError::NotFound`] for a node Slurm does not know.
+    fn drain(&self, node: &str, reason: &str) -> Result<()>;
+    /// Returns a drained node to service (`State=RESUME`).
+    fn resume(&self, node: &str) -> Result<()>;
+}
+
+/// One action the fake received, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FakeAction {
+    Requeue(JobId),
+    StartNow(JobId),
+    Cancel(JobId, String),
+    Drain(String, String),
+    Resume(String),
 }
 
 /// An in-memory Slurm: jobs submitted, started and ended by the test, and a
@@ -103,6 +232,12 @@ struct FakeInner {
     down: bool,
     factors: HashMap<JobId, u32>,
     pushes: Vec<Vec<(JobId, u32)>>,
+    /// Nodes `(name, gpus, drain set, down)`; empty: the fake reports none.
+    nodes: Vec<(String, u32, bool, bool)>,
+    actions: Vec<FakeAction>,
+    /// Admin comment of each job (cancel reasons land here).
+    comments: HashMap<JobId, String>,
+    now: UnixSecs,
 }
 
 impl FakeSlurm {
@@ -128,6 +263,44 @@ impl FakeSlurm {
         if let Some(j) = self.lock().jobs.get_mut(&job) {
             j.end = Some(at);
         }
+    }
+    /// Starts a job on nodes: `alloc` = GPUs per node name.
+    pub fn start_on(&self, job: JobId, at: UnixSecs, alloc: &[(&str, u32)]) {
+        if let Some(j) = self.lock().jobs.get_mut(&job) {
+            j.start = Some(at);
+            j.end = None;
+            j.begin_after = None;
+            j.alloc = alloc.iter().map(|(n, g)| (n.to_string(), *g)).collect();
+        }
+    }
+    /// Adds a node with `gpus` GPUs (up).
+    pub fn add_node(&self, name: &str, gpus: u32) {
+        self.lock()
+            .nodes
+            .push((name.to_string(), gpus, false, false));
+    }
+    /// Marks a node down (or up again).
+    pub fn set_node_down(&self, name: &str, down: bool) {
+        if let Some(n) = self.lock().nodes.iter_mut().find(|n| n.0 == name) {
+            n.3 = down;
+        }
+    }
+    /// The fake's clock: cancels end jobs at this time, requeues set begin
+    /// times relative to it.
+    pub fn set_now(&self, now: UnixSecs) {
+        self.lock().now = now;
+    }
+    /// Every action received, in order.
+    pub fn actions(&self) -> Vec<FakeAction> {
+        self.lock().actions.clone()
+    }
+    /// A job as the fake holds it.
+    pub fn job(&self, job: JobId) -> Option<SlurmJob> {
+        self.lock().jobs.get(&job).cloned()
+    }
+    /// The admin comment of a job.
+    pub fn comment(&self, job: JobId) -> Option<String> {
+        self.lock().comments.get(&job).cloned()
     }
     /// Forgets a job (as Slurm does after MinJobAge).
     pub fn purge(&self, job: JobId) {
@@ -176,6 +349,27 @@ impl SlurmSource for FakeSlurm {
                 (Some(_), Some(_)) => s.ended.push(j.clone()),
             }
         }
+        for (name, gpus, drain, down) in &g.nodes {
+            let busy = s
+                .running
+                .iter()
+                .any(|j| j.alloc.iter().any(|(n, _)| n == name));
+            let state = match (down, drain, busy) {
+                (true, _, _) => NodeState::Down,
+                (false, true, true) => NodeState::Draining,
+                (false, true, false) => NodeState::Drained,
+                (false, false, _) => NodeState::Up,
+            };
+            s.nodes.push(SlurmNode {
+                name: name.clone(),
+                gpus: *gpus,
+                state,
+                reason: String::new(),
+            });
+        }
+        if !g.nodes.is_empty() {
+            s.capacity_gpus = Some(g.nodes.iter().map(|n| n.1).sum());
+        }
         Ok(s)
     }
 }
@@ -192,6 +386,72 @@ impl SlurmSink for FakeSlurm {
             g.factors.insert(*j, *f);
         }
         g.pushes.push(factors.to_vec());
+        Ok(())
+    }
+}
+
+impl SlurmActions for FakeSlurm {
+    fn requeue(&self, job: JobId) -> Result<()> {
+        let mut g = self.lock();
+        let j = g
+            .jobs
+            .get_mut(&job)
+            .filter(|j| j.start.is_some() && j.end.is_none())
+            .ok_or_else(|| BudgetError::Slurm(format!("job {} is not running (fake)", job.0)))?;
+        j.start = None;
+        j.alloc.clear();
+        j.begin_after = None;
+        g.actions.push(FakeAction::Requeue(job));
+        Ok(())
+    }
+    fn start_now(&self, job: JobId) -> Result<()> {
+        let mut g = self.lock();
+        if let Some(j) = g.jobs.get_mut(&job) {
+            j.begin_after = None;
+        }
+        g.actions.push(FakeAction::StartNow(job));
+        Ok(())
+    }
+    fn cancel(&self, job: JobId, reason: &str) -> Result<()> {
+        let mut g = self.lock();
+        let now = g.now;
+        let j = g
+            .jobs
+            .get_mut(&job)
+            .filter(|j| j.end.is_none())
+            .ok_or_else(|| BudgetError::Slurm(format!("job {} already ended (fake)", job.0)))?;
+        match j.start {
+            Some(s) => j.end = Some(now.max(s)),
+            None => {
+                j.start = Some(now);
+                j.end = Some(now);
+            }
+        }
+        g.comments.insert(job, reason.to_string());
+        g.actions.push(FakeAction::Cancel(job, reason.to_string()));
+        Ok(())
+    }
+    fn drain(&self, node: &str, reason: &str) -> Result<()> {
+        let mut g = self.lock();
+        let n = g
+            .nodes
+            .iter_mut()
+            .find(|n| n.0 == node)
+            .ok_or_else(|| BudgetError::NotFound(format!("Slurm has no node `{node}`")))?;
+        n.2 = true;
+        g.actions
+            .push(FakeAction::Drain(node.to_string(), reason.to_string()));
+        Ok(())
+    }
+    fn resume(&self, node: &str) -> Result<()> {
+        let mut g = self.lock();
+        let n = g
+            .nodes
+            .iter_mut()
+            .find(|n| n.0 == node)
+            .ok_or_else(|| BudgetError::NotFound(format!("Slurm has no node `{node}`")))?;
+        n.2 = false;
+        g.actions.push(FakeAction::Resume(node.to_string()));
         Ok(())
     }
 }

@@ -6,12 +6,13 @@ use compass_core::fairshare::{self, OrgTree, Placed, UnixSecs, Usage};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::db::Db;
 use crate::error::Result;
+use crate::slurm::{SlurmActions, SlurmJob, SlurmNode};
 
 /// A clock the service threads can share.
 pub type SharedClock = Arc<dyn Clock + Send + Sync>;
@@ -80,6 +81,19 @@ pub struct AppState {
     pub clock: SharedClock,
     pub queue: RwLock<Arc<QueueView>>,
     pub status: Mutex<CycleStatus>,
+    /// Slurm actions for enforcement and `compass node fault|repaired`; set
+    /// once at start-up when the service acts on Slurm.
+    pub slurm_actions: OnceLock<Arc<dyn SlurmActions>>,
+    /// Nodes and running jobs of the last snapshot (node commands check
+    /// names against them; `compass why` shows protections).
+    pub seen: Mutex<Seen>,
+}
+
+/// What the last snapshot showed, for the node commands and `compass why`.
+#[derive(Clone, Debug, Default)]
+pub struct Seen {
+    pub nodes: Vec<SlurmNode>,
+    pub running: HashMap<u64, SlurmJob>,
 }
 
 /// Tree, usage per account and per-node stats over one window.
@@ -128,7 +142,37 @@ impl AppState {
             clock,
             queue: RwLock::new(Arc::new(QueueView::default())),
             status: Mutex::new(CycleStatus::default()),
+            slurm_actions: OnceLock::new(),
+            seen: Mutex::new(Seen::default()),
         })
+    }
+
+    /// The Slurm actions, if this service acts on Slurm.
+    pub fn actions(&self) -> Option<Arc<dyn SlurmActions>> {
+        self.slurm_actions.get().cloned()
+    }
+
+    /// Nodes of the last snapshot (empty: unknown).
+    pub fn nodes(&self) -> Vec<SlurmNode> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .nodes
+            .clone()
+    }
+
+    /// A running job of the last snapshot.
+    pub fn running_job(&self, job: u64) -> Option<SlurmJob> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .running
+            .get(&job)
+            .cloned()
+    }
+
+    pub fn set_seen(&self, seen: Seen) {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = seen;
     }
 
     pub fn now(&self) -> UnixSecs {

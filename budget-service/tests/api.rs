@@ -352,6 +352,10 @@ fn sjob(id: u64, acct: &str, gpus: u32, min_rt: u64, prio: i64, submit: i64) -> 
         submit,
         start: None,
         end: None,
+        alloc: Vec::new(),
+        instances: 0,
+        eligible: true,
+        begin_after: None,
     }
 }
 
@@ -522,6 +526,10 @@ async fn openapi_documents_every_route_and_dashboard_renders_data() {
         "/api/v1/reports/owed",
         "/api/v1/audit",
         "/api/v1/ledger",
+        "/api/v1/actions",
+        "/api/v1/hosts",
+        "/api/v1/hosts/{node}/fault",
+        "/api/v1/hosts/{node}/repaired",
     ] {
         assert!(
             paths.contains_key(p),

@@ -114,6 +114,10 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         submit: now - 60,
         start: None,
         end: None,
+        alloc: Vec::new(),
+        instances: 0,
+        eligible: true,
+        begin_after: None,
     };
     let snap = SlurmSnapshot {
         pending: vec![
@@ -125,6 +129,7 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         running: vec![],
         ended: vec![],
         capacity_gpus: None,
+        nodes: vec![],
     };
     let snap_path = dir.path().join("slurm.json");
     std::fs::write(&snap_path, serde_json::to_string(&snap).unwrap()).unwrap();

@@ -99,6 +99,10 @@ fn seventy_thirty_budgets_get_seventy_thirty_of_charged_time() {
                     submit: now,
                     start: None,
                     end: None,
+                    alloc: Vec::new(),
+                    instances: 0,
+                    eligible: true,
+                    begin_after: None,
                 });
                 next_id += 1;
             }

@@ -46,6 +46,18 @@ pub struct RawJob {
     pub tres_per_task: String,
     pub tres_req_str: String,
     pub tres_alloc_str: String,
+    /// Allocated node names, expanded from `nodes` (`n[1-2]` -> n1, n2).
+    pub nodes: Vec<String>,
+    /// `gres_detail_str[i]`: the GRES of the job on node `i`
+    /// (`gpu:4(IDX:0-3)`; filled with SHOW_DETAIL).
+    pub gres_detail: Vec<String>,
+    /// `state_reason` (`enum job_state_reason`: 0 none, 1 priority,
+    /// 3 resources, 8 held, 9 begin time, ...).
+    pub state_reason: u32,
+    pub eligible_time: i64,
+    pub restart_cnt: u32,
+    /// `req_nodes`: nodes the job requires (`-w`), empty if none.
+    pub req_nodes: String,
 }
 
 /// libslurm keeps one global configuration per process: the first
@@ -183,6 +195,21 @@ pub fn load_jobs() -> Result<Vec<RawJob>> {
             tres_per_task: text(j.tres_per_task),
             tres_req_str: text(j.tres_req_str),
             tres_alloc_str: text(j.tres_alloc_str),
+            nodes: expand_hostlist(&text(j.nodes)),
+            gres_detail: if j.gres_detail_str.is_null() {
+                Vec::new()
+            } else {
+                // SAFETY: `gres_detail_cnt` C strings at `gres_detail_str`,
+                // owned by the message.
+                unsafe { std::slice::from_raw_parts(j.gres_detail_str, j.gres_detail_cnt as usize) }
+                    .iter()
+                    .map(|p| text(*p))
+                    .collect()
+            },
+            state_reason: u32::from(j.state_reason),
+            eligible_time: j.eligible_time,
+            restart_cnt: u32::from(j.restart_cnt),
+            req_nodes: text(j.req_nodes),
         })
         .collect())
 }
@@ -196,30 +223,6 @@ impl Drop for NodeMsg {
             unsafe { sys::slurm_free_node_info_msg(self.0) };
         }
     }
-}
-
-/// The configured `Gres=` string of every node (`slurm_load_node(0, ..,
-/// SHOW_ALL)`), copied out.
-pub fn load_node_gres() -> Result<Vec<String>> {
-    let _g = call_lock();
-    let mut msg = NodeMsg(std::ptr::null_mut());
-    // SAFETY: libslurm fills `msg.0` with a message we own (freed by NodeMsg).
-    let rc = unsafe { sys::slurm_load_node(0, &mut msg.0, sys::SHOW_ALL as u16) };
-    if rc != 0 || msg.0.is_null() {
-        let (errno, why) = last_error();
-        return Err(BudgetError::Slurm(format!(
-            "slurm_load_node failed: {why} (errno {errno}; is slurmctld up?)"
-        )));
-    }
-    // SAFETY: a valid message: `record_count` records at `node_array`.
-    let m = unsafe { &*msg.0 };
-    let records: &[sys::node_info_t] = if m.node_array.is_null() || m.record_count == 0 {
-        &[]
-    } else {
-        // SAFETY: as above; the slice does not outlive `msg`.
-        unsafe { std::slice::from_raw_parts(m.node_array, m.record_count as usize) }
-    };
-    Ok(records.iter().map(|n| text(n.gres)).collect())
 }
 
 /// Why one `slurm_update_job` failed.
@@ -256,4 +259,201 @@ pub fn set_site_factor(job_id: u32, factor: u32) -> std::result::Result<(), Upda
             "slurm_update_job {job_id} site_factor={factor}: {why} (errno {errno})"
         )))
     }
+}
+
+// ---- Enforcement (issue 5): nodes, allocations, requeue, cancel, drain ----
+
+/// `NODE_STATE_*` flag bits of slurm.h (`SLURM_BIT(n)` macros, which the
+/// bindings do not export).
+pub const NODE_STATE_BASE: u32 = 0x0f;
+pub const NODE_STATE_DRAIN: u32 = 1 << 9;
+pub const NODE_RESUME: u32 = 1 << 8;
+pub const NODE_STATE_FAIL: u32 = 1 << 13;
+
+/// One node of `slurm_load_node`, copied out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RawNode {
+    pub name: String,
+    /// Configured `Gres=` (`gpu:8`).
+    pub gres: String,
+    /// `node_state` with its flag bits.
+    pub state: u32,
+    pub reason: String,
+}
+
+/// Expands a Slurm host list expression (`n[1-3],m2`) with libslurm's
+/// hostlist functions.
+pub fn expand_hostlist(expr: &str) -> Vec<String> {
+    if expr.is_empty() {
+        return Vec::new();
+    }
+    let Ok(c) = CString::new(expr) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    // SAFETY: hostlist_create copies the string; every shifted name is a
+    // malloc'd C string we free; the list is destroyed once.
+    unsafe {
+        let hl = sys::slurm_hostlist_create(c.as_ptr());
+        if hl.is_null() {
+            return out;
+        }
+        loop {
+            let p = sys::slurm_hostlist_shift(hl);
+            if p.is_null() {
+                break;
+            }
+            out.push(text(p));
+            libc::free(p.cast());
+        }
+        sys::slurm_hostlist_destroy(hl);
+    }
+    out
+}
+
+/// Every node (`slurm_load_node(0, .., SHOW_ALL)`), copied out.
+pub fn load_nodes() -> Result<Vec<RawNode>> {
+    let _g = call_lock();
+    let mut msg = NodeMsg(std::ptr::null_mut());
+    // SAFETY: libslurm fills `msg.0` with a message we own (freed by NodeMsg).
+    let rc = unsafe { sys::slurm_load_node(0, &mut msg.0, sys::SHOW_ALL as u16) };
+    if rc != 0 || msg.0.is_null() {
+        let (errno, why) = last_error();
+        return Err(BudgetError::Slurm(format!(
+            "slurm_load_node failed: {why} (errno {errno}; is slurmctld up?)"
+        )));
+    }
+    // SAFETY: a valid message: `record_count` records at `node_array`.
+    let m = unsafe { &*msg.0 };
+    let records: &[sys::node_info_t] = if m.node_array.is_null() || m.record_count == 0 {
+        &[]
+    } else {
+        // SAFETY: as above; the slice does not outlive `msg`.
+        unsafe { std::slice::from_raw_parts(m.node_array, m.record_count as usize) }
+    };
+    Ok(records
+        .iter()
+        .filter(|n| !n.name.is_null())
+        .map(|n| RawNode {
+            name: text(n.name),
+            gres: text(n.gres),
+            state: n.node_state,
+            reason: text(n.reason),
+        })
+        .collect())
+}
+
+fn update_error(what: String) -> UpdateError {
+    let (errno, why) = last_error();
+    if errno == sys::slurm_err_t_ESLURM_INVALID_JOB_ID as i32
+        || errno == sys::slurm_err_t_ESLURM_ALREADY_DONE as i32
+    {
+        UpdateError::Gone
+    } else {
+        UpdateError::Other(format!("{what}: {why} (errno {errno})"))
+    }
+}
+
+/// Requeues a running job (`slurm_requeue(id, 0)`, as `scontrol requeue`).
+pub fn requeue(job_id: u32) -> std::result::Result<(), UpdateError> {
+    let _g = call_lock();
+    // SAFETY: plain RPC with scalar arguments.
+    let rc = unsafe { sys::slurm_requeue(job_id, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(update_error(format!("slurm_requeue {job_id}")))
+    }
+}
+
+/// Sets a pending job's begin time (`slurm_update_job` with `begin_time`,
+/// as `scontrol update JobId=J StartTime=now`): a requeued job otherwise
+/// waits `cred_expire + 1` s (121 s by default).
+pub fn set_begin_time(job_id: u32, at: i64) -> std::result::Result<(), UpdateError> {
+    let _g = call_lock();
+    let mut desc = sys::job_desc_msg_t::default();
+    // SAFETY: initialises a stack descriptor; slurm_update_job only reads it.
+    let rc = unsafe {
+        sys::slurm_init_job_desc_msg(&mut desc);
+        desc.job_id = job_id;
+        desc.begin_time = at;
+        sys::slurm_update_job(&mut desc)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(update_error(format!(
+            "slurm_update_job {job_id} begin_time"
+        )))
+    }
+}
+
+/// Sets a job's admin comment (`scontrol update JobId=J AdminComment=...`).
+pub fn set_admin_comment(job_id: u32, comment: &str) -> std::result::Result<(), UpdateError> {
+    let c =
+        CString::new(comment.replace('\0', " ")).map_err(|e| UpdateError::Other(e.to_string()))?;
+    let _g = call_lock();
+    let mut desc = sys::job_desc_msg_t::default();
+    // SAFETY: as in set_begin_time; `c` outlives the call, which only reads it.
+    let rc = unsafe {
+        sys::slurm_init_job_desc_msg(&mut desc);
+        desc.job_id = job_id;
+        desc.admin_comment = c.as_ptr().cast_mut();
+        sys::slurm_update_job(&mut desc)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(update_error(format!(
+            "slurm_update_job {job_id} admin_comment"
+        )))
+    }
+}
+
+/// Cancels a job (`slurm_kill_job(id, SIGKILL, 0)`, as `scancel`).
+pub fn kill_job(job_id: u32) -> std::result::Result<(), UpdateError> {
+    let _g = call_lock();
+    // SAFETY: plain RPC with scalar arguments.
+    let rc = unsafe { sys::slurm_kill_job(job_id, libc::SIGKILL as u16, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(update_error(format!("slurm_kill_job {job_id}")))
+    }
+}
+
+/// Drains (`drain = true`, with `reason`) or resumes a node
+/// (`slurm_update_node`, as `scontrol update NodeName=N State=DRAIN|RESUME`).
+pub fn update_node(node: &str, drain: bool, reason: &str) -> Result<()> {
+    let name =
+        CString::new(node).map_err(|_| BudgetError::field("node", "node name contains NUL"))?;
+    let why = CString::new(reason.replace('\0', " "))
+        .map_err(|_| BudgetError::field("reason", "reason contains NUL"))?;
+    let _g = call_lock();
+    let mut msg = sys::update_node_msg_t::default();
+    // SAFETY: initialises a stack message; the strings outlive the call,
+    // which only reads them.
+    let rc = unsafe {
+        sys::slurm_init_update_node_msg(&mut msg);
+        msg.node_names = name.as_ptr().cast_mut();
+        if drain {
+            msg.node_state = NODE_STATE_DRAIN;
+            msg.reason = why.as_ptr().cast_mut();
+            msg.reason_uid = libc::getuid();
+        } else {
+            msg.node_state = NODE_RESUME;
+        }
+        sys::slurm_update_node(&mut msg)
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let (errno, text) = last_error();
+    if errno == sys::slurm_err_t_ESLURM_INVALID_NODE_NAME as i32 {
+        return Err(BudgetError::NotFound(format!("Slurm has no node `{node}`")));
+    }
+    Err(BudgetError::Slurm(format!(
+        "slurm_update_node {node} {}: {text} (errno {errno})",
+        if drain { "DRAIN" } else { "RESUME" }
+    )))
 }

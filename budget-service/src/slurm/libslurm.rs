@@ -36,14 +36,27 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use super::ffi::{self, RawJob, UpdateError, NICE_OFFSET};
-use super::{SlurmJob, SlurmSink, SlurmSnapshot, SlurmSource};
+use super::ffi::{self, RawJob, RawNode, UpdateError, NICE_OFFSET};
+use super::{NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSink, SlurmSnapshot, SlurmSource};
 use crate::error::{BudgetError, Result};
 
 /// `enum job_states` values of slurm.h used here.
 const JOB_PENDING: u32 = 0;
 const JOB_RUNNING: u32 = 1;
 const JOB_SUSPENDED: u32 = 2;
+/// `enum job_state_reason` values: a pending job with one of these could
+/// start if there were room.
+const WAIT_NO_REASON: u32 = 0;
+const WAIT_PRIORITY: u32 = 1;
+const WAIT_RESOURCES: u32 = 3;
+/// Waiting for its begin time (a requeued job: `cred_expire + 1` s).
+const WAIT_TIME: u32 = 9;
+/// `enum node_states` values.
+const NODE_STATE_DOWN: u32 = 1;
+const NODE_STATE_ALLOCATED: u32 = 3;
+const NODE_STATE_MIXED: u32 = 5;
+const NODE_STATE_FUTURE: u32 = 6;
+const NODE_STATE_COMPLETING: u32 = 1 << 10;
 
 /// Slurm through libslurm. `conf`: the slurm.conf to use (`None`:
 /// `SLURM_CONF` or /etc/slurm/slurm.conf); libslurm keeps one per process.
@@ -51,6 +64,9 @@ pub struct LibSlurm {
     conf: Option<PathBuf>,
     /// Nice value (without offset) of every pending job of the last snapshot.
     nice: Mutex<HashMap<JobId, i64>>,
+    /// Admin comment of every job of the last snapshot (a cancel appends
+    /// its reason to it, keeping the compass tag).
+    comments: Mutex<HashMap<JobId, String>>,
 }
 
 impl LibSlurm {
@@ -58,6 +74,7 @@ impl LibSlurm {
         Self {
             conf,
             nice: Mutex::new(HashMap::new()),
+            comments: Mutex::new(HashMap::new()),
         }
     }
 
@@ -77,13 +94,14 @@ impl LibSlurm {
 impl SlurmSource for LibSlurm {
     fn snapshot(&self) -> Result<SlurmSnapshot> {
         ffi::init(self.conf.as_deref())?;
-        let mut snap = snapshot_of(&ffi::load_jobs()?);
-        snap.capacity_gpus = Some(
-            ffi::load_node_gres()?
-                .iter()
-                .filter_map(|g| gres_gpus(g))
-                .sum(),
-        );
+        let jobs = ffi::load_jobs()?;
+        let mut snap = snapshot_of(&jobs);
+        snap.nodes = ffi::load_nodes()?.iter().map(node_of).collect();
+        snap.capacity_gpus = Some(snap.nodes.iter().map(|n| n.gpus).sum());
+        *self.comments.lock().unwrap_or_else(|e| e.into_inner()) = jobs
+            .iter()
+            .map(|j| (JobId(u64::from(j.job_id)), j.admin_comment.clone()))
+            .collect();
         *self.nice.lock().unwrap_or_else(|e| e.into_inner()) =
             snap.pending.iter().map(|j| (j.job, -j.priority)).collect();
         Ok(snap)
@@ -126,6 +144,180 @@ impl SlurmSink for LibSlurm {
     }
 }
 
+fn job_id32(job: JobId) -> Result<u32> {
+    u32::try_from(job.0)
+        .map_err(|_| BudgetError::Slurm(format!("job id {} does not fit Slurm's 32 bits", job.0)))
+}
+
+fn acted(what: &str, job: JobId, r: std::result::Result<(), UpdateError>) -> Result<()> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(UpdateError::Gone) => Err(BudgetError::Slurm(format!(
+            "{what} job {}: the job is gone or already finished",
+            job.0
+        ))),
+        Err(UpdateError::Other(why)) => Err(BudgetError::Slurm(why)),
+    }
+}
+
+impl SlurmActions for LibSlurm {
+    /// `slurm_requeue`, then `begin_time = now + RESTART_DELAY_S` (best
+    /// effort: Slurm sets the 121 s begin time when the old run has
+    /// completed, which may come after this; the cycle then resets it with
+    /// [`SlurmActions::start_now`]).
+    fn requeue(&self, job: JobId) -> Result<()> {
+        ffi::init(self.conf.as_deref())?;
+        let id = job_id32(job)?;
+        acted("requeue", job, ffi::requeue(id))?;
+        if let Err(e) = ffi::set_begin_time(id, unix_now() + RESTART_DELAY_S) {
+            tracing::debug!(job = id, error = ?e, "begin time not reset at requeue; the next cycle retries");
+        }
+        Ok(())
+    }
+
+    fn start_now(&self, job: JobId) -> Result<()> {
+        ffi::init(self.conf.as_deref())?;
+        let id = job_id32(job)?;
+        acted(
+            "reset the begin time of",
+            job,
+            ffi::set_begin_time(id, unix_now()),
+        )
+    }
+
+    /// Appends `reason` to the admin comment (after the compass tag, which
+    /// stays parseable), then `slurm_kill_job(SIGKILL)`.
+    fn cancel(&self, job: JobId, reason: &str) -> Result<()> {
+        ffi::init(self.conf.as_deref())?;
+        let id = job_id32(job)?;
+        let old = self
+            .comments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&job)
+            .cloned()
+            .unwrap_or_default();
+        let comment = cancel_comment(&old, reason);
+        if let Err(e) = ffi::set_admin_comment(id, &comment) {
+            tracing::warn!(job = id, error = ?e, "could not record the cancel reason in the admin comment");
+        }
+        acted("cancel", job, ffi::kill_job(id))
+    }
+
+    fn drain(&self, node: &str, reason: &str) -> Result<()> {
+        ffi::init(self.conf.as_deref())?;
+        ffi::update_node(node, true, reason)
+    }
+
+    fn resume(&self, node: &str) -> Result<()> {
+        ffi::init(self.conf.as_deref())?;
+        ffi::update_node(node, false, "")
+    }
+}
+
+/// Seconds between a requeue and the earliest restart. Slurm holds a
+/// requeued job `cred_expire + 1` (121) s because slurmd refuses any
+/// credential of the job created in or before the second its old run was
+/// revoked: a restart within that same second fails the job ("Killing
+/// non-startable batch job: Job credential revoked", seen on the lab
+/// cluster). Two seconds clear it.
+pub const RESTART_DELAY_S: i64 = 2;
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// The admin comment of a cancelled job: the old one (with its compass
+/// tag) and `preempted: <reason>`. `compass:` inside the reason is
+/// rewritten so the tag stays the only match of the flag parser.
+pub fn cancel_comment(old: &str, reason: &str) -> String {
+    let reason = reason.replace("compass:", "compass ");
+    let note = format!("preempted: {reason}");
+    if old.is_empty() {
+        note
+    } else {
+        format!("{old};{note}")
+    }
+}
+
+/// A node of `slurm_load_node` as enforcement sees it.
+pub fn node_of(n: &RawNode) -> SlurmNode {
+    let base = n.state & ffi::NODE_STATE_BASE;
+    let drain = n.state & ffi::NODE_STATE_DRAIN != 0;
+    let busy = base == NODE_STATE_ALLOCATED
+        || base == NODE_STATE_MIXED
+        || n.state & NODE_STATE_COMPLETING != 0;
+    let down =
+        base == NODE_STATE_DOWN || base == NODE_STATE_FUTURE || n.state & ffi::NODE_STATE_FAIL != 0;
+    let state = match (down, drain, busy) {
+        (true, _, _) => NodeState::Down,
+        (false, true, true) => NodeState::Draining,
+        (false, true, false) => NodeState::Drained,
+        (false, false, _) => NodeState::Up,
+    };
+    SlurmNode {
+        name: n.name.clone(),
+        gpus: gres_gpus(&n.gres).unwrap_or(0),
+        state,
+        reason: n.reason.clone(),
+    }
+}
+
+/// GPUs of each node of a running job: `gres_detail_str[i]` of node `i`
+/// (`gpu:4(IDX:0-3)`); without details, the job's GPUs split evenly.
+pub fn alloc_of(r: &RawJob, gpus: u32) -> Vec<(String, u32)> {
+    if r.nodes.is_empty() {
+        return Vec::new();
+    }
+    if r.gres_detail.len() == r.nodes.len() {
+        return r
+            .nodes
+            .iter()
+            .zip(&r.gres_detail)
+            .map(|(n, d)| (n.clone(), detail_gpus(d)))
+            .filter(|(_, g)| *g > 0)
+            .collect();
+    }
+    let k = r.nodes.len() as u32;
+    r.nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.clone(), gpus / k + u32::from((i as u32) < gpus % k)))
+        .filter(|(_, g)| *g > 0)
+        .collect()
+}
+
+/// GPUs in one `gres_detail_str` entry (`gpu:4(IDX:0-3)`,
+/// `gpu:a100:2(IDX:0,2),mps:0(...)`).
+pub fn detail_gpus(detail: &str) -> u32 {
+    let mut flat = String::new();
+    let mut depth = 0usize;
+    for c in detail.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => flat.push(c),
+            _ => {}
+        }
+    }
+    gres_gpus(&flat).unwrap_or(0)
+}
+
+/// Instances `w` of a pending request: tasks for `--gpus-per-task`, nodes for
+/// `--gres`/`--gpus-per-node`, else one.
+fn instances_of(r: &RawJob) -> u32 {
+    if gres_gpus(&r.tres_per_task).is_some() {
+        r.num_tasks.max(1)
+    } else if gres_gpus(&r.tres_per_node).is_some() {
+        r.num_nodes.max(1)
+    } else {
+        1
+    }
+}
+
 /// The site factor to send so that Slurm's `site_factor - nice` equals
 /// `factor` (clamped to Slurm's non-negative range).
 pub fn wire_factor(factor: u32, nice: i64) -> u32 {
@@ -150,6 +342,15 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
         };
         let flags = compass_slurm::flags::parse_admin_comment(&r.admin_comment).unwrap_or_default();
         let has_start = !pending && r.start_time > 0;
+        // Jobs pinned to nodes (`-w`) cause no preemption: the planner
+        // would free room anywhere, maybe where they cannot run.
+        let eligible = pending
+            && r.priority != 0
+            && r.req_nodes.is_empty()
+            && matches!(
+                r.state_reason,
+                WAIT_NO_REASON | WAIT_PRIORITY | WAIT_RESOURCES
+            );
         let job = SlurmJob {
             job: JobId(u64::from(r.job_id)),
             account: r.account.clone(),
@@ -160,6 +361,15 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
             submit: r.submit_time,
             start: has_start.then_some(r.start_time),
             end: (!pending && !running && r.end_time > 0).then_some(r.end_time.max(r.start_time)),
+            alloc: if running {
+                alloc_of(r, gpus)
+            } else {
+                Vec::new()
+            },
+            instances: if pending { instances_of(r) } else { 0 },
+            eligible,
+            begin_after: (pending && r.state_reason == WAIT_TIME && r.eligible_time > 0)
+                .then_some(r.eligible_time),
         };
         if pending {
             s.pending.push(job);
@@ -327,5 +537,80 @@ mod tests {
         );
         assert_eq!(s.ended[0].min_runtime_s, 0);
         assert!(s.pending.is_empty());
+    }
+
+    #[test]
+    fn allocations_eligibility_and_nodes_for_enforcement() {
+        assert_eq!(detail_gpus("gpu:4(IDX:0-3)"), 4);
+        assert_eq!(detail_gpus("gpu:a100:3(IDX:0,2-3),mps:0(0/100)"), 3);
+        assert_eq!(detail_gpus("mps:50(0/100)"), 0);
+        let mut run = raw(5, JOB_RUNNING);
+        run.start_time = 100;
+        run.tres_per_node = "gres:gpu:8".into();
+        run.num_nodes = 2;
+        run.nodes = vec!["n1".into(), "n2".into()];
+        run.gres_detail = vec!["gpu:8(IDX:0-7)".into(), "gpu:6(IDX:0-5)".into()];
+        let s = snapshot_of(&[run.clone()]);
+        assert_eq!(
+            s.running[0].alloc,
+            vec![("n1".to_string(), 8), ("n2".to_string(), 6)]
+        );
+        // Without details: the GPUs split over the nodes.
+        run.gres_detail.clear();
+        assert_eq!(
+            alloc_of(&run, 5),
+            vec![("n1".to_string(), 3), ("n2".to_string(), 2)]
+        );
+
+        let mut p = raw(6, JOB_PENDING);
+        p.priority = 100;
+        p.tres_per_task = "gres:gpu:4".into();
+        p.num_tasks = 2;
+        p.state_reason = WAIT_RESOURCES;
+        let j = &snapshot_of(&[p.clone()]).pending[0];
+        assert_eq!(
+            (j.instances, j.gpus, j.shape(), j.eligible),
+            (2, 8, (2, 4), true)
+        );
+        for (reason, prio, req, ok) in [
+            (8, 100, "", false),   // held
+            (9, 100, "", false),   // begin time
+            (2, 100, "", false),   // dependency
+            (1, 0, "", false),     // priority 0: held
+            (1, 100, "n1", false), // pinned with -w
+            (0, 100, "", true),
+        ] {
+            p.state_reason = reason;
+            p.priority = prio;
+            p.req_nodes = req.into();
+            p.eligible_time = 5000;
+            let j = &snapshot_of(&[p.clone()]).pending[0];
+            assert_eq!(j.eligible, ok, "reason {reason} prio {prio} req {req}");
+            assert_eq!(j.begin_after, (reason == 9).then_some(5000));
+        }
+
+        let node = |state: u32| {
+            node_of(&RawNode {
+                name: "n1".into(),
+                gres: "gpu:8".into(),
+                state,
+                reason: String::new(),
+            })
+        };
+        assert_eq!(node(2).state, NodeState::Up); // idle
+        assert_eq!(node(5).gpus, 8);
+        assert_eq!(node(3 | ffi::NODE_STATE_DRAIN).state, NodeState::Draining);
+        assert_eq!(node(2 | ffi::NODE_STATE_DRAIN).state, NodeState::Drained);
+        assert_eq!(node(1 | ffi::NODE_STATE_DRAIN).state, NodeState::Down);
+        assert_eq!(node(2 | ffi::NODE_STATE_FAIL).state, NodeState::Down);
+
+        let c = cancel_comment("compass:min_runtime=0,resumable=0", "job 5 compass: x");
+        assert_eq!(
+            c,
+            "compass:min_runtime=0,resumable=0;preempted: job 5 compass  x"
+        );
+        let f = compass_slurm::flags::parse_admin_comment(&c).unwrap();
+        assert_eq!((f.min_runtime_s, f.resumable), (0, false));
+        assert_eq!(cancel_comment("", "why"), "preempted: why");
     }
 }

@@ -1,0 +1,866 @@
+//! Enforcement of protected and preemptible time on live Slurm (issue 5,
+//! "Enforcement on real Slurm"; rules of `fair-share-budgets.txt`).
+//!
+//! Every cycle, after the queue is ordered, [`enforce`] turns the snapshot
+//! into the inputs of the pure planner [`compass_core::preempt::plan_cycle`]
+//! (running jobs with their GPUs per node, free GPUs per node, faulty nodes,
+//! team ratios and loads, the eligible pending jobs in fair-share order) and
+//! carries out its plan through [`SlurmActions`]:
+//! - a resumable victim is requeued and its begin time reset to now (Slurm
+//!   would otherwise hold it `cred_expire + 1` = 121 s);
+//! - a non-resumable victim is cancelled, with the reason written into its
+//!   admin comment first (visible in `scontrol show job`);
+//! - a faulty node is set to DRAIN at once; Slurm shows it `draining` while
+//!   protected jobs finish their min runtime and `drained` once it is empty.
+//!
+//! Idempotence: an action ends one *run* of a job (job id + start time), and
+//! is logged in the `actions` table; a run already ended by a successful
+//! action is never acted on again (it may still be reported running while
+//! Slurm completes it; its GPUs then count as free). The no-ping-pong record
+//! (`preemptions`) survives restarts.
+
+use compass_core::fairshare::{self, NodeStats, OrgTree, Placed};
+use compass_core::model::{JobId, JobShape, NodeId, NodeSet};
+use compass_core::preempt::{
+    plan_cycle, NodeRoom, PendingJob, Preemption, ProtectionConfig, RunningJob, TeamLoad,
+    TeamTable, VictimRule,
+};
+use serde::Serialize;
+use std::collections::{BTreeSet, HashMap};
+
+use crate::db::{ActionRow, FaultyNode};
+use crate::error::{BudgetError, Result};
+use crate::slurm::{NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSnapshot};
+use crate::state::AppState;
+
+/// A requeued job whose begin time is at most this far ahead is left alone
+/// (the real sink restarts victims 2 s after now, see
+/// [`crate::slurm::libslurm::RESTART_DELAY_S`]); further ahead it is Slurm's
+/// 121 s hold and is reset.
+pub const RESTART_SLACK_S: i64 = 5;
+
+/// What one enforcement pass did.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct EnforceReport {
+    pub requeued: usize,
+    pub cancelled: usize,
+    /// Faulty nodes set to DRAIN in Slurm this pass.
+    pub drained: usize,
+    /// Requeued jobs whose begin time was reset this pass.
+    pub restarted: usize,
+    pub failed: usize,
+}
+
+/// The rule name stored in the action log.
+pub fn rule_name(rule: &VictimRule) -> &'static str {
+    match rule {
+        VictimRule::Unallocated => "unallocated",
+        VictimRule::OverServed { .. } => "over_served",
+        VictimRule::FaultyNode { .. } => "faulty_node",
+    }
+}
+
+/// Team ratios (the leaf's fair-share ratio over the window) and loads
+/// (allocated GPUs running now against `abs_share x capacity`), for the
+/// "still prioritised" test of [`compass_core::preempt::victim_rule`].
+pub fn team_table(
+    tree: &OrgTree,
+    stats: &[NodeStats],
+    running: &[SlurmJob],
+    capacity_gpus: u32,
+) -> TeamTable {
+    let mut running_gpus: HashMap<&str, f64> = HashMap::new();
+    for j in running.iter().filter(|j| j.min_runtime_s > 0) {
+        *running_gpus.entry(j.account.as_str()).or_default() += f64::from(j.gpus);
+    }
+    let mut t = TeamTable {
+        ratio: fairshare::account_ratios(tree, stats),
+        ..TeamTable::default()
+    };
+    for n in tree.nodes() {
+        if let Some(a) = &n.account {
+            t.load.insert(
+                a.clone(),
+                TeamLoad {
+                    running_gpus: running_gpus.get(a.as_str()).copied().unwrap_or(0.0),
+                    allocation_gpus: n.abs_share * f64::from(capacity_gpus),
+                },
+            );
+        }
+    }
+    t
+}
+
+/// The reason written to the log, the action row and (for a cancel) the
+/// job's admin comment.
+pub fn explain_preemption(p: &Preemption, victim: &SlurmJob, cause: Option<&SlurmJob>) -> String {
+    let verb = if p.requeue {
+        "requeued (resumable)"
+    } else {
+        "cancelled (not resumable)"
+    };
+    let cause_txt = match (p.for_job, cause) {
+        (Some(c), Some(cj)) => format!(
+            "pending job {} of account {} ({} GPUs, allocated time) needed its GPUs",
+            c.0, cj.account, cj.gpus
+        ),
+        (Some(c), None) => format!("pending job {} needed its GPUs", c.0),
+        (None, _) => String::new(),
+    };
+    match &p.rule {
+        VictimRule::Unallocated => format!(
+            "job {} {verb} by compass-budgetd: it ran unallocated time (min runtime 0, never protected) and {cause_txt}",
+            victim.job.0
+        ),
+        VictimRule::OverServed {
+            victim_ratio,
+            requester_ratio,
+        } => format!(
+            "job {} {verb} by compass-budgetd: its protected min runtime had ended and its team {} is over-served \
+             (fair-share ratio {victim_ratio:.3}, above its allocation) while {cause_txt} (ratio {requester_ratio:.3})",
+            victim.job.0, victim.account
+        ),
+        VictimRule::FaultyNode { .. } => format!(
+            "job {} {verb} by compass-budgetd: it ran on a node marked faulty and its protected min runtime had ended",
+            victim.job.0
+        ),
+    }
+}
+
+/// One enforcement pass over a snapshot. `order` is the fair-share order of
+/// this cycle; `ratios` the teams' ratios and loads. Does nothing when the
+/// source reports no nodes.
+pub fn enforce(
+    state: &AppState,
+    actions: &dyn SlurmActions,
+    snap: &SlurmSnapshot,
+    order: &[Placed],
+    ratios: &TeamTable,
+    cfg: &ProtectionConfig,
+) -> Result<EnforceReport> {
+    let mut rep = EnforceReport::default();
+    if snap.nodes.is_empty() {
+        return Ok(rep);
+    }
+    let now = state.now();
+    let (faulty_rows, history) = {
+        let db = state.db();
+        (db.faulty()?, db.preemptions()?)
+    };
+    let index: HashMap<&str, NodeId> = snap
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i as NodeId))
+        .collect();
+    let len = snap.nodes.len() as u32;
+
+    // Faulty nodes: DRAIN at once (again, if someone resumed the node).
+    let mut faulty: BTreeSet<NodeId> = BTreeSet::new();
+    for f in &faulty_rows {
+        let Some(&ix) = index.get(f.node.as_str()) else {
+            tracing::warn!(node = %f.node, "faulty node unknown to Slurm; ignored");
+            continue;
+        };
+        faulty.insert(ix);
+        let node = &snap.nodes[ix as usize];
+        if !node.state.drain_set() && node.state != NodeState::Down {
+            let reason = drain_reason(f);
+            let res = actions.drain(&f.node, &reason);
+            rep.drained += usize::from(res.is_ok());
+            rep.failed += usize::from(res.is_err());
+            log(
+                state,
+                ActionRow {
+                    id: 0,
+                    at: now,
+                    action: "drain".into(),
+                    job: None,
+                    run_start: None,
+                    node: Some(f.node.clone()),
+                    cause_job: None,
+                    rule: Some("faulty_node".into()),
+                    lost_gpu_s: 0.0,
+                    ok: res.is_ok(),
+                    detail: match &res {
+                        Ok(()) => reason,
+                        Err(e) => format!("drain failed: {e}"),
+                    },
+                },
+            )?;
+        }
+    }
+
+    // Running jobs with known placements; runs we already ended are gone.
+    let mut used = vec![0u32; snap.nodes.len()];
+    let mut running: Vec<RunningJob> = Vec::new();
+    let mut by_id: HashMap<JobId, &SlurmJob> = HashMap::new();
+    for j in &snap.running {
+        let Some(start) = j.start else { continue };
+        if j.alloc.is_empty() {
+            continue;
+        }
+        if state.db().run_ended_by_us(j.job.0, start)? {
+            continue;
+        }
+        let gpus_on: Vec<(NodeId, u32)> = j
+            .alloc
+            .iter()
+            .filter_map(|(n, g)| index.get(n.as_str()).map(|&ix| (ix, *g)))
+            .collect();
+        for &(ix, g) in &gpus_on {
+            used[ix as usize] += g;
+        }
+        let r = RunningJob {
+            id: j.job,
+            account: j.account.clone(),
+            gpus_on,
+            min_runtime_s: j.min_runtime_s as f64,
+            started_s: start as f64,
+            resumable: j.resumable,
+        };
+        // A victim that has run its min runtime since its restart may
+        // preempt again.
+        if let Some(h) = history.get(&j.job.0) {
+            if h.owes && start >= h.at && !r.protected(now as f64, cfg) {
+                state.db().settle_preemption(j.job.0)?;
+            }
+        }
+        by_id.insert(j.job, j);
+        running.push(r);
+    }
+    let capacity = snap.nodes.iter().map(|n| n.gpus).max().unwrap_or(0);
+    let room = NodeRoom {
+        capacity,
+        free: snap
+            .nodes
+            .iter()
+            .zip(&used)
+            .map(|(n, u)| n.gpus.saturating_sub(*u))
+            .collect(),
+        usable: NodeSet::from_nodes(
+            len,
+            snap.nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.state == NodeState::Up && n.gpus > 0)
+                .map(|(i, _)| i as NodeId),
+        ),
+    };
+
+    // Eligible pending jobs in fair-share order.
+    let pending: HashMap<JobId, &SlurmJob> = snap.pending.iter().map(|j| (j.job, j)).collect();
+    let history = state.db().preemptions()?;
+    let queue: Vec<PendingJob> = order
+        .iter()
+        .filter_map(|p| pending.get(&p.job.job).copied())
+        .filter(|j| j.eligible)
+        .map(|j| {
+            let (w, g) = j.shape();
+            let h = history.get(&j.job.0);
+            PendingJob {
+                id: j.job,
+                account: j.account.clone(),
+                shape: JobShape::new(w, g),
+                min_runtime_s: j.min_runtime_s as f64,
+                preempted_by: h.and_then(|h| h.by_job).map(JobId),
+                owes_min_runtime: h.is_some_and(|h| h.owes),
+            }
+        })
+        .collect();
+
+    let plan = plan_cycle(&queue, &running, &room, &faulty, ratios, now as f64, cfg);
+    for p in &plan.preemptions {
+        let Some(victim) = by_id.get(&p.victim).copied() else {
+            continue;
+        };
+        let cause = p.for_job.and_then(|c| pending.get(&c).copied());
+        let reason = explain_preemption(p, victim, cause);
+        let (action, res) = if p.requeue {
+            match actions.requeue(victim.job) {
+                Ok(()) => ("requeue", Ok(())),
+                Err(e) => {
+                    // Slurm refused the requeue (e.g. --no-requeue): the
+                    // job must still give the room back.
+                    let r = format!("{reason}; requeue refused by Slurm ({e}), cancelled instead");
+                    (
+                        "cancel",
+                        actions.cancel(victim.job, &r).map_err(|e2| {
+                            BudgetError::Slurm(format!("requeue: {e}; cancel: {e2}"))
+                        }),
+                    )
+                }
+            }
+        } else {
+            ("cancel", actions.cancel(victim.job, &reason))
+        };
+        let node = match &p.rule {
+            VictimRule::FaultyNode { node } => {
+                snap.nodes.get(*node as usize).map(|n| n.name.clone())
+            }
+            _ => None,
+        };
+        let rule = rule_name(&p.rule);
+        match &res {
+            Ok(()) => {
+                if action == "requeue" {
+                    rep.requeued += 1;
+                } else {
+                    rep.cancelled += 1;
+                }
+                state
+                    .db()
+                    .record_preemption(victim.job.0, p.for_job.map(|c| c.0), now)?;
+                tracing::info!(
+                    action,
+                    job = victim.job.0,
+                    cause = ?p.for_job.map(|c| c.0),
+                    rule,
+                    node = ?node,
+                    lost_gpu_s = p.lost_gpu_s,
+                    "{reason}"
+                );
+            }
+            Err(e) => {
+                rep.failed += 1;
+                tracing::warn!(
+                    action,
+                    job = victim.job.0,
+                    cause = ?p.for_job.map(|c| c.0),
+                    rule,
+                    error = %e,
+                    "preemption failed; retried next cycle"
+                );
+            }
+        }
+        log(
+            state,
+            ActionRow {
+                id: 0,
+                at: now,
+                action: action.into(),
+                job: Some(victim.job.0),
+                run_start: victim.start,
+                node,
+                cause_job: p.for_job.map(|c| c.0),
+                rule: Some(rule.into()),
+                lost_gpu_s: p.lost_gpu_s,
+                ok: res.is_ok(),
+                detail: match &res {
+                    Ok(()) => reason,
+                    Err(e) => format!("{reason}; FAILED: {e}"),
+                },
+            },
+        )?;
+    }
+    for ix in &plan.drain {
+        if let Some(n) = snap.nodes.get(*ix as usize) {
+            tracing::debug!(node = %n.name, state = ?n.state, "faulty node empty: drained for repair");
+        }
+    }
+
+    // Requeued victims still waiting for Slurm's begin time: start them now.
+    for j in &snap.pending {
+        let Some(begin) = j.begin_after else { continue };
+        let ours = history
+            .get(&j.job.0)
+            .is_some_and(|h| now - h.at <= 600 && begin > now + RESTART_SLACK_S);
+        if ours {
+            match actions.start_now(j.job) {
+                Ok(()) => {
+                    rep.restarted += 1;
+                    tracing::info!(
+                        job = j.job.0,
+                        begin,
+                        "reset the begin time of a requeued job to now"
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(job = j.job.0, error = %e, "could not reset the begin time")
+                }
+            }
+        }
+    }
+    Ok(rep)
+}
+
+fn log(state: &AppState, row: ActionRow) -> Result<()> {
+    state.db().log_action(&row)?;
+    Ok(())
+}
+
+/// The DRAIN reason Slurm shows for a faulty node.
+pub fn drain_reason(f: &FaultyNode) -> String {
+    format!("compass faulty: {} (by {})", f.reason, f.by)
+}
+
+/// What `compass node fault|repaired` did.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct NodeChange {
+    pub node: String,
+    pub faulty: bool,
+    /// The node's state in Slurm as last seen (`up`, `draining`, ...), if known.
+    pub slurm_state: Option<NodeState>,
+    pub detail: String,
+}
+
+fn known_node(state: &AppState, node: &str) -> Option<SlurmNode> {
+    state.nodes().into_iter().find(|n| n.name == node)
+}
+
+/// Marks `node` faulty: records it and drains it in Slurm at once (when the
+/// service acts on Slurm). An unknown node is refused.
+pub fn mark_faulty(state: &AppState, node: &str, reason: &str, who: &str) -> Result<NodeChange> {
+    if node.trim().is_empty() {
+        return Err(BudgetError::field("node", "a node name is required"));
+    }
+    if reason.trim().is_empty() {
+        return Err(BudgetError::field(
+            "reason",
+            "say why the node is faulty (kept with the record and in Slurm's node reason)",
+        ));
+    }
+    let known = state.nodes();
+    if !known.is_empty() && !known.iter().any(|n| n.name == node) {
+        return Err(BudgetError::NotFound(format!(
+            "Slurm has no node `{node}` (known: {})",
+            known
+                .iter()
+                .map(|n| n.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let now = state.now();
+    let f = FaultyNode {
+        node: node.to_string(),
+        reason: reason.to_string(),
+        since: now,
+        by: who.to_string(),
+    };
+    let detail = match state.actions() {
+        Some(a) => {
+            let why = drain_reason(&f);
+            a.drain(node, &why)?;
+            state.db().log_action(&ActionRow {
+                id: 0,
+                at: now,
+                action: "drain".into(),
+                job: None,
+                run_start: None,
+                node: Some(node.to_string()),
+                cause_job: None,
+                rule: Some("admin".into()),
+                lost_gpu_s: 0.0,
+                ok: true,
+                detail: why.clone(),
+            })?;
+            tracing::info!(node, who, reason, "node marked faulty and set to DRAIN");
+            format!(
+                "set to DRAIN in Slurm ({why}); its jobs are preempted as their protections end"
+            )
+        }
+        None => {
+            tracing::info!(
+                node,
+                who,
+                reason,
+                "node marked faulty (no Slurm actions configured)"
+            );
+            "recorded; this service does not act on Slurm (slurm is not \"libslurm\")".to_string()
+        }
+    };
+    state.db().set_faulty(&f)?;
+    Ok(NodeChange {
+        node: node.to_string(),
+        faulty: true,
+        slurm_state: known_node(state, node).map(|n| n.state),
+        detail,
+    })
+}
+
+/// Returns a repaired node: resumes it in Slurm and clears the record.
+pub fn mark_repaired(state: &AppState, node: &str, who: &str) -> Result<NodeChange> {
+    let is_faulty = state.db().faulty()?.iter().any(|f| f.node == node);
+    if !is_faulty {
+        return Err(BudgetError::NotFound(format!(
+            "node `{node}` is not marked faulty (see `compass node list`)"
+        )));
+    }
+    let now = state.now();
+    let detail = match state.actions() {
+        Some(a) => {
+            let res = a.resume(node);
+            if let Err(BudgetError::NotFound(m)) = &res {
+                return Err(BudgetError::NotFound(m.clone()));
+            }
+            state.db().log_action(&ActionRow {
+                id: 0,
+                at: now,
+                action: "resume".into(),
+                job: None,
+                run_start: None,
+                node: Some(node.to_string()),
+                cause_job: None,
+                rule: Some("admin".into()),
+                lost_gpu_s: 0.0,
+                ok: res.is_ok(),
+                detail: match &res {
+                    Ok(()) => format!("repaired (by {who}): resumed in Slurm"),
+                    Err(e) => format!("repaired (by {who}); resume refused by Slurm: {e}"),
+                },
+            })?;
+            match res {
+                Ok(()) => "resumed in Slurm".to_string(),
+                Err(e) => format!("record cleared; Slurm refused the resume: {e}"),
+            }
+        }
+        None => "record cleared".to_string(),
+    };
+    state.db().clear_faulty(node)?;
+    tracing::info!(node, who, "node repaired");
+    Ok(NodeChange {
+        node: node.to_string(),
+        faulty: false,
+        slurm_state: known_node(state, node).map(|n| n.state),
+        detail,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Authenticator;
+    use crate::config::Config;
+    use crate::cycle::Cycle;
+    use crate::db::Db;
+    use crate::slurm::{FakeAction, FakeSlurm};
+    use crate::state::TestClock;
+    use compass_core::fairshare::{Interval, Kind, NodeSpec};
+    use std::sync::Arc;
+
+    const T0: i64 = 1_800_000_000;
+
+    struct NoAuth;
+    impl Authenticator for NoAuth {
+        fn authenticate(&self, _c: &str, _p: &[u8]) -> Result<String> {
+            Err(BudgetError::Unauthenticated("tests".into()))
+        }
+    }
+
+    struct World {
+        state: Arc<AppState>,
+        clock: Arc<TestClock>,
+        slurm: Arc<FakeSlurm>,
+        cycle: Cycle,
+    }
+
+    impl World {
+        fn new(extra: &str, db: Db) -> World {
+            let config = Config::parse(
+                &format!("db = \":memory:\"\ncapacity_gpus = 16\nwindow_s = 3600\n{extra}"),
+                "t",
+            )
+            .unwrap();
+            let clock = Arc::new(TestClock::new(T0));
+            let state = AppState::new(config, db, Arc::new(NoAuth), clock.clone());
+            state
+                .db()
+                .edit_tree("root", "import", "30/70", T0, |_| {
+                    Ok(vec![
+                        spec("org", None, 1.0, None),
+                        spec("rich", Some("org"), 0.3, Some("rich")),
+                        spec("poor", Some("org"), 0.7, Some("poor")),
+                    ])
+                })
+                .unwrap();
+            let slurm = Arc::new(FakeSlurm::new());
+            slurm.add_node("n1", 8);
+            slurm.add_node("n2", 8);
+            slurm.set_now(T0);
+            let cycle =
+                Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+            World {
+                state,
+                clock,
+                slurm,
+                cycle,
+            }
+        }
+        fn plain() -> World {
+            World::new("", Db::open_in_memory().unwrap())
+        }
+        fn at(&mut self, t: i64) -> EnforceReport {
+            self.clock.set(t);
+            self.slurm.set_now(t);
+            self.cycle.step().unwrap().enforced
+        }
+        /// A job running since `start` on `node` with `gpus` GPUs.
+        #[allow(clippy::too_many_arguments)]
+        fn run(
+            &self,
+            id: u64,
+            account: &str,
+            node: &str,
+            gpus: u32,
+            min: u64,
+            res: bool,
+            start: i64,
+        ) {
+            self.slurm.put(SlurmJob::basic(
+                JobId(id),
+                account,
+                gpus,
+                min,
+                res,
+                0,
+                start - 10,
+            ));
+            self.slurm.start_on(JobId(id), start, &[(node, gpus)]);
+        }
+        fn pend(&self, id: u64, account: &str, w: u32, g: u32, min: u64) {
+            let mut j = SlurmJob::basic(JobId(id), account, w * g, min, true, 0, T0);
+            j.instances = w;
+            self.slurm.put(j);
+        }
+        fn acts(&self, job: u64) -> Vec<ActionRow> {
+            self.state.db().actions(Some(job), 100).unwrap()
+        }
+        fn seed_rich_usage(&self) {
+            self.state
+                .db()
+                .ingest(
+                    &[Interval {
+                        job: JobId(999),
+                        account: "rich".into(),
+                        gpus: 8,
+                        start: T0 - 3000,
+                        end: Some(T0 - 100),
+                        kind: Kind::Allocated,
+                    }],
+                    T0,
+                )
+                .unwrap();
+        }
+    }
+
+    fn spec(name: &str, parent: Option<&str>, share: f64, account: Option<&str>) -> NodeSpec {
+        NodeSpec {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            share,
+            managers: vec![],
+            account: account.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn unallocated_job_requeued_within_one_cycle_and_only_once() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 3600, false, T0 - 100);
+        assert_eq!(w.at(T0), EnforceReport::default());
+        w.pend(3, "poor", 1, 8, 600);
+        let rep = w.at(T0 + 1);
+        assert_eq!(rep.requeued, 1, "{rep:?}");
+        assert_eq!(w.slurm.actions(), vec![FakeAction::Requeue(JobId(1))]);
+        let a = &w.acts(1)[0];
+        assert_eq!(
+            (
+                a.action.as_str(),
+                a.cause_job,
+                a.rule.as_deref(),
+                a.run_start
+            ),
+            ("requeue", Some(3), Some("unallocated"), Some(T0 - 100))
+        );
+        assert!(a.detail.contains("unallocated time"), "{}", a.detail);
+        // Slurm still lists the run (completing): never acted on twice.
+        w.slurm.start_on(JobId(1), T0 - 100, &[("n1", 8)]);
+        assert_eq!(w.at(T0 + 2), EnforceReport::default());
+        assert_eq!(w.acts(1).len(), 1);
+    }
+
+    #[test]
+    fn non_resumable_victim_is_cancelled_with_its_reason() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n1", 8, 0, false, T0 - 100);
+        w.run(2, "rich", "n2", 8, 0, true, T0 - 50);
+        w.pend(3, "poor", 2, 8, 600);
+        let rep = w.at(T0);
+        assert_eq!((rep.requeued, rep.cancelled), (1, 1), "{rep:?}");
+        let acts = w.slurm.actions();
+        assert!(acts.contains(&FakeAction::Requeue(JobId(2))), "{acts:?}");
+        assert!(!acts.contains(&FakeAction::Requeue(JobId(1))), "{acts:?}");
+        let reason = w.slurm.comment(JobId(1)).expect("cancel reason");
+        assert!(reason.contains("cancelled (not resumable)"), "{reason}");
+        assert!(reason.contains("pending job 3"), "{reason}");
+        assert!(w.slurm.job(JobId(1)).unwrap().end.is_some());
+    }
+
+    #[test]
+    fn protected_job_kept_until_its_min_runtime_then_preempted() {
+        let mut w = World::plain();
+        w.seed_rich_usage();
+        w.run(1, "rich", "n1", 8, 20, true, T0);
+        w.run(2, "poor", "n2", 8, 3600, true, T0);
+        w.pend(3, "poor", 1, 8, 600);
+        for t in [T0, T0 + 10, T0 + 19] {
+            assert_eq!(w.at(t), EnforceReport::default(), "protected at {t}");
+        }
+        let rep = w.at(T0 + 20);
+        assert_eq!(rep.requeued, 1);
+        let a = &w.acts(1)[0];
+        assert_eq!(
+            (a.cause_job, a.rule.as_deref(), a.at),
+            (Some(3), Some("over_served"), T0 + 20)
+        );
+        // The poorer team's protected job is never a victim.
+        assert!(w.acts(2).is_empty());
+    }
+
+    #[test]
+    fn team_within_its_allocation_keeps_its_jobs() {
+        // rich runs 4 GPUs (allocation 4.8): still prioritised.
+        let mut w = World::plain();
+        w.seed_rich_usage();
+        w.run(1, "rich", "n1", 4, 20, true, T0);
+        w.run(2, "poor", "n1", 4, 3600, true, T0);
+        w.run(4, "poor", "n2", 8, 3600, true, T0);
+        w.pend(3, "poor", 1, 8, 600);
+        assert_eq!(w.at(T0 + 100), EnforceReport::default());
+    }
+
+    #[test]
+    fn faulty_node_drains_at_once_and_empties_as_protections_end() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n1", 4, 20, true, T0);
+        w.run(2, "rich", "n1", 4, 0, true, T0);
+        w.at(T0);
+        let e = mark_faulty(&w.state, "n9", "typo", "root").unwrap_err();
+        assert!(matches!(e, BudgetError::NotFound(_)), "{e}");
+        assert!(mark_faulty(&w.state, "n1", " ", "root").is_err());
+        mark_faulty(&w.state, "n1", "ECC errors", "root").unwrap();
+        assert_eq!(
+            w.slurm.actions()[0],
+            FakeAction::Drain("n1".into(), "compass faulty: ECC errors (by root)".into())
+        );
+        let rep = w.at(T0 + 1);
+        assert_eq!(rep.requeued, 1, "the unallocated job goes at once");
+        assert_eq!(w.acts(2)[0].rule.as_deref(), Some("faulty_node"));
+        assert_eq!(w.acts(2)[0].node.as_deref(), Some("n1"));
+        assert_eq!(w.state.nodes()[0].state, NodeState::Draining);
+        assert_eq!(w.at(T0 + 19).requeued, 0, "protected until T0+20");
+        assert_eq!(w.at(T0 + 20).requeued, 1);
+        w.at(T0 + 21);
+        assert_eq!(w.state.nodes()[0].state, NodeState::Drained);
+        // Requeued jobs do not go back to the faulty node: no room there.
+        mark_repaired(&w.state, "n1", "root").unwrap();
+        assert_eq!(
+            w.slurm.actions().last(),
+            Some(&FakeAction::Resume("n1".into()))
+        );
+        assert!(w.state.db().faulty().unwrap().is_empty());
+        assert!(matches!(
+            mark_repaired(&w.state, "n1", "root"),
+            Err(BudgetError::NotFound(_))
+        ));
+        let kinds: Vec<String> = w
+            .state
+            .db()
+            .actions(None, 100)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.action)
+            .collect();
+        assert_eq!(kinds, ["resume", "requeue", "requeue", "drain"]);
+    }
+
+    #[test]
+    fn a_resumed_faulty_node_is_drained_again_by_the_cycle() {
+        let mut w = World::plain();
+        w.at(T0);
+        mark_faulty(&w.state, "n2", "fans", "root").unwrap();
+        // Someone resumes it behind compass's back.
+        w.slurm.resume("n2").unwrap();
+        let rep = w.at(T0 + 1);
+        assert_eq!(rep.drained, 1);
+        assert_eq!(w.at(T0 + 2).drained, 0);
+        assert_eq!(w.state.nodes()[1].state, NodeState::Drained);
+    }
+
+    #[test]
+    fn no_ping_pong_survives_a_restart() {
+        let dir = std::env::temp_dir().join(format!("compass-enforce-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("b.db");
+        {
+            let mut w = World::new("", Db::open(&path).unwrap());
+            w.seed_rich_usage();
+            w.run(1, "rich", "n1", 8, 600, true, T0 - 1000);
+            w.run(2, "poor", "n2", 8, 3600, true, T0);
+            w.pend(3, "poor", 1, 8, 600);
+            assert_eq!(w.at(T0).requeued, 1);
+        }
+        // A new service on the same database: job 1 (pending again, owes its
+        // min runtime) may not preempt, even an unallocated job.
+        let mut w = World::new("", Db::open(&path).unwrap());
+        let mut j = SlurmJob::basic(JobId(1), "rich", 8, 600, true, 0, T0);
+        j.instances = 1;
+        w.slurm.put(j);
+        w.run(5, "poor", "n1", 8, 0, true, T0 + 5);
+        w.run(2, "poor", "n2", 8, 3600, true, T0);
+        assert_eq!(w.at(T0 + 10), EnforceReport::default());
+        let h = w.state.db().preemptions().unwrap();
+        assert_eq!(h[&1].by_job, Some(3));
+        assert!(h[&1].owes);
+        // Once it has run its min runtime again, it may.
+        w.slurm.purge(JobId(5));
+        w.slurm.start_on(JobId(1), T0 + 20, &[("n1", 8)]);
+        w.at(T0 + 700);
+        assert!(!w.state.db().preemptions().unwrap()[&1].owes);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn requeued_job_waiting_for_its_begin_time_is_started_now() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 3600, true, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        w.at(T0);
+        // Slurm kept the 121 s begin time.
+        let mut j = w.slurm.job(JobId(1)).unwrap();
+        j.begin_after = Some(T0 + 121);
+        w.slurm.put(j);
+        assert_eq!(w.at(T0 + 1).restarted, 1);
+        assert_eq!(
+            w.slurm.actions().last(),
+            Some(&FakeAction::StartNow(JobId(1)))
+        );
+    }
+
+    #[test]
+    fn enforcement_off_only_orders() {
+        let mut w = World::new(
+            "[protection]\nenforce = false\n",
+            Db::open_in_memory().unwrap(),
+        );
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 0, true, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        assert_eq!(w.at(T0), EnforceReport::default());
+        assert!(w.slurm.actions().is_empty());
+    }
+
+    #[test]
+    fn held_jobs_cause_no_preemption() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 0, true, T0 - 100);
+        let mut j = SlurmJob::basic(JobId(3), "poor", 8, 600, true, 0, T0);
+        j.eligible = false;
+        w.slurm.put(j);
+        assert_eq!(w.at(T0), EnforceReport::default());
+    }
+}

@@ -1,0 +1,276 @@
+//! The enforcement endpoints in-process (tower `oneshot`) with a stand-in
+//! authenticator and the cycle against `FakeSlurm` with nodes: node fault
+//! and repaired (admin only, unknown node refused), the actions log, and
+//! `GET /api/v1/queue/{job}` explaining what enforcement did to a job.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use compass_budget::auth::Authenticator;
+use compass_budget::config::Config;
+use compass_budget::cycle::Cycle;
+use compass_budget::db::Db;
+use compass_budget::slurm::{FakeAction, FakeSlurm, SlurmJob};
+use compass_budget::state::{AppState, TestClock};
+use compass_budget::{BudgetError, Result};
+use compass_core::fairshare::NodeSpec;
+use compass_core::model::JobId;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tower::ServiceExt;
+
+struct NameAuth;
+
+impl Authenticator for NameAuth {
+    fn authenticate(&self, credential: &str, _payload: &[u8]) -> Result<String> {
+        if credential.is_empty() {
+            return Err(BudgetError::Unauthenticated("empty credential".into()));
+        }
+        Ok(credential.to_string())
+    }
+}
+
+const T0: i64 = 1_800_000_000;
+
+async fn call(
+    router: &Router,
+    method: &str,
+    path: &str,
+    user: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut req = Request::builder().method(method).uri(path);
+    if let Some(u) = user {
+        req = req.header("Authorization", format!("MUNGE {u}"));
+    }
+    let req = req
+        .header("Content-Type", "application/json")
+        .body(
+            body.map(|b| Body::from(serde_json::to_vec(&b).unwrap()))
+                .unwrap_or_else(Body::empty),
+        )
+        .unwrap();
+    let resp = router.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 10 << 20)
+        .await
+        .unwrap();
+    let v = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    (status, v)
+}
+
+fn spec(name: &str, parent: Option<&str>, share: f64, account: Option<&str>) -> NodeSpec {
+    NodeSpec {
+        name: name.into(),
+        parent: parent.map(Into::into),
+        share,
+        managers: vec![],
+        account: account.map(Into::into),
+    }
+}
+
+#[tokio::test]
+async fn node_fault_repaired_actions_and_why() {
+    let config = Config::parse(
+        "db = \":memory:\"\nadmins = [\"root\"]\ncapacity_gpus = 16\nwindow_s = 3600\n",
+        "test",
+    )
+    .unwrap();
+    let clock = Arc::new(TestClock::new(T0));
+    let state = AppState::new(
+        config,
+        Db::open_in_memory().unwrap(),
+        Arc::new(NameAuth),
+        clock.clone(),
+    );
+    state
+        .db()
+        .edit_tree("root", "import", "tree", T0, |_| {
+            Ok(vec![
+                spec("org", None, 1.0, None),
+                spec("a", Some("org"), 0.5, Some("acct-a")),
+                spec("b", Some("org"), 0.5, Some("acct-b")),
+            ])
+        })
+        .unwrap();
+    let slurm = Arc::new(FakeSlurm::new());
+    slurm.add_node("n1", 8);
+    slurm.add_node("n2", 8);
+    slurm.set_now(T0);
+    let mut cycle =
+        Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+    let router = compass_budget::api::router(state.clone());
+
+    // Job 1: unallocated on n1; job 2: protected (600 s) on n2.
+    slurm.put(SlurmJob::basic(JobId(1), "acct-a", 8, 0, true, 0, T0 - 100));
+    slurm.start_on(JobId(1), T0 - 50, &[("n1", 8)]);
+    slurm.put(SlurmJob::basic(
+        JobId(2),
+        "acct-a",
+        8,
+        600,
+        false,
+        0,
+        T0 - 100,
+    ));
+    slurm.start_on(JobId(2), T0 - 50, &[("n2", 8)]);
+    cycle.step().unwrap();
+
+    // A running protected job: `why` says until when.
+    let (st, v) = call(&router, "GET", "/api/v1/queue/2", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let text = v["enforcement"].as_str().unwrap();
+    assert!(
+        text.contains(&format!(
+            "protected from preemption until {}",
+            T0 - 50 + 600
+        )),
+        "{text}"
+    );
+
+    // Writes: admin only, authenticated, reason required, node known.
+    let (st, _) = call(
+        &router,
+        "POST",
+        "/api/v1/hosts/n2/fault",
+        None,
+        Some(json!({"reason": "x"})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    let (st, v) = call(
+        &router,
+        "POST",
+        "/api/v1/hosts/n2/fault",
+        Some("pi"),
+        Some(json!({"reason": "x"})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::FORBIDDEN, "{v}");
+    let (st, v) = call(
+        &router,
+        "POST",
+        "/api/v1/hosts/n2/fault",
+        Some("root"),
+        Some(json!({"reason": ""})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_eq!(v["field"], "reason");
+    let (st, v) = call(
+        &router,
+        "POST",
+        "/api/v1/hosts/n7/fault",
+        Some("root"),
+        Some(json!({"reason": "x"})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("n1, n2"), "{v}");
+    let (st, v) = call(
+        &router,
+        "POST",
+        "/api/v1/hosts/n2/repaired",
+        Some("root"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "not faulty: {v}");
+    assert!(slurm.actions().is_empty(), "refusals change nothing");
+
+    let (st, v) = call(
+        &router,
+        "POST",
+        "/api/v1/hosts/n2/fault",
+        Some("root"),
+        Some(json!({"reason": "fans"})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["faulty"], true);
+    assert_eq!(
+        slurm.actions(),
+        vec![FakeAction::Drain(
+            "n2".into(),
+            "compass faulty: fans (by root)".into()
+        )]
+    );
+    let (_, v) = call(&router, "GET", "/api/v1/hosts", None, None).await;
+    assert_eq!(v["faulty"][0]["node"], "n2");
+    assert_eq!(v["faulty"][0]["by"], "root");
+
+    // An allocated job of the other team arrives: job 1 is requeued for it.
+    slurm.put(SlurmJob::basic(JobId(3), "acct-b", 8, 600, true, 0, T0));
+    clock.set(T0 + 1);
+    cycle.step().unwrap();
+    assert_eq!(slurm.actions().last(), Some(&FakeAction::Requeue(JobId(1))));
+    let (_, v) = call(&router, "GET", "/api/v1/hosts", None, None).await;
+    let n2 = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "n2")
+        .unwrap()
+        .clone();
+    assert_eq!(n2["state"], "draining", "{n2}");
+
+    let (st, v) = call(&router, "GET", "/api/v1/actions?job=1", None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{v}");
+    assert_eq!(rows[0]["action"], "requeue");
+    assert_eq!(rows[0]["cause_job"], 3);
+    assert_eq!(rows[0]["rule"], "unallocated");
+    let (_, v) = call(&router, "GET", "/api/v1/actions", None, None).await;
+    let kinds: Vec<&str> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["requeue", "drain"]);
+    let (st, _) = call(&router, "GET", "/api/v1/actions?limit=0", None, None).await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // `why` of the victim (pending again) and of the job it made room for.
+    let (st, v) = call(&router, "GET", "/api/v1/queue/1", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let text = v["enforcement"].as_str().unwrap();
+    assert!(
+        text.contains("requeue this job (unallocated) for job 3"),
+        "{text}"
+    );
+    let (_, v) = call(&router, "GET", "/api/v1/queue/3", None, None).await;
+    let text = v["enforcement"].as_str().unwrap();
+    assert!(
+        text.contains("requeue job 1 (unallocated) to make room for this job"),
+        "{text}"
+    );
+
+    // The dashboard embeds the latest actions.
+    let (st, page) = call(&router, "GET", "/", None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    let page = page.as_str().unwrap();
+    assert!(page.contains("actions-table"), "table present");
+    assert!(
+        page.contains("\"action\":\"requeue\"") && page.contains("\"cause_job\":3"),
+        "data embedded"
+    );
+
+    // Repaired: resumed in Slurm, record cleared.
+    let (st, v) = call(
+        &router,
+        "POST",
+        "/api/v1/hosts/n2/repaired",
+        Some("root"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        slurm.actions().last(),
+        Some(&FakeAction::Resume("n2".into()))
+    );
+    assert!(state.db().faulty().unwrap().is_empty());
+}

@@ -1,0 +1,606 @@
+//! Enforcement of protected and preemptible time on a real Slurm 22.05
+//! cluster on this host (`contrib/slurm-lab.sh`: munge, slurmctld, 2 slurmd
+//! x 8 fake GPUs, `etc/slurm-budget.conf`), through libslurm. Root only;
+//! skipped with a message otherwise. The cluster is always torn down (Drop
+//! runs on panic too). The cycle is stepped explicitly, about twice a second.
+//!
+//! 1. Unallocated jobs hold both nodes (one resumable, one not); an
+//!    allocated 2 x 8-GPU job arrives: within one cycle the resumable one is
+//!    requeued (and starts again within seconds of room appearing, not after
+//!    Slurm's 121 s begin-time delay) and the other is cancelled with the
+//!    reason in its admin comment, never requeued.
+//! 2. A job of an over-served team with a 20 s min runtime is never
+//!    preempted before its 20 s, even with an under-served team's job
+//!    waiting for its node, and is preempted within a couple of cycles after.
+//! 3. A node marked faulty is `draining` at once; its unallocated job is
+//!    preempted at the next cycle, its protected job when its 20 s end; the
+//!    node is then `drained`; `repaired` returns it. An unknown node is
+//!    refused.
+//!
+//! Ports 16930-16932 (LAB_PORT_BASE=16930).
+
+use compass_budget::auth::Authenticator;
+use compass_budget::config::Config;
+use compass_budget::cycle::Cycle;
+use compass_budget::db::{ActionRow, Db};
+use compass_budget::enforce;
+use compass_budget::slurm::libslurm::LibSlurm;
+use compass_budget::state::{AppState, SystemClock};
+use compass_budget::{BudgetError, Result};
+use compass_core::fairshare::{Interval, Kind, NodeSpec};
+use compass_core::model::JobId;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const PORT_BASE: u32 = 16_930;
+const NODES: u32 = 2;
+const GPUS: u32 = 8;
+const RICH: &str = "team-rich";
+const POOR: &str = "team-poor";
+/// Min runtime of the protected jobs, seconds.
+const PROTECT_S: i64 = 20;
+
+struct NoAuth;
+
+impl Authenticator for NoAuth {
+    fn authenticate(&self, _c: &str, _p: &[u8]) -> Result<String> {
+        Err(BudgetError::Unauthenticated("no writes".into()))
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("repo root")
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn skip_reason() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (starts munge, slurmctld and slurmd)".into());
+    }
+    for bin in ["/usr/sbin/slurmctld-wlm", "/usr/sbin/slurmd-wlm"] {
+        if !Path::new(bin).exists() {
+            return Some(format!("{bin} missing: run contrib/install-slurm-deps.sh"));
+        }
+    }
+    None
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// The lab cluster; `down` on drop.
+struct Lab {
+    dir: PathBuf,
+    conf: PathBuf,
+}
+
+impl Lab {
+    fn start() -> Lab {
+        let dir = std::env::temp_dir().join(format!("compass-enforce-lab-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("lab dir");
+        let budget = std::fs::read_to_string(repo_root().join("etc/slurm-budget.conf"))
+            .expect("etc/slurm-budget.conf");
+        let extra: String = budget
+            .lines()
+            .filter(|l| !l.starts_with("MinJobAge"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(dir.join("budget.conf"), extra).expect("write budget.conf");
+        let lab = Lab {
+            conf: dir.join("etc/slurm.conf"),
+            dir,
+        };
+        let out = lab.script("up");
+        assert!(
+            out.status.success(),
+            "lab up failed: {}{}",
+            lossy(&out.stdout),
+            lossy(&out.stderr)
+        );
+        lab
+    }
+
+    fn script(&self, cmd: &str) -> Output {
+        Command::new(repo_root().join("contrib/slurm-lab.sh"))
+            .arg(cmd)
+            .arg(&self.dir)
+            .env("LAB_PORT_BASE", PORT_BASE.to_string())
+            .env("LAB_NODES", NODES.to_string())
+            .env("LAB_GPUS", GPUS.to_string())
+            .env("LAB_EXTRA_CONF", self.dir.join("budget.conf"))
+            .output()
+            .expect("run contrib/slurm-lab.sh")
+    }
+
+    fn run(&self, prog: &str, args: &[&str]) -> Output {
+        Command::new(prog)
+            .args(args)
+            .env("SLURM_CONF", &self.conf)
+            .current_dir(&self.dir)
+            .output()
+            .unwrap_or_else(|e| panic!("{prog}: {e}"))
+    }
+
+    fn ok(&self, prog: &str, args: &[&str]) -> String {
+        let out = self.run(prog, args);
+        assert!(
+            out.status.success(),
+            "{prog} {args:?}: {}",
+            lossy(&out.stderr)
+        );
+        lossy(&out.stdout)
+    }
+
+    /// Submits a held job, tags it with its min runtime and resumable flag
+    /// (what job_submit.lua writes from the SPANK options) and releases it.
+    fn submit(
+        &self,
+        account: &str,
+        gres: &str,
+        min_s: i64,
+        resumable: bool,
+        extra: &[&str],
+    ) -> u64 {
+        let mut args = vec!["--parsable", "-H", "-o", "/dev/null", "-A", account, gres];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--wrap", "sleep 600"]);
+        let out = self.ok("sbatch", &args);
+        let id: u64 = out.trim().parse().expect("sbatch job id");
+        let tag = format!(
+            "AdminComment=compass:min_runtime={min_s},resumable={}",
+            u8::from(resumable)
+        );
+        self.ok("scontrol", &["update", &format!("JobId={id}"), &tag]);
+        self.ok("scontrol", &["release", &id.to_string()]);
+        id
+    }
+
+    /// `scontrol show job -o ID` (one line).
+    fn show(&self, id: u64) -> String {
+        self.ok("scontrol", &["show", "job", "-o", &id.to_string()])
+    }
+
+    fn field(&self, id: u64, key: &str) -> String {
+        let line = self.show(id);
+        let pat = format!(" {key}=");
+        line.find(&pat)
+            .map(|i| {
+                line[i + pat.len()..]
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .unwrap_or_default()
+    }
+
+    fn job_state(&self, id: u64) -> String {
+        self.field(id, "JobState")
+    }
+
+    fn node_state(&self, node: &str) -> String {
+        self.ok("sinfo", &["-h", "-N", "-n", node, "-o", "%T"])
+            .trim()
+            .to_string()
+    }
+
+    /// Diagnostics for a failed wait: the queue, every job Slurm still
+    /// knows and the controller's log lines about jobs.
+    fn squeue(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("log/slurmctld.log")).unwrap_or_default();
+        let tail: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("JobId=") || l.contains("requeue"))
+            .collect();
+        format!(
+            "{}\n{}\nslurmctld.log (jobs):\n{}",
+            lossy(&self.run("squeue", &["-o", "%i %a %T %r %N %Q"]).stdout),
+            lossy(&self.run("scontrol", &["show", "job", "-o"]).stdout),
+            tail[tail.len().saturating_sub(60)..].join("\n")
+        )
+    }
+
+    fn clear(&self) {
+        self.ok("scancel", &["--full", "-u", "root"]);
+        let start = Instant::now();
+        while !self.ok("squeue", &["-h", "-o", "%i"]).trim().is_empty() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "queue not empty: {}",
+                self.squeue()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = self.script("down");
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn spec(name: &str, parent: Option<&str>, share: f64, account: Option<&str>) -> NodeSpec {
+    NodeSpec {
+        name: name.into(),
+        parent: parent.map(Into::into),
+        share,
+        managers: vec![],
+        account: account.map(Into::into),
+    }
+}
+
+/// A fresh service (in-memory database): rich 30%, poor 70%.
+fn service(lab: &Lab) -> Arc<AppState> {
+    let config = Config::parse(
+        &format!(
+            "db = \":memory:\"\nadmins = [\"root\"]\ncapacity_gpus = {}\nwindow_s = 3600\ncycle_s = 1\n\
+             slurm = \"libslurm\"\nslurm_conf = \"{}\"\n[protection]\nenforce = true\nmin_runtime_cap_s = 3600\n",
+            NODES * GPUS,
+            lab.conf.display()
+        ),
+        "lab",
+    )
+    .expect("config");
+    let state = AppState::new(
+        config,
+        Db::open_in_memory().expect("db"),
+        Arc::new(NoAuth),
+        Arc::new(SystemClock),
+    );
+    let now = state.now();
+    state
+        .db()
+        .edit_tree("root", "import", "30/70", now, |_| {
+            Ok(vec![
+                spec("org", None, 1.0, None),
+                spec("rich", Some("org"), 0.3, Some(RICH)),
+                spec("poor", Some("org"), 0.7, Some(POOR)),
+            ])
+        })
+        .expect("tree");
+    state
+}
+
+/// Steps the cycle until `ok` holds (about twice a second).
+fn step_until(
+    lab: &Lab,
+    cycle: &mut Cycle,
+    what: &str,
+    timeout: Duration,
+    mut ok: impl FnMut() -> bool,
+) {
+    let start = Instant::now();
+    loop {
+        cycle.step().expect("cycle against the lab");
+        if ok() {
+            return;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out waiting for {what}; squeue:\n{}",
+            lab.squeue()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn actions_on(state: &AppState, job: u64) -> Vec<ActionRow> {
+    state
+        .db()
+        .actions(Some(job), 100)
+        .expect("actions")
+        .into_iter()
+        .filter(|a| a.job == Some(job))
+        .collect()
+}
+
+#[test]
+fn lab_enforcement_preempts_protects_and_drains() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIPPED lab_enforcement_preempts_protects_and_drains: {why}");
+        return;
+    }
+    let lab = Lab::start();
+    let slurm = Arc::new(LibSlurm::new(Some(lab.conf.clone())));
+
+    // --- 1. Unallocated victims: requeue the resumable, cancel the other ---
+    {
+        let state = service(&lab);
+        let mut cycle =
+            Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+        let u = lab.submit(RICH, "--gres=gpu:8", 0, true, &["-w", "n1"]);
+        let n = lab.submit(RICH, "--gres=gpu:8", 0, false, &["-w", "n2"]);
+        step_until(
+            &lab,
+            &mut cycle,
+            "both unallocated jobs to run",
+            Duration::from_secs(30),
+            || lab.job_state(u) == "RUNNING" && lab.job_state(n) == "RUNNING",
+        );
+        let rep = cycle.step().expect("cycle");
+        assert_eq!(
+            rep.enforced,
+            Default::default(),
+            "nothing to do yet: {rep:?}"
+        );
+
+        let a = lab.submit(POOR, "--gres=gpu:8", 600, true, &["-N", "2"]);
+        // One cycle once Slurm lists the job as pending.
+        std::thread::sleep(Duration::from_millis(300));
+        let rep = cycle.step().expect("cycle");
+        assert_eq!(
+            (rep.enforced.requeued, rep.enforced.cancelled),
+            (1, 1),
+            "one cycle preempts both unallocated jobs: {rep:?}\n{}",
+            lab.squeue()
+        );
+        let ua = actions_on(&state, u);
+        assert_eq!(ua.len(), 1, "{ua:?}");
+        assert_eq!(
+            (
+                ua[0].action.as_str(),
+                ua[0].cause_job,
+                ua[0].rule.as_deref(),
+                ua[0].ok
+            ),
+            ("requeue", Some(a), Some("unallocated"), true)
+        );
+        let na = actions_on(&state, n);
+        assert_eq!(na.len(), 1, "{na:?}");
+        assert_eq!(
+            (
+                na[0].action.as_str(),
+                na[0].cause_job,
+                na[0].rule.as_deref()
+            ),
+            ("cancel", Some(a), Some("unallocated"))
+        );
+        step_until(
+            &lab,
+            &mut cycle,
+            "the allocated job to run",
+            Duration::from_secs(30),
+            || lab.job_state(a) == "RUNNING",
+        );
+        // The non-resumable victim was cancelled, never requeued, and says why.
+        let shown = lab.show(n);
+        assert!(shown.contains("JobState=CANCELLED"), "{shown}");
+        assert!(shown.contains("Restarts=0"), "{shown}");
+        assert!(
+            shown.contains("preempted: job") && shown.contains("cancelled (not resumable)"),
+            "reason in the record: {shown}"
+        );
+        assert!(
+            shown.contains("compass:min_runtime=0,resumable=0"),
+            "tag kept: {shown}"
+        );
+        // The resumable one waits, eligible now (not held 121 s for BeginTime).
+        assert_eq!(lab.job_state(u), "PENDING");
+        step_until(
+            &lab,
+            &mut cycle,
+            "the requeued job to lose its 121 s begin time",
+            Duration::from_secs(10),
+            || lab.field(u, "Reason") != "BeginTime",
+        );
+        let eligible = lab.field(u, "EligibleTime");
+        // Never acted on twice, even with the victims still listed.
+        for _ in 0..3 {
+            cycle.step().expect("cycle");
+        }
+        assert_eq!(actions_on(&state, u).len(), 1);
+        assert_eq!(actions_on(&state, n).len(), 1);
+        // Room appears: the requeued job starts again within seconds.
+        lab.ok("scancel", &[&a.to_string()]);
+        let t = Instant::now();
+        step_until(
+            &lab,
+            &mut cycle,
+            "the requeued job to restart",
+            Duration::from_secs(30),
+            || lab.job_state(u) == "RUNNING",
+        );
+        eprintln!(
+            "requeued job restarted {:.1}s after room appeared (EligibleTime {eligible})",
+            t.elapsed().as_secs_f64()
+        );
+        assert!(t.elapsed() < Duration::from_secs(30));
+        assert_eq!(lab.field(u, "Restarts"), "1");
+        lab.clear();
+    }
+
+    // --- 2. Protected until its min runtime, preempted right after --------
+    {
+        let state = service(&lab);
+        // The rich team already used 8 GPUs for most of the window.
+        let now = state.now();
+        state
+            .db()
+            .ingest(
+                &[Interval {
+                    job: JobId(999_999),
+                    account: RICH.into(),
+                    gpus: 8,
+                    start: now - 3000,
+                    end: Some(now - 100),
+                    kind: Kind::Allocated,
+                }],
+                now,
+            )
+            .expect("seed usage");
+        let mut cycle =
+            Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+        let r = lab.submit(RICH, "--gres=gpu:8", PROTECT_S, true, &["-w", "n1"]);
+        let p = lab.submit(POOR, "--gres=gpu:8", 3600, false, &["-w", "n2"]);
+        step_until(
+            &lab,
+            &mut cycle,
+            "both teams' jobs to run",
+            Duration::from_secs(30),
+            || lab.job_state(r) == "RUNNING" && lab.job_state(p) == "RUNNING",
+        );
+        cycle.step().expect("cycle"); // the snapshot that shows it running
+        let started = state
+            .running_job(r)
+            .and_then(|j| j.start)
+            .expect("start of r");
+        let q = lab.submit(POOR, "--gres=gpu:8", 600, true, &[]);
+        let mut preempted_at = None;
+        let begin = Instant::now();
+        while preempted_at.is_none() {
+            cycle.step().expect("cycle");
+            let acts = actions_on(&state, r);
+            if let Some(a) = acts.first() {
+                preempted_at = Some(a.at);
+                assert_eq!(
+                    (a.action.as_str(), a.cause_job, a.rule.as_deref()),
+                    ("requeue", Some(q), Some("over_served")),
+                    "{a:?}"
+                );
+            } else {
+                assert_eq!(
+                    lab.job_state(r),
+                    "RUNNING",
+                    "never preempted while protected"
+                );
+                assert!(
+                    begin.elapsed() < Duration::from_secs(60),
+                    "not preempted after its protection: {}",
+                    lab.squeue()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let at = preempted_at.unwrap_or_default();
+        eprintln!("protected job started {started}, preempted at {at} (min runtime {PROTECT_S} s)");
+        assert!(
+            at >= started + PROTECT_S,
+            "preempted at {at}, protected until {}",
+            started + PROTECT_S
+        );
+        assert!(
+            at <= started + PROTECT_S + 3,
+            "preempted at {at}: more than a cycle or two late"
+        );
+        assert!(unix_now() >= started + PROTECT_S);
+        step_until(
+            &lab,
+            &mut cycle,
+            "the under-served team's job to run",
+            Duration::from_secs(30),
+            || lab.job_state(q) == "RUNNING",
+        );
+        assert_eq!(
+            lab.job_state(p),
+            "RUNNING",
+            "the poor team's protected job is untouched"
+        );
+        lab.clear();
+    }
+
+    // --- 3. Faulty node: draining, emptied as protections end, drained ---
+    {
+        let state = service(&lab);
+        let mut cycle =
+            Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+        let f1 = lab.submit(RICH, "--gres=gpu:4", PROTECT_S, true, &["-w", "n1"]);
+        let f2 = lab.submit(RICH, "--gres=gpu:4", 0, true, &["-w", "n1"]);
+        step_until(
+            &lab,
+            &mut cycle,
+            "both jobs on n1 to run",
+            Duration::from_secs(30),
+            || lab.job_state(f1) == "RUNNING" && lab.job_state(f2) == "RUNNING",
+        );
+        cycle.step().expect("cycle"); // the snapshot that shows it running
+        let started = state
+            .running_job(f1)
+            .and_then(|j| j.start)
+            .expect("start of f1");
+        let e = enforce::mark_faulty(&state, "n9", "typo", "root").expect_err("unknown node");
+        assert!(matches!(e, BudgetError::NotFound(_)), "{e}");
+        enforce::mark_faulty(&state, "n1", "ECC errors", "root").expect("fault n1");
+        assert_eq!(
+            lab.node_state("n1"),
+            "draining",
+            "DRAIN at once, jobs still running"
+        );
+        let reason = lab.ok("sinfo", &["-h", "-N", "-n", "n1", "-o", "%E"]);
+        assert!(reason.contains("ECC errors"), "{reason}");
+        // The unallocated job goes at the next cycle; the protected one stays.
+        cycle.step().expect("cycle");
+        let a2 = actions_on(&state, f2);
+        assert_eq!(a2.len(), 1, "{a2:?}");
+        assert_eq!(
+            (
+                a2[0].action.as_str(),
+                a2[0].rule.as_deref(),
+                a2[0].node.as_deref()
+            ),
+            ("requeue", Some("faulty_node"), Some("n1"))
+        );
+        let mut f1_at = None;
+        let begin = Instant::now();
+        while f1_at.is_none() {
+            cycle.step().expect("cycle");
+            match actions_on(&state, f1).first() {
+                Some(a) => {
+                    assert_eq!(a.rule.as_deref(), Some("faulty_node"));
+                    f1_at = Some(a.at);
+                }
+                None => {
+                    assert_eq!(lab.job_state(f1), "RUNNING", "protected job kept");
+                    assert_eq!(
+                        lab.node_state("n1"),
+                        "draining",
+                        "not drained before its protection ends"
+                    );
+                    assert!(
+                        begin.elapsed() < Duration::from_secs(60),
+                        "{}",
+                        lab.squeue()
+                    );
+                }
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let at = f1_at.unwrap_or_default();
+        assert!(
+            at >= started + PROTECT_S,
+            "evicted at {at} before {}",
+            started + PROTECT_S
+        );
+        assert!(at <= started + PROTECT_S + 3, "evicted at {at}: late");
+        step_until(
+            &lab,
+            &mut cycle,
+            "n1 to be drained",
+            Duration::from_secs(15),
+            || lab.node_state("n1") == "drained",
+        );
+        let faulty = state.db().faulty().expect("faulty");
+        assert_eq!(faulty.len(), 1);
+        enforce::mark_repaired(&state, "n1", "root").expect("repaired");
+        let st = lab.node_state("n1");
+        assert!(!st.starts_with("drain"), "n1 back in service: {st}");
+        assert!(state.db().faulty().expect("faulty").is_empty());
+        let e = enforce::mark_repaired(&state, "n1", "root").expect_err("not faulty any more");
+        assert!(matches!(e, BudgetError::NotFound(_)), "{e}");
+    }
+}
