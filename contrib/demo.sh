@@ -311,8 +311,12 @@ EOF
         sleep 0.2
     done
     [ -n "$up" ] || die "compass-budgetd does not answer on $DASHBOARD after 20 s (log: $b/compass-budgetd.log)"
+    # Slurm stores account names in lower case (sbatch -A vcEwI runs as
+    # vcewi), and the service matches accounts exactly: import the tree with
+    # its accounts in lower case.
+    sed -E 's/^(account *= *")([^"]*)"/\1\L\2"/' "$ROOT/etc/budgets.venus.toml" >"$b/budgets.toml"
     "$REL/compass" budget --url "$DASHBOARD" --munge-socket "$DEMO/compass/munge/munge.socket.2" \
-        import "$ROOT/etc/budgets.venus.toml" --why "compass demo: Venus budget tree" --yes | tail -1
+        import "$b/budgets.toml" --why "compass demo: Venus budget tree" --yes | tail -1
     echo "   pid $(cat "$b/compass-budgetd.pid"), log $b/compass-budgetd.log"
 }
 
@@ -342,12 +346,8 @@ run_replay() {
 report() {
     step_done
     echo
-    if [ -f "$OUT/report.md" ]; then
-        cat "$OUT/report.md"
-        echo
-    fi
     cat <<EOF
-demo: report     $OUT/report.md (and report.json)
+demo: report     $OUT/report.md (and report.json; the table above)
 demo: dashboard  $DASHBOARD   (budget tree, queue order, owed vs delivered)
 demo: the clusters and the service keep running; try
         SLURM_CONF=$DEMO/compass/etc/slurm.conf squeue
