@@ -35,6 +35,8 @@
 #   DEMO_ALLOW_OS=1  run on something other than Debian 12 (unsupported)
 #   DEMO_NODES, DEMO_GPUS  cluster size (default 16 x 8)
 #   DEMO_REPLAY_ARGS more `compass replay` flags, e.g. "--check" or "--jobs 40"
+#   DEMO_ENFORCE=false  the budget service orders the queue but never
+#                    preempts (requeue/cancel) or drains
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -291,9 +293,16 @@ db = "$b/budget.db"
 admins = ["root"]
 capacity_gpus = $((NODES * GPUS))
 cycle_s = 2
+# The fair-share window compressed like the replay (7 days / $SPEEDUP), so
+# usage ratios mean what they would on the real cluster.
+window_s = $((604800 / SPEEDUP))
 slurm = "libslurm"
 slurm_conf = "$b/slurm-client.conf"
 munge_socket = "$DEMO/compass/munge/munge.socket.2"
+
+[protection]
+# Protected/preemptible time enforced every cycle (DEMO_ENFORCE=false: order only).
+enforce = ${DEMO_ENFORCE:-true}
 EOF
     # Detached (own session, stdin closed), so it outlives this script and a
     # Ctrl-C of the replay; the PID file is written by the process itself.
@@ -363,6 +372,7 @@ preflight() {
     check_os
     check_slurm_version
     check_trace
+    case "${DEMO_ENFORCE:-true}" in true|false) ;; *) die "DEMO_ENFORCE must be true or false, not '$DEMO_ENFORCE'" ;; esac
     # One demo.sh run at a time (a `stop` from another shell is still
     # allowed). The lock is on this script itself: it leaves no file behind.
     # Daemons are started with fd 9 closed, so they never hold it.
