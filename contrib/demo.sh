@@ -373,11 +373,13 @@ preflight() {
     check_slurm_version
     check_trace
     case "${DEMO_ENFORCE:-true}" in true|false) ;; *) die "DEMO_ENFORCE must be true or false, not '$DEMO_ENFORCE'" ;; esac
-    # One demo.sh run at a time (a `stop` from another shell is still
-    # allowed). The lock is on this script itself: it leaves no file behind.
-    # Daemons are started with fd 9 closed, so they never hold it.
-    exec 9<"$0"
-    flock -n 9 || die "another contrib/demo.sh is running"
+    # One demo.sh run at a time per state directory (a `stop` from another
+    # shell is still allowed). The lock is on the directory that holds $DEMO,
+    # so it leaves no file behind. Daemons are started with fd 9 closed, so
+    # they never hold it.
+    mkdir -p "$(dirname "$DEMO")"
+    exec 9<"$(dirname "$DEMO")"
+    flock -n 9 || die "another contrib/demo.sh is running (state in $DEMO)"
     check_ports
 }
 
@@ -413,7 +415,7 @@ case "${1:-}" in
 "") main_run ;;
 check)
     preflight check
-    echo "demo: preflight ok (root, Debian 12, Slurm $(dpkg-query -W -f='${Version}' slurmctld 2>/dev/null || echo 'not installed yet'), trace $TRACE, ports free)"
+    echo "demo: preflight ok (root, Debian 12, Slurm $(dpkg-query -W -f='${Version}' slurmctld 2>/dev/null || echo 'not installed yet'), trace $TRACE, ports free or the demo's own)"
     ;;
 stop)
     check_root stop
