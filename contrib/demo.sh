@@ -70,6 +70,7 @@ step() { # step TITLE: closes the previous step (with its duration), opens the n
     STEP_NO=$((STEP_NO + 1)) STEP_NAME=$1 STEP_START=$SECONDS
     echo "== [$STEP_NO] $1"
 }
+# shellcheck disable=SC2317 # invoked through `trap on_error ERR`
 on_error() {
     local rc=$?
     [ -n "$STEP_NAME" ] && echo "demo: step [$STEP_NO] \"$STEP_NAME\" failed (exit $rc) after $((SECONDS - STEP_START))s." >&2
@@ -421,6 +422,9 @@ stop)
     check_root stop
     stop_all
     ;;
--h|--help|help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' ;;
+-h|--help|help) sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' ;;
 *) die "unknown command '$1' (use: contrib/demo.sh [check|stop|help])" ;;
 esac
+# Never read past this point: bash reads a script as it runs, so an edit of
+# this file during a 10-minute run must not be executed.
+exit
