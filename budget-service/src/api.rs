@@ -314,6 +314,25 @@ async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
         "compass_budget_site_factor_updates_total {}",
         st.factors_pushed
     );
+    let _ = writeln!(
+        out,
+        "# HELP compass_budget_enforcement_actions_total Preemptions and drains done by the cycle (ok) and actions Slurm refused (failed)."
+    );
+    let _ = writeln!(
+        out,
+        "# TYPE compass_budget_enforcement_actions_total counter"
+    );
+    for (action, n) in [
+        ("requeue", st.requeued),
+        ("cancel", st.cancelled),
+        ("drain", st.drained),
+        ("failed", st.actions_failed),
+    ] {
+        let _ = writeln!(
+            out,
+            "compass_budget_enforcement_actions_total{{action=\"{action}\"}} {n}"
+        );
+    }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
 }
 
@@ -335,7 +354,9 @@ async fn get_usage(
         return Ok(Json(json!({ "from": from, "to": to, "nodes": [] })).into_response());
     };
     let nodes: Vec<usize> = match q.get("account").or(q.get("node")) {
-        Some(a) if q.contains_key("account") => vec![tree.leaf_for_account(a)?],
+        Some(a) if q.contains_key("account") => {
+            vec![tree.leaf_for_account(&a.to_ascii_lowercase())?]
+        }
         Some(n) => vec![tree
             .find(n)
             .ok_or_else(|| BudgetError::field("node", format!("unknown node `{n}`")))?],
@@ -897,7 +918,7 @@ async fn ingest(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let (user, b): (String, LedgerBody) = authenticate(&state, &method, &uri, &headers, body)?;
+    let (user, mut b): (String, LedgerBody) = authenticate(&state, &method, &uri, &headers, body)?;
     if !policy(&state).is_admin(&user) {
         return Err(BudgetError::Forbidden {
             what: format!("user `{user}` writing the ledger"),
@@ -905,7 +926,9 @@ async fn ingest(
         }
         .into());
     }
-    for (i, iv) in b.intervals.iter().enumerate() {
+    for (i, iv) in b.intervals.iter_mut().enumerate() {
+        // accounts are lower case, as Slurm stores them (see Db::edit_tree)
+        iv.account.make_ascii_lowercase();
         fairshare::tree::check_name(&iv.account, "account", &iv.account)
             .map_err(|e| BudgetError::field(&format!("intervals[{i}].account"), e.to_string()))?;
         iv.validate()

@@ -534,6 +534,35 @@ mod tests {
     }
 
     #[test]
+    fn hosts_table_shows_state_and_faulty_records() {
+        let v = json!({
+            "nodes": [
+                { "name": "n1", "gpus": 8, "state": "up", "reason": "", "faulty": null },
+                { "name": "n2", "gpus": 8, "state": "draining", "reason": "compass faulty: ECC",
+                  "faulty": { "node": "n2", "reason": "ECC", "since": 100, "by": "root" } },
+            ],
+            "faulty": [
+                { "node": "n2", "reason": "ECC", "since": 100, "by": "root" },
+                { "node": "gone", "reason": "old", "since": 50, "by": "ops" },
+            ],
+        });
+        let out = render_hosts(&v);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 4, "{out}");
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            ["n1", "8", "up", "-"]
+        );
+        assert!(lines[2].starts_with("n2") && lines[2].contains("draining"));
+        assert!(lines[2].ends_with("since 100 by root: ECC"), "{}", lines[2]);
+        assert!(
+            lines[3].starts_with("gone") && lines[3].contains("unknown"),
+            "{}",
+            lines[3]
+        );
+    }
+
+    #[test]
     fn path_segments_are_escaped() {
         assert_eq!(path_escape("team a/b"), "team%20a%2Fb");
         assert_eq!(path_escape("nlp-a_1.x~"), "nlp-a_1.x~");

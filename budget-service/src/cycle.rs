@@ -97,6 +97,10 @@ impl Cycle {
                 st.last_error = None;
                 st.cycles_ok += 1;
                 st.factors_pushed += r.pushed as u64;
+                st.requeued += r.enforced.requeued as u64;
+                st.cancelled += r.enforced.cancelled as u64;
+                st.drained += r.enforced.drained as u64;
+                st.actions_failed += r.enforced.failed as u64;
             }
             Err(e) => {
                 st.slurm_connected = false;

@@ -145,7 +145,14 @@ impl Db {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let old = load_specs(&tx)?;
-        let new = edit(&old)?;
+        let mut new = edit(&old)?;
+        // Slurm stores account names in lower case (`sbatch -A NLP-A` runs
+        // as `nlp-a`): so does the tree, or such jobs would charge nobody.
+        for s in &mut new {
+            if let Some(a) = s.account.as_mut() {
+                a.make_ascii_lowercase();
+            }
+        }
         if !new.is_empty() {
             OrgTree::build(&new)?;
         }
@@ -558,6 +565,19 @@ impl Db {
             .is_some())
     }
 
+    /// Did Slurm already refuse to requeue this run?
+    pub fn requeue_failed(&self, job: u64, run_start: i64) -> Result<bool> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT 1 FROM actions WHERE job = ?1 AND run_start = ?2 AND ok = 0 AND action = 'requeue' LIMIT 1",
+                params![job as i64, run_start],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    }
+
     /// Marks a node faulty (replacing an earlier record of it).
     pub fn set_faulty(&mut self, f: &FaultyNode) -> Result<()> {
         self.conn.execute(
@@ -759,6 +779,32 @@ mod tests {
         assert!(db
             .edit_tree("pat", "update", " ", 3, |o| Ok(o.to_vec()))
             .is_err());
+    }
+
+    #[test]
+    fn accounts_are_stored_in_lower_case_like_slurm() {
+        let mut db = seeded();
+        let changes = db
+            .edit_tree("root", "import", "mixed case", 2, |old| {
+                let mut v = old.to_vec();
+                v.iter_mut().find(|s| s.name == "a").unwrap().account = Some("Acct-A".into());
+                v.push(spec("c", Some("org"), 0.0, Some("vcEwI")));
+                Ok(v)
+            })
+            .unwrap();
+        assert_eq!(changes.len(), 1, "only the new leaf: {changes:?}");
+        let t = db.load_tree().unwrap().unwrap();
+        assert_eq!(t.leaf_for_account("vcewi").unwrap(), t.find("c").unwrap());
+        assert_eq!(t.leaf_for_account("acct-a").unwrap(), t.find("a").unwrap());
+        // two accounts equal but for case are one account
+        let e = db
+            .edit_tree("root", "import", "clash", 3, |old| {
+                let mut v = old.to_vec();
+                v.push(spec("d", Some("org"), 0.0, Some("ACCT-B")));
+                Ok(v)
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("acct-b"), "{e}");
     }
 
     #[test]

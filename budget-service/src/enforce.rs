@@ -275,30 +275,31 @@ pub fn enforce(
             continue;
         };
         let cause = p.for_job.and_then(|c| pending.get(&c).copied());
-        let reason = explain_preemption(p, victim, cause);
-        let (action, res) = if p.requeue {
-            match actions.requeue(victim.job) {
-                Ok(()) => ("requeue", Ok(())),
-                Err(e) => {
-                    // Slurm refused the requeue (e.g. --no-requeue): the
-                    // job must still give the room back.
-                    let r = format!("{reason}; requeue refused by Slurm ({e}), cancelled instead");
-                    (
-                        "cancel",
-                        actions.cancel(victim.job, &r).map_err(|e2| {
-                            BudgetError::Slurm(format!("requeue: {e}; cancel: {e2}"))
-                        }),
-                    )
-                }
-            }
-        } else {
-            ("cancel", actions.cancel(victim.job, &reason))
-        };
         let node = match &p.rule {
             VictimRule::FaultyNode { node } => {
                 snap.nodes.get(*node as usize).map(|n| n.name.clone())
             }
             _ => None,
+        };
+        let mut reason = explain_preemption(p, victim, cause);
+        if let Some(n) = &node {
+            reason.push_str(&format!(" (node {n} is drained for repair)"));
+        }
+        let refused_before = p.requeue
+            && victim
+                .start
+                .map(|st| state.db().requeue_failed(victim.job.0, st))
+                .transpose()?
+                .unwrap_or(false);
+        let (action, res) = if p.requeue && !refused_before {
+            ("requeue", actions.requeue(victim.job))
+        } else if p.requeue {
+            // Slurm refused to requeue this run in an earlier cycle too
+            // (e.g. `--no-requeue`): the job must still give the room back.
+            let r = format!("{reason}; Slurm refused to requeue it twice, cancelled instead");
+            ("cancel", actions.cancel(victim.job, &r))
+        } else {
+            ("cancel", actions.cancel(victim.job, &reason))
         };
         let rule = rule_name(&p.rule);
         match &res {
@@ -837,6 +838,52 @@ mod tests {
         assert_eq!(
             w.slurm.actions().last(),
             Some(&FakeAction::StartNow(JobId(1)))
+        );
+    }
+
+    #[test]
+    fn a_refused_requeue_is_retried_once_then_cancelled() {
+        struct NoRequeue(Arc<FakeSlurm>);
+        impl SlurmActions for NoRequeue {
+            fn requeue(&self, job: JobId) -> Result<()> {
+                Err(BudgetError::Slurm(format!(
+                    "requeue job {}: disabled",
+                    job.0
+                )))
+            }
+            fn start_now(&self, job: JobId) -> Result<()> {
+                self.0.start_now(job)
+            }
+            fn cancel(&self, job: JobId, reason: &str) -> Result<()> {
+                self.0.cancel(job, reason)
+            }
+            fn drain(&self, node: &str, reason: &str) -> Result<()> {
+                self.0.drain(node, reason)
+            }
+            fn resume(&self, node: &str) -> Result<()> {
+                self.0.resume(node)
+            }
+        }
+        let mut w = World::plain();
+        w.cycle = Cycle::new(w.state.clone(), w.slurm.clone(), w.slurm.clone())
+            .with_actions(Arc::new(NoRequeue(w.slurm.clone())));
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 3600, true, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        let rep = w.at(T0);
+        assert_eq!((rep.requeued, rep.cancelled, rep.failed), (0, 0, 1));
+        assert!(
+            w.slurm.job(JobId(1)).unwrap().end.is_none(),
+            "a failure may be transient"
+        );
+        let rep = w.at(T0 + 1);
+        assert_eq!((rep.cancelled, rep.failed), (1, 0));
+        let reason = w.slurm.comment(JobId(1)).unwrap();
+        assert!(reason.contains("refused to requeue it twice"), "{reason}");
+        let acts: Vec<(String, bool)> = w.acts(1).into_iter().map(|a| (a.action, a.ok)).collect();
+        assert_eq!(
+            acts,
+            [("cancel".to_string(), true), ("requeue".to_string(), false)]
         );
     }
 

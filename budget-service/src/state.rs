@@ -72,6 +72,12 @@ pub struct CycleStatus {
     pub cycles_ok: u64,
     pub cycles_failed: u64,
     pub factors_pushed: u64,
+    /// Enforcement actions since start-up: requeued and cancelled victims,
+    /// faulty nodes drained by the cycle, failed actions.
+    pub requeued: u64,
+    pub cancelled: u64,
+    pub drained: u64,
+    pub actions_failed: u64,
 }
 
 pub struct AppState {

@@ -248,6 +248,13 @@ async fn node_fault_repaired_actions_and_why() {
         "{text}"
     );
 
+    let (_, m) = call(&router, "GET", "/metrics", None, None).await;
+    let m = m.as_str().unwrap();
+    assert!(
+        m.contains("compass_budget_enforcement_actions_total{action=\"requeue\"} 1"),
+        "{m}"
+    );
+
     // The dashboard embeds the latest actions.
     let (st, page) = call(&router, "GET", "/", None, None).await;
     assert_eq!(st, StatusCode::OK);

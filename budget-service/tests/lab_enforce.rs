@@ -1,6 +1,8 @@
 //! Enforcement of protected and preemptible time on a real Slurm 22.05
 //! cluster on this host (`contrib/slurm-lab.sh`: munge, slurmctld, 2 slurmd
-//! x 8 fake GPUs, `etc/slurm-budget.conf`), through libslurm. Root only;
+//! x 8 fake GPUs, `etc/slurm-budget.conf`, the compass SPANK plugin and
+//! `etc/job_submit.lua`: jobs are submitted with `sbatch --min-runtime=...
+//! [--resumable]`), through libslurm. Root only;
 //! skipped with a message otherwise. The cluster is always torn down (Drop
 //! runs on panic too). The cycle is stepped explicitly, about twice a second.
 //!
@@ -17,7 +19,14 @@
 //!    node is then `drained`; `repaired` returns it. An unknown node is
 //!    refused.
 //!
-//! Ports 16930-16932 (LAB_PORT_BASE=16930).
+//! 4. The real `compass-budgetd` (`slurm = "libslurm"`, cycle every second)
+//!    with the lab's munged: `compass node fault|repaired` through the CLI
+//!    code (MUNGE-authenticated, admin) drains and resumes a node, refuses
+//!    an unknown one; the daemon preempts an unallocated job on its own and
+//!    `GET /api/v1/queue/{job}` (what `compass why` prints) says why.
+//!
+//! Ports 16930-16932 (LAB_PORT_BASE=16930); the daemon listens on a free
+//! loopback port.
 
 use compass_budget::auth::Authenticator;
 use compass_budget::config::Config;
@@ -25,10 +34,14 @@ use compass_budget::cycle::Cycle;
 use compass_budget::db::{ActionRow, Db};
 use compass_budget::enforce;
 use compass_budget::slurm::libslurm::LibSlurm;
+use compass_budget::slurm::SlurmSource;
 use compass_budget::state::{AppState, SystemClock};
 use compass_budget::{BudgetError, Result};
 use compass_core::fairshare::{Interval, Kind, NodeSpec};
 use compass_core::model::JobId;
+mod common;
+
+use compass_budget::cli::{run_node, NodeArgs, NodeCmd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
@@ -72,6 +85,21 @@ fn skip_reason() -> Option<String> {
         }
     }
     None
+}
+
+/// A cdylib built next to this test (the SPANK plugin, a dev-dependency).
+fn artifact(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe path");
+    let deps = exe.parent().expect("deps dir");
+    [
+        deps.to_path_buf(),
+        deps.parent().expect("profile dir").to_path_buf(),
+    ]
+    .into_iter()
+    .map(|d| d.join(name))
+    .filter(|p| p.exists())
+    .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+    .unwrap_or_else(|| panic!("{name} not built next to {}", exe.display()))
 }
 
 fn unix_now() -> i64 {
@@ -122,6 +150,15 @@ impl Lab {
             .env("LAB_NODES", NODES.to_string())
             .env("LAB_GPUS", GPUS.to_string())
             .env("LAB_EXTRA_CONF", self.dir.join("budget.conf"))
+            .env("COMPASS_SPANK_SO", artifact("libcompass_spank.so"))
+            .env(
+                "COMPASS_JOB_SUBMIT_LUA",
+                repo_root().join("etc/job_submit.lua"),
+            )
+            .env(
+                "COMPASS_CONF",
+                repo_root().join("slurm-plugin/tests/lab-compass.conf"),
+            )
             .output()
             .expect("run contrib/slurm-lab.sh")
     }
@@ -145,8 +182,9 @@ impl Lab {
         lossy(&out.stdout)
     }
 
-    /// Submits a held job, tags it with its min runtime and resumable flag
-    /// (what job_submit.lua writes from the SPANK options) and releases it.
+    /// Submits a job the way users do: `--min-runtime` and `--resumable`
+    /// go through the compass SPANK plugin and etc/job_submit.lua into the
+    /// job's AdminComment, where the service reads them.
     fn submit(
         &self,
         account: &str,
@@ -155,17 +193,23 @@ impl Lab {
         resumable: bool,
         extra: &[&str],
     ) -> u64 {
-        let mut args = vec!["--parsable", "-H", "-o", "/dev/null", "-A", account, gres];
+        let min = format!("--min-runtime={min_s}s");
+        let mut args = vec!["--parsable", "-o", "/dev/null", "-A", account, gres, &min];
+        if resumable {
+            args.push("--resumable");
+        }
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--wrap", "sleep 600"]);
         let out = self.ok("sbatch", &args);
         let id: u64 = out.trim().parse().expect("sbatch job id");
-        let tag = format!(
-            "AdminComment=compass:min_runtime={min_s},resumable={}",
-            u8::from(resumable)
+        let tag = self.field(id, "AdminComment");
+        assert!(
+            tag.starts_with(&format!(
+                "compass:min_runtime={min_s},resumable={}",
+                u8::from(resumable)
+            )),
+            "job {id}: SPANK + job_submit.lua tag: {tag}"
         );
-        self.ok("scontrol", &["update", &format!("JobId={id}"), &tag]);
-        self.ok("scontrol", &["release", &id.to_string()]);
         id
     }
 
@@ -397,7 +441,15 @@ fn lab_enforcement_preempts_protects_and_drains() {
             &mut cycle,
             "the requeued job to lose its 121 s begin time",
             Duration::from_secs(10),
-            || lab.field(u, "Reason") != "BeginTime",
+            || {
+                // Slurm's Reason may stay `BeginTime` until its next pass
+                // over the job: check the begin time itself.
+                let snap = slurm.snapshot().expect("snapshot");
+                snap.pending
+                    .iter()
+                    .find(|j| j.job.0 == u)
+                    .is_some_and(|j| j.begin_after.is_none_or(|b| b <= unix_now() + 5))
+            },
         );
         let eligible = lab.field(u, "EligibleTime");
         // Never acted on twice, even with the victims still listed.
@@ -602,5 +654,108 @@ fn lab_enforcement_preempts_protects_and_drains() {
         assert!(state.db().faulty().expect("faulty").is_empty());
         let e = enforce::mark_repaired(&state, "n1", "root").expect_err("not faulty any more");
         assert!(matches!(e, BudgetError::NotFound(_)), "{e}");
+    }
+
+    // --- 4. The daemon, the CLI and MUNGE -----------------------------------
+    {
+        lab.clear();
+        let dir = common::TempDir::new("lab-enforce-daemon");
+        let db_path = dir.path().join("budget.db");
+        {
+            let mut db = Db::open(&db_path).expect("daemon db");
+            db.edit_tree("root", "import", "30/70", unix_now(), |_| {
+                Ok(vec![
+                    spec("org", None, 1.0, None),
+                    spec("rich", Some("org"), 0.3, Some(RICH)),
+                    spec("poor", Some("org"), 0.7, Some(POOR)),
+                ])
+            })
+            .expect("daemon tree");
+        }
+        let socket = lab.dir.join("munge/munge.socket.2");
+        let cfg = dir.path().join("budgetd.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "db = \"{}\"\nadmins = [\"root\"]\ncapacity_gpus = {}\nwindow_s = 3600\ncycle_s = 1\n\
+                 munge_socket = \"{}\"\nslurm = \"libslurm\"\nslurm_conf = \"{}\"\n\
+                 [protection]\nmin_runtime_cap_s = 3600\n",
+                db_path.display(),
+                NODES * GPUS,
+                socket.display(),
+                lab.conf.display()
+            ),
+        )
+        .expect("daemon config");
+        let daemon = common::Daemon::start(&cfg, common::free_port());
+        let get = |path: &str| -> serde_json::Value {
+            ureq::get(&format!("{}{path}", daemon.url))
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_to_string().ok())
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default()
+        };
+        let wait = |what: &str, mut ok: Box<dyn FnMut() -> bool + '_>| {
+            let start = Instant::now();
+            while !ok() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "timed out waiting for {what}; squeue:\n{}",
+                    lab.squeue()
+                );
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        };
+        wait(
+            "the daemon's first cycle",
+            Box::new(|| get("/api/v1/hosts")["nodes"].as_array().map_or(0, Vec::len) == 2),
+        );
+        let node = |cmd: NodeCmd| {
+            run_node(&NodeArgs {
+                conn: common::conn(&daemon.url, &socket),
+                cmd,
+            })
+        };
+        node(NodeCmd::Fault {
+            node: "n2".into(),
+            reason: "PSU".into(),
+        })
+        .expect("compass node fault n2");
+        assert_eq!(lab.node_state("n2"), "drained", "empty: drained at once");
+        let e = node(NodeCmd::Fault {
+            node: "n7".into(),
+            reason: "typo".into(),
+        })
+        .expect_err("unknown node");
+        assert!(e.to_string().contains("404"), "{e}");
+        assert_eq!(get("/api/v1/hosts")["faulty"][0]["by"], "root");
+        node(NodeCmd::Repaired { node: "n2".into() }).expect("compass node repaired n2");
+        // Slurm marks a resumed node not responding (`idle*`) until its
+        // next ping.
+        wait(
+            "n2 back in service",
+            Box::new(|| lab.node_state("n2") == "idle"),
+        );
+
+        // The daemon preempts on its own; `why` explains it.
+        let u = lab.submit(RICH, "--gres=gpu:8", 0, true, &["-w", "n1"]);
+        let v = lab.submit(RICH, "--gres=gpu:8", 3600, false, &["-w", "n2"]);
+        wait(
+            "both jobs to run",
+            Box::new(|| lab.job_state(u) == "RUNNING" && lab.job_state(v) == "RUNNING"),
+        );
+        let a = lab.submit(POOR, "--gres=gpu:8", 600, true, &[]);
+        wait(
+            "the daemon to make room",
+            Box::new(|| lab.job_state(a) == "RUNNING"),
+        );
+        let why = get(&format!("/api/v1/queue/{u}"));
+        let text = why["enforcement"].as_str().unwrap_or_default().to_string();
+        assert!(
+            text.contains(&format!("requeue this job (unallocated) for job {a}")),
+            "why {u}: {why}"
+        );
+        assert_eq!(lab.job_state(v), "RUNNING", "the protected job stays");
     }
 }

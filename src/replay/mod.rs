@@ -175,6 +175,12 @@ fn write(path: &Path, text: &str) -> Result<()> {
 
 /// The plan of `args` for clusters that can all hold `fit`.
 pub fn make_plan(args: &Args, fit: Fit) -> Result<Plan> {
+    check_window_args(args)?;
+    plan_window(args, fit)
+}
+
+/// Usage errors of the window flags, found before any cluster is asked.
+fn check_window_args(args: &Args) -> Result<()> {
     if args.jobs.is_none() && args.hours.is_none() {
         return Err(CliError::Usage(
             "give the window's size: --jobs K and/or --hours H".into(),
@@ -190,6 +196,16 @@ pub fn make_plan(args: &Args, fit: Fit) -> Result<Plan> {
     if args.jobs == Some(0) {
         return Err(CliError::Usage("--jobs must be at least 1".into()));
     }
+    if !(args.speedup.is_finite() && args.speedup > 0.0) {
+        return Err(CliError::Usage(format!(
+            "--speedup must be a positive number, got {}",
+            args.speedup
+        )));
+    }
+    Ok(())
+}
+
+fn plan_window(args: &Args, fit: Fit) -> Result<Plan> {
     let path = args.trace.display().to_string();
     let format = args
         .format
@@ -344,7 +360,6 @@ struct Connected {
 /// Connects to every cluster.
 fn connect(args: &Args) -> Result<Vec<Connected>> {
     let mut names = BTreeSet::new();
-    let mut out = Vec::new();
     for c in &args.clusters {
         if !names.insert(c.name.clone()) {
             return Err(CliError::Usage(format!(
@@ -352,6 +367,9 @@ fn connect(args: &Args) -> Result<Vec<Connected>> {
                 c.name
             )));
         }
+    }
+    let mut out = Vec::new();
+    for c in &args.clusters {
         if !c.slurm_conf.is_file() {
             return Err(CliError::Usage(format!(
                 "--cluster {}: {} is not a file (the cluster's slurm.conf)",
@@ -377,6 +395,7 @@ fn connect(args: &Args) -> Result<Vec<Connected>> {
 
 pub fn run(args: Args) -> Result<()> {
     let t_wall = Instant::now();
+    check_window_args(&args)?;
     let clusters = connect(&args)?;
     let fit = Fit {
         nodes: clusters
@@ -450,40 +469,7 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
 
-    let mut live = Vec::new();
-    for Connected {
-        arg,
-        client,
-        nodes,
-        gpus,
-        spank,
-    } in clusters
-    {
-        let dir = out.join(&arg.name);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| io(&dir, e))?;
-        }
-        for sub in ["ckpt", "logs"] {
-            std::fs::create_dir_all(dir.join(sub)).map_err(|e| io(&dir, e))?;
-        }
-        let script = dir.join("job.sh");
-        write(&script, plan::JOB_SCRIPT)?;
-        set_executable(&script)?;
-        let ctld_log = client.ctld_log().map(|p| {
-            let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
-            (p, len)
-        });
-        live.push(Live {
-            obs: Observer::new(&plan.jobs, nodes, gpus, arg.state_file.clone()),
-            arg,
-            client,
-            spank,
-            dir,
-            ctld_log,
-            poll_errors: 0,
-        });
-    }
-
+    let mut live = prepare(&out, &plan, clusters)?;
     let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
@@ -500,140 +486,19 @@ pub fn run(args: Args) -> Result<()> {
         }));
     }
     drop(tx);
-
-    let expected = plan.expected_s();
-    let timeout = args.timeout.unwrap_or(3.0 * expected + 300.0);
-    let mut status = Status::new(args.quiet, args.status_every, live.len());
-    let poll = Duration::from_secs_f64(args.poll.max(0.2));
-    let mut timed_out = false;
-    loop {
-        let tick = Instant::now();
-        while let Ok(m) = rx.try_recv() {
-            match m {
-                Submitted::Ok {
-                    cluster,
-                    index,
-                    id,
-                    t_s,
-                } => live[cluster].obs.submitted(index, id, t_s),
-                Submitted::Err {
-                    cluster,
-                    index,
-                    why,
-                    t_s,
-                } => live[cluster].obs.submit_failed(index, why, t_s),
-            }
-        }
-        let t = t0.elapsed().as_secs_f64();
-        let now = unix_now();
-        let mut lines = Vec::new();
-        for l in live.iter_mut() {
-            match l.client.jobs() {
-                Ok(obs) => {
-                    let s = l.obs.poll(&obs, t, now);
-                    lines.push(format!(
-                        "{:>10} {} / {}  done {}/{}/{}  queue {}  running {}  N*SIF {}{}  GPUs {:.0}%",
-                        l.arg.name,
-                        clock(t),
-                        clock(expected),
-                        s.done,
-                        l.obs.submitted_count(),
-                        plan.jobs.len(),
-                        s.pending,
-                        s.running,
-                        s.n_sif,
-                        if s.wcc { " (WCC)" } else { "" },
-                        100.0 * s.utilisation
-                    ));
-                }
-                Err(e) => {
-                    l.poll_errors += 1;
-                    tracing::warn!(cluster = %l.arg.name, "poll failed: {e}");
-                    lines.push(format!("{:>10} {} poll failed: {e}", l.arg.name, clock(t)));
-                }
-            }
-        }
-        status.show(&lines);
-        let all_done = live
-            .iter()
-            .all(|l| l.obs.finished_count() == plan.jobs.len());
-        if all_done {
-            break;
-        }
-        if t > timeout {
-            timed_out = true;
-            break;
-        }
-        let spent = tick.elapsed();
-        if spent < poll {
-            std::thread::sleep(poll - spent);
-        }
-    }
+    let timeout = args.timeout.unwrap_or(3.0 * plan.expected_s() + 300.0);
+    let timed_out = watch(&mut live, &plan, &args, t0, &rx, timeout);
     stop.store(true, Ordering::SeqCst);
-    status.finish();
     for h in handles {
         let _ = h.join();
     }
-    let mut unfinished_msgs = Vec::new();
-    if timed_out {
-        for l in &live {
-            let ids: Vec<String> = l
-                .obs
-                .unfinished()
-                .iter()
-                .filter_map(|&i| l.obs.jobs[i].slurm_id)
-                .map(|id| id.to_string())
-                .collect();
-            let left: Vec<String> = l
-                .obs
-                .unfinished()
-                .iter()
-                .map(|&i| {
-                    let j = &l.obs.jobs[i];
-                    match j.slurm_id {
-                        Some(id) => format!("{i} (Slurm {id}, {} run(s))", j.runs.len()),
-                        None => format!("{i} (not submitted)"),
-                    }
-                })
-                .collect();
-            if !left.is_empty() {
-                unfinished_msgs.push(format!(
-                    "{}: {} job(s) did not finish: {}",
-                    l.arg.name,
-                    left.len(),
-                    left.join(", ")
-                ));
-            }
-            if !ids.is_empty() {
-                let mut a = vec!["--quiet".to_string()];
-                a.extend(ids);
-                let _ = l.client.run("scancel", &a);
-            }
-        }
-    }
-
+    let unfinished_msgs = if timed_out {
+        cancel_unfinished(&live)
+    } else {
+        Vec::new()
+    };
     let wall_s = t0.elapsed().as_secs_f64();
-    let mut results: Vec<ClusterResult> = Vec::new();
-    for l in &live {
-        let ours: BTreeSet<u64> = l.obs.jobs.iter().filter_map(|j| j.slurm_id).collect();
-        let log = match (&l.arg.state_file, &l.ctld_log) {
-            (Some(_), Some((p, from))) => Some(LogFacts::read(p, *from, &ours)),
-            (Some(_), None) => Some(LogFacts::default()),
-            _ => None,
-        };
-        write_samples(&l.dir.join("samples.csv"), &l.obs)?;
-        results.push(report::summarise(
-            &plan,
-            &l.obs,
-            &ClusterInfo {
-                name: &l.arg.name,
-                slurm_conf: &l.arg.slurm_conf,
-                spank: l.spank,
-                completion_log: &l.completion_log(),
-                log,
-            },
-        ));
-    }
+    let results = summarise_all(&plan, &live)?;
     let mut checks = report::check(&results);
     checks.splice(0..0, unfinished_msgs.iter().cloned());
     let md = report::markdown(&trace_name, &plan, &results, &checks, wall_s);
@@ -669,6 +534,184 @@ pub fn run(args: Args) -> Result<()> {
         println!("--check: all checks passed");
     }
     Ok(())
+}
+
+/// Empties each cluster's output directory and writes its job script.
+fn prepare(out: &Path, plan: &Plan, clusters: Vec<Connected>) -> Result<Vec<Live>> {
+    let mut live = Vec::new();
+    for Connected {
+        arg,
+        client,
+        nodes,
+        gpus,
+        spank,
+    } in clusters
+    {
+        let dir = out.join(&arg.name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        }
+        for sub in ["ckpt", "logs"] {
+            std::fs::create_dir_all(dir.join(sub)).map_err(|e| io(&dir, e))?;
+        }
+        let script = dir.join("job.sh");
+        write(&script, plan::JOB_SCRIPT)?;
+        set_executable(&script)?;
+        let ctld_log = client.ctld_log().map(|p| {
+            let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+            (p, len)
+        });
+        live.push(Live {
+            obs: Observer::new(&plan.jobs, nodes, gpus, arg.state_file.clone()),
+            arg,
+            client,
+            spank,
+            dir,
+            ctld_log,
+            poll_errors: 0,
+        });
+    }
+    Ok(live)
+}
+
+/// Polls every cluster until every job finished everywhere (`false`) or
+/// `timeout` wall seconds passed (`true`), showing the status lines.
+fn watch(
+    live: &mut [Live],
+    plan: &Plan,
+    args: &Args,
+    t0: Instant,
+    rx: &mpsc::Receiver<Submitted>,
+    timeout: f64,
+) -> bool {
+    let expected = plan.expected_s();
+    let total = plan.jobs.len();
+    let mut status = Status::new(args.quiet, args.status_every);
+    let poll = Duration::from_secs_f64(args.poll.max(0.2));
+    loop {
+        let tick = Instant::now();
+        while let Ok(m) = rx.try_recv() {
+            match m {
+                Submitted::Ok {
+                    cluster,
+                    index,
+                    id,
+                    t_s,
+                } => live[cluster].obs.submitted(index, id, t_s),
+                Submitted::Err {
+                    cluster,
+                    index,
+                    why,
+                    t_s,
+                } => live[cluster].obs.submit_failed(index, why, t_s),
+            }
+        }
+        let t = t0.elapsed().as_secs_f64();
+        let now = unix_now();
+        let lines: Vec<String> = live
+            .iter_mut()
+            .map(|l| {
+                let head = format!("{:>10} {} / {}", l.arg.name, clock(t), clock(expected));
+                match l.client.jobs() {
+                    Ok(obs) => {
+                        let s = l.obs.poll(&obs, t, now);
+                        format!(
+                            "{head}  done {}/{}/{total}  queue {}  running {}  N*SIF {}{}  GPUs {:.0}%",
+                            s.done,
+                            l.obs.submitted_count(),
+                            s.pending,
+                            s.running,
+                            s.n_sif,
+                            if s.wcc { " (WCC)" } else { "" },
+                            100.0 * s.utilisation
+                        )
+                    }
+                    Err(e) => {
+                        l.poll_errors += 1;
+                        tracing::warn!(cluster = %l.arg.name, "poll failed: {e}");
+                        format!("{head}  poll failed: {e}")
+                    }
+                }
+            })
+            .collect();
+        status.show(&lines);
+        if live.iter().all(|l| l.obs.finished_count() == total) {
+            return false;
+        }
+        if t > timeout {
+            return true;
+        }
+        let spent = tick.elapsed();
+        if spent < poll {
+            std::thread::sleep(poll - spent);
+        }
+    }
+}
+
+/// After a timeout: one message per cluster listing the jobs that did not
+/// finish; those are cancelled.
+fn cancel_unfinished(live: &[Live]) -> Vec<String> {
+    let mut msgs = Vec::new();
+    for l in live {
+        let left = l.obs.unfinished();
+        if left.is_empty() {
+            continue;
+        }
+        let ids: Vec<String> = left
+            .iter()
+            .filter_map(|&i| l.obs.jobs[i].slurm_id)
+            .map(|id| id.to_string())
+            .collect();
+        let named: Vec<String> = left
+            .iter()
+            .map(|&i| {
+                let j = &l.obs.jobs[i];
+                match j.slurm_id {
+                    Some(id) => format!("{i} (Slurm {id}, {} run(s))", j.runs.len()),
+                    None => format!("{i} (not submitted)"),
+                }
+            })
+            .collect();
+        msgs.push(format!(
+            "{}: {} job(s) did not finish: {}",
+            l.arg.name,
+            left.len(),
+            named.join(", ")
+        ));
+        if !ids.is_empty() {
+            let mut a = vec!["--quiet".to_string()];
+            a.extend(ids);
+            let _ = l.client.run("scancel", &a);
+        }
+    }
+    msgs
+}
+
+/// Every cluster's figures (and its samples.csv).
+fn summarise_all(plan: &Plan, live: &[Live]) -> Result<Vec<ClusterResult>> {
+    let mut results = Vec::new();
+    for l in live {
+        let ours: BTreeSet<u64> = l.obs.jobs.iter().filter_map(|j| j.slurm_id).collect();
+        let log = match (&l.arg.state_file, &l.ctld_log) {
+            (Some(_), Some((p, from))) => Some(LogFacts::read(p, *from, &ours)),
+            (Some(_), None) => Some(LogFacts::default()),
+            _ => None,
+        };
+        write_samples(&l.dir.join("samples.csv"), &l.obs)?;
+        results.push(report::summarise(
+            plan,
+            &l.obs,
+            &ClusterInfo {
+                name: &l.arg.name,
+                slurm_conf: &l.arg.slurm_conf,
+                spank: l.spank,
+                completion_log: &l.completion_log(),
+                log,
+                poll_errors: l.poll_errors,
+            },
+        ));
+    }
+    Ok(results)
 }
 
 /// Submits the plan's jobs to one cluster at their compressed times.
@@ -787,7 +830,7 @@ struct Status {
 }
 
 impl Status {
-    fn new(quiet: bool, every: f64, _clusters: usize) -> Self {
+    fn new(quiet: bool, every: f64) -> Self {
         Self {
             quiet,
             tty: std::io::stderr().is_terminal(),
@@ -820,9 +863,5 @@ impl Status {
             self.last = Some(Instant::now());
         }
         let _ = err.flush();
-    }
-
-    fn finish(&mut self) {
-        self.drawn = 0;
     }
 }

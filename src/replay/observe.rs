@@ -405,3 +405,128 @@ impl Observer {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn planned(index: usize, w: u32, g: u32) -> PlannedJob {
+        PlannedJob {
+            index,
+            name: format!("j{index}"),
+            instances: w,
+            gpus: g,
+            account: None,
+            trace_offset_s: 0.0,
+            trace_duration_s: 60.0,
+            submit_s: 0.0,
+            run_s: 10.0,
+            min_runtime_s: 0,
+            resumable: true,
+            time_limit_min: 2,
+        }
+    }
+
+    fn job(id: u64, state: &str, restarts: u32, run: u64, nodes: &[(&str, u32)]) -> JobObs {
+        JobObs {
+            id,
+            name: String::new(),
+            state: state.into(),
+            reason: String::new(),
+            restarts,
+            run_time_s: run,
+            node_gpus: nodes.iter().map(|(n, g)| (n.to_string(), *g)).collect(),
+        }
+    }
+
+    #[test]
+    fn runs_requeues_ends_and_the_metrics_of_each_poll() {
+        let plan = [planned(0, 1, 4), planned(1, 1, 4), planned(2, 1, 8)];
+        let mut o = Observer::new(&plan, vec!["n1".into(), "n2".into()], 8, None);
+        o.submitted(0, 1, 0.0);
+        o.submitted(1, 2, 0.0);
+        // two 4-GPU instances on two nodes: 2 partial nodes, Phi* = 0
+        let s = o.poll(
+            &[
+                job(1, "RUNNING", 0, 0, &[("n1", 4)]),
+                job(2, "RUNNING", 0, 0, &[("n2", 4)]),
+            ],
+            1.0,
+            1000,
+        );
+        assert_eq!((s.n_sif, s.partial, s.phi_star, s.running), (2, 2, 0, 2));
+        assert!(
+            s.wcc && !s.settled,
+            "first sight of a placement is not settled"
+        );
+        o.submitted(2, 3, 1.5);
+        let s = o.poll(
+            &[
+                job(1, "RUNNING", 0, 1, &[("n1", 4)]),
+                job(2, "RUNNING", 0, 1, &[("n2", 4)]),
+                job(3, "PENDING", 0, 0, &[]),
+            ],
+            2.0,
+            1001,
+        );
+        assert!(s.settled && s.pending == 1);
+        // job 2 requeued (a migration): pending again, restarts 1
+        let s = o.poll(
+            &[
+                job(1, "RUNNING", 0, 2, &[("n1", 4)]),
+                job(2, "PENDING", 1, 1, &[]),
+                job(3, "PENDING", 0, 0, &[]),
+            ],
+            3.0,
+            1002,
+        );
+        assert_eq!((s.n_sif, s.pending, s.running), (0, 2, 1));
+        assert!(!s.settled, "a requeued job waits to restart");
+        let s = o.poll(
+            &[
+                job(1, "RUNNING", 0, 3, &[("n1", 4)]),
+                job(2, "RUNNING", 1, 0, &[("n1", 4)]),
+                job(3, "RUNNING", 0, 0, &[("n2", 8)]),
+            ],
+            4.0,
+            1003,
+        );
+        assert_eq!((s.n_sif, s.partial, s.used_gpus), (0, 0, 16));
+        assert_eq!(s.utilisation, 1.0);
+        o.poll(
+            &[
+                job(1, "COMPLETED", 0, 9, &[]),
+                job(2, "COMPLETED", 1, 6, &[]),
+                job(3, "COMPLETED", 0, 5, &[]),
+            ],
+            11.0,
+            1010,
+        );
+        assert_eq!(o.finished_count(), 3);
+        let j1 = &o.jobs[1];
+        assert_eq!(j1.runs.len(), 2);
+        assert_eq!(j1.restarts, 1);
+        assert_eq!(j1.runs[0].end_s, Some(3.0));
+        assert_eq!((j1.runs[1].start_s, j1.end_s), (4.0, Some(10.0)));
+        assert_eq!(o.jobs[0].end_s, Some(10.0), "start 1 s + 9 s of run");
+        assert_eq!(o.jobs[2].first_start_s(), Some(4.0));
+        // T_peak: the queue was non-empty from 2 s to 4 s; SIF was 2/2
+        // nodes for the first second, 0 for the second
+        assert_eq!(o.peak.time_s, 2.0);
+        assert_eq!(o.peak.sif_s, 1.0);
+        assert_eq!((o.max_n_sif, o.max_n_sif_wcc), (2, Some(2)));
+        assert_eq!(o.max_n_sif_wcc_settled, Some(2));
+    }
+
+    #[test]
+    fn a_job_gone_from_slurm_is_closed() {
+        let plan = [planned(0, 1, 1)];
+        let mut o = Observer::new(&plan, vec!["n1".into()], 8, None);
+        o.submitted(0, 7, 0.0);
+        o.poll(&[job(7, "RUNNING", 0, 0, &[("n1", 1)])], 1.0, 1);
+        o.poll(&[], 2.0, 2);
+        assert_eq!(o.jobs[0].final_state.as_deref(), Some("GONE"));
+        assert_eq!(o.jobs[0].runs[0].end_s, Some(2.0));
+        assert!(o.unfinished().is_empty());
+    }
+}

@@ -279,6 +279,9 @@ impl Controller {
                 .job(JobId(job.id))
                 .map(|r| per_node_of(&r.nodes, r.request.shape.gpus));
             if planned.as_deref() == Some(&sorted(per_node)[..]) {
+                // The engine still holds the job as movable (it was when it
+                // was chosen); the cool-down starts now, so it is not.
+                let _ = self.engine.set_movable(JobId(job.id), false);
                 self.jobs.insert(
                     job.id,
                     JobRec {
@@ -865,7 +868,10 @@ mod tests {
             c.begin(&mk(o.job), &[(o.to_nodes[0], 4)], 1001);
             assert_eq!(c.counters.migrations_done, 1);
             assert_eq!(c.snapshot(1001, true).partial_nodes, 0);
-            // cool-down: the same job is not movable again for 10 minutes
+            // cool-down: the same job is not movable again for 10 minutes,
+            // in the engine too (it was movable when it was chosen)
+            let rec = c.engine.occupancy().job(JobId(o.job)).unwrap();
+            assert!(!rec.request.movable, "migrated job left movable");
             c.fini(if o.job == 2 { 3 } else { 2 });
             assert!(c.tick(1002).is_empty());
         }
