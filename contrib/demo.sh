@@ -321,12 +321,8 @@ EOF
         sleep 0.2
     done
     [ -n "$up" ] || die "compass-budgetd does not answer on $DASHBOARD after 20 s (log: $b/compass-budgetd.log)"
-    # Slurm stores account names in lower case (sbatch -A vcEwI runs as
-    # vcewi), and the service matches accounts exactly: import the tree with
-    # its accounts in lower case.
-    sed -E 's/^(account *= *")([^"]*)"/\1\L\2"/' "$ROOT/etc/budgets.venus.toml" >"$b/budgets.toml"
     "$REL/compass" budget --url "$DASHBOARD" --munge-socket "$DEMO/compass/munge/munge.socket.2" \
-        import "$b/budgets.toml" --why "compass demo: Venus budget tree" --yes | tail -1
+        import "$ROOT/etc/budgets.venus.toml" --why "compass demo: Venus budget tree" --yes | tail -1
     echo "   pid $(cat "$b/compass-budgetd.pid"), log $b/compass-budgetd.log"
 }
 
