@@ -408,19 +408,23 @@ main_run() {
     report
 }
 
-case "${1:-}" in
-"") main_run ;;
-check)
-    preflight check
-    echo "demo: preflight ok (root, Debian 12, Slurm $(dpkg-query -W -f='${Version}' slurmctld 2>/dev/null || echo 'not installed yet'), trace $TRACE, ports free or the demo's own)"
-    ;;
-stop)
-    check_root stop
-    stop_all
-    ;;
--h|--help|help) sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' ;;
-*) die "unknown command '$1' (use: contrib/demo.sh [check|stop|help])" ;;
-esac
-# Never read past this point: bash reads a script as it runs, so an edit of
-# this file during a 10-minute run must not be executed.
-exit
+main() {
+    case "${1:-}" in
+    "") main_run ;;
+    check)
+        preflight check
+        echo "demo: preflight ok (root, Debian 12, Slurm $(dpkg-query -W -f='${Version}' slurmctld 2>/dev/null || echo 'not installed yet'), trace $TRACE, ports free or the demo's own)"
+        ;;
+    stop)
+        check_root stop
+        stop_all
+        ;;
+    -h|--help|help) sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' ;;
+    *) die "unknown command '$1' (use: contrib/demo.sh [check|stop|help])" ;;
+    esac
+}
+
+# Bash reads a script while it runs: everything is parsed before main runs,
+# and nothing after this line is ever read, so an edit of this file during a
+# 10-minute run cannot change it.
+main "$@"; exit
