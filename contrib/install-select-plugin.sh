@@ -37,7 +37,10 @@ for f in "$STOCK"/*.so "$STOCK"/*.so.*; do
 done
 rm -f "$DEST/select_cons_tres.so"
 # Copy then rename: a running slurmctld keeps its mapping of the old file.
-cp "$SO" "$DEST/.select_cons_tres_compass.so.new"
-chmod 0755 "$DEST/.select_cons_tres_compass.so.new"
-mv -f "$DEST/.select_cons_tres_compass.so.new" "$DEST/select_cons_tres_compass.so"
+# (The Debian package installs the plugin in DEST itself: nothing to copy.)
+if [ "$(realpath "$SO")" != "$(realpath -m "$DEST/select_cons_tres_compass.so")" ]; then
+    cp "$SO" "$DEST/.select_cons_tres_compass.so.new"
+    chmod 0755 "$DEST/.select_cons_tres_compass.so.new"
+    mv -f "$DEST/.select_cons_tres_compass.so.new" "$DEST/select_cons_tres_compass.so"
+fi
 echo "install-select-plugin.sh: $DEST ready"

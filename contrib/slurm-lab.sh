@@ -117,7 +117,7 @@ write_conf() {
 
 start_ctld() {
     pid_alive "$LAB/run/slurmctld.pid" && return 0
-    COMPASS_CONF=$LAB/etc/compass.conf "$LAB/bin/slurmctld" -f "$SLURM_CONF" "$@"
+    COMPASS_CONF=$LAB/etc/compass.conf "$LAB/bin/slurmctld" -f "$SLURM_CONF"
 }
 
 wait_nodes_idle() {

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
-./contrib/install-deps.sh
+# The shellcheck package: tests/packaging.rs lints contrib/*.sh with it.
+./contrib/install-deps.sh shellcheck
 ./contrib/install-budget-deps.sh
 ./contrib/install-slurm-deps.sh
 ./contrib/prepare-slurm-source.sh

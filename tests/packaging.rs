@@ -1,0 +1,652 @@
+//! Packaging and operations, checked without building packages:
+//! - `compass --version` names the Slurm the build found (against dpkg);
+//! - the `[package.metadata.deb]` sections (contrib/build-debs.sh, cargo-deb)
+//!   name files that exist or that cargo builds, ship no path twice, and
+//!   their maintainer scripts parse;
+//! - the slurm.conf / plugstack.conf fragments in contrib/slurm/ name what
+//!   the plugins are and where the packages install them;
+//! - the systemd unit passes `systemd-analyze verify` and agrees with the
+//!   package and the default config;
+//! - every shell script parses (`bash -n`, and shellcheck when installed);
+//! - `contrib/demo.sh` preflight errors, and `stop` never removes a
+//!   directory the demo did not make.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| text(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn on_path(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// A scratch directory removed on drop, even when the test fails.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("compass-pkg-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+// ------------------------------------------------------------ --version
+
+#[test]
+fn version_names_the_slurm_the_build_found() {
+    let out = Command::new(env!("CARGO_BIN_EXE_compass"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let line = text(&out.stdout);
+    let line = line.trim();
+    let slurm = line
+        .strip_prefix(&format!("compass {} (Slurm ", env!("CARGO_PKG_VERSION")))
+        .and_then(|r| r.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("unexpected --version line: {line}"));
+    // The build needs libslurm-dev (the CLI links the budget tools), so the
+    // version is the installed package's upstream version.
+    let dpkg = Command::new("dpkg-query")
+        .args(["-W", "-f=${Version}", "libslurm-dev"])
+        .output();
+    match dpkg {
+        Ok(o) if o.status.success() => {
+            let v = text(&o.stdout);
+            let upstream = v.split('-').next().unwrap_or_default();
+            assert_eq!(slurm, upstream, "--version vs dpkg's libslurm-dev {v}");
+        }
+        _ => {
+            let parts: Vec<&str> = slurm.split('.').collect();
+            assert!(
+                parts.len() == 3 && parts.iter().all(|p| p.parse::<u32>().is_ok()),
+                "not a Slurm version: {slurm}"
+            );
+        }
+    }
+}
+
+// ------------------------------------------------------------ deb metadata
+
+/// One package: its crate dir and `[package.metadata.deb]`.
+struct Deb {
+    crate_dir: PathBuf,
+    manifest: toml::Table,
+    meta: toml::Table,
+}
+
+impl Deb {
+    fn load(rel: &str) -> Deb {
+        let crate_dir = root().join(rel);
+        let manifest: toml::Table = read(&crate_dir.join("Cargo.toml")).parse().unwrap();
+        let meta = manifest["package"]["metadata"]["deb"]
+            .as_table()
+            .unwrap_or_else(|| panic!("{rel}/Cargo.toml has no [package.metadata.deb]"))
+            .clone();
+        Deb {
+            crate_dir,
+            manifest,
+            meta,
+        }
+    }
+
+    fn name(&self) -> String {
+        self.meta
+            .get("name")
+            .or(self.manifest["package"].get("name"))
+            .and_then(|v| v.as_str())
+            .unwrap()
+            .to_string()
+    }
+
+    /// (source, destination without leading '/', mode)
+    fn assets(&self) -> Vec<(String, String, String)> {
+        self.meta["assets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                let a = a.as_array().unwrap();
+                let s = |i: usize| a[i].as_str().unwrap().to_string();
+                (s(0), s(1), s(2))
+            })
+            .collect()
+    }
+
+    /// Absolute installed path of the asset whose source ends with `src`.
+    fn dest_of(&self, src: &str) -> String {
+        let (_, d, _) = self
+            .assets()
+            .into_iter()
+            .find(|(s, _, _)| s.ends_with(src))
+            .unwrap_or_else(|| panic!("package {} ships no {src}", self.name()));
+        format!("/{d}")
+    }
+
+    fn rel_path(&self, key: &str) -> Option<PathBuf> {
+        self.meta
+            .get(key)
+            .and_then(|v| v.as_str())
+            .map(|p| self.crate_dir.join(p))
+    }
+}
+
+fn debs() -> Vec<Deb> {
+    ["", "slurm-plugin/select", "budget-service"]
+        .iter()
+        .map(|d| Deb::load(d))
+        .collect()
+}
+
+/// What cargo builds into target/release for a crate: its bins and, for a
+/// cdylib, `lib<name>.so`.
+fn built_files(crate_rel: &str) -> Vec<String> {
+    let m: toml::Table = read(&root().join(crate_rel).join("Cargo.toml"))
+        .parse()
+        .unwrap();
+    let mut out: Vec<String> = m
+        .get("bin")
+        .and_then(|b| b.as_array())
+        .into_iter()
+        .flatten()
+        .map(|b| b["name"].as_str().unwrap().to_string())
+        .collect();
+    if let Some(lib) = m.get("lib") {
+        let cdylib = lib
+            .get("crate-type")
+            .and_then(|t| t.as_array())
+            .is_some_and(|t| t.iter().any(|x| x.as_str() == Some("cdylib")));
+        if cdylib {
+            out.push(format!("lib{}.so", lib["name"].as_str().unwrap()));
+        }
+    }
+    out
+}
+
+#[test]
+fn deb_assets_exist_or_are_built_and_never_collide() {
+    let built: Vec<String> = [
+        "",
+        "budget-service",
+        "slurm-plugin/select",
+        "slurm-plugin/spank",
+    ]
+    .iter()
+    .flat_map(|c| built_files(c))
+    .collect();
+    assert!(built.contains(&"compass".to_string()), "{built:?}");
+    let mut owner: BTreeMap<String, String> = BTreeMap::new();
+    for deb in debs() {
+        let name = deb.name();
+        assert!(!deb.assets().is_empty(), "{name}: no assets");
+        for key in ["maintainer", "copyright", "section", "depends"] {
+            assert!(deb.meta.contains_key(key), "{name}: no {key}");
+        }
+        for (src, dest, mode) in deb.assets() {
+            if let Some(file) = src.strip_prefix("target/release/") {
+                assert!(
+                    built.contains(&file.to_string()),
+                    "{name}: {src} is not built by any crate ({built:?})"
+                );
+            } else {
+                let p = deb.crate_dir.join(&src);
+                assert!(p.is_file(), "{name}: asset {} missing", p.display());
+            }
+            assert!(
+                !dest.starts_with('/') && !dest.ends_with('/'),
+                "{name}: {dest}"
+            );
+            assert!(
+                ["644", "755"].contains(&mode.as_str()),
+                "{name}: {dest} mode {mode}"
+            );
+            if let Some(other) = owner.insert(dest.clone(), name.clone()) {
+                panic!("/{dest} shipped by both {other} and {name}");
+            }
+        }
+        // Maintainer scripts: POSIX sh that parses and is executable.
+        if let Some(dir) = deb.rel_path("maintainer-scripts") {
+            let mut n = 0;
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let p = e.unwrap().path();
+                let f = p.file_name().unwrap().to_str().unwrap().to_string();
+                if !["preinst", "postinst", "prerm", "postrm"].contains(&f.as_str()) {
+                    continue;
+                }
+                n += 1;
+                assert!(read(&p).starts_with("#!/bin/sh\n"), "{}", p.display());
+                let mode =
+                    std::os::unix::fs::PermissionsExt::mode(&p.metadata().unwrap().permissions());
+                assert_eq!(mode & 0o111, 0o111, "{} not executable", p.display());
+                let o = Command::new("sh").arg("-n").arg(&p).output().unwrap();
+                assert!(o.status.success(), "{}: {}", p.display(), text(&o.stderr));
+            }
+            assert!(n > 0, "{name}: no maintainer scripts in {}", dir.display());
+        }
+        if let Some(t) = deb.rel_path("triggers-file") {
+            for line in read(&t)
+                .lines()
+                .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            {
+                let dir = line
+                    .strip_prefix("interest-noawait /")
+                    .unwrap_or_else(|| panic!("{line}"));
+                assert!(!dir.contains(' '), "{line}");
+            }
+        }
+    }
+}
+
+#[test]
+fn plugin_package_depends_on_the_slurm_it_is_built_for() {
+    let deb = Deb::load("slurm-plugin/select");
+    let depends = deb.meta["depends"].as_str().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_compass"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let line = text(&out.stdout);
+    let built = line
+        .split("(Slurm ")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .trim_end_matches(')');
+    let parts: Vec<u32> = built.split('.').map(|p| p.parse().unwrap()).collect();
+    let lower = format!("slurm-wlm-basic-plugins (>= {built})");
+    let upper = format!(
+        "slurm-wlm-basic-plugins (<< {}.{:02}.{})",
+        parts[0],
+        parts[1],
+        parts[2] + 1
+    );
+    assert!(
+        depends.contains(&lower) && depends.contains(&upper),
+        "the plugins are built for Slurm {built}; Depends must pin it: want `{lower}, {upper}`, have `{depends}`"
+    );
+}
+
+// ------------------------------------------------------------ fragments
+
+/// `Key=Value` lines of a slurm.conf fragment (first `=` splits).
+fn slurm_conf(p: &Path) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    for line in read(p).lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("Include ") {
+            m.insert("Include".to_string(), rest.trim().to_string());
+            continue;
+        }
+        let (k, v) = line
+            .split_once('=')
+            .unwrap_or_else(|| panic!("{}: bad line {line}", p.display()));
+        assert!(
+            m.insert(k.to_string(), v.to_string()).is_none(),
+            "{k} twice in {}",
+            p.display()
+        );
+    }
+    m
+}
+
+/// The plugin_type string the select plugin exports.
+fn select_plugin_type() -> String {
+    let src = read(&root().join("slurm-plugin/select/src/lib.rs"));
+    let at = src
+        .find("pub static plugin_type")
+        .expect("plugin_type in select/src/lib.rs");
+    let rest = &src[at..];
+    let start = rest.find("b\"").unwrap() + 2;
+    let end = rest[start..].find("\\0\"").unwrap();
+    rest[start..start + end].to_string()
+}
+
+#[test]
+fn slurm_conf_fragment_matches_the_plugins_and_the_package() {
+    let plugins = Deb::load("slurm-plugin/select");
+    let conf = slurm_conf(&root().join("contrib/slurm/slurm.conf.compass"));
+    assert_eq!(conf["SelectType"], select_plugin_type());
+    assert!(
+        conf["SelectType"].starts_with("select/cons_tres"),
+        "slurmctld string-matches cons_tres"
+    );
+
+    let select_so = plugins.dest_of("libselect_cons_tres_compass.so");
+    let spank_so = plugins.dest_of("libcompass_spank.so");
+    let dir = &conf["PluginDir"];
+    // Slurm loads select/<x> from <PluginDir>/select_<x>.so.
+    let expected_so = format!("{dir}/{}.so", conf["SelectType"].replace('/', "_"));
+    assert_eq!(select_so, expected_so);
+    assert_eq!(Path::new(&spank_so).parent().unwrap(), Path::new(dir));
+    assert_ne!(
+        dir, "/usr/lib/x86_64-linux-gnu/slurm-wlm",
+        "must be a private PluginDir"
+    );
+    assert_eq!(conf["JobSubmitPlugins"], "lua");
+    assert_eq!(conf["JobRequeue"], "1");
+    assert_eq!(conf["GresTypes"], "gpu");
+
+    // The budget lines are included from the file the package ships, which
+    // is etc/slurm-budget.conf: priority/multifactor, site factor only.
+    assert_eq!(conf["Include"], plugins.dest_of("etc/slurm-budget.conf"));
+    let budget = slurm_conf(&root().join("etc/slurm-budget.conf"));
+    assert_eq!(budget["PriorityType"], "priority/multifactor");
+    for (k, v) in &budget {
+        if k.starts_with("PriorityWeight") {
+            assert_eq!(v, "0", "{k}: every weight but the site factor must be 0");
+        }
+    }
+
+    // plugstack.conf line: the SPANK plugin where the package puts it, with
+    // the compass.conf the package installs.
+    let plugstack = read(&root().join("contrib/slurm/plugstack.conf.compass"));
+    let line = plugstack
+        .lines()
+        .find(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        words,
+        [
+            "required",
+            spank_so.as_str(),
+            &format!("conf={}", plugins.dest_of("etc/compass.conf"))
+        ]
+    );
+    assert_eq!(
+        plugins.dest_of("etc/compass.conf"),
+        "/etc/slurm/compass.conf",
+        "slurmctld's default"
+    );
+
+    // /run/compass (tmpfiles.d) is where compass.conf's state file lives.
+    let compass_conf: toml::Table = read(&root().join("etc/compass.conf")).parse().unwrap();
+    let state = compass_conf["select"]["state_file"].as_str().unwrap();
+    let tmpfiles = read(&root().join("contrib/tmpfiles/compass.conf"));
+    let d = tmpfiles.lines().find(|l| l.starts_with("d ")).unwrap();
+    let f: Vec<&str> = d.split_whitespace().collect();
+    assert_eq!(Path::new(state).parent().unwrap(), Path::new(f[1]));
+    assert_eq!(
+        f[3..5],
+        ["slurm", "slurm"],
+        "slurmctld runs as SlurmUser and writes there"
+    );
+    assert_eq!(
+        plugins.dest_of("contrib/tmpfiles/compass.conf"),
+        "/usr/lib/tmpfiles.d/compass.conf"
+    );
+}
+
+// ------------------------------------------------------------ systemd
+
+#[test]
+fn systemd_unit_verifies_and_matches_package_and_config() {
+    let unit_path = root().join("contrib/systemd/compass-budgetd.service");
+    let unit = read(&unit_path);
+    let budget = Deb::load("budget-service");
+    let key = |k: &str| {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("no {k}= in the unit"))
+            .to_string()
+    };
+    let exec = key("ExecStart");
+    let words: Vec<&str> = exec.split_whitespace().collect();
+    assert_eq!(words[0], budget.dest_of("target/release/compass-budgetd"));
+    assert_eq!(words[1], "--config");
+    assert_eq!(words[2], budget.dest_of("etc/compass-budgetd.toml"));
+    assert_eq!(
+        budget.dest_of("contrib/systemd/compass-budgetd.service"),
+        "/lib/systemd/system/compass-budgetd.service"
+    );
+    // The default config's database lies in the unit's StateDirectory.
+    let cfg: toml::Table = read(&root().join("etc/compass-budgetd.toml"))
+        .parse()
+        .unwrap();
+    let db = cfg["db"].as_str().unwrap();
+    assert_eq!(
+        Path::new(db).parent().unwrap(),
+        Path::new("/var/lib").join(key("StateDirectory"))
+    );
+    assert_eq!(key("Type"), "simple");
+    assert_eq!(key("Restart"), "on-failure");
+
+    if !on_path("systemd-analyze") {
+        eprintln!("systemd-analyze not installed: unit parsed by hand only");
+        return;
+    }
+    // Verify a copy whose ExecStart is a binary that exists here (the path
+    // itself is checked above); any warning (unknown key, bad value) fails.
+    let scratch = Scratch::new("unit");
+    let copy = scratch.0.join("compass-budgetd.service");
+    std::fs::write(&copy, unit.replace(words[0], "/bin/true")).unwrap();
+    let o = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success() && text(&o.stderr).trim().is_empty(),
+        "systemd-analyze verify: {}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+}
+
+// ------------------------------------------------------------ scripts
+
+fn shell_scripts() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("contrib"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sh"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn shell_scripts_parse_and_pass_shellcheck() {
+    let scripts = shell_scripts();
+    assert!(scripts.iter().any(|p| p.ends_with("contrib/demo.sh")));
+    for s in &scripts {
+        let o = Command::new("bash").arg("-n").arg(s).output().unwrap();
+        assert!(o.status.success(), "{}: {}", s.display(), text(&o.stderr));
+    }
+    if !on_path("shellcheck") {
+        eprintln!("shellcheck not installed (contrib/test.sh installs it): bash -n only");
+        return;
+    }
+    let mut all = scripts.clone();
+    for pkg in ["compass-slurm-plugins", "compass-budget"] {
+        for e in std::fs::read_dir(root().join("contrib/debian").join(pkg)).unwrap() {
+            let p = e.unwrap().path();
+            if read(&p).starts_with("#!") {
+                all.push(p);
+            }
+        }
+    }
+    let o = Command::new("shellcheck").args(&all).output().unwrap();
+    assert!(o.status.success(), "shellcheck:\n{}", text(&o.stdout));
+}
+
+// ------------------------------------------------------------ demo.sh
+
+fn demo(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(root().join("contrib/demo.sh"));
+    c.args(args);
+    // Clear of a demo that may be running on this machine (18080, 18100+, 18200+).
+    c.env("DEMO_COMPASS_PORT", "29100")
+        .env("DEMO_STOCK_PORT", "29200")
+        .env("DEMO_BUDGET_PORT", "29080");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// Why demo.sh's root-only preflight paths cannot be exercised here.
+fn demo_skip() -> Option<&'static str> {
+    if !is_root() {
+        return Some("not root");
+    }
+    let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    if !(os.contains("ID=debian") && os.contains("VERSION_ID=\"12\"")) {
+        return Some("not Debian 12");
+    }
+    if !on_path("ss") || !on_path("flock") {
+        return Some("ss or flock missing");
+    }
+    None
+}
+
+fn one_error_line(o: &Output) -> String {
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let err = text(&o.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one error line expected: {err}");
+    assert!(lines[0].starts_with("demo: "), "{err}");
+    lines[0].to_string()
+}
+
+#[test]
+fn demo_preflight_names_the_problem_and_the_fix() {
+    let o = demo(&["bogus"], &[]);
+    assert!(one_error_line(&o).contains("unknown command 'bogus'"));
+    if let Some(why) = demo_skip() {
+        eprintln!("demo preflight: {why}; only the usage error is checked");
+        return;
+    }
+    let scratch = Scratch::new("demo-preflight");
+    let dir = scratch.0.join("state");
+    let dir = dir.to_str().unwrap();
+    let trace = root().join("Cargo.toml");
+    let trace = trace.to_str().unwrap();
+
+    let o = demo(
+        &["check"],
+        &[
+            ("TRACE", "/nonexistent/venus.csv"),
+            ("COMPASS_DEMO_DIR", dir),
+        ],
+    );
+    let e = one_error_line(&o);
+    assert!(
+        e.contains("/nonexistent/venus.csv not found") && e.contains("TRACE="),
+        "{e}"
+    );
+
+    // A port held by someone else (this test): named, with the way out.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let o = demo(
+        &["check"],
+        &[
+            ("TRACE", trace),
+            ("COMPASS_DEMO_DIR", dir),
+            ("DEMO_BUDGET_PORT", &port),
+        ],
+    );
+    let e = one_error_line(&o);
+    assert!(
+        e.contains(&format!("port {port} is in use")) && e.contains("DEMO_BUDGET_PORT"),
+        "{e}"
+    );
+    drop(l);
+    let o = demo(
+        &["check"],
+        &[
+            ("TRACE", trace),
+            ("COMPASS_DEMO_DIR", dir),
+            ("DEMO_BUDGET_PORT", &port),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("preflight ok"));
+    assert!(!Path::new(dir).exists(), "check must change nothing");
+}
+
+#[test]
+fn demo_stop_removes_only_its_own_directory() {
+    if let Some(why) = demo_skip() {
+        eprintln!("demo stop: {why}; skipped");
+        return;
+    }
+    let scratch = Scratch::new("demo-stop");
+    // Not made by the demo: refused, untouched.
+    let foreign = scratch.0.join("foreign");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("keep.txt"), "x").unwrap();
+    let o = demo(
+        &["stop"],
+        &[("COMPASS_DEMO_DIR", foreign.to_str().unwrap())],
+    );
+    assert!(one_error_line(&o).contains("not a demo directory"));
+    assert!(foreign.join("keep.txt").exists());
+
+    // The demo's (marker present, a stale PID file of a crashed cluster whose
+    // PID is this test's own process, which must survive): removed.
+    let mine = scratch.0.join("demo");
+    std::fs::create_dir_all(mine.join("compass/run")).unwrap();
+    std::fs::write(mine.join(".compass-demo"), "").unwrap();
+    std::fs::write(
+        mine.join("compass/run/slurmctld.pid"),
+        std::process::id().to_string(),
+    )
+    .unwrap();
+    let o = demo(&["stop"], &[("COMPASS_DEMO_DIR", mine.to_str().unwrap())]);
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("removed 1 stale PID file")
+            && out.contains(&format!("demo: removed {}", mine.display())),
+        "{out}"
+    );
+    assert!(!mine.exists());
+
+    // Nothing there: nothing to do.
+    let o = demo(&["stop"], &[("COMPASS_DEMO_DIR", mine.to_str().unwrap())]);
+    assert!(o.status.success());
+    assert!(text(&o.stdout).contains("nothing to stop"));
+}
