@@ -47,6 +47,9 @@ pub struct JobTrack {
     /// job left Slurm's list unseen).
     pub final_state: Option<String>,
     pub restarts: u32,
+    /// Cancelled by compass-budgetd under the rules (a preempted job that is
+    /// not resumable), as its admin comment says.
+    pub preempted_cancel: bool,
 }
 
 impl JobTrack {
@@ -236,6 +239,7 @@ impl Observer {
             return;
         }
         j.restarts = j.restarts.max(o.restarts);
+        j.preempted_cancel |= o.preempted_cancel;
         if o.running() && !o.node_gpus.is_empty() {
             let new_run = !self.live[i] || j.runs.last().is_some_and(|r| r.restarts != o.restarts);
             if new_run {
@@ -436,6 +440,7 @@ mod tests {
             restarts,
             run_time_s: run,
             node_gpus: nodes.iter().map(|(n, g)| (n.to_string(), *g)).collect(),
+            preempted_cancel: false,
         }
     }
 

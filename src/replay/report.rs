@@ -110,10 +110,16 @@ pub struct Completion {
     pub duplicated: Vec<u64>,
     /// Ids in the log that were not submitted by this replay.
     pub unknown: Vec<u64>,
+    /// Submitted jobs missing from the log because compass-budgetd cancelled
+    /// them under the rules (preempted and not resumable): expected, not a
+    /// failure.
+    pub preempted_cancelled: Vec<u64>,
 }
 
 impl Completion {
-    pub fn read(log: &Path, submitted: &[u64]) -> Self {
+    /// `preempted_cancel`: jobs compass-budgetd cancelled as non-resumable
+    /// preemption victims.
+    pub fn read(log: &Path, submitted: &[u64], preempted_cancel: &BTreeSet<u64>) -> Self {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
         for l in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -127,6 +133,7 @@ impl Completion {
             match seen.get(id) {
                 Some(1) => c.once += 1,
                 Some(_) => c.duplicated.push(*id),
+                None if preempted_cancel.contains(id) => c.preempted_cancelled.push(*id),
                 None => c.missing.push(*id),
             }
         }
@@ -288,6 +295,12 @@ pub struct ClusterInfo<'a> {
 pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> ClusterResult {
     let speedup = plan.compression.speedup;
     let submitted: Vec<u64> = obs.jobs.iter().filter_map(|j| j.slurm_id).collect();
+    let preempted_cancel: BTreeSet<u64> = obs
+        .jobs
+        .iter()
+        .filter(|j| j.preempted_cancel)
+        .filter_map(|j| j.slurm_id)
+        .collect();
     let mut r = ClusterResult {
         name: info.name.to_string(),
         slurm_conf: info.slurm_conf.to_path_buf(),
@@ -299,7 +312,7 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
         submitted: submitted.len() as u64,
         polls: obs.samples.len() as u64,
         poll_errors: info.poll_errors,
-        completion: Completion::read(info.completion_log, &submitted),
+        completion: Completion::read(info.completion_log, &submitted, &preempted_cancel),
         ..Default::default()
     };
     let (window, name) = if obs.peak.time_s > 0.0 {
@@ -525,6 +538,9 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
     row("jobs completed / submitted", &|r| {
         format!("{} / {}", r.completed, r.submitted)
     });
+    row("cancelled by compass-budgetd (not resumable)", &|r| {
+        r.completion.preempted_cancelled.len().to_string()
+    });
     row("AFR (mean SIF over T_peak)", &|r| format!("{:.4}", r.afr));
     row("max N*SIF", &|r| r.max_n_sif.to_string());
     row("max N*SIF while WCC held", &|r| opt(r.max_n_sif_under_wcc));
@@ -668,11 +684,12 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("completed.log");
         std::fs::write(&p, "1\n2\n2\n9\n").unwrap();
-        let c = Completion::read(&p, &[1, 2, 3]);
+        let c = Completion::read(&p, &[1, 2, 3, 4], &BTreeSet::from([4]));
         assert_eq!(c.once, 1);
         assert_eq!(c.duplicated, vec![2]);
         assert_eq!(c.missing, vec![3]);
         assert_eq!(c.unknown, vec![9]);
+        assert_eq!(c.preempted_cancelled, vec![4], "cancelled under the rules");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

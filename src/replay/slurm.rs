@@ -230,6 +230,9 @@ pub struct JobObs {
     pub run_time_s: u64,
     /// GPUs per node of the current allocation, by node name.
     pub node_gpus: BTreeMap<String, u32>,
+    /// compass-budgetd cancelled it as a preemption victim that is not
+    /// resumable (its `AdminComment` carries `preempted: <reason>`).
+    pub preempted_cancel: bool,
 }
 
 impl JobObs {
@@ -256,6 +259,9 @@ pub fn parse_jobs(text: &str) -> Vec<JobObs> {
                 "Reason" => job.reason = v.to_string(),
                 "Restarts" => job.restarts = v.parse().unwrap_or(0),
                 "RunTime" => job.run_time_s = slurm_secs(v).unwrap_or(0),
+                // `compass:...;preempted: <reason with spaces>`: the first
+                // word holds the marker
+                "AdminComment" => job.preempted_cancel = v.contains("preempted:"),
                 // the per-node detail of `-d`: `Nodes=n[1-2] CPU_IDs=.. GRES=gpu:8(IDX:0-7)`
                 "Nodes" => detail_nodes = Some(expand_hostlist(v)),
                 "GRES" => {
@@ -316,9 +322,15 @@ mod tests {
     fn scontrol_oneliner_per_node_gpus() {
         let text = "JobId=1 JobName=replay-0 Account=vcewi JobState=RUNNING Reason=None Restarts=2 RunTime=00:00:12 NodeList=n[1-2] JOB_GRES=gpu:16   Nodes=n[1-2] CPU_IDs=16 Mem=0 GRES=gpu:8(IDX:0-7) MinCPUsNode=1\n\
 JobId=3 JobName=replay-2 JobState=RUNNING Reason=None Restarts=0 RunTime=00:00:02 JOB_GRES=gpu:12   Nodes=n3 CPU_IDs=16 Mem=0 GRES=gpu:8(IDX:0-7)   Nodes=n4 CPU_IDs=1 Mem=0 GRES=gpu:4(IDX:0-3) Features=(null)\n\
-JobId=4 JobName=replay-3 JobState=PENDING Reason=Resources Restarts=0 RunTime=00:00:00 NodeList=(null)\n";
+JobId=4 JobName=replay-3 JobState=PENDING Reason=Resources Restarts=0 RunTime=00:00:00 NodeList=(null)\n\
+JobId=5 JobName=replay-4 JobState=CANCELLED Reason=None AdminComment=compass:min_runtime=0,resumable=0;preempted: job 5 cancelled (not resumable) by compass-budgetd Restarts=0 RunTime=00:00:07\n";
         let jobs = parse_jobs(text);
-        assert_eq!(jobs.len(), 3);
+        assert_eq!(jobs.len(), 4);
+        assert!(jobs[3].preempted_cancel && !jobs[0].preempted_cancel);
+        assert_eq!(
+            jobs[3].run_time_s, 7,
+            "the reason's words do not end the line"
+        );
         assert_eq!(jobs[0].restarts, 2);
         assert_eq!(jobs[0].run_time_s, 12);
         assert_eq!(
