@@ -350,6 +350,8 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
         r.requeues += u64::from(j.restarts);
         match (&j.final_state, j.end_s) {
             (Some(s), Some(_)) if s == "COMPLETED" => r.completed += 1,
+            // cancelled under the rules: counted in `completion`, not a problem
+            (Some(s), _) if s == "CANCELLED" && j.preempted_cancel => {}
             (Some(s), _) => r.problems.push(format!(
                 "{label}: {s}{}",
                 j.submit_error
