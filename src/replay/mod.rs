@@ -125,8 +125,9 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", value_parser = crate::policy::parse_duration)]
     pub timeout: Option<f64>,
 
-    /// Assert: every job completed exactly once; on compass clusters no job
-    /// ran on a node the engine did not choose and N*SIF <= 2 whenever WCC
+    /// Assert: every job completed exactly once (jobs compass-budgetd
+    /// cancelled as non-resumable preemption victims are counted apart);
+    /// on compass clusters no job ran on a node the engine did not choose and N*SIF <= 2 whenever WCC
     /// held (settled instants); compass's AFR below every stock cluster's.
     /// Exit non-zero with the reasons otherwise.
     #[arg(long)]
