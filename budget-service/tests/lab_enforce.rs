@@ -28,22 +28,21 @@
 //! Ports 16930-16932 (LAB_PORT_BASE=16930); the daemon listens on a free
 //! loopback port.
 
-use compass_budget::auth::Authenticator;
-use compass_budget::config::Config;
 use compass_budget::cycle::Cycle;
 use compass_budget::db::{ActionRow, Db};
 use compass_budget::enforce;
 use compass_budget::slurm::libslurm::LibSlurm;
 use compass_budget::slurm::SlurmSource;
-use compass_budget::state::{AppState, SystemClock};
-use compass_budget::{BudgetError, Result};
-use compass_core::fairshare::{Interval, Kind, NodeSpec};
+use compass_budget::state::AppState;
+use compass_budget::BudgetError;
+use compass_core::fairshare::{Interval, Kind};
 use compass_core::model::JobId;
 mod common;
 
+use common::lab::{lossy, repo_root, service_state, skip_reason, spec, Lab, LabSpec};
+
 use compass_budget::cli::{run_node, NodeArgs, NodeCmd};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,38 +53,6 @@ const RICH: &str = "team-rich";
 const POOR: &str = "team-poor";
 /// Min runtime of the protected jobs, seconds.
 const PROTECT_S: i64 = 20;
-
-struct NoAuth;
-
-impl Authenticator for NoAuth {
-    fn authenticate(&self, _c: &str, _p: &[u8]) -> Result<String> {
-        Err(BudgetError::Unauthenticated("no writes".into()))
-    }
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .expect("repo root")
-}
-
-fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root (starts munge, slurmctld and slurmd)".into());
-    }
-    for bin in ["/usr/sbin/slurmctld-wlm", "/usr/sbin/slurmd-wlm"] {
-        if !Path::new(bin).exists() {
-            return Some(format!("{bin} missing: run contrib/install-slurm-deps.sh"));
-        }
-    }
-    None
-}
 
 /// A cdylib built next to this test (the SPANK plugin, a dev-dependency).
 fn artifact(name: &str) -> PathBuf {
@@ -109,79 +76,7 @@ fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
-/// The lab cluster; `down` on drop.
-struct Lab {
-    dir: PathBuf,
-    conf: PathBuf,
-}
-
 impl Lab {
-    fn start() -> Lab {
-        let dir = std::env::temp_dir().join(format!("compass-enforce-lab-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("lab dir");
-        let budget = std::fs::read_to_string(repo_root().join("etc/slurm-budget.conf"))
-            .expect("etc/slurm-budget.conf");
-        let extra: String = budget
-            .lines()
-            .filter(|l| !l.starts_with("MinJobAge"))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        std::fs::write(dir.join("budget.conf"), extra).expect("write budget.conf");
-        let lab = Lab {
-            conf: dir.join("etc/slurm.conf"),
-            dir,
-        };
-        let out = lab.script("up");
-        assert!(
-            out.status.success(),
-            "lab up failed: {}{}",
-            lossy(&out.stdout),
-            lossy(&out.stderr)
-        );
-        lab
-    }
-
-    fn script(&self, cmd: &str) -> Output {
-        Command::new(repo_root().join("contrib/slurm-lab.sh"))
-            .arg(cmd)
-            .arg(&self.dir)
-            .env("LAB_PORT_BASE", PORT_BASE.to_string())
-            .env("LAB_NODES", NODES.to_string())
-            .env("LAB_GPUS", GPUS.to_string())
-            .env("LAB_EXTRA_CONF", self.dir.join("budget.conf"))
-            .env("COMPASS_SPANK_SO", artifact("libcompass_spank.so"))
-            .env(
-                "COMPASS_JOB_SUBMIT_LUA",
-                repo_root().join("etc/job_submit.lua"),
-            )
-            .env(
-                "COMPASS_CONF",
-                repo_root().join("slurm-plugin/tests/lab-compass.conf"),
-            )
-            .output()
-            .expect("run contrib/slurm-lab.sh")
-    }
-
-    fn run(&self, prog: &str, args: &[&str]) -> Output {
-        Command::new(prog)
-            .args(args)
-            .env("SLURM_CONF", &self.conf)
-            .current_dir(&self.dir)
-            .output()
-            .unwrap_or_else(|e| panic!("{prog}: {e}"))
-    }
-
-    fn ok(&self, prog: &str, args: &[&str]) -> String {
-        let out = self.run(prog, args);
-        assert!(
-            out.status.success(),
-            "{prog} {args:?}: {}",
-            lossy(&out.stderr)
-        );
-        lossy(&out.stdout)
-    }
-
     /// Submits a job the way users do: `--min-runtime` and `--resumable`
     /// go through the compass SPANK plugin and etc/job_submit.lua into the
     /// job's AdminComment, where the service reads them.
@@ -272,53 +167,17 @@ impl Lab {
     }
 }
 
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = self.script("down");
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn spec(name: &str, parent: Option<&str>, share: f64, account: Option<&str>) -> NodeSpec {
-    NodeSpec {
-        name: name.into(),
-        parent: parent.map(Into::into),
-        share,
-        managers: vec![],
-        account: account.map(Into::into),
-    }
-}
-
 /// A fresh service (in-memory database): rich 30%, poor 70%.
 fn service(lab: &Lab) -> Arc<AppState> {
-    let config = Config::parse(
-        &format!(
-            "db = \":memory:\"\nadmins = [\"root\"]\ncapacity_gpus = {}\nwindow_s = 3600\ncycle_s = 1\n\
-             slurm = \"libslurm\"\nslurm_conf = \"{}\"\n[protection]\nenforce = true\nmin_runtime_cap_s = 3600\n",
-            NODES * GPUS,
-            lab.conf.display()
-        ),
-        "lab",
+    service_state(
+        lab,
+        "admins = [\"root\"]\n[protection]\nenforce = true\nmin_runtime_cap_s = 3600\n",
+        vec![
+            spec("org", None, 1.0, None),
+            spec("rich", Some("org"), 0.3, Some(RICH)),
+            spec("poor", Some("org"), 0.7, Some(POOR)),
+        ],
     )
-    .expect("config");
-    let state = AppState::new(
-        config,
-        Db::open_in_memory().expect("db"),
-        Arc::new(NoAuth),
-        Arc::new(SystemClock),
-    );
-    let now = state.now();
-    state
-        .db()
-        .edit_tree("root", "import", "30/70", now, |_| {
-            Ok(vec![
-                spec("org", None, 1.0, None),
-                spec("rich", Some("org"), 0.3, Some(RICH)),
-                spec("poor", Some("org"), 0.7, Some(POOR)),
-            ])
-        })
-        .expect("tree");
-    state
 }
 
 /// Steps the cycle until `ok` holds (about twice a second).
@@ -360,7 +219,23 @@ fn lab_enforcement_preempts_protects_and_drains() {
         eprintln!("SKIPPED lab_enforcement_preempts_protects_and_drains: {why}");
         return;
     }
-    let lab = Lab::start();
+    let lab = Lab::start(LabSpec {
+        tag: "compass-enforce-lab",
+        port_base: PORT_BASE,
+        nodes: NODES,
+        gpus: GPUS,
+        env: vec![
+            ("COMPASS_SPANK_SO", artifact("libcompass_spank.so")),
+            (
+                "COMPASS_JOB_SUBMIT_LUA",
+                repo_root().join("etc/job_submit.lua"),
+            ),
+            (
+                "COMPASS_CONF",
+                repo_root().join("slurm-plugin/tests/lab-compass.conf"),
+            ),
+        ],
+    });
     let slurm = Arc::new(LibSlurm::new(Some(lab.conf.clone())));
 
     // --- 1. Unallocated victims: requeue the resumable, cancel the other ---

@@ -22,17 +22,15 @@
 
 mod common;
 
-use compass_budget::auth::Authenticator;
-use compass_budget::config::Config;
+use common::lab::{lossy, service_state, skip_reason, spec, Lab, LabSpec};
+
 use compass_budget::cycle::Cycle;
 use compass_budget::db::Db;
 use compass_budget::slurm::libslurm::LibSlurm;
 use compass_budget::slurm::SlurmSource;
-use compass_budget::state::{AppState, SystemClock};
-use compass_budget::{BudgetError, Result};
-use compass_core::fairshare::{site_factors, NodeSpec};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use compass_budget::state::AppState;
+use compass_budget::BudgetError;
+use compass_core::fairshare::site_factors;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,104 +41,7 @@ const BIG: &str = "team-big";
 const SMALL: &str = "team-small";
 const TAG: &str = "AdminComment=compass:min_runtime=3600,resumable=0";
 
-struct NoAuth;
-
-impl Authenticator for NoAuth {
-    fn authenticate(&self, _c: &str, _p: &[u8]) -> Result<String> {
-        Err(BudgetError::Unauthenticated("no writes".into()))
-    }
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .expect("repo root")
-}
-
-fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// Why this host cannot run the test, if it cannot.
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root (starts munge, slurmctld and slurmd)".into());
-    }
-    for bin in ["/usr/sbin/slurmctld-wlm", "/usr/sbin/slurmd-wlm"] {
-        if !Path::new(bin).exists() {
-            return Some(format!("{bin} missing: run contrib/install-slurm-deps.sh"));
-        }
-    }
-    None
-}
-
-/// The lab cluster; `down` on drop.
-struct Lab {
-    dir: PathBuf,
-    conf: PathBuf,
-}
-
 impl Lab {
-    fn start() -> Lab {
-        let dir = std::env::temp_dir().join(format!("compass-budget-lab-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("lab dir");
-        // etc/slurm-budget.conf minus MinJobAge (the lab template sets it).
-        let budget = std::fs::read_to_string(repo_root().join("etc/slurm-budget.conf"))
-            .expect("etc/slurm-budget.conf");
-        let extra: String = budget
-            .lines()
-            .filter(|l| !l.starts_with("MinJobAge"))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        std::fs::write(dir.join("budget.conf"), extra).expect("write budget.conf");
-        let lab = Lab {
-            conf: dir.join("etc/slurm.conf"),
-            dir,
-        };
-        let out = lab.script("up");
-        assert!(
-            out.status.success(),
-            "lab up failed: {}{}",
-            lossy(&out.stdout),
-            lossy(&out.stderr)
-        );
-        lab
-    }
-
-    fn script(&self, cmd: &str) -> Output {
-        Command::new(repo_root().join("contrib/slurm-lab.sh"))
-            .arg(cmd)
-            .arg(&self.dir)
-            .env("LAB_PORT_BASE", PORT_BASE.to_string())
-            .env("LAB_NODES", NODES.to_string())
-            .env("LAB_GPUS", GPUS.to_string())
-            .env("LAB_EXTRA_CONF", self.dir.join("budget.conf"))
-            .output()
-            .expect("run contrib/slurm-lab.sh")
-    }
-
-    fn run(&self, prog: &str, args: &[&str]) -> Output {
-        Command::new(prog)
-            .args(args)
-            .env("SLURM_CONF", &self.conf)
-            .current_dir(&self.dir)
-            .output()
-            .unwrap_or_else(|e| panic!("{prog}: {e}"))
-    }
-
-    fn ok(&self, prog: &str, args: &[&str]) -> String {
-        let out = self.run(prog, args);
-        assert!(
-            out.status.success(),
-            "{prog} {args:?}: {}",
-            lossy(&out.stderr)
-        );
-        lossy(&out.stdout)
-    }
-
     /// Submits a held job (`sbatch -H`) and tags it as allocated time
     /// (what job_submit.lua writes for `--min-runtime`).
     fn submit_held(&self, account: &str, gpus: u32, nice: i32, secs: u32) -> u32 {
@@ -206,53 +107,17 @@ impl Lab {
     }
 }
 
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = self.script("down");
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn spec(name: &str, parent: Option<&str>, share: f64, account: Option<&str>) -> NodeSpec {
-    NodeSpec {
-        name: name.into(),
-        parent: parent.map(Into::into),
-        share,
-        managers: vec![],
-        account: account.map(Into::into),
-    }
-}
-
 /// A fresh service state (in-memory ledger) with the 70/30 tree.
 fn service(lab: &Lab) -> Arc<AppState> {
-    let config = Config::parse(
-        &format!(
-            "db = \":memory:\"\ncapacity_gpus = {}\nwindow_s = 3600\ncycle_s = 1\n\
-             slurm = \"libslurm\"\nslurm_conf = \"{}\"\n",
-            NODES * GPUS,
-            lab.conf.display()
-        ),
-        "lab",
+    service_state(
+        lab,
+        "",
+        vec![
+            spec("org", None, 1.0, None),
+            spec("big", Some("org"), 0.7, Some(BIG)),
+            spec("small", Some("org"), 0.3, Some(SMALL)),
+        ],
     )
-    .expect("config");
-    let state = AppState::new(
-        config,
-        Db::open_in_memory().expect("db"),
-        Arc::new(NoAuth),
-        Arc::new(SystemClock),
-    );
-    let now = state.now();
-    state
-        .db()
-        .edit_tree("root", "import", "70/30", now, |_| {
-            Ok(vec![
-                spec("org", None, 1.0, None),
-                spec("big", Some("org"), 0.7, Some(BIG)),
-                spec("small", Some("org"), 0.3, Some(SMALL)),
-            ])
-        })
-        .expect("tree");
-    state
 }
 
 #[test]
@@ -261,7 +126,13 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
         eprintln!("SKIPPED lab_cluster_order_outage_and_seventy_thirty: {why}");
         return;
     }
-    let lab = Lab::start();
+    let lab = Lab::start(LabSpec {
+        tag: "compass-budget-lab",
+        port_base: PORT_BASE,
+        nodes: NODES,
+        gpus: GPUS,
+        env: vec![],
+    });
     let slurm = Arc::new(LibSlurm::new(Some(lab.conf.clone())));
 
     // --- 1. Pending order after one cycle ---------------------------------

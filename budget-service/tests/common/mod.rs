@@ -3,6 +3,8 @@
 //! fails.
 #![allow(dead_code)]
 
+pub mod lab;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
