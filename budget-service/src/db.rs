@@ -475,6 +475,32 @@ pub struct ActionRow {
     pub detail: String,
 }
 
+impl ActionRow {
+    /// An action on a node (`drain`, `resume`): no job, no GPU time lost.
+    pub fn on_node(
+        at: i64,
+        action: &str,
+        node: &str,
+        rule: &str,
+        ok: bool,
+        detail: String,
+    ) -> Self {
+        ActionRow {
+            id: 0,
+            at,
+            action: action.into(),
+            job: None,
+            run_start: None,
+            node: Some(node.to_string()),
+            cause_job: None,
+            rule: Some(rule.into()),
+            lost_gpu_s: 0.0,
+            ok,
+            detail,
+        }
+    }
+}
+
 /// A node an admin marked faulty.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct FaultyNode {

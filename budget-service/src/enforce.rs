@@ -171,22 +171,17 @@ pub fn enforce(
             rep.failed += usize::from(res.is_err());
             log(
                 state,
-                ActionRow {
-                    id: 0,
-                    at: now,
-                    action: "drain".into(),
-                    job: None,
-                    run_start: None,
-                    node: Some(f.node.clone()),
-                    cause_job: None,
-                    rule: Some("faulty_node".into()),
-                    lost_gpu_s: 0.0,
-                    ok: res.is_ok(),
-                    detail: match &res {
+                ActionRow::on_node(
+                    now,
+                    "drain",
+                    &f.node,
+                    "faulty_node",
+                    res.is_ok(),
+                    match &res {
                         Ok(()) => reason,
                         Err(e) => format!("drain failed: {e}"),
                     },
-                },
+                ),
             )?;
         }
     }
@@ -443,19 +438,14 @@ pub fn mark_faulty(state: &AppState, node: &str, reason: &str, who: &str) -> Res
         Some(a) => {
             let why = drain_reason(&f);
             a.drain(node, &why)?;
-            state.db().log_action(&ActionRow {
-                id: 0,
-                at: now,
-                action: "drain".into(),
-                job: None,
-                run_start: None,
-                node: Some(node.to_string()),
-                cause_job: None,
-                rule: Some("admin".into()),
-                lost_gpu_s: 0.0,
-                ok: true,
-                detail: why.clone(),
-            })?;
+            state.db().log_action(&ActionRow::on_node(
+                now,
+                "drain",
+                node,
+                "admin",
+                true,
+                why.clone(),
+            ))?;
             tracing::info!(node, who, reason, "node marked faulty and set to DRAIN");
             format!(
                 "set to DRAIN in Slurm ({why}); its jobs are preempted as their protections end"
@@ -495,22 +485,17 @@ pub fn mark_repaired(state: &AppState, node: &str, who: &str) -> Result<NodeChan
             if let Err(BudgetError::NotFound(m)) = &res {
                 return Err(BudgetError::NotFound(m.clone()));
             }
-            state.db().log_action(&ActionRow {
-                id: 0,
-                at: now,
-                action: "resume".into(),
-                job: None,
-                run_start: None,
-                node: Some(node.to_string()),
-                cause_job: None,
-                rule: Some("admin".into()),
-                lost_gpu_s: 0.0,
-                ok: res.is_ok(),
-                detail: match &res {
+            state.db().log_action(&ActionRow::on_node(
+                now,
+                "resume",
+                node,
+                "admin",
+                res.is_ok(),
+                match &res {
                     Ok(()) => format!("repaired (by {who}): resumed in Slurm"),
                     Err(e) => format!("repaired (by {who}); resume refused by Slurm: {e}"),
                 },
-            })?;
+            ))?;
             match res {
                 Ok(()) => "resumed in Slurm".to_string(),
                 Err(e) => format!("record cleared; Slurm refused the resume: {e}"),
