@@ -5,10 +5,12 @@
 //! - [`compass`]: COMPASS-ABS (paper Section 4), with our corrections.
 //! - [`occupancy`]: the physical GPU accounting every policy shares.
 //! - [`baselines`]: best-fit, first-fit, FGD and a round-based defragmenter.
+//! - [`worth`]: when a migration pays for itself (cost-aware movability).
 
 pub mod baselines;
 pub mod compass;
 pub mod occupancy;
+pub mod worth;
 
 use crate::clock::Seconds;
 use crate::error::Result;

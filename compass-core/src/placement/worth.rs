@@ -1,0 +1,228 @@
+//! When a migration pays for itself (issue #10; beyond the paper).
+//!
+//! The paper (Section 5.1) charges every migration a fixed 8 s and lets
+//! Compact move any running instance. On a real cluster a requeue and
+//! restart costs a job its start-up and the work since its last checkpoint,
+//! often minutes, and Slurm knows each job's time limit. Moving a job that is
+//! about to end costs more than the fragmentation it removes: the moved job
+//! pays the cost, while the room it frees would have been free soon anyway.
+//!
+//! [`MigrationRule::worth_moving`] is the one rule the simulator and the
+//! Slurm plugin apply before each Compact (through
+//! [`crate::placement::compass::CompassEngine::set_movable`]): a job is
+//! movable only when it is resumable, past its protection and start-up
+//! grace, outside its cool-down, and expected to run at least `payback`
+//! times its migration cost after the move. Jobs the rule keeps still are
+//! planned around as immovable, so Theorem 1's bound may be exceeded by
+//! choice; the drivers report how often and for how long.
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Seconds;
+
+/// The site's migration policy.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MigrationRule {
+    /// Cost of one migration of a job that names none (`--resumable` without
+    /// a value): requeue, restart, and the work lost since the last
+    /// checkpoint, seconds.
+    pub default_cost_s: Seconds,
+    /// A job moves only when its expected remaining run is at least this
+    /// many times its migration cost (`>= 1`; 2 by default: the move must
+    /// buy at least as much packed time as it costs, twice over, because the
+    /// remaining run is an upper bound taken from the time limit).
+    pub payback: f64,
+    /// Never move a job within this long of its start (its first checkpoint
+    /// is not written yet), seconds.
+    pub min_run_s: Seconds,
+    /// Never move the same job twice within this long, seconds.
+    pub cooldown_s: Seconds,
+}
+
+impl Default for MigrationRule {
+    fn default() -> Self {
+        Self {
+            default_cost_s: 8.0,
+            payback: 2.0,
+            min_run_s: 0.0,
+            cooldown_s: 0.0,
+        }
+    }
+}
+
+/// What the rule needs to know about one running job, at time `now`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MoveCandidate {
+    /// Submitted `--resumable` (a requeue restarts it from a checkpoint).
+    pub resumable: bool,
+    /// The job's own migration cost (`--resumable=5m`), seconds; `None`:
+    /// the site default.
+    pub cost_s: Option<Seconds>,
+    /// Seconds since the job (re)started.
+    pub running_for_s: Seconds,
+    /// Expected seconds left to run (time limit minus elapsed run); `None`
+    /// when unknown (no time limit): treated as long.
+    pub remaining_s: Option<Seconds>,
+    /// Seconds of protected time left (`--min-runtime`): a protected job is
+    /// never preempted or migrated before its min runtime ends.
+    pub protected_for_s: Seconds,
+    /// Seconds since the job was last migrated; `None`: never.
+    pub since_migrated_s: Option<Seconds>,
+}
+
+/// Why a job is kept still (for logs, `compass status` and reports).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeepReason {
+    NotResumable,
+    Protected,
+    StartingUp,
+    CoolingDown,
+    EndsSoon,
+}
+
+impl KeepReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotResumable => "not-resumable",
+            Self::Protected => "protected",
+            Self::StartingUp => "starting-up",
+            Self::CoolingDown => "cooling-down",
+            Self::EndsSoon => "ends-soon",
+        }
+    }
+}
+
+impl MigrationRule {
+    /// The migration cost the rule charges `job`, seconds.
+    pub fn cost_of(&self, job: &MoveCandidate) -> Seconds {
+        job.cost_s.unwrap_or(self.default_cost_s).max(0.0)
+    }
+
+    /// `Ok(())` when moving `job` now pays for itself, else why not.
+    pub fn check(&self, job: &MoveCandidate) -> Result<(), KeepReason> {
+        if !job.resumable {
+            return Err(KeepReason::NotResumable);
+        }
+        if job.protected_for_s > 0.0 {
+            return Err(KeepReason::Protected);
+        }
+        if job.running_for_s < self.min_run_s {
+            return Err(KeepReason::StartingUp);
+        }
+        if job.since_migrated_s.is_some_and(|s| s < self.cooldown_s) {
+            return Err(KeepReason::CoolingDown);
+        }
+        let cost = self.cost_of(job);
+        if job
+            .remaining_s
+            .is_some_and(|left| left - cost < self.payback.max(1.0) * cost)
+        {
+            return Err(KeepReason::EndsSoon);
+        }
+        Ok(())
+    }
+
+    /// Does moving `job` now pay for itself?
+    pub fn worth_moving(&self, job: &MoveCandidate) -> bool {
+        self.check(job).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn long_job() -> MoveCandidate {
+        MoveCandidate {
+            resumable: true,
+            running_for_s: 3600.0,
+            remaining_s: Some(36_000.0),
+            ..MoveCandidate::default()
+        }
+    }
+
+    #[test]
+    fn a_long_resumable_job_is_worth_moving() {
+        assert_eq!(MigrationRule::default().check(&long_job()), Ok(()));
+        let unknown_end = MoveCandidate {
+            remaining_s: None,
+            ..long_job()
+        };
+        assert!(MigrationRule::default().worth_moving(&unknown_end));
+    }
+
+    #[test]
+    fn each_reason_keeps_a_job_still() {
+        let rule = MigrationRule {
+            default_cost_s: 60.0,
+            payback: 2.0,
+            min_run_s: 300.0,
+            cooldown_s: 600.0,
+        };
+        let cases = [
+            (
+                MoveCandidate {
+                    resumable: false,
+                    ..long_job()
+                },
+                KeepReason::NotResumable,
+            ),
+            (
+                MoveCandidate {
+                    protected_for_s: 1.0,
+                    ..long_job()
+                },
+                KeepReason::Protected,
+            ),
+            (
+                MoveCandidate {
+                    running_for_s: 299.0,
+                    ..long_job()
+                },
+                KeepReason::StartingUp,
+            ),
+            (
+                MoveCandidate {
+                    since_migrated_s: Some(599.0),
+                    ..long_job()
+                },
+                KeepReason::CoolingDown,
+            ),
+            (
+                // 60 s cost: after the move 179 - 60 = 119 s left < 2 x 60.
+                MoveCandidate {
+                    remaining_s: Some(179.0),
+                    ..long_job()
+                },
+                KeepReason::EndsSoon,
+            ),
+        ];
+        for (job, why) in cases {
+            assert_eq!(rule.check(&job), Err(why), "{job:?}");
+        }
+        let just_enough = MoveCandidate {
+            remaining_s: Some(180.0),
+            since_migrated_s: Some(600.0),
+            ..long_job()
+        };
+        assert_eq!(rule.check(&just_enough), Ok(()));
+    }
+
+    #[test]
+    fn a_job_names_its_own_cost() {
+        let rule = MigrationRule::default();
+        let job = MoveCandidate {
+            cost_s: Some(300.0),
+            remaining_s: Some(800.0),
+            ..long_job()
+        };
+        assert_eq!(rule.cost_of(&job), 300.0);
+        // 800 - 300 = 500 < 2 x 300: kept, where the 8 s default would move it.
+        assert_eq!(rule.check(&job), Err(KeepReason::EndsSoon));
+        assert!(rule.worth_moving(&MoveCandidate {
+            cost_s: None,
+            ..job
+        }));
+    }
+}
