@@ -25,6 +25,14 @@
 //!   preceded by `J` completing a protected period, and a chain
 //!   `A -> B -> A` needs `A` to have run its min runtime in between: a job is
 //!   preempted at most once per protected period it completes.
+//! - **Room is given once.** A job for which room was freed by preemption
+//!   and that has not started since (`PendingJob::room_given`: the driver
+//!   knows whether the room was used) takes free room but preempts no one:
+//!   a job that cannot use the room (a partition, feature or memory limit
+//!   the planner does not see) would otherwise take the same victim every
+//!   cycle.
+//! - At most `max_preemptions_per_cycle` victims per [`plan_cycle`]; the
+//!   queue's later jobs wait for the next cycle (`CyclePlan::held_back`).
 //! - Faulty nodes take no new jobs; each job on one is preempted as soon as its
 //!   protection ends; an empty faulty node is drained for repair.
 //! - **Drains** ([`plan_drain`]), for a job no legal victim set can place now:
@@ -56,6 +64,18 @@ pub struct ProtectionConfig {
     /// requester's by this fraction (0.05: 5% more over-served), so two teams
     /// close to their budgets do not take turns preempting each other.
     pub preempt_margin: f64,
+    /// At most this many victims per [`plan_cycle`] (faulty-node evictions
+    /// included); a pending job whose victims would pass the limit, and every
+    /// job after it in the queue, preempts no one this cycle. 0: no victims.
+    #[serde(default = "default_max_preemptions")]
+    pub max_preemptions_per_cycle: usize,
+}
+
+/// Default of [`ProtectionConfig::max_preemptions_per_cycle`].
+pub const DEFAULT_MAX_PREEMPTIONS_PER_CYCLE: usize = 16;
+
+fn default_max_preemptions() -> usize {
+    DEFAULT_MAX_PREEMPTIONS_PER_CYCLE
 }
 
 impl Default for ProtectionConfig {
@@ -65,6 +85,7 @@ impl Default for ProtectionConfig {
             checkpoint_interval_s: 600.0,
             exact_search_limit: 10,
             preempt_margin: 0.05,
+            max_preemptions_per_cycle: DEFAULT_MAX_PREEMPTIONS_PER_CYCLE,
         }
     }
 }
@@ -131,12 +152,19 @@ pub struct PendingJob {
     pub preempted_by: Option<JobId>,
     /// Was this job preempted and has not yet run its min runtime since?
     pub owes_min_runtime: bool,
+    /// Room was already freed for this job by preemption and it has not
+    /// started since (the driver decides for how long this holds: while the
+    /// job may still start, and after that until its request or the nodes
+    /// change or a time-out passes). It may take free room, never a victim.
+    #[serde(default)]
+    pub room_given: bool,
 }
 
 impl PendingJob {
-    /// May this job preempt anyone (allocated, and not a recent victim)?
+    /// May this job preempt anyone (allocated, not a recent victim, and no
+    /// room already given to it in vain)?
     pub fn may_preempt(&self) -> bool {
-        self.min_runtime_s > 0.0 && !self.owes_min_runtime
+        self.min_runtime_s > 0.0 && !self.owes_min_runtime && !self.room_given
     }
 }
 
@@ -596,12 +624,17 @@ pub struct CyclePlan {
     pub drain: Vec<NodeId>,
     /// Pending jobs that were given room this cycle, in queue order.
     pub admitted: Vec<JobId>,
+    /// Pending jobs that needed victims but were not given them because of
+    /// `max_preemptions_per_cycle`, in queue order.
+    pub held_back: Vec<JobId>,
 }
 
 /// One cycle: faulty-node evictions, then pending jobs in fair-share order
 /// (`queue` is already ordered), each taking room from free GPUs first and
 /// from legal victims otherwise. Room given to an earlier job is not given
-/// again to a later one.
+/// again to a later one. At most `cfg.max_preemptions_per_cycle` victims:
+/// once a job's victims would pass the limit, no later job preempts either
+/// (they may still take free room).
 pub fn plan_cycle(
     queue: &[PendingJob],
     running: &[RunningJob],
@@ -625,10 +658,11 @@ pub fn plan_cycle(
         }
     };
     // Faulty nodes: evict each job as soon as its protection has ended.
+    let limit = cfg.max_preemptions_per_cycle;
     for v in running {
         let on_faulty = v.gpus_on.iter().find(|(n, _)| faulty.contains(n));
         if let Some(&(node, _)) = on_faulty {
-            if !v.protected(now, cfg) {
+            if !v.protected(now, cfg) && plan.preemptions.len() < limit {
                 plan.preemptions.push(Preemption {
                     victim: v.id,
                     for_job: None,
@@ -652,10 +686,16 @@ pub fn plan_cycle(
         .filter(|n| !still_on(*n, &gone))
         .collect();
 
+    let mut limited = false;
     for p in queue {
         let Some(victims) = plan_room(p, running, &room, ratios, now, cfg, &gone) else {
             continue;
         };
+        if !victims.is_empty() && (limited || plan.preemptions.len() + victims.len() > limit) {
+            limited = true;
+            plan.held_back.push(p.id);
+            continue;
+        }
         for v in &victims {
             gone.insert(v.victim);
             if let Some(r) = running.iter().find(|r| r.id == v.victim) {
@@ -713,6 +753,7 @@ mod tests {
             min_runtime_s: 2.0 * H,
             preempted_by: None,
             owes_min_runtime: false,
+            room_given: false,
         }
     }
 
@@ -958,5 +999,68 @@ mod tests {
         );
         assert_eq!(plan.admitted, vec![JobId(2)]);
         assert_eq!(plan.preemptions.len(), 1);
+    }
+
+    #[test]
+    fn room_given_in_vain_takes_free_room_but_no_victim() {
+        // The livelock: the same unallocated job is the victim every cycle
+        // for a job that never uses the room. Once the driver says room was
+        // given, the job preempts no one.
+        let run = vec![running(1, "x", &[(0, 8)], 0.0, 0.0)];
+        let room = room_of(2, &run);
+        let mut p = pending(2, "a", 2, 8);
+        let plan = |p: &PendingJob, room: &NodeRoom| {
+            plan_cycle(
+                std::slice::from_ref(p),
+                &run,
+                room,
+                &BTreeSet::new(),
+                &ratios(&[]),
+                H,
+                &cfg(),
+            )
+        };
+        assert_eq!(plan(&p, &room).preemptions.len(), 1);
+        p.room_given = true;
+        assert!(!p.may_preempt());
+        let got = plan(&p, &room);
+        assert!(got.preemptions.is_empty(), "{got:?}");
+        assert!(got.admitted.is_empty());
+        // It still takes room that is free.
+        let free = room_of(2, &[]);
+        assert_eq!(plan(&p, &free).admitted, vec![JobId(2)]);
+    }
+
+    #[test]
+    fn preemptions_per_cycle_are_limited_in_queue_order() {
+        // Four unallocated 8-GPU jobs; three allocated requests needing one,
+        // two and one victims. With a limit of 2: the first job takes one,
+        // the second would pass the limit and is held back, and so is the
+        // third (no jumping the queue); a job that fits in free room is
+        // still admitted.
+        let run: Vec<RunningJob> = (0..4)
+            .map(|i| running(i + 1, "x", &[(i as NodeId, 8)], 0.0, 0.0))
+            .collect();
+        let mut room = room_of(5, &run);
+        room.free[4] = 4;
+        let queue = vec![
+            pending(10, "a", 1, 8),
+            pending(11, "a", 2, 8),
+            pending(12, "a", 1, 8),
+            pending(13, "a", 1, 4),
+        ];
+        let cfg = ProtectionConfig {
+            max_preemptions_per_cycle: 2,
+            ..cfg()
+        };
+        let plan = plan_cycle(&queue, &run, &room, &BTreeSet::new(), &ratios(&[]), H, &cfg);
+        assert_eq!(plan.preemptions.len(), 1, "{plan:?}");
+        assert_eq!(plan.admitted, vec![JobId(10), JobId(13)]);
+        assert_eq!(plan.held_back, vec![JobId(11), JobId(12)]);
+        // Faulty-node evictions count too.
+        let faulty: BTreeSet<NodeId> = [0, 1, 2].into();
+        let plan = plan_cycle(&[], &run, &room, &faulty, &ratios(&[]), H, &cfg);
+        assert_eq!(plan.preemptions.len(), 2);
+        assert!(plan.drain.len() <= 2);
     }
 }

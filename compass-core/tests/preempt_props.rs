@@ -55,6 +55,7 @@ fn scenario() -> impl Strategy<Value = (Vec<RunningJob>, PendingJob, Vec<f64>)> 
                 min_runtime_s: 3600.0,
                 preempted_by: None,
                 owes_min_runtime: false,
+                room_given: false,
             };
             (running, pending, ratios)
         })

@@ -1258,6 +1258,7 @@ impl<'a> Sim<'a> {
             min_runtime_s: self.jobs[i].min_runtime_s,
             preempted_by: self.live[i].preempted_by,
             owes_min_runtime: false,
+            room_given: false,
         }
     }
 
