@@ -31,8 +31,9 @@
 //!   a job that cannot use the room (a partition, feature or memory limit
 //!   the planner does not see) would otherwise take the same victim every
 //!   cycle.
-//! - At most `max_preemptions_per_cycle` victims per [`plan_cycle`]; the
-//!   queue's later jobs wait for the next cycle (`CyclePlan::held_back`).
+//! - At most `max_preemptions_per_cycle` victims per [`plan_cycle`] (or the
+//!   first job's, if it needs more); the queue's later jobs wait for the
+//!   next cycle (`CyclePlan::held_back`).
 //! - Faulty nodes take no new jobs; each job on one is preempted as soon as its
 //!   protection ends; an empty faulty node is drained for repair.
 //! - **Drains** ([`plan_drain`]), for a job no legal victim set can place now:
@@ -66,7 +67,9 @@ pub struct ProtectionConfig {
     pub preempt_margin: f64,
     /// At most this many victims per [`plan_cycle`] (faulty-node evictions
     /// included); a pending job whose victims would pass the limit, and every
-    /// job after it in the queue, preempts no one this cycle. 0: no victims.
+    /// job after it in the queue, preempts no one this cycle. The first
+    /// job's victims are always allowed, so a job that needs more victims
+    /// than the limit is still served (alone in its cycle).
     #[serde(default = "default_max_preemptions")]
     pub max_preemptions_per_cycle: usize,
 }
@@ -632,9 +635,9 @@ pub struct CyclePlan {
 /// One cycle: faulty-node evictions, then pending jobs in fair-share order
 /// (`queue` is already ordered), each taking room from free GPUs first and
 /// from legal victims otherwise. Room given to an earlier job is not given
-/// again to a later one. At most `cfg.max_preemptions_per_cycle` victims:
-/// once a job's victims would pass the limit, no later job preempts either
-/// (they may still take free room).
+/// again to a later one. At most `cfg.max_preemptions_per_cycle` victims
+/// (or the first job's, if it needs more): once a job's victims would pass
+/// the limit, no later job preempts either (they may still take free room).
 pub fn plan_cycle(
     queue: &[PendingJob],
     running: &[RunningJob],
@@ -691,7 +694,10 @@ pub fn plan_cycle(
         let Some(victims) = plan_room(p, running, &room, ratios, now, cfg, &gone) else {
             continue;
         };
-        if !victims.is_empty() && (limited || plan.preemptions.len() + victims.len() > limit) {
+        // The first job's victims are always allowed (a job needing more
+        // victims than the limit would otherwise never be served).
+        let over = plan.preemptions.len() + victims.len() > limit && !plan.preemptions.is_empty();
+        if !victims.is_empty() && (limited || over) {
             limited = true;
             plan.held_back.push(p.id);
             continue;
@@ -1062,5 +1068,22 @@ mod tests {
         let plan = plan_cycle(&[], &run, &room, &faulty, &ratios(&[]), H, &cfg);
         assert_eq!(plan.preemptions.len(), 2);
         assert!(plan.drain.len() <= 2);
+        // A job needing more victims than the limit is served alone.
+        let cfg = ProtectionConfig {
+            max_preemptions_per_cycle: 1,
+            ..cfg
+        };
+        let plan = plan_cycle(
+            &queue[1..],
+            &run,
+            &room,
+            &BTreeSet::new(),
+            &ratios(&[]),
+            H,
+            &cfg,
+        );
+        assert_eq!(plan.preemptions.len(), 2, "{plan:?}");
+        assert_eq!(plan.admitted, vec![JobId(11), JobId(13)]);
+        assert_eq!(plan.held_back, vec![JobId(12)]);
     }
 }
