@@ -199,7 +199,7 @@ impl Cycle {
             running: snap.running.iter().map(|j| (j.job.0, j.clone())).collect(),
         });
         let prot = &self.state.config.protection;
-        if let (true, Some(actions)) = (prot.enforce, &self.actions) {
+        if let (true, Some(actions)) = (prot.enforce.runs(), &self.actions) {
             rep.enforced = crate::enforce::enforce(
                 &self.state,
                 actions.as_ref(),

@@ -393,6 +393,7 @@ impl SlurmSink for FakeSlurm {
 impl SlurmActions for FakeSlurm {
     fn requeue(&self, job: JobId) -> Result<()> {
         let mut g = self.lock();
+        let now = g.now;
         let j = g
             .jobs
             .get_mut(&job)
@@ -401,6 +402,8 @@ impl SlurmActions for FakeSlurm {
         j.start = None;
         j.alloc.clear();
         j.begin_after = None;
+        // As Slurm does (job_mgr.c, `_job_requeue_op`).
+        j.submit = now;
         g.actions.push(FakeAction::Requeue(job));
         Ok(())
     }
