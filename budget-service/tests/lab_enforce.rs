@@ -25,8 +25,16 @@
 //!    an unknown one; the daemon preempts an unallocated job on its own and
 //!    `GET /api/v1/queue/{job}` (what `compass why` prints) says why.
 //!
-//! Ports 16930-16932 (LAB_PORT_BASE=16930); the daemon listens on a free
-//! loopback port.
+//! 5. (`lab_a_job_that_cannot_use_the_room_requeues_its_victim_once`, its
+//!    own cluster) The livelock of issue 11: a pending allocated job in a
+//!    partition that holds only n1 (busy with a protected job) cannot use
+//!    n2, where an unallocated resumable job runs. The victim is requeued
+//!    once and restarts on n2; it is not requeued again in the next 30 s
+//!    (before the fix: every cycle, once it ran again), and the preemption
+//!    is marked fruitless after `start_grace_s`.
+//!
+//! Ports 16930-16932 (LAB_PORT_BASE=16930) and 16940-16942 for test 5; the
+//! daemon listens on a free loopback port.
 
 use compass_budget::cycle::Cycle;
 use compass_budget::db::{ActionRow, Db};
@@ -47,6 +55,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PORT_BASE: u32 = 16_930;
+const LIVELOCK_PORT_BASE: u32 = 16_940;
 const NODES: u32 = 2;
 const GPUS: u32 = 8;
 const RICH: &str = "team-rich";
@@ -167,6 +176,27 @@ impl Lab {
     }
 }
 
+/// The lab cluster with the compass SPANK plugin and job_submit.lua.
+fn start_lab(tag: &'static str, port_base: u32) -> Lab {
+    Lab::start(LabSpec {
+        tag,
+        port_base,
+        nodes: NODES,
+        gpus: GPUS,
+        env: vec![
+            ("COMPASS_SPANK_SO", artifact("libcompass_spank.so")),
+            (
+                "COMPASS_JOB_SUBMIT_LUA",
+                repo_root().join("etc/job_submit.lua"),
+            ),
+            (
+                "COMPASS_CONF",
+                repo_root().join("slurm-plugin/tests/lab-compass.conf"),
+            ),
+        ],
+    })
+}
+
 /// A fresh service (in-memory database): rich 30%, poor 70%.
 fn service(lab: &Lab) -> Arc<AppState> {
     service_state(
@@ -219,23 +249,7 @@ fn lab_enforcement_preempts_protects_and_drains() {
         eprintln!("SKIPPED lab_enforcement_preempts_protects_and_drains: {why}");
         return;
     }
-    let lab = Lab::start(LabSpec {
-        tag: "compass-enforce-lab",
-        port_base: PORT_BASE,
-        nodes: NODES,
-        gpus: GPUS,
-        env: vec![
-            ("COMPASS_SPANK_SO", artifact("libcompass_spank.so")),
-            (
-                "COMPASS_JOB_SUBMIT_LUA",
-                repo_root().join("etc/job_submit.lua"),
-            ),
-            (
-                "COMPASS_CONF",
-                repo_root().join("slurm-plugin/tests/lab-compass.conf"),
-            ),
-        ],
-    });
+    let lab = start_lab("compass-enforce-lab", PORT_BASE);
     let slurm = Arc::new(LibSlurm::new(Some(lab.conf.clone())));
 
     // --- 1. Unallocated victims: requeue the resumable, cancel the other ---
@@ -633,4 +647,85 @@ fn lab_enforcement_preempts_protects_and_drains() {
         );
         assert_eq!(lab.job_state(v), "RUNNING", "the protected job stays");
     }
+}
+
+#[test]
+fn lab_a_job_that_cannot_use_the_room_requeues_its_victim_once() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIPPED lab_a_job_that_cannot_use_the_room_requeues_its_victim_once: {why}");
+        return;
+    }
+    let lab = start_lab("compass-livelock-lab", LIVELOCK_PORT_BASE);
+    // A partition the planner does not see: only n1.
+    lab.ok(
+        "scontrol",
+        &["create", "PartitionName=only1", "Nodes=n1", "State=UP"],
+    );
+    let slurm = Arc::new(LibSlurm::new(Some(lab.conf.clone())));
+    let state = service_state(
+        &lab,
+        "[protection]\nenforce = true\nmin_runtime_cap_s = 3600\nstart_grace_s = 8\n\
+         fruitless_retry_after_s = 3600\n",
+        vec![
+            spec("org", None, 1.0, None),
+            spec("rich", Some("org"), 0.3, Some(RICH)),
+            spec("poor", Some("org"), 0.7, Some(POOR)),
+        ],
+    );
+    let mut cycle =
+        Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+    // n1: a protected job of the poor team; n2: an unallocated resumable job.
+    let p = lab.submit(POOR, "--gres=gpu:8", 3600, true, &["-w", "n1"]);
+    let v = lab.submit(RICH, "--gres=gpu:8", 0, true, &["-w", "n2"]);
+    step_until(
+        &lab,
+        &mut cycle,
+        "both jobs to run",
+        Duration::from_secs(30),
+        || lab.job_state(p) == "RUNNING" && lab.job_state(v) == "RUNNING",
+    );
+    // The poor team's job that can only run on n1.
+    let j = lab.submit(POOR, "--gres=gpu:8", 60, true, &["-p", "only1"]);
+    step_until(
+        &lab,
+        &mut cycle,
+        "the victim to be requeued once",
+        Duration::from_secs(15),
+        || !actions_on(&state, v).is_empty(),
+    );
+    let first = actions_on(&state, v);
+    assert_eq!(
+        (first[0].action.as_str(), first[0].cause_job, first[0].ok),
+        ("requeue", Some(j), true),
+        "{first:?}"
+    );
+    step_until(
+        &lab,
+        &mut cycle,
+        "the victim to run again on n2 (the job cannot use it)",
+        Duration::from_secs(20),
+        || lab.job_state(v) == "RUNNING",
+    );
+    // 30 s of cycles, twice a second: the victim runs on, requeued once.
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        cycle.step().expect("cycle against the lab");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let acts = actions_on(&state, v);
+    assert_eq!(
+        acts.len(),
+        1,
+        "requeued more than once: {acts:?}\n{}",
+        lab.squeue()
+    );
+    assert_eq!(lab.field(v, "Restarts"), "1", "{}", lab.show(v));
+    assert_eq!(lab.job_state(v), "RUNNING", "{}", lab.squeue());
+    assert_eq!(lab.job_state(j), "PENDING", "{}", lab.squeue());
+    assert!(
+        acts[0].detail.contains("fruitless"),
+        "marked fruitless after the grace: {}",
+        acts[0].detail
+    );
+    lab.clear();
 }
