@@ -722,7 +722,18 @@ fn enforcement_text(state: &AppState, id: u64, actions: &[crate::db::ActionRow])
     let mut out = String::new();
     if let Some(j) = state.running_job(id) {
         let cap = state.config.protection.min_runtime_cap_s;
+        // Enforcement treats accounts outside the tree as unallocated.
+        let budgeted = (state.db().load_tree().ok().flatten())
+            .is_some_and(|t| t.leaf_for_account(&j.account).is_ok());
         match j.start {
+            Some(_) if j.min_runtime_s > 0 && !budgeted => {
+                let _ = writeln!(
+                    out,
+                    "Running time of account {}, which has no budget in the tree: unallocated (never protected, \
+                     whatever its --min-runtime); an allocated job that needs its GPUs may preempt it.",
+                    j.account
+                );
+            }
             Some(start) if j.min_runtime_s > 0 => {
                 let until = start + (j.min_runtime_s as f64).min(cap) as i64;
                 if state.now() < until {
