@@ -412,7 +412,10 @@ pub fn enforce(
             "preemption limit of this cycle reached; the rest waits for the next cycle"
         );
     }
+    // Jobs given room this cycle, and jobs one of whose victims Slurm
+    // refused (they are not given room yet: the refused victim is retried).
     let mut fed: BTreeSet<JobId> = BTreeSet::new();
+    let mut short: BTreeSet<JobId> = BTreeSet::new();
     for p in &plan.preemptions {
         let Some(victim) = by_id.get(&p.victim).copied() else {
             continue;
@@ -498,6 +501,9 @@ pub fn enforce(
             }
             Err(e) => {
                 rep.failed += 1;
+                if let Some(c) = p.for_job {
+                    short.insert(c);
+                }
                 tracing::warn!(
                     action,
                     job = victim.job.0,
@@ -532,7 +538,7 @@ pub fn enforce(
         )?;
     }
     // Room was given to these jobs: they must now start within the grace.
-    for c in &fed {
+    for c in fed.difference(&short) {
         if let Some(j) = pending.get(c) {
             state.db().record_room_given(&RoomGiven {
                 job: c.0,
@@ -1057,15 +1063,17 @@ mod tests {
         );
     }
 
-    /// Slurm refuses the first `refusals` requeues, then accepts.
+    /// Slurm refuses the first `refusals` requeues (of job `only`, if set),
+    /// then accepts.
     struct FlakyRequeue {
         fake: Arc<FakeSlurm>,
         refusals: std::sync::Mutex<u32>,
+        only: Option<JobId>,
     }
     impl SlurmActions for FlakyRequeue {
         fn requeue(&self, job: JobId) -> Result<()> {
             let mut left = self.refusals.lock().unwrap();
-            if *left > 0 {
+            if *left > 0 && self.only.is_none_or(|o| o == job) {
                 *left -= 1;
                 return Err(BudgetError::Slurm(format!(
                     "requeue job {}: Resource temporarily unavailable",
@@ -1089,12 +1097,38 @@ mod tests {
     }
 
     fn flaky(w: &mut World, refusals: u32) {
+        flaky_for(w, refusals, None);
+    }
+
+    fn flaky_for(w: &mut World, refusals: u32, only: Option<JobId>) {
         w.cycle = Cycle::new(w.state.clone(), w.slurm.clone(), w.slurm.clone()).with_actions(
             Arc::new(FlakyRequeue {
                 fake: w.slurm.clone(),
                 refusals: std::sync::Mutex::new(refusals),
+                only,
             }),
         );
+    }
+
+    #[test]
+    fn a_refused_victim_is_retried_though_its_partner_was_requeued() {
+        // Job 3 needs both nodes; Slurm refuses job 2's requeue once. Job 3
+        // was not given its room yet: job 2 is retried next cycle.
+        let mut w = World::plain();
+        flaky_for(&mut w, 1, Some(JobId(2)));
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 0, true, T0 - 100);
+        w.pend(3, "poor", 2, 8, 600);
+        let rep = w.at(T0);
+        assert_eq!((rep.requeued, rep.failed), (1, 1), "{rep:?}");
+        assert!(w.state.db().rooms_given().unwrap().is_empty());
+        let rep = w.at(T0 + 10);
+        assert_eq!((rep.requeued, rep.failed), (1, 0), "{rep:?}");
+        assert_eq!(
+            w.slurm.actions(),
+            vec![FakeAction::Requeue(JobId(1)), FakeAction::Requeue(JobId(2))]
+        );
+        assert!(w.state.db().rooms_given().unwrap().contains_key(&3));
     }
 
     #[test]
