@@ -18,6 +18,25 @@
 //! action is never acted on again (it may still be reported running while
 //! Slurm completes it; its GPUs then count as free). The no-ping-pong record
 //! (`preemptions`) survives restarts.
+//!
+//! Issue 11, "never loops and keeps its word":
+//! - Room is given once: the room freed for a pending job is recorded
+//!   (`room_given`); the job preempts no one while it may still start
+//!   (`[protection] start_grace_s`), and if it has not started by then the
+//!   preemption is *fruitless* (noted on the action rows) and it preempts no
+//!   one until its [`request_key`] or the [`nodes_key`] changes or
+//!   `fruitless_retry_after_s` passes. At most `max_actions_per_cycle`
+//!   victims per cycle (the core's limit).
+//! - A requeue Slurm refuses is retried every cycle for
+//!   `requeue_retry_for_s` from the first refusal; only then is the victim
+//!   cancelled. A job one of whose victims was refused is not given its
+//!   room yet.
+//! - Jobs of accounts outside the budget tree are unallocated here (never
+//!   protected, never preempting).
+//! - Records apply to one job, not one job id ([`same_job`]): slurmctld
+//!   reuses ids after a cold start.
+//! - `enforce = "dry-run"`: the same decisions, recorded with `dry_run`,
+//!   nothing sent to Slurm; runs it would have ended count as ended for it.
 
 use compass_core::fairshare::{self, NodeStats, OrgTree, Placed};
 use compass_core::model::{JobId, JobShape, NodeId, NodeSet};
@@ -1010,6 +1029,46 @@ mod tests {
         assert_eq!(rep.drained, 1);
         assert_eq!(w.at(T0 + 2).drained, 0);
         assert_eq!(w.state.nodes()[1].state, NodeState::Drained);
+    }
+
+    #[test]
+    fn a_schema_2_record_still_guards_its_victim_but_not_a_reused_id() {
+        let dir = std::env::temp_dir().join(format!("compass-enforce-v2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("b.db");
+        {
+            // A database of schema 2 with a preemption of job 1 for job 3.
+            let c = rusqlite::Connection::open(&path).unwrap();
+            c.execute_batch(crate::db::MIGRATIONS[0]).unwrap();
+            c.execute_batch(crate::db::MIGRATIONS[1]).unwrap();
+            c.execute_batch("PRAGMA user_version=2").unwrap();
+            c.execute(
+                "INSERT INTO preemptions (victim, by_job, at, owes) VALUES (1, 3, ?1, 1)",
+                [T0],
+            )
+            .unwrap();
+        }
+        let db = Db::open(&path).unwrap();
+        assert_eq!(db.version().unwrap(), crate::db::known_version());
+        let h = db.preemptions().unwrap()[&1];
+        assert_eq!((h.victim_submit, h.by_submit, h.owes), (0, None, true));
+        // Job 1 as requeued at T0 (Slurm set its submit time to T0): still
+        // owes its min runtime, may not preempt.
+        let mut w = World::new("", db);
+        let mut j = SlurmJob::basic(JobId(1), "poor", 8, 600, true, 0, T0);
+        j.instances = 1;
+        w.slurm.put(j);
+        w.run(5, "rich", "n1", 8, 0, true, T0 + 5);
+        w.run(2, "rich", "n2", 8, 3600, false, T0);
+        assert_eq!(w.at(T0 + 10), EnforceReport::default());
+        // A new job 1 (submitted after a cold start) owes nothing.
+        w.slurm.purge(JobId(1));
+        let mut j = SlurmJob::basic(JobId(1), "poor", 8, 600, true, 0, T0 + 300);
+        j.instances = 1;
+        w.slurm.put(j);
+        assert_eq!(w.at(T0 + 310).requeued, 1);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
