@@ -25,16 +25,16 @@
 //!    an unknown one; the daemon preempts an unallocated job on its own and
 //!    `GET /api/v1/queue/{job}` (what `compass why` prints) says why.
 //!
-//! 5. (`lab_a_job_that_cannot_use_the_room_requeues_its_victim_once`, its
-//!    own cluster) The livelock of issue 11: a pending allocated job in a
+//! 5. The livelock of issue 11: a pending allocated job in a
 //!    partition that holds only n1 (busy with a protected job) cannot use
 //!    n2, where an unallocated resumable job runs. The victim is requeued
 //!    once and restarts on n2; it is not requeued again in the next 30 s
 //!    (before the fix: every cycle, once it ran again), and the preemption
 //!    is marked fruitless after `start_grace_s`.
 //!
-//! Ports 16930-16932 (LAB_PORT_BASE=16930) and 16940-16942 for test 5; the
-//! daemon listens on a free loopback port.
+//! One cluster for all sections (libslurm is initialised once per process).
+//! Ports 16930-16932 (LAB_PORT_BASE=16930); the daemon listens on a free
+//! loopback port.
 
 use compass_budget::cycle::Cycle;
 use compass_budget::db::{ActionRow, Db};
@@ -55,7 +55,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PORT_BASE: u32 = 16_930;
-const LIVELOCK_PORT_BASE: u32 = 16_940;
 const NODES: u32 = 2;
 const GPUS: u32 = 8;
 const RICH: &str = "team-rich";
@@ -647,23 +646,21 @@ fn lab_enforcement_preempts_protects_and_drains() {
         );
         assert_eq!(lab.job_state(v), "RUNNING", "the protected job stays");
     }
+
+    // --- 5. A job that cannot use the room: its victim is requeued once ---
+    livelock(&lab, &slurm);
 }
 
-#[test]
-fn lab_a_job_that_cannot_use_the_room_requeues_its_victim_once() {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED lab_a_job_that_cannot_use_the_room_requeues_its_victim_once: {why}");
-        return;
-    }
-    let lab = start_lab("compass-livelock-lab", LIVELOCK_PORT_BASE);
+/// Section 5: the livelock of issue 11 (see the module doc).
+fn livelock(lab: &Lab, slurm: &Arc<LibSlurm>) {
+    lab.clear();
     // A partition the planner does not see: only n1.
     lab.ok(
         "scontrol",
         &["create", "PartitionName=only1", "Nodes=n1", "State=UP"],
     );
-    let slurm = Arc::new(LibSlurm::new(Some(lab.conf.clone())));
     let state = service_state(
-        &lab,
+        lab,
         "[protection]\nenforce = true\nmin_runtime_cap_s = 3600\nstart_grace_s = 8\n\
          fruitless_retry_after_s = 3600\n",
         vec![
@@ -678,7 +675,7 @@ fn lab_a_job_that_cannot_use_the_room_requeues_its_victim_once() {
     let p = lab.submit(POOR, "--gres=gpu:8", 3600, true, &["-w", "n1"]);
     let v = lab.submit(RICH, "--gres=gpu:8", 0, true, &["-w", "n2"]);
     step_until(
-        &lab,
+        lab,
         &mut cycle,
         "both jobs to run",
         Duration::from_secs(30),
@@ -687,7 +684,7 @@ fn lab_a_job_that_cannot_use_the_room_requeues_its_victim_once() {
     // The poor team's job that can only run on n1.
     let j = lab.submit(POOR, "--gres=gpu:8", 60, true, &["-p", "only1"]);
     step_until(
-        &lab,
+        lab,
         &mut cycle,
         "the victim to be requeued once",
         Duration::from_secs(15),
@@ -700,7 +697,7 @@ fn lab_a_job_that_cannot_use_the_room_requeues_its_victim_once() {
         "{first:?}"
     );
     step_until(
-        &lab,
+        lab,
         &mut cycle,
         "the victim to run again on n2 (the job cannot use it)",
         Duration::from_secs(20),
