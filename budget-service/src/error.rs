@@ -38,6 +38,11 @@ pub enum BudgetError {
     Munge(String),
     #[error("http: {0}")]
     Http(String),
+    /// A dependency (munged, the passwd database, SQLite, slurmctld) did not
+    /// answer within the request timeout, or too many requests already wait
+    /// on it (HTTP 503). The request may still complete in the background.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }
