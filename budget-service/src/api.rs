@@ -748,7 +748,8 @@ pub struct QueueRow {
     pub why: String,
 }
 
-fn queue_row(p: &Placed, len: usize) -> QueueRow {
+fn queue_row(p: &Placed, q: &crate::state::QueueView) -> QueueRow {
+    let len = q.order.len();
     QueueRow {
         rank: p.rank,
         job: p.job.job,
@@ -758,8 +759,7 @@ fn queue_row(p: &Placed, len: usize) -> QueueRow {
         gpus: p.job.gpus,
         priority: p.job.priority,
         team_ratio: p.path.last().map(|l| l.ratio).filter(|r| r.is_finite()),
-        site_factor: fairshare::SITE_FACTOR_BASE
-            - p.rank.min(fairshare::SITE_FACTOR_BASE as usize - 1) as u32,
+        site_factor: q.factors.get(&p.job.job).copied().unwrap_or(0),
         why: fairshare::explain(p, len),
     }
 }
@@ -771,13 +771,8 @@ async fn get_queue(
     Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     let q = state.queue();
-    let rows = |n: usize| -> Vec<QueueRow> {
-        q.order
-            .iter()
-            .take(n)
-            .map(|p| queue_row(p, q.order.len()))
-            .collect()
-    };
+    let rows =
+        |n: usize| -> Vec<QueueRow> { q.order.iter().take(n).map(|p| queue_row(p, &q)).collect() };
     let body = match query_i64(&params, "limit")? {
         Some(n) if n >= 0 => axum::body::Bytes::from(
             serde_json::to_vec(&json!({ "at": q.at, "jobs": rows(n as usize) }))
@@ -809,7 +804,7 @@ async fn get_why(
     let enforcement = enforcement_text(state, id, &actions);
     if let Some(p) = q.order.iter().find(|p| p.job.job == JobId(id)) {
         return Ok(Json(
-            json!({ "at": q.at, "state": "pending", "placed": p, "row": queue_row(p, q.order.len()),
+            json!({ "at": q.at, "state": "pending", "placed": p, "row": queue_row(p, &q),
                     "actions": actions, "enforcement": enforcement }),
         )
         .into_response());

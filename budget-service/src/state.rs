@@ -58,6 +58,9 @@ pub struct QueueView {
     /// When it was computed (Unix seconds); 0: never.
     pub at: UnixSecs,
     pub order: Vec<Placed>,
+    /// The site factor pushed to Slurm for each job of `order`.
+    #[serde(skip)]
+    pub factors: HashMap<compass_core::model::JobId, u32>,
     /// The serialized `GET /api/v1/queue` body, built on first request.
     #[serde(skip)]
     pub json: std::sync::OnceLock<axum::body::Bytes>,

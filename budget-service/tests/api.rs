@@ -391,7 +391,8 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
     let top = call(&r, "GET", "/api/v1/queue?limit=2", None, None).await.1;
     assert_eq!(top["jobs"].as_array().unwrap().len(), 2);
     assert_eq!(top["jobs"][1]["job"], 10);
-    assert_eq!(top["jobs"][1]["site_factor"], 99_999_999);
+    // The factor shown is the one Slurm holds.
+    assert_eq!(top["jobs"][1]["site_factor"], slurm.factors()[&JobId(10)]);
     let why = call(&r, "GET", "/api/v1/queue/11", None, None).await.1;
     let text = why["row"]["why"].as_str().unwrap();
     assert!(text.contains("Job 11 is 3rd of 5"), "{text}");
@@ -416,11 +417,17 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
     // Nothing changed: nothing pushed.
     clock.advance(10);
     assert_eq!(cycle.step().unwrap().pushed, 0);
-    // A new job appended at the end changes only its own factor.
+    // A new job in the middle (behind 11, ahead of 40 and 30) changes only
+    // its own factor: sparse keys, not ranks (issue 11).
+    let before = slurm.factors();
     slurm.put(sjob(12, "acct-a", 1, 600, -9, T0));
     clock.advance(10);
     let rep = cycle.step().unwrap();
-    assert_eq!(rep.pushed, 3, "job 12 plus the two it overtakes (40, 30)");
+    assert_eq!(rep.pushed, 1, "only job 12: {:?}", slurm.pushes().last());
+    let want: Vec<JobId> = [20, 10, 11, 12, 40, 30].into_iter().map(JobId).collect();
+    assert_eq!(slurm.pending_order(), want);
+    let after = slurm.factors();
+    assert!(before.iter().all(|(j, f)| after[j] == *f));
 
     // Slurm goes down: the step fails, reads keep working from the last state.
     slurm.set_down(true);
