@@ -60,7 +60,9 @@ impl ApiError {
             BudgetError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, None),
             BudgetError::Forbidden { .. } => (StatusCode::FORBIDDEN, None),
             BudgetError::NotFound(_) => (StatusCode::NOT_FOUND, None),
-            BudgetError::Conflict(_) => (StatusCode::CONFLICT, None),
+            BudgetError::Conflict(_) | BudgetError::InvalidStoredTree(_) => {
+                (StatusCode::CONFLICT, None)
+            }
             BudgetError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, None),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, None),
         }
@@ -283,6 +285,25 @@ fn policy(state: &AppState) -> Policy<'_> {
     }
 }
 
+/// The stored tree for the policy checks of an edit. When it fails
+/// validation (a hand-edited database, or a rule added by an upgrade),
+/// admins may still replace or edit it: they need no tree for their checks,
+/// and the result must validate. Others are refused with how to repair it.
+fn stored_tree(
+    pol: &Policy<'_>,
+    user: &str,
+    specs: &[NodeSpec],
+) -> Result<Option<OrgTree>, BudgetError> {
+    match tree_of(specs) {
+        Ok(t) => Ok(t),
+        Err(e) if pol.is_admin(user) => {
+            tracing::warn!(error = %e, user, "admin edit of an invalid stored tree");
+            Ok(None)
+        }
+        Err(e) => Err(BudgetError::InvalidStoredTree(e.to_string())),
+    }
+}
+
 fn tree_of(specs: &[NodeSpec]) -> Result<Option<OrgTree>, BudgetError> {
     if specs.is_empty() {
         Ok(None)
@@ -291,40 +312,90 @@ fn tree_of(specs: &[NodeSpec]) -> Result<Option<OrgTree>, BudgetError> {
     }
 }
 
+/// A whole-number query parameter; anything else is a 400 naming it.
 fn query_i64(q: &HashMap<String, String>, key: &str) -> Result<Option<i64>, BudgetError> {
     match q.get(key) {
         None => Ok(None),
         Some(v) => v
             .parse::<i64>()
             .map(Some)
-            .map_err(|_| BudgetError::field(key, format!("`{v}` is not a whole number"))),
+            .map_err(|_| BudgetError::Malformed {
+                field: Some(key.to_string()),
+                why: format!("`{v}` is not a whole number"),
+            }),
     }
 }
 
-/// `from`/`to` (Unix seconds) or `window_s` ending now; default: the
-/// configured window ending now.
+/// Latest time a query window may name: 9999-12-31T23:59:59Z.
+pub const MAX_QUERY_TIME: i64 = 253_402_300_799;
+
+fn bad_query(key: &str, why: String) -> BudgetError {
+    BudgetError::Malformed {
+        field: Some(key.to_string()),
+        why,
+    }
+}
+
+/// `from`/`to` (Unix seconds, 0 to [`MAX_QUERY_TIME`]) or `window_s`
+/// ending now; default: the configured window ending now. Out-of-range
+/// values are a 400 naming the parameter, never an overflow.
 fn window(state: &AppState, q: &HashMap<String, String>) -> Result<(i64, i64), BudgetError> {
+    let time = |key: &str| -> Result<Option<i64>, BudgetError> {
+        match query_i64(q, key)? {
+            Some(t) if !(0..=MAX_QUERY_TIME).contains(&t) => Err(bad_query(
+                key,
+                format!("{t} is outside 0..={MAX_QUERY_TIME} (Unix seconds, 1970 to 9999)"),
+            )),
+            t => Ok(t),
+        }
+    };
     let now = state.now();
-    let to = query_i64(q, "to")?.unwrap_or(now);
-    let from = match (query_i64(q, "from")?, query_i64(q, "window_s")?) {
+    let to = time("to")?.unwrap_or(now);
+    let from = match (time("from")?, query_i64(q, "window_s")?) {
         (Some(f), None) => f,
-        (None, Some(w)) if w > 0 => to - w,
-        (None, Some(_)) => return Err(BudgetError::field("window_s", "must be positive")),
-        (None, None) => to - state.config.window_s,
-        (Some(_), Some(_)) => {
-            return Err(BudgetError::field(
+        (None, Some(w)) if w > 0 => to.checked_sub(w).filter(|f| *f >= 0).ok_or_else(|| {
+            bad_query(
                 "window_s",
-                "give either `from` or `window_s`, not both",
+                format!("{w} s before `to` ({to}) is before 1970"),
+            )
+        })?,
+        (None, Some(_)) => return Err(bad_query("window_s", "must be positive".into())),
+        (None, None) => to.saturating_sub(state.config.window_s),
+        (Some(_), Some(_)) => {
+            return Err(bad_query(
+                "window_s",
+                "give either `from` or `window_s`, not both".into(),
             ))
         }
     };
     if from >= to {
-        return Err(BudgetError::field(
+        return Err(bad_query(
             "from",
             format!("must be before `to` ({from} >= {to})"),
         ));
     }
     Ok((from, to))
+}
+
+/// A node name for `/hosts/{node}/fault|repaired`: one Slurm node, never a
+/// host list or range (`n[1-64]`, `n1,n2`), which Slurm would expand.
+fn check_node_name(node: &str) -> Result<(), BudgetError> {
+    let ok = !node.is_empty()
+        && node.len() <= 64
+        && node
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(BudgetError::field(
+            "node",
+            format!(
+                "`{node}` is not a single node name (letters, digits, `-`, `_`, `.`); \
+                 host lists and ranges such as `n[1-64]` or `n1,n2` are refused: name one node per command"
+            ),
+        ))
+    }
 }
 
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {
@@ -554,7 +625,7 @@ async fn create_node(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<
         let now = state.now();
         let pol = policy(state);
         let changes = state.db().edit_tree(&user, "create", &b.why, now, |old| {
-            let tree = tree_of(old)?;
+            let tree = stored_tree(&pol, &user, old)?;
             if old.iter().any(|s| s.name == b.name) {
                 return Err(BudgetError::Conflict(format!(
                     "node `{}` already exists",
@@ -603,7 +674,7 @@ async fn patch_node(
         let now = state.now();
         let pol = policy(state);
         let changes = state.db().edit_tree(&user, "update", &b.why, now, |old| {
-            let tree = tree_of(old)?;
+            let tree = stored_tree(&pol, &user, old)?;
             pol.check_edit(&user, tree.as_ref(), &name)?;
             let mut v = old.to_vec();
             let s = v
@@ -649,7 +720,7 @@ async fn delete_node(
     let pol = policy(state);
     let pending = state.queue();
     let changes = state.db().edit_tree(&user, "delete", &b.why, now, |old| {
-        let tree = tree_of(old)?;
+        let tree = stored_tree(&pol, &user, old)?;
         pol.check_edit(&user, tree.as_ref(), &name)?;
         let kids: Vec<&str> = old.iter().filter(|s| s.parent.as_deref() == Some(name.as_str())).map(|s| s.name.as_str()).collect();
         if !kids.is_empty() {
@@ -714,7 +785,7 @@ async fn import(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Respo
         if b.dry_run {
             let old = state.db().load_specs()?;
             let changes = fairshare::diff(&old, &b.nodes);
-            pol.check_import(&user, tree_of(&old)?.as_ref(), &changes)?;
+            pol.check_import(&user, stored_tree(&pol, &user, &old)?.as_ref(), &changes)?;
             let mut v = changes_json(&changes);
             v["applied"] = json!(false);
             return Ok(Json(v).into_response());
@@ -722,7 +793,7 @@ async fn import(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Respo
         let now = state.now();
         let changes = state.db().edit_tree(&user, "import", &b.why, now, |old| {
             let changes = fairshare::diff(old, &b.nodes);
-            pol.check_import(&user, tree_of(old)?.as_ref(), &changes)?;
+            pol.check_import(&user, stored_tree(&pol, &user, old)?.as_ref(), &changes)?;
             Ok(b.nodes.clone())
         })?;
         let mut v = changes_json(&changes);
@@ -976,6 +1047,15 @@ async fn host_fault(
     blocking(&state, move |state| {
         let (user, b): (String, FaultBody) = w.authenticate(state)?;
         require_admin(state, &user, &format!("marking node `{node}` faulty"))?;
+        check_node_name(&node)?;
+        if state.actions().is_some() && state.nodes().is_empty() {
+            // Unknown node list: a name Slurm would reject (or expand) must
+            // not reach slurm_update_node.
+            return Err(BudgetError::Unavailable(format!(
+                "cannot check `{node}` yet: no cycle has read Slurm's node list since start-up \
+                 (see /healthz `cycle.last_ok`); retry after the first cycle"
+            )));
+        }
         let change = crate::enforce::mark_faulty(state, &node, &b.reason, &user)?;
         Ok(Json(change).into_response())
     })
@@ -991,6 +1071,7 @@ async fn host_repaired(
     blocking(&state, move |state| {
         let (user, _b): (String, RepairedBody) = w.authenticate(state)?;
         require_admin(state, &user, &format!("marking node `{node}` repaired"))?;
+        check_node_name(&node)?;
         let change = crate::enforce::mark_repaired(state, &node, &user)?;
         Ok(Json(change).into_response())
     })

@@ -169,10 +169,11 @@ async fn tree_shows_products_and_usage_over_any_window() {
         (StatusCode::UNPROCESSABLE_ENTITY, Some("account")),
         "{v}"
     );
+    // A query parameter that is not a whole number is a 400 naming it.
     let (st, v) = call(&r, "GET", "/api/v1/tree?window_s=abc", None, None).await;
     assert_eq!(
         (st, v["field"].as_str()),
-        (StatusCode::UNPROCESSABLE_ENTITY, Some("window_s"))
+        (StatusCode::BAD_REQUEST, Some("window_s"))
     );
 }
 
@@ -557,4 +558,241 @@ async fn openapi_documents_every_route_and_dashboard_renders_data() {
     let page = page.as_str().unwrap();
     assert!(page.contains("\"name\":\"team-a\""), "page embeds the data");
     assert!(!page.contains("__DATA__"));
+}
+
+/// Query windows at the edges of i64 (issue 11): a 400 naming the
+/// parameter, never a panic (overflow in `to - from`) or a wrong answer.
+#[tokio::test]
+async fn query_windows_out_of_range_are_400_never_a_panic() {
+    use compass_budget::api::MAX_QUERY_TIME;
+    let (_s, _c, r) = seeded().await;
+    let (min, max) = (i64::MIN, i64::MAX);
+    let cases: Vec<(String, &str)> = vec![
+        (format!("from={min}"), "from"),
+        (format!("from={min}&to=0"), "from"),
+        (format!("from={}", min + 1), "from"),
+        ("from=-1".into(), "from"),
+        (format!("to={min}"), "to"),
+        (format!("to={max}"), "to"),
+        (format!("from=0&to={}", MAX_QUERY_TIME + 1), "to"),
+        (format!("window_s={max}"), "window_s"),
+        (format!("to={max}&window_s={max}"), "to"),
+        ("to=5&window_s=6".into(), "window_s"),
+        (format!("window_s={min}"), "window_s"),
+        ("from=99999999999999999999".into(), "from"),
+        (format!("from={max}"), "from"),
+    ];
+    for path in ["/api/v1/tree", "/api/v1/usage"] {
+        for (q, field) in &cases {
+            let (st, v) = call(&r, "GET", &format!("{path}?{q}"), None, None).await;
+            assert_eq!(
+                (st, v["field"].as_str()),
+                (StatusCode::BAD_REQUEST, Some(*field)),
+                "{path}?{q}: {v}"
+            );
+        }
+        // The widest window allowed is answered.
+        let (st, v) = call(
+            &r,
+            "GET",
+            &format!("{path}?from=0&to={MAX_QUERY_TIME}"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        assert_eq!(
+            (v["from"].as_i64(), v["to"].as_i64()),
+            (Some(0), Some(MAX_QUERY_TIME))
+        );
+    }
+}
+
+/// `compass node fault` names one node (issue 11): host lists and ranges
+/// are refused, and before the first cycle (node list unknown) nothing
+/// reaches Slurm.
+#[tokio::test]
+async fn node_fault_refuses_host_lists_and_unknown_node_lists() {
+    use compass_budget::slurm::FakeAction;
+    let (s, clock, r) = seeded().await;
+    let slurm = Arc::new(FakeSlurm::new());
+    slurm.add_node("n1", 8);
+    slurm.add_node("n2", 8);
+    slurm.set_now(T0);
+    let mut cycle = Cycle::new(s.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+    let body = j(json!({ "reason": "fans" }));
+    // Before the first cycle: host lists are refused by name, single names
+    // because Slurm's node list is not known yet.
+    for bad in ["n%5B1-64%5D", "n1,n2", "n%5B1-2%5D,n3", "n1%20n2", "*"] {
+        let (st, v) = call(
+            &r,
+            "POST",
+            &format!("/api/v1/hosts/{bad}/fault"),
+            Some("root"),
+            body.clone(),
+        )
+        .await;
+        assert_eq!(
+            (st, v["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("node")),
+            "{bad}: {v}"
+        );
+        assert!(
+            v["error"].as_str().unwrap().contains("single node name"),
+            "{v}"
+        );
+    }
+    let (st, v) = call(
+        &r,
+        "POST",
+        "/api/v1/hosts/n1/fault",
+        Some("root"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("first cycle"), "{v}");
+    assert!(
+        slurm.actions().is_empty(),
+        "nothing reached Slurm: {:?}",
+        slurm.actions()
+    );
+    assert!(s.db().faulty().unwrap().is_empty());
+    // After a cycle: a known node is drained; lists and unknown names not.
+    cycle.step().unwrap();
+    clock.advance(10);
+    let (st, v) = call(
+        &r,
+        "POST",
+        "/api/v1/hosts/n%5B1-2%5D/fault",
+        Some("root"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    let (st, v) = call(
+        &r,
+        "POST",
+        "/api/v1/hosts/n9/fault",
+        Some("root"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    let (st, v) = call(&r, "POST", "/api/v1/hosts/n1/fault", Some("root"), body).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        slurm.actions(),
+        vec![FakeAction::Drain("n1".into(), slurm_drain_reason(&slurm))]
+    );
+    let (st, v) = call(
+        &r,
+        "POST",
+        "/api/v1/hosts/n%5B1-2%5D/repaired",
+        Some("root"),
+        j(json!({})),
+    )
+    .await;
+    assert_eq!(
+        (st, v["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("node")),
+        "{v}"
+    );
+}
+
+/// The reason of the one drain the fake Slurm saw.
+fn slurm_drain_reason(slurm: &FakeSlurm) -> String {
+    use compass_budget::slurm::FakeAction;
+    slurm
+        .actions()
+        .into_iter()
+        .find_map(|a| match a {
+            FakeAction::Drain(_, why) => Some(why),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// A stored tree that fails validation (here: a hand edit of the database
+/// that puts siblings above 1) can be repaired through the API (issue 11):
+/// reads and non-admin edits say how; an admin edit or import that makes it
+/// valid is accepted.
+#[tokio::test]
+async fn an_invalid_stored_tree_is_repairable_through_the_api() {
+    let dir = std::env::temp_dir().join(format!("compass-api-invalid-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("budget.db");
+    let config = Config::parse(
+        "db = \"unused\"\nadmins = [\"root\"]\ncapacity_gpus = 10\nwindow_s = 3600\n",
+        "test",
+    )
+    .unwrap();
+    let state = AppState::new(
+        config,
+        Db::open(&path).unwrap(),
+        Arc::new(NameAuth),
+        Arc::new(TestClock::new(T0)),
+    );
+    let r = compass_budget::api::router(state.clone());
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    // Behind the service's back: team-a 0.9 + team-b 0.3 > 1.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE nodes SET share = 0.9 WHERE name = 'team-a'", [])
+        .unwrap();
+    let (st, v) = call(&r, "GET", "/api/v1/tree", None, None).await;
+    assert_eq!(st, StatusCode::CONFLICT, "{v}");
+    let e = v["error"].as_str().unwrap();
+    assert!(
+        e.contains("stored budget tree is invalid") && e.contains("POST /api/v1/import"),
+        "{e}"
+    );
+    // A manager cannot fix it (their checks need the tree): told who can.
+    let fix = j(json!({ "share": 0.7, "why": "repair" }));
+    let (st, v) = call(&r, "PATCH", "/api/v1/nodes/team-a", Some("pi"), fix.clone()).await;
+    assert_eq!(st, StatusCode::CONFLICT, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("An admin can repair it"),
+        "{v}"
+    );
+    // An admin edit that leaves it invalid is refused, naming the field.
+    let (st, v) = call(
+        &r,
+        "PATCH",
+        "/api/v1/nodes/team-b",
+        Some("root"),
+        j(json!({ "share": 0.2, "why": "x" })),
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    // An admin edit that makes it valid is accepted, and reads work again.
+    let (st, v) = call(&r, "PATCH", "/api/v1/nodes/team-a", Some("root"), fix).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (st, v) = call(&r, "GET", "/api/v1/tree", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    // Broken again: a whole-tree import by an admin repairs it too.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE nodes SET share = 0.9 WHERE name = 'team-b'", [])
+        .unwrap();
+    let (st, v) = call(&r, "GET", "/api/v1/export", None, None).await;
+    assert_eq!(st, StatusCode::CONFLICT, "{v}");
+    let mut dry = tree_doc();
+    dry["dry_run"] = json!(true);
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(dry)).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["applied"], false);
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (st, v) = call(&r, "GET", "/api/v1/export", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 5);
+    drop(r);
+    drop(state);
+    let _ = std::fs::remove_dir_all(&dir);
 }
