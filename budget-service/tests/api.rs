@@ -796,3 +796,88 @@ async fn an_invalid_stored_tree_is_repairable_through_the_api() {
     drop(state);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// SQLite stuck (here: a statement holding the database for as long as the
+/// test wants) on the real 2-thread server (issue 11): `/healthz` answers
+/// 503 `db-stalled` instead of hanging, reads that need the database answer
+/// 503 after `request_timeout_s`, the queue (in memory) answers at once; once
+/// the database is free again, everything is 200.
+#[test]
+fn a_stuck_database_never_hangs_healthz_or_the_server() {
+    use std::time::Duration;
+    let config = Config::parse(
+        "db = \":memory:\"\nadmins = [\"root\"]\ncapacity_gpus = 10\nwindow_s = 3600\nrequest_timeout_s = 6\n",
+        "test",
+    )
+    .unwrap();
+    let state = AppState::new(
+        config,
+        Db::open_in_memory().unwrap(),
+        Arc::new(NameAuth),
+        Arc::new(TestClock::new(T0)),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = compass_budget::api::router(state.clone());
+    rt.spawn(async move { axum::serve(listener, app).await });
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let get = |path: &str| -> (u16, String) {
+        let mut r = agent.get(&format!("{url}{path}")).call().unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+    };
+    assert_eq!(get("/healthz").0, 200);
+
+    // Hold the database from another thread, as a stuck statement would.
+    let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let st = state.clone();
+    let holder = std::thread::spawn(move || {
+        let _db = st.db();
+        held_tx.send(()).unwrap();
+        let _ = hold_rx.recv();
+    });
+    held_rx.recv().unwrap();
+    // Three reads stuck on the database at once (more than the 2 threads).
+    let stuck: Vec<_> = (0..3)
+        .map(|_| {
+            let (agent, url) = (agent.clone(), url.clone());
+            std::thread::spawn(move || {
+                let mut r = agent.get(&format!("{url}/api/v1/tree")).call().unwrap();
+                (
+                    r.status().as_u16(),
+                    r.body_mut().read_to_string().unwrap(),
+                    std::time::Instant::now(),
+                )
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let (st_h, body) = get("/healthz");
+    assert_eq!(st_h, 503, "{body}");
+    assert!(body.contains("db-stalled"), "{body}");
+    let (st_q, body) = get("/api/v1/queue");
+    assert_eq!(st_q, 200, "{body}");
+    let served = std::time::Instant::now();
+    for t in stuck {
+        let (code, body, at) = t.join().unwrap();
+        assert_eq!(code, 503, "{body}");
+        assert!(body.contains("request_timeout_s"), "{body}");
+        assert!(at > served, "health and queue waited for the stuck reads");
+    }
+    hold_tx.send(()).unwrap();
+    holder.join().unwrap();
+    assert_eq!(get("/healthz").0, 200);
+    assert_eq!(get("/api/v1/tree").0, 200);
+    rt.shutdown_timeout(Duration::from_secs(1));
+}
