@@ -191,11 +191,15 @@ impl Cycle {
         };
         // Sparse keys: a job's factor changes only when its place among the
         // others really changed, so a cycle sends few slurm_update_job.
-        let factors = fairshare::sparse_site_factors(&self.pushed, &order);
+        // What Slurm holds is the truth when the source reports it (after a
+        // restart, or a factor set behind our back); else what we pushed.
+        let mut held = std::mem::take(&mut self.pushed);
+        held.extend(snap.site_factors.iter().copied());
+        let factors = fairshare::sparse_site_factors(&held, &order);
         let changed = if self.resync {
             factors.clone()
         } else {
-            fairshare::changed_factors(&self.pushed, &factors)
+            fairshare::changed_factors(&held, &factors)
         };
         let factor_map: HashMap<JobId, u32> = factors.into_iter().collect();
         if !changed.is_empty() {

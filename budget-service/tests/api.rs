@@ -418,6 +418,10 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
     // Nothing changed: nothing pushed.
     clock.advance(10);
     assert_eq!(cycle.step().unwrap().pushed, 0);
+    // A restarted service (a new cycle, nothing pushed yet) keys the order
+    // on the factors Slurm holds: nothing to push either.
+    let mut restarted = Cycle::new(s.clone(), slurm.clone(), slurm.clone());
+    assert_eq!(restarted.step().unwrap().pushed, 0);
     // A new job in the middle (behind 11, ahead of 40 and 30) changes only
     // its own factor: sparse keys, not ranks (issue 11).
     let before = slurm.factors();
