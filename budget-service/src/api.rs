@@ -134,13 +134,7 @@ async fn request_timeout(
         Ok(resp) => resp,
         Err(_) => {
             tracing::warn!(request = %what, timeout_s = limit.as_secs_f64(), "request timed out");
-            ApiError(BudgetError::Unavailable(format!(
-                "{what} did not finish within {} s (request_timeout_s); a dependency \
-                 (munged, SQLite, slurmctld) is slow or stuck. A write may still complete: \
-                 read back before retrying",
-                limit.as_secs_f64()
-            )))
-            .into_response()
+            ApiError(timed_out(&what, limit)).into_response()
         }
     }
 }
@@ -173,14 +167,18 @@ where
     match tokio::time::timeout(limit, task).await {
         Ok(Ok(r)) => r.map_err(ApiError),
         Ok(Err(e)) => Err(BudgetError::Http(format!("request task failed: {e}")).into()),
-        Err(_) => Err(BudgetError::Unavailable(format!(
-            "the request did not finish within {} s (request_timeout_s); a dependency \
-             (munged, SQLite, slurmctld) is slow or stuck. A write may still complete: \
-             read back before retrying",
-            limit.as_secs_f64()
-        ))
-        .into()),
+        Err(_) => Err(timed_out("the request", limit).into()),
     }
+}
+
+/// The 503 of a request that ran past `request_timeout_s`.
+fn timed_out(what: &str, limit: std::time::Duration) -> BudgetError {
+    BudgetError::Unavailable(format!(
+        "{what} did not finish within {} s (request_timeout_s); a dependency \
+         (munged, SQLite, slurmctld) is slow or stuck. A write may still complete: \
+         read back before retrying",
+        limit.as_secs_f64()
+    ))
 }
 
 /// A write request as received: authenticated and parsed later, off the
