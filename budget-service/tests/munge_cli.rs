@@ -352,3 +352,38 @@ fn a_hung_munged_never_stalls_healthz_and_stuck_writes_get_503() {
         assert!(body.contains("request_timeout_s"), "{body}");
     }
 }
+
+/// `compass node fault 'n[1-64]'` through the CLI code, real munged and the
+/// real daemon (issue 11): refused with a clear error, nothing recorded; a
+/// single name is accepted.
+#[test]
+fn cli_node_fault_refuses_a_host_list() {
+    use compass_budget::cli::{node_command, NodeArgs, NodeCmd};
+    let m = Munged::start();
+    let dir = TempDir::new("node-list");
+    let cfg = write_config(dir.path(), &["root"], 64, &m.socket);
+    let d = Daemon::start(&cfg, free_port());
+    let c = conn(&d.url, &m.socket);
+    let fault = |node: &str| {
+        node_command(&NodeArgs {
+            conn: c.clone(),
+            cmd: NodeCmd::Fault {
+                node: node.into(),
+                reason: "fans".into(),
+            },
+        })
+    };
+    for bad in ["n[1-64]", "n1,n2", "n[1-2],n3"] {
+        let e = fault(bad).unwrap_err();
+        assert!(
+            e.contains("not a single node name") && e.contains("n[1-64]"),
+            "{bad}: {e}"
+        );
+    }
+    let hosts = Client::new(&c).get("/api/v1/hosts").unwrap();
+    assert!(hosts["faulty"].as_array().unwrap().is_empty(), "{hosts}");
+    // slurm = "none": a single name is recorded (nothing sent to Slurm).
+    fault("n7").unwrap();
+    let hosts = Client::new(&c).get("/api/v1/hosts").unwrap();
+    assert_eq!(hosts["faulty"][0]["node"], "n7", "{hosts}");
+}
