@@ -36,6 +36,11 @@ pub struct Config {
     /// Largest accepted request body in bytes (default 1 MiB).
     #[serde(default = "default_body")]
     pub max_body_bytes: usize,
+    /// Longest time a request may take, in seconds (default 15). A request
+    /// stuck on munged, the passwd database, SQLite or slurmctld answers 503
+    /// after this; `/healthz` and reads never wait for it.
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout_s: f64,
     /// MUNGE socket (default: libmunge's default socket).
     #[serde(default)]
     pub munge_socket: Option<PathBuf>,
@@ -185,6 +190,9 @@ fn default_retain() -> i64 {
 fn default_cycle() -> u64 {
     10
 }
+fn default_request_timeout() -> f64 {
+    15.0
+}
 fn default_body() -> usize {
     1 << 20
 }
@@ -248,10 +256,21 @@ impl Config {
         if p.start_grace_s <= 0 || p.fruitless_retry_after_s <= 0 || p.requeue_retry_for_s < 0 {
             return bad("protection.start_grace_s and fruitless_retry_after_s must be positive, requeue_retry_for_s >= 0 (seconds)");
         }
+        if !(self.request_timeout_s.is_finite()
+            && self.request_timeout_s > 0.0
+            && self.request_timeout_s <= 3600.0)
+        {
+            return bad("request_timeout_s must be a number of seconds in (0, 3600]");
+        }
         if self.max_body_bytes < 1024 {
             return bad("max_body_bytes must be at least 1024");
         }
         Ok(())
+    }
+
+    /// [`Config::request_timeout_s`] as a duration.
+    pub fn request_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.request_timeout_s)
     }
 
     pub fn is_admin(&self, user: &str) -> bool {
@@ -319,6 +338,14 @@ mod tests {
         ] {
             let text = format!("db = \"x.db\"\ncapacity_gpus = 8\n[protection]\n{bad}\n");
             assert!(Config::parse(&text, "t").is_err(), "{bad}");
+        }
+        assert_eq!(c.request_timeout_s, 15.0);
+        for bad in ["0", "-1", "nan", "inf", "4000"] {
+            let text = format!("db = \"x.db\"\ncapacity_gpus = 8\nrequest_timeout_s = {bad}\n");
+            assert!(
+                Config::parse(&text, "t").is_err(),
+                "request_timeout_s = {bad}"
+            );
         }
         assert!(
             Config::parse("db = \"x.db\"\ncapacity_gpus = 8\nbogus = 1\n", "t")

@@ -112,13 +112,17 @@ impl Db {
         load_specs(&self.conn)
     }
 
-    /// The validated tree, or `None` if no node exists yet.
+    /// The validated tree, or `None` if no node exists yet; a stored tree
+    /// that fails validation is [`BudgetError::InvalidStoredTree`] (which
+    /// says how to repair it).
     pub fn load_tree(&self) -> Result<Option<OrgTree>> {
         let specs = self.load_specs()?;
         if specs.is_empty() {
             return Ok(None);
         }
-        Ok(Some(OrgTree::build(&specs)?))
+        OrgTree::build(&specs)
+            .map(Some)
+            .map_err(|e| BudgetError::InvalidStoredTree(e.to_string()))
     }
 
     /// Applies one budget edit atomically: `edit` turns the current specs into

@@ -144,6 +144,12 @@ pub struct SlurmSnapshot {
     /// (libslurm does); without nodes the cycle enforces nothing.
     #[serde(default)]
     pub nodes: Vec<SlurmNode>,
+    /// Pending jobs: the site factor Slurm holds, as compass's factor (the
+    /// wire value minus the job's nice), when the source knows it. The
+    /// cycle keys the next order on these, so a restart of the service, or
+    /// a factor changed behind its back, costs no needless updates.
+    #[serde(default)]
+    pub site_factors: Vec<(JobId, u32)>,
 }
 
 /// Whether a node takes new jobs, as Slurm reports it.
@@ -370,6 +376,11 @@ impl SlurmSource for FakeSlurm {
         if !g.nodes.is_empty() {
             s.capacity_gpus = Some(g.nodes.iter().map(|n| n.1).sum());
         }
+        s.site_factors = s
+            .pending
+            .iter()
+            .filter_map(|j| g.factors.get(&j.job).map(|f| (j.job, *f)))
+            .collect();
         Ok(s)
     }
 }

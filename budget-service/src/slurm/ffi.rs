@@ -37,6 +37,8 @@ pub struct RawJob {
     pub end_time: i64,
     /// Raw `nice` (with [`NICE_OFFSET`]).
     pub nice: u32,
+    /// Raw `site_factor` (with [`NICE_OFFSET`]).
+    pub site_factor: u32,
     pub priority: u32,
     pub num_nodes: u32,
     pub num_tasks: u32,
@@ -186,6 +188,7 @@ pub fn load_jobs() -> Result<Vec<RawJob>> {
             start_time: j.start_time,
             end_time: j.end_time,
             nice: j.nice,
+            site_factor: j.site_factor,
             priority: j.priority,
             num_nodes: j.num_nodes,
             num_tasks: j.num_tasks,

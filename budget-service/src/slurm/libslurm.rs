@@ -324,6 +324,15 @@ pub fn wire_factor(factor: u32, nice: i64) -> u32 {
     (i64::from(factor) + nice).clamp(0, i64::from(i32::MAX) - 2) as u32
 }
 
+/// The factor compass would have pushed for Slurm's `site_factor` of a job:
+/// the inverse of [`wire_factor`] (`site_factor - nice`, offsets removed);
+/// `None` when it is out of range (never set by compass: Slurm's default is
+/// 0).
+pub fn held_factor(r: &RawJob) -> Option<u32> {
+    let f = i64::from(r.site_factor) - i64::from(r.nice);
+    u32::try_from(f).ok().filter(|f| *f > 0)
+}
+
 /// Sorts the jobs of one `slurm_load_jobs` into pending, running and ended.
 pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
     let mut s = SlurmSnapshot::default();
@@ -372,6 +381,9 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
                 .then_some(r.eligible_time),
         };
         if pending {
+            if let Some(f) = held_factor(r) {
+                s.site_factors.push((job.job, f));
+            }
             s.pending.push(job);
         } else if job.start.is_none() {
             continue; // allocated but no start time: nothing to charge yet
@@ -468,6 +480,34 @@ mod tests {
         assert_eq!(wire_factor(1000, -7), 993);
         assert_eq!(wire_factor(3, -10), 0);
         assert_eq!(wire_factor(u32::MAX, 10), i32::MAX as u32 - 2);
+    }
+
+    #[test]
+    fn held_factor_inverts_the_wire_factor() {
+        // What compass pushed for factor 1000 on a job with nice 5 (and -7)
+        // reads back as 1000.
+        for nice in [5i64, -7, 0] {
+            let r = RawJob {
+                site_factor: NICE_OFFSET + wire_factor(1000, nice),
+                nice: (i64::from(NICE_OFFSET) + nice) as u32,
+                ..raw(1, JOB_PENDING)
+            };
+            assert_eq!(held_factor(&r), Some(1000), "nice {nice}");
+        }
+        // Slurm's default site factor (0) is no compass factor.
+        let r = RawJob {
+            site_factor: NICE_OFFSET,
+            ..raw(2, JOB_PENDING)
+        };
+        assert_eq!(held_factor(&r), None);
+        let s = snapshot_of(&[
+            RawJob {
+                site_factor: NICE_OFFSET + 77,
+                ..raw(3, JOB_PENDING)
+            },
+            r,
+        ]);
+        assert_eq!(s.site_factors, vec![(JobId(3), 77)]);
     }
 
     #[test]
