@@ -11,14 +11,17 @@
 //! - [`Controller::begin`] / [`Controller::fini`]: the engine adopts what
 //!   Slurm actually allocated; a departure runs Compact, whose migrations
 //!   become [`MigrationOrder`]s (requeue + pin) for the plugin thread.
-//! - [`Controller::tick`]: movability (resumable, past the first minutes of
-//!   run time, outside the cool-down) and expiry of stale pins.
+//! - [`Controller::tick`]: each job's movability by the rule shared with
+//!   the simulator, `compass_core::placement::worth` (resumable, past its
+//!   `--min-runtime` protection and the first minutes of run time, outside
+//!   the cool-down), and expiry of stale pins.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use compass_core::metric;
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet};
 use compass_core::placement::compass::{AdoptOutcome, CompassConfig, CompassEngine};
+use compass_core::placement::worth::{KeepReason, MigrationRule, MoveCandidate};
 use compass_core::placement::PlacementPolicy;
 
 use crate::config::SelectConfig;
@@ -130,13 +133,35 @@ impl Controller {
         msg
     }
 
-    fn eligible(&self, id: u64, rec: &JobRec, now: u64) -> bool {
-        rec.flags.resumable
-            && now.saturating_sub(rec.start) >= self.config.min_run_before_migration_s
-            && self
+    /// The site's migration rule, shared with the simulator
+    /// ([`compass_core::placement::worth`]).
+    fn rule(&self) -> MigrationRule {
+        MigrationRule {
+            min_run_s: self.config.min_run_before_migration_s as f64,
+            cooldown_s: self.config.migration_cooldown_s as f64,
+            ..MigrationRule::default()
+        }
+    }
+
+    /// What the rule needs to know about a running job at `now`.
+    fn candidate(&self, id: u64, rec: &JobRec, now: u64) -> MoveCandidate {
+        let running = now.saturating_sub(rec.start);
+        MoveCandidate {
+            resumable: rec.flags.resumable,
+            cost_s: None,
+            running_for_s: running as f64,
+            remaining_s: None,
+            protected_for_s: rec.flags.min_runtime_s.saturating_sub(running) as f64,
+            since_migrated_s: self
                 .last_migrated
                 .get(&id)
-                .is_none_or(|t| now.saturating_sub(*t) >= self.config.migration_cooldown_s)
+                .map(|t| now.saturating_sub(*t) as f64),
+        }
+    }
+
+    /// May Compact move this job now? `Err` says why not.
+    fn eligible(&self, id: u64, rec: &JobRec, now: u64) -> Result<(), KeepReason> {
+        self.rule().check(&self.candidate(id, rec, now))
     }
 
     /// Nodes to narrow `select_p_job_test` to, or `None` to leave Slurm's
@@ -315,7 +340,7 @@ impl Controller {
             self.jobs.insert(job.id, rec);
             return None;
         }
-        rec.movable = self.eligible(job.id, &rec, now);
+        rec.movable = self.eligible(job.id, &rec, now).is_ok();
         let adopted = match shape.and_then(|s| instances_from_alloc(s, per_node).map(|n| (s, n))) {
             Some((s, nodes)) => {
                 let req = JobRequest {
@@ -422,7 +447,7 @@ impl Controller {
             if !rec.in_engine || rec.shape.is_none() {
                 continue;
             }
-            let want = self.eligible(id, rec, now);
+            let want = self.eligible(id, rec, now).is_ok();
             if want != rec.movable && self.engine.set_movable(JobId(id), want).is_ok() {
                 if let Some(r) = self.jobs.get_mut(&id) {
                     r.movable = want;
@@ -875,6 +900,35 @@ mod tests {
             c.fini(if o.job == 2 { 3 } else { 2 });
             assert!(c.tick(1002).is_empty());
         }
+    }
+
+    #[test]
+    fn protected_jobs_are_never_migrated_before_their_min_runtime() {
+        // Three 1x4 jobs, one protected for an hour: the departure of a
+        // partner leaves a lone instance, but the protected job must stay.
+        let mut c = ctl();
+        let protected = |id| JobInfo {
+            flags: Some(JobFlags {
+                min_runtime_s: 3600,
+                resumable: true,
+            }),
+            ..job(id, 1, 4)
+        };
+        let n1 = run(&mut c, &protected(1), 0);
+        let n2 = run(&mut c, &protected(2), 0);
+        let n3 = run(&mut c, &protected(3), 0);
+        assert_eq!(n1, n2);
+        assert_ne!(n1, n3);
+        c.fini(1);
+        // past min_run_before_migration (5 min), inside the protection
+        assert!(c.tick(1000).is_empty(), "protected jobs moved");
+        assert!(c.tick(1001).is_empty(), "protected jobs moved");
+        // once the protection ends, the next Compact (here asked for as an
+        // event would) moves the lone instance to the other
+        assert!(c.tick(3601).is_empty());
+        c.compact();
+        let orders = c.tick(3602);
+        assert_eq!(orders.len(), 1, "{orders:?}");
     }
 
     #[test]
