@@ -14,6 +14,10 @@
 //! migrate = true               # run Compact migrations (requeues)
 //! migration_cooldown = "10m"   # never migrate a job twice within this
 //! min_run_before_migration = "5m"  # nor during its first minutes
+//! migration_cost = "1m"        # one migration of a job that names no cost
+//!                              # (`--resumable` without a value)
+//! payback = 2                  # move a job only if its remaining run
+//!                              # (time limit) is >= payback x its cost
 //! ```
 
 use std::path::Path;
@@ -51,6 +55,11 @@ pub struct SelectConfig {
     pub migrate: bool,
     pub migration_cooldown_s: u64,
     pub min_run_before_migration_s: u64,
+    /// Cost of one migration of a job that names none, seconds (default 60).
+    pub migration_cost_s: u64,
+    /// A job moves only when its expected remaining run after the move is
+    /// at least `payback` times its migration cost (default 2, `>= 1`).
+    pub payback: f64,
 }
 
 impl Default for Config {
@@ -68,6 +77,8 @@ impl Default for Config {
                 migrate: true,
                 migration_cooldown_s: 600,
                 min_run_before_migration_s: 300,
+                migration_cost_s: 60,
+                payback: 2.0,
             },
         }
     }
@@ -99,6 +110,8 @@ struct RawSelect {
     migrate: Option<bool>,
     migration_cooldown: Option<String>,
     min_run_before_migration: Option<String>,
+    migration_cost: Option<String>,
+    payback: Option<f64>,
 }
 
 impl Config {
@@ -171,7 +184,31 @@ impl Config {
             &s.min_run_before_migration,
             &mut c.select.min_run_before_migration_s,
         )?;
+        dur(
+            "select.migration_cost",
+            &s.migration_cost,
+            &mut c.select.migration_cost_s,
+        )?;
+        if let Some(p) = s.payback {
+            if !(p.is_finite() && p >= 1.0) {
+                return Err(cfg_err(format!(
+                    "select.payback = {p}: must be a number >= 1 (a move must earn back at least its cost)"
+                )));
+            }
+            c.select.payback = p;
+        }
         Ok(c)
+    }
+
+    /// Validates a user's `--resumable=COST` value: a duration (same forms
+    /// as `--min-runtime`), seconds.
+    pub fn migration_cost(&self, option: &str, value: &str) -> Result<u64> {
+        duration::parse(option, value).map_err(|e| match e {
+            Error::BadDuration { value, why, .. } => Error::Invalid(format!(
+                "invalid {option} value `{value}`: {why}; give what one requeue and restart costs the job, e.g. `--resumable=5m` (`90` = minutes, `30s`, `1:30:00`), or plain `--resumable` for the site default"
+            )),
+            other => other,
+        })
     }
 
     /// Validates a user's `--min-runtime` value against the site cap.
@@ -216,6 +253,30 @@ mod tests {
         assert_eq!(c.select.state_file, "/tmp/s.json");
         assert_eq!(c.select.migration_cooldown_s, 60);
         assert_eq!(c.select.min_run_before_migration_s, 0);
+        assert_eq!(c.select.migration_cost_s, 60);
+        assert_eq!(c.select.payback, 2.0);
+        let c = Config::parse("x", "[select]\nmigration_cost = \"5m\"\npayback = 3.5\n").unwrap();
+        assert_eq!(c.select.migration_cost_s, 300);
+        assert_eq!(c.select.payback, 3.5);
+    }
+
+    #[test]
+    fn bad_migration_costs_are_refused() {
+        let e = Config::parse("c", "[select]\npayback = 0.5\n").unwrap_err();
+        assert!(e.to_string().contains("select.payback"), "{e}");
+        let e = Config::parse("c", "[select]\nmigration_cost = \"cheap\"\n").unwrap_err();
+        assert!(e.to_string().contains("select.migration_cost"), "{e}");
+        let c = Config::default();
+        assert_eq!(c.migration_cost("--resumable", "5m"), Ok(300));
+        assert_eq!(c.migration_cost("--resumable", "2"), Ok(120));
+        let e = c
+            .migration_cost("--resumable", "soon")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("invalid --resumable value `soon`") && e.contains("--resumable=5m"),
+            "{e}"
+        );
     }
 
     #[test]

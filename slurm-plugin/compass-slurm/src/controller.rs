@@ -39,6 +39,8 @@ pub struct JobInfo {
     pub mapping: Mapping,
     /// From the SPANK env; `None` for jobs submitted without the plugin.
     pub flags: Option<JobFlags>,
+    /// Slurm's time limit of the job, seconds; `None`: none (infinite).
+    pub time_limit_s: Option<u64>,
 }
 
 /// A requeue to carry out: the job restarts pinned to `to_nodes`.
@@ -55,8 +57,11 @@ struct JobRec {
     /// GPUs per node as Slurm allocated them.
     per_node: Vec<(NodeId, u32)>,
     flags: JobFlags,
+    time_limit_s: Option<u64>,
     start: u64,
     movable: bool,
+    /// Why the migration rule keeps this job still (last tick).
+    keep: Option<KeepReason>,
     in_engine: bool,
 }
 
@@ -137,9 +142,10 @@ impl Controller {
     /// ([`compass_core::placement::worth`]).
     fn rule(&self) -> MigrationRule {
         MigrationRule {
+            default_cost_s: self.config.migration_cost_s as f64,
+            payback: self.config.payback,
             min_run_s: self.config.min_run_before_migration_s as f64,
             cooldown_s: self.config.migration_cooldown_s as f64,
-            ..MigrationRule::default()
         }
     }
 
@@ -148,9 +154,13 @@ impl Controller {
         let running = now.saturating_sub(rec.start);
         MoveCandidate {
             resumable: rec.flags.resumable,
-            cost_s: None,
+            cost_s: rec.flags.migration_cost_s.map(|c| c as f64),
             running_for_s: running as f64,
-            remaining_s: None,
+            // Slurm's limit counts from the (re)start: a requeued job gets
+            // its whole limit again.
+            remaining_s: rec
+                .time_limit_s
+                .map(|limit| limit.saturating_sub(running) as f64),
             protected_for_s: rec.flags.min_runtime_s.saturating_sub(running) as f64,
             since_migrated_s: self
                 .last_migrated
@@ -313,8 +323,10 @@ impl Controller {
                         shape,
                         per_node: per_node.to_vec(),
                         flags,
+                        time_limit_s: job.time_limit_s,
                         start: now,
                         movable: false,
+                        keep: Some(KeepReason::CoolingDown),
                         in_engine: true,
                     },
                 );
@@ -331,8 +343,10 @@ impl Controller {
             shape,
             per_node: per_node.to_vec(),
             flags,
+            time_limit_s: job.time_limit_s,
             start: now,
             movable: false,
+            keep: None,
             in_engine: false,
         };
         let gpus: u32 = per_node.iter().map(|(_, g)| g).sum();
@@ -340,7 +354,9 @@ impl Controller {
             self.jobs.insert(job.id, rec);
             return None;
         }
-        rec.movable = self.eligible(job.id, &rec, now).is_ok();
+        let verdict = self.eligible(job.id, &rec, now);
+        rec.movable = verdict.is_ok();
+        rec.keep = verdict.err();
         let adopted = match shape.and_then(|s| instances_from_alloc(s, per_node).map(|n| (s, n))) {
             Some((s, nodes)) => {
                 let req = JobRequest {
@@ -447,11 +463,14 @@ impl Controller {
             if !rec.in_engine || rec.shape.is_none() {
                 continue;
             }
-            let want = self.eligible(id, rec, now).is_ok();
-            if want != rec.movable && self.engine.set_movable(JobId(id), want).is_ok() {
-                if let Some(r) = self.jobs.get_mut(&id) {
+            let verdict = self.eligible(id, rec, now);
+            let want = verdict.is_ok();
+            let moved_ok = want == rec.movable || self.engine.set_movable(JobId(id), want).is_ok();
+            if let Some(r) = self.jobs.get_mut(&id) {
+                if moved_ok {
                     r.movable = want;
                 }
+                r.keep = verdict.err();
             }
         }
         let stale: Vec<u64> = self
@@ -588,7 +607,13 @@ impl Controller {
             .collect();
         let mut counts = [0u64; 9];
         let mut jobs = Vec::new();
+        let mut kept_still: BTreeMap<String, u64> = BTreeMap::new();
         for (&id, rec) in &self.jobs {
+            if rec.in_engine && rec.shape.is_some() {
+                if let Some(why) = rec.keep {
+                    *kept_still.entry(why.as_str().to_string()).or_default() += 1;
+                }
+            }
             for &(n, g) in rec.per_node.iter().filter(|(_, g)| *g > 0) {
                 if let Some(v) = nodes.get_mut(n as usize) {
                     v.used_gpus += g;
@@ -657,6 +682,7 @@ impl Controller {
                 }))
                 .collect(),
             migrations_done: self.counters.migrations_done,
+            kept_still,
             jobs,
             job_test: Default::default(),
             layout: serde_json::to_value(self.engine.snapshot()).ok(),
@@ -711,7 +737,9 @@ mod tests {
             flags: Some(JobFlags {
                 min_runtime_s: 0,
                 resumable: true,
+                migration_cost_s: None,
             }),
+            time_limit_s: None,
         }
     }
 
@@ -723,12 +751,14 @@ mod tests {
             id: 1,
             mapping: Mapping::NoGpu,
             flags: None,
+            time_limit_s: None,
         };
         assert_eq!(c.narrow(&no_gpu, &all), Ok(None));
         let outside = JobInfo {
             id: 2,
             mapping: Mapping::Outside("x".into()),
             flags: None,
+            time_limit_s: None,
         };
         assert_eq!(c.narrow(&outside, &all), Ok(None));
     }
@@ -831,6 +861,7 @@ mod tests {
                 distinct_nodes: true,
             },
             flags: None,
+            time_limit_s: None,
         };
         let set = c.narrow(&j, &NodeSet::full(4)).unwrap().expect("planned");
         assert_eq!(set.count(), 2, "{set:?}");
@@ -861,6 +892,7 @@ mod tests {
                 flags: Some(JobFlags {
                     min_runtime_s: 0,
                     resumable,
+                    migration_cost_s: None,
                 }),
                 ..job(id, 1, 4)
             };
@@ -911,6 +943,7 @@ mod tests {
             flags: Some(JobFlags {
                 min_runtime_s: 3600,
                 resumable: true,
+                migration_cost_s: None,
             }),
             ..job(id, 1, 4)
         };
@@ -929,6 +962,70 @@ mod tests {
         c.compact();
         let orders = c.tick(3602);
         assert_eq!(orders.len(), 1, "{orders:?}");
+    }
+
+    #[test]
+    fn a_job_about_to_end_is_not_moved_while_a_long_one_is() {
+        // A and B share a node, C is alone; A ends at t=1000. C's time
+        // limit (1100 s) leaves it 100 s: less than its 60 s migration cost
+        // plus twice that earned back. B has no limit (unknown: long).
+        let mut c = ctl();
+        let limited = |id, limit| JobInfo {
+            time_limit_s: limit,
+            ..job(id, 1, 4)
+        };
+        let na = run(&mut c, &limited(1, None), 0);
+        let nb = run(&mut c, &limited(2, None), 0);
+        let nc = run(&mut c, &limited(3, Some(1100)), 0);
+        assert_eq!(na, nb);
+        assert_ne!(nb, nc);
+        c.fini(1);
+        let orders = c.tick(1000);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert_eq!(orders[0].job, 2, "the long job moves, not the ending one");
+        assert_eq!(orders[0].to_nodes, nc);
+        let s = c.snapshot(1000, true);
+        assert_eq!(
+            s.kept_still.get("ends-soon"),
+            Some(&1),
+            "{:?}",
+            s.kept_still
+        );
+    }
+
+    #[test]
+    fn a_job_names_its_own_migration_cost() {
+        // Both lone jobs have an hour's limit; at t=1000 2600 s are left.
+        // At the 60 s site default they would move; at 30 min each, a move
+        // would not pay (2600 - 1800 < 2 x 1800): nothing moves.
+        for (cost, moves) in [(None, true), (Some(1800), false)] {
+            let mut c = ctl();
+            let mk = |id| JobInfo {
+                time_limit_s: Some(3600),
+                flags: Some(JobFlags {
+                    min_runtime_s: 0,
+                    resumable: true,
+                    migration_cost_s: cost,
+                }),
+                ..job(id, 1, 4)
+            };
+            for id in 1..=3 {
+                run(&mut c, &mk(id), 0);
+            }
+            c.fini(1);
+            let orders = c.tick(1000);
+            assert_eq!(!orders.is_empty(), moves, "cost {cost:?}: {orders:?}");
+            if !moves {
+                let s = c.snapshot(1000, true);
+                assert_eq!(
+                    s.kept_still.get("ends-soon"),
+                    Some(&2),
+                    "{:?}",
+                    s.kept_still
+                );
+                assert!(s.render(1000).contains("kept still: ends-soon 2"));
+            }
+        }
     }
 
     #[test]
@@ -1008,6 +1105,7 @@ mod tests {
                 id: 3,
                 mapping: Mapping::NoGpu,
                 flags: None,
+                time_limit_s: None,
             },
             &[(2, 0)],
             10,

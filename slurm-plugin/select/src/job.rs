@@ -124,7 +124,15 @@ unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
         id: u64::from(job.job_id),
         mapping: map_request(&req, capacity),
         flags: flags::from_spank_env(env),
+        time_limit_s: time_limit_s(job.time_limit),
     }
+}
+
+/// Slurm's `time_limit` (minutes; INFINITE or NO_VAL: none) in seconds.
+fn time_limit_s(minutes: u32) -> Option<u64> {
+    const NO_VAL: u32 = 0xffff_fffe;
+    const INFINITE: u32 = 0xffff_ffff;
+    (minutes != NO_VAL && minutes != INFINITE).then(|| u64::from(minutes) * 60)
 }
 
 /// GPUs Slurm allocated to the job per node (from `gres_list_alloc`; the

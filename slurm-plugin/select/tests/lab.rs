@@ -44,6 +44,11 @@ fn spank_options_are_in_sbatch_help_and_validated_at_submit() {
         err.contains("--min-runtime=9h exceeds the site cap of 8:00:00"),
         "{err}"
     );
+    let err = lab.sbatch(&["--resumable=soon"], "true").unwrap_err();
+    assert!(
+        err.contains("invalid --resumable value `soon`") && err.contains("--resumable=5m"),
+        "{err}"
+    );
     assert!(
         lab.run("squeue", &["-h"]).stdout.is_empty(),
         "no refused job was queued"
@@ -64,6 +69,10 @@ fn spank_options_are_in_sbatch_help_and_validated_at_submit() {
             "compass:min_runtime=7200,resumable=0",
         ),
         (vec![], "compass:min_runtime=0,resumable=0"),
+        (
+            vec!["--resumable=5m"],
+            "compass:min_runtime=0,resumable=1,migration_cost=300",
+        ),
     ] {
         let id = lab.submit(&args);
         let show = lab.show_job(id);
@@ -443,6 +452,49 @@ fn departure_never_touches_a_job_that_is_not_resumable() {
         "{}",
         lab.debug()
     );
+}
+
+#[test]
+fn a_job_about_to_end_is_not_migrated_while_a_long_one_is() {
+    // A and B (1 x 4 GPUs, the partition's 1-hour default limit) share a
+    // node; C (2-minute limit) is alone. When A ends, moving C would cost
+    // its 60 s migration (the site default) out of less than 2 minutes
+    // left: the rule keeps it, and B moves onto C's node instead.
+    let lab = Lab::start("ends-soon", COMPASS);
+    let args = ["-n1", "--gpus-per-task=4", "--resumable"];
+    let a = lab.submit(&args);
+    let b = lab.submit(&args);
+    let c = lab.submit(&[&args[..], &["--time=2"]].concat());
+    lab.wait_running(&[a, b, c], Duration::from_secs(15));
+    let (na, nb, nc) = (lab.job(a).1, lab.job(b).1, lab.job(c).1);
+    assert_eq!(na, nb, "{}", lab.debug());
+    assert_ne!(nb, nc);
+    lab.wait_until(
+        "the state file counts C as ending soon",
+        Duration::from_secs(10),
+        || lab.state_json()["kept_still"]["ends-soon"].as_u64() == Some(1),
+    );
+    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    lab.wait_until("B restarted on C's node", Duration::from_secs(20), || {
+        lab.job(b) == ("RUNNING".to_string(), nc.clone())
+    });
+    assert!(
+        lab.show_job(b).contains("Restarts=1"),
+        "{}",
+        lab.show_job(b)
+    );
+    assert_eq!(lab.job(c), ("RUNNING".to_string(), nc.clone()));
+    assert!(
+        lab.show_job(c).contains("Restarts=0"),
+        "{}",
+        lab.show_job(c)
+    );
+    assert!(
+        !lab.ctld_log().contains(&format!("migration of job {c}")),
+        "{}",
+        lab.debug()
+    );
+    assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
 }
 
 #[test]

@@ -1,12 +1,14 @@
 //! SPANK plugin `compass` (load it from plugstack.conf:
 //! `required /usr/lib/x86_64-linux-gnu/slurm-wlm-compass/compass_spank.so conf=/etc/slurm/compass.conf`).
 //!
-//! Adds `--min-runtime=DURATION` and `--resumable` to sbatch, srun and salloc.
-//! Values are validated at submit ([`compass_slurm::config::Config::min_runtime`]:
-//! format and site cap; one-line errors), defaulted from the config file, and
-//! stored with the job through `spank_job_control_setenv` as
-//! `COMPASS_MIN_RUNTIME` (seconds) and `COMPASS_RESUMABLE` (0/1)
-//! ([`compass_slurm::flags`]). slurmctld keeps them in the job's
+//! Adds `--min-runtime=DURATION` and `--resumable[=COST]` to sbatch, srun and
+//! salloc. Values are validated at submit
+//! ([`compass_slurm::config::Config::min_runtime`]: format and site cap;
+//! [`compass_slurm::config::Config::migration_cost`]; one-line errors),
+//! defaulted from the config file, and stored with the job through
+//! `spank_job_control_setenv` as `COMPASS_MIN_RUNTIME` (seconds),
+//! `COMPASS_RESUMABLE` (0/1) and, when the job names its migration cost,
+//! `COMPASS_MIGRATION_COST` (seconds) ([`compass_slurm::flags`]). slurmctld keeps them in the job's
 //! `spank_job_env` (saved state: they survive requeue and restart), where the
 //! select plugin reads them; `etc/job_submit.lua` copies them into
 //! `AdminComment` for the public API.
@@ -20,7 +22,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use compass_slurm::config::{Config, DEFAULT_PATH};
-use compass_slurm::flags::{ENV_MIN_RUNTIME, ENV_RESUMABLE};
+use compass_slurm::flags::{ENV_MIGRATION_COST, ENV_MIN_RUNTIME, ENV_RESUMABLE};
 use slurm_sys as sys;
 
 #[no_mangle]
@@ -45,6 +47,8 @@ struct State {
     config_path: String,
     min_runtime_s: Option<u64>,
     resumable: bool,
+    /// `--resumable=COST`, seconds.
+    migration_cost_s: Option<u64>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -126,14 +130,19 @@ pub unsafe extern "C" fn slurm_spank_init(
             config_path: path,
             min_runtime_s: None,
             resumable: false,
+            migration_cost_s: None,
         });
-        let cap = compass_slurm::duration::format(
-            STATE
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .as_ref()
-                .map_or(0, |s| s.config.spank.max_min_runtime_s),
-        );
+        let (cap, default_cost) = STATE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or((0, 0), |s| {
+                (
+                    s.config.spank.max_min_runtime_s,
+                    s.config.select.migration_cost_s,
+                )
+            });
+        let cap = compass_slurm::duration::format(cap);
         let opts = [
             sys::spank_option {
                 name: leak("min-runtime"),
@@ -147,9 +156,13 @@ pub unsafe extern "C" fn slurm_spank_init(
             },
             sys::spank_option {
                 name: leak("resumable"),
-                arginfo: std::ptr::null_mut(),
-                usage: leak("The job restarts from its own checkpoint: the scheduler may requeue it to defragment GPUs"),
-                has_arg: 0,
+                arginfo: leak("COST"),
+                usage: leak(&format!(
+                    "The job restarts from its own checkpoint: the scheduler may requeue it to defragment GPUs. COST (optional, --resumable=5m): what one requeue and restart costs the job; it is moved only when its time limit leaves enough run to earn that back (default {})",
+                    compass_slurm::duration::format(default_cost)
+                )),
+                // optional argument: `--resumable` or `--resumable=COST`
+                has_arg: 2,
                 val: OPT_RESUMABLE,
                 cb: Some(option_cb),
             },
@@ -174,16 +187,19 @@ unsafe extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int)
         let Some(state) = guard.as_mut() else {
             return -1;
         };
+        let arg = if optarg.is_null() {
+            None
+        } else {
+            // SAFETY: option argument from Slurm.
+            Some(
+                unsafe { CStr::from_ptr(optarg) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        };
         match val {
             OPT_MIN_RUNTIME => {
-                let arg = if optarg.is_null() {
-                    String::new()
-                } else {
-                    // SAFETY: option argument from Slurm.
-                    unsafe { CStr::from_ptr(optarg) }
-                        .to_string_lossy()
-                        .into_owned()
-                };
+                let arg = arg.unwrap_or_default();
                 match state
                     .config
                     .min_runtime("--min-runtime", &arg, &state.config_path)
@@ -201,7 +217,22 @@ unsafe extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int)
                     }
                 }
             }
-            OPT_RESUMABLE => state.resumable = true,
+            OPT_RESUMABLE => {
+                state.resumable = true;
+                if let Some(arg) = arg.filter(|a| !a.is_empty()) {
+                    match state.config.migration_cost("--resumable", &arg) {
+                        Ok(s) => state.migration_cost_s = Some(s),
+                        Err(e) => {
+                            if remote != 0 {
+                                log_debug(&format!("compass: {e}"));
+                                return 0;
+                            }
+                            log_error(&e.to_string());
+                            return -1;
+                        }
+                    }
+                }
+            }
             _ => {}
         }
         0
@@ -232,10 +263,14 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
             .min_runtime_s
             .unwrap_or(state.config.spank.default_min_runtime_s);
         let resumable = state.resumable || state.config.spank.default_resumable;
-        for (name, value) in [
+        let mut vars = vec![
             (ENV_MIN_RUNTIME, min.to_string()),
             (ENV_RESUMABLE, u8::from(resumable).to_string()),
-        ] {
+        ];
+        if let Some(cost) = state.migration_cost_s {
+            vars.push((ENV_MIGRATION_COST, cost.to_string()));
+        }
+        for (name, value) in vars {
             let (n, v) = (
                 CString::new(name).unwrap_or_default(),
                 CString::new(value).unwrap_or_default(),
