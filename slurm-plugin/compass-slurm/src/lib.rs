@@ -10,6 +10,7 @@
 //!   control env, `AdminComment`).
 //! - [`shape`]: mapping a Slurm GPU request onto the `w x g` model.
 //! - [`state`]: the live state the select plugin publishes.
+//! - [`wait`]: sleeps and polls a stop request ends promptly.
 
 pub mod config;
 pub mod controller;
@@ -18,5 +19,6 @@ pub mod error;
 pub mod flags;
 pub mod shape;
 pub mod state;
+pub mod wait;
 
 pub use error::{Error, Result};

@@ -186,7 +186,7 @@ unsafe fn allocated_gpus(job: &sys::job_record_t) -> Vec<(NodeId, u32)> {
 /// engine enabled). `None` when there is no controller.
 fn with_ctl<R>(f: impl FnOnce(&mut Controller) -> R) -> Option<R> {
     let plugin = PLUGIN.get()?;
-    if !plugin.config.select.enabled || !in_slurmctld() {
+    if !plugin.config.select.enabled || !in_slurmctld() || worker::dead() {
         return None;
     }
     let mut guard = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner());

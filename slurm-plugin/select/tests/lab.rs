@@ -17,11 +17,13 @@ const STOCK: LabOptions = LabOptions {
     compass: false,
     nodes: 8,
     conf: LAB_CONF,
+    env: &[],
 };
 const COMPASS: LabOptions = LabOptions {
     compass: true,
     nodes: 8,
     conf: LAB_CONF,
+    env: &[],
 };
 
 #[test]
@@ -273,6 +275,7 @@ fn abstract_example_stock_cons_tres_blocks_the_two_by_four_job() {
             compass: false,
             nodes: 3,
             conf: LAB_CONF,
+            env: &[],
         },
     );
     let (big, _) = abstract_workload(&lab);
@@ -294,6 +297,7 @@ fn abstract_example_compass_never_keeps_the_fragmented_layout() {
             compass: true,
             nodes: 3,
             conf: LAB_CONF,
+            env: &[],
         },
     );
     let (big, mut left) = abstract_workload(&lab);
@@ -495,6 +499,79 @@ fn a_job_about_to_end_is_not_migrated_while_a_long_one_is() {
         lab.debug()
     );
     assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
+}
+
+#[test]
+fn a_failing_plugin_thread_falls_back_to_plain_cons_tres() {
+    // Test-only hook (debug builds): every round of the plugin's thread
+    // panics. It gives up after 3 rounds, with one line in slurmctld's log,
+    // and GPU jobs then run under plain cons_tres: none waits forever.
+    let lab = Lab::start(
+        "worker-dies",
+        LabOptions {
+            env: &[("COMPASS_TEST_WORKER_PANIC", "always")],
+            ..COMPASS
+        },
+    );
+    let first = lab.submit(&["-n1", "--gpus-per-task=4", "--resumable"]);
+    lab.wait_running(&[first], Duration::from_secs(15));
+    lab.wait_until("the fallback line", Duration::from_secs(20), || {
+        lab.ctld_log().contains("falling back to plain cons_tres")
+    });
+    let log = lab.ctld_log();
+    assert_eq!(
+        log.matches("falling back to plain cons_tres").count(),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("round failed (panic: injected panic"), "{log}");
+    let state = lab.state_json();
+    assert_eq!(state["engine_active"], false, "{state}");
+    assert!(
+        state["engine_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("failed 3 rounds")),
+        "{state}"
+    );
+    // plain cons_tres from now on: jobs start, nothing is narrowed
+    let before = lab.ctld_log().matches("narrowed").count();
+    let ids: Vec<u32> = (0..3)
+        .map(|_| lab.submit(&["-n1", "--gpus-per-task=4", "--resumable"]))
+        .collect();
+    lab.wait_running(&ids, Duration::from_secs(15));
+    assert!(lab.run("scancel", &[&first.to_string()]).status.success());
+    std::thread::sleep(Duration::from_secs(3));
+    let log = lab.ctld_log();
+    assert_eq!(log.matches("narrowed").count(), before, "{}", lab.debug());
+    assert!(!log.contains("migration of job"), "{}", lab.debug());
+    for &j in &ids {
+        assert_eq!(lab.job(j).0, "RUNNING");
+    }
+}
+
+#[test]
+fn a_plugin_thread_round_that_fails_once_is_retried() {
+    let lab = Lab::start(
+        "worker-panics-once",
+        LabOptions {
+            env: &[("COMPASS_TEST_WORKER_PANIC", "once")],
+            ..COMPASS
+        },
+    );
+    // the departure scenario still migrates: the thread lives on
+    let (b, c, _, _) = departure(&lab, true);
+    lab.wait_until(
+        "B and C share one node again",
+        Duration::from_secs(20),
+        || {
+            let (sb, xb) = lab.job(b);
+            let (sc, xc) = lab.job(c);
+            sb == "RUNNING" && sc == "RUNNING" && xb == xc
+        },
+    );
+    let log = lab.ctld_log();
+    assert_eq!(log.matches("round failed (panic").count(), 1, "{log}");
+    assert!(!log.contains("falling back"), "{log}");
 }
 
 #[test]
