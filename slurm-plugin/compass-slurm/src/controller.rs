@@ -26,6 +26,7 @@ use compass_core::placement::PlacementPolicy;
 
 use crate::config::SelectConfig;
 use crate::flags::JobFlags;
+use crate::persist::{Saved, SavedMigration, FORMAT as SAVED_FORMAT};
 use crate::shape::{instances_from_alloc, Mapping};
 use crate::state::{JobView, NodeView, PendingMigration, PublishedState, FORMAT};
 
@@ -92,6 +93,9 @@ pub struct Controller {
     /// Jobs requeued for a migration, not yet restarted.
     migrating: BTreeSet<u64>,
     last_migrated: BTreeMap<u64, u64>,
+    /// Shapes of in-flight migrations restored by [`Controller::restore`],
+    /// until [`Controller::adopt_in_flight`].
+    restored_shapes: BTreeMap<u64, JobShape>,
     orders: VecDeque<MigrationOrder>,
     /// Nodes Slurm reports down/drained/failing.
     unusable: BTreeSet<NodeId>,
@@ -120,6 +124,7 @@ impl Controller {
             pins: BTreeMap::new(),
             migrating: BTreeSet::new(),
             last_migrated: BTreeMap::new(),
+            restored_shapes: BTreeMap::new(),
             orders: VecDeque::new(),
             unusable: BTreeSet::new(),
             compact_due: false,
@@ -473,6 +478,12 @@ impl Controller {
                 r.keep = verdict.err();
             }
         }
+        // Cool-downs of jobs that are gone or past them are dropped.
+        let cooldown = self.config.migration_cooldown_s;
+        let (jobs, migrating) = (&self.jobs, &self.migrating);
+        self.last_migrated.retain(|j, t| {
+            now.saturating_sub(*t) < cooldown && (jobs.contains_key(j) || migrating.contains(j))
+        });
         let stale: Vec<u64> = self
             .pins
             .iter()
@@ -577,6 +588,107 @@ impl Controller {
             }
         }
         changed
+    }
+
+    /// What must survive a reconfigure or restart ([`crate::persist`]):
+    /// cool-downs still running and migrations in flight.
+    pub fn saved(&self, now: u64) -> Saved {
+        Saved {
+            format: SAVED_FORMAT,
+            last_migrated: self
+                .last_migrated
+                .iter()
+                .filter(|(_, t)| now.saturating_sub(**t) < self.config.migration_cooldown_s)
+                .map(|(j, t)| (*j, *t))
+                .collect(),
+            in_flight: self
+                .pins
+                .iter()
+                .filter(|(j, _)| self.migrating.contains(j))
+                .map(|(j, p)| SavedMigration {
+                    job: *j,
+                    to_nodes: p.nodes.iter().map(|n| self.name(*n)).collect(),
+                    since: p.since,
+                    shape: self
+                        .engine
+                        .occupancy()
+                        .job(JobId(*j))
+                        .map(|r| (r.request.shape.instances, r.request.shape.gpus)),
+                })
+                .collect(),
+        }
+    }
+
+    /// Takes back what [`Controller::saved`] kept, into a fresh controller,
+    /// before the running jobs are adopted: cool-downs still running, and
+    /// in-flight migrations whose pin has not expired and whose target
+    /// nodes still exist. Call [`Controller::adopt_in_flight`] after the
+    /// last running job is adopted.
+    pub fn restore(&mut self, saved: &Saved, now: u64) {
+        for &(j, t) in &saved.last_migrated {
+            if t <= now && now - t < self.config.migration_cooldown_s {
+                self.last_migrated.insert(j, t);
+            }
+        }
+        for m in &saved.in_flight {
+            if now.saturating_sub(m.since) > PIN_TIMEOUT_S {
+                continue;
+            }
+            let nodes: Option<Vec<NodeId>> = m
+                .to_nodes
+                .iter()
+                .map(|name| {
+                    self.node_names
+                        .iter()
+                        .position(|x| x == name)
+                        .map(|n| n as NodeId)
+                })
+                .collect();
+            let Some(nodes) = nodes else { continue };
+            self.migrating.insert(m.job);
+            self.pins.insert(
+                m.job,
+                Pin {
+                    nodes,
+                    since: m.since,
+                },
+            );
+            if let Some((w, g)) = m.shape {
+                self.restored_shapes.insert(m.job, JobShape::new(w, g));
+            }
+        }
+    }
+
+    /// After a rebuild: the engine holds each restored in-flight migration
+    /// whose job has not restarted yet at its target (as it did before), so
+    /// nothing else is planned onto GPUs promised to it. One that cannot be
+    /// held there is dropped (the job then plans normally).
+    pub fn adopt_in_flight(&mut self) {
+        let shapes = std::mem::take(&mut self.restored_shapes);
+        let waiting: Vec<u64> = self
+            .migrating
+            .iter()
+            .copied()
+            .filter(|j| !self.jobs.contains_key(j))
+            .collect();
+        for j in waiting {
+            let held = match (shapes.get(&j), self.pins.get(&j)) {
+                (Some(&shape), Some(pin)) if pin.nodes.len() == shape.instances as usize => {
+                    let req = JobRequest {
+                        id: JobId(j),
+                        shape,
+                        movable: false,
+                    };
+                    let nodes = pin.nodes.clone();
+                    self.engine.adopt(&req, &nodes).is_ok()
+                }
+                _ => false,
+            };
+            if !held {
+                self.migrating.remove(&j);
+                self.pins.remove(&j);
+            }
+        }
     }
 
     /// Node names, in Slurm's node index order.
@@ -1026,6 +1138,112 @@ mod tests {
                 assert!(s.render(1000).contains("kept still: ends-soon 2"));
             }
         }
+    }
+
+    #[test]
+    fn a_rebuild_keeps_in_flight_migrations_and_cool_downs() {
+        // Jobs 1 and 2 share a node, 3 is alone; 1 ends and Compact orders
+        // one move. The requeue is done (fini) when slurmctld reconfigures.
+        let mut c = ctl();
+        let mut alloc = BTreeMap::new();
+        for id in 1..=3 {
+            alloc.insert(id, run(&mut c, &job(id, 1, 4), 0)[0]);
+        }
+        assert!(c.tick(1000).is_empty());
+        c.fini(1);
+        let orders = c.tick(1000);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        let (x, target) = (orders[0].job, orders[0].to_nodes.clone());
+        let y = if x == 2 { 3 } else { 2 };
+        c.fini(x);
+        let saved = c.saved(1001);
+        assert_eq!(saved.in_flight.len(), 1, "{saved:?}");
+        assert_eq!(saved.in_flight[0].shape, Some((1, 4)));
+
+        // reconfigure: a fresh controller, as select_p_job_init builds it
+        let rebuild = |saved: &Saved, running: &[(u64, NodeId, u64)], now| {
+            let mut c2 = ctl();
+            c2.restore(saved, now);
+            for &(j, n, start) in running {
+                assert_eq!(c2.adopt_running(&job(j, 1, 4), &[(n, 4)], start), None);
+            }
+            c2.adopt_in_flight();
+            c2.compact();
+            c2
+        };
+        let mut c2 = rebuild(&saved, &[(y, alloc[&y], 0)], 1002);
+        assert_eq!(c2.pinned(x), Some(&target[..]), "the pin survives");
+        assert!(
+            c2.tick(1003).is_empty(),
+            "no new move while one is in flight"
+        );
+        let cand = NodeSet::full(4);
+        let pinned = c2.narrow(&job(x, 1, 4), &cand).unwrap().unwrap();
+        assert_eq!(pinned.iter().collect::<Vec<_>>(), target);
+        c2.begin(&job(x, 1, 4), &[(target[0], 4)], 1004);
+        assert_eq!(c2.counters.migrations_done, 1);
+        assert_eq!(c2.snapshot(1004, true).partial_nodes, 0);
+        assert_eq!(c2.self_check(), None);
+
+        // another reconfigure within the cool-down: x stays still
+        let saved = c2.saved(1010);
+        assert_eq!(saved.last_migrated, vec![(x, 1004)]);
+        let mut c3 = rebuild(&saved, &[(y, alloc[&y], 0), (x, target[0], 1004)], 1010);
+        // (past the 5-minute start-up grace, inside the 10-minute cool-down)
+        c3.tick(1400);
+        assert_eq!(c3.jobs[&x].keep, Some(KeepReason::CoolingDown));
+        assert_eq!(c3.jobs[&y].keep, None, "y was never migrated");
+        // without the saved state x would be movable at once
+        let mut fresh = rebuild(
+            &Saved::default(),
+            &[(y, alloc[&y], 0), (x, target[0], 1004)],
+            1010,
+        );
+        fresh.tick(1400);
+        assert_eq!(fresh.jobs[&x].keep, None);
+
+        // pruning: past the cool-down, and for jobs that are gone
+        c2.tick(1004 + 600);
+        assert!(c2.last_migrated.is_empty(), "{:?}", c2.last_migrated);
+        c3.fini(x);
+        c3.tick(1401);
+        assert!(c3.last_migrated.is_empty(), "{:?}", c3.last_migrated);
+        assert!(c3.saved(1401).is_empty());
+    }
+
+    #[test]
+    fn stale_or_unknown_saved_migrations_are_dropped() {
+        let mut c = ctl();
+        let saved = Saved {
+            format: SAVED_FORMAT,
+            last_migrated: vec![(5, 100), (6, 2000)],
+            in_flight: vec![
+                SavedMigration {
+                    job: 7,
+                    to_nodes: vec!["n1".into()],
+                    since: 100,
+                    shape: Some((1, 4)),
+                },
+                SavedMigration {
+                    job: 8,
+                    to_nodes: vec!["n99".into()],
+                    since: 1990,
+                    shape: Some((1, 4)),
+                },
+                SavedMigration {
+                    job: 9,
+                    to_nodes: vec!["n2".into()],
+                    since: 1990,
+                    shape: Some((1, 4)),
+                },
+            ],
+        };
+        c.restore(&saved, 2000);
+        c.adopt_in_flight();
+        assert_eq!(c.last_migrated.keys().collect::<Vec<_>>(), vec![&6]);
+        assert_eq!(c.pinned(7), None, "expired pin");
+        assert_eq!(c.pinned(8), None, "node gone");
+        assert_eq!(c.pinned(9), Some(&[1][..]));
     }
 
     #[test]

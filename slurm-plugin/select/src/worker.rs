@@ -87,6 +87,8 @@ fn injected_panic(_round: u64) {}
 struct Rounds {
     round: u64,
     last_written: String,
+    /// Last state written to StateSaveLocation.
+    last_saved: Option<compass_slurm::persist::Saved>,
 }
 
 fn run() {
@@ -187,6 +189,8 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
             None => (vec![], None),
         }
     };
+    // Handed-out orders are in flight (pinned) now: save before requeueing.
+    save_state(plugin, rounds, now);
     let mut orders = orders.into_iter();
     for order in orders.by_ref() {
         if STOP.load(Ordering::SeqCst) {
@@ -222,6 +226,36 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
             }
             rounds.last_written = key;
         }
+    }
+}
+
+/// Writes what must survive a restart ([`compass_slurm::persist`]) to
+/// StateSaveLocation when it changed: atomically, from this thread, with
+/// no lock of ours or Slurm's held during the I/O.
+fn save_state(plugin: &Plugin, rounds: &mut Rounds, now: u64) {
+    let Some(dir) = crate::job::STATE_DIR
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+    else {
+        return;
+    };
+    let Some(saved) = plugin
+        .ctl
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map(|c| c.saved(now))
+    else {
+        return;
+    };
+    if rounds.last_saved.as_ref() == Some(&saved) {
+        return;
+    }
+    let path = dir.join(compass_slurm::persist::FILE_NAME);
+    match saved.write_atomic(&path) {
+        Ok(()) => rounds.last_saved = Some(saved),
+        Err(e) => log::error(&format!("cannot write {}: {e}", path.display())),
     }
 }
 

@@ -575,6 +575,69 @@ fn a_plugin_thread_round_that_fails_once_is_retried() {
 }
 
 #[test]
+fn reconfigure_and_restart_keep_a_migrated_job_in_its_cool_down() {
+    // A and B (resumable) share a node, C (not resumable) is alone. A ends:
+    // B must move onto C's node. Then D (not resumable) runs alone and C
+    // ends, leaving B and D alone on their nodes: only B could move, but it
+    // is in its 10-minute cool-down, through `scontrol reconfigure` and a
+    // slurmctld restart alike (both rebuild the engine).
+    let lab = Lab::start("cool-down-survives", COMPASS);
+    let res = ["-n1", "--gpus-per-task=4", "--resumable"];
+    let plain = ["-n1", "--gpus-per-task=4"];
+    let a = lab.submit(&res);
+    let b = lab.submit(&res);
+    let c = lab.submit(&plain);
+    lab.wait_running(&[a, b, c], Duration::from_secs(15));
+    let (na, nb, nc) = (lab.job(a).1, lab.job(b).1, lab.job(c).1);
+    assert_eq!(na, nb, "{}", lab.debug());
+    assert_ne!(nb, nc);
+    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    lab.wait_until("B moved onto C's node", Duration::from_secs(20), || {
+        lab.job(b) == ("RUNNING".to_string(), nc.clone())
+    });
+    let d = lab.submit(&plain);
+    lab.wait_running(&[d], Duration::from_secs(15));
+    assert_ne!(lab.job(d).1, nc, "{}", lab.debug());
+    let migrations_of_b = |l: &Lab| {
+        l.ctld_log()
+            .matches(&format!("migration of job {b}: requeued"))
+            .count()
+    };
+    assert_eq!(migrations_of_b(&lab), 1);
+
+    let rebuilt = |l: &Lab| l.ctld_log().matches("engine rebuilt from").count();
+    let before = rebuilt(&lab);
+    let out = lab.run("scontrol", &["reconfigure"]);
+    assert!(out.status.success(), "{}", common::lossy(&out.stderr));
+    lab.wait_until("the engine rebuilt", Duration::from_secs(15), || {
+        rebuilt(&lab) > before
+    });
+    assert!(lab.run("scancel", &[&c.to_string()]).status.success());
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(migrations_of_b(&lab), 1, "B moved again\n{}", lab.debug());
+    assert!(
+        lab.show_job(b).contains("Restarts=1"),
+        "{}",
+        lab.show_job(b)
+    );
+    assert_eq!(lab.partial_nodes(8), 2, "{}", lab.debug());
+
+    lab.restart_ctld();
+    lab.wait_until("slurmctld answers", Duration::from_secs(20), || {
+        lab.run("scontrol", &["ping"]).status.success()
+    });
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(lab.show_job(b).contains("Restarts=1"), "{}", lab.debug());
+    assert_eq!(lab.job(b), ("RUNNING".to_string(), nc.clone()));
+    assert!(
+        !lab.ctld_log()
+            .contains("cool-downs and in-flight migrations from before the restart are lost"),
+        "{}",
+        lab.debug()
+    );
+}
+
+#[test]
 fn slurmctld_restart_rebuilds_the_engine_without_losing_jobs() {
     let lab = Lab::start("restart", COMPASS);
     let ids = [
