@@ -86,6 +86,91 @@ fn spank_options_are_in_sbatch_help_and_validated_at_submit() {
 }
 
 #[test]
+fn a_bad_spank_config_fails_only_our_own_options() {
+    let lab = Lab::start("spank-bad-conf", COMPASS);
+    let conf = lab.dir.join("etc/compass.conf");
+    let good = std::fs::read_to_string(&conf).unwrap();
+    let ran = |name: &str, args: &[&str], hold_then: Option<&dyn Fn()>| {
+        let out = lab.dir.join(format!("{name}.out"));
+        let o = out.display().to_string();
+        let mut a = vec!["-n1", "--gpus-per-task=1", "-o", &o];
+        a.extend_from_slice(args);
+        let id = lab
+            .sbatch(&a, "echo batch-ok; srun echo step-ok")
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        if let Some(f) = hold_then {
+            f();
+            assert!(lab
+                .run("scontrol", &["release", &id.to_string()])
+                .status
+                .success());
+        }
+        lab.wait_until(
+            &format!("{name} ran its batch step and a job step"),
+            Duration::from_secs(20),
+            || {
+                lab.job(id).0 == "GONE"
+                    && std::fs::read_to_string(&out)
+                        .is_ok_and(|t| t.contains("batch-ok") && t.contains("step-ok"))
+            },
+        );
+        id
+    };
+    // accepted with a good config, run under a broken one: its steps run
+    let broken = "[spank\nmax_min_runtime = \n";
+    ran(
+        "accepted-before",
+        &["--min-runtime=1h", "--resumable", "-H"],
+        Some(&|| std::fs::write(&conf, broken).unwrap()),
+    );
+
+    // an unparsable file: plain jobs and their steps run
+    ran("plain", &[], None);
+    for (opt, arg) in [
+        ("--min-runtime", "--min-runtime=1h"),
+        ("--resumable", "--resumable"),
+    ] {
+        let err = lab.sbatch(&[arg], "true").unwrap_err();
+        assert!(
+            err.contains(&format!(
+                "{opt} cannot be used: the site config is unusable"
+            )) && err.contains(&conf.display().to_string()),
+            "{err}"
+        );
+    }
+
+    // unknown sections and keys: ignored with a warning; the rest applies
+    let with_unknown =
+        good.replace("[spank]\n", "[spank]\nmax_runtime = \"1h\"\n") + "\n[future]\nknob = 1\n";
+    assert_ne!(with_unknown, good);
+    std::fs::write(&conf, &with_unknown).unwrap();
+    let id = ran(
+        "unknown-keys",
+        &["--min-runtime=4h", "--resumable=5m"],
+        None,
+    );
+    assert!(
+        lab.show_job(id)
+            .contains("AdminComment=compass:min_runtime=14400,resumable=1,migration_cost=300"),
+        "{}",
+        lab.show_job(id)
+    );
+    let err = lab.sbatch(&["--min-runtime=9h"], "true").unwrap_err();
+    assert!(err.contains("exceeds the site cap of 8:00:00"), "{err}");
+    let v = lab.run(
+        "sbatch",
+        &["-v", "--parsable", "-o", "/dev/null", "--wrap", "true"],
+    );
+    assert!(v.status.success());
+    let stderr = common::lossy(&v.stderr);
+    assert!(
+        stderr.contains("unknown key `spank.max_runtime` ignored")
+            && stderr.contains("unknown section `future` ignored"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn the_values_reach_the_job_environment() {
     let lab = Lab::start("spank-env", COMPASS);
     let out = lab.dir.join("env.txt");

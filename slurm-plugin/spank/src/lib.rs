@@ -15,6 +15,14 @@
 //!
 //! The options are registered at run time with `spank_option_register` in
 //! every context: sbatch and salloc ignore a static `spank_options` table.
+//!
+//! The plugin is loaded `required`, so a failure here would fail every
+//! sbatch and every job step. A bad config file therefore never fails the
+//! plugin: unknown sections and keys are ignored with a warning (logged once
+//! at slurmd start; `sbatch -v` shows them too), and a file that cannot be
+//! read or parsed only makes `--min-runtime` and `--resumable` fail at
+//! submit, with the reason; jobs that use neither submit and run as usual
+//! (without compass's site defaults), and job steps are never failed.
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::catch_unwind;
@@ -43,7 +51,10 @@ const OPT_RESUMABLE: c_int = 2;
 
 /// Per-process state of the plugin (one submit, or one step).
 struct State {
-    config: Config,
+    /// The site config, or why it is unusable (a message naming the file).
+    config: std::result::Result<Config, String>,
+    /// Config warnings for `-v`, logged in `slurm_spank_init_post_opt`.
+    warnings: Vec<String>,
     config_path: String,
     min_runtime_s: Option<u64>,
     resumable: bool,
@@ -57,6 +68,18 @@ fn log_error(msg: &str) {
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
     // SAFETY: format string and argument are valid NUL-terminated strings.
     unsafe { sys::slurm_error(c"%s".as_ptr(), c.as_ptr()) };
+}
+
+fn log_info(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    // SAFETY: as above.
+    unsafe { sys::slurm_info(c"%s".as_ptr(), c.as_ptr()) };
+}
+
+fn log_verbose(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    // SAFETY: as above.
+    unsafe { sys::slurm_verbose(c"%s".as_ptr(), c.as_ptr()) };
 }
 
 fn log_debug(msg: &str) {
@@ -118,31 +141,54 @@ pub unsafe extern "C" fn slurm_spank_init(
     guarded("slurm_spank_init", || {
         // SAFETY: forwarded from Slurm.
         let path = unsafe { config_path(ac, av) };
-        let config = match Config::load(Path::new(&path)) {
-            Ok(c) => c,
-            Err(e) => {
-                log_error(&format!("compass: {e}"));
-                return -1;
+        // SAFETY: plain query.
+        let ctx = unsafe { sys::spank_context() };
+        // slurmd runs this once at its start: the place to tell the admin.
+        // Elsewhere (every submit, every step) only at verbose/debug level;
+        // sbatch/srun/salloc raise their level (-v) after this call, so
+        // their warnings wait for slurm_spank_init_post_opt.
+        let mut deferred = Vec::new();
+        let mut warn = |msg: &str| match ctx {
+            sys::spank_context_S_CTX_SLURMD => log_info(msg),
+            sys::spank_context_S_CTX_ALLOCATOR | sys::spank_context_S_CTX_LOCAL => {
+                deferred.push(msg.to_string())
             }
+            _ => log_debug(msg),
+        };
+        let config = match Config::load_with_warnings(Path::new(&path)) {
+            Ok((c, warnings)) => {
+                for w in warnings {
+                    warn(&format!("compass: {w}"));
+                }
+                Ok(c)
+            }
+            Err(e) => {
+                let msg = format!("compass: {e}");
+                if ctx == sys::spank_context_S_CTX_SLURMD {
+                    log_error(&format!(
+                        "{msg}; --min-runtime and --resumable are refused until it is fixed, other jobs and steps run normally"
+                    ));
+                } else {
+                    warn(&msg);
+                }
+                Err(e.to_string())
+            }
+        };
+        let (cap, default_cost) = match &config {
+            Ok(c) => (
+                compass_slurm::duration::format(c.spank.max_min_runtime_s),
+                compass_slurm::duration::format(c.select.migration_cost_s),
+            ),
+            Err(_) => ("unknown: config unusable".into(), "unknown".into()),
         };
         *STATE.lock().unwrap_or_else(|p| p.into_inner()) = Some(State {
             config,
+            warnings: deferred,
             config_path: path,
             min_runtime_s: None,
             resumable: false,
             migration_cost_s: None,
         });
-        let (cap, default_cost) = STATE
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map_or((0, 0), |s| {
-                (
-                    s.config.spank.max_min_runtime_s,
-                    s.config.select.migration_cost_s,
-                )
-            });
-        let cap = compass_slurm::duration::format(cap);
         let opts = [
             sys::spank_option {
                 name: leak("min-runtime"),
@@ -158,8 +204,7 @@ pub unsafe extern "C" fn slurm_spank_init(
                 name: leak("resumable"),
                 arginfo: leak("COST"),
                 usage: leak(&format!(
-                    "The job restarts from its own checkpoint: the scheduler may requeue it to defragment GPUs. COST (optional, --resumable=5m): what one requeue and restart costs the job; it is moved only when its time limit leaves enough run to earn that back (default {})",
-                    compass_slurm::duration::format(default_cost)
+                    "The job restarts from its own checkpoint: the scheduler may requeue it to defragment GPUs. COST (optional, --resumable=5m): what one requeue and restart costs the job; it is moved only when its time limit leaves enough run to earn that back (default {default_cost})"
                 )),
                 // optional argument: `--resumable` or `--resumable=COST`
                 has_arg: 2,
@@ -197,18 +242,43 @@ unsafe extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int)
                     .into_owned(),
             )
         };
+        // The job was accepted at submit when the option reaches a step:
+        // in the remote context, or in srun inside the job's allocation (it
+        // inherits the option through SLURM_SPANK_* variables). A config
+        // changed or broken since must not fail its steps.
+        // SAFETY: plain query.
+        let step_of_a_job = remote != 0
+            || (unsafe { sys::spank_context() } == sys::spank_context_S_CTX_LOCAL
+                && std::env::var_os("SLURM_JOB_ID").is_some());
+        let config = match &state.config {
+            Ok(c) => c,
+            Err(why) => {
+                if step_of_a_job {
+                    log_debug(&format!(
+                        "compass: {why} (ignored in a step of an accepted job)"
+                    ));
+                    return 0;
+                }
+                let option = if val == OPT_MIN_RUNTIME {
+                    "--min-runtime"
+                } else {
+                    "--resumable"
+                };
+                log_error(&format!(
+                    "compass: {option} cannot be used: the site config is unusable ({why}); submit without it or ask your administrator"
+                ));
+                return -1;
+            }
+        };
         match val {
             OPT_MIN_RUNTIME => {
                 let arg = arg.unwrap_or_default();
-                match state
-                    .config
-                    .min_runtime("--min-runtime", &arg, &state.config_path)
-                {
+                match config.min_runtime("--min-runtime", &arg, &state.config_path) {
                     Ok(s) => state.min_runtime_s = Some(s),
                     Err(e) => {
-                        // In the remote context the value was accepted at
-                        // submit; a changed config must not kill the step.
-                        if remote != 0 {
+                        // Accepted at submit; a changed config must not
+                        // kill the step.
+                        if step_of_a_job {
                             log_debug(&format!("compass: {e}"));
                             return 0;
                         }
@@ -220,10 +290,10 @@ unsafe extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int)
             OPT_RESUMABLE => {
                 state.resumable = true;
                 if let Some(arg) = arg.filter(|a| !a.is_empty()) {
-                    match state.config.migration_cost("--resumable", &arg) {
+                    match config.migration_cost("--resumable", &arg) {
                         Ok(s) => state.migration_cost_s = Some(s),
                         Err(e) => {
-                            if remote != 0 {
+                            if step_of_a_job {
                                 log_debug(&format!("compass: {e}"));
                                 return 0;
                             }
@@ -259,10 +329,18 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
         let Some(state) = guard.as_ref() else {
             return -1;
         };
+        for w in &state.warnings {
+            log_verbose(w);
+        }
+        // Unusable config: the job uses neither option (or the callback
+        // refused it already): it goes on without compass's values.
+        let Ok(config) = &state.config else {
+            return 0;
+        };
         let min = state
             .min_runtime_s
-            .unwrap_or(state.config.spank.default_min_runtime_s);
-        let resumable = state.resumable || state.config.spank.default_resumable;
+            .unwrap_or(config.spank.default_min_runtime_s);
+        let resumable = state.resumable || config.spank.default_resumable;
         let mut vars = vec![
             (ENV_MIN_RUNTIME, min.to_string()),
             (ENV_RESUMABLE, u8::from(resumable).to_string()),
