@@ -544,6 +544,41 @@ fn departure_never_touches_a_job_that_is_not_resumable() {
 }
 
 #[test]
+fn a_protected_job_is_not_migrated_before_its_min_runtime() {
+    // A and B share a node, C is alone, all resumable; B is protected for
+    // an hour. When A ends, B stays and C moves onto B's node.
+    let lab = Lab::start("min-runtime-protects", COMPASS);
+    let args = ["-n1", "--gpus-per-task=4", "--resumable"];
+    let a = lab.submit(&args);
+    let b = lab.submit(&[&args[..], &["--min-runtime=1h"]].concat());
+    let c = lab.submit(&args);
+    lab.wait_running(&[a, b, c], Duration::from_secs(15));
+    let (na, nb, nc) = (lab.job(a).1, lab.job(b).1, lab.job(c).1);
+    assert_eq!(na, nb, "{}", lab.debug());
+    assert_ne!(nb, nc);
+    lab.wait_until(
+        "the state file counts B as protected",
+        Duration::from_secs(10),
+        || lab.state_json()["kept_still"]["protected"].as_u64() == Some(1),
+    );
+    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    lab.wait_until("C restarted on B's node", Duration::from_secs(20), || {
+        lab.job(c) == ("RUNNING".to_string(), nb.clone())
+    });
+    assert_eq!(lab.job(b), ("RUNNING".to_string(), nb.clone()));
+    assert!(
+        lab.show_job(b).contains("Restarts=0"),
+        "{}",
+        lab.show_job(b)
+    );
+    assert!(
+        !lab.ctld_log().contains(&format!("migration of job {b}")),
+        "{}",
+        lab.debug()
+    );
+}
+
+#[test]
 fn a_job_about_to_end_is_not_migrated_while_a_long_one_is() {
     // A and B (1 x 4 GPUs, the partition's 1-hour default limit) share a
     // node; C (2-minute limit) is alone. When A ends, moving C would cost
