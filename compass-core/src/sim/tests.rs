@@ -280,10 +280,11 @@ fn afr_and_agu_average_only_while_the_queue_is_non_empty() {
 }
 
 #[test]
-fn migration_cost_is_charged_once_per_job_and_event() {
+fn migration_cost_is_charged_per_migrated_instance_or_per_job() {
     // A (4 GPUs, 0-10) on node 0; B (2 x 2 GPUs, 0-100) spread onto node 1.
-    // When A ends, both of B's instances move to node 0: 2 migrations, one
-    // charge of c = 8 s, B completes at 108.
+    // When A ends, both of B's instances move to node 0: 2 migrations. Per
+    // instance (the paper's `c` per migration, the default): 2 charges of
+    // c = 8 s, B completes at 116. Per job: one charge, B completes at 108.
     let jobs = vec![job("A", 0.0, 10.0, 1, 4), job("B", 0.0, 100.0, 2, 2)];
     let mut p = Spread::new(2);
     p.compact_on_remove = true;
@@ -295,20 +296,33 @@ fn migration_cost_is_charged_once_per_job_and_event() {
     });
     let r = simulate(&jobs, &mut p, &config(2, QueuePolicy::Fifo), &mut obs).unwrap();
     assert_eq!(migrated, vec![(10.0, 2, 4)]);
+    assert_eq!(r.migration_charge, MigrationCharge::PerInstance);
+    assert_eq!(
+        (r.migrations, r.migration_charges, r.migrated_jobs),
+        (2, 2, 1)
+    );
+    assert_eq!(r.ajct_s, (10.0 + 116.0) / 2.0);
+    assert_eq!(r.makespan_s, 116.0);
+    assert_eq!(r.migrations_per_job, 1.0);
+
+    let mut cfg = config(2, QueuePolicy::Fifo);
+    cfg.charge = MigrationCharge::PerJob;
+    let mut p = Spread::new(2);
+    p.compact_on_remove = true;
+    let r = simulate(&jobs, &mut p, &cfg, &mut NoObserver).unwrap();
     assert_eq!(
         (r.migrations, r.migration_charges, r.migrated_jobs),
         (2, 1, 1)
     );
     assert_eq!(r.ajct_s, (10.0 + 108.0) / 2.0);
     assert_eq!(r.makespan_s, 108.0);
-    assert_eq!(r.migrations_per_job, 0.5);
 
     let mut cfg = config(2, QueuePolicy::Fifo);
     cfg.migration_cost_s = 0.0;
     let mut p = Spread::new(2);
     p.compact_on_remove = true;
     let r = simulate(&jobs, &mut p, &cfg, &mut NoObserver).unwrap();
-    assert_eq!((r.ajct_s, r.migration_charges), (55.0, 1));
+    assert_eq!((r.ajct_s, r.migration_charges), (55.0, 2));
 }
 
 #[test]
@@ -515,10 +529,12 @@ fn gpu_time_is_conserved_under_every_policy() {
             };
             let mut charges = vec![0u64; jobs.len()];
             let mut obs = FnObserver(|e: &Event<'_>, _: &dyn PlacementPolicy| {
-                let mut moved: Vec<u64> = e.migrations.iter().map(|m| m.job.0).collect();
+                // One charge per migrated instance (the default).
+                let mut moved: Vec<(u64, u32)> =
+                    e.migrations.iter().map(|m| (m.job.0, m.instance)).collect();
                 moved.sort_unstable();
                 moved.dedup();
-                for j in moved {
+                for (j, _) in moved {
                     if !(e.kind == EventKind::Start && e.job == Some(JobId(j))) {
                         charges[j as usize] += 1;
                     }
