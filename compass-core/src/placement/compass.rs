@@ -1400,6 +1400,10 @@ impl PlacementPolicy for CompassEngine {
         CompassEngine::set_movable(self, job, movable)
     }
 
+    fn honours_movable(&self) -> bool {
+        true
+    }
+
     fn fork(&self) -> Option<Box<dyn PlacementPolicy>> {
         Some(Box::new(self.clone()))
     }

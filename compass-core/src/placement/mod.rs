@@ -129,6 +129,12 @@ pub trait PlacementPolicy {
         Ok(())
     }
 
+    /// Does the policy act on [`PlacementPolicy::set_movable`]? (`false`,
+    /// the default: it ignores it, and callers skip the cost rule.)
+    fn honours_movable(&self) -> bool {
+        false
+    }
+
     /// An independent copy of the policy in its current state, to try a
     /// decision without committing to it (backfill refuses a start whose
     /// migrations would delay the head's reservation). `None` (the default):

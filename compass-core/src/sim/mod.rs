@@ -531,7 +531,9 @@ struct Sim<'a> {
     last_phi: u64,
     /// The state after the last policy call.
     now: EventState,
-    /// The cost rule; `None` when off (`payback = 0`).
+    /// The cost rule; `None` when off (`payback = 0`) or when the policy
+    /// does not act on movability (it then never migrates a job held still
+    /// by choice, and none is counted as held).
     rule: Option<MigrationRule>,
     /// Resumable running jobs the rule holds still.
     held: usize,
@@ -556,6 +558,7 @@ impl<'a> Sim<'a> {
         policy: &'a mut dyn PlacementPolicy,
         cfg: &'a SimConfig,
     ) -> Result<Self> {
+        let honours_movable = policy.honours_movable();
         let spec = cfg.spec;
         let mut order: Vec<usize> = Vec::with_capacity(jobs.len());
         let mut unschedulable = 0;
@@ -601,7 +604,7 @@ impl<'a> Sim<'a> {
             last_counts: None,
             last_phi: 0,
             now: EventState::default(),
-            rule: (cfg.payback > 0.0).then_some(MigrationRule {
+            rule: (cfg.payback > 0.0 && honours_movable).then_some(MigrationRule {
                 default_cost_s: cfg.migration_cost_s,
                 payback: cfg.payback,
                 ..MigrationRule::default()

@@ -108,6 +108,9 @@ impl PlacementPolicy for Spread {
     fn set_movable(&mut self, job: JobId, movable: bool) -> Result<()> {
         self.occ.set_movable(job, movable)
     }
+    fn honours_movable(&self) -> bool {
+        true
+    }
 }
 
 /// Places each job on the nodes its script names (`Ok(None)` when they lack
