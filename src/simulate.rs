@@ -7,8 +7,8 @@ use std::time::Instant;
 use clap::builder::PossibleValuesParser;
 use compass_core::placement::POLICY_NAMES;
 use compass_core::sim::{
-    simulate_named, MigrationCharge, QueuePolicy, RemainingRun, Sample, SimConfig, SimResult,
-    Sizing,
+    simulate_named, MigrationCharge, MoveWhen, QueuePolicy, RemainingRun, Sample, SimConfig,
+    SimResult, Sizing,
 };
 use serde::Serialize;
 
@@ -73,6 +73,7 @@ pub fn replay(
     cfg.charge = MigrationCharge::parse_name(&args.migration_charge)?;
     cfg.payback = args.payback;
     cfg.remaining = RemainingRun::parse_name(&args.remaining_run)?;
+    cfg.move_when = MoveWhen::parse_name(&args.move_when)?;
     cfg.backfill_depth = args.backfill_depth;
     cfg.record_timeseries = timeseries;
     let label = format!("{policy} ({})", queue.name());
@@ -191,7 +192,12 @@ pub fn table(r: &Report<'_>) -> String {
         ),
     );
     let rule = if x.payback > 0.0 {
-        format!("payback {} on {}", x.payback, x.remaining_run.name())
+        format!(
+            "payback {} on {}, moves {}",
+            x.payback,
+            x.remaining_run.name(),
+            x.move_when.name()
+        )
     } else {
         "off (payback 0: move whenever the engine wants)".into()
     };

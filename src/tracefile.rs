@@ -8,7 +8,7 @@ use clap::builder::PossibleValuesParser;
 use compass_core::model::ClusterSpec;
 use compass_core::placement::compass::SlottedPass;
 use compass_core::placement::PolicyOptions;
-use compass_core::sim::{size_cluster, MigrationCharge, RemainingRun, Sizing};
+use compass_core::sim::{size_cluster, MigrationCharge, MoveWhen, RemainingRun, Sizing};
 use compass_core::trace::{self, ReadOptions, Trace, TraceFormat};
 
 use crate::error::{CliError, Result};
@@ -63,6 +63,13 @@ pub struct TraceArgs {
     /// the true remaining run from the trace.
     #[arg(long, default_value = "time-limit", value_parser = PossibleValuesParser::new(RemainingRun::NAMES))]
     pub remaining_run: String,
+
+    /// With the cost rule on: move jobs whenever a move pays (`always`), or
+    /// only while some job waits in the queue (`waiting`: a move when nobody
+    /// waits lets no job start sooner; Compact repairs the layout at the
+    /// next event with a waiting job).
+    #[arg(long, default_value = "always", value_parser = PossibleValuesParser::new(MoveWhen::NAMES))]
+    pub move_when: String,
 
     /// With backfill: waiting jobs examined behind the blocked head per pass.
     #[arg(long, default_value_t = 1000, value_name = "JOBS")]

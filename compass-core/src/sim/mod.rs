@@ -160,6 +160,42 @@ impl RemainingRun {
     }
 }
 
+/// When the cost rule lets a job move at all.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MoveWhen {
+    /// Whenever the move pays for itself (Compact after every event keeps
+    /// Theorem 1's bound for the movable jobs).
+    #[default]
+    Always,
+    /// Only while some job waits in the queue: a move made while nobody
+    /// waits lets no job start sooner, so it is deferred to the first event
+    /// with a waiting job (Compact then repairs the layout). The bound is
+    /// then exceeded by choice while the queue is empty.
+    Waiting,
+}
+
+impl MoveWhen {
+    pub const NAMES: &'static [&'static str] = &["always", "waiting"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Always => "always",
+            Self::Waiting => "waiting",
+        }
+    }
+
+    pub fn parse_name(name: &str) -> Result<Self> {
+        match name {
+            "always" => Ok(Self::Always),
+            "waiting" => Ok(Self::Waiting),
+            other => Err(CoreError::Invalid(format!(
+                "unknown --move-when `{other}`; expected always or waiting"
+            ))),
+        }
+    }
+}
+
 /// The time limits a job of some duration is assumed to have asked for
 /// ([`RemainingRun::TimeLimit`]), seconds.
 pub const TIME_LIMIT_LADDER_S: &[Seconds] = &[
@@ -195,6 +231,8 @@ pub struct SimConfig {
     pub payback: f64,
     /// What the rule takes as a job's remaining run.
     pub remaining: RemainingRun,
+    /// Whether the rule also holds every job still while no job waits.
+    pub move_when: MoveWhen,
     /// With backfill: how many waiting jobs behind the head are examined per
     /// scheduling pass (Slurm's `bf_max_job_test`).
     pub backfill_depth: usize,
@@ -213,6 +251,7 @@ impl SimConfig {
             charge: MigrationCharge::PerInstance,
             payback: MigrationRule::default().payback,
             remaining: RemainingRun::TimeLimit,
+            move_when: MoveWhen::Always,
             backfill_depth: 1000,
             record_timeseries: false,
         }
@@ -295,6 +334,9 @@ pub struct SimResult {
     /// What the cost rule took as a job's remaining run.
     #[serde(default)]
     pub remaining_run: RemainingRun,
+    /// When the cost rule lets jobs move.
+    #[serde(default)]
+    pub move_when: MoveWhen,
     /// Jobs replayed (all completed).
     pub jobs: u64,
     /// Jobs left out because they can never fit the cluster (more instances
@@ -799,6 +841,8 @@ impl<'a> Sim<'a> {
         let Some(rule) = self.rule else {
             return Ok(());
         };
+        // No job waits: with `MoveWhen::Waiting` no move can let one start.
+        let idle = self.cfg.move_when == MoveWhen::Waiting && self.queue.is_empty();
         let mut changes = Vec::new();
         let mut held = 0;
         for &(_, j) in &self.by_end {
@@ -807,7 +851,7 @@ impl<'a> Sim<'a> {
                 continue;
             }
             let s = &self.state[j];
-            let worth = rule.worth_moving(&self.candidate(j, t));
+            let worth = !idle && rule.worth_moving(&self.candidate(j, t));
             if worth != s.movable {
                 changes.push((j, worth));
             }
@@ -1168,6 +1212,7 @@ impl<'a> Sim<'a> {
             migration_charge: self.cfg.charge,
             payback: self.cfg.payback,
             remaining_run: self.cfg.remaining,
+            move_when: self.cfg.move_when,
             jobs: n as u64,
             unschedulable: self.unschedulable,
             afr: avg(window.sif),

@@ -825,3 +825,27 @@ fn backfill_refuses_a_start_whose_migrations_would_delay_the_head() {
     assert_eq!(starts[&4], 30.0);
     assert_eq!(r.migrations, 1);
 }
+
+#[test]
+fn with_move_when_waiting_jobs_move_only_while_a_job_waits() {
+    // A (4 GPUs, 0-10) on node 0; B (2 x 2 GPUs, 0-100) on node 1. When A
+    // ends, Spread would move B to node 0. With `MoveWhen::Waiting` it does
+    // only if a job waits: C (8 GPUs) arriving at 5 does, and starts at 10
+    // on the node B left; without C, B stays.
+    let mut jobs = vec![job("A", 0.0, 10.0, 1, 4), job("B", 0.0, 100.0, 2, 2)];
+    let replay = |jobs: &[TraceJob], when: MoveWhen| {
+        let mut cfg = config(2, QueuePolicy::Fifo);
+        cfg.move_when = when;
+        let mut p = Spread::new(2);
+        p.compact_on_remove = true;
+        run(&mut p, jobs, &cfg)
+    };
+    let (r, _) = replay(&jobs, MoveWhen::Waiting);
+    assert_eq!((r.migrations, r.move_when), (0, MoveWhen::Waiting));
+    let (r, _) = replay(&jobs, MoveWhen::Always);
+    assert_eq!(r.migrations, 2);
+    jobs.push(job("C", 5.0, 10.0, 1, 8));
+    let (r, starts) = replay(&jobs, MoveWhen::Waiting);
+    assert_eq!(r.migrations, 2);
+    assert_eq!(starts[&2], 10.0);
+}
