@@ -213,8 +213,12 @@ pub fn table(r: &Report<'_>) -> String {
     row(
         "migrations",
         format!(
-            "{} instances, {} charged moves, {:.4} per job, {} jobs moved",
-            x.migrations, x.migration_charges, x.migrations_per_job, x.migrated_jobs
+            "{} instances, {} costs charged ({}), {:.4} per job, {} jobs moved",
+            x.migrations,
+            x.migration_charges,
+            x.migration_charge.name(),
+            x.migrations_per_job,
+            x.migrated_jobs
         ),
     );
     if x.queue == QueuePolicy::Backfill {
