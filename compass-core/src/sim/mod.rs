@@ -328,7 +328,9 @@ pub struct SimResult {
     /// How `c` was charged.
     #[serde(default)]
     pub migration_charge: MigrationCharge,
-    /// The cost rule's payback factor (`0`: rule off, the paper's behaviour).
+    /// The cost rule's payback factor as configured (`0`: rule off, the
+    /// paper's behaviour). The rule acts only on policies that honour
+    /// movability ([`PlacementPolicy::honours_movable`]: COMPASS).
     #[serde(default)]
     pub payback: f64,
     /// What the cost rule took as a job's remaining run.
