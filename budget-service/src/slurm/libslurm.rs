@@ -10,9 +10,11 @@
 //! - `job_id`, `account` (the leaf of the org tree), `submit_time`,
 //!   `start_time` (running and ended jobs only: for a pending job it is
 //!   Slurm's start estimate), `end_time` (ended jobs only);
-//! - GPUs: running and ended jobs: `gres/gpu=` of `tres_alloc_str` (what was
-//!   allocated); pending jobs: `gres/gpu=` of `tres_req_str`; when that
-//!   string has no GPU entry, the request from `tres_per_job` (`gres:gpu:N`),
+//! - GPUs (every GRES and TRES string is read by [`compass_core::gres`]:
+//!   typed, socket-bound, several types per node): running and ended jobs:
+//!   the GPUs of `tres_alloc_str` (what was allocated); pending jobs: those
+//!   of `tres_req_str`; when that string has no GPU entry, the request from
+//!   `tres_per_job` (`gres:gpu:N`),
 //!   else `tres_per_node` x `num_nodes`, else `tres_per_task` x `num_tasks`;
 //! - priority within the team: minus the job's nice value (`sbatch --nice`);
 //! - min runtime and resumable flag: the `compass:` tag that
@@ -293,17 +295,7 @@ pub fn alloc_of(r: &RawJob, gpus: u32) -> Vec<(String, u32)> {
 /// GPUs in one `gres_detail_str` entry (`gpu:4(IDX:0-3)`,
 /// `gpu:a100:2(IDX:0,2),mps:0(...)`).
 pub fn detail_gpus(detail: &str) -> u32 {
-    let mut flat = String::new();
-    let mut depth = 0usize;
-    for c in detail.chars() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth = depth.saturating_sub(1),
-            _ if depth == 0 => flat.push(c),
-            _ => {}
-        }
-    }
-    gres_gpus(&flat).unwrap_or(0)
+    gres_gpus(detail).unwrap_or(0)
 }
 
 /// Instances `w` of a pending request: tasks for `--gpus-per-task`, nodes for
@@ -384,38 +376,32 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
     s
 }
 
-/// `gres/gpu=N` of a TRES string (`cpu=4,mem=1G,node=1,gres/gpu=8`); typed
-/// entries (`gres/gpu:a100=8`) are part of the untyped total Slurm also lists.
+/// GPUs of a TRES string (`cpu=4,mem=1G,node=1,gres/gpu=8`,
+/// `gres/gpu:a100=2`), by [`compass_core::gres`]; `None` when it names no
+/// GPU or is malformed (logged).
 pub fn tres_gpus(tres: &str) -> Option<u32> {
-    tres.split(',')
-        .find_map(|kv| kv.trim().strip_prefix("gres/gpu="))
-        .and_then(|n| n.parse().ok())
+    named_gpus(tres).map(|g| g.total_u32())
 }
 
-/// GPUs in a per-job/node/task request list (`gres:gpu:4`, `gres/gpu:a100:2`,
-/// `gres:gpu` = 1; entries separated by `,` or `;`).
+/// GPUs in a GRES list: a request (`gres:gpu:4`, `gres/gpu:a100:2`,
+/// `gres:gpu` = 1) or a node's `Gres=` (`gpu:a100:8(S:0-1)`,
+/// `gpu:a100:4,gpu:h100:4`), by [`compass_core::gres`]; `None` when it
+/// names no GPU or is malformed (logged).
 pub fn gres_gpus(list: &str) -> Option<u32> {
-    list.split([',', ';']).find_map(|e| {
-        let e = e.trim();
-        let rest = e
-            .strip_prefix("gres:")
-            .or_else(|| e.strip_prefix("gres/"))
-            .unwrap_or(e);
-        let mut parts = rest.split(':');
-        if parts.next()? != "gpu" {
-            return None;
+    named_gpus(list).map(|g| g.total_u32())
+}
+
+/// GPUs by type of a GRES list or TRES string; `None` when it names no
+/// GPU, or is malformed (logged once per call: a Slurm string compass
+/// cannot read is a bug to report, not a reason to stop the cycle).
+pub fn named_gpus(s: &str) -> Option<compass_core::gres::GpuCounts> {
+    match compass_core::gres::gpus_named(s) {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::warn!(error = %e, "unreadable GRES/TRES string from Slurm; counted as no GPU");
+            None
         }
-        let tail: Vec<&str> = parts.collect();
-        match tail.last() {
-            None => Some(1),
-            Some(last) => match last.parse() {
-                Ok(n) => Some(n),
-                // `gpu:a100`: a type without a count.
-                Err(_) if tail.len() == 1 => Some(1),
-                Err(_) => None,
-            },
-        }
-    })
+    }
 }
 
 fn requested_gpus(r: &RawJob) -> u32 {
@@ -486,6 +472,31 @@ mod tests {
         assert_eq!(gres_gpus("gres:mps:100,gres:gpu:3"), Some(3));
         assert_eq!(gres_gpus("gres:mps:100"), None);
         assert_eq!(gres_gpus(""), None);
+    }
+
+    #[test]
+    fn node_gpus_of_socket_bound_typed_and_multi_type_gres() {
+        for (gres, gpus) in [
+            ("gpu:8", 8),
+            ("gpu:8(S:0-1)", 8),
+            ("gpu:a100:8(S:0-1)", 8),
+            ("gpu:a100:4,gpu:h100:4", 8),
+            ("gpu:a100:4(S:0),gpu:h100:4(S:1),shard:8(S:0-1)", 8),
+            ("shard:8", 0),
+            ("(null)", 0),
+            ("", 0),
+        ] {
+            let n = node_of(&RawNode {
+                name: "n1".into(),
+                gres: gres.into(),
+                ..RawNode::default()
+            });
+            assert_eq!(n.gpus, gpus, "{gres}");
+        }
+        // A TRES string naming only the typed entry, and a typed request.
+        assert_eq!(tres_gpus("cpu=2,gres/gpu:a100=2"), Some(2));
+        assert_eq!(gres_gpus("gres:gpu:a100:2,gres:gpu:h100:2"), Some(4));
+        assert_eq!(detail_gpus("gpu:a100:2(IDX:0-1),gpu:h100:1(IDX:4)"), 3);
     }
 
     #[test]
