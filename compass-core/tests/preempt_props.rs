@@ -46,6 +46,8 @@ fn scenario() -> impl Strategy<Value = (Vec<RunningJob>, PendingJob, Vec<f64>)> 
                     min_runtime_s: min_h * 3600.0,
                     started_s: start_h * 3600.0,
                     resumable,
+                    cpus_per_node: 0,
+                    mem_per_node_mb: 0,
                 });
             }
             let pending = PendingJob {
@@ -56,6 +58,7 @@ fn scenario() -> impl Strategy<Value = (Vec<RunningJob>, PendingJob, Vec<f64>)> 
                 preempted_by: None,
                 owes_min_runtime: false,
                 room_given: false,
+                needs: Default::default(),
             };
             (running, pending, ratios)
         })
@@ -75,7 +78,7 @@ proptest! {
                 free[n as usize] -= g;
             }
         }
-        let room = NodeRoom { capacity: 8, free: free.clone(), usable: NodeSet::full(6) };
+        let room = NodeRoom { capacity: 8, free: free.clone(), usable: NodeSet::full(6), traits: Vec::new() };
         let fits = |victims: &BTreeSet<JobId>| {
             let mut f = free.clone();
             for j in running.iter().filter(|j| victims.contains(&j.id)) {
