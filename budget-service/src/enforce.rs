@@ -49,7 +49,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::db::{ActionRow, FaultyNode, RoomGiven};
 use crate::error::{BudgetError, Result};
-use crate::slurm::{NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSnapshot};
+use crate::slurm::{JobNeeds, NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSnapshot};
 use crate::state::AppState;
 
 /// A requeued job whose begin time is at most this far ahead is left alone
@@ -275,6 +275,8 @@ pub fn enforce(
     // Running jobs with known placements; runs we already ended are gone
     // (in a dry run, so are the runs it would have ended).
     let mut used = vec![0u32; snap.nodes.len()];
+    // What jobs need (pending) or hold (running) besides GPUs (issue 12).
+    let job_needs: HashMap<JobId, &JobNeeds> = snap.job_needs.iter().map(|n| (n.job, n)).collect();
     let mut running: Vec<RunningJob> = Vec::new();
     let mut by_id: HashMap<JobId, &SlurmJob> = HashMap::new();
     for j in &snap.running {
@@ -304,6 +306,8 @@ pub fn enforce(
             },
             started_s: start as f64,
             resumable: j.resumable,
+            cpus_per_node: job_needs.get(&j.job).map_or(0, |n| n.cpus_per_node),
+            mem_per_node_mb: job_needs.get(&j.job).map_or(0, |n| n.mem_per_node_mb),
         };
         // A victim that has run its min runtime since its restart may
         // preempt again.
@@ -336,6 +340,14 @@ pub fn enforce(
                 .filter(|(_, n)| n.state == NodeState::Up && n.gpus > 0)
                 .map(|(i, _)| i as NodeId),
         ),
+        // Partitions, features, GPU types, CPUs and memory: only when the
+        // source knows them for every node (else every node is eligible).
+        traits: snap
+            .nodes
+            .iter()
+            .map(|n| n.traits.clone())
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default(),
     };
 
     // Room given by earlier preemptions: a job that started used it; one that
@@ -419,6 +431,10 @@ pub fn enforce(
                 preempted_by,
                 owes_min_runtime: h.is_some_and(|h| h.owes),
                 room_given: room_given.contains(&j.job),
+                needs: job_needs
+                    .get(&j.job)
+                    .map(|n| n.needs.clone())
+                    .unwrap_or_default(),
             }
         })
         .collect();
@@ -779,6 +795,7 @@ mod tests {
     use crate::slurm::{FakeAction, FakeSlurm};
     use crate::state::TestClock;
     use compass_core::fairshare::{Interval, Kind, NodeSpec};
+    use compass_core::preempt::{NodeNeeds, NodeTraits};
     use std::sync::Arc;
 
     const T0: i64 = 1_800_000_000;
@@ -959,6 +976,54 @@ mod tests {
         );
         // The poorer team's protected job is never a victim.
         assert!(w.acts(2).is_empty());
+    }
+
+    #[test]
+    fn a_job_of_one_partition_preempts_only_inside_it() {
+        // n1 (gpu) runs the cheap victim, n2 (gpu, debug) the dearer one;
+        // the pending job may run in `debug` only.
+        let site = |w: &World| {
+            for (name, parts) in [("n1", vec!["gpu"]), ("n2", vec!["gpu", "debug"])] {
+                w.slurm.set_traits(NodeTraits {
+                    name: name.into(),
+                    gpus: 8,
+                    partitions: parts.into_iter().map(String::from).collect(),
+                    free_cpus: 32,
+                    free_mem_mb: 256_000,
+                    ..NodeTraits::default()
+                });
+            }
+        };
+        let setup = |w: &World| {
+            w.run(1, "rich", "n1", 8, 0, true, T0 + 50);
+            w.run(2, "rich", "n2", 8, 0, false, T0);
+            w.pend(3, "poor", 1, 8, 600);
+        };
+        // Without partitions: the cheap victim on n1.
+        let mut w = World::plain();
+        setup(&w);
+        w.at(T0 + 100);
+        assert_eq!(w.slurm.actions(), vec![FakeAction::Requeue(JobId(1))]);
+        // In `debug`: only n2's job, never n1's.
+        let mut w = World::plain();
+        site(&w);
+        setup(&w);
+        w.slurm.set_needs(JobNeeds {
+            job: JobId(3),
+            needs: NodeNeeds {
+                partitions: vec!["debug".into()],
+                ..NodeNeeds::default()
+            },
+            cpus_per_node: 0,
+            mem_per_node_mb: 0,
+        });
+        w.at(T0 + 100);
+        let acts = w.slurm.actions();
+        assert_eq!(acts.len(), 1, "{acts:?}");
+        assert!(
+            matches!(&acts[0], FakeAction::Cancel(j, _) if *j == JobId(2)),
+            "{acts:?}"
+        );
     }
 
     #[test]

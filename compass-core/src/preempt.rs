@@ -390,13 +390,13 @@ impl NodeRoom {
         let f = self.free.get(n).copied().unwrap_or(0);
         let mut k = u64::from((f + extra.gpus).min(self.cap(n)) / g);
         if let Some(t) = self.traits.get(n) {
-            if needs.cpus_per_node > 0 {
-                let cpus = t.free_cpus.saturating_add(extra.cpus);
-                k = k.min(u64::from(cpus / needs.cpus_per_node));
+            let cpus = t.free_cpus.saturating_add(extra.cpus);
+            if let Some(by_cpus) = cpus.checked_div(needs.cpus_per_node) {
+                k = k.min(u64::from(by_cpus));
             }
-            if needs.mem_per_node_mb > 0 {
-                let mem = t.free_mem_mb.saturating_add(extra.mem_mb);
-                k = k.min(mem / needs.mem_per_node_mb);
+            let mem = t.free_mem_mb.saturating_add(extra.mem_mb);
+            if let Some(by_mem) = mem.checked_div(needs.mem_per_node_mb) {
+                k = k.min(by_mem);
             }
         }
         k

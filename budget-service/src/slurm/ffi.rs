@@ -58,7 +58,23 @@ pub struct RawJob {
     pub restart_cnt: u32,
     /// `req_nodes`: nodes the job requires (`-w`), empty if none.
     pub req_nodes: String,
+    /// `partition`: the partition(s), comma separated (`gpu,debug`).
+    pub partition: String,
+    /// `features`: the `--constraint` expression, empty if none.
+    pub features: String,
+    /// `exc_nodes` expanded (`--exclude`).
+    pub exc_nodes: Vec<String>,
+    pub tres_per_socket: String,
+    /// `num_cpus`: CPUs the job asks for (pending) or holds (running).
+    pub num_cpus: u32,
+    /// `pn_min_cpus`: minimum CPUs per node.
+    pub pn_min_cpus: u32,
+    /// `pn_min_memory`: MB per node, or per CPU with the `MEM_PER_CPU` bit.
+    pub pn_min_memory: u64,
 }
+
+/// `MEM_PER_CPU` of slurm.h: `pn_min_memory` is per CPU when set.
+pub const MEM_PER_CPU: u64 = 0x8000_0000_0000_0000;
 
 /// libslurm keeps one global configuration per process: the first
 /// successful [`init`] fixes it. `None` inside: `SLURM_CONF` or the default.
@@ -210,6 +226,13 @@ pub fn load_jobs() -> Result<Vec<RawJob>> {
             eligible_time: j.eligible_time,
             restart_cnt: u32::from(j.restart_cnt),
             req_nodes: text(j.req_nodes),
+            partition: text(j.partition),
+            features: text(j.features),
+            exc_nodes: expand_hostlist(&text(j.exc_nodes)),
+            tres_per_socket: text(j.tres_per_socket),
+            num_cpus: j.num_cpus,
+            pn_min_cpus: u32::from(j.pn_min_cpus),
+            pn_min_memory: j.pn_min_memory,
         })
         .collect())
 }
@@ -279,6 +302,17 @@ pub struct RawNode {
     /// `node_state` with its flag bits.
     pub state: u32,
     pub reason: String,
+    /// `partitions`: the partitions containing the node.
+    pub partitions: Vec<String>,
+    /// Active features (`features_act`, else `features`), comma separated.
+    pub features: String,
+    pub cpus: u32,
+    /// `real_memory` (MB).
+    pub real_memory_mb: u64,
+    /// Allocated CPUs and memory (MB), from the select plugin's node info
+    /// (what `sinfo -o %C,%e` shows).
+    pub alloc_cpus: u32,
+    pub alloc_mem_mb: u64,
 }
 
 /// Expands a Slurm host list expression (`n[1-3],m2`) with libslurm's
@@ -334,13 +368,67 @@ pub fn load_nodes() -> Result<Vec<RawNode>> {
     Ok(records
         .iter()
         .filter(|n| !n.name.is_null())
-        .map(|n| RawNode {
-            name: text(n.name),
-            gres: text(n.gres),
-            state: n.node_state,
-            reason: text(n.reason),
+        .map(|n| {
+            let (alloc_cpus, alloc_mem_mb) = node_alloc(n);
+            let active = text(n.features_act);
+            RawNode {
+                name: text(n.name),
+                gres: text(n.gres),
+                state: n.node_state,
+                reason: text(n.reason),
+                partitions: text(n.partitions)
+                    .split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                features: if active.is_empty() {
+                    text(n.features)
+                } else {
+                    active
+                },
+                cpus: u32::from(n.cpus),
+                real_memory_mb: n.real_memory,
+                alloc_cpus,
+                alloc_mem_mb,
+            }
         })
         .collect())
+}
+
+/// Allocated CPUs and memory of a node, as sinfo reads them
+/// (`SELECT_NODEDATA_SUBCNT` for `NODE_STATE_ALLOCATED`, and
+/// `SELECT_NODEDATA_MEM_ALLOC`); 0 when the select plugin does not say.
+fn node_alloc(n: &sys::node_info_t) -> (u32, u64) {
+    if n.select_nodeinfo.is_null() {
+        return (0, 0);
+    }
+    let mut cpus: u16 = 0;
+    let mut mem: u64 = 0;
+    // SAFETY: `select_nodeinfo` belongs to the node message, alive during
+    // this call (the caller holds the call lock); the data pointers have
+    // the types slurm.h documents for these two queries (uint16_t and
+    // uint64_t, as sinfo uses them).
+    unsafe {
+        if sys::slurm_get_select_nodeinfo(
+            n.select_nodeinfo,
+            sys::select_nodedata_type_SELECT_NODEDATA_SUBCNT,
+            sys::node_states_NODE_STATE_ALLOCATED,
+            (&mut cpus as *mut u16).cast(),
+        ) != 0
+        {
+            cpus = 0;
+        }
+        if sys::slurm_get_select_nodeinfo(
+            n.select_nodeinfo,
+            sys::select_nodedata_type_SELECT_NODEDATA_MEM_ALLOC,
+            sys::node_states_NODE_STATE_ALLOCATED,
+            (&mut mem as *mut u64).cast(),
+        ) != 0
+        {
+            mem = 0;
+        }
+    }
+    (u32::from(cpus), mem)
 }
 
 fn update_error(what: String) -> UpdateError {
