@@ -3,9 +3,12 @@
 //!
 //! Every cycle, after the queue is ordered, [`enforce`] turns the snapshot
 //! into the inputs of the pure planner [`compass_core::preempt::plan_cycle`]
-//! (running jobs with their GPUs per node, free GPUs per node, faulty nodes,
-//! team ratios and loads, the eligible pending jobs in fair-share order) and
-//! carries out its plan through [`SlurmActions`]:
+//! (running jobs with their GPUs, CPUs and memory per node, free GPUs per
+//! node and, when the source knows them for every node, each node's
+//! partitions, features, GPU types, free CPUs and memory; faulty nodes,
+//! team ratios and loads, the eligible pending jobs in fair-share order with
+//! what they need of a node: issue 12) and carries out its plan through
+//! [`SlurmActions`]:
 //! - a resumable victim is requeued and its begin time reset to now (Slurm
 //!   would otherwise hold it `cred_expire + 1` = 121 s);
 //! - a non-resumable victim is cancelled, with the reason written into its

@@ -15,10 +15,15 @@
 //!   Unallocated requests never preempt.
 //! - The victim set must make the job placeable: enough nodes with `g` free
 //!   GPUs for its `w` instances, counted node by node (free GPUs spread over
-//!   many nodes are not room for an 8-GPU instance). Among such sets we take
-//!   the one that loses the least allocated GPU-time, then the least
-//!   unallocated GPU-time, then has the fewest victims, then leaves the
-//!   fewest partial nodes.
+//!   many nodes are not room for an 8-GPU instance), and only on nodes the
+//!   job could run on ([`PendingJob::needs`] against [`NodeRoom::traits`]:
+//!   partitions, constraint, excluded nodes, GPU type) with its CPUs and
+//!   memory free there once the victims leave. Without traits (the policy
+//!   simulator) every node is eligible and CPUs and memory are not counted.
+//!   A victim only on nodes the job cannot use is never taken. Among such
+//!   sets we take the one that loses the least allocated GPU-time, then
+//!   the least unallocated GPU-time, then has the fewest victims, then
+//!   leaves the fewest partial nodes.
 //! - **No preemption loop.** A job never preempts the job that preempted it
 //!   last, and a job that was preempted cannot preempt again until it has run
 //!   its min runtime since its restart. So every preemption of a job `J` is
@@ -28,9 +33,9 @@
 //! - **Room is given once.** A job for which room was freed by preemption
 //!   and that has not started since (`PendingJob::room_given`: the driver
 //!   knows whether the room was used) takes free room but preempts no one:
-//!   a job that cannot use the room (a partition, feature or memory limit
-//!   the planner does not see) would otherwise take the same victim every
-//!   cycle.
+//!   a job that cannot use the room (a limit the planner does not see:
+//!   licences, reservations, free GPUs per type on a multi-type node)
+//!   would otherwise take the same victim every cycle.
 //! - At most `max_preemptions_per_cycle` victims per [`plan_cycle`] (or the
 //!   first job's, if it needs more); the queue's later jobs wait for the
 //!   next cycle (`CyclePlan::held_back`).
