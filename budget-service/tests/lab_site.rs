@@ -11,6 +11,12 @@
 //! 3. Running jobs in the forms users write (`--gres=gpu:a100:N`,
 //!    `-p debug --gres=gpu:l40s:N`, `--gpus=N`, a CPU-only job) are read with
 //!    their GPUs and where they hold them.
+//! 4. Enforcement frees only room the waiting job can use: an allocated
+//!    job of partition `debug` asking for `gpu:l40s:4` waits while
+//!    unallocated jobs fill the debug L40S nodes n9 and n10 and an A100
+//!    node (the cheapest victim, outside debug and of the wrong type). The
+//!    service cancels one job on n9 or n10, never the A100 one, and the
+//!    waiting job then starts on the node it freed.
 //!
 //! libslurm is initialised once per process: one test in this file.
 //! Ports 20100-20118: clear of the other labs (17100-17900, 18300-18500,
@@ -20,6 +26,8 @@ mod common;
 
 use common::lab::{lossy, skip_reason, Lab, LabSpec};
 
+use common::lab::{service_state, spec};
+use compass_budget::cycle::Cycle;
 use compass_budget::slurm::libslurm::LibSlurm;
 use compass_budget::slurm::SlurmSource;
 use std::path::PathBuf;
@@ -38,6 +46,33 @@ fn wait(lab: &Lab, what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) 
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// A held job tagged with `min_runtime` (what job_submit.lua writes for
+/// `--min-runtime`), not resumable, then released.
+fn tagged(lab: &Lab, account: &str, min_runtime: u32, args: &[&str]) -> u64 {
+    let mut all = vec!["--parsable", "-H", "-o", "/dev/null", "-A", account];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--wrap", "sleep 600"]);
+    let id: u64 = lab.ok("sbatch", &all).trim().parse().expect("job id");
+    let tag = format!("AdminComment=compass:min_runtime={min_runtime},resumable=0");
+    lab.ok("scontrol", &["update", &format!("JobId={id}"), &tag]);
+    lab.ok("scontrol", &["release", &id.to_string()]);
+    id
+}
+
+fn job_field(lab: &Lab, id: u64, key: &str) -> String {
+    let show = lab.ok("scontrol", &["-o", "show", "job", &id.to_string()]);
+    let pat = format!(" {key}=");
+    show.find(&pat)
+        .map(|i| {
+            show[i + pat.len()..]
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .unwrap_or_default()
 }
 
 fn sbatch(lab: &Lab, args: &[&str]) -> u64 {
@@ -145,4 +180,69 @@ fn lab_site_layout_capacities_and_jobs_through_libslurm() {
     );
     assert_eq!((job(gpus).gpus, on(gpus)), (2, vec!["n13".to_string()]));
     assert_eq!((job(cpu).gpus, job(cpu).alloc.len()), (0, 0));
+    lab.ok("scancel", &["--full", "-u", "root"]);
+    wait(&lab, "an empty queue", Duration::from_secs(30), || {
+        lab.ok("squeue", &["-h", "-o", "%i"]).trim().is_empty()
+    });
+
+    // --- 4. Enforcement frees only room the waiting job can use -----------
+    let state = service_state(
+        &lab,
+        "[protection]\nenforce = true\nmin_runtime_cap_s = 3600\n",
+        vec![
+            spec("org", None, 1.0, None),
+            spec("rich", Some("org"), 0.3, Some("rich")),
+            spec("poor", Some("org"), 0.7, Some("poor")),
+        ],
+    );
+    let mut cycle =
+        Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+    // Unallocated fillers: the debug L40S nodes first (they will have run
+    // longer, so they lose more when preempted), then one A100 node.
+    let f9 = tagged(&lab, "rich", 0, &["-w", "n9", "--gres=gpu:l40s:4"]);
+    let f10 = tagged(&lab, "rich", 0, &["-w", "n10", "--gres=gpu:l40s:4"]);
+    wait(&lab, "the l40s fillers", Duration::from_secs(30), || {
+        job_field(&lab, f9, "JobState") == "RUNNING"
+            && job_field(&lab, f10, "JobState") == "RUNNING"
+    });
+    std::thread::sleep(Duration::from_secs(5));
+    let fa = tagged(&lab, "rich", 0, &["-w", "n1", "--gres=gpu:a100:8"]);
+    wait(&lab, "the a100 filler", Duration::from_secs(30), || {
+        job_field(&lab, fa, "JobState") == "RUNNING"
+    });
+    let j = tagged(&lab, "poor", 3600, &["-p", "debug", "--gres=gpu:l40s:4"]);
+    let start = Instant::now();
+    while job_field(&lab, j, "JobState") != "RUNNING" {
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "the debug job did not start; squeue:\n{}",
+            lossy(&lab.run("squeue", &["-o", "%i %a %P %T %r %N %b"]).stdout)
+        );
+        cycle.step().expect("cycle against the site lab");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let states: Vec<String> = [f9, f10, fa]
+        .iter()
+        .map(|&id| job_field(&lab, id, "JobState"))
+        .collect();
+    assert_eq!(
+        states[2], "RUNNING",
+        "the a100 filler is never a victim: {states:?}"
+    );
+    let gone: Vec<usize> = (0..2).filter(|&i| states[i] != "RUNNING").collect();
+    assert_eq!(
+        gone.len(),
+        1,
+        "exactly one debug filler preempted: {states:?}"
+    );
+    let freed = ["n9", "n10"][gone[0]];
+    assert_eq!(
+        job_field(&lab, j, "NodeList"),
+        freed,
+        "the job runs where room was freed"
+    );
+    let acts = state.db().actions(None, 100).expect("actions");
+    let cancels: Vec<_> = acts.iter().filter(|a| a.action == "cancel").collect();
+    assert_eq!(cancels.len(), 1, "{acts:?}");
+    assert_eq!(cancels[0].cause_job, Some(j), "{acts:?}");
 }

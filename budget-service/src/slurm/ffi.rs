@@ -1,6 +1,7 @@
 //! Every call into libslurm of the budget service, behind safe wrappers
 //! (the only `unsafe` of this crate's Slurm I/O). Public API only
 //! (`slurm.h` through `slurm-sys`): `slurm_init`, `slurm_load_jobs`,
+//! `slurm_load_node` with `slurm_load_partitions` (node partitions),
 //! `slurm_update_job`. Everything libslurm allocates is copied into owned
 //! Rust values and freed before returning; errors become
 //! [`BudgetError::Slurm`] with libslurm's own message.
@@ -248,6 +249,17 @@ impl Drop for NodeMsg {
     }
 }
 
+struct PartMsg(*mut sys::partition_info_msg_t);
+
+impl Drop for PartMsg {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: allocated by slurm_load_partitions, freed exactly once.
+            unsafe { sys::slurm_free_partition_info_msg(self.0) };
+        }
+    }
+}
+
 /// Why one `slurm_update_job` failed.
 #[derive(Debug)]
 pub enum UpdateError {
@@ -357,6 +369,20 @@ pub fn load_nodes() -> Result<Vec<RawNode>> {
             "slurm_load_node failed: {why} (errno {errno}; is slurmctld up?)"
         )));
     }
+    // A node's `partitions` is not sent by slurmctld: it is filled from the
+    // partition table, as scontrol does (slurm_populate_node_partitions).
+    let mut parts = PartMsg(std::ptr::null_mut());
+    // SAFETY: libslurm fills `parts.0` with a message we own (freed by PartMsg).
+    let rc = unsafe { sys::slurm_load_partitions(0, &mut parts.0, sys::SHOW_ALL as u16) };
+    if rc != 0 || parts.0.is_null() {
+        let (errno, why) = last_error();
+        return Err(BudgetError::Slurm(format!(
+            "slurm_load_partitions failed: {why} (errno {errno}; is slurmctld up?)"
+        )));
+    }
+    // SAFETY: both messages are valid and owned here; the strings it sets
+    // on each node are freed with the node message.
+    unsafe { sys::slurm_populate_node_partitions(msg.0, parts.0) };
     // SAFETY: a valid message: `record_count` records at `node_array`.
     let m = unsafe { &*msg.0 };
     let records: &[sys::node_info_t] = if m.node_array.is_null() || m.record_count == 0 {
