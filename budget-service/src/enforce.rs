@@ -44,8 +44,8 @@
 use compass_core::fairshare::{self, NodeStats, OrgTree, Placed};
 use compass_core::model::{JobId, JobShape, NodeId, NodeSet};
 use compass_core::preempt::{
-    plan_cycle, NodeRoom, PendingJob, Preemption, ProtectionConfig, RunningJob, TeamLoad,
-    TeamTable, VictimRule,
+    plan_cycle, NodeNeeds, NodeRoom, PendingJob, Preemption, ProtectionConfig, RunningJob,
+    TeamLoad, TeamTable, VictimRule,
 };
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
@@ -175,21 +175,37 @@ pub fn same_job(rec_submit: i64, rec_at: i64, submit: i64) -> bool {
 
 /// What a pending job asks for, as the planner sees it; a change lets a job
 /// whose preemption was fruitless preempt again.
-pub fn request_key(j: &SlurmJob) -> String {
+pub fn request_key(j: &SlurmJob, needs: Option<&NodeNeeds>) -> String {
     let (w, g) = j.shape();
-    format!(
+    let mut key = format!(
         "account={} min_runtime_s={} instances={w} gpus_per_instance={g}",
         j.account, j.min_runtime_s
-    )
+    );
+    // What the job needs of a node (issue 12), when the source says: a
+    // change of partition, constraint, excluded nodes, GPU type, CPUs or
+    // memory (`scontrol update`) is a new request.
+    if let Some(n) = needs.filter(|n| **n != NodeNeeds::default()) {
+        key.push_str(&format!(
+            " partitions={} constraint={} excluded={} gpu_type={} cpus={} mem_mb={}",
+            n.partitions.join(","),
+            n.constraint,
+            n.excluded.iter().cloned().collect::<Vec<_>>().join(","),
+            n.gpu_type.as_deref().unwrap_or(""),
+            n.cpus_per_node,
+            n.mem_per_node_mb
+        ));
+    }
+    key
 }
 
-/// The cluster's nodes as the planner sees them (name, GPUs, usable); a
-/// change lets a job whose preemption was fruitless preempt again.
+/// The cluster's nodes as the planner sees them (name, GPUs, usable, and
+/// when known partitions, features and GPU types); a change lets a job
+/// whose preemption was fruitless preempt again.
 pub fn nodes_key(nodes: &[SlurmNode]) -> String {
     let mut v: Vec<String> = nodes
         .iter()
         .map(|n| {
-            format!(
+            let mut k = format!(
                 "{}:{}:{}",
                 n.name,
                 n.gpus,
@@ -198,7 +214,21 @@ pub fn nodes_key(nodes: &[SlurmNode]) -> String {
                 } else {
                     "out"
                 }
-            )
+            );
+            // Partitions, features and GPU types, when known (issue 12);
+            // not free CPUs or memory, which change with every job.
+            if let Some(t) = &n.traits {
+                let join = |s: &std::collections::BTreeSet<String>| {
+                    s.iter().cloned().collect::<Vec<_>>().join("+")
+                };
+                k.push_str(&format!(
+                    ":{}:{}:{}",
+                    join(&t.partitions),
+                    join(&t.features),
+                    join(&t.gpu_types)
+                ));
+            }
+            k
         })
         .collect();
     v.sort();
@@ -390,7 +420,8 @@ pub fn enforce(
                 now
             }
         };
-        let changed = g.request != request_key(j) || g.nodes != nodes_now;
+        let changed = g.request != request_key(j, job_needs.get(&job).map(|n| &n.needs))
+            || g.nodes != nodes_now;
         if changed || now - fruitless_at >= prot.fruitless_retry_after_s {
             tracing::info!(
                 job = g.job,
@@ -582,7 +613,7 @@ pub fn enforce(
                 job: c.0,
                 submit: j.submit,
                 at: now,
-                request: request_key(j),
+                request: request_key(j, job_needs.get(c).map(|n| &n.needs)),
                 nodes: nodes_now.clone(),
                 fruitless_at: None,
                 dry_run: dry,
@@ -1367,6 +1398,32 @@ mod tests {
         let mut j = w.slurm.job(JobId(3)).unwrap();
         j.instances = 2;
         w.slurm.put(j);
+        assert_eq!(w.at(T0 + 310).requeued, 1);
+    }
+
+    #[test]
+    fn a_fruitless_job_preempts_again_when_its_partition_changes() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n2", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n1", 8, 7200, false, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        let needs = |parts: &[&str]| JobNeeds {
+            job: JobId(3),
+            needs: NodeNeeds {
+                partitions: parts.iter().map(|p| p.to_string()).collect(),
+                ..NodeNeeds::default()
+            },
+            cpus_per_node: 0,
+            mem_per_node_mb: 0,
+        };
+        w.slurm.set_needs(needs(&["only1"]));
+        assert_eq!(w.at(T0).requeued, 1);
+        w.slurm.start_on(JobId(1), T0 + 3, &[("n2", 8)]);
+        for t in [T0 + 10, T0 + 200, T0 + 300] {
+            assert_eq!(w.at(t).requeued, 0, "at {t}");
+        }
+        // The admin moves the job (`scontrol update Partition=gpu`).
+        w.slurm.set_needs(needs(&["gpu"]));
         assert_eq!(w.at(T0 + 310).requeued, 1);
     }
 
