@@ -1094,6 +1094,8 @@ impl<'a> Sim<'a> {
                     min_runtime_s,
                     started_s: start,
                     resumable: j.resumable,
+                    cpus_per_node: 0,
+                    mem_per_node_mb: 0,
                 })
             })
             .collect()
@@ -1157,6 +1159,7 @@ impl<'a> Sim<'a> {
                 capacity: cap,
                 free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
                 usable,
+                traits: Vec::new(),
             };
             let pending = self.pending_view(i);
             let plan = plan_room(
@@ -1218,6 +1221,7 @@ impl<'a> Sim<'a> {
             capacity: self.cfg.spec.gpus_per_node,
             free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
             usable: NodeSet::full(self.cfg.spec.nodes),
+            traits: Vec::new(),
         };
         for i in stale.into_iter().chain(fresh) {
             self.drains.retain(|d| d.job != i);
@@ -1271,6 +1275,7 @@ impl<'a> Sim<'a> {
             preempted_by: self.live[i].preempted_by,
             owes_min_runtime: false,
             room_given: false,
+            needs: Default::default(),
         }
     }
 
