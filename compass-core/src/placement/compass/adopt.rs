@@ -26,6 +26,14 @@ impl CompassEngine {
         }
         let planned = self.plan(job, None)?;
         self.occ.add(job, nodes.to_vec())?;
+        self.meta.insert(
+            job.id,
+            JobMeta {
+                gpus: job.shape.gpus,
+                movable: job.movable,
+                foreign: false,
+            },
+        );
         let g = job.shape.gpus;
         for (k, &n) in nodes.iter().enumerate() {
             let inst = InstanceRef {
@@ -35,14 +43,6 @@ impl CompassEngine {
             let dest = self.role_on(n, g);
             self.install(inst, g, dest);
         }
-        self.meta.insert(
-            job.id,
-            JobMeta {
-                gpus: g,
-                movable: job.movable,
-                foreign: false,
-            },
-        );
         let matched = planned.is_some_and(|mut p| {
             let mut a = nodes.to_vec();
             p.sort_unstable();

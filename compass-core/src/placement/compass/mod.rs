@@ -39,7 +39,7 @@ mod state;
 pub use observe::{LayoutSnapshot, NodeView};
 pub use state::{Guest, NodeKind, NodeState, Slot};
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -49,7 +49,7 @@ use crate::model::{
 };
 use crate::placement::{Occupancy, PlacementPolicy};
 use place::Undo;
-use state::Keys;
+use state::{Index, Keys};
 
 /// Tunables of the engine.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -115,17 +115,8 @@ pub struct CompassEngine {
     meta: HashMap<JobId, JobMeta>,
     /// Nodes that may receive instances (not down, drained or faulty).
     usable: NodeSet,
-    empty: BTreeSet<NodeId>,
-    /// Slotted nodes by `D(n)`.
-    slotted: Vec<BTreeSet<NodeId>>,
-    /// Pool nodes by used GPUs (members and guests).
-    pools: Vec<BTreeSet<NodeId>>,
-    /// Nodes by physically free GPUs (overflow).
-    phys: Vec<BTreeSet<NodeId>>,
-    /// Slots with an open vacancy, by (node, anchor).
-    vacant: BTreeSet<(NodeId, InstanceRef)>,
-    /// Guests by (node, instance).
-    guests: BTreeSet<(NodeId, InstanceRef)>,
+    /// Every index (state.rs).
+    ix: Index,
     /// Instance migrations performed so far.
     migrations_total: u64,
     /// Admissions that the resource manager placed differently from the plan.
@@ -135,7 +126,6 @@ pub struct CompassEngine {
 impl CompassEngine {
     pub fn new(spec: ClusterSpec, config: CompassConfig) -> Self {
         let cap = spec.gpus_per_node;
-        let levels = cap as usize + 1;
         let mut e = Self {
             cap,
             config,
@@ -144,12 +134,7 @@ impl CompassEngine {
             keys: vec![Keys::default(); spec.nodes as usize],
             meta: HashMap::new(),
             usable: NodeSet::full(spec.nodes),
-            empty: BTreeSet::new(),
-            slotted: vec![BTreeSet::new(); levels],
-            pools: vec![BTreeSet::new(); levels],
-            phys: vec![BTreeSet::new(); levels],
-            vacant: BTreeSet::new(),
-            guests: BTreeSet::new(),
+            ix: Index::new(cap),
             migrations_total: 0,
             divergences: 0,
         };
@@ -180,7 +165,7 @@ impl CompassEngine {
 
     /// Number of guests (instances outside the ABS, Section 4.2).
     pub fn guest_count(&self) -> usize {
-        self.guests.len()
+        self.ix.guests.len()
     }
 
     /// Non-full slotted and pool nodes: the two counts Theorem 1 bounds by 1.
@@ -209,6 +194,7 @@ impl CompassEngine {
         } else {
             self.usable.remove(n);
         }
+        self.reindex(n);
         Ok(())
     }
 
@@ -219,7 +205,23 @@ impl CompassEngine {
             return Ok(());
         }
         meta.movable = movable;
-        self.occ.set_movable(job, movable)
+        self.occ.set_movable(job, movable)?;
+        self.reindex_job(job);
+        Ok(())
+    }
+
+    /// Re-indexes every node of `job` (its movability changed).
+    fn reindex_job(&mut self, job: JobId) {
+        let mut nodes = self
+            .occ
+            .job(job)
+            .map(|j| j.nodes.clone())
+            .unwrap_or_default();
+        nodes.sort_unstable();
+        nodes.dedup();
+        for n in nodes {
+            self.reindex(n);
+        }
     }
 
     fn movable(&self, inst: InstanceRef) -> bool {
@@ -284,6 +286,7 @@ impl PlacementPolicy for CompassEngine {
                 foreign: false,
             },
         );
+        self.reindex_job(job.id);
         let migrations = if self.config.compact {
             self.compact()
         } else {

@@ -33,7 +33,7 @@ impl CompassEngine {
             phi_star,
             n_sif: i64::from(partial) - phi_star as i64,
             wcc: crate::metric::wcc_holds(counts, self.cap),
-            guests: self.guests.len() as u32,
+            guests: self.ix.guests.len() as u32,
             migrations_total: self.migrations_total,
             divergences: self.divergences,
         }

@@ -19,28 +19,28 @@ impl CompassEngine {
     pub(super) fn choose(&self, g: u32, allowed: Option<&NodeSet>) -> Option<Dest> {
         let cap = self.cap;
         let ok = |n: NodeId| self.ok_dest(n, allowed);
-        let empty = || self.empty.iter().copied().find(|&n| ok(n));
+        let empty = || self.ix.empty.iter().copied().find(|&n| ok(n));
         if g >= 2 {
             // Best fit over slotted nodes with D(n) >= w (Place, lines 4-5),
             // else open an empty node (line 6).
-            let slotted = Self::first_in(&self.slotted, slot_width(g)..cap, ok);
+            let slotted = Self::first_in(&self.ix.slotted, slot_width(g)..cap, ok);
             if let Some(n) = slotted.or_else(empty) {
                 return Some(Dest::NewSlot(n));
             }
         } else {
             // Slot vacancy first (line 11), then the fullest non-full pool
             // node (line 12), then a new pool node (line 13).
-            if let Some(&(n, a)) = self.vacant.iter().find(|(n, _)| ok(*n)) {
+            if let Some(&(n, a)) = self.ix.vacant.iter().find(|(n, _)| ok(*n)) {
                 return Some(Dest::Filler(n, a));
             }
-            if let Some(n) = Self::first_in(&self.pools, (1..cap).rev(), ok).or_else(empty) {
+            if let Some(n) = Self::first_in(&self.ix.pools, (1..cap).rev(), ok).or_else(empty) {
                 return Some(Dest::Pool(n));
             }
         }
         // Correction 3: any physically free GPUs, best fit.
         self.config
             .overflow
-            .then(|| Self::first_in(&self.phys, g..=cap, ok))
+            .then(|| Self::first_in(&self.ix.phys, g..=cap, ok))
             .flatten()
             .map(Dest::Guest)
     }

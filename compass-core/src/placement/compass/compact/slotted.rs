@@ -1,40 +1,287 @@
-//! The slotted pass of Compact: ours (Lemma A.4 as it should be) and the
-//! paper's literal `BestFitDrain`, kept to show where it fails.
+//! The slotted pass of Compact: ours (Lemma A.4 as it should be, with
+//! guests, pinned jobs and drained nodes) and the paper's literal
+//! `BestFitDrain`, kept to show where it fails.
+//!
+//! Our pass works on *units* (a slot with its fillers, or a guest) and on
+//! the room `D(n)` they take. While some node changed since it was last
+//! looked at (`dirty`), it looks for a step involving that node, each found
+//! by index lookups (`state::Index`), never by a scan of the open nodes:
+//!
+//! - **dissolve** `x`: every unit of a fully movable open node moves into
+//!   other open nodes, best fit, largest first (closes `x`);
+//! - **dissolve into** `x`: a fully movable open node whose units fit in
+//!   `D(x)` moves there (closes it, and `x` if that fills it);
+//! - **top up** `x`: movable units of one other node taking exactly the room
+//!   that fills `x`, after moving out `x`'s movable 1-GPU guests when the
+//!   room is odd (closes `x`); or `x` as the donor of such a top-up;
+//! - **home** a multi-GPU guest of `x` in place: move out the cheapest set
+//!   of `x`'s other units that leaves room for the guest's slot, into one
+//!   open node (or `x` as that node). Taken only when no closing step exists.
+//!
+//! Each closing step closes a node and adds no guest; each homing step
+//! removes a guest and opens no node, so the pass ends. Between any two
+//! open nodes whose units are all movable one of these steps exists
+//! (docs/compass-corrections.md), and both nodes of a pair are looked at
+//! whenever either changes, so no such pair survives the pass.
 
 use std::collections::BTreeMap;
 
-use super::super::{CompassEngine, Slot};
+use super::super::state::{bits, Item, Unit};
+use super::super::{CompassEngine, NodeKind, Slot};
 use crate::model::{InstanceRef, Migration, NodeId};
 
-impl CompassEngine {
-    /// Open slotted nodes: slotted with unprofiled room `D(n) > 0`.
-    fn open_slotted(&self) -> Vec<NodeId> {
-        (1..=self.cap)
-            .flat_map(|d| self.slotted[d as usize].iter().copied())
-            .collect()
-    }
+/// Candidates looked at per index level: any node of a level fits the
+/// lookup, so two (one may be the node itself) are enough.
+const PER_LEVEL: usize = 2;
 
-    /// Corrected slotted pass (docs/compass-corrections.md). While two or more
-    /// slotted nodes have unprofiled room, apply the cheapest move set, in
-    /// instance migrations, that either empties one open node into the
-    /// others ("dissolve") or fills one open node exactly from the others
-    /// ("top up"). Each step closes at least one open node, so the pass ends
-    /// with at most one. With slot widths in {2, 4} on open
-    /// nodes, any two open nodes admit such a step of at most two slots, so
-    /// when every slot is movable the pass always reaches one open node.
+impl CompassEngine {
+    /// Corrected slotted pass (docs/compass-corrections.md, section 1).
     pub(in crate::placement::compass) fn compact_slotted(&mut self, out: &mut Vec<Migration>) {
-        loop {
-            let open = self.open_slotted();
-            if open.len() < 2 {
+        // Every step closes a node or homes a guest; the guard only protects
+        // slurmctld from a bug, it never binds on a correct state.
+        let mut guard = 4 * (self.nodes.len() + self.ix.guests.len()) + 64;
+        while let Some(x) = self.ix.dirty.pop_first() {
+            let Some(step) = self.step_for(x) else {
+                continue;
+            };
+            for (from, unit, to) in step.moves {
+                self.move_unit(from, unit, to, out);
+            }
+            // The step may not have involved `x` (a better home for a
+            // partner): look at `x` again.
+            self.ix.dirty.insert(x);
+            guard -= 1;
+            if guard == 0 {
                 return;
             }
-            let window = self.window(&open);
-            let best = self.best_step(&window);
-            let Some(step) = best else { return };
-            for (from, anchor, to) in step.moves {
-                self.move_slot(from, anchor, to, out);
+        }
+    }
+
+    pub(in crate::placement::compass) fn slot_movable(&self, s: &Slot) -> bool {
+        self.movable(s.anchor) && s.fillers.iter().all(|f| self.movable(*f)) && s.width < self.cap
+    }
+
+    /// Moves one unit; a guest becomes an anchor where its slot fits, a pool
+    /// member on a pool node, a guest elsewhere.
+    fn move_unit(&mut self, from: NodeId, unit: Unit, to: NodeId, out: &mut Vec<Migration>) {
+        match unit {
+            Unit::Slot(anchor) => self.move_slot(from, anchor, to, out),
+            Unit::Guest(inst) => {
+                let g = self.meta.get(&inst.job).map_or(1, |m| m.gpus);
+                let st = &self.nodes[to as usize];
+                let dest = if g >= 2 && st.unprofiled(self.cap) >= crate::model::slot_width(g) {
+                    super::super::Dest::NewSlot(to)
+                } else if g == 1 && st.kind() == NodeKind::Pool {
+                    super::super::Dest::Pool(to)
+                } else {
+                    super::super::Dest::Guest(to)
+                };
+                self.migrate(inst, from, dest, out);
             }
         }
+    }
+
+    fn room(&self, n: NodeId) -> u32 {
+        self.keys[n as usize].level
+    }
+
+    /// The best step involving node `x`, if any.
+    fn step_for(&self, x: NodeId) -> Option<Step> {
+        let k = &self.keys[x as usize];
+        if k.kind != Some(NodeKind::Slotted) {
+            return None;
+        }
+        let d = k.level;
+        let mut best: Option<Step> = None;
+        let consider = |best: &mut Option<Step>, s: Option<Step>| {
+            if let Some(s) = s {
+                if best.as_ref().is_none_or(|b| s.better_than(b)) {
+                    *best = Some(s);
+                }
+            }
+        };
+        if k.dissolvable.is_some() {
+            consider(&mut best, self.dissolve(x));
+        }
+        if k.usable && d > 0 {
+            for s in (1..=d).rev() {
+                for &a in self.ix.dissolvable[s as usize].iter().take(PER_LEVEL) {
+                    if a != x {
+                        // `a` may have a better home than `x` (one it fills).
+                        consider(&mut best, self.dissolve_into(a, x));
+                        consider(&mut best, self.dissolve(a));
+                    }
+                }
+            }
+        }
+        for v in bits(k.accepts) {
+            for &a in self.ix.gives[v as usize].iter().take(PER_LEVEL) {
+                if a != x {
+                    consider(&mut best, self.top_up(x, a, v));
+                }
+            }
+        }
+        for v in bits(k.gives) {
+            for &b in self.ix.accepts[v as usize].iter().take(PER_LEVEL) {
+                if b != x {
+                    consider(&mut best, self.top_up(b, x, v));
+                }
+            }
+        }
+        if best.is_some() {
+            return best;
+        }
+        // No node can close: bring a guest home in place.
+        if let Some(s) = k.home_need {
+            let dst = Self::first_in(&self.ix.slotted, s..=self.cap, |m| m != x);
+            consider(&mut best, dst.and_then(|dst| self.home(x, s, dst)));
+        }
+        if k.usable && d > 0 {
+            for s in 1..=d {
+                for &a in self.ix.home_need[s as usize].iter().take(PER_LEVEL) {
+                    if a != x {
+                        consider(&mut best, self.home(a, s, x));
+                    }
+                }
+            }
+        }
+        best
+    }
+
+    /// The usable open node other than `x` with the least room `>= size`,
+    /// with `overlay` holding the room left on nodes already planned into.
+    fn best_fit(&self, size: u32, x: NodeId, overlay: &BTreeMap<NodeId, u32>) -> Option<NodeId> {
+        let planned = overlay
+            .iter()
+            .filter(|(_, &r)| r >= size)
+            .map(|(&n, &r)| (r, n))
+            .min();
+        let indexed = (size..self.cap).find_map(|d| {
+            self.ix.slotted[d as usize]
+                .iter()
+                .find(|&&n| n != x && !overlay.contains_key(&n))
+                .map(|&n| (d, n))
+        });
+        planned.into_iter().chain(indexed).min().map(|(_, n)| n)
+    }
+
+    /// Empties the fully movable open node `x` into other open nodes,
+    /// largest unit first, each best fit.
+    fn dissolve(&self, x: NodeId) -> Option<Step> {
+        let (mut items, all) = self.units(x);
+        if !all || items.is_empty() {
+            return None;
+        }
+        items.sort_by(|a, b| b.size.cmp(&a.size).then(a.unit.cmp(&b.unit)));
+        let mut overlay: BTreeMap<NodeId, u32> = BTreeMap::new();
+        let mut moves = Vec::new();
+        let mut cost = 0;
+        for it in &items {
+            let to = self.best_fit(it.size, x, &overlay)?;
+            let left = overlay.get(&to).copied().unwrap_or_else(|| self.room(to)) - it.size;
+            overlay.insert(to, left);
+            moves.push((x, it.unit, to));
+            cost += it.cost;
+        }
+        let filled = overlay.values().filter(|r| **r == 0).count() as u32;
+        Some(Step {
+            moves,
+            cost,
+            gain: 1 + filled,
+        })
+    }
+
+    /// Every unit of the fully movable node `a` into `x`.
+    fn dissolve_into(&self, a: NodeId, x: NodeId) -> Option<Step> {
+        let (items, all) = self.units(a);
+        let size: u32 = items.iter().map(|i| i.size).sum();
+        if !all || items.is_empty() || size > self.room(x) {
+            return None;
+        }
+        Some(Step {
+            moves: items.iter().map(|i| (a, i.unit, x)).collect(),
+            cost: items.iter().map(|i| i.cost).sum(),
+            gain: 1 + u32::from(size == self.room(x)),
+        })
+    }
+
+    /// Fills `dst` with movable units of `donor` taking exactly `v` GPUs of
+    /// room, after moving `v - D(dst)` of `dst`'s movable 1-GPU guests out
+    /// (to the donor when it has free GPUs, else best fit elsewhere).
+    fn top_up(&self, dst: NodeId, donor: NodeId, v: u32) -> Option<Step> {
+        let d = self.room(dst);
+        let evict = v.checked_sub(d)?;
+        let ones = &self.keys[dst as usize].ones;
+        if ones.len() < evict as usize {
+            return None;
+        }
+        let (items, all) = self.units(donor);
+        let (cost, picked) = cheapest_subset(&items, v)?;
+        let mut moves = Vec::new();
+        let mut donor_free = self.occ.free(donor);
+        let mut landed_on_donor = false;
+        let mut overlay: BTreeMap<NodeId, u32> = BTreeMap::new();
+        for &g in &ones[..evict as usize] {
+            let to = if donor_free > 0 {
+                donor_free -= 1;
+                landed_on_donor = true;
+                donor
+            } else {
+                self.spare_gpu(dst, &mut overlay)?
+            };
+            moves.push((dst, Unit::Guest(g), to));
+        }
+        let emptied = all && picked.len() == items.len() && !landed_on_donor;
+        moves.extend(picked.iter().map(|i| (donor, i.unit, dst)));
+        Some(Step {
+            moves,
+            cost: cost + evict,
+            gain: 1 + u32::from(emptied),
+        })
+    }
+
+    /// A usable, non-empty node other than `x` with a free GPU (fullest
+    /// first), counting GPUs already planned in `overlay`.
+    fn spare_gpu(&self, x: NodeId, overlay: &mut BTreeMap<NodeId, u32>) -> Option<NodeId> {
+        let to = (1..self.cap).find_map(|f| {
+            self.ix.phys[f as usize]
+                .iter()
+                .find(|&&n| n != x && overlay.get(&n).copied().unwrap_or(0) < f)
+                .copied()
+        })?;
+        *overlay.entry(to).or_default() += 1;
+        Some(to)
+    }
+
+    /// Moves out of `x` the cheapest set of its movable units taking `s`
+    /// GPUs of room, none of them the guest to bring home, into `dst`.
+    fn home(&self, x: NodeId, s: u32, dst: NodeId) -> Option<Step> {
+        if self.room(dst) < s || dst == x {
+            return None;
+        }
+        let k = &self.keys[x as usize];
+        let homing: Vec<InstanceRef> = k.multi.iter().map(|m| m.1).collect();
+        let (items, _) = self.units(x);
+        // Try each guest: the units that may leave are the others.
+        let mut best: Option<(u32, Vec<Item>)> = None;
+        for g in homing {
+            let others: Vec<Item> = items
+                .iter()
+                .copied()
+                .filter(|i| i.unit != Unit::Guest(g))
+                .collect();
+            if let Some(c) = cheapest_subset(&others, s) {
+                if best.as_ref().is_none_or(|b| c.0 < b.0) {
+                    best = Some(c);
+                }
+            }
+        }
+        let (cost, picked) = best?;
+        Some(Step {
+            moves: picked.iter().map(|i| (x, i.unit, dst)).collect(),
+            cost,
+            gain: 1,
+        })
     }
 
     /// The paper's `BestFitDrain` for slot class `width` (Section 4.3.4
@@ -63,7 +310,7 @@ impl CompassEngine {
             let items: Vec<InstanceRef> = self.nodes[src as usize]
                 .slots
                 .iter()
-                .filter(|s| s.width == width && self.slot_cost(s).is_some())
+                .filter(|s| s.width == width && self.slot_movable(s))
                 .map(|s| s.anchor)
                 .collect();
             for a in items {
@@ -85,163 +332,39 @@ impl CompassEngine {
             }
         }
     }
-
-    /// The open nodes worth considering: all of them when few, else the 24
-    /// emptiest and the 24 fullest (keeps a pass linear in open nodes).
-    fn window(&self, open: &[NodeId]) -> Vec<NodeId> {
-        const HALF: usize = 24;
-        if open.len() <= 2 * HALF {
-            return open.to_vec();
-        }
-        // `open` is sorted by D ascending (fullest first).
-        let mut w: Vec<NodeId> = open[..HALF].to_vec();
-        w.extend_from_slice(&open[open.len() - HALF..]);
-        w
-    }
-
-    fn slot_cost(&self, s: &Slot) -> Option<u32> {
-        let movable = self.movable(s.anchor) && s.fillers.iter().all(|f| self.movable(*f));
-        (movable && s.width < self.cap).then(|| 1 + s.fillers.len() as u32)
-    }
-
-    fn best_step(&self, window: &[NodeId]) -> Option<Step> {
-        let room: BTreeMap<NodeId, u32> = window
-            .iter()
-            .map(|&n| (n, self.nodes[n as usize].unprofiled(self.cap)))
-            .collect();
-        let mut best: Option<Step> = None;
-        let mut consider = |s: Step| {
-            if best.as_ref().is_none_or(|b| s.better_than(b)) {
-                best = Some(s);
-            }
-        };
-        for &src in window {
-            if let Some(s) = self.dissolve(src, &room) {
-                consider(s);
-            }
-        }
-        for &dst in window {
-            if let Some(s) = self.top_up(dst, &room) {
-                consider(s);
-            }
-        }
-        best
-    }
-
-    /// Empties `src` into the other open nodes, largest slot first, each into
-    /// the open node with the least room that fits (best fit).
-    fn dissolve(&self, src: NodeId, room: &BTreeMap<NodeId, u32>) -> Option<Step> {
-        let st = &self.nodes[src as usize];
-        if !st.guests.is_empty() || st.slots.is_empty() {
-            return None;
-        }
-        let mut slots: Vec<&Slot> = st.slots.iter().collect();
-        slots.sort_by(|a, b| b.width.cmp(&a.width).then(a.anchor.cmp(&b.anchor)));
-        let mut room = room.clone();
-        room.remove(&src);
-        let mut moves = Vec::new();
-        let mut cost = 0;
-        for s in slots {
-            cost += self.slot_cost(s)?;
-            let (&to, _) = room
-                .iter()
-                .filter(|(&n, &r)| r >= s.width && self.ok_dest(n, None))
-                .min_by_key(|(&n, &r)| (r, n))?;
-            *room.get_mut(&to).expect("present") -= s.width;
-            moves.push((src, s.anchor, to));
-        }
-        let filled = room.values().filter(|r| **r == 0).count() as u32;
-        Some(Step {
-            moves,
-            cost,
-            gain: 1 + filled,
-        })
-    }
-
-    /// Fills `dst` exactly with slots taken from the other open nodes:
-    /// cheapest slots first, from the emptiest donors. Open nodes hold slots
-    /// of width 2 and 4 only (a full-width slot fills its node), so the
-    /// choices are `k4` slots of 4 and `(need - 4 k4) / 2` slots of 2.
-    fn top_up(&self, dst: NodeId, room: &BTreeMap<NodeId, u32>) -> Option<Step> {
-        if !self.ok_dest(dst, None) {
-            return None;
-        }
-        let need = room[&dst];
-        // (cost, emptiest donor first, node, anchor) per width.
-        type Cand = (u32, std::cmp::Reverse<u32>, NodeId, InstanceRef);
-        let mut by_width: BTreeMap<u32, Vec<Cand>> = BTreeMap::new();
-        for (&n, &r) in room {
-            if n == dst {
-                continue;
-            }
-            for s in &self.nodes[n as usize].slots {
-                if let Some(c) = self.slot_cost(s) {
-                    by_width.entry(s.width).or_default().push((
-                        c,
-                        std::cmp::Reverse(r),
-                        n,
-                        s.anchor,
-                    ));
-                }
-            }
-        }
-        for v in by_width.values_mut() {
-            v.sort();
-        }
-        let none = Vec::new();
-        let twos = by_width.get(&2).unwrap_or(&none);
-        let fours = by_width.get(&4).unwrap_or(&none);
-        type Pick = (NodeId, InstanceRef, u32);
-        let mut best: Option<(u32, Vec<Pick>)> = None;
-        for k4 in 0..=need / 4 {
-            let rest = need - 4 * k4;
-            if !rest.is_multiple_of(2) {
-                continue;
-            }
-            let k2 = (rest / 2) as usize;
-            if fours.len() < k4 as usize || twos.len() < k2 {
-                continue;
-            }
-            let picked: Vec<(u32, NodeId, InstanceRef, u32)> = fours[..k4 as usize]
-                .iter()
-                .map(|c| (c.0, c.2, c.3, 4))
-                .chain(twos[..k2].iter().map(|c| (c.0, c.2, c.3, 2)))
-                .collect();
-            let cost: u32 = picked.iter().map(|p| p.0).sum();
-            if best.as_ref().is_none_or(|(c, _)| cost < *c) {
-                best = Some((cost, picked.into_iter().map(|p| (p.1, p.2, p.3)).collect()));
-            }
-        }
-        let (cost, picked) = best?;
-        let moves: Vec<(NodeId, InstanceRef, NodeId)> =
-            picked.iter().map(|p| (p.0, p.1, dst)).collect();
-        // Donors emptied by the move add to the gain.
-        let mut taken: BTreeMap<NodeId, u32> = BTreeMap::new();
-        for p in &picked {
-            *taken.entry(p.0).or_default() += p.2;
-        }
-        let emptied = taken
-            .iter()
-            .filter(|(&n, &w)| {
-                let st = &self.nodes[n as usize];
-                st.guests.is_empty() && st.slots.iter().map(|s| s.width).sum::<u32>() == w
-            })
-            .count() as u32;
-        Some(Step {
-            moves,
-            cost,
-            gain: 1 + emptied,
-        })
-    }
 }
 
-/// One reduction step of the slotted pass: slot moves `(from, anchor, to)`.
+/// The cheapest subset of `items` (in migrations) whose sizes sum to exactly
+/// `v`; ties keep the earlier items.
+fn cheapest_subset(items: &[Item], v: u32) -> Option<(u32, Vec<Item>)> {
+    let v = v as usize;
+    let mut best: Vec<Option<(u32, Vec<usize>)>> = vec![None; v + 1];
+    best[0] = Some((0, Vec::new()));
+    for (i, it) in items.iter().enumerate() {
+        let size = it.size as usize;
+        for s in (size..=v).rev() {
+            let Some((c, set)) = &best[s - size] else {
+                continue;
+            };
+            let cost = c + it.cost;
+            if best[s].as_ref().is_none_or(|(bc, _)| cost < *bc) {
+                let mut set = set.clone();
+                set.push(i);
+                best[s] = Some((cost, set));
+            }
+        }
+    }
+    let (cost, set) = best[v].take()?;
+    Some((cost, set.into_iter().map(|i| items[i]).collect()))
+}
+
+/// One step of the slotted pass: units moved `(from, unit, to)`, in order.
 #[derive(Clone, Debug)]
 struct Step {
-    moves: Vec<(NodeId, InstanceRef, NodeId)>,
+    moves: Vec<(NodeId, Unit, NodeId)>,
     /// Instance migrations.
     cost: u32,
-    /// Open nodes closed (emptied or filled).
+    /// Open nodes closed (emptied or filled), or guests brought home.
     gain: u32,
 }
 
