@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{CompassEngine, Dest, Guest, NodeState, Slot};
+use super::{CompassEngine, Dest, Guest, NodeKind, NodeState, Slot};
 use crate::error::{CoreError, Result};
 use crate::model::{slot_width, InstanceRef, JobRequest, NodeId, NodeSet};
 
@@ -17,6 +17,18 @@ impl CompassEngine {
     // ----- Place (Section 4.3.2) -----------------------------------------
     /// Where one arriving instance of `g` GPUs goes (without installing it).
     pub(super) fn choose(&self, g: u32, allowed: Option<&NodeSet>) -> Option<Dest> {
+        if let Some(a) = allowed {
+            // A small candidate set (a partition, a feature): look at its
+            // nodes rather than skip the rest of the cluster in the indexes.
+            if (a.count() as usize) * 8 < self.nodes.len() {
+                return self.choose_among(g, a);
+            }
+        }
+        self.choose_indexed(g, allowed)
+    }
+
+    /// [`Self::choose`] through the indexes.
+    pub(super) fn choose_indexed(&self, g: u32, allowed: Option<&NodeSet>) -> Option<Dest> {
         let cap = self.cap;
         let ok = |n: NodeId| self.ok_dest(n, allowed);
         let empty = || self.ix.empty.iter().copied().find(|&n| ok(n));
@@ -42,6 +54,52 @@ impl CompassEngine {
             .overflow
             .then(|| Self::first_in(&self.ix.phys, g..=cap, ok))
             .flatten()
+            .map(Dest::Guest)
+    }
+
+    /// [`Self::choose`] over the nodes of `allowed` only, with the same
+    /// rules and ties (lowest node index at the best level).
+    pub(super) fn choose_among(&self, g: u32, allowed: &NodeSet) -> Option<Dest> {
+        let cap = self.cap;
+        let nodes = || allowed.iter().filter(|&n| self.keys[n as usize].usable);
+        let kind = |n: NodeId| self.keys[n as usize].kind;
+        let level = |n: NodeId| self.keys[n as usize].level;
+        let empty = || nodes().find(|&n| kind(n) == Some(NodeKind::Empty));
+        if g >= 2 {
+            let w = slot_width(g);
+            let slotted = nodes()
+                .filter(|&n| kind(n) == Some(NodeKind::Slotted))
+                .filter(|&n| (w..cap).contains(&level(n)))
+                .min_by_key(|&n| (level(n), n));
+            if let Some(n) = slotted.or_else(empty) {
+                return Some(Dest::NewSlot(n));
+            }
+        } else {
+            let vacancy = nodes().find_map(|n| {
+                self.keys[n as usize]
+                    .vacant
+                    .iter()
+                    .min()
+                    .map(|&a| Dest::Filler(n, a))
+            });
+            if vacancy.is_some() {
+                return vacancy;
+            }
+            let pool = nodes()
+                .filter(|&n| kind(n) == Some(NodeKind::Pool))
+                .filter(|&n| (1..cap).contains(&level(n)))
+                .min_by_key(|&n| (std::cmp::Reverse(level(n)), n));
+            if let Some(n) = pool.or_else(empty) {
+                return Some(Dest::Pool(n));
+            }
+        }
+        if !self.config.overflow {
+            return None;
+        }
+        let free = |n: NodeId| self.keys[n as usize].phys_free;
+        nodes()
+            .filter(|&n| free(n) >= g)
+            .min_by_key(|&n| (free(n), n))
             .map(Dest::Guest)
     }
 

@@ -406,3 +406,38 @@ fn pinned_open_nodes_do_not_hide_a_movable_pair() {
     assert!(moves[0].from >= 48 && moves[0].to >= 48, "{moves:?}");
     assert_eq!(e.occupancy().partial_nodes(), 48);
 }
+
+/// Place over a small candidate set looks at its nodes only; it must pick
+/// exactly what the index scan picks (same rules, same ties).
+#[test]
+fn small_candidate_sets_choose_like_the_indexes() {
+    let mut e = engine(40);
+    let mut id = 1u64;
+    let mut x = 12345u64;
+    let mut rnd = |m: u64| {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (x >> 33) % m
+    };
+    for round in 0..300 {
+        let g = [1, 1, 1, 2, 3, 4, 5, 8][rnd(8) as usize];
+        let _ = e.place(&JobRequest::new(id, 1 + rnd(2) as u32, g), None);
+        id += 1;
+        if round % 3 == 0 && id > 5 {
+            let _ = e.remove(JobId(rnd(id)));
+        }
+        if round % 17 == 0 {
+            e.set_node_usable(rnd(40) as NodeId, rnd(4) != 0).unwrap();
+        }
+        let allowed = NodeSet::from_nodes(40, (0..4).map(|_| rnd(40) as NodeId));
+        for g in [1, 2, 3, 4, 5, 8] {
+            assert_eq!(
+                e.choose_among(g, &allowed),
+                e.choose_indexed(g, Some(&allowed)),
+                "round {round}, {g} GPUs, allowed {:?}",
+                allowed.iter().collect::<Vec<_>>()
+            );
+        }
+    }
+}
