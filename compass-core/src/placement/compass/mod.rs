@@ -8,7 +8,8 @@
 //!    the tightness example of Appendix A) stay two partial slotted nodes.
 //!    Our slotted pass reduces the set of open slotted nodes pairwise, by the
 //!    cheapest move set (fewest instance migrations) that empties one open
-//!    node or fills one, until at most one is left.
+//!    node or fills one, until at most one is left. It moves guests too, so
+//!    the bound holds with guests (issue 11).
 //! 2. **Lazy fillers.** When an anchor leaves, its fillers stay where they are
 //!    (relabelled, no migration) and the saturation step of Compact decides
 //!    where they go; nothing is ever dropped, even when no vacancy, pool room
@@ -20,9 +21,12 @@
 //!    cool-down, or outside the `w x g` model) are never migrated; the passes
 //!    plan around them.
 //!
-//! Cost: every query goes through indexes keyed by free room (BTree sets), so
-//! Place and Remove are `O(G log N)` per instance and Compact touches only the
-//! open (non-full) nodes.
+//! Cost: every query goes through indexes (`state::Index`, BTree sets kept
+//! by `reindex` on every change), so Place is `O(G log N)` per instance and
+//! Compact costs what it touches: each pass starts from an index of what it
+//! could move (movable guests, pool nodes with a movable member, nodes
+//! changed since the slotted pass last ran), never from a scan of nodes
+//! that pinned jobs keep open (docs/compass-corrections.md, section 7).
 //!
 //! Where things are: [`state`] (per-node structure and its indexes),
 //! [`place`] (Place, Section 4.3.2), [`remove`] (Remove, Section 4.3.3),
