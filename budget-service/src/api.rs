@@ -60,7 +60,10 @@ impl ApiError {
             BudgetError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, None),
             BudgetError::Forbidden { .. } => (StatusCode::FORBIDDEN, None),
             BudgetError::NotFound(_) => (StatusCode::NOT_FOUND, None),
-            BudgetError::Conflict(_) => (StatusCode::CONFLICT, None),
+            BudgetError::Conflict(_) | BudgetError::InvalidStoredTree(_) => {
+                (StatusCode::CONFLICT, None)
+            }
+            BudgetError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, None),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, None),
         }
     }
@@ -110,7 +113,116 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/hosts/{node}/fault", post(host_fault))
         .route("/api/v1/hosts/{node}/repaired", post(host_repaired))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            request_timeout,
+        ))
         .with_state(state)
+}
+
+/// Every request answers within `request_timeout_s`: past it, 503. The
+/// handlers do their blocking work off the runtime ([`blocking`]), so the
+/// runtime's threads stay free to time requests out and to serve the rest.
+async fn request_timeout(
+    State(state): State<Arc<AppState>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let limit = state.config.request_timeout();
+    let what = format!("{} {}", req.method(), req.uri().path());
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => {
+            tracing::warn!(request = %what, timeout_s = limit.as_secs_f64(), "request timed out");
+            ApiError(timed_out(&what, limit)).into_response()
+        }
+    }
+}
+
+/// Runs `f` (MUNGE decoding, `getpwuid_r`, SQLite, Slurm actions) on tokio's
+/// blocking pool, never on the runtime's two worker threads, and bounds the
+/// wait by `request_timeout_s`. At most [`crate::state::BLOCKING_SLOTS`]
+/// requests run blocking work at once; past that, 503 at once.
+pub async fn blocking<T, F>(state: &Arc<AppState>, f: F) -> ApiResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&AppState) -> Result<T, BudgetError> + Send + 'static,
+{
+    let permit = state
+        .blocking_slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| {
+            BudgetError::Unavailable(format!(
+                "{} requests are already waiting on munged, SQLite or slurmctld; retry later",
+                crate::state::BLOCKING_SLOTS
+            ))
+        })?;
+    let st = state.clone();
+    let task = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        f(&st)
+    });
+    let limit = state.config.request_timeout();
+    match tokio::time::timeout(limit, task).await {
+        Ok(Ok(r)) => r.map_err(ApiError),
+        Ok(Err(e)) => Err(BudgetError::Http(format!("request task failed: {e}")).into()),
+        Err(_) => Err(timed_out("the request", limit).into()),
+    }
+}
+
+/// The 503 of a request that ran past `request_timeout_s`.
+fn timed_out(what: &str, limit: std::time::Duration) -> BudgetError {
+    BudgetError::Unavailable(format!(
+        "{what} did not finish within {} s (request_timeout_s); a dependency \
+         (munged, SQLite, slurmctld) is slow or stuck. A write may still complete: \
+         read back before retrying",
+        limit.as_secs_f64()
+    ))
+}
+
+/// A write request as received: authenticated and parsed later, off the
+/// runtime ([`Write::authenticate`] inside [`blocking`]).
+pub struct Write {
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+}
+
+impl axum::extract::FromRequest<Arc<AppState>> for Write {
+    type Rejection = ApiError;
+
+    async fn from_request(
+        req: axum::extract::Request,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        use axum::extract::FromRequestParts;
+        let (mut parts, body) = req.into_parts();
+        let uri = OriginalUri::from_request_parts(&mut parts, state)
+            .await
+            .unwrap_or_else(|e| match e {});
+        let (method, headers) = (parts.method.clone(), parts.headers.clone());
+        let req = axum::extract::Request::from_parts(parts, body);
+        let body =
+            <Bytes as axum::extract::FromRequest<Arc<AppState>>>::from_request(req, state).await;
+        Ok(Write {
+            method,
+            uri,
+            headers,
+            body,
+        })
+    }
+}
+
+impl Write {
+    /// Authenticates (MUNGE, blocking) and parses the body: `(user, body)`.
+    fn authenticate<T: DeserializeOwned>(
+        self,
+        state: &AppState,
+    ) -> Result<(String, T), BudgetError> {
+        authenticate(state, &self.method, &self.uri, &self.headers, self.body)
+    }
 }
 
 /// Parses a JSON body, naming the offending field on error.
@@ -171,6 +283,25 @@ fn policy(state: &AppState) -> Policy<'_> {
     }
 }
 
+/// The stored tree for the policy checks of an edit. When it fails
+/// validation (a hand-edited database, or a rule added by an upgrade),
+/// admins may still replace or edit it: they need no tree for their checks,
+/// and the result must validate. Others are refused with how to repair it.
+fn stored_tree(
+    pol: &Policy<'_>,
+    user: &str,
+    specs: &[NodeSpec],
+) -> Result<Option<OrgTree>, BudgetError> {
+    match tree_of(specs) {
+        Ok(t) => Ok(t),
+        Err(e) if pol.is_admin(user) => {
+            tracing::warn!(error = %e, user, "admin edit of an invalid stored tree");
+            Ok(None)
+        }
+        Err(e) => Err(BudgetError::InvalidStoredTree(e.to_string())),
+    }
+}
+
 fn tree_of(specs: &[NodeSpec]) -> Result<Option<OrgTree>, BudgetError> {
     if specs.is_empty() {
         Ok(None)
@@ -179,35 +310,64 @@ fn tree_of(specs: &[NodeSpec]) -> Result<Option<OrgTree>, BudgetError> {
     }
 }
 
+/// A whole-number query parameter; anything else is a 400 naming it.
 fn query_i64(q: &HashMap<String, String>, key: &str) -> Result<Option<i64>, BudgetError> {
     match q.get(key) {
         None => Ok(None),
         Some(v) => v
             .parse::<i64>()
             .map(Some)
-            .map_err(|_| BudgetError::field(key, format!("`{v}` is not a whole number"))),
+            .map_err(|_| BudgetError::Malformed {
+                field: Some(key.to_string()),
+                why: format!("`{v}` is not a whole number"),
+            }),
     }
 }
 
-/// `from`/`to` (Unix seconds) or `window_s` ending now; default: the
-/// configured window ending now.
+/// Latest time a query window may name: 9999-12-31T23:59:59Z.
+pub const MAX_QUERY_TIME: i64 = 253_402_300_799;
+
+fn bad_query(key: &str, why: String) -> BudgetError {
+    BudgetError::Malformed {
+        field: Some(key.to_string()),
+        why,
+    }
+}
+
+/// `from`/`to` (Unix seconds, 0 to [`MAX_QUERY_TIME`]) or `window_s`
+/// ending now; default: the configured window ending now. Out-of-range
+/// values are a 400 naming the parameter, never an overflow.
 fn window(state: &AppState, q: &HashMap<String, String>) -> Result<(i64, i64), BudgetError> {
+    let time = |key: &str| -> Result<Option<i64>, BudgetError> {
+        match query_i64(q, key)? {
+            Some(t) if !(0..=MAX_QUERY_TIME).contains(&t) => Err(bad_query(
+                key,
+                format!("{t} is outside 0..={MAX_QUERY_TIME} (Unix seconds, 1970 to 9999)"),
+            )),
+            t => Ok(t),
+        }
+    };
     let now = state.now();
-    let to = query_i64(q, "to")?.unwrap_or(now);
-    let from = match (query_i64(q, "from")?, query_i64(q, "window_s")?) {
+    let to = time("to")?.unwrap_or(now);
+    let from = match (time("from")?, query_i64(q, "window_s")?) {
         (Some(f), None) => f,
-        (None, Some(w)) if w > 0 => to - w,
-        (None, Some(_)) => return Err(BudgetError::field("window_s", "must be positive")),
-        (None, None) => to - state.config.window_s,
-        (Some(_), Some(_)) => {
-            return Err(BudgetError::field(
+        (None, Some(w)) if w > 0 => to.checked_sub(w).filter(|f| *f >= 0).ok_or_else(|| {
+            bad_query(
                 "window_s",
-                "give either `from` or `window_s`, not both",
+                format!("{w} s before `to` ({to}) is before 1970"),
+            )
+        })?,
+        (None, Some(_)) => return Err(bad_query("window_s", "must be positive".into())),
+        (None, None) => to.saturating_sub(state.config.window_s),
+        (Some(_), Some(_)) => {
+            return Err(bad_query(
+                "window_s",
+                "give either `from` or `window_s`, not both".into(),
             ))
         }
     };
     if from >= to {
-        return Err(BudgetError::field(
+        return Err(bad_query(
             "from",
             format!("must be before `to` ({from} >= {to})"),
         ));
@@ -215,9 +375,39 @@ fn window(state: &AppState, q: &HashMap<String, String>) -> Result<(i64, i64), B
     Ok((from, to))
 }
 
+/// A node name for `/hosts/{node}/fault|repaired`: one Slurm node, never a
+/// host list or range (`n[1-64]`, `n1,n2`), which Slurm would expand.
+fn check_node_name(node: &str) -> Result<(), BudgetError> {
+    let ok = !node.is_empty()
+        && node.len() <= 64
+        && node
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(BudgetError::field(
+            "node",
+            format!(
+                "`{node}` is not a single node name (letters, digits, `-`, `_`, `.`); \
+                 host lists and ranges such as `n[1-64]` or `n1,n2` are refused: name one node per command"
+            ),
+        ))
+    }
+}
+
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {
-    // Cheap: the schema version read (a full integrity check is O(size)).
-    let db_ok = state.db().version().is_ok();
+    // Cheap: the schema version read (a full integrity check is O(size)),
+    // off the runtime and bounded, outside the request slots: a stuck
+    // SQLite makes this 503 `db-stalled`, never a hang.
+    let st = state.clone();
+    let check = tokio::task::spawn_blocking(move || st.db().version().is_ok());
+    let limit = state.config.request_timeout().min(HEALTH_DB_WAIT);
+    let (db_ok, status) = match tokio::time::timeout(limit, check).await {
+        Ok(Ok(true)) => (true, "ok"),
+        Ok(_) => (false, "db-error"),
+        Err(_) => (false, "db-stalled"),
+    };
     let st = state.status().clone();
     let code = if db_ok {
         StatusCode::OK
@@ -226,12 +416,13 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     };
     (
         code,
-        Json(
-            json!({ "status": if db_ok { "ok" } else { "db-error" }, "db_ok": db_ok, "cycle": st }),
-        ),
+        Json(json!({ "status": status, "db_ok": db_ok, "cycle": st })),
     )
         .into_response()
 }
+
+/// Longest wait of `/healthz` for the database.
+const HEALTH_DB_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
@@ -244,6 +435,7 @@ fn prom_escape(s: &str) -> String {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
+    blocking(&state, move |state| {
     let now = state.now();
     let nodes = state.tree_view(now - state.config.window_s, now)?;
     let q = state.queue();
@@ -334,22 +526,28 @@ async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
         );
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+    })
+    .await
 }
 
 async fn get_tree(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
-    let (from, to) = window(&state, &q)?;
+    blocking(&state, move |state| {
+    let (from, to) = window(state, &q)?;
     let nodes = state.tree_view(from, to)?;
     Ok(Json(json!({ "from": from, "to": to, "capacity_gpus": state.config.capacity_gpus, "nodes": nodes })).into_response())
+    })
+    .await
 }
 
 async fn get_usage(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
-    let (from, to) = window(&state, &q)?;
+    blocking(&state, move |state| {
+    let (from, to) = window(state, &q)?;
     let Some((tree, usage, stats)) = state.stats(from, to)? else {
         return Ok(Json(json!({ "from": from, "to": to, "nodes": [] })).into_response());
     };
@@ -381,19 +579,24 @@ async fn get_usage(
         "unbudgeted": { "charged_gpu_hours": unb.charged_gpu_s / 3600.0, "free_gpu_hours": unb.free_gpu_s / 3600.0 }
     }))
     .into_response())
+    })
+    .await
 }
 
 async fn get_node(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
 ) -> ApiResult<Response> {
-    let now = state.now();
-    let nodes = state.tree_view(now - state.config.window_s, now)?;
-    let n = nodes
-        .into_iter()
-        .find(|n| n.name == name)
-        .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
-    Ok(Json(n).into_response())
+    blocking(&state, move |state| {
+        let now = state.now();
+        let nodes = state.tree_view(now - state.config.window_s, now)?;
+        let n = nodes
+            .into_iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
+        Ok(Json(n).into_response())
+    })
+    .await
 }
 
 /// Body of `POST /api/v1/nodes`.
@@ -414,36 +617,33 @@ fn changes_json(changes: &[TreeChange]) -> serde_json::Value {
     json!({ "changes": changes, "summary": changes.iter().map(|c| c.to_string()).collect::<Vec<_>>() })
 }
 
-async fn create_node(
-    State(state): State<Arc<AppState>>,
-    method: Method,
-    uri: OriginalUri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult<Response> {
-    let (user, b): (String, CreateBody) = authenticate(&state, &method, &uri, &headers, body)?;
-    let now = state.now();
-    let pol = policy(&state);
-    let changes = state.db().edit_tree(&user, "create", &b.why, now, |old| {
-        let tree = tree_of(old)?;
-        if old.iter().any(|s| s.name == b.name) {
-            return Err(BudgetError::Conflict(format!(
-                "node `{}` already exists",
-                b.name
-            )));
-        }
-        pol.check_place_under(&user, tree.as_ref(), b.parent.as_deref())?;
-        let mut v = old.to_vec();
-        v.push(NodeSpec {
-            name: b.name.clone(),
-            parent: b.parent.clone(),
-            share: b.share,
-            managers: b.managers.clone(),
-            account: b.account.clone(),
-        });
-        Ok(v)
-    })?;
-    Ok((StatusCode::CREATED, Json(changes_json(&changes))).into_response())
+async fn create_node(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Response> {
+    blocking(&state, move |state| {
+        let (user, b): (String, CreateBody) = w.authenticate(state)?;
+        let now = state.now();
+        let pol = policy(state);
+        let changes = state.db().edit_tree(&user, "create", &b.why, now, |old| {
+            let tree = stored_tree(&pol, &user, old)?;
+            if old.iter().any(|s| s.name == b.name) {
+                return Err(BudgetError::Conflict(format!(
+                    "node `{}` already exists",
+                    b.name
+                )));
+            }
+            pol.check_place_under(&user, tree.as_ref(), b.parent.as_deref())?;
+            let mut v = old.to_vec();
+            v.push(NodeSpec {
+                name: b.name.clone(),
+                parent: b.parent.clone(),
+                share: b.share,
+                managers: b.managers.clone(),
+                account: b.account.clone(),
+            });
+            Ok(v)
+        })?;
+        Ok((StatusCode::CREATED, Json(changes_json(&changes))).into_response())
+    })
+    .await
 }
 
 /// Body of `PATCH /api/v1/nodes/{name}`: only the given fields change.
@@ -465,40 +665,40 @@ struct PatchBody {
 async fn patch_node(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
-    method: Method,
-    uri: OriginalUri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    w: Write,
 ) -> ApiResult<Response> {
-    let (user, b): (String, PatchBody) = authenticate(&state, &method, &uri, &headers, body)?;
-    let now = state.now();
-    let pol = policy(&state);
-    let changes = state.db().edit_tree(&user, "update", &b.why, now, |old| {
-        let tree = tree_of(old)?;
-        pol.check_edit(&user, tree.as_ref(), &name)?;
-        let mut v = old.to_vec();
-        let s = v
-            .iter_mut()
-            .find(|s| s.name == name)
-            .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
-        if let Some(sh) = b.share {
-            s.share = sh;
-        }
-        if let Some(p) = &b.parent {
-            if s.parent.as_deref() != Some(p.as_str()) {
-                pol.check_place_under(&user, tree.as_ref(), Some(p))?;
-                s.parent = Some(p.clone());
+    blocking(&state, move |state| {
+        let (user, b): (String, PatchBody) = w.authenticate(state)?;
+        let now = state.now();
+        let pol = policy(state);
+        let changes = state.db().edit_tree(&user, "update", &b.why, now, |old| {
+            let tree = stored_tree(&pol, &user, old)?;
+            pol.check_edit(&user, tree.as_ref(), &name)?;
+            let mut v = old.to_vec();
+            let s = v
+                .iter_mut()
+                .find(|s| s.name == name)
+                .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
+            if let Some(sh) = b.share {
+                s.share = sh;
             }
-        }
-        if let Some(a) = &b.account {
-            s.account = (!a.is_empty()).then(|| a.clone());
-        }
-        if let Some(m) = &b.managers {
-            s.managers = m.clone();
-        }
-        Ok(v)
-    })?;
-    Ok(Json(changes_json(&changes)).into_response())
+            if let Some(p) = &b.parent {
+                if s.parent.as_deref() != Some(p.as_str()) {
+                    pol.check_place_under(&user, tree.as_ref(), Some(p))?;
+                    s.parent = Some(p.clone());
+                }
+            }
+            if let Some(a) = &b.account {
+                s.account = (!a.is_empty()).then(|| a.clone());
+            }
+            if let Some(m) = &b.managers {
+                s.managers = m.clone();
+            }
+            Ok(v)
+        })?;
+        Ok(Json(changes_json(&changes)).into_response())
+    })
+    .await
 }
 
 #[derive(Deserialize)]
@@ -510,17 +710,15 @@ struct DeleteBody {
 async fn delete_node(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
-    method: Method,
-    uri: OriginalUri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    w: Write,
 ) -> ApiResult<Response> {
-    let (user, b): (String, DeleteBody) = authenticate(&state, &method, &uri, &headers, body)?;
+    blocking(&state, move |state| {
+    let (user, b): (String, DeleteBody) = w.authenticate(state)?;
     let now = state.now();
-    let pol = policy(&state);
+    let pol = policy(state);
     let pending = state.queue();
     let changes = state.db().edit_tree(&user, "delete", &b.why, now, |old| {
-        let tree = tree_of(old)?;
+        let tree = stored_tree(&pol, &user, old)?;
         pol.check_edit(&user, tree.as_ref(), &name)?;
         let kids: Vec<&str> = old.iter().filter(|s| s.parent.as_deref() == Some(name.as_str())).map(|s| s.name.as_str()).collect();
         if !kids.is_empty() {
@@ -540,6 +738,8 @@ async fn delete_node(
         Ok(old.iter().filter(|s| s.name != name).cloned().collect())
     })?;
     Ok(Json(changes_json(&changes)).into_response())
+    })
+    .await
 }
 
 /// The whole tree as node specs (for TOML export).
@@ -550,11 +750,14 @@ pub struct TreeDoc {
 }
 
 async fn export(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
-    let specs = match state.db().load_tree()? {
-        Some(t) => t.to_specs(),
-        None => Vec::new(),
-    };
-    Ok(Json(TreeDoc { nodes: specs }).into_response())
+    blocking(&state, move |state| {
+        let specs = match state.db().load_tree()? {
+            Some(t) => t.to_specs(),
+            None => Vec::new(),
+        };
+        Ok(Json(TreeDoc { nodes: specs }).into_response())
+    })
+    .await
 }
 
 #[derive(Deserialize)]
@@ -566,36 +769,36 @@ struct ImportBody {
     dry_run: bool,
 }
 
-async fn import(
-    State(state): State<Arc<AppState>>,
-    method: Method,
-    uri: OriginalUri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult<Response> {
-    let (user, b): (String, ImportBody) = authenticate(&state, &method, &uri, &headers, body)?;
-    let pol = policy(&state);
-    if b.nodes.is_empty() {
-        return Err(BudgetError::field("nodes", "an import needs at least the root node").into());
-    }
-    OrgTree::build(&b.nodes)?;
-    if b.dry_run {
-        let old = state.db().load_specs()?;
-        let changes = fairshare::diff(&old, &b.nodes);
-        pol.check_import(&user, tree_of(&old)?.as_ref(), &changes)?;
+async fn import(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Response> {
+    blocking(&state, move |state| {
+        let (user, b): (String, ImportBody) = w.authenticate(state)?;
+        let pol = policy(state);
+        if b.nodes.is_empty() {
+            return Err(BudgetError::field(
+                "nodes",
+                "an import needs at least the root node",
+            ));
+        }
+        OrgTree::build(&b.nodes)?;
+        if b.dry_run {
+            let old = state.db().load_specs()?;
+            let changes = fairshare::diff(&old, &b.nodes);
+            pol.check_import(&user, stored_tree(&pol, &user, &old)?.as_ref(), &changes)?;
+            let mut v = changes_json(&changes);
+            v["applied"] = json!(false);
+            return Ok(Json(v).into_response());
+        }
+        let now = state.now();
+        let changes = state.db().edit_tree(&user, "import", &b.why, now, |old| {
+            let changes = fairshare::diff(old, &b.nodes);
+            pol.check_import(&user, stored_tree(&pol, &user, old)?.as_ref(), &changes)?;
+            Ok(b.nodes.clone())
+        })?;
         let mut v = changes_json(&changes);
-        v["applied"] = json!(false);
-        return Ok(Json(v).into_response());
-    }
-    let now = state.now();
-    let changes = state.db().edit_tree(&user, "import", &b.why, now, |old| {
-        let changes = fairshare::diff(old, &b.nodes);
-        pol.check_import(&user, tree_of(old)?.as_ref(), &changes)?;
-        Ok(b.nodes.clone())
-    })?;
-    let mut v = changes_json(&changes);
-    v["applied"] = json!(true);
-    Ok(Json(v).into_response())
+        v["applied"] = json!(true);
+        Ok(Json(v).into_response())
+    })
+    .await
 }
 
 /// One queue row as the API shows it.
@@ -614,7 +817,8 @@ pub struct QueueRow {
     pub why: String,
 }
 
-fn queue_row(p: &Placed, len: usize) -> QueueRow {
+fn queue_row(p: &Placed, q: &crate::state::QueueView) -> QueueRow {
+    let len = q.order.len();
     QueueRow {
         rank: p.rank,
         job: p.job.job,
@@ -624,8 +828,7 @@ fn queue_row(p: &Placed, len: usize) -> QueueRow {
         gpus: p.job.gpus,
         priority: p.job.priority,
         team_ratio: p.path.last().map(|l| l.ratio).filter(|r| r.is_finite()),
-        site_factor: fairshare::SITE_FACTOR_BASE
-            - p.rank.min(fairshare::SITE_FACTOR_BASE as usize - 1) as u32,
+        site_factor: q.factors.get(&p.job.job).copied().unwrap_or(0),
         why: fairshare::explain(p, len),
     }
 }
@@ -637,13 +840,8 @@ async fn get_queue(
     Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     let q = state.queue();
-    let rows = |n: usize| -> Vec<QueueRow> {
-        q.order
-            .iter()
-            .take(n)
-            .map(|p| queue_row(p, q.order.len()))
-            .collect()
-    };
+    let rows =
+        |n: usize| -> Vec<QueueRow> { q.order.iter().take(n).map(|p| queue_row(p, &q)).collect() };
     let body = match query_i64(&params, "limit")? {
         Some(n) if n >= 0 => axum::body::Bytes::from(
             serde_json::to_vec(&json!({ "at": q.at, "jobs": rows(n as usize) }))
@@ -666,15 +864,16 @@ async fn get_why(
     State(state): State<Arc<AppState>>,
     Path(job): Path<String>,
 ) -> ApiResult<Response> {
+    blocking(&state, move |state| {
     let id: u64 = job
         .parse()
         .map_err(|_| BudgetError::field("job", format!("`{job}` is not a job id")))?;
     let q = state.queue();
     let actions = state.db().actions(Some(id), 50)?;
-    let enforcement = enforcement_text(&state, id, &actions);
+    let enforcement = enforcement_text(state, id, &actions);
     if let Some(p) = q.order.iter().find(|p| p.job.job == JobId(id)) {
         return Ok(Json(
-            json!({ "at": q.at, "state": "pending", "placed": p, "row": queue_row(p, q.order.len()),
+            json!({ "at": q.at, "state": "pending", "placed": p, "row": queue_row(p, &q),
                     "actions": actions, "enforcement": enforcement }),
         )
         .into_response());
@@ -712,9 +911,10 @@ async fn get_why(
         None => Err(BudgetError::NotFound(format!(
             "job {id} is neither pending in the last computed order (at {}) nor in the ledger",
             q.at
-        ))
-        .into()),
+        ))),
     }
+    })
+    .await
 }
 
 /// What enforcement did to a job, and whether it is protected now.
@@ -722,7 +922,18 @@ fn enforcement_text(state: &AppState, id: u64, actions: &[crate::db::ActionRow])
     let mut out = String::new();
     if let Some(j) = state.running_job(id) {
         let cap = state.config.protection.min_runtime_cap_s;
+        // Enforcement treats accounts outside the tree as unallocated.
+        let budgeted = (state.db().load_tree().ok().flatten())
+            .is_some_and(|t| t.leaf_for_account(&j.account).is_ok());
         match j.start {
+            Some(_) if j.min_runtime_s > 0 && !budgeted => {
+                let _ = writeln!(
+                    out,
+                    "Running time of account {}, which has no budget in the tree: unallocated (never protected, \
+                     whatever its --min-runtime); an allocated job that needs its GPUs may preempt it.",
+                    j.account
+                );
+            }
             Some(start) if j.min_runtime_s > 0 => {
                 let until = start + (j.min_runtime_s as f64).min(cap) as i64;
                 if state.now() < until {
@@ -783,20 +994,24 @@ async fn get_actions(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
-    let limit = query_i64(&q, "limit")?.unwrap_or(100);
-    if !(1..=10_000).contains(&limit) {
-        return Err(BudgetError::field("limit", "must be between 1 and 10000").into());
-    }
-    let job = query_i64(&q, "job")?;
-    if job.is_some_and(|j| j < 0) {
-        return Err(BudgetError::field("job", "must not be negative").into());
-    }
-    let rows = state.db().actions(job.map(|j| j as u64), limit as usize)?;
-    Ok(Json(json!({ "rows": rows })).into_response())
+    blocking(&state, move |state| {
+        let limit = query_i64(&q, "limit")?.unwrap_or(100);
+        if !(1..=10_000).contains(&limit) {
+            return Err(BudgetError::field("limit", "must be between 1 and 10000"));
+        }
+        let job = query_i64(&q, "job")?;
+        if job.is_some_and(|j| j < 0) {
+            return Err(BudgetError::field("job", "must not be negative"));
+        }
+        let rows = state.db().actions(job.map(|j| j as u64), limit as usize)?;
+        Ok(Json(json!({ "rows": rows })).into_response())
+    })
+    .await
 }
 
 /// `GET /api/v1/hosts`: Slurm nodes of the last cycle and faulty records.
 async fn get_hosts(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
+    blocking(&state, move |state| {
     let faulty = state.db().faulty()?;
     let nodes: Vec<_> = state
         .nodes()
@@ -807,6 +1022,8 @@ async fn get_hosts(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
         })
         .collect();
     Ok(Json(json!({ "nodes": nodes, "faulty": faulty })).into_response())
+    })
+    .await
 }
 
 #[derive(Deserialize)]
@@ -834,73 +1051,80 @@ fn require_admin(state: &AppState, user: &str, what: &str) -> Result<(), BudgetE
 async fn host_fault(
     State(state): State<Arc<AppState>>,
     Path(node): Path<String>,
-    method: Method,
-    uri: OriginalUri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    w: Write,
 ) -> ApiResult<Response> {
-    let (user, b): (String, FaultBody) = authenticate(&state, &method, &uri, &headers, body)?;
-    require_admin(&state, &user, &format!("marking node `{node}` faulty"))?;
-    let st = state.clone();
-    let change = tokio::task::spawn_blocking(move || {
-        crate::enforce::mark_faulty(&st, &node, &b.reason, &user)
+    blocking(&state, move |state| {
+        let (user, b): (String, FaultBody) = w.authenticate(state)?;
+        require_admin(state, &user, &format!("marking node `{node}` faulty"))?;
+        check_node_name(&node)?;
+        if state.actions().is_some() && state.nodes().is_empty() {
+            // Unknown node list: a name Slurm would reject (or expand) must
+            // not reach slurm_update_node.
+            return Err(BudgetError::Unavailable(format!(
+                "cannot check `{node}` yet: no cycle has read Slurm's node list since start-up \
+                 (see /healthz `cycle.last_ok`); retry after the first cycle"
+            )));
+        }
+        let change = crate::enforce::mark_faulty(state, &node, &b.reason, &user)?;
+        Ok(Json(change).into_response())
     })
     .await
-    .map_err(|e| BudgetError::Http(e.to_string()))??;
-    Ok(Json(change).into_response())
 }
 
 /// Admin-only: a repaired node returns to service (RESUME in Slurm).
 async fn host_repaired(
     State(state): State<Arc<AppState>>,
     Path(node): Path<String>,
-    method: Method,
-    uri: OriginalUri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    w: Write,
 ) -> ApiResult<Response> {
-    let (user, _b): (String, RepairedBody) = authenticate(&state, &method, &uri, &headers, body)?;
-    require_admin(&state, &user, &format!("marking node `{node}` repaired"))?;
-    let st = state.clone();
-    let change =
-        tokio::task::spawn_blocking(move || crate::enforce::mark_repaired(&st, &node, &user))
-            .await
-            .map_err(|e| BudgetError::Http(e.to_string()))??;
-    Ok(Json(change).into_response())
+    blocking(&state, move |state| {
+        let (user, _b): (String, RepairedBody) = w.authenticate(state)?;
+        require_admin(state, &user, &format!("marking node `{node}` repaired"))?;
+        check_node_name(&node)?;
+        let change = crate::enforce::mark_repaired(state, &node, &user)?;
+        Ok(Json(change).into_response())
+    })
+    .await
 }
 
 async fn owed(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
-    let days = query_i64(&q, "days")?.unwrap_or(30);
-    if !(1..=366).contains(&days) {
-        return Err(BudgetError::field("days", "must be between 1 and 366").into());
-    }
-    let to = state.now();
-    let from = to - days * 86400;
-    let rows = state.owed_report(from, to)?;
-    let owed: f64 = rows.iter().map(|r| r.owed_gpu_hours).sum();
-    let capped: f64 = rows
-        .iter()
-        .map(|r| r.delivered_fraction * r.owed_gpu_hours)
-        .sum();
-    Ok(Json(json!({
-        "from": from, "to": to, "teams": rows,
-        "overall_delivered_fraction": if owed > 0.0 { capped / owed } else { 1.0 }
-    }))
-    .into_response())
+    blocking(&state, move |state| {
+        let days = query_i64(&q, "days")?.unwrap_or(30);
+        if !(1..=366).contains(&days) {
+            return Err(BudgetError::field("days", "must be between 1 and 366"));
+        }
+        let to = state.now();
+        let from = to - days * 86400;
+        let rows = state.owed_report(from, to)?;
+        let owed: f64 = rows.iter().map(|r| r.owed_gpu_hours).sum();
+        let capped: f64 = rows
+            .iter()
+            .map(|r| r.delivered_fraction * r.owed_gpu_hours)
+            .sum();
+        Ok(Json(json!({
+            "from": from, "to": to, "teams": rows,
+            "overall_delivered_fraction": if owed > 0.0 { capped / owed } else { 1.0 }
+        }))
+        .into_response())
+    })
+    .await
 }
 
 async fn audit(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
-    let limit = query_i64(&q, "limit")?.unwrap_or(100);
-    if !(1..=10_000).contains(&limit) {
-        return Err(BudgetError::field("limit", "must be between 1 and 10000").into());
-    }
-    Ok(Json(json!({ "rows": state.db().audit(limit as usize)? })).into_response())
+    blocking(&state, move |state| {
+        let limit = query_i64(&q, "limit")?.unwrap_or(100);
+        if !(1..=10_000).contains(&limit) {
+            return Err(BudgetError::field("limit", "must be between 1 and 10000"));
+        }
+        Ok(Json(json!({ "rows": state.db().audit(limit as usize)? })).into_response())
+    })
+    .await
 }
 
 #[derive(Deserialize)]
@@ -911,30 +1135,27 @@ struct LedgerBody {
 
 /// Admin-only: merge run intervals into the ledger (backfill from
 /// accounting, or a Slurm-less deployment). Idempotent.
-async fn ingest(
-    State(state): State<Arc<AppState>>,
-    method: Method,
-    uri: OriginalUri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult<Response> {
-    let (user, mut b): (String, LedgerBody) = authenticate(&state, &method, &uri, &headers, body)?;
-    if !policy(&state).is_admin(&user) {
-        return Err(BudgetError::Forbidden {
-            what: format!("user `{user}` writing the ledger"),
-            why: "only admins may ingest run intervals".into(),
+async fn ingest(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Response> {
+    blocking(&state, move |state| {
+        let (user, mut b): (String, LedgerBody) = w.authenticate(state)?;
+        if !policy(state).is_admin(&user) {
+            return Err(BudgetError::Forbidden {
+                what: format!("user `{user}` writing the ledger"),
+                why: "only admins may ingest run intervals".into(),
+            });
         }
-        .into());
-    }
-    for (i, iv) in b.intervals.iter_mut().enumerate() {
-        // accounts are lower case, as Slurm stores them (see Db::edit_tree)
-        iv.account.make_ascii_lowercase();
-        fairshare::tree::check_name(&iv.account, "account", &iv.account)
-            .map_err(|e| BudgetError::field(&format!("intervals[{i}].account"), e.to_string()))?;
-        iv.validate()
-            .map_err(|e| BudgetError::field(&format!("intervals[{i}]"), e.to_string()))?;
-    }
-    let now = state.now();
-    let rep = state.db().ingest(&b.intervals, now)?;
-    Ok(Json(rep).into_response())
+        for (i, iv) in b.intervals.iter_mut().enumerate() {
+            // accounts are lower case, as Slurm stores them (see Db::edit_tree)
+            iv.account.make_ascii_lowercase();
+            fairshare::tree::check_name(&iv.account, "account", &iv.account).map_err(|e| {
+                BudgetError::field(&format!("intervals[{i}].account"), e.to_string())
+            })?;
+            iv.validate()
+                .map_err(|e| BudgetError::field(&format!("intervals[{i}]"), e.to_string()))?;
+        }
+        let now = state.now();
+        let rep = state.db().ingest(&b.intervals, now)?;
+        Ok(Json(rep).into_response())
+    })
+    .await
 }

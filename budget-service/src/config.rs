@@ -36,6 +36,11 @@ pub struct Config {
     /// Largest accepted request body in bytes (default 1 MiB).
     #[serde(default = "default_body")]
     pub max_body_bytes: usize,
+    /// Longest time a request may take, in seconds (default 15). A request
+    /// stuck on munged, the passwd database, SQLite or slurmctld answers 503
+    /// after this; `/healthz` and reads never wait for it.
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout_s: f64,
     /// MUNGE socket (default: libmunge's default socket).
     #[serde(default)]
     pub munge_socket: Option<PathBuf>,
@@ -62,9 +67,11 @@ pub struct Config {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Protection {
-    /// Preempt, cancel and drain on Slurm (default true). Off: the cycle
-    /// only orders the queue.
-    pub enforce: bool,
+    /// `true` (default): preempt, cancel and drain on Slurm. `false`: the
+    /// cycle only orders the queue. `"dry-run"`: decide as `true` would, log
+    /// and record each action (`dry_run` in the action log) but never act
+    /// on Slurm.
+    pub enforce: EnforceMode,
     /// Longest protected time a job can buy, in seconds (default 8 h).
     pub min_runtime_cap_s: f64,
     /// Resumable jobs checkpoint this often; a victim loses its run time
@@ -77,17 +84,74 @@ pub struct Protection {
     /// Exhaustive victim search up to this many candidates, greedy above
     /// (default 10, at most 16).
     pub exact_search_limit: usize,
+    /// At most this many requeues and cancels per cycle (default 16); the
+    /// queue's later jobs wait for the next cycle.
+    pub max_actions_per_cycle: usize,
+    /// A job room was freed for by preemption must start within this many
+    /// seconds (default 120); otherwise the preemption was fruitless and
+    /// the job preempts no one again until its request or the cluster's
+    /// nodes change, or `fruitless_retry_after_s` passes. Until it starts
+    /// or this time passes it preempts no one either.
+    pub start_grace_s: i64,
+    /// How long a job whose preemption was fruitless stays barred from
+    /// preempting when nothing changes (default 1800 s).
+    pub fruitless_retry_after_s: i64,
+    /// When Slurm refuses to requeue a resumable victim, retry each cycle for
+    /// this many seconds from the first refusal (default 60) before
+    /// cancelling it instead.
+    pub requeue_retry_for_s: i64,
+}
+
+/// `[protection] enforce`: `true`, `false` or `"dry-run"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnforceMode {
+    Off,
+    On,
+    DryRun,
+}
+
+impl EnforceMode {
+    /// Does the cycle run enforcement (for real or as a dry run)?
+    pub fn runs(self) -> bool {
+        self != EnforceMode::Off
+    }
+    pub fn dry_run(self) -> bool {
+        self == EnforceMode::DryRun
+    }
+}
+
+impl<'de> Deserialize<'de> for EnforceMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bool(true) => Ok(EnforceMode::On),
+            Raw::Bool(false) => Ok(EnforceMode::Off),
+            Raw::Text(t) if t == "dry-run" => Ok(EnforceMode::DryRun),
+            Raw::Text(t) => Err(serde::de::Error::custom(format!(
+                "enforce must be true, false or \"dry-run\", not \"{t}\""
+            ))),
+        }
+    }
 }
 
 impl Default for Protection {
     fn default() -> Self {
         let c = ProtectionConfig::default();
         Self {
-            enforce: true,
+            enforce: EnforceMode::On,
             min_runtime_cap_s: c.min_runtime_cap_s,
             checkpoint_interval_s: c.checkpoint_interval_s,
             preempt_margin: c.preempt_margin,
             exact_search_limit: c.exact_search_limit,
+            max_actions_per_cycle: c.max_preemptions_per_cycle,
+            start_grace_s: 120,
+            fruitless_retry_after_s: 1800,
+            requeue_retry_for_s: 60,
         }
     }
 }
@@ -100,6 +164,7 @@ impl Protection {
             checkpoint_interval_s: self.checkpoint_interval_s,
             exact_search_limit: self.exact_search_limit,
             preempt_margin: self.preempt_margin,
+            max_preemptions_per_cycle: self.max_actions_per_cycle,
         }
     }
 }
@@ -124,6 +189,9 @@ fn default_retain() -> i64 {
 }
 fn default_cycle() -> u64 {
     10
+}
+fn default_request_timeout() -> f64 {
+    15.0
 }
 fn default_body() -> usize {
     1 << 20
@@ -182,10 +250,27 @@ impl Config {
         if p.exact_search_limit > 16 {
             return bad("protection.exact_search_limit must be at most 16 (2^n victim sets)");
         }
+        if p.max_actions_per_cycle == 0 {
+            return bad("protection.max_actions_per_cycle must be at least 1 (use enforce = false to act on nothing)");
+        }
+        if p.start_grace_s <= 0 || p.fruitless_retry_after_s <= 0 || p.requeue_retry_for_s < 0 {
+            return bad("protection.start_grace_s and fruitless_retry_after_s must be positive, requeue_retry_for_s >= 0 (seconds)");
+        }
+        if !(self.request_timeout_s.is_finite()
+            && self.request_timeout_s > 0.0
+            && self.request_timeout_s <= 3600.0)
+        {
+            return bad("request_timeout_s must be a number of seconds in (0, 3600]");
+        }
         if self.max_body_bytes < 1024 {
             return bad("max_body_bytes must be at least 1024");
         }
         Ok(())
+    }
+
+    /// [`Config::request_timeout_s`] as a duration.
+    pub fn request_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.request_timeout_s)
     }
 
     pub fn is_admin(&self, user: &str) -> bool {
@@ -221,24 +306,46 @@ mod tests {
             "t"
         )
         .is_err());
-        assert!(c.protection.enforce);
+        assert_eq!(c.protection.enforce, EnforceMode::On);
         assert_eq!(c.protection.core(), ProtectionConfig::default());
         let c = Config::parse(
             "db = \"x.db\"\ncapacity_gpus = 8\n[protection]\nenforce = false\nmin_runtime_cap_s = 3600\n",
             "t",
         )
         .unwrap();
-        assert!(!c.protection.enforce);
+        assert_eq!(c.protection.enforce, EnforceMode::Off);
         assert_eq!(c.protection.core().min_runtime_cap_s, 3600.0);
+        let c = Config::parse(
+            "db = \"x.db\"\ncapacity_gpus = 8\n[protection]\nenforce = \"dry-run\"\nmax_actions_per_cycle = 3\nstart_grace_s = 30\n",
+            "t",
+        )
+        .unwrap();
+        assert!(c.protection.enforce.dry_run() && c.protection.enforce.runs());
+        assert_eq!(c.protection.core().max_preemptions_per_cycle, 3);
+        assert_eq!(c.protection.start_grace_s, 30);
         assert_eq!(c.protection.preempt_margin, 0.05);
         for bad in [
             "min_runtime_cap_s = 0",
             "preempt_margin = -1",
             "exact_search_limit = 40",
             "enforec = true",
+            "enforce = \"dryrun\"",
+            "enforce = 1",
+            "max_actions_per_cycle = 0",
+            "start_grace_s = 0",
+            "fruitless_retry_after_s = -5",
+            "requeue_retry_for_s = -1",
         ] {
             let text = format!("db = \"x.db\"\ncapacity_gpus = 8\n[protection]\n{bad}\n");
             assert!(Config::parse(&text, "t").is_err(), "{bad}");
+        }
+        assert_eq!(c.request_timeout_s, 15.0);
+        for bad in ["0", "-1", "nan", "inf", "4000"] {
+            let text = format!("db = \"x.db\"\ncapacity_gpus = 8\nrequest_timeout_s = {bad}\n");
+            assert!(
+                Config::parse(&text, "t").is_err(),
+                "request_timeout_s = {bad}"
+            );
         }
         assert!(
             Config::parse("db = \"x.db\"\ncapacity_gpus = 8\nbogus = 1\n", "t")

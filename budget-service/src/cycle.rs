@@ -5,7 +5,9 @@
 //! Each step reads Slurm, merges running and ended jobs into the ledger
 //! (idempotent), closes intervals of jobs Slurm no longer reports, records
 //! demand, orders the pending jobs by fair share and pushes the site factors
-//! of the jobs whose rank changed. If Slurm does not answer, reads keep being
+//! of the jobs whose place among the others changed (sparse keys,
+//! [`fairshare::sparse_site_factors`]: one new job costs one
+//! `slurm_update_job`, not one per job behind it). If Slurm does not answer, reads keep being
 //! served from the last state and the cycle retries with exponential back-off
 //! (capped at 5 minutes); Slurm keeps scheduling on the last pushed order.
 
@@ -54,8 +56,12 @@ pub struct Cycle {
     sink: Arc<dyn SlurmSink>,
     /// Acts on Slurm for enforcement (`None`: order only).
     actions: Option<Arc<dyn SlurmActions>>,
-    /// Site factors Slurm holds, as far as we know.
+    /// Site factors Slurm holds, as far as we know (the keys the next
+    /// order reuses; see [`fairshare::sparse_site_factors`]).
     pushed: HashMap<JobId, u32>,
+    /// A push failed part-way: Slurm may hold other factors than `pushed`,
+    /// so the next push sends every factor (the keys themselves stay).
+    resync: bool,
     last_ok: Option<i64>,
     last_prune: Option<i64>,
 }
@@ -72,6 +78,7 @@ impl Cycle {
             sink,
             actions: None,
             pushed: HashMap::new(),
+            resync: false,
             last_ok: None,
             last_prune: None,
         }
@@ -182,24 +189,37 @@ impl Cycle {
                 fairshare::order_queue(&empty, &stats, &pending)
             }
         };
-        let factors = fairshare::site_factors(&order);
-        let changed = fairshare::changed_factors(&self.pushed, &factors);
+        // Sparse keys: a job's factor changes only when its place among the
+        // others really changed, so a cycle sends few slurm_update_job.
+        // What Slurm holds is the truth when the source reports it (after a
+        // restart, or a factor set behind our back); else what we pushed.
+        let mut held = std::mem::take(&mut self.pushed);
+        held.extend(snap.site_factors.iter().copied());
+        let factors = fairshare::sparse_site_factors(&held, &order);
+        let changed = if self.resync {
+            factors.clone()
+        } else {
+            fairshare::changed_factors(&held, &factors)
+        };
+        let factor_map: HashMap<JobId, u32> = factors.into_iter().collect();
         if !changed.is_empty() {
             if let Err(e) = self.sink.set_site_factors(&changed) {
-                // Part of the push may have landed: forget what Slurm holds,
-                // so the next successful cycle pushes every factor.
-                self.pushed.clear();
+                // Part of the push may have landed: keep these keys, and
+                // send all of them on the next successful cycle.
+                self.pushed = factor_map;
+                self.resync = true;
                 return Err(e);
             }
         }
         rep.pushed = changed.len();
-        self.pushed = factors.into_iter().collect();
+        self.resync = false;
+        self.pushed = factor_map.clone();
         self.state.set_seen(Seen {
             nodes: snap.nodes.clone(),
             running: snap.running.iter().map(|j| (j.job.0, j.clone())).collect(),
         });
         let prot = &self.state.config.protection;
-        if let (true, Some(actions)) = (prot.enforce, &self.actions) {
+        if let (true, Some(actions)) = (prot.enforce.runs(), &self.actions) {
             rep.enforced = crate::enforce::enforce(
                 &self.state,
                 actions.as_ref(),
@@ -212,6 +232,7 @@ impl Cycle {
         self.state.set_queue(QueueView {
             at: now,
             order,
+            factors: factor_map,
             ..QueueView::default()
         });
         self.last_ok = Some(now);

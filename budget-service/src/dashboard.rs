@@ -42,8 +42,14 @@ pub fn data(state: &AppState) -> serde_json::Value {
 }
 
 pub async fn page(State(state): State<Arc<AppState>>) -> Response {
-    let data = data(&state).to_string().replace("</", "<\\/");
-    Html(PAGE.replace("__DATA__", &data)).into_response()
+    // SQLite reads: off the runtime, bounded (see `api::blocking`).
+    match crate::api::blocking(&state, |state| Ok(data(state))).await {
+        Ok(data) => {
+            let data = data.to_string().replace("</", "<\\/");
+            Html(PAGE.replace("__DATA__", &data)).into_response()
+        }
+        Err(e) => e.into_response(),
+    }
 }
 
 pub async fn script() -> Response {

@@ -20,6 +20,7 @@ use crate::error::{BudgetError, Result};
 pub const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0001_init.sql"),
     include_str!("../../sql/0002_enforcement.sql"),
+    include_str!("../../sql/0003_enforcement_identity.sql"),
 ];
 
 /// The newest schema version this build knows.
@@ -111,13 +112,17 @@ impl Db {
         load_specs(&self.conn)
     }
 
-    /// The validated tree, or `None` if no node exists yet.
+    /// The validated tree, or `None` if no node exists yet; a stored tree
+    /// that fails validation is [`BudgetError::InvalidStoredTree`] (which
+    /// says how to repair it).
     pub fn load_tree(&self) -> Result<Option<OrgTree>> {
         let specs = self.load_specs()?;
         if specs.is_empty() {
             return Ok(None);
         }
-        Ok(Some(OrgTree::build(&specs)?))
+        OrgTree::build(&specs)
+            .map(Some)
+            .map_err(|e| BudgetError::InvalidStoredTree(e.to_string()))
     }
 
     /// Applies one budget edit atomically: `edit` turns the current specs into
@@ -473,6 +478,13 @@ pub struct ActionRow {
     pub lost_gpu_s: f64,
     pub ok: bool,
     pub detail: String,
+    /// The victim's submit time when the action was taken (with `job`, the
+    /// job's identity: slurmctld reuses ids after a cold start).
+    #[serde(default)]
+    pub submit: Option<i64>,
+    /// Decided and logged only (`[protection] enforce = "dry-run"`).
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 impl ActionRow {
@@ -497,6 +509,8 @@ impl ActionRow {
             lost_gpu_s: 0.0,
             ok,
             detail,
+            submit: None,
+            dry_run: false,
         }
     }
 }
@@ -517,6 +531,27 @@ pub struct PreemptRecord {
     pub at: i64,
     /// Not yet run its min runtime since.
     pub owes: bool,
+    /// The victim's submit time before the requeue (0: unknown, a record
+    /// from schema 2).
+    pub victim_submit: i64,
+    /// The preemptor's submit time.
+    pub by_submit: Option<i64>,
+}
+
+/// Room freed by preemption for a pending job (table `room_given`).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct RoomGiven {
+    pub job: u64,
+    pub submit: i64,
+    /// The last preemption made for it.
+    pub at: i64,
+    /// Its request then.
+    pub request: String,
+    /// The cluster's usable nodes then.
+    pub nodes: String,
+    /// When the start grace passed without the job starting.
+    pub fruitless_at: Option<i64>,
+    pub dry_run: bool,
 }
 
 fn row_action(r: &rusqlite::Row<'_>) -> rusqlite::Result<ActionRow> {
@@ -532,18 +567,20 @@ fn row_action(r: &rusqlite::Row<'_>) -> rusqlite::Result<ActionRow> {
         lost_gpu_s: r.get(8)?,
         ok: r.get::<_, i64>(9)? != 0,
         detail: r.get(10)?,
+        submit: r.get(11)?,
+        dry_run: r.get::<_, i64>(12)? != 0,
     })
 }
 
 const ACTION_COLS: &str =
-    "id, at, action, job, run_start, node, cause_job, rule, lost_gpu_s, ok, detail";
+    "id, at, action, job, run_start, node, cause_job, rule, lost_gpu_s, ok, detail, submit, dry_run";
 
 impl Db {
     /// Appends an action to the log; returns its id.
     pub fn log_action(&mut self, a: &ActionRow) -> Result<i64> {
         self.conn.execute(
-            "INSERT INTO actions (at, action, job, run_start, node, cause_job, rule, lost_gpu_s, ok, detail)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO actions (at, action, job, run_start, node, cause_job, rule, lost_gpu_s, ok, detail, submit, dry_run)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 a.at,
                 a.action,
@@ -554,7 +591,9 @@ impl Db {
                 a.rule,
                 a.lost_gpu_s.max(0.0),
                 i64::from(a.ok),
-                a.detail
+                a.detail,
+                a.submit,
+                i64::from(a.dry_run)
             ],
         )?;
         Ok(self.conn.last_insert_rowid())
@@ -579,29 +618,26 @@ impl Db {
 
     /// Was the run of `job` that started at `run_start` already requeued or
     /// cancelled successfully? (Never act twice on one run.)
-    pub fn run_ended_by_us(&self, job: u64, run_start: i64) -> Result<bool> {
+    /// With `dry_run`, a dry-run action counts too (the dry run's view).
+    pub fn run_ended_by_us(&self, job: u64, run_start: i64, dry_run: bool) -> Result<bool> {
         Ok(self
             .conn
             .query_row(
-                "SELECT 1 FROM actions WHERE job = ?1 AND run_start = ?2 AND ok = 1 AND action IN ('requeue', 'cancel') LIMIT 1",
-                params![job as i64, run_start],
+                "SELECT 1 FROM actions WHERE job = ?1 AND run_start = ?2 AND ok = 1 AND dry_run <= ?3 AND action IN ('requeue', 'cancel') LIMIT 1",
+                params![job as i64, run_start, i64::from(dry_run)],
                 |_| Ok(()),
             )
             .optional()?
             .is_some())
     }
 
-    /// Did Slurm already refuse to requeue this run?
-    pub fn requeue_failed(&self, job: u64, run_start: i64) -> Result<bool> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT 1 FROM actions WHERE job = ?1 AND run_start = ?2 AND ok = 0 AND action = 'requeue' LIMIT 1",
-                params![job as i64, run_start],
-                |_| Ok(()),
-            )
-            .optional()?
-            .is_some())
+    /// When Slurm first refused to requeue this run, if it did.
+    pub fn first_requeue_refusal(&self, job: u64, run_start: i64) -> Result<Option<i64>> {
+        Ok(self.conn.query_row(
+            "SELECT MIN(at) FROM actions WHERE job = ?1 AND run_start = ?2 AND ok = 0 AND dry_run = 0 AND action = 'requeue'",
+            params![job as i64, run_start],
+            |r| r.get(0),
+        )?)
     }
 
     /// Marks a node faulty (replacing an earlier record of it).
@@ -638,22 +674,35 @@ impl Db {
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
-    /// Records that `victim` was preempted for `by_job` at `at`; it owes its
-    /// min runtime from now on.
-    pub fn record_preemption(&mut self, victim: u64, by_job: Option<u64>, at: i64) -> Result<()> {
+    /// Records that `victim` (submitted at `victim_submit`) was preempted
+    /// for `by` (job, submit time) at `at`; it owes its min runtime from now
+    /// on. Replaces the record of an earlier job with the same id.
+    pub fn record_preemption(
+        &mut self,
+        victim: (u64, i64),
+        by: Option<(u64, i64)>,
+        at: i64,
+    ) -> Result<()> {
         self.conn.execute(
-            "INSERT INTO preemptions (victim, by_job, at, owes) VALUES (?1, ?2, ?3, 1)
-             ON CONFLICT(victim) DO UPDATE SET by_job = excluded.by_job, at = excluded.at, owes = 1",
-            params![victim as i64, by_job.map(|j| j as i64), at],
+            "INSERT INTO preemptions (victim, victim_submit, by_job, by_submit, at, owes) VALUES (?1, ?2, ?3, ?4, ?5, 1)
+             ON CONFLICT(victim) DO UPDATE SET victim_submit = excluded.victim_submit, by_job = excluded.by_job,
+             by_submit = excluded.by_submit, at = excluded.at, owes = 1",
+            params![
+                victim.0 as i64,
+                victim.1,
+                by.map(|b| b.0 as i64),
+                by.map(|b| b.1),
+                at
+            ],
         )?;
         Ok(())
     }
 
     /// The last preemption of every job that was preempted.
     pub fn preemptions(&self) -> Result<HashMap<u64, PreemptRecord>> {
-        let mut st = self
-            .conn
-            .prepare("SELECT victim, by_job, at, owes FROM preemptions")?;
+        let mut st = self.conn.prepare(
+            "SELECT victim, by_job, at, owes, victim_submit, by_submit FROM preemptions",
+        )?;
         let rows = st.query_map([], |r| {
             Ok((
                 r.get::<_, i64>(0)? as u64,
@@ -661,6 +710,8 @@ impl Db {
                     by_job: r.get::<_, Option<i64>>(1)?.map(|j| j as u64),
                     at: r.get(2)?,
                     owes: r.get::<_, i64>(3)? != 0,
+                    victim_submit: r.get(4)?,
+                    by_submit: r.get(5)?,
                 },
             ))
         })?;
@@ -673,6 +724,70 @@ impl Db {
             "UPDATE preemptions SET owes = 0 WHERE victim = ?1",
             params![victim as i64],
         )?;
+        Ok(())
+    }
+
+    /// Room given by preemption to each pending job that has not started
+    /// since.
+    pub fn rooms_given(&self) -> Result<HashMap<u64, RoomGiven>> {
+        let mut st = self.conn.prepare(
+            "SELECT job, submit, at, request, nodes, fruitless_at, dry_run FROM room_given",
+        )?;
+        let rows = st.query_map([], |r| {
+            Ok(RoomGiven {
+                job: r.get::<_, i64>(0)? as u64,
+                submit: r.get(1)?,
+                at: r.get(2)?,
+                request: r.get(3)?,
+                nodes: r.get(4)?,
+                fruitless_at: r.get(5)?,
+                dry_run: r.get::<_, i64>(6)? != 0,
+            })
+        })?;
+        rows.map(|r| Ok(r.map(|g| (g.job, g))?)).collect()
+    }
+
+    /// Records that room was freed for `g.job` (replacing an older record).
+    pub fn record_room_given(&mut self, g: &RoomGiven) -> Result<()> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO room_given (job, submit, at, request, nodes, fruitless_at, dry_run)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                g.job as i64,
+                g.submit,
+                g.at,
+                g.request,
+                g.nodes,
+                g.fruitless_at,
+                i64::from(g.dry_run)
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Marks the room given to `job` fruitless at `at`.
+    pub fn room_fruitless(&mut self, job: u64, at: i64) -> Result<()> {
+        self.conn.execute(
+            "UPDATE room_given SET fruitless_at = ?2 WHERE job = ?1",
+            params![job as i64, at],
+        )?;
+        Ok(())
+    }
+
+    /// Appends `note` to the actions taken at `at` for the pending job
+    /// `cause` (what `compass why` shows for the victim and the cause).
+    pub fn note_on_actions_for(&mut self, cause: u64, at: i64, note: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE actions SET detail = detail || '; ' || ?3 WHERE cause_job = ?1 AND at = ?2",
+            params![cause as i64, at, note],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets the room given to `job` (it started, or may preempt again).
+    pub fn forget_room(&mut self, job: u64) -> Result<()> {
+        self.conn
+            .execute("DELETE FROM room_given WHERE job = ?1", params![job as i64])?;
         Ok(())
     }
 

@@ -3,9 +3,12 @@
 //!
 //! Every cycle, after the queue is ordered, [`enforce`] turns the snapshot
 //! into the inputs of the pure planner [`compass_core::preempt::plan_cycle`]
-//! (running jobs with their GPUs per node, free GPUs per node, faulty nodes,
-//! team ratios and loads, the eligible pending jobs in fair-share order) and
-//! carries out its plan through [`SlurmActions`]:
+//! (running jobs with their GPUs, CPUs and memory per node, free GPUs per
+//! node and, when the source knows them for every node, each node's
+//! partitions, features, GPU types, free CPUs and memory; faulty nodes,
+//! team ratios and loads, the eligible pending jobs in fair-share order with
+//! what they need of a node: issue 12) and carries out its plan through
+//! [`SlurmActions`]:
 //! - a resumable victim is requeued and its begin time reset to now (Slurm
 //!   would otherwise hold it `cred_expire + 1` = 121 s);
 //! - a non-resumable victim is cancelled, with the reason written into its
@@ -18,19 +21,38 @@
 //! action is never acted on again (it may still be reported running while
 //! Slurm completes it; its GPUs then count as free). The no-ping-pong record
 //! (`preemptions`) survives restarts.
+//!
+//! Issue 11, "never loops and keeps its word":
+//! - Room is given once: the room freed for a pending job is recorded
+//!   (`room_given`); the job preempts no one while it may still start
+//!   (`[protection] start_grace_s`), and if it has not started by then the
+//!   preemption is *fruitless* (noted on the action rows) and it preempts no
+//!   one until its [`request_key`] or the [`nodes_key`] changes or
+//!   `fruitless_retry_after_s` passes. At most `max_actions_per_cycle`
+//!   victims per cycle (the core's limit).
+//! - A requeue Slurm refuses is retried every cycle for
+//!   `requeue_retry_for_s` from the first refusal; only then is the victim
+//!   cancelled. A job one of whose victims was refused is not given its
+//!   room yet.
+//! - Jobs of accounts outside the budget tree are unallocated here (never
+//!   protected, never preempting).
+//! - Records apply to one job, not one job id ([`same_job`]): slurmctld
+//!   reuses ids after a cold start.
+//! - `enforce = "dry-run"`: the same decisions, recorded with `dry_run`,
+//!   nothing sent to Slurm; runs it would have ended count as ended for it.
 
 use compass_core::fairshare::{self, NodeStats, OrgTree, Placed};
 use compass_core::model::{JobId, JobShape, NodeId, NodeSet};
 use compass_core::preempt::{
-    plan_cycle, NodeRoom, PendingJob, Preemption, ProtectionConfig, RunningJob, TeamLoad,
-    TeamTable, VictimRule,
+    plan_cycle, NodeNeeds, NodeRoom, PendingJob, Preemption, ProtectionConfig, RunningJob,
+    TeamLoad, TeamTable, VictimRule,
 };
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
 
-use crate::db::{ActionRow, FaultyNode};
+use crate::db::{ActionRow, FaultyNode, RoomGiven};
 use crate::error::{BudgetError, Result};
-use crate::slurm::{NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSnapshot};
+use crate::slurm::{JobNeeds, NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSnapshot};
 use crate::state::AppState;
 
 /// A requeued job whose begin time is at most this far ahead is left alone
@@ -49,6 +71,8 @@ pub struct EnforceReport {
     /// Requeued jobs whose begin time was reset this pass.
     pub restarted: usize,
     pub failed: usize,
+    /// Requeues and cancels decided but not done (`enforce = "dry-run"`).
+    pub dry_run: usize,
 }
 
 /// The rule name stored in the action log.
@@ -108,6 +132,11 @@ pub fn explain_preemption(p: &Preemption, victim: &SlurmJob, cause: Option<&Slur
         (None, _) => String::new(),
     };
     match &p.rule {
+        VictimRule::Unallocated if victim.min_runtime_s > 0 => format!(
+            "job {} {verb} by compass-budgetd: its account {} has no budget in the tree, so its time is \
+             unallocated (never protected, whatever its --min-runtime) and {cause_txt}",
+            victim.job.0, victim.account
+        ),
         VictimRule::Unallocated => format!(
             "job {} {verb} by compass-budgetd: it ran unallocated time (min runtime 0, never protected) and {cause_txt}",
             victim.job.0
@@ -127,9 +156,89 @@ pub fn explain_preemption(p: &Preemption, victim: &SlurmJob, cause: Option<&Slur
     }
 }
 
+/// How far a requeued victim's submit time may lie after the preemption
+/// and still be the victim's: Slurm sets a requeued job's submit time to
+/// the time of the requeue (job_mgr.c, `_job_requeue_op`), on slurmctld's
+/// clock.
+pub const IDENTITY_SLACK_S: i64 = 5;
+
+/// Is a job submitted at `submit` the one a record made at `at` for a job
+/// submitted at `rec_submit` is about? Slurm reuses job ids after a cold
+/// start, so the id alone is not enough: the submit time must be the one
+/// recorded, or a later one from our own requeue at `at` (`rec_submit` 0:
+/// a record from before schema 3, identity unknown: any job of that id
+/// submitted no later than the requeue). A job requeued again later (a
+/// migration, another preemption) is no longer recognised.
+pub fn same_job(rec_submit: i64, rec_at: i64, submit: i64) -> bool {
+    submit == rec_submit || (rec_submit <= submit && submit <= rec_at + IDENTITY_SLACK_S)
+}
+
+/// What a pending job asks for, as the planner sees it; a change lets a job
+/// whose preemption was fruitless preempt again.
+pub fn request_key(j: &SlurmJob, needs: Option<&NodeNeeds>) -> String {
+    let (w, g) = j.shape();
+    let mut key = format!(
+        "account={} min_runtime_s={} instances={w} gpus_per_instance={g}",
+        j.account, j.min_runtime_s
+    );
+    // What the job needs of a node (issue 12), when the source says: a
+    // change of partition, constraint, excluded nodes, GPU type, CPUs or
+    // memory (`scontrol update`) is a new request.
+    if let Some(n) = needs.filter(|n| **n != NodeNeeds::default()) {
+        key.push_str(&format!(
+            " partitions={} constraint={} excluded={} gpu_type={} cpus={} mem_mb={}",
+            n.partitions.join(","),
+            n.constraint,
+            n.excluded.iter().cloned().collect::<Vec<_>>().join(","),
+            n.gpu_type.as_deref().unwrap_or(""),
+            n.cpus_per_node,
+            n.mem_per_node_mb
+        ));
+    }
+    key
+}
+
+/// The cluster's nodes as the planner sees them (name, GPUs, usable, and
+/// when known partitions, features and GPU types); a change lets a job
+/// whose preemption was fruitless preempt again.
+pub fn nodes_key(nodes: &[SlurmNode]) -> String {
+    let mut v: Vec<String> = nodes
+        .iter()
+        .map(|n| {
+            let mut k = format!(
+                "{}:{}:{}",
+                n.name,
+                n.gpus,
+                if n.state == NodeState::Up {
+                    "up"
+                } else {
+                    "out"
+                }
+            );
+            // Partitions, features and GPU types, when known (issue 12);
+            // not free CPUs or memory, which change with every job.
+            if let Some(t) = &n.traits {
+                let join = |s: &std::collections::BTreeSet<String>| {
+                    s.iter().cloned().collect::<Vec<_>>().join("+")
+                };
+                k.push_str(&format!(
+                    ":{}:{}:{}",
+                    join(&t.partitions),
+                    join(&t.features),
+                    join(&t.gpu_types)
+                ));
+            }
+            k
+        })
+        .collect();
+    v.sort();
+    v.join(",")
+}
+
 /// One enforcement pass over a snapshot. `order` is the fair-share order of
 /// this cycle; `ratios` the teams' ratios and loads. Does nothing when the
-/// source reports no nodes.
+/// source reports no nodes. The service settings not in `cfg` (dry run,
+/// start grace, requeue retries) come from `state.config.protection`.
 pub fn enforce(
     state: &AppState,
     actions: &dyn SlurmActions,
@@ -142,11 +251,16 @@ pub fn enforce(
     if snap.nodes.is_empty() {
         return Ok(rep);
     }
+    let prot = &state.config.protection;
+    let dry = prot.enforce.dry_run();
     let now = state.now();
-    let (faulty_rows, history) = {
+    let (faulty_rows, history, rooms) = {
         let db = state.db();
-        (db.faulty()?, db.preemptions()?)
+        (db.faulty()?, db.preemptions()?, db.rooms_given()?)
     };
+    // Accounts outside the budget tree have no budget: their jobs are
+    // unallocated time (never protected, preemptible) and never preempt.
+    let budgeted = |account: &str| ratios.ratio.contains_key(account);
     let index: HashMap<&str, NodeId> = snap
         .nodes
         .iter()
@@ -166,6 +280,11 @@ pub fn enforce(
         let node = &snap.nodes[ix as usize];
         if !node.state.drain_set() && node.state != NodeState::Down {
             let reason = drain_reason(f);
+            if dry {
+                // Logged once by `compass node fault`; not every cycle.
+                tracing::debug!(node = %f.node, "dry run: would drain the faulty node");
+                continue;
+            }
             let res = actions.drain(&f.node, &reason);
             rep.drained += usize::from(res.is_ok());
             rep.failed += usize::from(res.is_err());
@@ -186,8 +305,11 @@ pub fn enforce(
         }
     }
 
-    // Running jobs with known placements; runs we already ended are gone.
+    // Running jobs with known placements; runs we already ended are gone
+    // (in a dry run, so are the runs it would have ended).
     let mut used = vec![0u32; snap.nodes.len()];
+    // What jobs need (pending) or hold (running) besides GPUs (issue 12).
+    let job_needs: HashMap<JobId, &JobNeeds> = snap.job_needs.iter().map(|n| (n.job, n)).collect();
     let mut running: Vec<RunningJob> = Vec::new();
     let mut by_id: HashMap<JobId, &SlurmJob> = HashMap::new();
     for j in &snap.running {
@@ -195,7 +317,7 @@ pub fn enforce(
         if j.alloc.is_empty() {
             continue;
         }
-        if state.db().run_ended_by_us(j.job.0, start)? {
+        if state.db().run_ended_by_us(j.job.0, start, dry)? {
             continue;
         }
         let gpus_on: Vec<(NodeId, u32)> = j
@@ -210,14 +332,24 @@ pub fn enforce(
             id: j.job,
             account: j.account.clone(),
             gpus_on,
-            min_runtime_s: j.min_runtime_s as f64,
+            min_runtime_s: if budgeted(&j.account) {
+                j.min_runtime_s as f64
+            } else {
+                0.0
+            },
             started_s: start as f64,
             resumable: j.resumable,
+            cpus_per_node: job_needs.get(&j.job).map_or(0, |n| n.cpus_per_node),
+            mem_per_node_mb: job_needs.get(&j.job).map_or(0, |n| n.mem_per_node_mb),
         };
         // A victim that has run its min runtime since its restart may
         // preempt again.
         if let Some(h) = history.get(&j.job.0) {
-            if h.owes && start >= h.at && !r.protected(now as f64, cfg) {
+            if h.owes
+                && same_job(h.victim_submit, h.at, j.submit)
+                && start >= h.at
+                && !r.protected(now as f64, cfg)
+            {
                 state.db().settle_preemption(j.job.0)?;
             }
         }
@@ -241,30 +373,118 @@ pub fn enforce(
                 .filter(|(_, n)| n.state == NodeState::Up && n.gpus > 0)
                 .map(|(i, _)| i as NodeId),
         ),
+        // Partitions, features, GPU types, CPUs and memory: only when the
+        // source knows them for every node (else every node is eligible).
+        traits: snap
+            .nodes
+            .iter()
+            .map(|n| n.traits.clone())
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default(),
     };
 
-    // Eligible pending jobs in fair-share order.
+    // Room given by earlier preemptions: a job that started used it; one that
+    // did not within the start grace was given it in vain, and preempts no
+    // one until its request or the nodes change or the time-out passes.
     let pending: HashMap<JobId, &SlurmJob> = snap.pending.iter().map(|j| (j.job, j)).collect();
-    let history = state.db().preemptions()?;
+    let nodes_now = nodes_key(&snap.nodes);
+    let mut room_given: BTreeSet<JobId> = BTreeSet::new();
+    for g in rooms.values() {
+        let job = JobId(g.job);
+        let Some(j) = pending.get(&job).filter(|j| j.submit == g.submit) else {
+            // Started (or ended, or a new job with a reused id).
+            state.db().forget_room(g.job)?;
+            continue;
+        };
+        if g.dry_run != dry {
+            state.db().forget_room(g.job)?;
+            continue;
+        }
+        let fruitless_at = match g.fruitless_at {
+            Some(t) => t,
+            None if now - g.at < prot.start_grace_s => {
+                room_given.insert(job);
+                continue;
+            }
+            None => {
+                let note = format!(
+                    "fruitless: job {} did not start within {} s of the room freed for it \
+                     (it may need a partition, feature or memory the victims' nodes lack); \
+                     it preempts no one until its request or the nodes change, or for {} s",
+                    g.job, prot.start_grace_s, prot.fruitless_retry_after_s
+                );
+                tracing::warn!(job = g.job, since = g.at, "{note}");
+                let mut db = state.db();
+                db.room_fruitless(g.job, now)?;
+                db.note_on_actions_for(g.job, g.at, &note)?;
+                now
+            }
+        };
+        let changed = g.request != request_key(j, job_needs.get(&job).map(|n| &n.needs))
+            || g.nodes != nodes_now;
+        if changed || now - fruitless_at >= prot.fruitless_retry_after_s {
+            tracing::info!(
+                job = g.job,
+                request_or_nodes_changed = changed,
+                "a job whose preemption was fruitless may preempt again"
+            );
+            state.db().forget_room(g.job)?;
+        } else {
+            room_given.insert(job);
+        }
+    }
+
+    // Eligible pending jobs in fair-share order.
     let queue: Vec<PendingJob> = order
         .iter()
         .filter_map(|p| pending.get(&p.job.job).copied())
         .filter(|j| j.eligible)
         .map(|j| {
             let (w, g) = j.shape();
-            let h = history.get(&j.job.0);
+            let h = history
+                .get(&j.job.0)
+                .filter(|h| same_job(h.victim_submit, h.at, j.submit));
+            // The job that preempted it, if it is still that job.
+            let preempted_by = h.and_then(|h| {
+                let by = JobId(h.by_job?);
+                let same = match (by_id.get(&by), h.by_submit) {
+                    (Some(r), Some(s)) => same_job(s, h.at, r.submit),
+                    _ => true,
+                };
+                same.then_some(by)
+            });
             PendingJob {
                 id: j.job,
                 account: j.account.clone(),
                 shape: JobShape::new(w, g),
-                min_runtime_s: j.min_runtime_s as f64,
-                preempted_by: h.and_then(|h| h.by_job).map(JobId),
+                min_runtime_s: if budgeted(&j.account) {
+                    j.min_runtime_s as f64
+                } else {
+                    0.0
+                },
+                preempted_by,
                 owes_min_runtime: h.is_some_and(|h| h.owes),
+                room_given: room_given.contains(&j.job),
+                needs: job_needs
+                    .get(&j.job)
+                    .map(|n| n.needs.clone())
+                    .unwrap_or_default(),
             }
         })
         .collect();
 
     let plan = plan_cycle(&queue, &running, &room, &faulty, ratios, now as f64, cfg);
+    if !plan.held_back.is_empty() {
+        tracing::info!(
+            limit = cfg.max_preemptions_per_cycle,
+            held_back = ?plan.held_back.iter().map(|j| j.0).collect::<Vec<_>>(),
+            "preemption limit of this cycle reached; the rest waits for the next cycle"
+        );
+    }
+    // Jobs given room this cycle, and jobs one of whose victims Slurm
+    // refused (they are not given room yet: the refused victim is retried).
+    let mut fed: BTreeSet<JobId> = BTreeSet::new();
+    let mut short: BTreeSet<JobId> = BTreeSet::new();
     for p in &plan.preemptions {
         let Some(victim) = by_id.get(&p.victim).copied() else {
             continue;
@@ -280,33 +500,64 @@ pub fn enforce(
         if let Some(n) = &node {
             reason.push_str(&format!(" (node {n} is drained for repair)"));
         }
-        let refused_before = p.requeue
-            && victim
-                .start
-                .map(|st| state.db().requeue_failed(victim.job.0, st))
-                .transpose()?
-                .unwrap_or(false);
-        let (action, res) = if p.requeue && !refused_before {
-            ("requeue", actions.requeue(victim.job))
-        } else if p.requeue {
-            // Slurm refused to requeue this run in an earlier cycle too
-            // (e.g. `--no-requeue`): the job must still give the room back.
-            let r = format!("{reason}; Slurm refused to requeue it twice, cancelled instead");
-            ("cancel", actions.cancel(victim.job, &r))
-        } else {
-            ("cancel", actions.cancel(victim.job, &reason))
+        // Slurm refused to requeue this run before: retry for
+        // `requeue_retry_for_s` from the first refusal, then cancel.
+        let first_refusal = match (p.requeue, victim.start) {
+            (true, Some(st)) => state.db().first_requeue_refusal(victim.job.0, st)?,
+            _ => None,
         };
+        let refused_for = first_refusal.map(|t| now - t);
+        let give_up = refused_for.is_some_and(|s| s >= prot.requeue_retry_for_s);
+        let (action, res) = if p.requeue && !give_up {
+            ("requeue", (!dry).then(|| actions.requeue(victim.job)))
+        } else if p.requeue {
+            // e.g. `--no-requeue`: the job must still give the room back.
+            reason = format!(
+                "{reason}; Slurm refused to requeue it for {} s, cancelled instead",
+                refused_for.unwrap_or(0)
+            );
+            (
+                "cancel",
+                (!dry).then(|| actions.cancel(victim.job, &reason)),
+            )
+        } else {
+            (
+                "cancel",
+                (!dry).then(|| actions.cancel(victim.job, &reason)),
+            )
+        };
+        let res = res.unwrap_or(Ok(()));
         let rule = rule_name(&p.rule);
         match &res {
+            Ok(()) if dry => {
+                rep.dry_run += 1;
+                if let Some(c) = p.for_job {
+                    fed.insert(c);
+                }
+                tracing::info!(
+                    action,
+                    job = victim.job.0,
+                    cause = ?p.for_job.map(|c| c.0),
+                    rule,
+                    node = ?node,
+                    lost_gpu_s = p.lost_gpu_s,
+                    "dry run, not done: {reason}"
+                );
+            }
             Ok(()) => {
                 if action == "requeue" {
                     rep.requeued += 1;
                 } else {
                     rep.cancelled += 1;
                 }
-                state
-                    .db()
-                    .record_preemption(victim.job.0, p.for_job.map(|c| c.0), now)?;
+                if let Some(c) = p.for_job {
+                    fed.insert(c);
+                }
+                state.db().record_preemption(
+                    (victim.job.0, victim.submit),
+                    cause.map(|c| (c.job.0, c.submit)),
+                    now,
+                )?;
                 tracing::info!(
                     action,
                     job = victim.job.0,
@@ -319,6 +570,9 @@ pub fn enforce(
             }
             Err(e) => {
                 rep.failed += 1;
+                if let Some(c) = p.for_job {
+                    short.insert(c);
+                }
                 tracing::warn!(
                     action,
                     job = victim.job.0,
@@ -343,11 +597,28 @@ pub fn enforce(
                 lost_gpu_s: p.lost_gpu_s,
                 ok: res.is_ok(),
                 detail: match &res {
+                    Ok(()) if dry => format!("dry run, not done: {reason}"),
                     Ok(()) => reason,
                     Err(e) => format!("{reason}; FAILED: {e}"),
                 },
+                submit: Some(victim.submit),
+                dry_run: dry,
             },
         )?;
+    }
+    // Room was given to these jobs: they must now start within the grace.
+    for c in fed.difference(&short) {
+        if let Some(j) = pending.get(c) {
+            state.db().record_room_given(&RoomGiven {
+                job: c.0,
+                submit: j.submit,
+                at: now,
+                request: request_key(j, job_needs.get(c).map(|n| &n.needs)),
+                nodes: nodes_now.clone(),
+                fruitless_at: None,
+                dry_run: dry,
+            })?;
+        }
     }
     for ix in &plan.drain {
         if let Some(n) = snap.nodes.get(*ix as usize) {
@@ -356,11 +627,13 @@ pub fn enforce(
     }
 
     // Requeued victims still waiting for Slurm's begin time: start them now.
-    for j in &snap.pending {
+    for j in snap.pending.iter().filter(|_| !dry) {
         let Some(begin) = j.begin_after else { continue };
-        let ours = history
-            .get(&j.job.0)
-            .is_some_and(|h| now - h.at <= 600 && begin > now + RESTART_SLACK_S);
+        let ours = history.get(&j.job.0).is_some_and(|h| {
+            same_job(h.victim_submit, h.at, j.submit)
+                && now - h.at <= 600
+                && begin > now + RESTART_SLACK_S
+        });
         if ours {
             match actions.start_now(j.job) {
                 Ok(()) => {
@@ -435,6 +708,26 @@ pub fn mark_faulty(state: &AppState, node: &str, reason: &str, who: &str) -> Res
         by: who.to_string(),
     };
     let detail = match state.actions() {
+        Some(_) if state.config.protection.enforce.dry_run() => {
+            let why = drain_reason(&f);
+            let mut row = ActionRow::on_node(
+                now,
+                "drain",
+                node,
+                "admin",
+                true,
+                format!("dry run, not done: {why}"),
+            );
+            row.dry_run = true;
+            state.db().log_action(&row)?;
+            tracing::info!(
+                node,
+                who,
+                reason,
+                "node marked faulty; dry run: not drained"
+            );
+            format!("recorded; enforce = \"dry-run\": not drained in Slurm (would be: {why})")
+        }
         Some(a) => {
             let why = drain_reason(&f);
             a.drain(node, &why)?;
@@ -480,6 +773,19 @@ pub fn mark_repaired(state: &AppState, node: &str, who: &str) -> Result<NodeChan
     }
     let now = state.now();
     let detail = match state.actions() {
+        Some(_) if state.config.protection.enforce.dry_run() => {
+            let mut row = ActionRow::on_node(
+                now,
+                "resume",
+                node,
+                "admin",
+                true,
+                format!("dry run, not done: repaired (by {who}): resume in Slurm"),
+            );
+            row.dry_run = true;
+            state.db().log_action(&row)?;
+            "record cleared; enforce = \"dry-run\": not resumed in Slurm".to_string()
+        }
         Some(a) => {
             let res = a.resume(node);
             if let Err(BudgetError::NotFound(m)) = &res {
@@ -523,6 +829,7 @@ mod tests {
     use crate::slurm::{FakeAction, FakeSlurm};
     use crate::state::TestClock;
     use compass_core::fairshare::{Interval, Kind, NodeSpec};
+    use compass_core::preempt::{NodeNeeds, NodeTraits};
     use std::sync::Arc;
 
     const T0: i64 = 1_800_000_000;
@@ -706,6 +1013,54 @@ mod tests {
     }
 
     #[test]
+    fn a_job_of_one_partition_preempts_only_inside_it() {
+        // n1 (gpu) runs the cheap victim, n2 (gpu, debug) the dearer one;
+        // the pending job may run in `debug` only.
+        let site = |w: &World| {
+            for (name, parts) in [("n1", vec!["gpu"]), ("n2", vec!["gpu", "debug"])] {
+                w.slurm.set_traits(NodeTraits {
+                    name: name.into(),
+                    gpus: 8,
+                    partitions: parts.into_iter().map(String::from).collect(),
+                    free_cpus: 32,
+                    free_mem_mb: 256_000,
+                    ..NodeTraits::default()
+                });
+            }
+        };
+        let setup = |w: &World| {
+            w.run(1, "rich", "n1", 8, 0, true, T0 + 50);
+            w.run(2, "rich", "n2", 8, 0, false, T0);
+            w.pend(3, "poor", 1, 8, 600);
+        };
+        // Without partitions: the cheap victim on n1.
+        let mut w = World::plain();
+        setup(&w);
+        w.at(T0 + 100);
+        assert_eq!(w.slurm.actions(), vec![FakeAction::Requeue(JobId(1))]);
+        // In `debug`: only n2's job, never n1's.
+        let mut w = World::plain();
+        site(&w);
+        setup(&w);
+        w.slurm.set_needs(JobNeeds {
+            job: JobId(3),
+            needs: NodeNeeds {
+                partitions: vec!["debug".into()],
+                ..NodeNeeds::default()
+            },
+            cpus_per_node: 0,
+            mem_per_node_mb: 0,
+        });
+        w.at(T0 + 100);
+        let acts = w.slurm.actions();
+        assert_eq!(acts.len(), 1, "{acts:?}");
+        assert!(
+            matches!(&acts[0], FakeAction::Cancel(j, _) if *j == JobId(2)),
+            "{acts:?}"
+        );
+    }
+
+    #[test]
     fn team_within_its_allocation_keeps_its_jobs() {
         // rich runs 4 GPUs (allocation 4.8): still prioritised.
         let mut w = World::plain();
@@ -776,6 +1131,46 @@ mod tests {
     }
 
     #[test]
+    fn a_schema_2_record_still_guards_its_victim_but_not_a_reused_id() {
+        let dir = std::env::temp_dir().join(format!("compass-enforce-v2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("b.db");
+        {
+            // A database of schema 2 with a preemption of job 1 for job 3.
+            let c = rusqlite::Connection::open(&path).unwrap();
+            c.execute_batch(crate::db::MIGRATIONS[0]).unwrap();
+            c.execute_batch(crate::db::MIGRATIONS[1]).unwrap();
+            c.execute_batch("PRAGMA user_version=2").unwrap();
+            c.execute(
+                "INSERT INTO preemptions (victim, by_job, at, owes) VALUES (1, 3, ?1, 1)",
+                [T0],
+            )
+            .unwrap();
+        }
+        let db = Db::open(&path).unwrap();
+        assert_eq!(db.version().unwrap(), crate::db::known_version());
+        let h = db.preemptions().unwrap()[&1];
+        assert_eq!((h.victim_submit, h.by_submit, h.owes), (0, None, true));
+        // Job 1 as requeued at T0 (Slurm set its submit time to T0): still
+        // owes its min runtime, may not preempt.
+        let mut w = World::new("", db);
+        let mut j = SlurmJob::basic(JobId(1), "poor", 8, 600, true, 0, T0);
+        j.instances = 1;
+        w.slurm.put(j);
+        w.run(5, "rich", "n1", 8, 0, true, T0 + 5);
+        w.run(2, "rich", "n2", 8, 3600, false, T0);
+        assert_eq!(w.at(T0 + 10), EnforceReport::default());
+        // A new job 1 (submitted after a cold start) owes nothing.
+        w.slurm.purge(JobId(1));
+        let mut j = SlurmJob::basic(JobId(1), "poor", 8, 600, true, 0, T0 + 300);
+        j.instances = 1;
+        w.slurm.put(j);
+        assert_eq!(w.at(T0 + 310).requeued, 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn no_ping_pong_survives_a_restart() {
         let dir = std::env::temp_dir().join(format!("compass-enforce-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -826,50 +1221,324 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_refused_requeue_is_retried_once_then_cancelled() {
-        struct NoRequeue(Arc<FakeSlurm>);
-        impl SlurmActions for NoRequeue {
-            fn requeue(&self, job: JobId) -> Result<()> {
-                Err(BudgetError::Slurm(format!(
-                    "requeue job {}: disabled",
+    /// Slurm refuses the first `refusals` requeues (of job `only`, if set),
+    /// then accepts.
+    struct FlakyRequeue {
+        fake: Arc<FakeSlurm>,
+        refusals: std::sync::Mutex<u32>,
+        only: Option<JobId>,
+    }
+    impl SlurmActions for FlakyRequeue {
+        fn requeue(&self, job: JobId) -> Result<()> {
+            let mut left = self.refusals.lock().unwrap();
+            if *left > 0 && self.only.is_none_or(|o| o == job) {
+                *left -= 1;
+                return Err(BudgetError::Slurm(format!(
+                    "requeue job {}: Resource temporarily unavailable",
                     job.0
-                )))
+                )));
             }
-            fn start_now(&self, job: JobId) -> Result<()> {
-                self.0.start_now(job)
-            }
-            fn cancel(&self, job: JobId, reason: &str) -> Result<()> {
-                self.0.cancel(job, reason)
-            }
-            fn drain(&self, node: &str, reason: &str) -> Result<()> {
-                self.0.drain(node, reason)
-            }
-            fn resume(&self, node: &str) -> Result<()> {
-                self.0.resume(node)
-            }
+            self.fake.requeue(job)
         }
+        fn start_now(&self, job: JobId) -> Result<()> {
+            self.fake.start_now(job)
+        }
+        fn cancel(&self, job: JobId, reason: &str) -> Result<()> {
+            self.fake.cancel(job, reason)
+        }
+        fn drain(&self, node: &str, reason: &str) -> Result<()> {
+            self.fake.drain(node, reason)
+        }
+        fn resume(&self, node: &str) -> Result<()> {
+            self.fake.resume(node)
+        }
+    }
+
+    fn flaky(w: &mut World, refusals: u32) {
+        flaky_for(w, refusals, None);
+    }
+
+    fn flaky_for(w: &mut World, refusals: u32, only: Option<JobId>) {
+        w.cycle = Cycle::new(w.state.clone(), w.slurm.clone(), w.slurm.clone()).with_actions(
+            Arc::new(FlakyRequeue {
+                fake: w.slurm.clone(),
+                refusals: std::sync::Mutex::new(refusals),
+                only,
+            }),
+        );
+    }
+
+    #[test]
+    fn a_refused_victim_is_retried_though_its_partner_was_requeued() {
+        // Job 3 needs both nodes; Slurm refuses job 2's requeue once. Job 3
+        // was not given its room yet: job 2 is retried next cycle.
         let mut w = World::plain();
-        w.cycle = Cycle::new(w.state.clone(), w.slurm.clone(), w.slurm.clone())
-            .with_actions(Arc::new(NoRequeue(w.slurm.clone())));
+        flaky_for(&mut w, 1, Some(JobId(2)));
         w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
-        w.run(2, "rich", "n2", 8, 3600, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 0, true, T0 - 100);
+        w.pend(3, "poor", 2, 8, 600);
+        let rep = w.at(T0);
+        assert_eq!((rep.requeued, rep.failed), (1, 1), "{rep:?}");
+        assert!(w.state.db().rooms_given().unwrap().is_empty());
+        let rep = w.at(T0 + 10);
+        assert_eq!((rep.requeued, rep.failed), (1, 0), "{rep:?}");
+        assert_eq!(
+            w.slurm.actions(),
+            vec![FakeAction::Requeue(JobId(1)), FakeAction::Requeue(JobId(2))]
+        );
+        assert!(w.state.db().rooms_given().unwrap().contains_key(&3));
+    }
+
+    #[test]
+    fn a_transient_requeue_refusal_is_retried_not_cancelled() {
+        let mut w = World::plain();
+        flaky(&mut w, 1);
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 3600, false, T0 - 100);
         w.pend(3, "poor", 1, 8, 600);
         let rep = w.at(T0);
         assert_eq!((rep.requeued, rep.cancelled, rep.failed), (0, 0, 1));
+        let rep = w.at(T0 + 10);
+        assert_eq!(
+            (rep.requeued, rep.cancelled, rep.failed),
+            (1, 0, 0),
+            "{rep:?}"
+        );
         assert!(
             w.slurm.job(JobId(1)).unwrap().end.is_none(),
-            "a failure may be transient"
+            "not cancelled"
         );
-        let rep = w.at(T0 + 1);
-        assert_eq!((rep.cancelled, rep.failed), (1, 0));
-        let reason = w.slurm.comment(JobId(1)).unwrap();
-        assert!(reason.contains("refused to requeue it twice"), "{reason}");
+        assert_eq!(w.slurm.actions(), vec![FakeAction::Requeue(JobId(1))]);
         let acts: Vec<(String, bool)> = w.acts(1).into_iter().map(|a| (a.action, a.ok)).collect();
         assert_eq!(
             acts,
-            [("cancel".to_string(), true), ("requeue".to_string(), false)]
+            [
+                ("requeue".to_string(), true),
+                ("requeue".to_string(), false)
+            ]
         );
+    }
+
+    #[test]
+    fn a_persistent_requeue_refusal_cancels_after_the_retry_time() {
+        let mut w = World::plain();
+        flaky(&mut w, u32::MAX);
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 3600, false, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        // Default requeue_retry_for_s = 60: retried every cycle for 60 s.
+        for t in [T0, T0 + 10, T0 + 30, T0 + 59] {
+            let rep = w.at(t);
+            assert_eq!((rep.cancelled, rep.failed), (0, 1), "at {t}: {rep:?}");
+            assert!(w.slurm.job(JobId(1)).unwrap().end.is_none());
+        }
+        let rep = w.at(T0 + 60);
+        assert_eq!((rep.cancelled, rep.failed), (1, 0));
+        let reason = w.slurm.comment(JobId(1)).unwrap();
+        assert!(
+            reason.contains("refused to requeue it for 60 s"),
+            "{reason}"
+        );
+        let acts: Vec<String> = w.acts(1).into_iter().map(|a| a.action).collect();
+        assert_eq!(acts, ["cancel", "requeue", "requeue", "requeue", "requeue"]);
+    }
+
+    #[test]
+    fn a_job_that_cannot_use_the_room_preempts_once_not_every_cycle() {
+        // Job 3 cannot run on n2 (a partition or feature the planner does
+        // not see): Slurm restarts the victim there and job 3 stays pending.
+        let mut w = World::plain();
+        w.run(1, "rich", "n2", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n1", 8, 7200, false, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        let requeues = |w: &World| {
+            w.slurm
+                .actions()
+                .iter()
+                .filter(|a| **a == FakeAction::Requeue(JobId(1)))
+                .count()
+        };
+        assert_eq!(w.at(T0).requeued, 1);
+        let mut t = T0;
+        while t < T0 + 600 {
+            t += 10;
+            if w.slurm.job(JobId(1)).unwrap().start.is_none() {
+                w.slurm.start_on(JobId(1), t, &[("n2", 8)]);
+            }
+            w.at(t);
+        }
+        assert_eq!(requeues(&w), 1, "{:?}", w.slurm.actions());
+        // The preemption is marked fruitless where `compass why` shows it.
+        let a = &w.acts(1)[0];
+        assert!(a.detail.contains("fruitless"), "{}", a.detail);
+        // The time-out (default 1800 s after it was found fruitless): it
+        // may try again, once.
+        while t < T0 + 120 + 1800 + 100 {
+            t += 10;
+            if w.slurm.job(JobId(1)).unwrap().start.is_none() {
+                w.slurm.start_on(JobId(1), t, &[("n2", 8)]);
+            }
+            w.at(t);
+        }
+        assert_eq!(requeues(&w), 2, "{:?}", w.slurm.actions());
+    }
+
+    #[test]
+    fn a_fruitless_job_preempts_again_when_its_request_changes() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n2", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n1", 8, 7200, false, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        assert_eq!(w.at(T0).requeued, 1);
+        w.slurm.start_on(JobId(1), T0 + 3, &[("n2", 8)]);
+        for t in [T0 + 10, T0 + 200, T0 + 300] {
+            assert_eq!(w.at(t).requeued, 0, "at {t}");
+        }
+        // The user asks for something else (two 4-GPU instances).
+        let mut j = w.slurm.job(JobId(3)).unwrap();
+        j.instances = 2;
+        w.slurm.put(j);
+        assert_eq!(w.at(T0 + 310).requeued, 1);
+    }
+
+    #[test]
+    fn a_fruitless_job_preempts_again_when_its_partition_changes() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n2", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n1", 8, 7200, false, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        let needs = |parts: &[&str]| JobNeeds {
+            job: JobId(3),
+            needs: NodeNeeds {
+                partitions: parts.iter().map(|p| p.to_string()).collect(),
+                ..NodeNeeds::default()
+            },
+            cpus_per_node: 0,
+            mem_per_node_mb: 0,
+        };
+        w.slurm.set_needs(needs(&["only1"]));
+        assert_eq!(w.at(T0).requeued, 1);
+        w.slurm.start_on(JobId(1), T0 + 3, &[("n2", 8)]);
+        for t in [T0 + 10, T0 + 200, T0 + 300] {
+            assert_eq!(w.at(t).requeued, 0, "at {t}");
+        }
+        // The admin moves the job (`scontrol update Partition=gpu`).
+        w.slurm.set_needs(needs(&["gpu"]));
+        assert_eq!(w.at(T0 + 310).requeued, 1);
+    }
+
+    #[test]
+    fn a_job_that_starts_in_its_room_leaves_no_record() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n2", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n1", 8, 7200, false, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        assert_eq!(w.at(T0).requeued, 1);
+        assert!(w.state.db().rooms_given().unwrap().contains_key(&3));
+        w.slurm.start_on(JobId(3), T0 + 3, &[("n2", 8)]);
+        w.at(T0 + 10);
+        assert!(w.state.db().rooms_given().unwrap().is_empty());
+        assert!(!w.acts(1)[0].detail.contains("fruitless"));
+    }
+
+    #[test]
+    fn max_actions_per_cycle_spreads_preemptions_over_cycles() {
+        let mut w = World::new(
+            "[protection]\nmax_actions_per_cycle = 2\n",
+            Db::open_in_memory().unwrap(),
+        );
+        w.slurm.add_node("n3", 8);
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 0, true, T0 - 100);
+        w.run(4, "rich", "n3", 8, 0, true, T0 - 100);
+        for id in [5, 6, 7] {
+            w.pend(id, "poor", 1, 8, 600);
+        }
+        let rep = w.at(T0);
+        assert_eq!(rep.requeued, 2, "{rep:?}");
+        let rep = w.at(T0 + 10);
+        assert_eq!(rep.requeued, 1, "{rep:?}");
+    }
+
+    #[test]
+    fn dry_run_records_what_it_would_do_and_touches_nothing() {
+        let mut w = World::new(
+            "[protection]\nenforce = \"dry-run\"\n",
+            Db::open_in_memory().unwrap(),
+        );
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 0, false, T0 - 100);
+        w.pend(3, "poor", 2, 8, 600);
+        let rep = w.at(T0);
+        assert_eq!(
+            (rep.requeued, rep.cancelled, rep.dry_run),
+            (0, 0, 2),
+            "{rep:?}"
+        );
+        assert!(w.slurm.actions().is_empty(), "{:?}", w.slurm.actions());
+        let a = &w.acts(1)[0];
+        assert!(a.dry_run && a.ok && a.action == "requeue", "{a:?}");
+        assert!(a.detail.starts_with("dry run, not done:"), "{}", a.detail);
+        assert_eq!(w.acts(2)[0].action, "cancel");
+        // Recorded once, as the real mode would act once.
+        for t in [T0 + 10, T0 + 200, T0 + 2000] {
+            assert_eq!(w.at(t), EnforceReport::default(), "at {t}");
+        }
+        assert_eq!(w.state.db().actions(None, 100).unwrap().len(), 2);
+        // Node faults: recorded, not drained.
+        let c = mark_faulty(&w.state, "n1", "fans", "root").unwrap();
+        assert!(c.detail.contains("dry-run"), "{}", c.detail);
+        w.at(T0 + 2010);
+        mark_repaired(&w.state, "n1", "root").unwrap();
+        assert!(w.slurm.actions().is_empty(), "{:?}", w.slurm.actions());
+        assert!(w.slurm.comment(JobId(2)).is_none());
+    }
+
+    #[test]
+    fn accounts_outside_the_tree_get_no_protection_and_never_preempt() {
+        let mut w = World::plain();
+        // A protected-looking job of an account the tree does not know.
+        w.run(1, "ghost", "n1", 8, 3600, true, T0);
+        w.run(2, "poor", "n2", 8, 3600, true, T0);
+        w.pend(3, "poor", 1, 8, 600);
+        let rep = w.at(T0 + 1);
+        assert_eq!(rep.requeued, 1, "{rep:?}");
+        let a = &w.acts(1)[0];
+        assert_eq!(a.rule.as_deref(), Some("unallocated"));
+        assert!(a.detail.contains("no budget in the tree"), "{}", a.detail);
+        // And its pending jobs never preempt, whatever their --min-runtime.
+        let mut w = World::plain();
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 0, true, T0 - 100);
+        w.pend(3, "ghost", 1, 8, 3600);
+        assert_eq!(w.at(T0), EnforceReport::default());
+        assert!(w.slurm.actions().is_empty());
+    }
+
+    #[test]
+    fn a_reused_job_id_inherits_no_preemption_record() {
+        let mut w = World::plain();
+        w.seed_rich_usage();
+        w.run(1, "rich", "n1", 8, 600, true, T0 - 1000);
+        w.run(2, "poor", "n2", 8, 3600, true, T0);
+        w.pend(3, "poor", 1, 8, 600);
+        assert_eq!(w.at(T0).requeued, 1);
+        assert!(w.state.db().preemptions().unwrap()[&1].owes);
+        // slurmctld loses its state (cold start): ids restart, and a new
+        // job 1 (another submit time) is pending; job 5 runs unallocated.
+        for id in [1, 2, 3] {
+            w.slurm.purge(JobId(id));
+        }
+        w.run(5, "poor", "n1", 8, 0, true, T0 + 400);
+        w.run(6, "poor", "n2", 8, 3600, true, T0 + 400);
+        let mut j = SlurmJob::basic(JobId(1), "rich", 8, 600, true, 0, T0 + 500);
+        j.instances = 1;
+        w.slurm.put(j);
+        let rep = w.at(T0 + 510);
+        assert_eq!(rep.requeued, 1, "the new job 1 owes nothing: {rep:?}");
+        assert_eq!(w.acts(5)[0].cause_job, Some(1));
+        // The requeued victim itself is still recognised (Slurm resets its
+        // submit time to the requeue time): see no_ping_pong_survives_a_restart.
     }
 
     #[test]

@@ -24,6 +24,14 @@ pub enum BudgetError {
     NotFound(String),
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The stored tree fails validation (a hand-edited database, or a rule
+    /// added by an upgrade); HTTP 409, saying how to repair it.
+    #[error(
+        "the stored budget tree is invalid: {0}. An admin can repair it: import a whole valid \
+         tree (`compass budget import FILE --why ... --yes`, POST /api/v1/import), or edit or remove \
+         the node named (`compass budget set-share|move|remove`, PATCH or DELETE /api/v1/nodes/NAME)"
+    )]
+    InvalidStoredTree(String),
     #[error("database: {0}")]
     Db(#[from] rusqlite::Error),
     #[error(
@@ -38,6 +46,11 @@ pub enum BudgetError {
     Munge(String),
     #[error("http: {0}")]
     Http(String),
+    /// A dependency (munged, the passwd database, SQLite, slurmctld) did not
+    /// answer within the request timeout, or too many requests already wait
+    /// on it (HTTP 503). The request may still complete in the background.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }

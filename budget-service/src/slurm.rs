@@ -8,6 +8,7 @@
 
 use compass_core::fairshare::{Interval, Kind, PendingJob, UnixSecs};
 use compass_core::model::JobId;
+use compass_core::preempt::{NodeNeeds, NodeTraits};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -144,6 +145,33 @@ pub struct SlurmSnapshot {
     /// (libslurm does); without nodes the cycle enforces nothing.
     #[serde(default)]
     pub nodes: Vec<SlurmNode>,
+    /// Pending jobs: the site factor Slurm holds, as compass's factor (the
+    /// wire value minus the job's nice), when the source knows it. The
+    /// cycle keys the next order on these, so a restart of the service, or
+    /// a factor changed behind its back, costs no needless updates.
+    #[serde(default)]
+    pub site_factors: Vec<(JobId, u32)>,
+    /// What pending jobs need of a node and what running jobs hold on each
+    /// of theirs, besides GPUs, when the source knows it (libslurm does;
+    /// issue 12). A job without an entry needs nothing more and holds
+    /// nothing the planner counts.
+    #[serde(default)]
+    pub job_needs: Vec<JobNeeds>,
+}
+
+/// One job's needs (pending) or holdings (running) besides GPUs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobNeeds {
+    pub job: JobId,
+    /// Pending jobs: partitions, constraint, excluded nodes, GPU type, CPUs
+    /// and memory per node.
+    #[serde(default)]
+    pub needs: NodeNeeds,
+    /// Running jobs: CPUs and memory (MB) held on each of their nodes.
+    #[serde(default)]
+    pub cpus_per_node: u32,
+    #[serde(default)]
+    pub mem_per_node_mb: u64,
 }
 
 /// Whether a node takes new jobs, as Slurm reports it.
@@ -172,6 +200,11 @@ pub struct SlurmNode {
     /// Slurm's reason for a drained or down node.
     #[serde(default)]
     pub reason: String,
+    /// Partitions, features, GPU types, free CPUs and memory, when the
+    /// source knows them (libslurm does); `None`: the planner counts the
+    /// node as eligible for every job.
+    #[serde(default)]
+    pub traits: Option<NodeTraits>,
 }
 
 impl NodeState {
@@ -238,6 +271,10 @@ struct FakeInner {
     /// Admin comment of each job (cancel reasons land here).
     comments: HashMap<JobId, String>,
     now: UnixSecs,
+    /// Node traits by name (reported only when every node has them).
+    traits: HashMap<String, NodeTraits>,
+    /// Needs and holdings by job.
+    needs: BTreeMap<JobId, JobNeeds>,
 }
 
 impl FakeSlurm {
@@ -278,6 +315,14 @@ impl FakeSlurm {
         self.lock()
             .nodes
             .push((name.to_string(), gpus, false, false));
+    }
+    /// Gives a node partitions, features, GPU types, CPUs and memory.
+    pub fn set_traits(&self, traits: NodeTraits) {
+        self.lock().traits.insert(traits.name.clone(), traits);
+    }
+    /// What a job needs (pending) or holds (running) besides GPUs.
+    pub fn set_needs(&self, needs: JobNeeds) {
+        self.lock().needs.insert(needs.job, needs);
     }
     /// Marks a node down (or up again).
     pub fn set_node_down(&self, name: &str, down: bool) {
@@ -365,11 +410,23 @@ impl SlurmSource for FakeSlurm {
                 gpus: *gpus,
                 state,
                 reason: String::new(),
+                traits: g.traits.get(name).cloned(),
             });
         }
         if !g.nodes.is_empty() {
             s.capacity_gpus = Some(g.nodes.iter().map(|n| n.1).sum());
         }
+        s.site_factors = s
+            .pending
+            .iter()
+            .filter_map(|j| g.factors.get(&j.job).map(|f| (j.job, *f)))
+            .collect();
+        s.job_needs = g
+            .needs
+            .values()
+            .filter(|n| g.jobs.contains_key(&n.job))
+            .cloned()
+            .collect();
         Ok(s)
     }
 }
@@ -393,6 +450,7 @@ impl SlurmSink for FakeSlurm {
 impl SlurmActions for FakeSlurm {
     fn requeue(&self, job: JobId) -> Result<()> {
         let mut g = self.lock();
+        let now = g.now;
         let j = g
             .jobs
             .get_mut(&job)
@@ -401,6 +459,8 @@ impl SlurmActions for FakeSlurm {
         j.start = None;
         j.alloc.clear();
         j.begin_after = None;
+        // As Slurm does (job_mgr.c, `_job_requeue_op`).
+        j.submit = now;
         g.actions.push(FakeAction::Requeue(job));
         Ok(())
     }

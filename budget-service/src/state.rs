@@ -58,6 +58,9 @@ pub struct QueueView {
     /// When it was computed (Unix seconds); 0: never.
     pub at: UnixSecs,
     pub order: Vec<Placed>,
+    /// The site factor pushed to Slurm for each job of `order`.
+    #[serde(skip)]
+    pub factors: HashMap<compass_core::model::JobId, u32>,
     /// The serialized `GET /api/v1/queue` body, built on first request.
     #[serde(skip)]
     pub json: std::sync::OnceLock<axum::body::Bytes>,
@@ -93,7 +96,15 @@ pub struct AppState {
     /// Nodes and running jobs of the last snapshot (node commands check
     /// names against them; `compass why` shows protections).
     pub seen: Mutex<Seen>,
+    /// Bounds the requests doing blocking work at once (MUNGE, passwd,
+    /// SQLite, Slurm actions): each holds a slot while its work runs on
+    /// tokio's blocking pool, so a hung dependency ties up at most
+    /// [`BLOCKING_SLOTS`] threads and later requests get a quick 503.
+    pub blocking_slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// Requests that may do blocking work at the same time.
+pub const BLOCKING_SLOTS: usize = 32;
 
 /// What the last snapshot showed, for the node commands and `compass why`.
 #[derive(Clone, Debug, Default)]
@@ -150,6 +161,7 @@ impl AppState {
             status: Mutex::new(CycleStatus::default()),
             slurm_actions: OnceLock::new(),
             seen: Mutex::new(Seen::default()),
+            blocking_slots: Arc::new(tokio::sync::Semaphore::new(BLOCKING_SLOTS)),
         })
     }
 

@@ -169,10 +169,11 @@ async fn tree_shows_products_and_usage_over_any_window() {
         (StatusCode::UNPROCESSABLE_ENTITY, Some("account")),
         "{v}"
     );
+    // A query parameter that is not a whole number is a 400 naming it.
     let (st, v) = call(&r, "GET", "/api/v1/tree?window_s=abc", None, None).await;
     assert_eq!(
         (st, v["field"].as_str()),
-        (StatusCode::UNPROCESSABLE_ENTITY, Some("window_s"))
+        (StatusCode::BAD_REQUEST, Some("window_s"))
     );
 }
 
@@ -391,7 +392,8 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
     let top = call(&r, "GET", "/api/v1/queue?limit=2", None, None).await.1;
     assert_eq!(top["jobs"].as_array().unwrap().len(), 2);
     assert_eq!(top["jobs"][1]["job"], 10);
-    assert_eq!(top["jobs"][1]["site_factor"], 99_999_999);
+    // The factor shown is the one Slurm holds.
+    assert_eq!(top["jobs"][1]["site_factor"], slurm.factors()[&JobId(10)]);
     let why = call(&r, "GET", "/api/v1/queue/11", None, None).await.1;
     let text = why["row"]["why"].as_str().unwrap();
     assert!(text.contains("Job 11 is 3rd of 5"), "{text}");
@@ -416,11 +418,21 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
     // Nothing changed: nothing pushed.
     clock.advance(10);
     assert_eq!(cycle.step().unwrap().pushed, 0);
-    // A new job appended at the end changes only its own factor.
+    // A restarted service (a new cycle, nothing pushed yet) keys the order
+    // on the factors Slurm holds: nothing to push either.
+    let mut restarted = Cycle::new(s.clone(), slurm.clone(), slurm.clone());
+    assert_eq!(restarted.step().unwrap().pushed, 0);
+    // A new job in the middle (behind 11, ahead of 40 and 30) changes only
+    // its own factor: sparse keys, not ranks (issue 11).
+    let before = slurm.factors();
     slurm.put(sjob(12, "acct-a", 1, 600, -9, T0));
     clock.advance(10);
     let rep = cycle.step().unwrap();
-    assert_eq!(rep.pushed, 3, "job 12 plus the two it overtakes (40, 30)");
+    assert_eq!(rep.pushed, 1, "only job 12: {:?}", slurm.pushes().last());
+    let want: Vec<JobId> = [20, 10, 11, 12, 40, 30].into_iter().map(JobId).collect();
+    assert_eq!(slurm.pending_order(), want);
+    let after = slurm.factors();
+    assert!(before.iter().all(|(j, f)| after[j] == *f));
 
     // Slurm goes down: the step fails, reads keep working from the last state.
     slurm.set_down(true);
@@ -550,4 +562,326 @@ async fn openapi_documents_every_route_and_dashboard_renders_data() {
     let page = page.as_str().unwrap();
     assert!(page.contains("\"name\":\"team-a\""), "page embeds the data");
     assert!(!page.contains("__DATA__"));
+}
+
+/// Query windows at the edges of i64 (issue 11): a 400 naming the
+/// parameter, never a panic (overflow in `to - from`) or a wrong answer.
+#[tokio::test]
+async fn query_windows_out_of_range_are_400_never_a_panic() {
+    use compass_budget::api::MAX_QUERY_TIME;
+    let (_s, _c, r) = seeded().await;
+    let (min, max) = (i64::MIN, i64::MAX);
+    let cases: Vec<(String, &str)> = vec![
+        (format!("from={min}"), "from"),
+        (format!("from={min}&to=0"), "from"),
+        (format!("from={}", min + 1), "from"),
+        ("from=-1".into(), "from"),
+        (format!("to={min}"), "to"),
+        (format!("to={max}"), "to"),
+        (format!("from=0&to={}", MAX_QUERY_TIME + 1), "to"),
+        (format!("window_s={max}"), "window_s"),
+        (format!("to={max}&window_s={max}"), "to"),
+        ("to=5&window_s=6".into(), "window_s"),
+        (format!("window_s={min}"), "window_s"),
+        ("from=99999999999999999999".into(), "from"),
+        (format!("from={max}"), "from"),
+    ];
+    for path in ["/api/v1/tree", "/api/v1/usage"] {
+        for (q, field) in &cases {
+            let (st, v) = call(&r, "GET", &format!("{path}?{q}"), None, None).await;
+            assert_eq!(
+                (st, v["field"].as_str()),
+                (StatusCode::BAD_REQUEST, Some(*field)),
+                "{path}?{q}: {v}"
+            );
+        }
+        // The widest window allowed is answered.
+        let (st, v) = call(
+            &r,
+            "GET",
+            &format!("{path}?from=0&to={MAX_QUERY_TIME}"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        assert_eq!(
+            (v["from"].as_i64(), v["to"].as_i64()),
+            (Some(0), Some(MAX_QUERY_TIME))
+        );
+    }
+}
+
+/// `compass node fault` names one node (issue 11): host lists and ranges
+/// are refused, and before the first cycle (node list unknown) nothing
+/// reaches Slurm.
+#[tokio::test]
+async fn node_fault_refuses_host_lists_and_unknown_node_lists() {
+    use compass_budget::slurm::FakeAction;
+    let (s, clock, r) = seeded().await;
+    let slurm = Arc::new(FakeSlurm::new());
+    slurm.add_node("n1", 8);
+    slurm.add_node("n2", 8);
+    slurm.set_now(T0);
+    let mut cycle = Cycle::new(s.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+    let body = j(json!({ "reason": "fans" }));
+    // Before the first cycle: host lists are refused by name, single names
+    // because Slurm's node list is not known yet.
+    for bad in ["n%5B1-64%5D", "n1,n2", "n%5B1-2%5D,n3", "n1%20n2", "*"] {
+        let (st, v) = call(
+            &r,
+            "POST",
+            &format!("/api/v1/hosts/{bad}/fault"),
+            Some("root"),
+            body.clone(),
+        )
+        .await;
+        assert_eq!(
+            (st, v["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("node")),
+            "{bad}: {v}"
+        );
+        assert!(
+            v["error"].as_str().unwrap().contains("single node name"),
+            "{v}"
+        );
+    }
+    let (st, v) = call(
+        &r,
+        "POST",
+        "/api/v1/hosts/n1/fault",
+        Some("root"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("first cycle"), "{v}");
+    assert!(
+        slurm.actions().is_empty(),
+        "nothing reached Slurm: {:?}",
+        slurm.actions()
+    );
+    assert!(s.db().faulty().unwrap().is_empty());
+    // After a cycle: a known node is drained; lists and unknown names not.
+    cycle.step().unwrap();
+    clock.advance(10);
+    let (st, v) = call(
+        &r,
+        "POST",
+        "/api/v1/hosts/n%5B1-2%5D/fault",
+        Some("root"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    let (st, v) = call(
+        &r,
+        "POST",
+        "/api/v1/hosts/n9/fault",
+        Some("root"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    let (st, v) = call(&r, "POST", "/api/v1/hosts/n1/fault", Some("root"), body).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        slurm.actions(),
+        vec![FakeAction::Drain("n1".into(), slurm_drain_reason(&slurm))]
+    );
+    let (st, v) = call(
+        &r,
+        "POST",
+        "/api/v1/hosts/n%5B1-2%5D/repaired",
+        Some("root"),
+        j(json!({})),
+    )
+    .await;
+    assert_eq!(
+        (st, v["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("node")),
+        "{v}"
+    );
+}
+
+/// The reason of the one drain the fake Slurm saw.
+fn slurm_drain_reason(slurm: &FakeSlurm) -> String {
+    use compass_budget::slurm::FakeAction;
+    slurm
+        .actions()
+        .into_iter()
+        .find_map(|a| match a {
+            FakeAction::Drain(_, why) => Some(why),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// A stored tree that fails validation (here: a hand edit of the database
+/// that puts siblings above 1) can be repaired through the API (issue 11):
+/// reads and non-admin edits say how; an admin edit or import that makes it
+/// valid is accepted.
+#[tokio::test]
+async fn an_invalid_stored_tree_is_repairable_through_the_api() {
+    let dir = std::env::temp_dir().join(format!("compass-api-invalid-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("budget.db");
+    let config = Config::parse(
+        "db = \"unused\"\nadmins = [\"root\"]\ncapacity_gpus = 10\nwindow_s = 3600\n",
+        "test",
+    )
+    .unwrap();
+    let state = AppState::new(
+        config,
+        Db::open(&path).unwrap(),
+        Arc::new(NameAuth),
+        Arc::new(TestClock::new(T0)),
+    );
+    let r = compass_budget::api::router(state.clone());
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    // Behind the service's back: team-a 0.9 + team-b 0.3 > 1.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE nodes SET share = 0.9 WHERE name = 'team-a'", [])
+        .unwrap();
+    let (st, v) = call(&r, "GET", "/api/v1/tree", None, None).await;
+    assert_eq!(st, StatusCode::CONFLICT, "{v}");
+    let e = v["error"].as_str().unwrap();
+    assert!(
+        e.contains("stored budget tree is invalid") && e.contains("POST /api/v1/import"),
+        "{e}"
+    );
+    // A manager cannot fix it (their checks need the tree): told who can.
+    let fix = j(json!({ "share": 0.7, "why": "repair" }));
+    let (st, v) = call(&r, "PATCH", "/api/v1/nodes/team-a", Some("pi"), fix.clone()).await;
+    assert_eq!(st, StatusCode::CONFLICT, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("An admin can repair it"),
+        "{v}"
+    );
+    // An admin edit that leaves it invalid is refused, naming the field.
+    let (st, v) = call(
+        &r,
+        "PATCH",
+        "/api/v1/nodes/team-b",
+        Some("root"),
+        j(json!({ "share": 0.2, "why": "x" })),
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    // An admin edit that makes it valid is accepted, and reads work again.
+    let (st, v) = call(&r, "PATCH", "/api/v1/nodes/team-a", Some("root"), fix).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (st, v) = call(&r, "GET", "/api/v1/tree", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    // Broken again: a whole-tree import by an admin repairs it too.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE nodes SET share = 0.9 WHERE name = 'team-b'", [])
+        .unwrap();
+    let (st, v) = call(&r, "GET", "/api/v1/export", None, None).await;
+    assert_eq!(st, StatusCode::CONFLICT, "{v}");
+    let mut dry = tree_doc();
+    dry["dry_run"] = json!(true);
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(dry)).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["applied"], false);
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (st, v) = call(&r, "GET", "/api/v1/export", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 5);
+    drop(r);
+    drop(state);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SQLite stuck (here: a statement holding the database for as long as the
+/// test wants) on the real 2-thread server (issue 11): `/healthz` answers
+/// 503 `db-stalled` instead of hanging, reads that need the database answer
+/// 503 after `request_timeout_s`, the queue (in memory) answers at once; once
+/// the database is free again, everything is 200.
+#[test]
+fn a_stuck_database_never_hangs_healthz_or_the_server() {
+    use std::time::Duration;
+    let config = Config::parse(
+        "db = \":memory:\"\nadmins = [\"root\"]\ncapacity_gpus = 10\nwindow_s = 3600\nrequest_timeout_s = 6\n",
+        "test",
+    )
+    .unwrap();
+    let state = AppState::new(
+        config,
+        Db::open_in_memory().unwrap(),
+        Arc::new(NameAuth),
+        Arc::new(TestClock::new(T0)),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = compass_budget::api::router(state.clone());
+    rt.spawn(async move { axum::serve(listener, app).await });
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let get = |path: &str| -> (u16, String) {
+        let mut r = agent.get(&format!("{url}{path}")).call().unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+    };
+    assert_eq!(get("/healthz").0, 200);
+
+    // Hold the database from another thread, as a stuck statement would.
+    let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let st = state.clone();
+    let holder = std::thread::spawn(move || {
+        let _db = st.db();
+        held_tx.send(()).unwrap();
+        let _ = hold_rx.recv();
+    });
+    held_rx.recv().unwrap();
+    // Three reads stuck on the database at once (more than the 2 threads).
+    let stuck: Vec<_> = (0..3)
+        .map(|_| {
+            let (agent, url) = (agent.clone(), url.clone());
+            std::thread::spawn(move || {
+                let mut r = agent.get(&format!("{url}/api/v1/tree")).call().unwrap();
+                (
+                    r.status().as_u16(),
+                    r.body_mut().read_to_string().unwrap(),
+                    std::time::Instant::now(),
+                )
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let (st_h, body) = get("/healthz");
+    assert_eq!(st_h, 503, "{body}");
+    assert!(body.contains("db-stalled"), "{body}");
+    let (st_q, body) = get("/api/v1/queue");
+    assert_eq!(st_q, 200, "{body}");
+    let served = std::time::Instant::now();
+    for t in stuck {
+        let (code, body, at) = t.join().unwrap();
+        assert_eq!(code, 503, "{body}");
+        assert!(body.contains("request_timeout_s"), "{body}");
+        assert!(at > served, "health and queue waited for the stuck reads");
+    }
+    hold_tx.send(()).unwrap();
+    holder.join().unwrap();
+    assert_eq!(get("/healthz").0, 200);
+    assert_eq!(get("/api/v1/tree").0, 200);
+    rt.shutdown_timeout(Duration::from_secs(1));
 }

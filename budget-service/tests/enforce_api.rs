@@ -281,3 +281,84 @@ async fn node_fault_repaired_actions_and_why() {
     );
     assert!(state.db().faulty().unwrap().is_empty());
 }
+
+/// `enforce = "dry-run"`: the cycle sends nothing to Slurm, and
+/// `GET /api/v1/actions` and `GET /api/v1/queue/{job}` (what `compass why`
+/// prints) show what it would have done, marked as a dry run. A job of an
+/// account outside the tree is not called protected.
+#[tokio::test]
+async fn dry_run_actions_and_accounts_outside_the_tree_in_the_api() {
+    let config = Config::parse(
+        "db = \":memory:\"\nadmins = [\"root\"]\ncapacity_gpus = 16\nwindow_s = 3600\n\
+         [protection]\nenforce = \"dry-run\"\n",
+        "test",
+    )
+    .unwrap();
+    let clock = Arc::new(TestClock::new(T0));
+    let state = AppState::new(
+        config,
+        Db::open_in_memory().unwrap(),
+        Arc::new(NameAuth),
+        clock.clone(),
+    );
+    state
+        .db()
+        .edit_tree("root", "import", "tree", T0, |_| {
+            Ok(vec![
+                spec("org", None, 1.0, None),
+                spec("a", Some("org"), 0.5, Some("acct-a")),
+                spec("b", Some("org"), 0.5, Some("acct-b")),
+            ])
+        })
+        .unwrap();
+    let slurm = Arc::new(FakeSlurm::new());
+    slurm.add_node("n1", 8);
+    slurm.add_node("n2", 8);
+    slurm.set_now(T0);
+    let mut cycle =
+        Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+    let router = compass_budget::api::router(state.clone());
+
+    // Job 1: unallocated on n1; job 2: account `ghost` (not in the tree),
+    // min runtime 600 s, on n2.
+    slurm.put(SlurmJob::basic(JobId(1), "acct-a", 8, 0, true, 0, T0 - 100));
+    slurm.start_on(JobId(1), T0 - 50, &[("n1", 8)]);
+    slurm.put(SlurmJob::basic(JobId(2), "ghost", 8, 600, true, 0, T0 - 90));
+    slurm.start_on(JobId(2), T0 - 50, &[("n2", 8)]);
+    cycle.step().unwrap();
+    let (st, v) = call(&router, "GET", "/api/v1/queue/2", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let text = v["enforcement"].as_str().unwrap();
+    assert!(text.contains("no budget in the tree"), "{text}");
+    assert!(!text.contains("protected from preemption until"), "{text}");
+
+    // Job 3 of acct-b needs both nodes.
+    let mut j = SlurmJob::basic(JobId(3), "acct-b", 16, 600, true, 0, T0);
+    j.instances = 2;
+    slurm.put(j);
+    clock.set(T0 + 1);
+    slurm.set_now(T0 + 1);
+    let rep = cycle.step().unwrap();
+    assert_eq!(rep.enforced.dry_run, 2, "{rep:?}");
+    assert!(slurm.actions().is_empty(), "{:?}", slurm.actions());
+
+    let (st, v) = call(&router, "GET", "/api/v1/actions", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    for r in rows {
+        assert_eq!(r["dry_run"], json!(true), "{r}");
+        assert_eq!(r["action"], json!("requeue"), "{r}");
+        assert_eq!(r["cause_job"], json!(3), "{r}");
+    }
+    let ghost = rows.iter().find(|r| r["job"] == json!(2)).unwrap();
+    assert_eq!(ghost["submit"], json!(T0 - 90));
+    assert_eq!(ghost["rule"], json!("unallocated"));
+    let (_, v) = call(&router, "GET", "/api/v1/queue/1", None, None).await;
+    let text = v["enforcement"].as_str().unwrap();
+    assert!(
+        text.contains("requeue this job (unallocated) for job 3")
+            && text.contains("dry run, not done"),
+        "{text}"
+    );
+}

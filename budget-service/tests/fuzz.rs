@@ -237,6 +237,36 @@ proptest! {
     }
 
     /// Random query strings on the read endpoints.
+    /// Query windows anywhere in i64, edges included (issue 11): 200 with
+    /// the window asked for, or 400 naming the parameter; never a panic,
+    /// a 5xx or an overflowed window.
+    #[test]
+    fn window_queries_are_200_or_400(
+        from in prop_oneof![any::<i64>(), Just(i64::MIN), Just(i64::MAX), Just(0i64), 1_700_000_000i64..1_800_000_000],
+        to in prop_oneof![any::<i64>(), Just(i64::MIN), Just(i64::MAX), Just(253_402_300_799i64), 1_700_000_000i64..1_900_000_000],
+        window in prop_oneof![any::<i64>(), Just(i64::MIN), Just(i64::MAX), 1i64..10_000_000],
+        shape in 0u8..4,
+    ) {
+        let state = state();
+        let router = compass_budget::api::router(state);
+        let q = match shape {
+            0 => format!("from={from}&to={to}"),
+            1 => format!("to={to}&window_s={window}"),
+            2 => format!("from={from}"),
+            _ => format!("window_s={window}"),
+        };
+        for p in ["/api/v1/tree", "/api/v1/usage"] {
+            let (st, v) = call(&router, "GET", &format!("{p}?{q}"), "x", Vec::new());
+            prop_assert!(st == StatusCode::OK || st == StatusCode::BAD_REQUEST, "{p}?{q} -> {st} {v}");
+            if st == StatusCode::OK {
+                let (f, t) = (v["from"].as_i64().unwrap(), v["to"].as_i64().unwrap());
+                prop_assert!(0 <= f && f < t && t <= 253_402_300_799, "{p}?{q}: {f}..{t}");
+            } else {
+                prop_assert!(v["field"].is_string(), "{p}?{q}: {v}");
+            }
+        }
+    }
+
     #[test]
     fn queries_never_panic(q in "[a-z_=&0-9%-]{0,40}") {
         let state = state();

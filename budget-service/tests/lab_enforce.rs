@@ -25,6 +25,16 @@
 //!    an unknown one; the daemon preempts an unallocated job on its own and
 //!    `GET /api/v1/queue/{job}` (what `compass why` prints) says why.
 //!
+//! 5. The livelock of issue 11, and its cause removed (issue 12): a
+//!    pending allocated job in a partition that holds only n1 (busy with a
+//!    protected job) cannot use n2, where an unallocated resumable job runs.
+//!    The planner reads the job's partition and n2's through libslurm, so
+//!    the job on n2 is never preempted for it (before issue 12 it was
+//!    requeued once and the preemption marked fruitless; before issue 11,
+//!    every cycle). The fruitless path itself is unit-tested in
+//!    `src/enforce.rs`.
+//!
+//! One cluster for all sections (libslurm is initialised once per process).
 //! Ports 16930-16932 (LAB_PORT_BASE=16930); the daemon listens on a free
 //! loopback port.
 
@@ -167,6 +177,27 @@ impl Lab {
     }
 }
 
+/// The lab cluster with the compass SPANK plugin and job_submit.lua.
+fn start_lab(tag: &'static str, port_base: u32) -> Lab {
+    Lab::start(LabSpec {
+        tag,
+        port_base,
+        nodes: NODES,
+        gpus: GPUS,
+        env: vec![
+            ("COMPASS_SPANK_SO", artifact("libcompass_spank.so")),
+            (
+                "COMPASS_JOB_SUBMIT_LUA",
+                repo_root().join("etc/job_submit.lua"),
+            ),
+            (
+                "COMPASS_CONF",
+                repo_root().join("slurm-plugin/tests/lab-compass.conf"),
+            ),
+        ],
+    })
+}
+
 /// A fresh service (in-memory database): rich 30%, poor 70%.
 fn service(lab: &Lab) -> Arc<AppState> {
     service_state(
@@ -219,23 +250,7 @@ fn lab_enforcement_preempts_protects_and_drains() {
         eprintln!("SKIPPED lab_enforcement_preempts_protects_and_drains: {why}");
         return;
     }
-    let lab = Lab::start(LabSpec {
-        tag: "compass-enforce-lab",
-        port_base: PORT_BASE,
-        nodes: NODES,
-        gpus: GPUS,
-        env: vec![
-            ("COMPASS_SPANK_SO", artifact("libcompass_spank.so")),
-            (
-                "COMPASS_JOB_SUBMIT_LUA",
-                repo_root().join("etc/job_submit.lua"),
-            ),
-            (
-                "COMPASS_CONF",
-                repo_root().join("slurm-plugin/tests/lab-compass.conf"),
-            ),
-        ],
-    });
+    let lab = start_lab("compass-enforce-lab", PORT_BASE);
     let slurm = Arc::new(LibSlurm::new(Some(lab.conf.clone())));
 
     // --- 1. Unallocated victims: requeue the resumable, cancel the other ---
@@ -633,4 +648,79 @@ fn lab_enforcement_preempts_protects_and_drains() {
         );
         assert_eq!(lab.job_state(v), "RUNNING", "the protected job stays");
     }
+
+    // --- 5. A job that cannot use the room: its victim is never taken ---
+    livelock(&lab, &slurm);
+}
+
+/// Section 5: the livelock of issue 11 (see the module doc).
+fn livelock(lab: &Lab, slurm: &Arc<LibSlurm>) {
+    lab.clear();
+    // A partition the planner does not see: only n1.
+    lab.ok(
+        "scontrol",
+        &["create", "PartitionName=only1", "Nodes=n1", "State=UP"],
+    );
+    let state = service_state(
+        lab,
+        "[protection]\nenforce = true\nmin_runtime_cap_s = 3600\nstart_grace_s = 8\n\
+         fruitless_retry_after_s = 3600\n",
+        vec![
+            spec("org", None, 1.0, None),
+            spec("rich", Some("org"), 0.3, Some(RICH)),
+            spec("poor", Some("org"), 0.7, Some(POOR)),
+        ],
+    );
+    let mut cycle =
+        Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+    // n1: a protected job of the poor team; n2: an unallocated resumable job.
+    let p = lab.submit(POOR, "--gres=gpu:8", 3600, true, &["-w", "n1"]);
+    let v = lab.submit(RICH, "--gres=gpu:8", 0, true, &["-w", "n2"]);
+    step_until(
+        lab,
+        &mut cycle,
+        "both jobs to run",
+        Duration::from_secs(30),
+        || lab.job_state(p) == "RUNNING" && lab.job_state(v) == "RUNNING",
+    );
+    // The poor team's job that can only run on n1.
+    let j = lab.submit(POOR, "--gres=gpu:8", 60, true, &["-p", "only1"]);
+    // The planner sees the job's partition and the nodes' partitions.
+    let snap = slurm.snapshot().expect("snapshot");
+    let needs = snap
+        .job_needs
+        .iter()
+        .find(|n| n.job.0 == j)
+        .expect("needs of the pending job");
+    assert_eq!(needs.needs.partitions, ["only1"], "{needs:?}");
+    let n1 = snap.nodes.iter().find(|n| n.name == "n1").expect("n1");
+    let n2 = snap.nodes.iter().find(|n| n.name == "n2").expect("n2");
+    assert!(n1
+        .traits
+        .as_ref()
+        .expect("n1 traits")
+        .partitions
+        .contains("only1"));
+    assert!(!n2
+        .traits
+        .as_ref()
+        .expect("n2 traits")
+        .partitions
+        .contains("only1"));
+    // 20 s of cycles, twice a second: the job on n2 runs on, untouched.
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        cycle.step().expect("cycle against the lab");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let acts = actions_on(&state, v);
+    assert!(
+        acts.is_empty(),
+        "a job outside the waiting job's partition was preempted: {acts:?}\n{}",
+        lab.squeue()
+    );
+    assert_eq!(lab.field(v, "Restarts"), "0", "{}", lab.show(v));
+    assert_eq!(lab.job_state(v), "RUNNING", "{}", lab.squeue());
+    assert_eq!(lab.job_state(j), "PENDING", "{}", lab.squeue());
+    lab.clear();
 }

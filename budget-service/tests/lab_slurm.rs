@@ -30,7 +30,6 @@ use compass_budget::slurm::libslurm::LibSlurm;
 use compass_budget::slurm::SlurmSource;
 use compass_budget::state::AppState;
 use compass_budget::BudgetError;
-use compass_core::fairshare::site_factors;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -180,9 +179,10 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
     assert_eq!((rep.pending, rep.pushed), (12, 12), "{rep:?}");
     assert_eq!(rep.ingested, 2, "{rep:?}");
     let order = state.queue().order.clone();
-    let ours: Vec<(u64, u64)> = site_factors(&order)
-        .into_iter()
-        .map(|(j, f)| (j.0, u64::from(f)))
+    let factors = state.queue().factors.clone();
+    let ours: Vec<(u64, u64)> = order
+        .iter()
+        .map(|p| (p.job.job.0, u64::from(factors[&p.job.job])))
         .collect();
     let theirs = lab.pending_by_priority();
     assert_eq!(

@@ -264,3 +264,126 @@ fn cli_manages_the_tree_through_the_daemon() {
     // Graceful shutdown on SIGTERM.
     assert!(d.terminate().success());
 }
+
+/// An HTTP agent that reports every status (no error on 4xx/5xx).
+fn agent(timeout: std::time::Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// A munged that accepts connections and never answers: every write hangs
+/// in `munge_decode`. With more stuck writes than the runtime has threads
+/// (2), `/healthz` and reads must still answer while the writes are stuck,
+/// and every stuck write must end in 503 after `request_timeout_s` (issue
+/// 11: blocking work on the async runtime).
+#[test]
+fn a_hung_munged_never_stalls_healthz_and_stuck_writes_get_503() {
+    use std::io::Read;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    let dir = TempDir::new("hung-munge");
+    let sock = dir.path().join("hung.socket");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let h = held.clone();
+    std::thread::spawn(move || {
+        for c in listener.incoming().flatten() {
+            h.lock().unwrap().push(c); // keep it open, never answer
+        }
+    });
+    let cfg = write_config(dir.path(), &["root"], 64, &sock);
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str("request_timeout_s = 5\n");
+    std::fs::write(&cfg, text).unwrap();
+    let d = Daemon::start(&cfg, free_port());
+
+    let writers: Vec<_> = (0..6)
+        .map(|i| {
+            let url = format!("{}/api/v1/nodes", d.url);
+            std::thread::spawn(move || {
+                let mut resp = agent(Duration::from_secs(60))
+                    .post(&url)
+                    .header("Authorization", "MUNGE MUNGE:AAAAAAAA:")
+                    .header("Content-Type", "application/json")
+                    .send(format!(
+                        "{{\"name\":\"n{i}\",\"share\":1.0,\"why\":\"stuck\"}}"
+                    ))
+                    .unwrap();
+                let status = resp.status().as_u16();
+                let mut body = String::new();
+                resp.body_mut()
+                    .as_reader()
+                    .read_to_string(&mut body)
+                    .unwrap();
+                (status, body, Instant::now())
+            })
+        })
+        .collect();
+    // Wait until the writes are stuck in munged (all connected to it).
+    let t0 = Instant::now();
+    while held.lock().unwrap().len() < 6 && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        held.lock().unwrap().len() >= 2,
+        "the writes never reached the MUNGE socket"
+    );
+    // Health and reads answer while the writes are stuck.
+    for path in ["/healthz", "/api/v1/tree", "/api/v1/queue", "/metrics"] {
+        let resp = agent(Duration::from_secs(20))
+            .get(&format!("{}{path}", d.url))
+            .call()
+            .unwrap_or_else(|e| panic!("{path} stalled behind the stuck writes: {e}"));
+        assert_eq!(resp.status().as_u16(), 200, "{path}");
+    }
+    let reads_end = Instant::now();
+    for w in writers {
+        let (status, body, at) = w.join().unwrap();
+        // The reads were served while the writes were still stuck, and
+        // every stuck write ended with a 503 that says why.
+        assert!(
+            at > reads_end,
+            "the reads waited for a stuck write to end ({status}: {body})"
+        );
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("request_timeout_s"), "{body}");
+    }
+}
+
+/// `compass node fault 'n[1-64]'` through the CLI code, real munged and the
+/// real daemon (issue 11): refused with a clear error, nothing recorded; a
+/// single name is accepted.
+#[test]
+fn cli_node_fault_refuses_a_host_list() {
+    use compass_budget::cli::{node_command, NodeArgs, NodeCmd};
+    let m = Munged::start();
+    let dir = TempDir::new("node-list");
+    let cfg = write_config(dir.path(), &["root"], 64, &m.socket);
+    let d = Daemon::start(&cfg, free_port());
+    let c = conn(&d.url, &m.socket);
+    let fault = |node: &str| {
+        node_command(&NodeArgs {
+            conn: c.clone(),
+            cmd: NodeCmd::Fault {
+                node: node.into(),
+                reason: "fans".into(),
+            },
+        })
+    };
+    for bad in ["n[1-64]", "n1,n2", "n[1-2],n3"] {
+        let e = fault(bad).unwrap_err();
+        assert!(
+            e.contains("not a single node name") && e.contains("n[1-64]"),
+            "{bad}: {e}"
+        );
+    }
+    let hosts = Client::new(&c).get("/api/v1/hosts").unwrap();
+    assert!(hosts["faulty"].as_array().unwrap().is_empty(), "{hosts}");
+    // slurm = "none": a single name is recorded (nothing sent to Slurm).
+    fault("n7").unwrap();
+    let hosts = Client::new(&c).get("/api/v1/hosts").unwrap();
+    assert_eq!(hosts["faulty"][0]["node"], "n7", "{hosts}");
+}

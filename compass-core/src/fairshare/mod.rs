@@ -15,8 +15,9 @@ pub mod tree;
 pub use ledger::{IngestOutcome, Interval, IntervalKey, Kind, Ledger, UnixSecs, Usage};
 pub use order::{
     account_ratios, changed_factors, explain, node_stats, order_queue, ratio, site_factors,
-    stats_at, unbudgeted_usage, LevelPos, NodeStats, PendingJob, Placed, DEFAULT_WINDOW_S,
-    SITE_FACTOR_BASE,
+    sparse_keys, sparse_site_factors, stats_at, unbudgeted_usage, LevelPos, NodeStats, PendingJob,
+    Placed, DEFAULT_WINDOW_S, SITE_FACTOR_BASE, SITE_KEY_MAX, SITE_KEY_MIN, SITE_KEY_MIN_SPACING,
+    SITE_KEY_STRIDE,
 };
 pub use tree::{diff, NodeIx, NodeSpec, OrgTree, TreeChange};
 

@@ -350,6 +350,152 @@ pub fn site_factors(order: &[Placed]) -> Vec<(JobId, u32)> {
         .collect()
 }
 
+/// Lowest site factor of the sparse keys ([`sparse_site_factors`]).
+pub const SITE_KEY_MIN: u32 = 1_000_000;
+/// Highest site factor of the sparse keys: below Slurm's limit for a site
+/// factor (`i32::MAX - 2`) with room for nice values.
+pub const SITE_KEY_MAX: u32 = 2_000_000_000;
+/// Spacing of the keys of a fresh queue and of jobs added at either end.
+pub const SITE_KEY_STRIDE: u32 = 1 << 16;
+/// When a gap holds no more keys, the renumbered window grows until its keys
+/// are at least this far apart.
+pub const SITE_KEY_MIN_SPACING: i64 = 1 << 10;
+
+/// Sparse site factors: strictly decreasing along `order` (the first job has
+/// the highest), in `[SITE_KEY_MIN, SITE_KEY_MAX]`, and reusing `previous`
+/// (what Slurm holds) wherever that keeps them decreasing, so that a change
+/// of the order changes the keys of few jobs, not of every job behind it
+/// (dense ranks [`site_factors`] renumber the whole tail on one insertion).
+///
+/// The jobs that keep their key are a longest subsequence of the order whose
+/// previous keys already decrease; every other job (new, or moved) gets a
+/// key in the gap between its kept neighbours: spread evenly in the gap, or
+/// [`SITE_KEY_STRIDE`] apart at either end of the queue. Only when a gap
+/// has fewer free keys than jobs to place does the window around it grow
+/// (doubling, up to the next kept job) until its keys can be at least
+/// [`SITE_KEY_MIN_SPACING`] apart, and that window is renumbered.
+///
+/// Common cases (tested in `sparse_keys_*`):
+/// - the same order again, or jobs leaving: no key changes;
+/// - one job added anywhere: only its key is new; one job moved (priority
+///   or nice change): one key changes (its own, or that of the neighbour
+///   it swapped with); both while the gap has a free key (a fresh
+///   queue of up to 30,000 jobs leaves 16 insertions at any one place);
+/// - a team's block of jobs moving past other teams (its ratio crossed
+///   theirs): at most the smaller side changes (the moved block, or the
+///   jobs it jumped over);
+/// - the first cycle after a restart (`previous` empty): every job.
+///
+/// More than `SITE_KEY_MAX - SITE_KEY_MIN` jobs cannot have distinct keys;
+/// past that the last keys repeat [`SITE_KEY_MIN`] (never reached: Slurm's
+/// `MaxJobCount` is far smaller).
+pub fn sparse_site_factors(previous: &HashMap<JobId, u32>, order: &[Placed]) -> Vec<(JobId, u32)> {
+    let prev: Vec<Option<u32>> = order
+        .iter()
+        .map(|p| previous.get(&p.job.job).copied())
+        .collect();
+    order
+        .iter()
+        .zip(sparse_keys(&prev))
+        .map(|(p, k)| (p.job.job, k))
+        .collect()
+}
+
+/// The keys of [`sparse_site_factors`] for a queue whose `i`-th job held
+/// `prev[i]` (`None`: new, or unknown).
+pub fn sparse_keys(prev: &[Option<u32>]) -> Vec<u32> {
+    let n = prev.len();
+    let (lo_key, hi_key) = (i64::from(SITE_KEY_MIN), i64::from(SITE_KEY_MAX));
+    let prev: Vec<Option<i64>> = prev
+        .iter()
+        .map(|k| k.map(i64::from).filter(|k| (lo_key..=hi_key).contains(k)))
+        .collect();
+    // Keep a longest strictly decreasing subsequence of the known keys.
+    let known: Vec<usize> = (0..n).filter(|&i| prev[i].is_some()).collect();
+    let key = |p: usize| prev[known[p]].unwrap_or(0);
+    let mut tails: Vec<usize> = Vec::new();
+    let mut parent: Vec<Option<usize>> = vec![None; known.len()];
+    for (p, up) in parent.iter_mut().enumerate() {
+        let v = key(p);
+        let at = tails.partition_point(|&t| key(t) > v);
+        *up = at.checked_sub(1).map(|a| tails[a]);
+        if at == tails.len() {
+            tails.push(p);
+        } else {
+            tails[at] = p;
+        }
+    }
+    let mut kept = vec![false; n];
+    let mut cur = tails.last().copied();
+    while let Some(p) = cur {
+        kept[known[p]] = true;
+        cur = parent[p];
+    }
+    let mut keys: Vec<i64> = (0..n)
+        .map(|i| if kept[i] { prev[i].unwrap_or(0) } else { 0 })
+        .collect();
+    let next_kept = |from: usize| (from..n).find(|&j| kept[j]).unwrap_or(n);
+    let mut i = 0;
+    while i < n {
+        if kept[i] {
+            i += 1;
+            continue;
+        }
+        // Window [a, b): a - 1 is final (kept or already placed), b is kept.
+        let (mut a, mut b) = (i, next_kept(i));
+        let mut min_spacing = 1;
+        loop {
+            let hi = a.checked_sub(1).map(|x| keys[x]);
+            let lo = (b < n).then(|| keys[b]);
+            let whole = a == 0 && b == n;
+            if let Some(k) = fill_gap(lo, hi, b - a, if whole { 1 } else { min_spacing }) {
+                keys[a..b].copy_from_slice(&k);
+                break;
+            }
+            if whole {
+                // More jobs than keys: dense from the top, saturating.
+                for (r, k) in keys.iter_mut().enumerate() {
+                    *k = (hi_key - r as i64).max(lo_key);
+                }
+                break;
+            }
+            let grow = (b - a).max(1);
+            a = a.saturating_sub(grow);
+            b = next_kept((b + grow).min(n));
+            min_spacing = SITE_KEY_MIN_SPACING;
+        }
+        i = b;
+    }
+    keys.into_iter().map(|k| k as u32).collect()
+}
+
+/// `len` keys, strictly decreasing, strictly between `lo` and `hi` (`None`:
+/// the end of the key range), at least `min_spacing` apart; `None` if they
+/// do not fit.
+fn fill_gap(lo: Option<i64>, hi: Option<i64>, len: usize, min_spacing: i64) -> Option<Vec<i64>> {
+    let top = hi.unwrap_or(i64::from(SITE_KEY_MAX) + 1);
+    let bottom = lo.unwrap_or(i64::from(SITE_KEY_MIN) - 1);
+    let len_i = i64::try_from(len).ok()?;
+    let even = (top - bottom) / (len_i + 1);
+    if even < min_spacing.max(1) {
+        return None;
+    }
+    let stride = even.min(i64::from(SITE_KEY_STRIDE));
+    let first = match (lo, hi) {
+        (Some(_), Some(_)) => top - even,
+        (None, Some(_)) => top - stride,
+        (Some(_), None) => bottom + stride * len_i,
+        // A fresh queue: centred in the range.
+        (None, None) => bottom + (top - bottom - stride * (len_i - 1)) / 2 + stride * (len_i - 1),
+    };
+    let step = if lo.is_some() && hi.is_some() {
+        even
+    } else {
+        stride
+    };
+    Some((0..len_i).map(|k| first - step * k).collect())
+}
+
 /// Only the factors that differ from what was pushed last time.
 pub fn changed_factors(previous: &HashMap<JobId, u32>, now: &[(JobId, u32)]) -> Vec<(JobId, u32)> {
     now.iter()
@@ -516,6 +662,201 @@ mod tests {
             changed_factors(&prev, &site_factors(&o2)),
             vec![(JobId(3), SITE_FACTOR_BASE - 2)]
         );
+    }
+
+    /// Keys of `ids` given the previous keys by id; checks they follow the
+    /// order and stay in range; returns them with the ids of the jobs
+    /// present before whose key changed.
+    fn step_keys(prev: &HashMap<u64, u32>, ids: &[u64]) -> (HashMap<u64, u32>, Vec<u64>) {
+        let keys = sparse_keys(&ids.iter().map(|i| prev.get(i).copied()).collect::<Vec<_>>());
+        assert_eq!(keys.len(), ids.len());
+        for w in keys.windows(2) {
+            assert!(w[0] > w[1], "keys do not follow the order: {keys:?}");
+        }
+        assert!(keys
+            .iter()
+            .all(|k| (SITE_KEY_MIN..=SITE_KEY_MAX).contains(k)));
+        let now: HashMap<u64, u32> = ids.iter().copied().zip(keys).collect();
+        let changed = ids
+            .iter()
+            .filter(|i| prev.get(i).is_some_and(|k| now[i] != *k))
+            .copied()
+            .collect();
+        (now, changed)
+    }
+
+    /// Free keys between the jobs at `pos - 1` and `pos` of `ids`.
+    fn room(prev: &HashMap<u64, u32>, ids: &[u64], pos: usize) -> i64 {
+        let hi = pos
+            .checked_sub(1)
+            .map_or(i64::from(SITE_KEY_MAX) + 1, |p| i64::from(prev[&ids[p]]));
+        let lo = ids
+            .get(pos)
+            .map_or(i64::from(SITE_KEY_MIN) - 1, |j| i64::from(prev[j]));
+        hi - lo - 1
+    }
+
+    #[test]
+    fn sparse_keys_fresh_queue_takes_sixteen_insertions_at_one_place() {
+        for n in [1usize, 2, 10, 10_000, 30_000] {
+            let mut ids: Vec<u64> = (0..n as u64).collect();
+            let (mut keys, changed) = step_keys(&HashMap::new(), &ids);
+            assert!(changed.is_empty());
+            let mut next = n as u64;
+            // At the head, in the middle (right after job n/2, the same
+            // gap each time), at the tail.
+            for place in [0usize, 1 + n / 2, usize::MAX] {
+                for _ in 0..16 {
+                    let at = place.min(ids.len());
+                    ids.insert(at, next);
+                    next += 1;
+                    let (k, changed) = step_keys(&keys, &ids);
+                    assert_eq!(changed, Vec::<u64>::new(), "n {n}, insertion at {at}");
+                    keys = k;
+                }
+            }
+            // Removals change nothing.
+            ids.retain(|i| i % 3 != 0);
+            let (k, changed) = step_keys(&keys, &ids);
+            assert!(changed.is_empty());
+            assert!(ids.iter().all(|i| k[i] == keys[i]));
+        }
+    }
+
+    #[test]
+    fn sparse_keys_many_insertions_at_one_place_stay_cheap() {
+        // 1,000 jobs inserted one by one right behind the same job of a
+        // 2,000-job queue: dense ranks would change 1,000 or more keys each
+        // time (over a million updates); the sparse keys renumber small
+        // windows now and then (measured: 2,302 changes in all).
+        let mut keys = sparse_keys(&vec![None; 2_000]);
+        let mut total = 0usize;
+        for _ in 0..1_000 {
+            let mut prev: Vec<Option<u32>> = keys.iter().copied().map(Some).collect();
+            prev.insert(1_001, None);
+            let now = sparse_keys(&prev);
+            assert!(now.windows(2).all(|w| w[0] > w[1]));
+            total += prev
+                .iter()
+                .zip(&now)
+                .filter(|(p, n)| p.is_some_and(|p| p != **n))
+                .count();
+            keys = now;
+        }
+        assert!(
+            total <= 1_000 * 16,
+            "{total} key changes for 1,000 insertions"
+        );
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(usize),
+        Remove(usize),
+        Move(usize, usize),
+        Block(usize, usize, usize),
+    }
+
+    fn arb_ops() -> impl Strategy<Value = (usize, Vec<Op>)> {
+        let op = prop_oneof![
+            (0usize..1000).prop_map(Op::Insert),
+            (0usize..1000).prop_map(Op::Remove),
+            (0usize..1000, 0usize..1000).prop_map(|(a, b)| Op::Move(a, b)),
+            (0usize..1000, 1usize..40, 0usize..1000).prop_map(|(a, m, b)| Op::Block(a, m, b)),
+        ];
+        (0usize..300, proptest::collection::vec(op, 1..60))
+    }
+
+    proptest! {
+        /// The keys always follow the order; a job added, removed or moved
+        /// changes no other job's key while its gap has a free key; a block
+        /// of `m` jobs moved (a team passing others) changes at most
+        /// `min(m, n - m)` keys, from a fresh queue.
+        #[test]
+        fn sparse_keys_follow_the_order_and_change_little((n0, ops) in arb_ops()) {
+            let mut ids: Vec<u64> = (0..n0 as u64).collect();
+            let (mut keys, _) = step_keys(&HashMap::new(), &ids);
+            let mut next = 1_000_000u64;
+            for op in ops {
+                let n = ids.len();
+                match op {
+                    Op::Insert(at) => {
+                        let at = at % (n + 1);
+                        let free = room(&keys, &ids, at);
+                        ids.insert(at, next);
+                        next += 1;
+                        let (k, changed) = step_keys(&keys, &ids);
+                        if free >= 1 {
+                            prop_assert!(changed.is_empty(), "insert at {} with {} free keys changed {:?}", at, free, changed);
+                        }
+                        keys = k;
+                    }
+                    Op::Remove(at) if n > 0 => {
+                        ids.remove(at % n);
+                        let (k, changed) = step_keys(&keys, &ids);
+                        prop_assert!(changed.is_empty());
+                        keys = k;
+                    }
+                    Op::Move(from, to) if n > 1 => {
+                        let j = ids.remove(from % n);
+                        let to = to % n;
+                        let free = room(&keys, &ids, to);
+                        ids.insert(to, j);
+                        let (k, changed) = step_keys(&keys, &ids);
+                        // One key changes: the moved job's, or (a swap of
+                        // neighbours) the other one's.
+                        if free >= 1 {
+                            prop_assert!(changed.len() <= 1, "move of {} changed {:?}", j, changed);
+                        }
+                        keys = k;
+                    }
+                    Op::Block(from, m, to) if n > 1 => {
+                        // From a fresh queue (as after a restart).
+                        keys = step_keys(&HashMap::new(), &ids).0;
+                        let from = from % n;
+                        let m = m.min(n - from);
+                        let block: Vec<u64> = ids.drain(from..from + m).collect();
+                        let to = to % (ids.len() + 1);
+                        for (k, b) in block.iter().enumerate() {
+                            ids.insert(to + k, *b);
+                        }
+                        let (k, changed) = step_keys(&keys, &ids);
+                        prop_assert!(changed.len() <= m.min(n - m), "block of {} in {}: {} changed", m, n, changed.len());
+                        keys = k;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sparse_site_factors_follow_order_queue() {
+        // A new job of the under-served team goes to the head of the queue:
+        // only its key is new.
+        let t = two_teams();
+        let mut usage = HashMap::new();
+        usage.insert(
+            "acct-a".to_string(),
+            Usage {
+                charged_gpu_s: 500.0,
+                free_gpu_s: 0.0,
+            },
+        );
+        let s = node_stats(&t, &usage, 8, 100);
+        let mut jobs: Vec<PendingJob> =
+            (0..50).map(|i| job(i, "acct-a", 60, 0, i as i64)).collect();
+        let o1 = order_queue(&t, &s, &jobs);
+        let f1 = sparse_site_factors(&HashMap::new(), &o1);
+        let prev: HashMap<JobId, u32> = f1.iter().copied().collect();
+        jobs.push(job(99, "acct-b", 60, 0, 100));
+        let o2 = order_queue(&t, &s, &jobs);
+        assert_eq!(o2[0].job.job, JobId(99));
+        let f2 = sparse_site_factors(&prev, &o2);
+        assert_eq!(f2.len(), 51);
+        assert!(f2.windows(2).all(|w| w[0].1 > w[1].1));
+        assert_eq!(changed_factors(&prev, &f2).len(), 1);
+        assert_eq!(changed_factors(&prev, &f2)[0].0, JobId(99));
     }
 
     /// A random 3-level tree: root > `p` programs > 1..4 teams each, with

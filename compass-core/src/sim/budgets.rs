@@ -619,6 +619,17 @@ impl<'a> Sim<'a> {
         self.jobs[i].min_runtime_s > 0.0
     }
 
+    /// The min runtime the victim planner sees: 0 (unallocated: never
+    /// protected, never preempting) for accounts outside the budget tree, as
+    /// in the live service (`budget-service/src/enforce.rs`).
+    fn planner_min_runtime(&self, i: usize) -> Seconds {
+        if self.teams[self.live[i].team].leaf.is_some() {
+            self.jobs[i].min_runtime_s
+        } else {
+            0.0
+        }
+    }
+
     /// Integrates every rate up to `t`.
     fn advance(&mut self, t: f64) {
         let from = self.now;
@@ -1069,19 +1080,22 @@ impl<'a> Sim<'a> {
                     *on.entry(n).or_default() += g;
                 }
                 let j = &self.jobs[i];
+                let min_runtime_s = self.planner_min_runtime(i);
                 // Protected jobs are never victims: leave them out up front.
                 let protected_until =
-                    start + j.min_runtime_s.min(self.cfg.protection.min_runtime_cap_s);
-                if !with_protected && j.min_runtime_s > 0.0 && self.now < protected_until {
+                    start + min_runtime_s.min(self.cfg.protection.min_runtime_cap_s);
+                if !with_protected && min_runtime_s > 0.0 && self.now < protected_until {
                     return None;
                 }
                 Some(RunningJob {
                     id: j.id,
                     account: j.account.clone(),
                     gpus_on: on.into_iter().collect(),
-                    min_runtime_s: j.min_runtime_s,
+                    min_runtime_s,
                     started_s: start,
                     resumable: j.resumable,
+                    cpus_per_node: 0,
+                    mem_per_node_mb: 0,
                 })
             })
             .collect()
@@ -1145,6 +1159,7 @@ impl<'a> Sim<'a> {
                 capacity: cap,
                 free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
                 usable,
+                traits: Vec::new(),
             };
             let pending = self.pending_view(i);
             let plan = plan_room(
@@ -1206,6 +1221,7 @@ impl<'a> Sim<'a> {
             capacity: self.cfg.spec.gpus_per_node,
             free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
             usable: NodeSet::full(self.cfg.spec.nodes),
+            traits: Vec::new(),
         };
         for i in stale.into_iter().chain(fresh) {
             self.drains.retain(|d| d.job != i);
@@ -1255,9 +1271,11 @@ impl<'a> Sim<'a> {
             id: self.jobs[i].id,
             account: self.jobs[i].account.clone(),
             shape: self.jobs[i].shape,
-            min_runtime_s: self.jobs[i].min_runtime_s,
+            min_runtime_s: self.planner_min_runtime(i),
             preempted_by: self.live[i].preempted_by,
             owes_min_runtime: false,
+            room_given: false,
+            needs: Default::default(),
         }
     }
 

@@ -325,3 +325,25 @@ fn a_drain_starts_a_job_of_every_node() {
     );
     assert!(with.occupancy > 0.8, "occupancy {}", with.occupancy);
 }
+
+/// As in the live service: a job of an account outside the budget tree has
+/// no protection (it is preempted at once despite its min runtime) and
+/// never preempts.
+#[test]
+fn accounts_outside_the_tree_are_unallocated_for_the_planner() {
+    let tree = tree(&[("x", 0.5), ("y", 0.5)]);
+    let jobs = vec![
+        job(1, "ghost", 0.0, 10.0, 1, 8, 4.0),
+        job(2, "y", 1.0, 1.0, 1, 8, 1.0),
+    ];
+    let r = run_budgets(&jobs, &tree, &config(1)).unwrap();
+    let start = start_of(&r.events, 2).unwrap();
+    assert!(start - H <= 60.0, "allocated job waited {} s", start - H);
+    assert_eq!(r.preemptions, 1, "{:?}", r.events);
+    let jobs = vec![
+        job(1, "x", 0.0, 10.0, 1, 8, 0.0),
+        job(2, "ghost", 1.0, 1.0, 1, 8, 1.0),
+    ];
+    let r = run_budgets(&jobs, &tree, &config(1)).unwrap();
+    assert_eq!(r.preemptions, 0, "{:?}", r.events);
+}

@@ -1,5 +1,9 @@
 //! The site config file shared by both plugins (`etc/compass.conf`, TOML).
-//! Every key is optional; a missing file means all defaults.
+//! Every key is optional; a missing file means all defaults. Unknown
+//! sections and keys are ignored with a warning
+//! ([`Config::load_with_warnings`]): a typo, or a key of a newer release,
+//! must not stop sbatch on every node. A file that cannot be read or parsed,
+//! or a value of the wrong type or out of range, is an error.
 //!
 //! ```toml
 //! [spank]
@@ -14,6 +18,10 @@
 //! migrate = true               # run Compact migrations (requeues)
 //! migration_cooldown = "10m"   # never migrate a job twice within this
 //! min_run_before_migration = "5m"  # nor during its first minutes
+//! migration_cost = "1m"        # one migration of a job that names no cost
+//!                              # (`--resumable` without a value)
+//! payback = 2                  # move a job only if its remaining run
+//!                              # (time limit) is >= payback x its cost
 //! ```
 
 use std::path::Path;
@@ -51,6 +59,11 @@ pub struct SelectConfig {
     pub migrate: bool,
     pub migration_cooldown_s: u64,
     pub min_run_before_migration_s: u64,
+    /// Cost of one migration of a job that names none, seconds (default 60).
+    pub migration_cost_s: u64,
+    /// A job moves only when its expected remaining run after the move is
+    /// at least `payback` times its migration cost (default 2, `>= 1`).
+    pub payback: f64,
 }
 
 impl Default for Config {
@@ -68,10 +81,37 @@ impl Default for Config {
                 migrate: true,
                 migration_cooldown_s: 600,
                 min_run_before_migration_s: 300,
+                migration_cost_s: 60,
+                payback: 2.0,
             },
         }
     }
 }
+
+/// Sections and keys of the file (others are ignored with a warning).
+const KNOWN: &[(&str, &[&str])] = &[
+    (
+        "spank",
+        &[
+            "max_min_runtime",
+            "default_min_runtime",
+            "default_resumable",
+        ],
+    ),
+    (
+        "select",
+        &[
+            "enabled",
+            "state_file",
+            "stock_plugin",
+            "migrate",
+            "migration_cooldown",
+            "min_run_before_migration",
+            "migration_cost",
+            "payback",
+        ],
+    ),
+];
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -99,14 +139,24 @@ struct RawSelect {
     migrate: Option<bool>,
     migration_cooldown: Option<String>,
     min_run_before_migration: Option<String>,
+    migration_cost: Option<String>,
+    payback: Option<f64>,
 }
 
 impl Config {
     /// Reads `path`; a file that does not exist gives the defaults.
+    /// Unknown sections and keys are ignored (see
+    /// [`Config::load_with_warnings`] to report them).
     pub fn load(path: &Path) -> Result<Self> {
+        Self::load_with_warnings(path).map(|(c, _)| c)
+    }
+
+    /// Reads `path` like [`Config::load`], and returns one warning per
+    /// unknown section or key (`PATH: unknown key `spank.x` ignored`).
+    pub fn load_with_warnings(path: &Path) -> Result<(Self, Vec<String>)> {
         match std::fs::read_to_string(path) {
-            Ok(text) => Self::parse(&path.display().to_string(), &text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Ok(text) => Self::parse_with_warnings(&path.display().to_string(), &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Self::default(), vec![])),
             Err(e) => Err(Error::Config {
                 path: path.display().to_string(),
                 why: e.to_string(),
@@ -115,12 +165,44 @@ impl Config {
     }
 
     /// Parses the text of a config file; `origin` names it in errors.
+    /// Unknown sections and keys are ignored.
     pub fn parse(origin: &str, text: &str) -> Result<Self> {
+        Self::parse_with_warnings(origin, text).map(|(c, _)| c)
+    }
+
+    /// Parses like [`Config::parse`], with the warnings for unknown
+    /// sections and keys.
+    pub fn parse_with_warnings(origin: &str, text: &str) -> Result<(Self, Vec<String>)> {
         let cfg_err = |why: String| Error::Config {
             path: origin.to_string(),
             why: why.replace('\n', " "),
         };
-        let raw: RawConfig = toml::from_str(text).map_err(|e| cfg_err(e.message().to_string()))?;
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|e| cfg_err(e.message().to_string()))?;
+        let mut warnings = Vec::new();
+        table.retain(|section, value| {
+            let Some(known) = KNOWN.iter().find(|(s, _)| *s == section).map(|(_, k)| k) else {
+                warnings.push(format!("{origin}: unknown section `{section}` ignored"));
+                return false;
+            };
+            if let toml::Value::Table(t) = value {
+                t.retain(|key, _| {
+                    let ok = known.contains(&key);
+                    if !ok {
+                        warnings.push(format!("{origin}: unknown key `{section}.{key}` ignored"));
+                    }
+                    ok
+                });
+            }
+            true
+        });
+        let raw: RawConfig = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| cfg_err(e.message().to_string()))?;
+        Self::from_raw(raw, cfg_err).map(|c| (c, warnings))
+    }
+
+    fn from_raw(raw: RawConfig, cfg_err: impl Fn(String) -> Error) -> Result<Self> {
         let mut c = Self::default();
         let dur = |key: &str, v: &Option<String>, into: &mut u64| -> Result<()> {
             if let Some(v) = v {
@@ -171,7 +253,31 @@ impl Config {
             &s.min_run_before_migration,
             &mut c.select.min_run_before_migration_s,
         )?;
+        dur(
+            "select.migration_cost",
+            &s.migration_cost,
+            &mut c.select.migration_cost_s,
+        )?;
+        if let Some(p) = s.payback {
+            if !(p.is_finite() && p >= 1.0) {
+                return Err(cfg_err(format!(
+                    "select.payback = {p}: must be a number >= 1 (a move must earn back at least its cost)"
+                )));
+            }
+            c.select.payback = p;
+        }
         Ok(c)
+    }
+
+    /// Validates a user's `--resumable=COST` value: a duration (same forms
+    /// as `--min-runtime`), seconds.
+    pub fn migration_cost(&self, option: &str, value: &str) -> Result<u64> {
+        duration::parse(option, value).map_err(|e| match e {
+            Error::BadDuration { value, why, .. } => Error::Invalid(format!(
+                "invalid {option} value `{value}`: {why}; give what one requeue and restart costs the job, e.g. `--resumable=5m` (`90` = minutes, `30s`, `1:30:00`), or plain `--resumable` for the site default"
+            )),
+            other => other,
+        })
     }
 
     /// Validates a user's `--min-runtime` value against the site cap.
@@ -216,6 +322,30 @@ mod tests {
         assert_eq!(c.select.state_file, "/tmp/s.json");
         assert_eq!(c.select.migration_cooldown_s, 60);
         assert_eq!(c.select.min_run_before_migration_s, 0);
+        assert_eq!(c.select.migration_cost_s, 60);
+        assert_eq!(c.select.payback, 2.0);
+        let c = Config::parse("x", "[select]\nmigration_cost = \"5m\"\npayback = 3.5\n").unwrap();
+        assert_eq!(c.select.migration_cost_s, 300);
+        assert_eq!(c.select.payback, 3.5);
+    }
+
+    #[test]
+    fn bad_migration_costs_are_refused() {
+        let e = Config::parse("c", "[select]\npayback = 0.5\n").unwrap_err();
+        assert!(e.to_string().contains("select.payback"), "{e}");
+        let e = Config::parse("c", "[select]\nmigration_cost = \"cheap\"\n").unwrap_err();
+        assert!(e.to_string().contains("select.migration_cost"), "{e}");
+        let c = Config::default();
+        assert_eq!(c.migration_cost("--resumable", "5m"), Ok(300));
+        assert_eq!(c.migration_cost("--resumable", "2"), Ok(120));
+        let e = c
+            .migration_cost("--resumable", "soon")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("invalid --resumable value `soon`") && e.contains("--resumable=5m"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -227,16 +357,50 @@ mod tests {
             e.starts_with("/etc/c.conf: ") && e.contains("spank.max_min_runtime"),
             "{e}"
         );
-        let e = Config::parse("/etc/c.conf", "[spank]\nmax_runtime = \"1h\"\n")
+        let e = Config::parse("/etc/c.conf", "[spank]\nmax_min_runtime = [\n")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("max_runtime"), "{e}");
+        assert!(e.starts_with("/etc/c.conf: "), "{e}");
+        let e = Config::parse("c", "[select]\nenabled = \"yes\"\n").unwrap_err();
+        assert!(e.to_string().starts_with("c: "), "{e}");
         let e = Config::parse(
             "c",
             "[spank]\nmax_min_runtime = \"1h\"\ndefault_min_runtime = \"2h\"\n",
         )
         .unwrap_err();
         assert!(e.to_string().contains("above"), "{e}");
+    }
+
+    #[test]
+    fn unknown_sections_and_keys_warn_and_are_ignored() {
+        let (c, w) = Config::parse_with_warnings(
+            "/etc/c.conf",
+            "[spank]\nmax_runtime = \"1h\"\nmax_min_runtime = \"2h\"\n[budget]\nx = 1\n[select]\nmigrate = false\n",
+        )
+        .unwrap();
+        assert_eq!(c.spank.max_min_runtime_s, 7200, "known keys still apply");
+        assert!(!c.select.migrate);
+        assert_eq!(
+            w,
+            vec![
+                "/etc/c.conf: unknown section `budget` ignored",
+                "/etc/c.conf: unknown key `spank.max_runtime` ignored",
+            ]
+        );
+        let (_, w) = Config::parse_with_warnings(
+            "c",
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../etc/compass.conf"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            w,
+            Vec::<String>::new(),
+            "the shipped example has no unknown key"
+        );
     }
 
     #[test]

@@ -11,18 +11,22 @@
 //! - [`Controller::begin`] / [`Controller::fini`]: the engine adopts what
 //!   Slurm actually allocated; a departure runs Compact, whose migrations
 //!   become [`MigrationOrder`]s (requeue + pin) for the plugin thread.
-//! - [`Controller::tick`]: movability (resumable, past the first minutes of
-//!   run time, outside the cool-down) and expiry of stale pins.
+//! - [`Controller::tick`]: each job's movability by the rule shared with
+//!   the simulator, `compass_core::placement::worth` (resumable, past its
+//!   `--min-runtime` protection and the first minutes of run time, outside
+//!   the cool-down), and expiry of stale pins.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use compass_core::metric;
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet};
 use compass_core::placement::compass::{AdoptOutcome, CompassConfig, CompassEngine};
+use compass_core::placement::worth::{KeepReason, MigrationRule, MoveCandidate};
 use compass_core::placement::PlacementPolicy;
 
 use crate::config::SelectConfig;
 use crate::flags::JobFlags;
+use crate::persist::{Saved, SavedMigration, FORMAT as SAVED_FORMAT};
 use crate::shape::{instances_from_alloc, Mapping};
 use crate::state::{JobView, NodeView, PendingMigration, PublishedState, FORMAT};
 
@@ -36,6 +40,8 @@ pub struct JobInfo {
     pub mapping: Mapping,
     /// From the SPANK env; `None` for jobs submitted without the plugin.
     pub flags: Option<JobFlags>,
+    /// Slurm's time limit of the job, seconds; `None`: none (infinite).
+    pub time_limit_s: Option<u64>,
 }
 
 /// A requeue to carry out: the job restarts pinned to `to_nodes`.
@@ -52,8 +58,11 @@ struct JobRec {
     /// GPUs per node as Slurm allocated them.
     per_node: Vec<(NodeId, u32)>,
     flags: JobFlags,
+    time_limit_s: Option<u64>,
     start: u64,
     movable: bool,
+    /// Why the migration rule keeps this job still (last tick).
+    keep: Option<KeepReason>,
     in_engine: bool,
 }
 
@@ -84,6 +93,9 @@ pub struct Controller {
     /// Jobs requeued for a migration, not yet restarted.
     migrating: BTreeSet<u64>,
     last_migrated: BTreeMap<u64, u64>,
+    /// Shapes of in-flight migrations restored by [`Controller::restore`],
+    /// until [`Controller::adopt_in_flight`].
+    restored_shapes: BTreeMap<u64, JobShape>,
     orders: VecDeque<MigrationOrder>,
     /// Nodes Slurm reports down/drained/failing.
     unusable: BTreeSet<NodeId>,
@@ -112,6 +124,7 @@ impl Controller {
             pins: BTreeMap::new(),
             migrating: BTreeSet::new(),
             last_migrated: BTreeMap::new(),
+            restored_shapes: BTreeMap::new(),
             orders: VecDeque::new(),
             unusable: BTreeSet::new(),
             compact_due: false,
@@ -130,13 +143,40 @@ impl Controller {
         msg
     }
 
-    fn eligible(&self, id: u64, rec: &JobRec, now: u64) -> bool {
-        rec.flags.resumable
-            && now.saturating_sub(rec.start) >= self.config.min_run_before_migration_s
-            && self
+    /// The site's migration rule, shared with the simulator
+    /// ([`compass_core::placement::worth`]).
+    fn rule(&self) -> MigrationRule {
+        MigrationRule {
+            default_cost_s: self.config.migration_cost_s as f64,
+            payback: self.config.payback,
+            min_run_s: self.config.min_run_before_migration_s as f64,
+            cooldown_s: self.config.migration_cooldown_s as f64,
+        }
+    }
+
+    /// What the rule needs to know about a running job at `now`.
+    fn candidate(&self, id: u64, rec: &JobRec, now: u64) -> MoveCandidate {
+        let running = now.saturating_sub(rec.start);
+        MoveCandidate {
+            resumable: rec.flags.resumable,
+            cost_s: rec.flags.migration_cost_s.map(|c| c as f64),
+            running_for_s: running as f64,
+            // Slurm's limit counts from the (re)start: a requeued job gets
+            // its whole limit again.
+            remaining_s: rec
+                .time_limit_s
+                .map(|limit| limit.saturating_sub(running) as f64),
+            protected_for_s: rec.flags.min_runtime_s.saturating_sub(running) as f64,
+            since_migrated_s: self
                 .last_migrated
                 .get(&id)
-                .is_none_or(|t| now.saturating_sub(*t) >= self.config.migration_cooldown_s)
+                .map(|t| now.saturating_sub(*t) as f64),
+        }
+    }
+
+    /// May Compact move this job now? `Err` says why not.
+    fn eligible(&self, id: u64, rec: &JobRec, now: u64) -> Result<(), KeepReason> {
+        self.rule().check(&self.candidate(id, rec, now))
     }
 
     /// Nodes to narrow `select_p_job_test` to, or `None` to leave Slurm's
@@ -288,8 +328,10 @@ impl Controller {
                         shape,
                         per_node: per_node.to_vec(),
                         flags,
+                        time_limit_s: job.time_limit_s,
                         start: now,
                         movable: false,
+                        keep: Some(KeepReason::CoolingDown),
                         in_engine: true,
                     },
                 );
@@ -306,8 +348,10 @@ impl Controller {
             shape,
             per_node: per_node.to_vec(),
             flags,
+            time_limit_s: job.time_limit_s,
             start: now,
             movable: false,
+            keep: None,
             in_engine: false,
         };
         let gpus: u32 = per_node.iter().map(|(_, g)| g).sum();
@@ -315,7 +359,9 @@ impl Controller {
             self.jobs.insert(job.id, rec);
             return None;
         }
-        rec.movable = self.eligible(job.id, &rec, now);
+        let verdict = self.eligible(job.id, &rec, now);
+        rec.movable = verdict.is_ok();
+        rec.keep = verdict.err();
         let adopted = match shape.and_then(|s| instances_from_alloc(s, per_node).map(|n| (s, n))) {
             Some((s, nodes)) => {
                 let req = JobRequest {
@@ -422,13 +468,22 @@ impl Controller {
             if !rec.in_engine || rec.shape.is_none() {
                 continue;
             }
-            let want = self.eligible(id, rec, now);
-            if want != rec.movable && self.engine.set_movable(JobId(id), want).is_ok() {
-                if let Some(r) = self.jobs.get_mut(&id) {
+            let verdict = self.eligible(id, rec, now);
+            let want = verdict.is_ok();
+            let moved_ok = want == rec.movable || self.engine.set_movable(JobId(id), want).is_ok();
+            if let Some(r) = self.jobs.get_mut(&id) {
+                if moved_ok {
                     r.movable = want;
                 }
+                r.keep = verdict.err();
             }
         }
+        // Cool-downs of jobs that are gone or past them are dropped.
+        let cooldown = self.config.migration_cooldown_s;
+        let (jobs, migrating) = (&self.jobs, &self.migrating);
+        self.last_migrated.retain(|j, t| {
+            now.saturating_sub(*t) < cooldown && (jobs.contains_key(j) || migrating.contains(j))
+        });
         let stale: Vec<u64> = self
             .pins
             .iter()
@@ -535,6 +590,107 @@ impl Controller {
         changed
     }
 
+    /// What must survive a reconfigure or restart ([`crate::persist`]):
+    /// cool-downs still running and migrations in flight.
+    pub fn saved(&self, now: u64) -> Saved {
+        Saved {
+            format: SAVED_FORMAT,
+            last_migrated: self
+                .last_migrated
+                .iter()
+                .filter(|(_, t)| now.saturating_sub(**t) < self.config.migration_cooldown_s)
+                .map(|(j, t)| (*j, *t))
+                .collect(),
+            in_flight: self
+                .pins
+                .iter()
+                .filter(|(j, _)| self.migrating.contains(j))
+                .map(|(j, p)| SavedMigration {
+                    job: *j,
+                    to_nodes: p.nodes.iter().map(|n| self.name(*n)).collect(),
+                    since: p.since,
+                    shape: self
+                        .engine
+                        .occupancy()
+                        .job(JobId(*j))
+                        .map(|r| (r.request.shape.instances, r.request.shape.gpus)),
+                })
+                .collect(),
+        }
+    }
+
+    /// Takes back what [`Controller::saved`] kept, into a fresh controller,
+    /// before the running jobs are adopted: cool-downs still running, and
+    /// in-flight migrations whose pin has not expired and whose target
+    /// nodes still exist. Call [`Controller::adopt_in_flight`] after the
+    /// last running job is adopted.
+    pub fn restore(&mut self, saved: &Saved, now: u64) {
+        for &(j, t) in &saved.last_migrated {
+            if t <= now && now - t < self.config.migration_cooldown_s {
+                self.last_migrated.insert(j, t);
+            }
+        }
+        for m in &saved.in_flight {
+            if now.saturating_sub(m.since) > PIN_TIMEOUT_S {
+                continue;
+            }
+            let nodes: Option<Vec<NodeId>> = m
+                .to_nodes
+                .iter()
+                .map(|name| {
+                    self.node_names
+                        .iter()
+                        .position(|x| x == name)
+                        .map(|n| n as NodeId)
+                })
+                .collect();
+            let Some(nodes) = nodes else { continue };
+            self.migrating.insert(m.job);
+            self.pins.insert(
+                m.job,
+                Pin {
+                    nodes,
+                    since: m.since,
+                },
+            );
+            if let Some((w, g)) = m.shape {
+                self.restored_shapes.insert(m.job, JobShape::new(w, g));
+            }
+        }
+    }
+
+    /// After a rebuild: the engine holds each restored in-flight migration
+    /// whose job has not restarted yet at its target (as it did before), so
+    /// nothing else is planned onto GPUs promised to it. One that cannot be
+    /// held there is dropped (the job then plans normally).
+    pub fn adopt_in_flight(&mut self) {
+        let shapes = std::mem::take(&mut self.restored_shapes);
+        let waiting: Vec<u64> = self
+            .migrating
+            .iter()
+            .copied()
+            .filter(|j| !self.jobs.contains_key(j))
+            .collect();
+        for j in waiting {
+            let held = match (shapes.get(&j), self.pins.get(&j)) {
+                (Some(&shape), Some(pin)) if pin.nodes.len() == shape.instances as usize => {
+                    let req = JobRequest {
+                        id: JobId(j),
+                        shape,
+                        movable: false,
+                    };
+                    let nodes = pin.nodes.clone();
+                    self.engine.adopt(&req, &nodes).is_ok()
+                }
+                _ => false,
+            };
+            if !held {
+                self.migrating.remove(&j);
+                self.pins.remove(&j);
+            }
+        }
+    }
+
     /// Node names, in Slurm's node index order.
     pub fn node_names(&self) -> &[String] {
         &self.node_names
@@ -563,7 +719,13 @@ impl Controller {
             .collect();
         let mut counts = [0u64; 9];
         let mut jobs = Vec::new();
+        let mut kept_still: BTreeMap<String, u64> = BTreeMap::new();
         for (&id, rec) in &self.jobs {
+            if rec.in_engine && rec.shape.is_some() {
+                if let Some(why) = rec.keep {
+                    *kept_still.entry(why.as_str().to_string()).or_default() += 1;
+                }
+            }
             for &(n, g) in rec.per_node.iter().filter(|(_, g)| *g > 0) {
                 if let Some(v) = nodes.get_mut(n as usize) {
                     v.used_gpus += g;
@@ -632,6 +794,7 @@ impl Controller {
                 }))
                 .collect(),
             migrations_done: self.counters.migrations_done,
+            kept_still,
             jobs,
             job_test: Default::default(),
             layout: serde_json::to_value(self.engine.snapshot()).ok(),
@@ -686,7 +849,9 @@ mod tests {
             flags: Some(JobFlags {
                 min_runtime_s: 0,
                 resumable: true,
+                migration_cost_s: None,
             }),
+            time_limit_s: None,
         }
     }
 
@@ -698,12 +863,14 @@ mod tests {
             id: 1,
             mapping: Mapping::NoGpu,
             flags: None,
+            time_limit_s: None,
         };
         assert_eq!(c.narrow(&no_gpu, &all), Ok(None));
         let outside = JobInfo {
             id: 2,
             mapping: Mapping::Outside("x".into()),
             flags: None,
+            time_limit_s: None,
         };
         assert_eq!(c.narrow(&outside, &all), Ok(None));
     }
@@ -806,6 +973,7 @@ mod tests {
                 distinct_nodes: true,
             },
             flags: None,
+            time_limit_s: None,
         };
         let set = c.narrow(&j, &NodeSet::full(4)).unwrap().expect("planned");
         assert_eq!(set.count(), 2, "{set:?}");
@@ -836,6 +1004,7 @@ mod tests {
                 flags: Some(JobFlags {
                     min_runtime_s: 0,
                     resumable,
+                    migration_cost_s: None,
                 }),
                 ..job(id, 1, 4)
             };
@@ -875,6 +1044,206 @@ mod tests {
             c.fini(if o.job == 2 { 3 } else { 2 });
             assert!(c.tick(1002).is_empty());
         }
+    }
+
+    #[test]
+    fn protected_jobs_are_never_migrated_before_their_min_runtime() {
+        // Three 1x4 jobs, one protected for an hour: the departure of a
+        // partner leaves a lone instance, but the protected job must stay.
+        let mut c = ctl();
+        let protected = |id| JobInfo {
+            flags: Some(JobFlags {
+                min_runtime_s: 3600,
+                resumable: true,
+                migration_cost_s: None,
+            }),
+            ..job(id, 1, 4)
+        };
+        let n1 = run(&mut c, &protected(1), 0);
+        let n2 = run(&mut c, &protected(2), 0);
+        let n3 = run(&mut c, &protected(3), 0);
+        assert_eq!(n1, n2);
+        assert_ne!(n1, n3);
+        c.fini(1);
+        // past min_run_before_migration (5 min), inside the protection
+        assert!(c.tick(1000).is_empty(), "protected jobs moved");
+        assert!(c.tick(1001).is_empty(), "protected jobs moved");
+        // once the protection ends, the next Compact (here asked for as an
+        // event would) moves the lone instance to the other
+        assert!(c.tick(3601).is_empty());
+        c.compact();
+        let orders = c.tick(3602);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+    }
+
+    #[test]
+    fn a_job_about_to_end_is_not_moved_while_a_long_one_is() {
+        // A and B share a node, C is alone; A ends at t=1000. C's time
+        // limit (1100 s) leaves it 100 s: less than its 60 s migration cost
+        // plus twice that earned back. B has no limit (unknown: long).
+        let mut c = ctl();
+        let limited = |id, limit| JobInfo {
+            time_limit_s: limit,
+            ..job(id, 1, 4)
+        };
+        let na = run(&mut c, &limited(1, None), 0);
+        let nb = run(&mut c, &limited(2, None), 0);
+        let nc = run(&mut c, &limited(3, Some(1100)), 0);
+        assert_eq!(na, nb);
+        assert_ne!(nb, nc);
+        c.fini(1);
+        let orders = c.tick(1000);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert_eq!(orders[0].job, 2, "the long job moves, not the ending one");
+        assert_eq!(orders[0].to_nodes, nc);
+        let s = c.snapshot(1000, true);
+        assert_eq!(
+            s.kept_still.get("ends-soon"),
+            Some(&1),
+            "{:?}",
+            s.kept_still
+        );
+    }
+
+    #[test]
+    fn a_job_names_its_own_migration_cost() {
+        // Both lone jobs have an hour's limit; at t=1000 2600 s are left.
+        // At the 60 s site default they would move; at 30 min each, a move
+        // would not pay (2600 - 1800 < 2 x 1800): nothing moves.
+        for (cost, moves) in [(None, true), (Some(1800), false)] {
+            let mut c = ctl();
+            let mk = |id| JobInfo {
+                time_limit_s: Some(3600),
+                flags: Some(JobFlags {
+                    min_runtime_s: 0,
+                    resumable: true,
+                    migration_cost_s: cost,
+                }),
+                ..job(id, 1, 4)
+            };
+            for id in 1..=3 {
+                run(&mut c, &mk(id), 0);
+            }
+            c.fini(1);
+            let orders = c.tick(1000);
+            assert_eq!(!orders.is_empty(), moves, "cost {cost:?}: {orders:?}");
+            if !moves {
+                let s = c.snapshot(1000, true);
+                assert_eq!(
+                    s.kept_still.get("ends-soon"),
+                    Some(&2),
+                    "{:?}",
+                    s.kept_still
+                );
+                assert!(s.render(1000).contains("kept still: ends-soon 2"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_rebuild_keeps_in_flight_migrations_and_cool_downs() {
+        // Jobs 1 and 2 share a node, 3 is alone; 1 ends and Compact orders
+        // one move. The requeue is done (fini) when slurmctld reconfigures.
+        let mut c = ctl();
+        let mut alloc = BTreeMap::new();
+        for id in 1..=3 {
+            alloc.insert(id, run(&mut c, &job(id, 1, 4), 0)[0]);
+        }
+        assert!(c.tick(1000).is_empty());
+        c.fini(1);
+        let orders = c.tick(1000);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        let (x, target) = (orders[0].job, orders[0].to_nodes.clone());
+        let y = if x == 2 { 3 } else { 2 };
+        c.fini(x);
+        let saved = c.saved(1001);
+        assert_eq!(saved.in_flight.len(), 1, "{saved:?}");
+        assert_eq!(saved.in_flight[0].shape, Some((1, 4)));
+
+        // reconfigure: a fresh controller, as select_p_job_init builds it
+        let rebuild = |saved: &Saved, running: &[(u64, NodeId, u64)], now| {
+            let mut c2 = ctl();
+            c2.restore(saved, now);
+            for &(j, n, start) in running {
+                assert_eq!(c2.adopt_running(&job(j, 1, 4), &[(n, 4)], start), None);
+            }
+            c2.adopt_in_flight();
+            c2.compact();
+            c2
+        };
+        let mut c2 = rebuild(&saved, &[(y, alloc[&y], 0)], 1002);
+        assert_eq!(c2.pinned(x), Some(&target[..]), "the pin survives");
+        assert!(
+            c2.tick(1003).is_empty(),
+            "no new move while one is in flight"
+        );
+        let cand = NodeSet::full(4);
+        let pinned = c2.narrow(&job(x, 1, 4), &cand).unwrap().unwrap();
+        assert_eq!(pinned.iter().collect::<Vec<_>>(), target);
+        c2.begin(&job(x, 1, 4), &[(target[0], 4)], 1004);
+        assert_eq!(c2.counters.migrations_done, 1);
+        assert_eq!(c2.snapshot(1004, true).partial_nodes, 0);
+        assert_eq!(c2.self_check(), None);
+
+        // another reconfigure within the cool-down: x stays still
+        let saved = c2.saved(1010);
+        assert_eq!(saved.last_migrated, vec![(x, 1004)]);
+        let mut c3 = rebuild(&saved, &[(y, alloc[&y], 0), (x, target[0], 1004)], 1010);
+        // (past the 5-minute start-up grace, inside the 10-minute cool-down)
+        c3.tick(1400);
+        assert_eq!(c3.jobs[&x].keep, Some(KeepReason::CoolingDown));
+        assert_eq!(c3.jobs[&y].keep, None, "y was never migrated");
+        // without the saved state x would be movable at once
+        let mut fresh = rebuild(
+            &Saved::default(),
+            &[(y, alloc[&y], 0), (x, target[0], 1004)],
+            1010,
+        );
+        fresh.tick(1400);
+        assert_eq!(fresh.jobs[&x].keep, None);
+
+        // pruning: past the cool-down, and for jobs that are gone
+        c2.tick(1004 + 600);
+        assert!(c2.last_migrated.is_empty(), "{:?}", c2.last_migrated);
+        c3.fini(x);
+        c3.tick(1401);
+        assert!(c3.last_migrated.is_empty(), "{:?}", c3.last_migrated);
+        assert!(c3.saved(1401).is_empty());
+    }
+
+    #[test]
+    fn stale_or_unknown_saved_migrations_are_dropped() {
+        let mut c = ctl();
+        let saved = Saved {
+            format: SAVED_FORMAT,
+            last_migrated: vec![(5, 100), (6, 2000)],
+            in_flight: vec![
+                SavedMigration {
+                    job: 7,
+                    to_nodes: vec!["n1".into()],
+                    since: 100,
+                    shape: Some((1, 4)),
+                },
+                SavedMigration {
+                    job: 8,
+                    to_nodes: vec!["n99".into()],
+                    since: 1990,
+                    shape: Some((1, 4)),
+                },
+                SavedMigration {
+                    job: 9,
+                    to_nodes: vec!["n2".into()],
+                    since: 1990,
+                    shape: Some((1, 4)),
+                },
+            ],
+        };
+        c.restore(&saved, 2000);
+        c.adopt_in_flight();
+        assert_eq!(c.last_migrated.keys().collect::<Vec<_>>(), vec![&6]);
+        assert_eq!(c.pinned(7), None, "expired pin");
+        assert_eq!(c.pinned(8), None, "node gone");
+        assert_eq!(c.pinned(9), Some(&[1][..]));
     }
 
     #[test]
@@ -954,6 +1323,7 @@ mod tests {
                 id: 3,
                 mapping: Mapping::NoGpu,
                 flags: None,
+                time_limit_s: None,
             },
             &[(2, 0)],
             10,

@@ -1,7 +1,8 @@
-//! How `--min-runtime` and `--resumable` travel with a job.
+//! How `--min-runtime` and `--resumable[=COST]` travel with a job.
 //!
 //! 1. The SPANK plugin validates them at submit and stores them with
-//!    `spank_job_control_setenv` as [`ENV_MIN_RUNTIME`] / [`ENV_RESUMABLE`].
+//!    `spank_job_control_setenv` as [`ENV_MIN_RUNTIME`] / [`ENV_RESUMABLE`]
+//!    (and [`ENV_MIGRATION_COST`] when the job names its migration cost).
 //!    slurmctld keeps them in the job's `spank_job_env` (saved in its state,
 //!    so they survive requeue and restart); the select plugin reads them there.
 //! 2. `etc/job_submit.lua` copies them into the job's `AdminComment` as
@@ -14,6 +15,10 @@ pub const ENV_MIN_RUNTIME: &str = "COMPASS_MIN_RUNTIME";
 /// SPANK job control variable: `1` if the job may be requeued and resumes
 /// from its own checkpoint, else `0`.
 pub const ENV_RESUMABLE: &str = "COMPASS_RESUMABLE";
+/// SPANK job control variable: the job's own migration cost
+/// (`--resumable=5m`), whole seconds; absent: the site default
+/// (`select.migration_cost`).
+pub const ENV_MIGRATION_COST: &str = "COMPASS_MIGRATION_COST";
 /// Tag of the flags inside `AdminComment`.
 pub const ADMIN_COMMENT_TAG: &str = "compass:";
 
@@ -24,6 +29,10 @@ pub struct JobFlags {
     pub min_runtime_s: u64,
     /// The job may be requeued (migrated) and resumes from its checkpoint.
     pub resumable: bool,
+    /// What one migration costs this job (`--resumable=COST`), seconds;
+    /// `None`: the site default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_cost_s: Option<u64>,
 }
 
 /// Reads the flags from a job's SPANK env entries (`NAME=value`, with or
@@ -45,18 +54,25 @@ pub fn from_spank_env<'a>(entries: impl IntoIterator<Item = &'a str>) -> Option<
         } else if k == ENV_RESUMABLE {
             flags.resumable = v == "1";
             seen = true;
+        } else if k == ENV_MIGRATION_COST {
+            flags.migration_cost_s = v.parse().ok();
         }
     }
     seen.then_some(flags)
 }
 
-/// `compass:min_runtime=5400,resumable=1` (what job_submit.lua writes).
+/// `compass:min_runtime=5400,resumable=1` (what job_submit.lua writes),
+/// with `,migration_cost=300` when the job names its cost.
 pub fn format_admin_comment(f: &JobFlags) -> String {
-    format!(
+    let mut s = format!(
         "{ADMIN_COMMENT_TAG}min_runtime={},resumable={}",
         f.min_runtime_s,
         u8::from(f.resumable)
-    )
+    );
+    if let Some(c) = f.migration_cost_s {
+        s.push_str(&format!(",migration_cost={c}"));
+    }
+    s
 }
 
 /// Finds the compass tag in an `AdminComment` (other text around it, separated
@@ -66,16 +82,19 @@ pub fn parse_admin_comment(comment: &str) -> Option<JobFlags> {
     let body = comment[start..].split([';', ' ']).next()?;
     let mut min = None;
     let mut res = None;
+    let mut cost = None;
     for kv in body.split(',') {
         match kv.split_once('=')? {
             ("min_runtime", v) => min = Some(v.parse().ok()?),
             ("resumable", v) => res = Some(v == "1"),
+            ("migration_cost", v) => cost = Some(v.parse().ok()?),
             _ => {}
         }
     }
     Some(JobFlags {
         min_runtime_s: min?,
         resumable: res?,
+        migration_cost_s: cost,
     })
 }
 
@@ -94,7 +113,8 @@ mod tests {
             from_spank_env(env),
             Some(JobFlags {
                 min_runtime_s: 14_400,
-                resumable: true
+                resumable: true,
+                migration_cost_s: None,
             })
         );
         let env = ["SPANK_COMPASS_MIN_RUNTIME=0", "SPANK_COMPASS_RESUMABLE=0"];
@@ -102,8 +122,18 @@ mod tests {
             from_spank_env(env),
             Some(JobFlags {
                 min_runtime_s: 0,
-                resumable: false
+                resumable: false,
+                migration_cost_s: None,
             })
+        );
+        let env = [
+            "COMPASS_MIN_RUNTIME=0",
+            "COMPASS_RESUMABLE=1",
+            "COMPASS_MIGRATION_COST=300",
+        ];
+        assert_eq!(
+            from_spank_env(env).and_then(|f| f.migration_cost_s),
+            Some(300)
         );
         assert_eq!(from_spank_env(["PATH=/bin", "garbage"]), None);
     }
@@ -113,10 +143,21 @@ mod tests {
         let f = JobFlags {
             min_runtime_s: 5400,
             resumable: true,
+            migration_cost_s: None,
         };
         let s = format_admin_comment(&f);
         assert_eq!(s, "compass:min_runtime=5400,resumable=1");
         assert_eq!(parse_admin_comment(&s), Some(f));
+        let with_cost = JobFlags {
+            migration_cost_s: Some(300),
+            ..f
+        };
+        let s2 = format_admin_comment(&with_cost);
+        assert_eq!(
+            s2,
+            "compass:min_runtime=5400,resumable=1,migration_cost=300"
+        );
+        assert_eq!(parse_admin_comment(&s2), Some(with_cost));
         assert_eq!(
             parse_admin_comment(&format!("site note;{s};other")),
             Some(f)

@@ -10,13 +10,17 @@
 //!   control env, `AdminComment`).
 //! - [`shape`]: mapping a Slurm GPU request onto the `w x g` model.
 //! - [`state`]: the live state the select plugin publishes.
+//! - [`persist`]: what the select plugin keeps across reconfigure and restart.
+//! - [`wait`]: sleeps and polls a stop request ends promptly.
 
 pub mod config;
 pub mod controller;
 pub mod duration;
 pub mod error;
 pub mod flags;
+pub mod persist;
 pub mod shape;
 pub mod state;
+pub mod wait;
 
 pub use error::{Error, Result};

@@ -39,6 +39,11 @@ pub struct PublishedState {
     pub pending_migrations: Vec<PendingMigration>,
     /// Migrations carried out (requeues issued), cumulative.
     pub migrations_done: u64,
+    /// Running GPU jobs the migration rule keeps still, by reason
+    /// (`not-resumable`, `protected`, `starting-up`, `cooling-down`,
+    /// `ends-soon`; `compass_core::placement::worth::KeepReason`).
+    #[serde(default)]
+    pub kept_still: std::collections::BTreeMap<String, u64>,
     pub jobs: Vec<JobView>,
     /// Time spent in `select_p_job_test` since slurmctld started.
     #[serde(default)]
@@ -169,6 +174,14 @@ impl PublishedState {
                 width = width
             ));
         }
+        if !self.kept_still.is_empty() {
+            let why: Vec<String> = self
+                .kept_still
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            out.push_str(&format!("kept still: {}\n", why.join(", ")));
+        }
         for m in &self.pending_migrations {
             out.push_str(&format!(
                 "pending migration: job {} -> {}\n",
@@ -212,6 +225,9 @@ mod tests {
                 job: 4,
                 to_nodes: vec!["n10".into()],
             }],
+            kept_still: [("ends-soon".to_string(), 2), ("protected".to_string(), 1)]
+                .into_iter()
+                .collect(),
             ..Default::default()
         }
     }
@@ -227,6 +243,10 @@ mod tests {
         );
         assert!(text.contains("n10 empty    [........] 0/8"), "{text}");
         assert!(text.contains("pending migration: job 4 -> n10"), "{text}");
+        assert!(
+            text.contains("kept still: ends-soon 2, protected 1"),
+            "{text}"
+        );
     }
 
     #[test]

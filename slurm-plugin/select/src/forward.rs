@@ -1,8 +1,9 @@
 //! The stock cons_tres, loaded by its full path with
 //! `dlopen(RTLD_LAZY|RTLD_LOCAL)` (RTLD_NOW fails in slurmd: cons_tres
 //! references symbols that only slurmctld has), and the exported
-//! `select_p_*` entry points that forward to it. The four that do more
-//! (`job_init`, `job_test`, `select_nodeinfo_set`, `job_fini`) are in `job.rs`.
+//! `select_p_*` entry points that forward to it. The five that do more
+//! (`state_restore`, `job_init`, `job_test`, `select_nodeinfo_set`,
+//! `job_fini`) are in `job.rs`.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::sync::OnceLock;
@@ -68,7 +69,7 @@ macro_rules! select_ops {
 
 select_ops! {
     plain fn select_p_state_save(dir_name: *mut c_char) -> c_int = SLURM_ERROR;
-    plain fn select_p_state_restore(dir_name: *mut c_char) -> c_int = SLURM_ERROR;
+    custom fn select_p_state_restore(dir_name: *mut c_char) -> c_int = SLURM_ERROR;
     custom fn select_p_job_init(job_list: P) -> c_int = SLURM_ERROR;
     plain fn select_p_node_init() -> c_int = SLURM_ERROR;
     custom fn select_p_job_test(job_ptr: JobPtr, bitmap: Bitmap, min_nodes: u32, max_nodes: u32, req_nodes: u32,

@@ -8,6 +8,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use compass_core::model::{ClusterSpec, NodeId, NodeSet};
 use compass_slurm::controller::{Controller, JobInfo};
 use compass_slurm::flags;
+use compass_slurm::persist::{Saved, FILE_NAME};
 use compass_slurm::shape::{gpus_in_node_gres, map_request, SlurmRequest};
 use slurm_sys as sys;
 
@@ -124,7 +125,15 @@ unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
         id: u64::from(job.job_id),
         mapping: map_request(&req, capacity),
         flags: flags::from_spank_env(env),
+        time_limit_s: time_limit_s(job.time_limit),
     }
+}
+
+/// Slurm's `time_limit` (minutes; INFINITE or NO_VAL: none) in seconds.
+fn time_limit_s(minutes: u32) -> Option<u64> {
+    const NO_VAL: u32 = 0xffff_fffe;
+    const INFINITE: u32 = 0xffff_ffff;
+    (minutes != NO_VAL && minutes != INFINITE).then(|| u64::from(minutes) * 60)
 }
 
 /// GPUs Slurm allocated to the job per node (from `gres_list_alloc`; the
@@ -178,7 +187,7 @@ unsafe fn allocated_gpus(job: &sys::job_record_t) -> Vec<(NodeId, u32)> {
 /// engine enabled). `None` when there is no controller.
 fn with_ctl<R>(f: impl FnOnce(&mut Controller) -> R) -> Option<R> {
     let plugin = PLUGIN.get()?;
-    if !plugin.config.select.enabled || !in_slurmctld() {
+    if !plugin.config.select.enabled || !in_slurmctld() || worker::dead() {
         return None;
     }
     let mut guard = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner());
@@ -201,6 +210,50 @@ fn with_ctl<R>(f: impl FnOnce(&mut Controller) -> R) -> Option<R> {
         }
     }
     guard.as_mut().map(f)
+}
+
+/// Slurm's `StateSaveLocation` (from `select_p_state_restore`), where the
+/// plugin thread keeps [`compass_slurm::persist`]'s file.
+pub(crate) static STATE_DIR: std::sync::Mutex<Option<std::path::PathBuf>> =
+    std::sync::Mutex::new(None);
+/// What the file held at slurmctld's start, until the first rebuild.
+static SAVED_AT_START: std::sync::Mutex<Option<Saved>> = std::sync::Mutex::new(None);
+
+/// Forwarded; slurmctld calls it at start and at every reconfigure, just
+/// before `select_p_job_init`, with its `StateSaveLocation`. The first time
+/// the plugin reads back what its thread saved there (cool-downs and
+/// in-flight migrations). A small local file, read once, as Slurm reads its
+/// own state files here; an unreadable one is logged and ignored.
+///
+/// # Safety
+/// Called by Slurm with a NUL-terminated directory name (or NULL).
+#[no_mangle]
+pub unsafe extern "C" fn select_p_state_restore(dir_name: *mut c_char) -> c_int {
+    // SAFETY: forwarded unchanged.
+    let rc = guard("select_p_state_restore", SLURM_ERROR, || unsafe {
+        (stock().select_p_state_restore)(dir_name)
+    });
+    guard("select_p_state_restore (engine)", (), || {
+        // SAFETY: Slurm's string or NULL.
+        let Some(dir) = (unsafe { opt_str(dir_name) }) else {
+            return;
+        };
+        if !in_slurmctld() {
+            return;
+        }
+        let dir = std::path::PathBuf::from(dir);
+        let mut known = STATE_DIR.lock().unwrap_or_else(|p| p.into_inner());
+        if known.is_none() {
+            match Saved::read(&dir.join(FILE_NAME)) {
+                Ok(saved) => *SAVED_AT_START.lock().unwrap_or_else(|p| p.into_inner()) = saved,
+                Err(e) => log::error(&format!(
+                    "{e}; cool-downs and in-flight migrations from before the restart are lost"
+                )),
+            }
+        }
+        *known = Some(dir);
+    });
+    rc
 }
 
 /// Rebuilds the engine from the running jobs (start, controller restart,
@@ -239,7 +292,15 @@ pub unsafe extern "C" fn select_p_job_init(job_list: *mut c_void) -> c_int {
         }
         let done = with_ctl(|ctl| {
             let plugin = PLUGIN.get().expect("plugin initialised");
+            // What must survive: from the file at start, else (reconfigure)
+            // from the controller being replaced.
+            let saved = SAVED_AT_START
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .unwrap_or_else(|| ctl.saved(now));
             *ctl = Controller::new(plugin.config.select.clone(), ctl.spec(), ctl_names(ctl));
+            ctl.restore(&saved, now);
             let cap = ctl.spec().gpus_per_node;
             for &p in &jobs {
                 // SAFETY: live job records under slurmctld's job lock.
@@ -251,6 +312,7 @@ pub unsafe extern "C" fn select_p_job_init(job_list: *mut c_void) -> c_int {
                     log::verbose(&msg);
                 }
             }
+            ctl.adopt_in_flight();
             ctl.compact();
             jobs.len()
         });

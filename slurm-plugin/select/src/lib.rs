@@ -84,8 +84,15 @@ fn guard<R>(what: &str, on_panic: R, f: impl FnOnce() -> R) -> R {
 pub extern "C" fn init() -> c_int {
     guard("init", SLURM_ERROR, || {
         let path = std::env::var("COMPASS_CONF").unwrap_or_else(|_| DEFAULT_PATH.to_string());
-        let config = match Config::load(std::path::Path::new(&path)) {
-            Ok(c) => c,
+        let config = match Config::load_with_warnings(std::path::Path::new(&path)) {
+            Ok((c, warnings)) => {
+                if in_slurmctld() {
+                    for w in warnings {
+                        log::info(&w);
+                    }
+                }
+                c
+            }
             Err(e) => {
                 log::error(&format!(
                     "{e}; the compass engine is disabled (plain cons_tres)"

@@ -2,24 +2,44 @@
 //! movability, carries out migration orders (requeue + begin time now,
 //! through the public API, i.e. RPCs to slurmctld, never under its locks)
 //! and publishes the live state file atomically.
+//!
+//! The thread never dies of a panic: each round and each migration order
+//! runs under `catch_unwind`. A failed round is logged and the next one
+//! runs; after [`MAX_FAILED_ROUNDS`] failed rounds in a row the thread gives
+//! up for good and the plugin falls back to plain cons_tres
+//! ([`fall_back`]: no narrowing, pins and in-flight orders cleared, one
+//! line in slurmctld's log). Every wait looks at the stop flag at least
+//! every 50 ms, so `fini` never waits for a migration.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use compass_slurm::controller::MigrationOrder;
+use compass_slurm::wait::{poll_until, sleep, Waited};
 use slurm_sys as sys;
 
-use crate::{log, now_unix, PLUGIN};
+use crate::{log, now_unix, Plugin, PLUGIN};
 
 static STOP: AtomicBool = AtomicBool::new(false);
+/// Set once the thread gave up: the plugin is plain cons_tres from then on.
+static DEAD: AtomicBool = AtomicBool::new(false);
 static HANDLE: Mutex<Option<JoinHandle<()>>> = Mutex::new(None);
+
+/// Failed (panicking) rounds in a row after which the thread gives up.
+pub const MAX_FAILED_ROUNDS: u32 = 3;
+
+/// Whether the thread gave up (then nothing is narrowed or migrated).
+pub fn dead() -> bool {
+    DEAD.load(Ordering::SeqCst)
+}
 
 /// Starts the thread once.
 pub fn start() {
     let mut h = HANDLE.lock().unwrap_or_else(|p| p.into_inner());
-    if h.is_some() {
+    if h.is_some() || dead() {
         return;
     }
     STOP.store(false, Ordering::SeqCst);
@@ -32,7 +52,8 @@ pub fn start() {
     }
 }
 
-/// Stops and joins the thread (plugin fini).
+/// Stops and joins the thread (plugin fini): it notices within 50 ms,
+/// whatever it is waiting for.
 pub fn stop() {
     STOP.store(true, Ordering::SeqCst);
     if let Some(j) = HANDLE.lock().unwrap_or_else(|p| p.into_inner()).take() {
@@ -40,81 +61,216 @@ pub fn stop() {
     }
 }
 
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+/// Test-only hook (debug builds): `COMPASS_TEST_WORKER_PANIC=always` in
+/// slurmctld's environment makes every round panic, `once` the first one.
+#[cfg(debug_assertions)]
+fn injected_panic(round: u64) {
+    match std::env::var("COMPASS_TEST_WORKER_PANIC").as_deref() {
+        Ok("always") => panic!("injected panic (COMPASS_TEST_WORKER_PANIC=always)"),
+        Ok("once") if round == 0 => panic!("injected panic (COMPASS_TEST_WORKER_PANIC=once)"),
+        _ => {}
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn injected_panic(_round: u64) {}
+
+/// What the thread carries from round to round.
+#[derive(Default)]
+struct Rounds {
+    round: u64,
+    last_written: String,
+    /// Last state written to StateSaveLocation.
+    last_saved: Option<compass_slurm::persist::Saved>,
+}
+
 fn run() {
     let Some(plugin) = PLUGIN.get() else { return };
-    let mut last_written = String::new();
-    let mut round: u64 = 0;
+    let mut rounds = Rounds::default();
+    let mut failed = 0u32;
     while !STOP.load(Ordering::SeqCst) {
-        let now = now_unix();
-        // Node states through the public API (an RPC to slurmctld, outside
-        // its locks), every 5 s: down/drained nodes are no Compact targets.
-        if round.is_multiple_of(5) {
-            if let Some(states) = node_usability() {
-                if let Some(ctl) = plugin
-                    .ctl
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .as_mut()
-                {
-                    for name in ctl.set_usable_nodes(&states) {
-                        let ok = states.iter().any(|(n, ok)| *n == name && *ok);
-                        log::info(&format!(
-                            "node {name}: {} for placement and migrations",
-                            if ok {
-                                "usable again"
-                            } else {
-                                "not usable (down/drained)"
-                            }
-                        ));
-                    }
+        match catch_unwind(AssertUnwindSafe(|| one_round(plugin, &mut rounds))) {
+            Ok(()) => failed = 0,
+            Err(p) => {
+                failed += 1;
+                let why = panic_text(&*p);
+                if failed >= MAX_FAILED_ROUNDS {
+                    fall_back(
+                        plugin,
+                        &format!("the compass thread failed {failed} rounds in a row (last: panic: {why})"),
+                    );
+                    return;
                 }
+                log::error(&format!(
+                    "compass thread: round failed (panic: {why}); retrying"
+                ));
             }
         }
-        if round.is_multiple_of(10) {
+        rounds.round += 1;
+        if sleep(&STOP, Duration::from_secs(1)) {
+            return;
+        }
+    }
+}
+
+/// The thread gives up for good: the engine is dropped (pins and in-flight
+/// orders with it), `with_ctl` answers `None` from now on, so every entry
+/// point forwards to cons_tres unchanged; the state file says so.
+fn fall_back(plugin: &Plugin, why: &str) {
+    DEAD.store(true, Ordering::SeqCst);
+    let last = plugin
+        .ctl
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .map(|ctl| ctl.snapshot(now_unix(), false));
+    log::error(&format!(
+        "{why}; falling back to plain cons_tres until slurmctld restarts (no narrowing, no migrations, pins cleared)"
+    ));
+    if let Some(mut s) = last {
+        s.engine_active = false;
+        s.engine_error = Some(why.to_string());
+        s.pending_migrations.clear();
+        let _ = s.write_atomic(&plugin.state_file);
+    }
+}
+
+fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
+    let now = now_unix();
+    injected_panic(rounds.round);
+    let round = rounds.round;
+    // Node states through the public API (an RPC to slurmctld, outside
+    // its locks), every 5 s: down/drained nodes are no Compact targets.
+    if round.is_multiple_of(5) {
+        if let Some(states) = node_usability() {
             if let Some(ctl) = plugin
                 .ctl
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .as_mut()
             {
-                if let Some(msg) = ctl.self_check() {
-                    log::error(&msg);
-                }
-            }
-        }
-        round += 1;
-        let (orders, snapshot) = {
-            let mut g = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner());
-            match g.as_mut() {
-                Some(ctl) => (ctl.tick(now), Some(ctl.snapshot(now, true))),
-                None => (vec![], None),
-            }
-        };
-        for order in orders {
-            migrate(&order);
-        }
-        if let Some(mut s) = snapshot {
-            s.job_test = crate::stats::job_test();
-            let mut key = s.clone();
-            key.updated_unix = 0;
-            key.job_test = Default::default();
-            let key = serde_json_key(&key);
-            // Rewrite on change, and every 10 s so readers see it is alive.
-            if key != last_written || now.is_multiple_of(10) {
-                if let Err(e) = s.write_atomic(&plugin.state_file) {
-                    log::error(&format!(
-                        "cannot write {}: {e}",
-                        plugin.state_file.display()
+                for name in ctl.set_usable_nodes(&states) {
+                    let ok = states.iter().any(|(n, ok)| *n == name && *ok);
+                    log::info(&format!(
+                        "node {name}: {} for placement and migrations",
+                        if ok {
+                            "usable again"
+                        } else {
+                            "not usable (down/drained)"
+                        }
                     ));
                 }
-                last_written = key;
             }
         }
-        for _ in 0..10 {
-            if STOP.load(Ordering::SeqCst) {
-                return;
+    }
+    if round.is_multiple_of(10) {
+        if let Some(ctl) = plugin
+            .ctl
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            if let Some(msg) = ctl.self_check() {
+                log::error(&msg);
             }
-            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let (orders, snapshot) = {
+        let mut g = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner());
+        match g.as_mut() {
+            Some(ctl) => (ctl.tick(now), Some(ctl.snapshot(now, true))),
+            None => (vec![], None),
+        }
+    };
+    // Handed-out orders are in flight (pinned) now: save before requeueing.
+    save_state(plugin, rounds, now);
+    let mut orders = orders.into_iter();
+    for order in orders.by_ref() {
+        if STOP.load(Ordering::SeqCst) {
+            not_carried_out(plugin, &order);
+            break;
+        }
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| migrate(plugin, &order))) {
+            log::error(&format!(
+                "migration of job {}: internal error (panic: {}); left in place",
+                order.job,
+                panic_text(&*p)
+            ));
+            not_carried_out(plugin, &order);
+        }
+    }
+    // Orders left when a stop came: never requeued, the job runs on.
+    for order in orders {
+        not_carried_out(plugin, &order);
+    }
+    if let Some(mut s) = snapshot {
+        s.job_test = crate::stats::job_test();
+        let mut key = s.clone();
+        key.updated_unix = 0;
+        key.job_test = Default::default();
+        let key = serde_json_key(&key);
+        // Rewrite on change, and every 10 s so readers see it is alive.
+        if key != rounds.last_written || now.is_multiple_of(10) {
+            if let Err(e) = s.write_atomic(&plugin.state_file) {
+                log::error(&format!(
+                    "cannot write {}: {e}",
+                    plugin.state_file.display()
+                ));
+            }
+            rounds.last_written = key;
+        }
+    }
+}
+
+/// Writes what must survive a restart ([`compass_slurm::persist`]) to
+/// StateSaveLocation when it changed: atomically, from this thread, with
+/// no lock of ours or Slurm's held during the I/O.
+fn save_state(plugin: &Plugin, rounds: &mut Rounds, now: u64) {
+    let Some(dir) = crate::job::STATE_DIR
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+    else {
+        return;
+    };
+    let Some(saved) = plugin
+        .ctl
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map(|c| c.saved(now))
+    else {
+        return;
+    };
+    if rounds.last_saved.as_ref() == Some(&saved) {
+        return;
+    }
+    let path = dir.join(compass_slurm::persist::FILE_NAME);
+    match saved.write_atomic(&path) {
+        Ok(()) => rounds.last_saved = Some(saved),
+        Err(e) => log::error(&format!("cannot write {}: {e}", path.display())),
+    }
+}
+
+/// An order handed out but not carried out: if the controller still
+/// records the job as running (no requeue reached Slurm), the engine goes
+/// back to what Slurm runs; a requeued job keeps its pin until it expires.
+fn not_carried_out(plugin: &Plugin, order: &MigrationOrder) {
+    if let Some(ctl) = plugin
+        .ctl
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_mut()
+    {
+        if ctl.knows(order.job) {
+            ctl.requeue_failed(order);
         }
     }
 }
@@ -124,8 +280,7 @@ fn serde_json_key(s: &compass_slurm::state::PublishedState) -> String {
 }
 
 /// Requeue + pin + begin time now (a plain requeue waits cred_expire + 1 s).
-fn migrate(order: &MigrationOrder) {
-    let Some(plugin) = PLUGIN.get() else { return };
+fn migrate(plugin: &Plugin, order: &MigrationOrder) {
     // tick() marked the order in flight (pinned) before handing it out.
     let id = order.job as u32;
     // A job that is ending (cancelled, completing) must not be requeued: that
@@ -157,14 +312,13 @@ fn migrate(order: &MigrationOrder) {
     // The job is COMPLETING, then PENDING with begin time = requeue +
     // cred_expire + 1; an update made while it completes is overwritten, so
     // wait until it is PENDING, then set the begin time and check it stuck.
-    for _ in 0..100 {
-        match job_pending_since(id) {
-            Some(eligible) if eligible <= begin as i64 => {
-                log::info(&format!(
-                    "migration of job {id}: requeued, pinned to its planned nodes, eligible now"
-                ));
-                return;
-            }
+    // (The wait is long enough for a loaded slurmctld; a stop ends it.)
+    let waited = poll_until(
+        &STOP,
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || match job_pending_since(id) {
+            Some(eligible) if eligible <= begin as i64 => Some(()),
             Some(_) => {
                 // SAFETY: zeroed then initialised by Slurm's own initialiser.
                 unsafe {
@@ -174,14 +328,22 @@ fn migrate(order: &MigrationOrder) {
                     desc.begin_time = begin as sys::time_t;
                     sys::slurm_update_job(&mut desc);
                 }
+                None
             }
-            None => {}
-        }
-        std::thread::sleep(Duration::from_millis(100));
+            None => None,
+        },
+    );
+    match waited {
+        Waited::Done(()) => log::info(&format!(
+            "migration of job {id}: requeued, pinned to its planned nodes, eligible now"
+        )),
+        Waited::Stopped => log::info(&format!(
+            "migration of job {id}: requeued; stopping before its begin time was reset"
+        )),
+        Waited::TimedOut => log::error(&format!(
+            "migration of job {id}: could not reset its begin time (it starts after cred_expire)"
+        )),
     }
-    log::error(&format!(
-        "migration of job {id}: could not reset its begin time (it starts after cred_expire)"
-    ));
 }
 
 const JOB_PENDING: u32 = 0;

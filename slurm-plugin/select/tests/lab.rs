@@ -17,11 +17,13 @@ const STOCK: LabOptions = LabOptions {
     compass: false,
     nodes: 8,
     conf: LAB_CONF,
+    env: &[],
 };
 const COMPASS: LabOptions = LabOptions {
     compass: true,
     nodes: 8,
     conf: LAB_CONF,
+    env: &[],
 };
 
 #[test]
@@ -44,6 +46,11 @@ fn spank_options_are_in_sbatch_help_and_validated_at_submit() {
         err.contains("--min-runtime=9h exceeds the site cap of 8:00:00"),
         "{err}"
     );
+    let err = lab.sbatch(&["--resumable=soon"], "true").unwrap_err();
+    assert!(
+        err.contains("invalid --resumable value `soon`") && err.contains("--resumable=5m"),
+        "{err}"
+    );
     assert!(
         lab.run("squeue", &["-h"]).stdout.is_empty(),
         "no refused job was queued"
@@ -64,6 +71,10 @@ fn spank_options_are_in_sbatch_help_and_validated_at_submit() {
             "compass:min_runtime=7200,resumable=0",
         ),
         (vec![], "compass:min_runtime=0,resumable=0"),
+        (
+            vec!["--resumable=5m"],
+            "compass:min_runtime=0,resumable=1,migration_cost=300",
+        ),
     ] {
         let id = lab.submit(&args);
         let show = lab.show_job(id);
@@ -72,6 +83,91 @@ fn spank_options_are_in_sbatch_help_and_validated_at_submit() {
             "{args:?}: {show}"
         );
     }
+}
+
+#[test]
+fn a_bad_spank_config_fails_only_our_own_options() {
+    let lab = Lab::start("spank-bad-conf", COMPASS);
+    let conf = lab.dir.join("etc/compass.conf");
+    let good = std::fs::read_to_string(&conf).unwrap();
+    let ran = |name: &str, args: &[&str], hold_then: Option<&dyn Fn()>| {
+        let out = lab.dir.join(format!("{name}.out"));
+        let o = out.display().to_string();
+        let mut a = vec!["-n1", "--gpus-per-task=1", "-o", &o];
+        a.extend_from_slice(args);
+        let id = lab
+            .sbatch(&a, "echo batch-ok; srun echo step-ok")
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        if let Some(f) = hold_then {
+            f();
+            assert!(lab
+                .run("scontrol", &["release", &id.to_string()])
+                .status
+                .success());
+        }
+        lab.wait_until(
+            &format!("{name} ran its batch step and a job step"),
+            Duration::from_secs(20),
+            || {
+                lab.job(id).0 == "GONE"
+                    && std::fs::read_to_string(&out)
+                        .is_ok_and(|t| t.contains("batch-ok") && t.contains("step-ok"))
+            },
+        );
+        id
+    };
+    // accepted with a good config, run under a broken one: its steps run
+    let broken = "[spank\nmax_min_runtime = \n";
+    ran(
+        "accepted-before",
+        &["--min-runtime=1h", "--resumable", "-H"],
+        Some(&|| std::fs::write(&conf, broken).unwrap()),
+    );
+
+    // an unparsable file: plain jobs and their steps run
+    ran("plain", &[], None);
+    for (opt, arg) in [
+        ("--min-runtime", "--min-runtime=1h"),
+        ("--resumable", "--resumable"),
+    ] {
+        let err = lab.sbatch(&[arg], "true").unwrap_err();
+        assert!(
+            err.contains(&format!(
+                "{opt} cannot be used: the site config is unusable"
+            )) && err.contains(&conf.display().to_string()),
+            "{err}"
+        );
+    }
+
+    // unknown sections and keys: ignored with a warning; the rest applies
+    let with_unknown =
+        good.replace("[spank]\n", "[spank]\nmax_runtime = \"1h\"\n") + "\n[future]\nknob = 1\n";
+    assert_ne!(with_unknown, good);
+    std::fs::write(&conf, &with_unknown).unwrap();
+    let id = ran(
+        "unknown-keys",
+        &["--min-runtime=4h", "--resumable=5m"],
+        None,
+    );
+    assert!(
+        lab.show_job(id)
+            .contains("AdminComment=compass:min_runtime=14400,resumable=1,migration_cost=300"),
+        "{}",
+        lab.show_job(id)
+    );
+    let err = lab.sbatch(&["--min-runtime=9h"], "true").unwrap_err();
+    assert!(err.contains("exceeds the site cap of 8:00:00"), "{err}");
+    let v = lab.run(
+        "sbatch",
+        &["-v", "--parsable", "-o", "/dev/null", "--wrap", "true"],
+    );
+    assert!(v.status.success());
+    let stderr = common::lossy(&v.stderr);
+    assert!(
+        stderr.contains("unknown key `spank.max_runtime` ignored")
+            && stderr.contains("unknown section `future` ignored"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -264,6 +360,7 @@ fn abstract_example_stock_cons_tres_blocks_the_two_by_four_job() {
             compass: false,
             nodes: 3,
             conf: LAB_CONF,
+            env: &[],
         },
     );
     let (big, _) = abstract_workload(&lab);
@@ -285,6 +382,7 @@ fn abstract_example_compass_never_keeps_the_fragmented_layout() {
             compass: true,
             nodes: 3,
             conf: LAB_CONF,
+            env: &[],
         },
     );
     let (big, mut left) = abstract_workload(&lab);
@@ -440,6 +538,220 @@ fn departure_never_touches_a_job_that_is_not_resumable() {
     assert!(lab.show_job(b).contains("Restarts=0") && lab.show_job(c).contains("Restarts=0"));
     assert!(
         !lab.ctld_log().contains("migration of job"),
+        "{}",
+        lab.debug()
+    );
+}
+
+#[test]
+fn a_protected_job_is_not_migrated_before_its_min_runtime() {
+    // A and B share a node, C is alone, all resumable; B is protected for
+    // an hour. When A ends, B stays and C moves onto B's node.
+    let lab = Lab::start("min-runtime-protects", COMPASS);
+    let args = ["-n1", "--gpus-per-task=4", "--resumable"];
+    let a = lab.submit(&args);
+    let b = lab.submit(&[&args[..], &["--min-runtime=1h"]].concat());
+    let c = lab.submit(&args);
+    lab.wait_running(&[a, b, c], Duration::from_secs(15));
+    let (na, nb, nc) = (lab.job(a).1, lab.job(b).1, lab.job(c).1);
+    assert_eq!(na, nb, "{}", lab.debug());
+    assert_ne!(nb, nc);
+    lab.wait_until(
+        "the state file counts B as protected",
+        Duration::from_secs(10),
+        || lab.state_json()["kept_still"]["protected"].as_u64() == Some(1),
+    );
+    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    lab.wait_until("C restarted on B's node", Duration::from_secs(20), || {
+        lab.job(c) == ("RUNNING".to_string(), nb.clone())
+    });
+    assert_eq!(lab.job(b), ("RUNNING".to_string(), nb.clone()));
+    assert!(
+        lab.show_job(b).contains("Restarts=0"),
+        "{}",
+        lab.show_job(b)
+    );
+    assert!(
+        !lab.ctld_log().contains(&format!("migration of job {b}")),
+        "{}",
+        lab.debug()
+    );
+}
+
+#[test]
+fn a_job_about_to_end_is_not_migrated_while_a_long_one_is() {
+    // A and B (1 x 4 GPUs, the partition's 1-hour default limit) share a
+    // node; C (2-minute limit) is alone. When A ends, moving C would cost
+    // its 60 s migration (the site default) out of less than 2 minutes
+    // left: the rule keeps it, and B moves onto C's node instead.
+    let lab = Lab::start("ends-soon", COMPASS);
+    let args = ["-n1", "--gpus-per-task=4", "--resumable"];
+    let a = lab.submit(&args);
+    let b = lab.submit(&args);
+    let c = lab.submit(&[&args[..], &["--time=2"]].concat());
+    lab.wait_running(&[a, b, c], Duration::from_secs(15));
+    let (na, nb, nc) = (lab.job(a).1, lab.job(b).1, lab.job(c).1);
+    assert_eq!(na, nb, "{}", lab.debug());
+    assert_ne!(nb, nc);
+    lab.wait_until(
+        "the state file counts C as ending soon",
+        Duration::from_secs(10),
+        || lab.state_json()["kept_still"]["ends-soon"].as_u64() == Some(1),
+    );
+    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    lab.wait_until("B restarted on C's node", Duration::from_secs(20), || {
+        lab.job(b) == ("RUNNING".to_string(), nc.clone())
+    });
+    assert!(
+        lab.show_job(b).contains("Restarts=1"),
+        "{}",
+        lab.show_job(b)
+    );
+    assert_eq!(lab.job(c), ("RUNNING".to_string(), nc.clone()));
+    assert!(
+        lab.show_job(c).contains("Restarts=0"),
+        "{}",
+        lab.show_job(c)
+    );
+    assert!(
+        !lab.ctld_log().contains(&format!("migration of job {c}")),
+        "{}",
+        lab.debug()
+    );
+    assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
+}
+
+#[test]
+fn a_failing_plugin_thread_falls_back_to_plain_cons_tres() {
+    // Test-only hook (debug builds): every round of the plugin's thread
+    // panics. It gives up after 3 rounds, with one line in slurmctld's log,
+    // and GPU jobs then run under plain cons_tres: none waits forever.
+    let lab = Lab::start(
+        "worker-dies",
+        LabOptions {
+            env: &[("COMPASS_TEST_WORKER_PANIC", "always")],
+            ..COMPASS
+        },
+    );
+    let first = lab.submit(&["-n1", "--gpus-per-task=4", "--resumable"]);
+    lab.wait_running(&[first], Duration::from_secs(15));
+    lab.wait_until("the fallback line", Duration::from_secs(20), || {
+        lab.ctld_log().contains("falling back to plain cons_tres")
+    });
+    let log = lab.ctld_log();
+    assert_eq!(
+        log.matches("falling back to plain cons_tres").count(),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("round failed (panic: injected panic"), "{log}");
+    let state = lab.state_json();
+    assert_eq!(state["engine_active"], false, "{state}");
+    assert!(
+        state["engine_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("failed 3 rounds")),
+        "{state}"
+    );
+    // plain cons_tres from now on: jobs start, nothing is narrowed
+    let before = lab.ctld_log().matches("narrowed").count();
+    let ids: Vec<u32> = (0..3)
+        .map(|_| lab.submit(&["-n1", "--gpus-per-task=4", "--resumable"]))
+        .collect();
+    lab.wait_running(&ids, Duration::from_secs(15));
+    assert!(lab.run("scancel", &[&first.to_string()]).status.success());
+    std::thread::sleep(Duration::from_secs(3));
+    let log = lab.ctld_log();
+    assert_eq!(log.matches("narrowed").count(), before, "{}", lab.debug());
+    assert!(!log.contains("migration of job"), "{}", lab.debug());
+    for &j in &ids {
+        assert_eq!(lab.job(j).0, "RUNNING");
+    }
+}
+
+#[test]
+fn a_plugin_thread_round_that_fails_once_is_retried() {
+    let lab = Lab::start(
+        "worker-panics-once",
+        LabOptions {
+            env: &[("COMPASS_TEST_WORKER_PANIC", "once")],
+            ..COMPASS
+        },
+    );
+    // the departure scenario still migrates: the thread lives on
+    let (b, c, _, _) = departure(&lab, true);
+    lab.wait_until(
+        "B and C share one node again",
+        Duration::from_secs(20),
+        || {
+            let (sb, xb) = lab.job(b);
+            let (sc, xc) = lab.job(c);
+            sb == "RUNNING" && sc == "RUNNING" && xb == xc
+        },
+    );
+    let log = lab.ctld_log();
+    assert_eq!(log.matches("round failed (panic").count(), 1, "{log}");
+    assert!(!log.contains("falling back"), "{log}");
+}
+
+#[test]
+fn reconfigure_and_restart_keep_a_migrated_job_in_its_cool_down() {
+    // A and B (resumable) share a node, C (not resumable) is alone. A ends:
+    // B must move onto C's node. Then D (not resumable) runs alone and C
+    // ends, leaving B and D alone on their nodes: only B could move, but it
+    // is in its 10-minute cool-down, through `scontrol reconfigure` and a
+    // slurmctld restart alike (both rebuild the engine).
+    let lab = Lab::start("cool-down-survives", COMPASS);
+    let res = ["-n1", "--gpus-per-task=4", "--resumable"];
+    let plain = ["-n1", "--gpus-per-task=4"];
+    let a = lab.submit(&res);
+    let b = lab.submit(&res);
+    let c = lab.submit(&plain);
+    lab.wait_running(&[a, b, c], Duration::from_secs(15));
+    let (na, nb, nc) = (lab.job(a).1, lab.job(b).1, lab.job(c).1);
+    assert_eq!(na, nb, "{}", lab.debug());
+    assert_ne!(nb, nc);
+    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    lab.wait_until("B moved onto C's node", Duration::from_secs(20), || {
+        lab.job(b) == ("RUNNING".to_string(), nc.clone())
+    });
+    let d = lab.submit(&plain);
+    lab.wait_running(&[d], Duration::from_secs(15));
+    assert_ne!(lab.job(d).1, nc, "{}", lab.debug());
+    let migrations_of_b = |l: &Lab| {
+        l.ctld_log()
+            .matches(&format!("migration of job {b}: requeued"))
+            .count()
+    };
+    assert_eq!(migrations_of_b(&lab), 1);
+
+    let rebuilt = |l: &Lab| l.ctld_log().matches("engine rebuilt from").count();
+    let before = rebuilt(&lab);
+    let out = lab.run("scontrol", &["reconfigure"]);
+    assert!(out.status.success(), "{}", common::lossy(&out.stderr));
+    lab.wait_until("the engine rebuilt", Duration::from_secs(15), || {
+        rebuilt(&lab) > before
+    });
+    assert!(lab.run("scancel", &[&c.to_string()]).status.success());
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(migrations_of_b(&lab), 1, "B moved again\n{}", lab.debug());
+    assert!(
+        lab.show_job(b).contains("Restarts=1"),
+        "{}",
+        lab.show_job(b)
+    );
+    assert_eq!(lab.partial_nodes(8), 2, "{}", lab.debug());
+
+    lab.restart_ctld();
+    lab.wait_until("slurmctld answers", Duration::from_secs(20), || {
+        lab.run("scontrol", &["ping"]).status.success()
+    });
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(lab.show_job(b).contains("Restarts=1"), "{}", lab.debug());
+    assert_eq!(lab.job(b), ("RUNNING".to_string(), nc.clone()));
+    assert!(
+        !lab.ctld_log()
+            .contains("cool-downs and in-flight migrations from before the restart are lost"),
         "{}",
         lab.debug()
     );

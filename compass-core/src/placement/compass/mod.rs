@@ -327,6 +327,18 @@ impl PlacementPolicy for CompassEngine {
     fn occupancy(&self) -> &Occupancy {
         &self.occ
     }
+
+    fn set_movable(&mut self, job: JobId, movable: bool) -> Result<()> {
+        CompassEngine::set_movable(self, job, movable)
+    }
+
+    fn honours_movable(&self) -> bool {
+        true
+    }
+
+    fn fork(&self) -> Option<Box<dyn PlacementPolicy>> {
+        Some(Box::new(self.clone()))
+    }
 }
 
 #[cfg(test)]

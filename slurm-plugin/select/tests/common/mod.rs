@@ -51,6 +51,8 @@ pub struct LabOptions {
     pub nodes: u32,
     /// compass.conf under slurm-plugin/tests/.
     pub conf: &'static str,
+    /// Extra environment of the daemons (test-only hooks).
+    pub env: &'static [(&'static str, &'static str)],
 }
 
 impl Default for LabOptions {
@@ -59,6 +61,7 @@ impl Default for LabOptions {
             compass: true,
             nodes: 8,
             conf: LAB_CONF,
+            env: &[],
         }
     }
 }
@@ -112,6 +115,7 @@ impl Lab {
                 "COMPASS_CONF",
                 root.join("slurm-plugin/tests").join(opts.conf),
             );
+        cmd.envs(opts.env.iter().copied());
         if opts.compass {
             cmd.env(
                 "COMPASS_SELECT_SO",

@@ -1,0 +1,106 @@
+//! What the select plugin keeps across `scontrol reconfigure` and slurmctld
+//! restarts: the cool-downs of recently migrated jobs and the migrations in
+//! flight (requeued, pinned to their target, not yet restarted). Without
+//! them a rebuild would move the same jobs again at once.
+//!
+//! On reconfigure the plugin carries them over in memory; for a restart the
+//! plugin thread writes them to [`FILE_NAME`] in Slurm's
+//! `StateSaveLocation` (atomically, off Slurm's locks, when they change) and
+//! `select_p_state_restore` reads them back.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// File name inside `StateSaveLocation`.
+pub const FILE_NAME: &str = "compass_select_state.json";
+/// Version of the file format.
+pub const FORMAT: u32 = 1;
+
+/// The state that survives.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Saved {
+    pub format: u32,
+    /// `(job id, unix time its last migration restarted it)`, only entries
+    /// still inside the cool-down.
+    pub last_migrated: Vec<(u64, u64)>,
+    /// Migrations requeued and not yet restarted.
+    pub in_flight: Vec<SavedMigration>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedMigration {
+    pub job: u64,
+    /// Node names of the target, one per instance.
+    pub to_nodes: Vec<String>,
+    /// Unix time the order was handed out (its pin expires from there).
+    pub since: u64,
+    /// `(instances, GPUs per instance)` when in the model.
+    pub shape: Option<(u32, u32)>,
+}
+
+impl Saved {
+    /// Nothing to keep.
+    pub fn is_empty(&self) -> bool {
+        self.last_migrated.is_empty() && self.in_flight.is_empty()
+    }
+
+    /// Writes `path` atomically (temporary file, fsync, rename).
+    pub fn write_atomic(&self, path: &Path) -> std::io::Result<()> {
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        let mut f = std::fs::File::create(&tmp)?;
+        serde_json::to_writer(&mut f, self).map_err(std::io::Error::other)?;
+        f.write_all(b"\n")?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    }
+
+    /// Reads `path`; a missing file is `Ok(None)` (first start).
+    pub fn read(path: &Path) -> Result<Option<Self>, String> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let s: Self =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        if s.format != FORMAT {
+            return Err(format!(
+                "{}: format {} not supported (expected {FORMAT})",
+                path.display(),
+                s.format
+            ));
+        }
+        Ok(Some(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_a_file() {
+        let dir = std::env::temp_dir().join(format!("compass-persist-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(FILE_NAME);
+        assert_eq!(Saved::read(&path), Ok(None), "first start: no file");
+        let s = Saved {
+            format: FORMAT,
+            last_migrated: vec![(7, 1000)],
+            in_flight: vec![SavedMigration {
+                job: 9,
+                to_nodes: vec!["n2".into()],
+                since: 990,
+                shape: Some((1, 4)),
+            }],
+        };
+        s.write_atomic(&path).unwrap();
+        assert_eq!(Saved::read(&path), Ok(Some(s)));
+        std::fs::write(&path, "{not json").unwrap();
+        assert!(Saved::read(&path).unwrap_err().contains(FILE_NAME));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
