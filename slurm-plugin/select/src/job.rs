@@ -18,8 +18,37 @@ use crate::{guard, in_slurmctld, log, now_unix, worker, PLUGIN, SLURM_ERROR, SLU
 const JOB_STATE_BASE: u32 = 0xff;
 const JOB_RUNNING: u32 = 1;
 const JOB_SUSPENDED: u32 = 2;
-/// `select_p_job_test` mode: allocate now (others: TEST_ONLY, WILL_RUN).
-const SELECT_MODE_RUN_NOW: u16 = 0;
+/// `select_p_job_test` modes (src/common/select.h): the low byte is the
+/// mode, the high byte flags. RUN_NOW (0): allocate now; TEST_ONLY (1): could
+/// the job ever run on these nodes (asked at submit time and when a job cannot
+/// start at once); WILL_RUN (2) and RESV (4): when and where could it run.
+const SELECT_MODE_BASE: u16 = 0x00ff;
+const SELECT_MODE_TEST_ONLY: u16 = 0x0001;
+
+/// How `select_p_job_test` treats the engine's plan in a given mode.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum ModeRule {
+    /// Allocate now: narrow to the plan (widen only when the plan may).
+    RunNow,
+    /// "Could it ever run?": never narrowed. The plan is about where the job
+    /// goes now; narrowing this test to it declared valid jobs unrunnable at
+    /// submit ("Requested node configuration is not available", found by
+    /// Slurm's own test39.15 under `contrib/slurm-testsuite.sh`).
+    TestOnly,
+    /// When and where could it run (backfill, reservations): the plan first,
+    /// then Slurm's own candidates, so the plan never makes a job unrunnable.
+    Plan,
+}
+
+fn mode_rule(mode: u16) -> ModeRule {
+    if mode & SELECT_MODE_TEST_ONLY != 0 {
+        ModeRule::TestOnly
+    } else if mode & SELECT_MODE_BASE == 0 {
+        ModeRule::RunNow
+    } else {
+        ModeRule::Plan
+    }
+}
 /// `gres_build_id("gpu")` (src/common/gres.c): the `plugin_id` of GPU GRES.
 const GPU_PLUGIN_ID: u32 = b'g' as u32 + ((b'p' as u32) << 8) + ((b'u' as u32) << 16);
 
@@ -401,13 +430,14 @@ fn select_p_job_test_narrowed(
     mode: u16,
     call: &dyn Fn(*mut sys::bitstr_t) -> c_int,
 ) -> c_int {
-    let Some((want, may_widen)) = narrowed else {
+    let rule = mode_rule(mode);
+    let Some((want, may_widen)) = narrowed.filter(|_| rule != ModeRule::TestOnly) else {
         return guard("select_p_job_test", SLURM_ERROR, || call(bitmap));
     };
     // An empty plan (the job waits for migrations to land) only holds the
-    // job back from starting now: the submit-time test and backfill's
-    // planning see Slurm's own candidates.
-    if want.count() == 0 && mode != SELECT_MODE_RUN_NOW {
+    // job back from starting now: backfill's planning sees Slurm's own
+    // candidates.
+    if want.count() == 0 && rule != ModeRule::RunNow {
         return guard("select_p_job_test", SLURM_ERROR, || call(bitmap));
     }
     guard("select_p_job_test", SLURM_ERROR, || {
@@ -428,14 +458,14 @@ fn select_p_job_test_narrowed(
                 bits_count(orig),
                 want.count()
             ));
-        } else if mode == SELECT_MODE_RUN_NOW && !may_widen {
+        } else if rule == ModeRule::RunNow && !may_widen {
             log::verbose(&format!(
                 "job_test job {id}: planned nodes not free yet (migrations in flight); job waits"
             ));
-        } else if mode == SELECT_MODE_RUN_NOW {
+        } else {
             unsafe { sys::bit_copybits(bitmap, orig) };
             rc = call(bitmap);
-            log::verbose(&format!("job_test job {id}: planned nodes refused by cons_tres, retried on all candidates (rc {rc})"));
+            log::verbose(&format!("job_test job {id} mode {mode}: planned nodes refused by cons_tres, retried on all candidates (rc {rc})"));
         }
         let mut o = orig;
         unsafe { sys::slurm_bit_free(&mut o) };
@@ -505,4 +535,21 @@ pub unsafe extern "C" fn select_p_job_fini(job_ptr: *mut sys::job_record_t) -> c
         }
     });
     rc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_are_read_from_the_low_byte_and_test_only_is_never_narrowed() {
+        assert_eq!(mode_rule(0), ModeRule::RunNow);
+        assert_eq!(mode_rule(1), ModeRule::TestOnly);
+        assert_eq!(mode_rule(2), ModeRule::Plan);
+        assert_eq!(mode_rule(4), ModeRule::Plan);
+        // SELECT_MODE_PREEMPT_FLAG | SELECT_MODE_CHECK_FULL with RUN_NOW, and
+        // SELECT_MODE_IGN_ERR with TEST_ONLY.
+        assert_eq!(mode_rule(0x0300), ModeRule::RunNow);
+        assert_eq!(mode_rule(0x0401), ModeRule::TestOnly);
+    }
 }

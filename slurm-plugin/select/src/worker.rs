@@ -89,7 +89,25 @@ struct Rounds {
     last_written: String,
     /// Last state written to StateSaveLocation.
     last_saved: Option<compass_slurm::persist::Saved>,
+    /// Migrated jobs whose priority was raised to the top until they
+    /// restart ([`raise_priority`]), with when and the nice they had.
+    raised: std::collections::BTreeMap<u32, Raised>,
 }
+
+/// A migrated job at the top of the queue until it restarts.
+#[derive(Clone, Copy, Debug)]
+struct Raised {
+    since: u64,
+    nice: u32,
+}
+
+/// Priority of a migrated job until it restarts: above any computed
+/// priority, below Slurm's `NO_VAL`/`INFINITE`.
+const MIGRATION_PRIORITY: u32 = 0xffff_ff00;
+/// `INFINITE` in an update: "compute the priority again" (job_mgr.c).
+const PRIORITY_RECOMPUTE: u32 = u32::MAX;
+/// Slurm's `NICE_OFFSET`: a job's nice as stored, for `--nice=0`.
+const NICE_OFFSET: u32 = 0x8000_0000;
 
 fn run() {
     let Some(plugin) = PLUGIN.get() else { return };
@@ -197,15 +215,22 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
             not_carried_out(plugin, &order);
             break;
         }
-        if let Err(p) = catch_unwind(AssertUnwindSafe(|| migrate(plugin, &order))) {
-            log::error(&format!(
-                "migration of job {}: internal error (panic: {}); left in place",
-                order.job,
-                panic_text(&*p)
-            ));
-            not_carried_out(plugin, &order);
+        match catch_unwind(AssertUnwindSafe(|| migrate(plugin, &order))) {
+            Ok(Some(raised)) => {
+                rounds.raised.insert(order.job as u32, raised);
+            }
+            Ok(None) => {}
+            Err(p) => {
+                log::error(&format!(
+                    "migration of job {}: internal error (panic: {}); left in place",
+                    order.job,
+                    panic_text(&*p)
+                ));
+                not_carried_out(plugin, &order);
+            }
         }
     }
+    lower_restarted(&mut rounds.raised, now);
     // Orders left when a stop came: never requeued, the job runs on.
     for order in orders {
         not_carried_out(plugin, &order);
@@ -280,9 +305,10 @@ fn serde_json_key(s: &compass_slurm::state::PublishedState) -> String {
 }
 
 /// Requeue + pin + begin time now (a plain requeue waits cred_expire + 1 s).
-fn migrate(plugin: &Plugin, order: &MigrationOrder) {
+fn migrate(plugin: &Plugin, order: &MigrationOrder) -> Option<Raised> {
     // tick() marked the order in flight (pinned) before handing it out.
     let id = order.job as u32;
+    let nice = load_job(id).map_or(NICE_OFFSET, |j| j.nice);
     // A job that is ending (cancelled, completing) must not be requeued: that
     // would start it again. Small race left between this check and the RPC.
     let rc = if job_running(id) {
@@ -303,7 +329,7 @@ fn migrate(plugin: &Plugin, order: &MigrationOrder) {
         {
             ctl.requeue_failed(order);
         }
-        return;
+        return None;
     }
     // slurmd revoked the job's credential at the requeue; a new one created
     // in the same second is refused ("Job credential revoked") and the job
@@ -320,29 +346,91 @@ fn migrate(plugin: &Plugin, order: &MigrationOrder) {
         || match job_pending_since(id) {
             Some(eligible) if eligible <= begin as i64 => Some(()),
             Some(_) => {
-                // SAFETY: zeroed then initialised by Slurm's own initialiser.
-                unsafe {
-                    let mut desc: sys::job_desc_msg_t = std::mem::zeroed();
-                    sys::slurm_init_job_desc_msg(&mut desc);
-                    desc.job_id = id;
-                    desc.begin_time = begin as sys::time_t;
-                    sys::slurm_update_job(&mut desc);
-                }
+                update_job(id, |d| d.begin_time = begin as sys::time_t);
                 None
             }
             None => None,
         },
     );
     match waited {
-        Waited::Done(()) => log::info(&format!(
-            "migration of job {id}: requeued, pinned to its planned nodes, eligible now"
-        )),
-        Waited::Stopped => log::info(&format!(
-            "migration of job {id}: requeued; stopping before its begin time was reset"
-        )),
-        Waited::TimedOut => log::error(&format!(
-            "migration of job {id}: could not reset its begin time (it starts after cred_expire)"
-        )),
+        Waited::Done(()) => {
+            let raised = raise_priority(id);
+            log::info(&format!(
+                "migration of job {id}: requeued, pinned to its planned nodes, eligible now{}",
+                if raised {
+                    ", first in the queue until it restarts"
+                } else {
+                    ""
+                }
+            ));
+            raised.then_some(Raised {
+                since: now_unix(),
+                nice,
+            })
+        }
+        Waited::Stopped => {
+            log::info(&format!(
+                "migration of job {id}: requeued; stopping before its begin time was reset"
+            ));
+            None
+        }
+        Waited::TimedOut => {
+            log::error(&format!(
+                "migration of job {id}: could not reset its begin time (it starts after cred_expire)"
+            ));
+            None
+        }
+    }
+}
+
+/// Puts a migrated job first in the queue until it restarts. Without it the
+/// engine held the queue's head for the migration's target while Slurm,
+/// in priority order, would not start the (lower-priority) migrated job
+/// there: backfill even reserved the target for the head, and the whole
+/// queue stalled with GPUs free until the pin expired (issue #10, measured
+/// by `compass replay`: holds of 8-620 s per run).
+fn raise_priority(id: u32) -> bool {
+    update_job(id, |d| d.priority = MIGRATION_PRIORITY) == 0
+}
+
+/// Gives every raised job that restarted (or is gone, or waited longer than
+/// a pin lives) its computed priority back, and the nice it had (Slurm's
+/// recompute resets nice to 0).
+fn lower_restarted(raised: &mut std::collections::BTreeMap<u32, Raised>, now: u64) {
+    let done: Vec<(u32, Raised)> = raised
+        .iter()
+        .filter(|(id, r)| {
+            let pending = job_pending_since(**id).is_some();
+            !pending || now.saturating_sub(r.since) > compass_slurm::controller::PIN_TIMEOUT_S
+        })
+        .map(|(id, r)| (*id, *r))
+        .collect();
+    for (id, r) in done {
+        raised.remove(&id);
+        if load_job(id).is_none() {
+            continue;
+        }
+        let rc = update_job(id, |d| d.priority = PRIORITY_RECOMPUTE);
+        if rc == 0 && r.nice != NICE_OFFSET {
+            update_job(id, |d| d.nice = r.nice);
+        }
+        if rc != 0 {
+            log::error(&format!(
+                "migration of job {id}: could not give back its computed priority (rc {rc})"
+            ));
+        }
+    }
+}
+
+/// One `slurm_update_job` with the fields `set` fills in.
+fn update_job(id: u32, set: impl FnOnce(&mut sys::job_desc_msg_t)) -> i32 {
+    // SAFETY: zeroed then initialised by Slurm's own initialiser; public API.
+    unsafe {
+        let mut desc: sys::job_desc_msg_t = std::mem::zeroed();
+        sys::slurm_init_job_desc_msg(&mut desc);
+        desc.job_id = id;
+        set(&mut desc);
+        sys::slurm_update_job(&mut desc)
     }
 }
 
@@ -351,8 +439,16 @@ const JOB_RUNNING: u32 = 1;
 const JOB_STATE_BASE: u32 = 0xff;
 const JOB_COMPLETING: u32 = 1 << 15;
 
-/// The job's `job_state` and `eligible_time` from slurmctld.
-fn load_job(id: u32) -> Option<(u32, i64)> {
+/// What the worker reads of a job from slurmctld.
+#[derive(Clone, Copy, Debug)]
+struct JobNow {
+    state: u32,
+    eligible: i64,
+    nice: u32,
+}
+
+/// The job's state, eligible time and nice from slurmctld.
+fn load_job(id: u32) -> Option<JobNow> {
     let mut msg: *mut sys::job_info_msg_t = std::ptr::null_mut();
     // SAFETY: public API; the message is freed below.
     unsafe {
@@ -362,7 +458,11 @@ fn load_job(id: u32) -> Option<(u32, i64)> {
         let m = &*msg;
         let out = if m.record_count >= 1 && !m.job_array.is_null() {
             let j = &*m.job_array;
-            Some((j.job_state, j.eligible_time))
+            Some(JobNow {
+                state: j.job_state,
+                eligible: j.eligible_time,
+                nice: j.nice,
+            })
         } else {
             None
         };
@@ -373,15 +473,14 @@ fn load_job(id: u32) -> Option<(u32, i64)> {
 
 /// `Some(eligible_time)` once the job is plainly PENDING (not completing).
 fn job_pending_since(id: u32) -> Option<i64> {
-    let (state, eligible) = load_job(id)?;
-    (state & JOB_STATE_BASE == JOB_PENDING && state & JOB_COMPLETING == 0).then_some(eligible)
+    let j = load_job(id)?;
+    (j.state & JOB_STATE_BASE == JOB_PENDING && j.state & JOB_COMPLETING == 0).then_some(j.eligible)
 }
 
 /// Running and not completing (not being cancelled).
 fn job_running(id: u32) -> bool {
-    load_job(id).is_some_and(|(state, _)| {
-        state & JOB_STATE_BASE == JOB_RUNNING && state & JOB_COMPLETING == 0
-    })
+    load_job(id)
+        .is_some_and(|j| j.state & JOB_STATE_BASE == JOB_RUNNING && j.state & JOB_COMPLETING == 0)
 }
 
 /// `(node name, usable)` for every node: not down, drained, failing, not

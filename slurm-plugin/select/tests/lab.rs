@@ -472,7 +472,9 @@ fn mixed_workload_compass_leaves_at_most_two_partial_nodes() {
 fn departure(lab: &Lab, resumable: bool) -> (u32, u32, String, String) {
     let mut args = vec!["-n1", "--gpus-per-task=4"];
     if resumable {
-        args.push("--resumable");
+        // A nice the migration must give back (Slurm's priority recompute
+        // resets it).
+        args.extend(["--resumable", "--nice=7"]);
     }
     let a = lab.submit(&args);
     let b = lab.submit(&args);
@@ -526,6 +528,23 @@ fn departure_requeues_a_resumable_job_onto_the_planned_node_within_5s() {
     let stayed = if moved == b { c } else { b };
     assert!(lab.show_job(stayed).contains("Restarts=0"));
     assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
+    // The migrated job was first in the queue until it restarted, then got
+    // its computed priority and its nice back.
+    assert!(
+        lab.ctld_log().contains(&format!(
+            "migration of job {moved}: requeued, pinned to its planned nodes, eligible now, first in the queue until it restarts"
+        )),
+        "{}",
+        lab.debug()
+    );
+    lab.wait_until(
+        "the moved job's priority is computed again, with its nice",
+        Duration::from_secs(10),
+        || {
+            let show = lab.show_job(moved);
+            !show.contains("Priority=4294967040") && show.contains("Nice=7")
+        },
+    );
 }
 
 #[test]
@@ -541,6 +560,50 @@ fn departure_never_touches_a_job_that_is_not_resumable() {
         "{}",
         lab.debug()
     );
+}
+
+/// Slurm asks "could this job ever run?" (TEST_ONLY) when a job cannot
+/// start at once; the engine's plan for *now* must not answer it. A valid
+/// job was refused at submit with "Requested node configuration is not
+/// available" (Slurm's test39.15 under contrib/slurm-testsuite.sh, on the
+/// plugin before TEST_ONLY was left unnarrowed). This guard runs a job that
+/// cannot start now on both labs; it does not reproduce that exact refusal
+/// (the unit test `modes_are_read_from_the_low_byte_and_test_only_is_never_narrowed`
+/// pins the rule).
+#[test]
+fn a_job_that_cannot_start_now_is_queued_not_refused() {
+    for opts in [STOCK, COMPASS] {
+        let compass = opts.compass;
+        let lab = Lab::start("test-only-never-narrowed", opts);
+        let whole: Vec<u32> = (0..6)
+            .map(|_| lab.submit(&["--ntasks=1", "--gpus-per-task=8"]))
+            .collect();
+        lab.wait_running(&whole, Duration::from_secs(20));
+        let spread = lab.sbatch(&["--nodes=3", "--gpus-per-task=1", "-t1"], "sleep 1");
+        let id = spread.unwrap_or_else(|e| {
+            panic!(
+                "compass={compass}: a job that fits 3 of 8 nodes was refused: {e}\n{}",
+                lab.debug()
+            )
+        });
+        let (state, _) = lab.job(id);
+        assert!(
+            ["PENDING", "RUNNING", "COMPLETING", "GONE"].contains(&state.as_str()),
+            "compass={compass}: job {id} is {state}"
+        );
+        // Once the cluster frees, it runs to the end.
+        for j in &whole {
+            lab.run("scancel", &[&j.to_string()]);
+        }
+        lab.wait_until("the 3-node job completed", Duration::from_secs(60), || {
+            lab.job(id).0 == "GONE"
+        });
+        let show = lab.show_job(id);
+        assert!(
+            show.contains("JobState=COMPLETED"),
+            "compass={compass}: {show}"
+        );
+    }
 }
 
 #[test]
