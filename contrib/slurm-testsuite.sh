@@ -454,9 +454,42 @@ if has compass "${LAB_LIST[@]}"; then
     MIGR_STATE=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("migrations_done","n/a"))' \
         "$cl/run/compass-state.json" 2>/dev/null || echo n/a)
 fi
+# Migrations, from the plugin's log lines and Slurm's starts: where did each
+# requeued job start again (the same nodes as before, other nodes, not yet)?
+migration_moves() { # slurmctld.log -> "M migrations: A restarted elsewhere, B on the same nodes, C not restarted"
+    awk '
+        function started(j, nodes) {
+            if (j in pend) { if (nodes == last[j]) same++; else moved++; delete pend[j] }
+            last[j] = nodes
+        }
+        /_start_job: Started JobId=[0-9]+ in [^ ]+ on / { j = $0; sub(/.*JobId=/, "", j); sub(/ .*/, "", j); started(j, $NF) }
+        /sched: Allocate JobId=[0-9]+ NodeList=/ { j = $0; sub(/.*JobId=/, "", j); sub(/ .*/, "", j)
+            n = $0; sub(/.*NodeList=/, "", n); sub(/ .*/, "", n); started(j, n) }
+        /compass: migration of job [0-9]+: requeued/ { j = $0; sub(/.*migration of job /, "", j); sub(/:.*/, "", j)
+            pend[j] = 1; m++; if (!(j in seen)) { seen[j] = 1; mj++ } }
+        END { c = 0; for (j in pend) c++
+              printf "%d migrations of %d jobs: %d restarted on other nodes, %d on the same nodes, %d not restarted when the run stopped", m, mj, moved, same, c }
+    ' "$1"
+}
+# The driver's jobs: how they ended (last _job_complete line of each).
+load_outcomes() { # lab
+    awk '
+        FNR == NR { if ($1 == "job") ids[$2] = 1; next }
+        /_job_complete: JobId=[0-9]+ (WEXITSTATUS|WTERMSIG) / { j = $0; sub(/.*JobId=/, "", j); sub(/ .*/, "", j)
+            if (j in ids) end[j] = $(NF-1) " " $NF }
+        END { n = 0; ok = 0; bad = 0; for (j in ids) { n++; if (!(j in end)) continue
+                  if (end[j] == "WEXITSTATUS 0") ok++; else bad++ }
+              printf "%d submitted, %d ended with exit 0, %d ended otherwise, %d not ended when the run stopped", n, ok, bad, n - ok - bad }
+    ' "$OUT/$1/load.log" "$OUT/$1/lab/log/slurmctld.log"
+}
+MOVES=n/a
+if has compass "${LAB_LIST[@]}"; then
+    MOVES=$(migration_moves "$OUT/compass/lab/log/slurmctld.log")
+fi
 for l in "${LAB_LIST[@]}"; do
-    n=$(grep -c '^job ' "$OUT/$l/load.log" 2>/dev/null || true)
-    LOAD_JOBS="$LOAD_JOBS $l=${n:-0}"
+    [ -f "$OUT/$l/load.log" ] || continue
+    LOAD_JOBS="$LOAD_JOBS
+- $l: $(load_outcomes "$l")"
 done
 T_END=$(date +%s)
 
@@ -513,7 +546,13 @@ SUMMARY=$OUT/summary.md
     fi
     echo "Migrations on the compass lab during the run: $MIGR_LOG requeues logged by the plugin"
     echo "(\"migration of job N: requeued\" in slurmctld.log), migrations_done=$MIGR_STATE in its state file."
-    echo "Load driver jobs submitted:$LOAD_JOBS. Wall time: $(((T_END - T_START) / 60)) min."
+    echo "Where the migrated jobs started again: $MOVES."
+    echo
+    if [ -n "$LOAD_JOBS" ]; then
+        echo "Load driver (--resumable GPU jobs) per lab:$LOAD_JOBS"
+        echo
+    fi
+    echo "Wall time: $(((T_END - T_START) / 60)) min."
 } >"$SUMMARY"
 echo
 cat "$SUMMARY"
