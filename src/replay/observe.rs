@@ -74,6 +74,12 @@ pub struct Sample {
     /// Nothing moved since the previous poll, no job waits to restart after
     /// a requeue and the engine has no migration in flight.
     pub settled: bool,
+    /// A migration is in flight: a requeued job waits to restart, or the
+    /// engine has decided a migration it has not carried out yet.
+    pub in_flight: bool,
+    /// Age of the engine's published state at this poll (wall seconds since
+    /// its `updated_unix`); compass clusters only.
+    pub state_age_s: Option<f64>,
 }
 
 /// Time integrals of the metrics over one window (as the simulator's).
@@ -83,15 +89,25 @@ pub struct Window {
     pub sif_s: f64,
     pub util_s: f64,
     pub wcc_s: f64,
+    /// Time with a migration in flight ([`Sample::in_flight`]).
+    pub in_flight_s: f64,
+    /// Time that was not settled ([`Sample::settled`] false).
+    pub unsettled_s: f64,
 }
 
 impl Window {
-    fn add(&mut self, dt: f64, sif: f64, util: f64, wcc: bool) {
+    fn add(&mut self, dt: f64, sif: f64, s: &Sample) {
         self.time_s += dt;
         self.sif_s += sif * dt;
-        self.util_s += util * dt;
-        if wcc {
+        self.util_s += s.utilisation * dt;
+        if s.wcc {
             self.wcc_s += dt;
+        }
+        if s.in_flight {
+            self.in_flight_s += dt;
+        }
+        if !s.settled {
+            self.unsettled_s += dt;
         }
     }
 }
@@ -230,7 +246,7 @@ impl Observer {
             }
         }
         self.check_engine_records();
-        self.sample(t_s)
+        self.sample(t_s, now_unix)
     }
 
     fn update_job(&mut self, i: usize, o: &JobObs, t_s: f64, now_unix: u64) {
@@ -329,7 +345,7 @@ impl Observer {
         }
     }
 
-    fn sample(&mut self, t_s: f64) -> Sample {
+    fn sample(&mut self, t_s: f64, now_unix: u64) -> Sample {
         let cap = self.gpus_per_node;
         let mut used: BTreeMap<&str, u32> = BTreeMap::new();
         let mut counts: InstanceCounts = [0; 9];
@@ -369,6 +385,10 @@ impl Observer {
             .as_ref()
             .is_some_and(|s| !s.pending_migrations.is_empty());
         let settled = placement == self.last_placement && !requeued_waiting && !in_flight;
+        let state_age_s = self
+            .state
+            .as_ref()
+            .map(|s| now_unix.saturating_sub(s.updated_unix) as f64);
         let s = Sample {
             t_s,
             n_sif,
@@ -381,6 +401,8 @@ impl Observer {
             running,
             done,
             settled,
+            in_flight: in_flight || requeued_waiting,
+            state_age_s,
         };
         // the state since the previous poll held until now
         if let Some(prev) = self.last {
@@ -388,10 +410,10 @@ impl Observer {
             if dt > 0.0 {
                 let sif = metric::sif(prev.partial, prev.phi_star, nodes);
                 if prev.pending > 0 {
-                    self.peak.add(dt, sif, prev.utilisation, prev.wcc);
+                    self.peak.add(dt, sif, &prev);
                 }
                 if prev.pending > 0 || prev.running > 0 {
-                    self.busy.add(dt, sif, prev.utilisation, prev.wcc);
+                    self.busy.add(dt, sif, &prev);
                 }
             }
         }
