@@ -80,6 +80,9 @@ pub struct Sample {
     /// Age of the engine's published state at this poll (wall seconds since
     /// its `updated_unix`); compass clusters only.
     pub state_age_s: Option<f64>,
+    /// Waiting jobs that would fit the free GPUs as they are at this poll
+    /// (`w` nodes with at least `g` free GPUs each), each counted alone.
+    pub fit_waiting: u64,
 }
 
 /// Time integrals of the metrics over one window (as the simulator's).
@@ -130,6 +133,9 @@ pub struct Observer {
     pub max_n_sif_wcc: Option<u64>,
     pub max_n_sif_wcc_settled: Option<u64>,
     pub samples: Vec<Sample>,
+    /// Job-seconds that waiting jobs spent while they would have fitted the
+    /// free GPUs ([`Sample::fit_waiting`] integrated over time).
+    pub fit_wait_s: f64,
     state_mtime: Option<std::time::SystemTime>,
     pub state: Option<PublishedState>,
     /// `divergences` and `migrations_done` of the first state read.
@@ -161,6 +167,7 @@ impl Observer {
             max_n_sif_wcc: None,
             max_n_sif_wcc_settled: None,
             samples: Vec::new(),
+            fit_wait_s: 0.0,
             state_mtime: None,
             state: None,
             state_first: None,
@@ -351,6 +358,7 @@ impl Observer {
         let mut counts: InstanceCounts = [0; 9];
         let mut placement: BTreeMap<u64, BTreeMap<String, u32>> = BTreeMap::new();
         let (mut pending, mut running, mut done, mut requeued_waiting) = (0, 0, 0, false);
+        let mut waiting_shapes: Vec<(u32, u32)> = Vec::new();
         for (i, j) in self.jobs.iter().enumerate() {
             if j.end_s.is_some() {
                 done += 1;
@@ -368,12 +376,22 @@ impl Observer {
                 placement.insert(id, run.node_gpus.clone());
             } else {
                 pending += 1;
+                waiting_shapes.push(self.shapes[i]);
                 if j.restarts > 0 {
                     requeued_waiting = true;
                 }
             }
         }
         let partial = used.values().filter(|&&u| u > 0 && u < cap).count() as u32;
+        let free: Vec<u32> = self
+            .nodes
+            .iter()
+            .map(|n| cap.saturating_sub(used.get(n.as_str()).copied().unwrap_or(0)))
+            .collect();
+        let fit_waiting = waiting_shapes
+            .iter()
+            .filter(|(w, g)| free.iter().filter(|&&f| f >= *g).count() as u32 >= *w)
+            .count() as u64;
         let used_gpus: u64 = used.values().map(|&u| u64::from(u)).sum();
         let phi = self.cache.phi_star(&counts, cap);
         let n_sif = u64::from(partial).saturating_sub(phi);
@@ -403,6 +421,7 @@ impl Observer {
             settled,
             in_flight: in_flight || requeued_waiting,
             state_age_s,
+            fit_waiting,
         };
         // the state since the previous poll held until now
         if let Some(prev) = self.last {
@@ -415,6 +434,7 @@ impl Observer {
                 if prev.pending > 0 || prev.running > 0 {
                     self.busy.add(dt, sif, &prev);
                 }
+                self.fit_wait_s += dt * prev.fit_waiting as f64;
             }
         }
         self.max_n_sif = self.max_n_sif.max(n_sif);
@@ -497,6 +517,7 @@ mod tests {
             1001,
         );
         assert!(s.settled && s.pending == 1);
+        assert_eq!(s.fit_waiting, 0, "no node has 8 free GPUs");
         // job 2 requeued (a migration): pending again, restarts 1
         let s = o.poll(
             &[
@@ -509,6 +530,8 @@ mod tests {
         );
         assert_eq!((s.n_sif, s.pending, s.running), (0, 2, 1));
         assert!(!s.settled, "a requeued job waits to restart");
+        assert!(s.in_flight, "a requeued job waits to restart");
+        assert_eq!(s.fit_waiting, 2, "n2 is free: both waiting jobs would fit");
         let s = o.poll(
             &[
                 job(1, "RUNNING", 0, 3, &[("n1", 4)]),
@@ -543,6 +566,9 @@ mod tests {
         assert_eq!(o.peak.sif_s, 1.0);
         assert_eq!((o.max_n_sif, o.max_n_sif_wcc), (2, Some(2)));
         assert_eq!(o.max_n_sif_wcc_settled, Some(2));
+        // both waiting jobs fitted from 3 s to 4 s
+        assert_eq!(o.fit_wait_s, 2.0);
+        assert_eq!(o.peak.in_flight_s, 1.0);
     }
 
     #[test]

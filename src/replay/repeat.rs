@@ -78,6 +78,10 @@ pub fn figures(r: &ClusterResult) -> Vec<(&'static str, f64)> {
             "started ahead of an earlier job",
             r.causes.started_ahead as f64,
         ),
+        (
+            "waited while it fit, per job (wall s)",
+            r.causes.fit_wait_per_job_s,
+        ),
     ]);
     if r.requeue_cost.requeues > 0 {
         f.extend([
@@ -107,6 +111,7 @@ pub fn figures(r: &ClusterResult) -> Vec<(&'static str, f64)> {
             ("sim: max N*SIF", s.max_n_sif as f64),
             ("sim: AGU", s.agu),
             ("sim: AJCT (wall s)", s.ajct_s),
+            ("sim: wait p50, all (wall s)", s.waits.p50),
             ("sim: wait p50, largest (wall s)", s.largest.waits.p50),
             ("sim: wait p90, largest (wall s)", s.largest.waits.p90),
             ("sim: migrations", s.migrations as f64),

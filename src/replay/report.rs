@@ -285,6 +285,13 @@ pub struct LossCauses {
     /// Jobs started while an earlier-submitted job still waited (backfill
     /// and priority order, by more than one poll).
     pub started_ahead: u64,
+    /// Job-seconds waiting jobs spent while they would have fitted the
+    /// free GPUs as polled (each job counted alone, so two jobs competing
+    /// for the same room both count): Slurm's scheduling cadence and start
+    /// latency on both clusters, plus on compass jobs narrowed to nodes
+    /// that were not free. Also per job.
+    pub fit_wait_s: f64,
+    pub fit_wait_per_job_s: f64,
     /// Share of the metric window with a migration in flight (a requeued
     /// job waiting to restart, or a migration decided and not carried out).
     pub in_flight_share: f64,
@@ -499,6 +506,8 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
     let migrated = info.log.as_ref().map(|l| &l.migrations);
     r.requeue_cost = requeue_cost(plan, obs, migrated);
     r.causes.started_ahead = started_ahead(obs);
+    r.causes.fit_wait_s = obs.fit_wait_s;
+    r.causes.fit_wait_per_job_s = obs.fit_wait_s / (r.jobs.max(1) as f64);
     if let Some(l) = &info.log {
         r.causes.held_jobs = l.held_tests.len() as u64;
         r.causes.held_tests = l.held_tests.values().map(|&v| u64::from(v)).sum();
@@ -778,6 +787,15 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
             "-".into()
         }
     });
+    row(
+        "waited while it fit the free GPUs (job-s / per job)",
+        &|r| {
+            format!(
+                "{:.0} / {:.1}",
+                r.causes.fit_wait_s, r.causes.fit_wait_per_job_s
+            )
+        },
+    );
     row("started ahead of an earlier job", &|r| {
         r.causes.started_ahead.to_string()
     });
@@ -861,6 +879,11 @@ pub fn sim_table(results: &[ClusterResult]) -> String {
     row("AJCT (wall s)", &|r| format!("{:.1}", r.ajct_s), &|s| {
         format!("{:.1}", s.ajct_s)
     });
+    row(
+        "wait p50 / p90, all (wall s)",
+        &|r| format!("{:.1} / {:.1}", r.waits.p50, r.waits.p90),
+        &|s| format!("{:.1} / {:.1}", s.waits.p50, s.waits.p90),
+    );
     row(
         "wait p50 / p90, largest (wall s)",
         &|r| format!("{:.1} / {:.1}", r.largest.waits.p50, r.largest.waits.p90),
@@ -978,7 +1001,7 @@ Same definitions as the simulator (`compass-core/src/sim/mod.rs`, `SimResult`; p
 - **max N*SIF while WCC held**: over polls where the Workload Composition Condition (eq. 9, `compass_core::metric::wcc_holds`) held for the running instances; Theorem 1 promises at most 2. *Settled* polls: nothing moved since the previous poll and no migration or requeued job is in flight (the paper's instants are after Compact).
 - **N*SIF, time average (all instants)**: `AFR x N`, every poll of the window counted, migrations in flight included. **Time not settled / with a migration in flight**: shares of the window the settled line leaves out / where a requeued job waits to restart or the engine has a migration decided and not carried out.
 - **requeue -> restart idle**: from a run's end (the requeue) to the next run's start, over the requeues of completed jobs (on a compass cluster, of jobs whose every requeue was a migration). **Cost of one requeue**: that idle time plus the progress lost and the start-up (the job's end minus first start minus its run, less the idle time and less the same overhead of jobs never requeued), in wall seconds, and times the speedup in trace time. The compass cluster's figure is the migration cost of the simulation (8 s, the paper's, when no migration was measured).
-- **held for a migration target**: jobs the plugin kept from starting because their planned nodes were not free yet (`planned nodes not free yet` log lines), and the wall seconds from the first such line to the job's start, summed. **Started ahead of an earlier job**: jobs that started more than a second before a job submitted earlier (backfill, priority order); the simulator's *backfilled* counts its backfill starts. **Published state age**: seconds since the engine's state file was written, at each poll.
+- **held for a migration target**: jobs the plugin kept from starting because their planned nodes were not free yet (`planned nodes not free yet` log lines), and the wall seconds from the first such line to the job's start, summed. **Waited while it fit**: at each poll, every waiting job that would fit the free GPUs as they are (`w` nodes with `g` free GPUs each, each job counted alone) adds the time to the next poll: Slurm's scheduling cadence and start latency on both clusters, and on compass also jobs narrowed to planned nodes that were not free. **Started ahead of an earlier job**: jobs that started more than a second before a job submitted earlier (backfill, priority order); the simulator's *backfilled* counts its backfill starts. **Published state age**: seconds since the engine's state file was written, at each poll.
 - **migrations**: requeues the select plugin carried out (its `migration of job N: requeued` log lines); **preemptions**: the other requeues Slurm counted (`Restarts`), i.e. by the budget service.
 - **waits**: first start minus submission; percentiles nearest-rank (`compass-core/src/sim/stats.rs`); *largest*: the top 5% of jobs by total GPUs `w x g` (ties included).
 ";
