@@ -309,6 +309,11 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
     assert_eq!(s["causes"]["in_flight_share"], 0.0, "stock never requeues");
     assert!(c["causes"]["state_age_max_s"].is_number() && s["causes"]["state_age_max_s"].is_null());
     assert!(c["causes"]["held_s"].as_f64().unwrap() >= 0.0);
+    for r in [c, s] {
+        let fit = r["causes"]["fit_wait_s"].as_f64().unwrap();
+        let per_job = r["causes"]["fit_wait_per_job_s"].as_f64().unwrap();
+        assert!(fit >= 0.0 && (per_job * 60.0 - fit).abs() < 1e-6, "{r}");
+    }
 
     // The cost of a migration, measured on the live run: a requeued job
     // waits at least the 2 s the plugin sets its begin time to.
