@@ -505,6 +505,7 @@ pub fn run(args: Args) -> Result<()> {
 
     let mut runs: Vec<Vec<ClusterResult>> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
+    let mut findings: Vec<String> = Vec::new();
     for k in 1..=args.repeat {
         let dir = if args.repeat == 1 {
             out.clone()
@@ -519,6 +520,9 @@ pub fn run(args: Args) -> Result<()> {
             for m in &once.failures {
                 failures.push(format!("run {k}: {m}"));
             }
+            for m in &once.checks {
+                findings.push(format!("run {k}: {m}"));
+            }
         } else {
             failures = once.failures;
         }
@@ -528,7 +532,7 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     if args.repeat > 1 {
-        write_summary(&out, &args, &trace_name, &plan, &runs, &failures)?;
+        write_summary(&out, &args, &trace_name, &plan, &runs, &failures, &findings)?;
     }
     if !failures.is_empty() {
         return Err(CliError::Failed(format!(
@@ -553,6 +557,8 @@ struct Once {
     results: Vec<ClusterResult>,
     /// Timeouts, and with --check the failed checks.
     failures: Vec<String>,
+    /// The checks that did not hold (whether or not --check asked).
+    checks: Vec<String>,
     timed_out: bool,
 }
 
@@ -620,6 +626,7 @@ fn replay_once(
         t_run.elapsed().as_secs_f64()
     );
     let mut failures = Vec::new();
+    let found = checks.clone();
     if timed_out {
         failures.push(format!(
             "timed out after {timeout:.0} s:\n{}",
@@ -631,6 +638,7 @@ fn replay_once(
     Ok(Once {
         results,
         failures,
+        checks: found,
         timed_out,
     })
 }
@@ -643,6 +651,7 @@ fn write_summary(
     plan: &Plan,
     runs: &[Vec<ClusterResult>],
     failures: &[String],
+    findings: &[String],
 ) -> Result<()> {
     let spreads = repeat::spreads(runs);
     let table = repeat::table(&spreads);
@@ -663,10 +672,22 @@ fn write_summary(
     ));
     md.push_str(&table);
     if failures.is_empty() {
-        md.push_str("\nNo run failed.\n");
+        md.push_str(if args.check {
+            "\nNo run failed (timeouts and --check).\n"
+        } else {
+            "\nNo run timed out (--check was not given: the checks below are informational).\n"
+        });
     } else {
         md.push_str("\nFailures:\n");
         for f in failures {
+            md.push_str(&format!("- {f}\n"));
+        }
+    }
+    if findings.is_empty() {
+        md.push_str("\nEvery check of every run held.\n");
+    } else {
+        md.push_str("\nChecks that did not hold:\n");
+        for f in findings {
             md.push_str(&format!("- {f}\n"));
         }
     }
@@ -680,6 +701,7 @@ fn write_summary(
         not_resumable: f64,
         clusters: &'a [repeat::ClusterSpread],
         failures: &'a [String],
+        checks_not_held: &'a [String],
     }
     let json = serde_json::to_string_pretty(&Summary {
         trace: trace_name,
@@ -689,6 +711,7 @@ fn write_summary(
         not_resumable: args.not_resumable,
         clusters: &spreads,
         failures,
+        checks_not_held: findings,
     })
     .map_err(|e| CliError::Failed(e.to_string()))?;
     write(&out.join("summary.json"), &(json + "\n"))?;
