@@ -34,9 +34,23 @@
 #   DEMO_BUDGET_PORT HTTP port of compass-budgetd on 127.0.0.1 (default 18080)
 #   DEMO_ALLOW_OS=1  run on something other than Debian 12 (unsupported)
 #   DEMO_NODES, DEMO_GPUS  cluster size (default 16 x 8)
+#   DEMO_CONFIG      what runs besides the placement plugin, the same on both
+#                    clusters so the comparison is fair (issue 10):
+#                      placement  no budget service on either cluster
+#                      order      compass-budgetd on each cluster with
+#                                 [protection] enforce = false: fair-share
+#                                 queue order only (it acts through Slurm's
+#                                 API, so it orders the stock cluster too)
+#                      enforce    compass-budgetd on each cluster, enforcing
+#                                 protected and preemptible time (default)
+#   DEMO_ENFORCE=false  old spelling of DEMO_CONFIG=order
+#   DEMO_REPEATS     replay the window this many times in a row (default 1);
+#                    the summary gives mean, sd, min and max of every figure
+#   DEMO_NOT_RESUMABLE  share of the jobs made not resumable (0 to 1, e.g.
+#                    0.5; default 0: the trace's own rule, 9 in 10 resumable)
+#   DEMO_STOCK_BUDGET_PORT  HTTP port of the stock cluster's compass-budgetd
+#                    (default 18081; DEMO_CONFIG=order or enforce)
 #   DEMO_REPLAY_ARGS more `compass replay` flags, e.g. "--check" or "--jobs 40"
-#   DEMO_ENFORCE=false  the budget service orders the queue but never
-#                    preempts (requeue/cancel) or drains
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -53,6 +67,11 @@ GPUS=${DEMO_GPUS:-8}
 COMPASS_PORT=${DEMO_COMPASS_PORT:-18100}
 STOCK_PORT=${DEMO_STOCK_PORT:-18200}
 BUDGET_PORT=${DEMO_BUDGET_PORT:-18080}
+STOCK_BUDGET_PORT=${DEMO_STOCK_BUDGET_PORT:-18081}
+if [ -z "${DEMO_CONFIG:-}" ] && [ "${DEMO_ENFORCE:-}" = false ]; then DEMO_CONFIG=order; fi
+CONFIG=${DEMO_CONFIG:-enforce}
+REPEATS=${DEMO_REPEATS:-1}
+NOT_RESUMABLE=${DEMO_NOT_RESUMABLE:-0}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 REL=$TARGET/release
 MARKER=.compass-demo   # in $DEMO: proves the directory is the demo's before `stop` removes it
@@ -119,22 +138,23 @@ demo_pids() {
 
 demo_running() { [ -n "$(demo_pids)" ]; }
 
-stop_budgetd() {
-    local pid i
-    if pid=$(live_pid "$DEMO/budget/compass-budgetd.pid" "$DEMO/budget/"); then
+stop_budgetd() { # stop_budgetd DIR: the service whose state is in DIR
+    local b=$1 pid i
+    if pid=$(live_pid "$b/compass-budgetd.pid" "$b/"); then
         kill -TERM "$pid" 2>/dev/null || true
         for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$pid" 2>/dev/null || true
-        echo "demo: compass-budgetd (pid $pid) stopped"
+        echo "demo: compass-budgetd (pid $pid, $b) stopped"
     fi
-    rm -f "$DEMO/budget/compass-budgetd.pid"
+    rm -f "$b/compass-budgetd.pid"
 }
 
 # Stops everything the demo started; removes $DEMO when KEEP_DIR is empty.
 stop_all() {
     [ -d "$DEMO" ] || { echo "demo: nothing to stop ($DEMO does not exist)"; return 0; }
     [ -e "$DEMO/$MARKER" ] || die "$DEMO is not a demo directory (no $MARKER); not touching it"
-    stop_budgetd
+    stop_budgetd "$DEMO/budget"
+    stop_budgetd "$DEMO/stock-budget"
     local c
     for c in compass stock; do
         [ -d "$DEMO/$c" ] || continue
@@ -197,6 +217,7 @@ check_trace() {
 demo_ports() {
     local i
     echo "$BUDGET_PORT"
+    echo "$STOCK_BUDGET_PORT"
     for i in $(seq 0 "$NODES"); do echo $((COMPASS_PORT + i)) $((STOCK_PORT + i)); done | tr ' ' '\n'
 }
 
@@ -216,7 +237,7 @@ check_ports() {
         pid=$(grep -o 'pid=[0-9]*' <<<"$line" | head -1 | cut -d= -f2)
         [ -n "$pid" ] && [[ $mine == *" $pid "* ]] && continue
         owner=$(grep -o '(("[^"]*"' <<<"$line" | head -1 | tr -d '("')
-        die "port $p is in use by ${owner:-another process}${pid:+ (pid $pid)}; stop it, or move the demo with DEMO_COMPASS_PORT / DEMO_STOCK_PORT / DEMO_BUDGET_PORT (it needs $BUDGET_PORT, $COMPASS_PORT-$((COMPASS_PORT + NODES)), $STOCK_PORT-$((STOCK_PORT + NODES)))"
+        die "port $p is in use by ${owner:-another process}${pid:+ (pid $pid)}; stop it, or move the demo with DEMO_COMPASS_PORT / DEMO_STOCK_PORT / DEMO_BUDGET_PORT / DEMO_STOCK_BUDGET_PORT (it needs $BUDGET_PORT, $STOCK_BUDGET_PORT, $COMPASS_PORT-$((COMPASS_PORT + NODES)), $STOCK_PORT-$((STOCK_PORT + NODES)))"
     done
 }
 
@@ -266,36 +287,56 @@ start_clusters() {
     grep -vxFf "$ROOT/contrib/lab/slurm.conf.in" "$ROOT/etc/slurm-budget.conf" >"$DEMO/slurm-budget.conf"
     # Private copies: rebuilding the workspace never changes a running demo.
     install -m 0755 "$REL/libcompass_spank.so" "$DEMO/lib/compass_spank.so"
+    # placement: neither cluster has the budget service's priority settings;
+    # order/enforce: both have them, and the SPANK options and job_submit.lua
+    # (the budget service reads --min-runtime/--resumable from AdminComment),
+    # so the stock cluster differs only by its select plugin.
+    local extra=""
+    [ "$CONFIG" = placement ] || extra=$DEMO/slurm-budget.conf
     LAB_PORT_BASE=$COMPASS_PORT LAB_NODES=$NODES LAB_GPUS=$GPUS \
         COMPASS_SELECT_SO=$REL/libselect_cons_tres_compass.so \
         COMPASS_SPANK_SO=$DEMO/lib/compass_spank.so \
         COMPASS_CONF=$DEMO/compass.conf.in \
         COMPASS_JOB_SUBMIT_LUA=$ROOT/etc/job_submit.lua \
-        LAB_EXTRA_CONF=$DEMO/slurm-budget.conf \
+        LAB_EXTRA_CONF=$extra \
         "$ROOT/contrib/slurm-lab.sh" up "$DEMO/compass" 9<&-
-    LAB_PORT_BASE=$STOCK_PORT LAB_NODES=$NODES LAB_GPUS=$GPUS \
-        "$ROOT/contrib/slurm-lab.sh" up "$DEMO/stock" 9<&-
+    if [ "$CONFIG" = placement ]; then
+        LAB_PORT_BASE=$STOCK_PORT LAB_NODES=$NODES LAB_GPUS=$GPUS \
+            "$ROOT/contrib/slurm-lab.sh" up "$DEMO/stock" 9<&-
+    else
+        LAB_PORT_BASE=$STOCK_PORT LAB_NODES=$NODES LAB_GPUS=$GPUS \
+            COMPASS_SPANK_SO=$DEMO/lib/compass_spank.so \
+            COMPASS_CONF=$DEMO/compass.conf.in \
+            COMPASS_JOB_SUBMIT_LUA=$ROOT/etc/job_submit.lua \
+            LAB_EXTRA_CONF=$extra \
+            "$ROOT/contrib/slurm-lab.sh" up "$DEMO/stock" 9<&-
+    fi
     grep -q '^SelectType=select/cons_tres_compass$' "$DEMO/compass/etc/slurm.conf" || die "compass cluster is not running select/cons_tres_compass"
     grep -q '^SelectType=select/cons_tres$' "$DEMO/stock/etc/slurm.conf" || die "stock cluster is not running select/cons_tres"
 }
 
+# start_budgetd CLUSTER DIR PORT: compass-budgetd with its state in DIR,
+# serving 127.0.0.1:PORT, ordering the demo cluster CLUSTER (compass or
+# stock) and, with DEMO_CONFIG=enforce, enforcing protected time on it.
 start_budgetd() {
-    step "start compass-budgetd on $DASHBOARD (Venus budget tree, against the compass cluster)"
-    local b=$DEMO/budget
+    local cluster=$1 b=$2 port=$3
+    local url=http://127.0.0.1:$port/ enforce=true
+    [ "$CONFIG" = enforce ] || enforce=false
+    step "start compass-budgetd on $url (Venus budget tree, against the $cluster cluster, enforce = $enforce)"
     mkdir -p "$b"
     install -m 0755 "$REL/compass-budgetd" "$b/compass-budgetd"
     # The service reads Slurm through libslurm.so, which loads the configured
     # select plugin to unpack node and job records. select_cons_tres_compass
     # only loads into slurmctld (it links slurmctld's internal symbols), and
     # it claims cons_tres's plugin id and forwards the packing to it, so the
-    # records are cons_tres's: the service gets a client copy of the compass
+    # records are cons_tres's: the service gets a client copy of the
     # cluster's slurm.conf naming the stock plugin (docs/admin-guide.md).
     sed -e 's#^PluginDir=.*#PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm#' \
         -e 's#^SelectType=.*#SelectType=select/cons_tres#' \
-        "$DEMO/compass/etc/slurm.conf" >"$b/slurm-client.conf"
-    cat >"$b/compass-budgetd.toml" <<EOF
-# compass-budgetd of the demo (written by contrib/demo.sh; see etc/compass-budgetd.toml)
-listen = "127.0.0.1:$BUDGET_PORT"
+        "$DEMO/$cluster/etc/slurm.conf" >"$b/slurm-client.conf"
+    cat >"$b/compass-budgetd.toml" <<TOML
+# compass-budgetd of the demo's $cluster cluster (written by contrib/demo.sh; see etc/compass-budgetd.toml)
+listen = "127.0.0.1:$port"
 db = "$b/budget.db"
 admins = ["root"]
 capacity_gpus = $((NODES * GPUS))
@@ -305,12 +346,13 @@ cycle_s = 2
 window_s = $((604800 / SPEEDUP))
 slurm = "libslurm"
 slurm_conf = "$b/slurm-client.conf"
-munge_socket = "$DEMO/compass/munge/munge.socket.2"
+munge_socket = "$DEMO/$cluster/munge/munge.socket.2"
 
 [protection]
-# Protected/preemptible time enforced every cycle (DEMO_ENFORCE=false: order only).
-enforce = ${DEMO_ENFORCE:-true}
-EOF
+# Protected/preemptible time enforced every cycle (DEMO_CONFIG=enforce), or
+# queue order only (DEMO_CONFIG=order).
+enforce = $enforce
+TOML
     # Detached (own session, stdin closed), so it outlives this script and a
     # Ctrl-C of the replay; the PID file is written by the process itself.
     # shellcheck disable=SC2016 # expanded by the inner bash
@@ -319,17 +361,26 @@ EOF
         </dev/null >>"$b/compass-budgetd.log" 2>&1 9<&- &
     local i up=""
     for i in $(seq 100); do # up to ~20 s
-        if "$REL/compass" budget --url "$DASHBOARD" show >/dev/null 2>&1; then up=1; break; fi
-        if [ -f "$b/compass-budgetd.pid" ] && ! live_pid "$b/compass-budgetd.pid" "$b/" >/dev/null; then
+        if "$REL/compass" budget --url "$url" show >/dev/null 2>&1; then up=1; break; fi
+        if [ -s "$b/compass-budgetd.pid" ] && ! live_pid "$b/compass-budgetd.pid" "$b/" >/dev/null; then
             tail -5 "$b/compass-budgetd.log" >&2
             die "compass-budgetd exited at start (log: $b/compass-budgetd.log)"
         fi
         sleep 0.2
     done
-    [ -n "$up" ] || die "compass-budgetd does not answer on $DASHBOARD after 20 s (log: $b/compass-budgetd.log)"
-    "$REL/compass" budget --url "$DASHBOARD" --munge-socket "$DEMO/compass/munge/munge.socket.2" \
+    [ -n "$up" ] || die "compass-budgetd does not answer on $url after 20 s (log: $b/compass-budgetd.log)"
+    "$REL/compass" budget --url "$url" --munge-socket "$DEMO/$cluster/munge/munge.socket.2" \
         import "$ROOT/etc/budgets.venus.toml" --why "compass demo: Venus budget tree" --yes | tail -1
     echo "   pid $(cat "$b/compass-budgetd.pid"), log $b/compass-budgetd.log"
+}
+
+# The configuration in words, for the reports.
+config_label() {
+    case "$CONFIG" in
+    placement) echo "placement only: no budget service on either cluster" ;;
+    order) echo "order only: compass-budgetd with enforce = false on both clusters" ;;
+    enforce) echo "enforcement: compass-budgetd enforcing protected time on both clusters" ;;
+    esac
 }
 
 # ==================================================================== REPLAY
@@ -339,7 +390,7 @@ EOF
 # DEMO_REPLAY_ARGS adds flags (e.g. --check, --jobs 40); COMPASS_REPLAY
 # replaces the program (tests of this script).
 run_replay() {
-    step "replay $HOURS h of $(basename "$TRACE") at ${SPEEDUP}x through sbatch on both clusters (about 10 min with the defaults)"
+    step "replay $HOURS h of $(basename "$TRACE") at ${SPEEDUP}x through sbatch on both clusters, $REPEATS time(s); $(config_label) (about 10 min a run with the defaults)"
     local replay=${COMPASS_REPLAY:-$REL/compass}
     if [ -z "${COMPASS_REPLAY:-}" ] && ! "$replay" replay --help >/dev/null 2>&1; then
         die "this build of compass has no \`replay\` subcommand (issue 6); the clusters and the service are up: stop them with contrib/demo.sh stop"
@@ -348,6 +399,7 @@ run_replay() {
     local extra=()
     read -r -a extra <<<"${DEMO_REPLAY_ARGS:-}"
     "$replay" replay --trace "$TRACE" --speedup "$SPEEDUP" --hours "$HOURS" \
+        --label "$(config_label)" --repeat "$REPEATS" --not-resumable "$NOT_RESUMABLE" \
         --cluster "compass=$DEMO/compass/etc/slurm.conf:$DEMO/compass/state.json" \
         --cluster "stock=$DEMO/stock/etc/slurm.conf" \
         --budgets "$ROOT/etc/budgets.venus.toml" \
@@ -358,13 +410,23 @@ run_replay() {
 report() {
     step_done
     echo
+    echo "demo: configuration: $(config_label); $REPEATS run(s)"
+    if [ "$REPEATS" -gt 1 ]; then
+        echo "demo: summary    $OUT/summary.md (mean, sd, min, max of every figure; each run in $OUT/run-N/)"
+    else
+        echo "demo: report     $OUT/report.md (and report.json; the tables above)"
+    fi
+    if [ "$CONFIG" != placement ]; then
+        echo "demo: dashboard  $DASHBOARD   (budget tree, queue order, owed vs delivered)"
+        echo "      stock cluster's budget service: http://127.0.0.1:$STOCK_BUDGET_PORT/"
+    fi
     cat <<EOF
-demo: report     $OUT/report.md (and report.json; the table above)
-demo: dashboard  $DASHBOARD   (budget tree, queue order, owed vs delivered)
-demo: the clusters and the service keep running; try
+demo: the clusters keep running; try
         SLURM_CONF=$DEMO/compass/etc/slurm.conf squeue
         $REL/compass status --state-file $DEMO/compass/state.json
-        $REL/compass budget --url $DASHBOARD show
+EOF
+    if [ "$CONFIG" != placement ]; then echo "        $REL/compass budget --url $DASHBOARD show"; fi
+    cat <<EOF
       stop everything with: contrib/demo.sh stop
 demo: total $((SECONDS / 60)) min $((SECONDS % 60)) s
 EOF
@@ -376,6 +438,8 @@ preflight() {
     check_slurm_version
     check_trace
     case "${DEMO_ENFORCE:-true}" in true|false) ;; *) die "DEMO_ENFORCE must be true or false, not '$DEMO_ENFORCE'" ;; esac
+    case "$CONFIG" in placement|order|enforce) ;; *) die "DEMO_CONFIG must be placement, order or enforce, not '$CONFIG'" ;; esac
+    case "$REPEATS" in ''|*[!0-9]*|0) die "DEMO_REPEATS must be a whole number >= 1, not '$REPEATS'" ;; esac
     # One demo.sh run at a time per state directory (a `stop` from another
     # shell is still allowed). The lock is on the directory that holds $DEMO,
     # so it leaves no file behind. Daemons are started with fd 9 closed, so
@@ -409,7 +473,10 @@ main_run() {
     touch "$DEMO/$MARKER"
 
     start_clusters
-    start_budgetd
+    if [ "$CONFIG" != placement ]; then
+        start_budgetd compass "$DEMO/budget" "$BUDGET_PORT"
+        start_budgetd stock "$DEMO/stock-budget" "$STOCK_BUDGET_PORT"
+    fi
     run_replay
     report
 }

@@ -513,7 +513,8 @@ fn demo(args: &[&str], env: &[(&str, &str)]) -> Output {
     // Clear of a demo that may be running on this machine (18080, 18100+, 18200+).
     c.env("DEMO_COMPASS_PORT", "29100")
         .env("DEMO_STOCK_PORT", "29200")
-        .env("DEMO_BUDGET_PORT", "29080");
+        .env("DEMO_BUDGET_PORT", "29080")
+        .env("DEMO_STOCK_BUDGET_PORT", "29081");
     for (k, v) in env {
         c.env(k, v);
     }

@@ -14,8 +14,10 @@
 //! 4. compass's AFR is below stock's.
 //!
 //! The test reads report.json for the figures behind them and asserts the
-//! window really mixes 1/2/4/8-GPU and multi-node jobs and that compass
-//! migrated. Both clusters are torn down by Drop guards, on failure too.
+//! window really mixes 1/2/4/8-GPU and multi-node jobs, that compass
+//! migrated, and that the report carries the honest fragmentation shares,
+//! the measured cost of a migration and the simulation of the submitted
+//! jobs beside each live cluster (issue 10). Both clusters are torn down by Drop guards, on failure too.
 //!
 //! Needs root, contrib/install-slurm-deps.sh and the plugin libraries of
 //! this build (`cargo test --workspace` builds them; alone:
@@ -211,6 +213,7 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
         .arg("--cluster")
         .arg(format!("stock={}", stock.conf().display()))
         .args(WINDOW)
+        .args(["--label", "placement only (lab test)"])
         .args(["--timeout", "6m", "--check", "--out"])
         .arg(&out.0);
     let run = cmd.output().expect("run compass replay");
@@ -286,5 +289,80 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
     assert!(runs >= 60 && recorded * 10 >= runs * 8, "{nc}");
     if let Some(n) = c["max_n_sif_under_wcc_settled"].as_u64() {
         assert!(n <= 2, "{c}");
+    }
+
+    // Honest fragmentation: the time average over all instants is AFR x N,
+    // and the report says how much time the settled line leaves out.
+    for r in [c, s] {
+        let afr = r["afr"].as_f64().unwrap();
+        let mean = r["mean_n_sif"].as_f64().unwrap();
+        assert!((mean - afr * f64::from(NODES)).abs() < 1e-9, "{r}");
+        for share in [&r["unsettled_share"], &r["causes"]["in_flight_share"]] {
+            let v = share.as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&v), "{r}");
+        }
+    }
+    assert!(
+        c["causes"]["in_flight_share"].as_f64().unwrap() > 0.0,
+        "compass migrated, so some time had a migration in flight: {c}"
+    );
+    assert_eq!(s["causes"]["in_flight_share"], 0.0, "stock never requeues");
+    assert!(c["causes"]["state_age_max_s"].is_number() && s["causes"]["state_age_max_s"].is_null());
+    assert!(c["causes"]["held_s"].as_f64().unwrap() >= 0.0);
+    for r in [c, s] {
+        let fit = r["causes"]["fit_wait_s"].as_f64().unwrap();
+        let per_job = r["causes"]["fit_wait_per_job_s"].as_f64().unwrap();
+        assert!(fit >= 0.0 && (per_job * 60.0 - fit).abs() < 1e-6, "{r}");
+    }
+
+    // The cost of a migration, measured on the live run: a requeued job
+    // waits at least the 2 s the plugin sets its begin time to.
+    let cost = &c["requeue_cost"];
+    assert!(cost["migration_requeues"].as_u64().unwrap() > 0, "{cost}");
+    assert!(cost["idle_mean_s"].as_f64().unwrap() >= 1.0, "{cost}");
+    let wall = cost["wall_cost_s"].as_f64().unwrap();
+    assert!(
+        (cost["trace_cost_s"].as_f64().unwrap() - wall * 300.0).abs() < 1e-6,
+        "trace cost = wall cost x speedup: {cost}"
+    );
+
+    // Live against simulated: the submitted jobs through the simulator,
+    // compass -> compass, stock -> best-fit, with that measured cost.
+    let (cs, ss) = (&c["simulated"], &s["simulated"]);
+    assert_eq!(cs["policy"], "compass", "{cs}");
+    assert_eq!(ss["policy"], "best-fit", "{ss}");
+    for sim in [cs, ss] {
+        assert_eq!(sim["queue"], "backfill");
+        assert!(
+            (sim["migration_cost_s"].as_f64().unwrap() - wall).abs() < 1e-9,
+            "{sim}"
+        );
+        assert!(
+            sim["migration_cost_source"]
+                .as_str()
+                .unwrap()
+                .starts_with("measured"),
+            "{sim}"
+        );
+        let afr = sim["afr"].as_f64().unwrap();
+        assert!(
+            (0.0..1.0).contains(&afr) && sim["ajct_s"].as_f64().unwrap() > 0.0,
+            "{sim}"
+        );
+        assert_eq!(
+            sim["largest"]["jobs"], c["largest"]["jobs"],
+            "same jobs, same largest set"
+        );
+    }
+    assert_eq!(ss["migrations"], 0, "best-fit never migrates");
+    let md = std::fs::read_to_string(out.0.join("report.md")).expect("report.md");
+    for needle in [
+        "Configuration: **placement only (lab test)**",
+        "## Live against simulated",
+        "| AFR |",
+        "time not settled / with a migration in flight",
+        "cost of one requeue (wall s / trace min)",
+    ] {
+        assert!(md.contains(needle), "report.md lacks `{needle}`:\n{md}");
     }
 }

@@ -11,7 +11,9 @@
 
 pub mod observe;
 pub mod plan;
+pub mod repeat;
 pub mod report;
+pub mod sim;
 pub mod slurm;
 
 use std::collections::BTreeSet;
@@ -133,6 +135,26 @@ pub struct Args {
     #[arg(long)]
     pub check: bool,
 
+    /// Make this share of the jobs (0 to 1) not resumable, spread evenly
+    /// over the window (0.5: every second job), so placement is measured
+    /// when jobs cannot move. Only where sbatch knows --resumable.
+    #[arg(long, default_value_t = 0.0, value_name = "SHARE")]
+    pub not_resumable: f64,
+
+    /// Replay the same window R times in a row (every cluster at once in
+    /// each run): OUT/run-1 ... OUT/run-R hold each run's report, and
+    /// OUT/summary.md / summary.json the mean, sd, min and max of every
+    /// figure, live and simulated. Needs the clusters idle between runs
+    /// (the replay waits for its own jobs).
+    #[arg(long, default_value_t = 1, value_name = "R")]
+    pub repeat: usize,
+
+    /// What configuration the clusters run, written at the top of every
+    /// report (e.g. "placement only", "order only: compass-budgetd with
+    /// enforce = false on both").
+    #[arg(long, default_value = "", value_name = "TEXT")]
+    pub label: String,
+
     /// Print the plan (and write plan.json, jobs.csv) without submitting.
     #[arg(long)]
     pub dry_run: bool,
@@ -197,6 +219,15 @@ fn check_window_args(args: &Args) -> Result<()> {
     if args.jobs == Some(0) {
         return Err(CliError::Usage("--jobs must be at least 1".into()));
     }
+    if !(0.0..=1.0).contains(&args.not_resumable) {
+        return Err(CliError::Usage(format!(
+            "--not-resumable is a share from 0 to 1, got {}",
+            args.not_resumable
+        )));
+    }
+    if args.repeat == 0 {
+        return Err(CliError::Usage("--repeat must be at least 1".into()));
+    }
     if !(args.speedup.is_finite() && args.speedup > 0.0) {
         return Err(CliError::Usage(format!(
             "--speedup must be a positive number, got {}",
@@ -243,7 +274,8 @@ fn plan_window(args: &Args, fit: Fit) -> Result<Plan> {
         }
         _ => Vec::new(),
     };
-    let flags = plan::flags(tr.format, &jobs, &vcs, args.min_runtime_cap)?;
+    let mut flags = plan::flags(tr.format, &jobs, &vcs, args.min_runtime_cap)?;
+    plan::make_not_resumable(&mut flags, args.not_resumable);
     if let Some(b) = &args.budgets {
         check_accounts(b, &flags)?;
     }
@@ -350,6 +382,7 @@ fn unix_now() -> u64 {
 }
 
 /// A cluster as found at the start: its nodes, GPUs and SPANK support.
+#[derive(Clone)]
 struct Connected {
     arg: ClusterArg,
     client: Client,
@@ -470,7 +503,75 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
 
-    let mut live = prepare(&out, &plan, clusters)?;
+    let mut runs: Vec<Vec<ClusterResult>> = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    let mut findings: Vec<String> = Vec::new();
+    for k in 1..=args.repeat {
+        let dir = if args.repeat == 1 {
+            out.clone()
+        } else {
+            let d = out.join(format!("run-{k}"));
+            std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
+            eprintln!("run {k} of {}: {}", args.repeat, d.display());
+            d
+        };
+        let once = replay_once(&args, &plan, clusters.clone(), &dir, &trace_name)?;
+        if args.repeat > 1 {
+            for m in &once.failures {
+                failures.push(format!("run {k}: {m}"));
+            }
+            for m in &once.checks {
+                findings.push(format!("run {k}: {m}"));
+            }
+        } else {
+            failures = once.failures;
+        }
+        runs.push(once.results);
+        if once.timed_out {
+            break;
+        }
+    }
+    if args.repeat > 1 {
+        write_summary(&out, &args, &trace_name, &plan, &runs, &failures, &findings)?;
+    }
+    if !failures.is_empty() {
+        return Err(CliError::Failed(format!(
+            "{}:\n- {}",
+            if args.check {
+                "--check failed"
+            } else {
+                "the replay failed"
+            },
+            failures.join("\n- ")
+        )));
+    }
+    if args.check {
+        println!("--check: all checks passed");
+    }
+    println!("total {:.0} s", t_wall.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// What one run of the window gave.
+struct Once {
+    results: Vec<ClusterResult>,
+    /// Timeouts, and with --check the failed checks.
+    failures: Vec<String>,
+    /// The checks that did not hold (whether or not --check asked).
+    checks: Vec<String>,
+    timed_out: bool,
+}
+
+/// One replay of the window on every cluster at once, its report in `out`.
+fn replay_once(
+    args: &Args,
+    plan: &Plan,
+    clusters: Vec<Connected>,
+    out: &Path,
+    trace_name: &str,
+) -> Result<Once> {
+    let t_run = Instant::now();
+    let mut live = prepare(out, plan, clusters)?;
     let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
@@ -488,7 +589,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     drop(tx);
     let timeout = args.timeout.unwrap_or(3.0 * plan.expected_s() + 300.0);
-    let timed_out = watch(&mut live, &plan, &args, t0, &rx, timeout);
+    let timed_out = watch(&mut live, plan, args, t0, &rx, timeout);
     stop.store(true, Ordering::SeqCst);
     for h in handles {
         let _ = h.join();
@@ -499,14 +600,18 @@ pub fn run(args: Args) -> Result<()> {
         Vec::new()
     };
     let wall_s = t0.elapsed().as_secs_f64();
-    let results = summarise_all(&plan, &live)?;
+    if !args.quiet {
+        eprintln!("simulating the submitted jobs (jobs.csv) for the live-against-simulated table");
+    }
+    let results = summarise_all(plan, &live)?;
     let mut checks = report::check(&results);
     checks.splice(0..0, unfinished_msgs.iter().cloned());
-    let md = report::markdown(&trace_name, &plan, &results, &checks, wall_s);
+    let md = report::markdown(trace_name, &args.label, plan, &results, &checks, wall_s);
     write(&out.join("report.md"), &md)?;
     let json = serde_json::to_string_pretty(&report::Report {
-        trace: &trace_name,
-        plan: &plan,
+        trace: trace_name,
+        label: &args.label,
+        plan,
         clusters: &results,
         checks: checks.clone(),
         wall_s,
@@ -514,26 +619,107 @@ pub fn run(args: Args) -> Result<()> {
     .map_err(|e| CliError::Failed(e.to_string()))?;
     write(&out.join("report.json"), &(json + "\n"))?;
     println!("{}", report::table(&results, plan.compression.speedup));
+    println!("{}", report::sim_table(&results));
     println!(
         "report: {} and report.json ({:.0} s)",
         out.join("report.md").display(),
-        t_wall.elapsed().as_secs_f64()
+        t_run.elapsed().as_secs_f64()
     );
+    let mut failures = Vec::new();
+    let found = checks.clone();
     if timed_out {
-        return Err(CliError::Failed(format!(
+        failures.push(format!(
             "timed out after {timeout:.0} s:\n{}",
             unfinished_msgs.join("\n")
-        )));
+        ));
+    } else if args.check {
+        failures = checks;
     }
-    if args.check && !checks.is_empty() {
-        return Err(CliError::Failed(format!(
-            "--check failed:\n- {}",
-            checks.join("\n- ")
-        )));
+    Ok(Once {
+        results,
+        failures,
+        checks: found,
+        timed_out,
+    })
+}
+
+/// `summary.md` / `summary.json` of a repeated replay.
+fn write_summary(
+    out: &Path,
+    args: &Args,
+    trace_name: &str,
+    plan: &Plan,
+    runs: &[Vec<ClusterResult>],
+    failures: &[String],
+    findings: &[String],
+) -> Result<()> {
+    let spreads = repeat::spreads(runs);
+    let table = repeat::table(&spreads);
+    let mut md = String::from("# compass replay, repeated\n\n");
+    if !args.label.is_empty() {
+        md.push_str(&format!("Configuration: **{}**.\n\n", args.label));
     }
-    if args.check {
-        println!("--check: all checks passed");
+    md.push_str(&format!(
+        "Trace `{trace_name}`, window {:.2} h to {:.2} h after its first arrival, {} jobs, speedup {}, {} of {} runs done (run-1 ... run-{}: each run's report.md); {:.0}% of the jobs made not resumable. Each cell: mean ± sample sd [min, max] (n runs with the figure). `sim:` rows are the simulator on the submitted jobs, with each run's measured migration cost.\n\n",
+        plan.window_trace_start_s / 3600.0,
+        plan.window_trace_end_s / 3600.0,
+        plan.jobs.len(),
+        plan.compression.speedup,
+        runs.len(),
+        args.repeat,
+        runs.len(),
+        100.0 * args.not_resumable
+    ));
+    md.push_str(&table);
+    if failures.is_empty() {
+        md.push_str(if args.check {
+            "\nNo run failed (timeouts and --check).\n"
+        } else {
+            "\nNo run timed out (--check was not given: the checks below are informational).\n"
+        });
+    } else {
+        md.push_str("\nFailures:\n");
+        for f in failures {
+            md.push_str(&format!("- {f}\n"));
+        }
     }
+    if findings.is_empty() {
+        md.push_str("\nEvery check of every run held.\n");
+    } else {
+        md.push_str("\nChecks that did not hold:\n");
+        for f in findings {
+            md.push_str(&format!("- {f}\n"));
+        }
+    }
+    write(&out.join("summary.md"), &md)?;
+    #[derive(serde::Serialize)]
+    struct Summary<'a> {
+        trace: &'a str,
+        label: &'a str,
+        repeats: usize,
+        runs_done: usize,
+        not_resumable: f64,
+        clusters: &'a [repeat::ClusterSpread],
+        failures: &'a [String],
+        checks_not_held: &'a [String],
+    }
+    let json = serde_json::to_string_pretty(&Summary {
+        trace: trace_name,
+        label: &args.label,
+        repeats: args.repeat,
+        runs_done: runs.len(),
+        not_resumable: args.not_resumable,
+        clusters: &spreads,
+        failures,
+        checks_not_held: findings,
+    })
+    .map_err(|e| CliError::Failed(e.to_string()))?;
+    write(&out.join("summary.json"), &(json + "\n"))?;
+    println!("\n{table}");
+    println!(
+        "summary: {} and summary.json",
+        out.join("summary.md").display()
+    );
     Ok(())
 }
 
@@ -712,7 +898,45 @@ fn summarise_all(plan: &Plan, live: &[Live]) -> Result<Vec<ClusterResult>> {
             },
         ));
     }
+    attach_simulations(plan, &mut results);
     Ok(results)
+}
+
+/// The paper's migration cost (wall seconds), used in the simulation when
+/// the live run completed no migrated job to measure one on.
+pub const ASSUMED_MIGRATION_COST_S: f64 = 8.0;
+
+/// Simulates the submitted jobs for each cluster (compass -> `compass`,
+/// stock -> `best-fit`), with the migration cost measured on the (first)
+/// compass cluster.
+fn attach_simulations(plan: &Plan, results: &mut [ClusterResult]) {
+    let measured = results
+        .iter()
+        .find(|r| r.is_compass() && r.requeue_cost.migration_requeues > 0)
+        .map(|r| (r.name.clone(), r.requeue_cost.clone()));
+    let (cost, source) = match measured {
+        Some((name, c)) => (
+            c.wall_cost_s,
+            format!(
+                "measured on {name}: {} migrations, {:.1} s idle between requeue and restart + {:.1} s lost, on average",
+                c.migration_requeues, c.idle_mean_s, c.lost_mean_s
+            ),
+        ),
+        None => (
+            ASSUMED_MIGRATION_COST_S,
+            "not measured (no completed job was migrated): the paper's 8 s".into(),
+        ),
+    };
+    for r in results.iter_mut() {
+        let policy = sim::model_of(r.is_compass());
+        match sim::simulate(plan, r.nodes, r.gpus_per_node, policy, cost) {
+            Ok(mut s) => {
+                s.migration_cost_source = source.clone();
+                r.simulated = Some(s);
+            }
+            Err(e) => eprintln!("{}: {e}", r.name),
+        }
+    }
 }
 
 /// Submits the plan's jobs to one cluster at their compressed times.

@@ -74,6 +74,15 @@ pub struct Sample {
     /// Nothing moved since the previous poll, no job waits to restart after
     /// a requeue and the engine has no migration in flight.
     pub settled: bool,
+    /// A migration is in flight: a requeued job waits to restart, or the
+    /// engine has decided a migration it has not carried out yet.
+    pub in_flight: bool,
+    /// Age of the engine's published state at this poll (wall seconds since
+    /// its `updated_unix`); compass clusters only.
+    pub state_age_s: Option<f64>,
+    /// Waiting jobs that would fit the free GPUs as they are at this poll
+    /// (`w` nodes with at least `g` free GPUs each), each counted alone.
+    pub fit_waiting: u64,
 }
 
 /// Time integrals of the metrics over one window (as the simulator's).
@@ -83,15 +92,25 @@ pub struct Window {
     pub sif_s: f64,
     pub util_s: f64,
     pub wcc_s: f64,
+    /// Time with a migration in flight ([`Sample::in_flight`]).
+    pub in_flight_s: f64,
+    /// Time that was not settled ([`Sample::settled`] false).
+    pub unsettled_s: f64,
 }
 
 impl Window {
-    fn add(&mut self, dt: f64, sif: f64, util: f64, wcc: bool) {
+    fn add(&mut self, dt: f64, sif: f64, s: &Sample) {
         self.time_s += dt;
         self.sif_s += sif * dt;
-        self.util_s += util * dt;
-        if wcc {
+        self.util_s += s.utilisation * dt;
+        if s.wcc {
             self.wcc_s += dt;
+        }
+        if s.in_flight {
+            self.in_flight_s += dt;
+        }
+        if !s.settled {
+            self.unsettled_s += dt;
         }
     }
 }
@@ -114,6 +133,9 @@ pub struct Observer {
     pub max_n_sif_wcc: Option<u64>,
     pub max_n_sif_wcc_settled: Option<u64>,
     pub samples: Vec<Sample>,
+    /// Job-seconds that waiting jobs spent while they would have fitted the
+    /// free GPUs ([`Sample::fit_waiting`] integrated over time).
+    pub fit_wait_s: f64,
     state_mtime: Option<std::time::SystemTime>,
     pub state: Option<PublishedState>,
     /// `divergences` and `migrations_done` of the first state read.
@@ -145,6 +167,7 @@ impl Observer {
             max_n_sif_wcc: None,
             max_n_sif_wcc_settled: None,
             samples: Vec::new(),
+            fit_wait_s: 0.0,
             state_mtime: None,
             state: None,
             state_first: None,
@@ -230,7 +253,7 @@ impl Observer {
             }
         }
         self.check_engine_records();
-        self.sample(t_s)
+        self.sample(t_s, now_unix)
     }
 
     fn update_job(&mut self, i: usize, o: &JobObs, t_s: f64, now_unix: u64) {
@@ -329,12 +352,13 @@ impl Observer {
         }
     }
 
-    fn sample(&mut self, t_s: f64) -> Sample {
+    fn sample(&mut self, t_s: f64, now_unix: u64) -> Sample {
         let cap = self.gpus_per_node;
         let mut used: BTreeMap<&str, u32> = BTreeMap::new();
         let mut counts: InstanceCounts = [0; 9];
         let mut placement: BTreeMap<u64, BTreeMap<String, u32>> = BTreeMap::new();
         let (mut pending, mut running, mut done, mut requeued_waiting) = (0, 0, 0, false);
+        let mut waiting_shapes: Vec<(u32, u32)> = Vec::new();
         for (i, j) in self.jobs.iter().enumerate() {
             if j.end_s.is_some() {
                 done += 1;
@@ -352,12 +376,22 @@ impl Observer {
                 placement.insert(id, run.node_gpus.clone());
             } else {
                 pending += 1;
+                waiting_shapes.push(self.shapes[i]);
                 if j.restarts > 0 {
                     requeued_waiting = true;
                 }
             }
         }
         let partial = used.values().filter(|&&u| u > 0 && u < cap).count() as u32;
+        let free: Vec<u32> = self
+            .nodes
+            .iter()
+            .map(|n| cap.saturating_sub(used.get(n.as_str()).copied().unwrap_or(0)))
+            .collect();
+        let fit_waiting = waiting_shapes
+            .iter()
+            .filter(|(w, g)| free.iter().filter(|&&f| f >= *g).count() as u32 >= *w)
+            .count() as u64;
         let used_gpus: u64 = used.values().map(|&u| u64::from(u)).sum();
         let phi = self.cache.phi_star(&counts, cap);
         let n_sif = u64::from(partial).saturating_sub(phi);
@@ -369,6 +403,10 @@ impl Observer {
             .as_ref()
             .is_some_and(|s| !s.pending_migrations.is_empty());
         let settled = placement == self.last_placement && !requeued_waiting && !in_flight;
+        let state_age_s = self
+            .state
+            .as_ref()
+            .map(|s| now_unix.saturating_sub(s.updated_unix) as f64);
         let s = Sample {
             t_s,
             n_sif,
@@ -381,6 +419,9 @@ impl Observer {
             running,
             done,
             settled,
+            in_flight: in_flight || requeued_waiting,
+            state_age_s,
+            fit_waiting,
         };
         // the state since the previous poll held until now
         if let Some(prev) = self.last {
@@ -388,11 +429,12 @@ impl Observer {
             if dt > 0.0 {
                 let sif = metric::sif(prev.partial, prev.phi_star, nodes);
                 if prev.pending > 0 {
-                    self.peak.add(dt, sif, prev.utilisation, prev.wcc);
+                    self.peak.add(dt, sif, &prev);
                 }
                 if prev.pending > 0 || prev.running > 0 {
-                    self.busy.add(dt, sif, prev.utilisation, prev.wcc);
+                    self.busy.add(dt, sif, &prev);
                 }
+                self.fit_wait_s += dt * prev.fit_waiting as f64;
             }
         }
         self.max_n_sif = self.max_n_sif.max(n_sif);
@@ -475,6 +517,7 @@ mod tests {
             1001,
         );
         assert!(s.settled && s.pending == 1);
+        assert_eq!(s.fit_waiting, 0, "no node has 8 free GPUs");
         // job 2 requeued (a migration): pending again, restarts 1
         let s = o.poll(
             &[
@@ -487,6 +530,8 @@ mod tests {
         );
         assert_eq!((s.n_sif, s.pending, s.running), (0, 2, 1));
         assert!(!s.settled, "a requeued job waits to restart");
+        assert!(s.in_flight, "a requeued job waits to restart");
+        assert_eq!(s.fit_waiting, 2, "n2 is free: both waiting jobs would fit");
         let s = o.poll(
             &[
                 job(1, "RUNNING", 0, 3, &[("n1", 4)]),
@@ -521,6 +566,9 @@ mod tests {
         assert_eq!(o.peak.sif_s, 1.0);
         assert_eq!((o.max_n_sif, o.max_n_sif_wcc), (2, Some(2)));
         assert_eq!(o.max_n_sif_wcc_settled, Some(2));
+        // both waiting jobs fitted from 3 s to 4 s
+        assert_eq!(o.fit_wait_s, 2.0);
+        assert_eq!(o.peak.in_flight_s, 1.0);
     }
 
     #[test]

@@ -134,6 +134,7 @@ impl Plan {
 }
 
 /// Account, protected time (trace seconds) and resumable flag of each job.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Flags {
     pub account: Option<String>,
     pub min_runtime_s: f64,
@@ -167,6 +168,21 @@ pub fn flags(
             })
             .collect()),
     }
+}
+
+/// Makes a `share` (0 to 1) of the jobs not resumable, spread evenly over
+/// the window: job `i` when `floor((i + 1) x share) > floor(i x share)`
+/// (deterministic; with 0.5, every second job). Returns how many changed.
+pub fn make_not_resumable(flags: &mut [Flags], share: f64) -> usize {
+    let mut changed = 0;
+    for (i, f) in flags.iter_mut().enumerate() {
+        let hit = ((i + 1) as f64 * share).floor() > (i as f64 * share).floor();
+        if hit && f.resumable {
+            f.resumable = false;
+            changed += 1;
+        }
+    }
+    changed
 }
 
 /// The jobs of the window, in arrival order (ties in file order).
@@ -370,6 +386,27 @@ fi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_share_of_jobs_made_not_resumable_is_spread_evenly() {
+        let mut f: Vec<Flags> = (0..10)
+            .map(|_| Flags {
+                account: None,
+                min_runtime_s: 0.0,
+                resumable: true,
+            })
+            .collect();
+        f[1].resumable = false;
+        assert_eq!(make_not_resumable(&mut f, 0.5), 4, "job 1 already was");
+        let r: Vec<bool> = f.iter().map(|x| x.resumable).collect();
+        assert_eq!(
+            r,
+            [true, false, true, false, true, false, true, false, true, false]
+        );
+        let mut g = f.clone();
+        assert_eq!(make_not_resumable(&mut g, 0.0), 0);
+        assert_eq!(g, f);
+    }
 
     fn tj(name: &str, submit: f64, dur: f64, w: u32, g: u32) -> TraceJob {
         TraceJob {

@@ -33,6 +33,25 @@ pub struct LogFacts {
     pub narrowed_run_now: BTreeMap<u64, u32>,
     /// Jobs retried on all of Slurm's candidates, or sent to plain cons_tres.
     pub widened: BTreeSet<u64>,
+    /// `job_test job N: planned nodes not free yet (migrations in flight)`
+    /// lines, by job: the plugin held the job for a migration target.
+    pub held_tests: BTreeMap<u64, u32>,
+    /// Wall seconds jobs were held so: from the first such line to the
+    /// job's next start (`mode 0: narrowed`), summed (from the log's
+    /// timestamps; a hold never followed by a start is not counted).
+    pub held_s: f64,
+}
+
+/// Seconds of the day of a slurmctld log line's `[YYYY-MM-DDTHH:MM:SS.mmm]`
+/// timestamp.
+fn log_time(line: &str) -> Option<f64> {
+    let ts = line.strip_prefix('[')?.split(']').next()?;
+    let time = ts.split('T').nth(1)?;
+    let mut parts = time.split(':');
+    let h: f64 = parts.next()?.parse().ok()?;
+    let m: f64 = parts.next()?.parse().ok()?;
+    let sec: f64 = parts.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + sec)
 }
 
 impl LogFacts {
@@ -43,6 +62,7 @@ impl LogFacts {
             ..Default::default()
         };
         let text = read_from(path, from);
+        let mut held_since: BTreeMap<u64, f64> = BTreeMap::new();
         for line in text.lines() {
             if let Some(rest) = line.split("migration of job ").nth(1) {
                 if let Some((id, tail)) = rest.split_once(':') {
@@ -65,6 +85,15 @@ impl LogFacts {
                 };
                 if rest.contains(" mode 0: narrowed") {
                     *f.narrowed_run_now.entry(id).or_default() += 1;
+                    if let (Some(t0), Some(t)) = (held_since.remove(&id), log_time(line)) {
+                        // across midnight the clock wraps once
+                        f.held_s += if t >= t0 { t - t0 } else { t + 86_400.0 - t0 };
+                    }
+                } else if rest.contains("planned nodes not free yet") {
+                    *f.held_tests.entry(id).or_default() += 1;
+                    if let Some(t) = log_time(line) {
+                        held_since.entry(id).or_insert(t);
+                    }
                 } else if rest.contains("retried on all candidates (rc 0)") {
                     f.widened.insert(id);
                 }
@@ -218,6 +247,60 @@ pub struct LargestWaits {
     pub waits: Percentiles,
 }
 
+/// What a requeue (a migration, or a preemption) cost on the live cluster,
+/// measured from the observed runs of the jobs that completed.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RequeueCost {
+    /// Requeues observed (a run ended and the job ran again).
+    pub requeues: u64,
+    /// Of those, requeues of jobs whose every requeue was a migration of
+    /// the select plugin (the cost below is measured on these when there
+    /// are any, on all requeues otherwise).
+    pub migration_requeues: u64,
+    /// Idle wall seconds between a run's end (the requeue) and the next
+    /// run's start: mean, max and total.
+    pub idle_mean_s: f64,
+    pub idle_max_s: f64,
+    pub idle_total_s: f64,
+    /// Wall seconds lost per requeue besides the idle time (progress lost
+    /// since the last checkpoint, start-up): `(end - first start - run -
+    /// idle)` of a requeued job, less the same overhead of jobs never
+    /// requeued (poll and start-up bias), per requeue.
+    pub lost_mean_s: f64,
+    /// `idle_mean_s + lost_mean_s`: the wall cost of one requeue.
+    pub wall_cost_s: f64,
+    /// `wall_cost_s` times the speedup: what it costs in trace time.
+    pub trace_cost_s: f64,
+}
+
+/// Where the live plugin can lose against its simulation, measured.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LossCauses {
+    /// Jobs the plugin held because their planned nodes were not free yet
+    /// (migrations in flight), the job_test calls that held them, and the
+    /// wall seconds from the first hold to the job's start, summed.
+    pub held_jobs: u64,
+    pub held_tests: u64,
+    pub held_s: f64,
+    /// Jobs started while an earlier-submitted job still waited (backfill
+    /// and priority order, by more than one poll).
+    pub started_ahead: u64,
+    /// Job-seconds waiting jobs spent while they would have fitted the
+    /// free GPUs as polled (each job counted alone, so two jobs competing
+    /// for the same room both count): Slurm's scheduling cadence and start
+    /// latency on both clusters, plus on compass jobs narrowed to nodes
+    /// that were not free. Also per job.
+    pub fit_wait_s: f64,
+    pub fit_wait_per_job_s: f64,
+    /// Share of the metric window with a migration in flight (a requeued
+    /// job waiting to restart, or a migration decided and not carried out).
+    pub in_flight_share: f64,
+    /// Age of the engine's published state at the polls (wall seconds):
+    /// mean and max. The plugin rewrites it on change, at most once a second.
+    pub state_age_mean_s: Option<f64>,
+    pub state_age_max_s: Option<f64>,
+}
+
 /// Every figure of one cluster.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ClusterResult {
@@ -258,6 +341,11 @@ pub struct ClusterResult {
     /// The same over settled polls only (nothing moved since the previous
     /// poll, no migration or restart in flight).
     pub max_n_sif_under_wcc_settled: Option<u64>,
+    /// Time average of `N * SIF` over the metric window (all instants).
+    pub mean_n_sif: f64,
+    /// Share of the metric window that was not settled (something moved,
+    /// or a migration was in flight): the time the settled line leaves out.
+    pub unsettled_share: f64,
     pub wcc_coverage: f64,
     /// Requeues the select plugin carried out (Compact migrations).
     pub migrations: u64,
@@ -272,6 +360,11 @@ pub struct ClusterResult {
     pub polls: u64,
     pub poll_errors: u64,
     pub node_check: Option<NodeCheck>,
+    pub requeue_cost: RequeueCost,
+    pub causes: LossCauses,
+    /// The simulator on the jobs this replay submitted (`jobs.csv`), with
+    /// the migration cost measured on the live compass cluster.
+    pub simulated: Option<super::sim::Simulated>,
 }
 
 impl ClusterResult {
@@ -336,6 +429,14 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
     r.max_n_sif = obs.max_n_sif;
     r.max_n_sif_under_wcc = obs.max_n_sif_wcc;
     r.max_n_sif_under_wcc_settled = obs.max_n_sif_wcc_settled;
+    r.mean_n_sif = r.afr * f64::from(r.nodes);
+    r.unsettled_share = avg(window.unsettled_s);
+    r.causes.in_flight_share = avg(window.in_flight_s);
+    let ages: Vec<f64> = obs.samples.iter().filter_map(|x| x.state_age_s).collect();
+    if !ages.is_empty() {
+        r.causes.state_age_mean_s = Some(ages.iter().sum::<f64>() / ages.len() as f64);
+        r.causes.state_age_max_s = Some(ages.iter().copied().fold(0.0, f64::max));
+    }
 
     let mut jct = Vec::new();
     let mut waits = Vec::new();
@@ -402,10 +503,99 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
         },
     }
     r.preemptions = r.requeues.saturating_sub(r.migrations);
+    let migrated = info.log.as_ref().map(|l| &l.migrations);
+    r.requeue_cost = requeue_cost(plan, obs, migrated);
+    r.causes.started_ahead = started_ahead(obs);
+    r.causes.fit_wait_s = obs.fit_wait_s;
+    r.causes.fit_wait_per_job_s = obs.fit_wait_s / (r.jobs.max(1) as f64);
+    if let Some(l) = &info.log {
+        r.causes.held_jobs = l.held_tests.len() as u64;
+        r.causes.held_tests = l.held_tests.values().map(|&v| u64::from(v)).sum();
+        r.causes.held_s = l.held_s;
+    }
     if obs.state_file.is_some() {
         r.node_check = Some(node_check(obs, info.log.as_ref(), &ours));
     }
     r
+}
+
+/// The requeue cost of [`RequeueCost`], from the observed runs. `migrated`:
+/// the plugin's migrations by Slurm job id (compass clusters).
+pub fn requeue_cost(
+    plan: &Plan,
+    obs: &Observer,
+    migrated: Option<&BTreeMap<u64, u32>>,
+) -> RequeueCost {
+    // (requeues, idle seconds, overhead seconds, all requeues were migrations)
+    let mut requeued: Vec<(u64, Vec<f64>, f64, bool)> = Vec::new();
+    let mut plain_overhead = Vec::new();
+    for (i, j) in obs.jobs.iter().enumerate() {
+        let (Some(end), Some(first)) = (j.end_s, j.first_start_s()) else {
+            continue;
+        };
+        if j.final_state.as_deref() != Some("COMPLETED") {
+            continue;
+        }
+        let overhead = end - first - plan.jobs[i].run_s;
+        if j.runs.len() < 2 {
+            plain_overhead.push(overhead);
+            continue;
+        }
+        let idle: Vec<f64> = j
+            .runs
+            .windows(2)
+            .filter_map(|w| w[0].end_s.map(|e| (w[1].start_s - e).max(0.0)))
+            .collect();
+        let n = (j.runs.len() - 1) as u64;
+        let all_migrations = j
+            .slurm_id
+            .and_then(|id| migrated.and_then(|m| m.get(&id)))
+            .is_some_and(|&m| u64::from(m) >= n);
+        requeued.push((n, idle, overhead, all_migrations));
+    }
+    let base = if plain_overhead.is_empty() {
+        0.0
+    } else {
+        plain_overhead.iter().sum::<f64>() / plain_overhead.len() as f64
+    };
+    let migration_requeues: u64 = requeued.iter().filter(|r| r.3).map(|r| r.0).sum();
+    let use_migrations = migration_requeues > 0;
+    let chosen: Vec<&(u64, Vec<f64>, f64, bool)> =
+        requeued.iter().filter(|r| !use_migrations || r.3).collect();
+    let mut c = RequeueCost {
+        requeues: requeued.iter().map(|r| r.0).sum(),
+        migration_requeues,
+        ..Default::default()
+    };
+    let n: u64 = chosen.iter().map(|r| r.0).sum();
+    if n == 0 {
+        return c;
+    }
+    let idle: Vec<f64> = chosen.iter().flat_map(|r| r.1.iter().copied()).collect();
+    c.idle_total_s = idle.iter().sum();
+    c.idle_max_s = idle.iter().copied().fold(0.0, f64::max);
+    c.idle_mean_s = c.idle_total_s / n as f64;
+    let lost: f64 = chosen
+        .iter()
+        .map(|r| r.2 - r.1.iter().sum::<f64>() - base)
+        .sum();
+    c.lost_mean_s = (lost / n as f64).max(0.0);
+    c.wall_cost_s = c.idle_mean_s + c.lost_mean_s;
+    c.trace_cost_s = c.wall_cost_s * plan.compression.speedup;
+    c
+}
+
+/// Jobs that started while a job submitted before them still waited, by
+/// more than the polling tolerance (a second).
+fn started_ahead(obs: &Observer) -> u64 {
+    let seen: Vec<(f64, f64)> = obs
+        .jobs
+        .iter()
+        .filter_map(|j| Some((j.submit_s?, j.first_start_s()?)))
+        .collect();
+    seen.iter()
+        .filter(|(sub, start)| seen.iter().any(|(s2, st2)| s2 < sub && *st2 > start + 1.0))
+        .count() as u64
 }
 
 fn plan_gpus(plan: &Plan) -> Vec<u64> {
@@ -544,10 +734,22 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
         r.completion.preempted_cancelled.len().to_string()
     });
     row("AFR (mean SIF over T_peak)", &|r| format!("{:.4}", r.afr));
+    row("N*SIF, time average (all instants)", &|r| {
+        format!("{:.2}", r.mean_n_sif)
+    });
     row("max N*SIF", &|r| r.max_n_sif.to_string());
-    row("max N*SIF while WCC held", &|r| opt(r.max_n_sif_under_wcc));
-    row("  (settled instants)", &|r| {
+    row("max N*SIF while WCC held (all instants)", &|r| {
+        opt(r.max_n_sif_under_wcc)
+    });
+    row("  (settled instants only)", &|r| {
         opt(r.max_n_sif_under_wcc_settled)
+    });
+    row("time not settled / with a migration in flight", &|r| {
+        format!(
+            "{:.0}% / {:.0}%",
+            100.0 * r.unsettled_share,
+            100.0 * r.causes.in_flight_share
+        )
     });
     row("AJCT (wall s / trace h)", &|r| {
         format!("{:.1} / {:.2}", r.ajct_s, r.ajct_s * speedup / 3600.0)
@@ -557,6 +759,53 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
         format!("{} ({})", r.migrations, r.migrated_jobs)
     });
     row("preemptions", &|r| r.preemptions.to_string());
+    row("requeue -> restart idle, mean / max (wall s)", &|r| {
+        if r.requeue_cost.requeues == 0 {
+            "-".into()
+        } else {
+            format!(
+                "{:.1} / {:.1}",
+                r.requeue_cost.idle_mean_s, r.requeue_cost.idle_max_s
+            )
+        }
+    });
+    row("cost of one requeue (wall s / trace min)", &|r| {
+        if r.requeue_cost.requeues == 0 {
+            "-".into()
+        } else {
+            format!(
+                "{:.1} / {:.1}",
+                r.requeue_cost.wall_cost_s,
+                r.requeue_cost.trace_cost_s / 60.0
+            )
+        }
+    });
+    row("held for a migration target (jobs / wall s)", &|r| {
+        if r.is_compass() {
+            format!("{} / {:.0}", r.causes.held_jobs, r.causes.held_s)
+        } else {
+            "-".into()
+        }
+    });
+    row(
+        "waited while it fit the free GPUs (job-s / per job)",
+        &|r| {
+            format!(
+                "{:.0} / {:.1}",
+                r.causes.fit_wait_s, r.causes.fit_wait_per_job_s
+            )
+        },
+    );
+    row("started ahead of an earlier job", &|r| {
+        r.causes.started_ahead.to_string()
+    });
+    row("published state age, mean / max (s)", &|r| match (
+        r.causes.state_age_mean_s,
+        r.causes.state_age_max_s,
+    ) {
+        (Some(m), Some(x)) => format!("{m:.1} / {x:.0}"),
+        _ => "-".into(),
+    });
     row("wait p50 / p90, all (wall s)", &|r| {
         format!("{:.1} / {:.1}", r.waits.p50, r.waits.p90)
     });
@@ -587,10 +836,83 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
     out
 }
 
+/// Live against simulated, per cluster: the simulator on the jobs this
+/// replay submitted (markdown).
+pub fn sim_table(results: &[ClusterResult]) -> String {
+    let mut head = String::from("| |");
+    let mut rule = String::from("|---|");
+    for r in results {
+        let model = r
+            .simulated
+            .as_ref()
+            .map(|s| s.policy.as_str())
+            .unwrap_or("-");
+        let _ = write!(head, " {} live | {} simulated ({model}) |", r.name, r.name);
+        rule.push_str("---|---|");
+    }
+    let mut out = format!("{head}\n{rule}\n");
+    let mut row = |label: &str,
+                   live: &dyn Fn(&ClusterResult) -> String,
+                   sim: &dyn Fn(&super::sim::Simulated) -> String| {
+        let _ = write!(out, "| {label} |");
+        for r in results {
+            let s = r.simulated.as_ref().map(sim).unwrap_or("-".into());
+            let _ = write!(out, " {} | {s} |", live(r));
+        }
+        out.push('\n');
+    };
+    let opt = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or("-".into());
+    row("AFR", &|r| format!("{:.4}", r.afr), &|s| {
+        format!("{:.4}", s.afr)
+    });
+    row("max N*SIF", &|r| r.max_n_sif.to_string(), &|s| {
+        s.max_n_sif.to_string()
+    });
+    row(
+        "max N*SIF while WCC held (all instants)",
+        &|r| opt(r.max_n_sif_under_wcc),
+        &|s| opt(s.max_n_sif_under_wcc),
+    );
+    row("AGU", &|r| format!("{:.1}%", 100.0 * r.agu), &|s| {
+        format!("{:.1}%", 100.0 * s.agu)
+    });
+    row("AJCT (wall s)", &|r| format!("{:.1}", r.ajct_s), &|s| {
+        format!("{:.1}", s.ajct_s)
+    });
+    row(
+        "wait p50 / p90, all (wall s)",
+        &|r| format!("{:.1} / {:.1}", r.waits.p50, r.waits.p90),
+        &|s| format!("{:.1} / {:.1}", s.waits.p50, s.waits.p90),
+    );
+    row(
+        "wait p50 / p90, largest (wall s)",
+        &|r| format!("{:.1} / {:.1}", r.largest.waits.p50, r.largest.waits.p90),
+        &|s| format!("{:.1} / {:.1}", s.largest.waits.p50, s.largest.waits.p90),
+    );
+    row(
+        "migrations (jobs)",
+        &|r| format!("{} ({})", r.migrations, r.migrated_jobs),
+        &|s| format!("{} ({})", s.migrations, s.migrated_jobs),
+    );
+    row(
+        "started ahead (live) / backfilled (sim)",
+        &|r| r.causes.started_ahead.to_string(),
+        &|s| s.backfilled.to_string(),
+    );
+    row(
+        "makespan (wall s)",
+        &|r| format!("{:.0}", r.makespan_s),
+        &|s| format!("{:.0}", s.makespan_s),
+    );
+    out
+}
+
 /// The JSON report.
 #[derive(Serialize)]
 pub struct Report<'a> {
     pub trace: &'a str,
+    /// The configuration (`--label`), e.g. "placement only".
+    pub label: &'a str,
     pub plan: &'a Plan,
     pub clusters: &'a [ClusterResult],
     pub checks: Vec<String>,
@@ -600,6 +922,7 @@ pub struct Report<'a> {
 /// `report.md`.
 pub fn markdown(
     trace: &str,
+    label: &str,
     plan: &Plan,
     results: &[ClusterResult],
     checks: &[String],
@@ -608,6 +931,9 @@ pub fn markdown(
     let c = &plan.compression;
     let mut s = String::new();
     let _ = writeln!(s, "# compass replay\n");
+    if !label.is_empty() {
+        let _ = writeln!(s, "Configuration: **{label}**.\n");
+    }
     let _ = writeln!(
         s,
         "Trace `{trace}`, window {:.2} h to {:.2} h after its first arrival: {} jobs replayed ({} left out: larger than the cluster).",
@@ -628,6 +954,18 @@ pub fn markdown(
     );
     s.push_str(&table(results, c.speedup));
     s.push('\n');
+    if let Some(sim) = results.iter().find_map(|r| r.simulated.as_ref()) {
+        let _ = writeln!(
+            s,
+            "## Live against simulated\n\nThe simulator on the jobs this replay submitted (`jobs.csv`, wall seconds), same cluster size, backfill queue, a migration costing {:.1} wall s = {:.1} trace min at speedup {} ({}). Compass clusters are simulated with the `compass` policy; stock clusters with `best-fit`, the closest model of cons_tres (it packs onto the fullest nodes that fit; Slurm's start latency, its scheduling passes and its backfill window are not modelled).\n",
+            sim.migration_cost_s,
+            sim.migration_cost_s * c.speedup / 60.0,
+            c.speedup,
+            sim.migration_cost_source
+        );
+        s.push_str(&sim_table(results));
+        s.push('\n');
+    }
     if checks.is_empty() {
         s.push_str("Checks: all passed (every job completed exactly once, or was cancelled by compass-budgetd as a non-resumable preemption victim; compass jobs ran only on the engine's nodes; N*SIF <= 2 while WCC held; compass AFR below stock).\n\n");
     } else {
@@ -661,6 +999,9 @@ Same definitions as the simulator (`compass-core/src/sim/mod.rs`, `SimResult`; p
 - **AGU** (eq. 17): time average of allocated GPUs / all GPUs over the same window.
 - **AJCT** (eq. 16): mean of completion minus submission over completed jobs, wall seconds (times the speedup: trace time). Queueing, restarts and checkpoint losses are included, as migrations are charged in the simulator.
 - **max N*SIF while WCC held**: over polls where the Workload Composition Condition (eq. 9, `compass_core::metric::wcc_holds`) held for the running instances; Theorem 1 promises at most 2. *Settled* polls: nothing moved since the previous poll and no migration or requeued job is in flight (the paper's instants are after Compact).
+- **N*SIF, time average (all instants)**: `AFR x N`, every poll of the window counted, migrations in flight included. **Time not settled / with a migration in flight**: shares of the window the settled line leaves out / where a requeued job waits to restart or the engine has a migration decided and not carried out.
+- **requeue -> restart idle**: from a run's end (the requeue) to the next run's start, over the requeues of completed jobs (on a compass cluster, of jobs whose every requeue was a migration). **Cost of one requeue**: that idle time plus the progress lost and the start-up (the job's end minus first start minus its run, less the idle time and less the same overhead of jobs never requeued), in wall seconds, and times the speedup in trace time. The compass cluster's figure is the migration cost of the simulation (8 s, the paper's, when no migration was measured).
+- **held for a migration target**: jobs the plugin kept from starting because their planned nodes were not free yet (`planned nodes not free yet` log lines), and the wall seconds from the first such line to the job's start, summed. **Waited while it fit**: at each poll, every waiting job that would fit the free GPUs as they are (`w` nodes with `g` free GPUs each, each job counted alone) adds the time to the next poll: Slurm's scheduling cadence and start latency on both clusters, and on compass also jobs narrowed to planned nodes that were not free. **Started ahead of an earlier job**: jobs that started more than a second before a job submitted earlier (backfill, priority order); the simulator's *backfilled* counts its backfill starts. **Published state age**: seconds since the engine's state file was written, at each poll.
 - **migrations**: requeues the select plugin carried out (its `migration of job N: requeued` log lines); **preemptions**: the other requeues Slurm counted (`Restarts`), i.e. by the budget service.
 - **waits**: first start minus submission; percentiles nearest-rank (`compass-core/src/sim/stats.rs`); *largest*: the top 5% of jobs by total GPUs `w x g` (ties included).
 ";
@@ -716,6 +1057,119 @@ mod tests {
         assert_eq!(f.migrations, BTreeMap::from([(5, 1)]));
         assert_eq!(f.widened, BTreeSet::from([6, 7]));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn held_jobs_from_the_log_timestamps() {
+        let dir = std::env::temp_dir().join(format!("compass-replay-held-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("slurmctld.log");
+        std::fs::write(
+            &p,
+            "[2026-11-30T10:00:01.500] compass: job_test job 5: planned nodes not free yet (migrations in flight); job waits\n\
+[2026-11-30T10:00:03.000] compass: job_test job 5: planned nodes not free yet (migrations in flight); job waits\n\
+[2026-11-30T10:00:04.000] compass: job_test job 6: planned nodes not free yet (migrations in flight); job waits\n\
+[2026-11-30T10:00:05.500] compass: job_test job 5 mode 0: narrowed 16 -> 1 nodes\n",
+        )
+        .unwrap();
+        let f = LogFacts::read(&p, 0, &BTreeSet::from([5, 6]));
+        assert_eq!(f.held_tests, BTreeMap::from([(5, 2), (6, 1)]));
+        assert_eq!(
+            f.held_s, 4.0,
+            "job 5 from 10:00:01.5 to its start; job 6 never started"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn requeue_cost_from_the_runs() {
+        use super::super::plan::{Compression, PlannedJob};
+        use super::super::slurm::JobObs;
+        let planned = |index: usize| PlannedJob {
+            index,
+            name: format!("j{index}"),
+            instances: 1,
+            gpus: 4,
+            account: None,
+            trace_offset_s: 0.0,
+            trace_duration_s: 10.0,
+            submit_s: 0.0,
+            run_s: 10.0,
+            min_runtime_s: 0,
+            resumable: true,
+            time_limit_min: 2,
+        };
+        let plan = Plan {
+            jobs: vec![planned(0), planned(1)],
+            skipped_too_large: 0,
+            raised_to_min_run: 0,
+            cut_to_max_run: 0,
+            window_trace_start_s: 0.0,
+            window_trace_end_s: 0.0,
+            compression: Compression {
+                speedup: 60.0,
+                min_run_s: 1.0,
+                max_run_s: None,
+            },
+        };
+        let obs = |id, state: &str, restarts, run, node: &str| JobObs {
+            id,
+            name: String::new(),
+            state: state.into(),
+            reason: String::new(),
+            restarts,
+            run_time_s: run,
+            node_gpus: if node.is_empty() {
+                BTreeMap::new()
+            } else {
+                BTreeMap::from([(node.to_string(), 4)])
+            },
+            preempted_cancel: false,
+        };
+        let mut o = Observer::new(&plan.jobs, vec!["n1".into(), "n2".into()], 8, None);
+        o.submitted(0, 1, 0.0);
+        o.submitted(1, 2, 0.0);
+        // job 1 runs 10 s undisturbed (1 s of bias); job 2 runs 4 s, is
+        // requeued, waits 3 s, runs 8 s more (2 s of progress lost)
+        o.poll(
+            &[obs(1, "RUNNING", 0, 0, "n1"), obs(2, "RUNNING", 0, 0, "n2")],
+            1.0,
+            1,
+        );
+        o.poll(
+            &[obs(1, "RUNNING", 0, 4, "n1"), obs(2, "PENDING", 1, 4, "")],
+            5.0,
+            5,
+        );
+        o.poll(
+            &[obs(1, "RUNNING", 0, 7, "n1"), obs(2, "RUNNING", 1, 0, "n1")],
+            8.0,
+            8,
+        );
+        o.poll(
+            &[
+                obs(1, "COMPLETED", 0, 11, ""),
+                obs(2, "RUNNING", 1, 8, "n1"),
+            ],
+            16.0,
+            16,
+        );
+        o.poll(
+            &[
+                obs(1, "COMPLETED", 0, 11, ""),
+                obs(2, "COMPLETED", 1, 9, ""),
+            ],
+            17.0,
+            17,
+        );
+        let c = requeue_cost(&plan, &o, Some(&BTreeMap::from([(2, 1)])));
+        assert_eq!((c.requeues, c.migration_requeues), (1, 1));
+        assert_eq!((c.idle_mean_s, c.idle_max_s), (3.0, 3.0));
+        // job 2: end 17 - first start 1 - run 10 - idle 3 = 3, less 1 s bias
+        assert_eq!(c.lost_mean_s, 2.0);
+        assert_eq!(c.wall_cost_s, 5.0);
+        assert_eq!(c.trace_cost_s, 300.0);
+        assert_eq!(started_ahead(&o), 0);
     }
 
     #[test]

@@ -1,0 +1,183 @@
+//! The simulation of what a replay submitted: the plan's jobs (the rows of
+//! `OUT/jobs.csv`, wall seconds) through the event-driven simulator on the
+//! cluster's size, with the migration cost measured on the live run, so the
+//! report can set each live cluster beside its own model:
+//! compass -> the `compass` policy, stock -> `best-fit` (the closest model
+//! of cons_tres's node choice: it packs a job onto the nodes with the
+//! fewest free resources that fit). Both under backfill, as Slurm's
+//! sched/backfill.
+
+use compass_core::model::{ClusterSpec, JobId};
+use compass_core::placement::{PlacementPolicy, PolicyOptions};
+use compass_core::sim::{self, EventKind, Percentiles, QueuePolicy, SimConfig};
+use compass_core::trace::TraceJob;
+use serde::Serialize;
+
+use super::plan::Plan;
+use super::report::{largest_waits, LargestWaits};
+use crate::error::{CliError, Result};
+
+/// The simulated figures of one cluster, beside its live ones.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Simulated {
+    /// `compass` or `best-fit`.
+    pub policy: String,
+    pub queue: String,
+    /// Wall seconds added to a job's completion per migration event.
+    pub migration_cost_s: f64,
+    /// Where that cost comes from (measured on the live run, or assumed).
+    pub migration_cost_source: String,
+    pub afr: f64,
+    pub max_n_sif: u64,
+    pub max_n_sif_under_wcc: Option<u64>,
+    pub agu: f64,
+    /// Wall seconds (the plan's time scale).
+    pub ajct_s: f64,
+    pub waits: Percentiles,
+    pub largest: LargestWaits,
+    /// Migration events (a job moved in one policy call counts once).
+    pub migrations: u64,
+    pub migrated_jobs: u64,
+    /// Jobs the simulated backfill started ahead of a blocked head.
+    pub backfilled: u64,
+    pub makespan_s: f64,
+}
+
+/// The simulator's model of a live cluster: `compass` for a compass
+/// cluster, `best-fit` for stock cons_tres.
+pub fn model_of(is_compass: bool) -> &'static str {
+    if is_compass {
+        "compass"
+    } else {
+        "best-fit"
+    }
+}
+
+/// The plan's jobs as the simulator's trace (job `k` is plan job `k`).
+pub fn trace_jobs(plan: &Plan) -> Vec<TraceJob> {
+    plan.jobs
+        .iter()
+        .map(|j| TraceJob {
+            name: j.index.to_string(),
+            submit_s: j.submit_s,
+            duration_s: j.run_s,
+            shape: j.shape(),
+            account: j.account.clone(),
+            min_runtime_s: Some(j.min_runtime_s as f64),
+            resumable: j.resumable,
+            line: j.index as u64 + 2,
+        })
+        .collect()
+}
+
+/// First start of each job, from the simulator's events.
+struct Starts(Vec<Option<f64>>);
+
+impl sim::Observer for Starts {
+    fn after_event(&mut self, e: &sim::Event<'_>, _p: &dyn PlacementPolicy) {
+        if let (EventKind::Start, Some(JobId(k))) = (e.kind, e.job) {
+            if let Some(slot) = self.0.get_mut(k as usize) {
+                slot.get_or_insert(e.time);
+            }
+        }
+    }
+}
+
+/// Simulates the plan on `nodes x gpus_per_node` with `policy` and a
+/// migration cost of `cost_s` wall seconds, under backfill.
+pub fn simulate(
+    plan: &Plan,
+    nodes: u32,
+    gpus_per_node: u32,
+    policy: &str,
+    cost_s: f64,
+) -> Result<Simulated> {
+    let jobs = trace_jobs(plan);
+    let spec = ClusterSpec {
+        nodes,
+        gpus_per_node,
+    };
+    // Only the settings the comparison fixes; every other one (and any the
+    // simulator gains later) keeps its default.
+    let cfg = SimConfig {
+        queue: QueuePolicy::Backfill,
+        migration_cost_s: cost_s,
+        ..SimConfig::new(spec)
+    };
+    let mut starts = Starts(vec![None; jobs.len()]);
+    let r = sim::simulate_named(policy, &jobs, &cfg, &PolicyOptions::default(), &mut starts)
+        .map_err(|e| CliError::Failed(format!("simulating the submitted jobs ({policy}): {e}")))?;
+    let waits: Vec<(u64, f64)> = jobs
+        .iter()
+        .zip(&starts.0)
+        .filter_map(|(j, s)| s.map(|s| (j.shape.total_gpus(), s - j.submit_s)))
+        .collect();
+    let all: Vec<u64> = jobs.iter().map(|j| j.shape.total_gpus()).collect();
+    Ok(Simulated {
+        policy: policy.to_string(),
+        queue: cfg.queue.name().to_string(),
+        migration_cost_s: cost_s,
+        migration_cost_source: String::new(),
+        afr: r.afr,
+        max_n_sif: r.max_n_sif,
+        max_n_sif_under_wcc: r.max_n_sif_under_wcc,
+        agu: r.agu,
+        ajct_s: r.ajct_s,
+        waits: Percentiles::of(waits.iter().map(|w| w.1).collect()),
+        largest: largest_waits(&all, &waits),
+        migrations: r.migration_charges,
+        migrated_jobs: r.migrated_jobs,
+        backfilled: r.backfilled,
+        makespan_s: r.makespan_s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::plan::{Compression, PlannedJob};
+
+    fn job(index: usize, submit_s: f64, run_s: f64, w: u32, g: u32) -> PlannedJob {
+        PlannedJob {
+            index,
+            name: format!("j{index}"),
+            instances: w,
+            gpus: g,
+            account: None,
+            trace_offset_s: submit_s,
+            trace_duration_s: run_s,
+            submit_s,
+            run_s,
+            min_runtime_s: 0,
+            resumable: true,
+            time_limit_min: 2,
+        }
+    }
+
+    #[test]
+    fn the_submitted_jobs_simulate_with_their_waits() {
+        // two whole-node jobs on one node: the second waits for the first
+        let plan = Plan {
+            jobs: vec![job(0, 0.0, 10.0, 1, 8), job(1, 1.0, 10.0, 1, 8)],
+            skipped_too_large: 0,
+            raised_to_min_run: 0,
+            cut_to_max_run: 0,
+            window_trace_start_s: 0.0,
+            window_trace_end_s: 1.0,
+            compression: Compression {
+                speedup: 1.0,
+                min_run_s: 1.0,
+                max_run_s: None,
+            },
+        };
+        let s = simulate(&plan, 1, 8, "best-fit", 5.0).unwrap();
+        assert_eq!(s.policy, "best-fit");
+        assert_eq!(s.migrations, 0);
+        assert_eq!(s.waits.max, 9.0, "job 1 starts when job 0 ends at 10 s");
+        assert_eq!(s.ajct_s, (10.0 + 19.0) / 2.0);
+        assert_eq!(s.largest.jobs, 2);
+        let c = simulate(&plan, 1, 8, "compass", 5.0).unwrap();
+        assert_eq!(c.policy, "compass");
+        assert!(simulate(&plan, 1, 8, "no-such-policy", 5.0).is_err());
+    }
+}
