@@ -50,6 +50,9 @@ enum Command {
     Replay(replay::Args),
     /// Mark Slurm nodes faulty or repaired through compass-budgetd (admins), or list them.
     Node(compass_budget::cli::NodeArgs),
+    /// Write a workload shaped like the published budget design's (seeded):
+    /// a canonical trace and a budget tree for `simulate --budgets`.
+    Workload(policy::WorkloadArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Status(args) => status::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::Workload(args) => policy::run_workload(args),
         Command::Node(a) => compass_budget::cli::node_command(&a).map_err(error::CliError::Failed),
         Command::Budget(args) => compass_budget::cli::run_budget(&args)
             .map_err(|e| error::CliError::Failed(e.to_string())),
