@@ -13,6 +13,13 @@
 # Environment (read by `up`):
 #   LAB_PORT_BASE       slurmctld port; slurmd ports are BASE+1..BASE+NODES (default 16817)
 #   LAB_NODES           node count (default 8), LAB_GPUS GPUs per node (default 8)
+#   LAB_LAYOUT          `homogeneous` (default: LAB_NODES x LAB_GPUS untyped
+#                       GPUs, one partition) or `site`: a typical GPU cluster
+#                       of 18 nodes n1..n18 (8 x gpu:a100:8, 4 x gpu:l40s:4,
+#                       2 x gpu:2, 4 CPU-only; partitions gpu, cpu, debug;
+#                       socket-bound GRES; CR_Core_Memory), from
+#                       lab/slurm-site-nodes.conf.in and lab/gres-site.conf.in;
+#                       LAB_NODES and LAB_GPUS are then ignored
 #   COMPASS_SELECT_SO   if set: run select/cons_tres_compass from this .so in a
 #                       private PluginDir (contrib/install-select-plugin.sh)
 #   COMPASS_SPANK_SO    if set: plugstack.conf loads this SPANK plugin
@@ -77,8 +84,22 @@ stop_leftovers() {
     return 0
 }
 
+layout() {
+    case "${LAB_LAYOUT:-homogeneous}" in
+    homogeneous | site) echo "${LAB_LAYOUT:-homogeneous}" ;;
+    *) echo "slurm-lab.sh: unknown LAB_LAYOUT=$LAB_LAYOUT (homogeneous|site)" >&2; exit 2 ;;
+    esac
+}
+
+node_count() { # slurmd to start: n1..n<node_count>
+    if [ "$(layout)" = site ]; then echo 18; else echo "${LAB_NODES:-8}"; fi
+}
+
 write_conf() {
-    local nodes=${LAB_NODES:-8} gpus=${LAB_GPUS:-8} base=${LAB_PORT_BASE:-16817}
+    local nodes gpus=${LAB_GPUS:-8} base=${LAB_PORT_BASE:-16817} lay
+    lay=$(layout)
+    nodes=$(node_count)
+    [ "$lay" = site ] && gpus=8
     local plugin_dir=/usr/lib/x86_64-linux-gnu/slurm-wlm select_type=select/cons_tres job_submit=""
     if [ -n "${COMPASS_SELECT_SO:-}" ]; then
         "$HERE/install-select-plugin.sh" "$COMPASS_SELECT_SO" "$LAB/plugins" >/dev/null
@@ -104,11 +125,27 @@ write_conf() {
         -e "s#@PLUGIN_DIR@#$plugin_dir#g" -e "s#@SELECT_TYPE@#$select_type#g" \
         -e "s#@JOB_SUBMIT@#$job_submit#g" \
         "$HERE/lab/slurm.conf.in" >"$LAB/etc/slurm.conf"
+    if [ "$lay" = site ]; then
+        # The site's nodes, partitions and memory accounting replace the
+        # homogeneous ones (and the header line that counts them).
+        sed -i -e '/^NodeName=/d' -e '/^PartitionName=/d' -e '/^SelectTypeParameters=/d' \
+            -e "1s#.*#\# Lab cluster of contrib/slurm-lab.sh, LAB_LAYOUT=site: 18 nodes on ONE host#" \
+            "$LAB/etc/slurm.conf"
+        sed -e "s#@PORTS_A100@#$((base + 1))-$((base + 8))#g" \
+            -e "s#@PORTS_L40S@#$((base + 9))-$((base + 12))#g" \
+            -e "s#@PORTS_SMALL@#$((base + 13))-$((base + 14))#g" \
+            -e "s#@PORTS_CPU@#$((base + 15))-$((base + 18))#g" \
+            "$HERE/lab/slurm-site-nodes.conf.in" >>"$LAB/etc/slurm.conf"
+    fi
     if [ -n "${LAB_EXTRA_CONF:-}" ]; then
         { echo "# appended from $LAB_EXTRA_CONF"; cat "$LAB_EXTRA_CONF"; } >>"$LAB/etc/slurm.conf"
     fi
-    sed -e "s#@LAB@#$LAB#g" -e "s#@NODES@#$nodes#g" -e "s#@GPU_MAX@#$((gpus - 1))#g" \
-        "$HERE/lab/gres.conf.in" >"$LAB/etc/gres.conf"
+    if [ "$lay" = site ]; then
+        sed -e "s#@LAB@#$LAB#g" "$HERE/lab/gres-site.conf.in" >"$LAB/etc/gres.conf"
+    else
+        sed -e "s#@LAB@#$LAB#g" -e "s#@NODES@#$nodes#g" -e "s#@GPU_MAX@#$((gpus - 1))#g" \
+            "$HERE/lab/gres.conf.in" >"$LAB/etc/gres.conf"
+    fi
     for i in $(seq 0 $((gpus - 1))); do
         [ -e "$LAB/fakedev/nvidia$i" ] || mknod "$LAB/fakedev/nvidia$i" c 195 "$i" 2>/dev/null \
             || touch "$LAB/fakedev/nvidia$i"
@@ -121,7 +158,8 @@ start_ctld() {
 }
 
 wait_nodes_idle() {
-    local nodes=${LAB_NODES:-8} i idle
+    local nodes i idle
+    nodes=$(node_count)
     for i in $(seq 300); do
         idle=$(sinfo -h -N -o '%N %T' 2>/dev/null | grep -c ' idle$' || true)
         [ "$idle" -ge "$nodes" ] && return 0
@@ -151,7 +189,8 @@ up() {
             --seed-file="$LAB/munge/munged.seed"
     fi
     start_ctld
-    local nodes=${LAB_NODES:-8} n
+    local nodes n
+    nodes=$(node_count)
     for n in $(seq 1 "$nodes"); do
         mkdir -p "$LAB/spool/n$n"
         pid_alive "$LAB/run/slurmd.n$n.pid" && continue

@@ -165,9 +165,9 @@ fn markdown(queue: QueuePolicy, rows: &[Row]) -> String {
     let mut s = format!("## {} queue\n\n", queue.name());
     s.push_str(
         "| policy | nodes | jobs | AFR | 2/N | AJCT (s) | AJCT vs best-fit | AGU | max N*SIF | max N*SIF under WCC | \
-         WCC coverage | migrations/job | wait p50 (s) | wait p99 (s) | whole-node wait p50 (s) | whole-node wait p99 (s) | backfilled | wall (s) |\n",
+         over bound: events, s (by choice) | WCC coverage | migrations/job | wait p50 (s) | wait p99 (s) | whole-node wait p50 (s) | whole-node wait p99 (s) | backfilled | wall (s) |\n",
     );
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (policy, r) in rows {
         match r {
             Ok((x, wall)) => {
@@ -179,9 +179,16 @@ fn markdown(queue: QueuePolicy, rows: &[Row]) -> String {
                     .max_n_sif_under_wcc
                     .map(|v| v.to_string())
                     .unwrap_or_else(|| "-".into());
+                let over = format!(
+                    "{}, {:.0} ({}, {:.0})",
+                    x.over_bound_events,
+                    x.over_bound_s,
+                    x.over_bound_events_held,
+                    x.over_bound_held_s
+                );
                 let _ = writeln!(
                     s,
-                    "| {policy} | {} | {} | {:.5} | {:.5} | {:.1} | {gain} | {:.4} | {} | {wcc} | {:.4} | {:.4} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {:.2} |",
+                    "| {policy} | {} | {} | {:.5} | {:.5} | {:.1} | {gain} | {:.4} | {} | {wcc} | {over} | {:.4} | {:.4} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {:.2} |",
                     x.nodes,
                     x.jobs,
                     x.afr,
@@ -202,7 +209,7 @@ fn markdown(queue: QueuePolicy, rows: &[Row]) -> String {
             Err(e) => {
                 let _ = writeln!(
                     s,
-                    "| {policy} | failed: {} |||||||||||||||||",
+                    "| {policy} | failed: {} ||||||||||||||||||",
                     e.replace('|', "/")
                 );
             }

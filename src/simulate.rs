@@ -6,7 +6,10 @@ use std::time::Instant;
 
 use clap::builder::PossibleValuesParser;
 use compass_core::placement::POLICY_NAMES;
-use compass_core::sim::{simulate_named, QueuePolicy, Sample, SimConfig, SimResult, Sizing};
+use compass_core::sim::{
+    simulate_named, MigrationCharge, MoveWhen, QueuePolicy, RemainingRun, Sample, SimConfig,
+    SimResult, Sizing,
+};
 use serde::Serialize;
 
 use crate::error::{CliError, Result};
@@ -67,6 +70,10 @@ pub fn replay(
     let mut cfg = SimConfig::new(loaded.spec);
     cfg.queue = queue;
     cfg.migration_cost_s = args.migration_cost;
+    cfg.charge = MigrationCharge::parse_name(&args.migration_charge)?;
+    cfg.payback = args.payback;
+    cfg.remaining = RemainingRun::parse_name(&args.remaining_run)?;
+    cfg.move_when = MoveWhen::parse_name(&args.move_when)?;
     cfg.backfill_depth = args.backfill_depth;
     cfg.record_timeseries = timeseries;
     let label = format!("{policy} ({})", queue.name());
@@ -173,21 +180,53 @@ pub fn table(r: &Report<'_>) -> String {
         .max_n_sif_under_wcc
         .map(|v| v.to_string())
         .unwrap_or_else(|| "-".into());
-    row("max N*SIF", format!("{} (under WCC: {wcc})", x.max_n_sif));
+    row(
+        "max N*SIF",
+        format!("{} (under WCC: {wcc}; after every job event)", x.max_n_sif),
+    );
+    row(
+        "over Theorem 1's bound",
+        format!(
+            "{} events, {:.0} s (WCC held, N*SIF > 2); by choice (cost rule holding jobs): {} events, {:.0} s",
+            x.over_bound_events, x.over_bound_s, x.over_bound_events_held, x.over_bound_held_s
+        ),
+    );
+    let rule = if x.payback > 0.0 {
+        format!(
+            "payback {} on {}, moves {}",
+            x.payback,
+            x.remaining_run.name(),
+            x.move_when.name()
+        )
+    } else {
+        "off (payback 0: move whenever the engine wants)".into()
+    };
+    row(
+        "migration cost",
+        format!(
+            "{} s {}; cost rule {rule}",
+            x.migration_cost_s,
+            x.migration_charge.name()
+        ),
+    );
     row("WCC coverage", format!("{:.4}", x.wcc_coverage));
     row(
         "migrations",
         format!(
-            "{} instances, {} charged moves, {:.4} per job, {} jobs moved",
-            x.migrations, x.migration_charges, x.migrations_per_job, x.migrated_jobs
+            "{} instances, {} costs charged ({}), {:.4} per job, {} jobs moved",
+            x.migrations,
+            x.migration_charges,
+            x.migration_charge.name(),
+            x.migrations_per_job,
+            x.migrated_jobs
         ),
     );
     if x.queue == QueuePolicy::Backfill {
         row(
             "backfilled",
             format!(
-                "{} jobs ({} reservation slips, {:.0} s in total)",
-                x.backfilled, x.reservation_slips, x.reservation_slip_s
+                "{} jobs ({} refused to keep the head's reservation; {} reservation slips, {:.0} s in total)",
+                x.backfilled, x.backfill_refused_slip, x.reservation_slips, x.reservation_slip_s
             ),
         );
     }

@@ -8,7 +8,7 @@ use clap::builder::PossibleValuesParser;
 use compass_core::model::ClusterSpec;
 use compass_core::placement::compass::SlottedPass;
 use compass_core::placement::PolicyOptions;
-use compass_core::sim::{size_cluster, Sizing};
+use compass_core::sim::{size_cluster, MigrationCharge, MoveWhen, RemainingRun, Sizing};
 use compass_core::trace::{self, ReadOptions, Trace, TraceFormat};
 
 use crate::error::{CliError, Result};
@@ -38,10 +38,38 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = 8)]
     pub gpus_per_node: u32,
 
-    /// Seconds added to a job's completion each time it is migrated (once per
-    /// scheduling event, however many of its instances move).
-    #[arg(long, default_value_t = 8.0, value_name = "SECONDS")]
+    /// Cost of one migration, added to the job's completion: seconds, a
+    /// number with s, m, h or d (8s, 60s, 5m), or a Slurm time
+    /// (MM:SS, HH:MM:SS, D-HH[:MM[:SS]]). Charged per migrated instance (the
+    /// paper) unless --migration-charge per-job.
+    #[arg(long, default_value = "8", value_name = "DURATION", value_parser = parse_cost)]
     pub migration_cost: f64,
+
+    /// Charge --migration-cost per migrated instance (the paper's `c` per
+    /// migration) or once per moved job per event (one Slurm requeue).
+    #[arg(long, default_value = "per-instance", value_parser = PossibleValuesParser::new(MigrationCharge::NAMES))]
+    pub migration_charge: String,
+
+    /// A running job may be migrated only when its expected remaining run is
+    /// at least PAYBACK times the migration cost after the move (the cost
+    /// rule, docs/simulator.md). 0 = move whenever the engine wants (the
+    /// paper's behaviour); otherwise at least 1.
+    #[arg(long, default_value_t = 2.0, value_name = "PAYBACK")]
+    pub payback: f64,
+
+    /// What the cost rule takes as a job's remaining run: its time limit
+    /// (duration rounded up to 15m, 30m, 1h, 2h, 4h, 8h, 12h, 1d, 2d, 3d,
+    /// 7d) minus its run so far, as a scheduler would know it; or `oracle`,
+    /// the true remaining run from the trace.
+    #[arg(long, default_value = "time-limit", value_parser = PossibleValuesParser::new(RemainingRun::NAMES))]
+    pub remaining_run: String,
+
+    /// With the cost rule on: move jobs whenever a move pays (`always`), or
+    /// only while some job waits in the queue (`waiting`: a move when nobody
+    /// waits lets no job start sooner; Compact repairs the layout at the
+    /// next event with a waiting job).
+    #[arg(long, default_value = "always", value_parser = PossibleValuesParser::new(MoveWhen::NAMES))]
+    pub move_when: String,
 
     /// With backfill: waiting jobs examined behind the blocked head per pass.
     #[arg(long, default_value_t = 1000, value_name = "JOBS")]
@@ -162,4 +190,85 @@ pub fn describe(l: &Loaded) -> String {
         )),
     }
     s
+}
+
+/// A migration cost: plain seconds, a number with s, m, h or d, or a Slurm
+/// time (`MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`). May be 0.
+pub fn parse_cost(s: &str) -> std::result::Result<f64, String> {
+    let text = s.trim();
+    let bad = || {
+        format!(
+            "`{text}`: expected seconds (8), a number with s, m, h or d (60s, 5m), \
+             or a Slurm time (MM:SS, HH:MM:SS, D-HH:MM:SS)"
+        )
+    };
+    let num = |p: &str| -> std::result::Result<f64, String> {
+        let v: f64 = p.parse().map_err(|_| bad())?;
+        if v.is_finite() && v >= 0.0 {
+            Ok(v)
+        } else {
+            Err(bad())
+        }
+    };
+    if text.contains(':') || text.contains('-') {
+        let (days, rest) = match text.split_once('-') {
+            Some((d, r)) => (num(d)?, r),
+            None => (0.0, text),
+        };
+        let parts: Vec<f64> = rest
+            .split(':')
+            .map(num)
+            .collect::<std::result::Result<_, _>>()?;
+        let hms = match (text.contains('-'), parts.as_slice()) {
+            // Slurm: "D-HH", "D-HH:MM", "D-HH:MM:SS".
+            (true, [h]) => h * 3600.0,
+            (true, [h, m]) => h * 3600.0 + m * 60.0,
+            (true, [h, m, sec]) => h * 3600.0 + m * 60.0 + sec,
+            // "MM:SS", "HH:MM:SS".
+            (false, [m, sec]) => m * 60.0 + sec,
+            (false, [h, m, sec]) => h * 3600.0 + m * 60.0 + sec,
+            _ => return Err(bad()),
+        };
+        return Ok(days * 86_400.0 + hms);
+    }
+    let (digits, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&text[..i], &text[i..]),
+        None => (text, "s"),
+    };
+    let mult = match unit {
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86_400.0,
+        _ => return Err(bad()),
+    };
+    Ok(num(digits)? * mult)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cost;
+
+    #[test]
+    fn migration_costs_parse_like_slurm_times() {
+        for (text, secs) in [
+            ("8", 8.0),
+            ("0", 0.0),
+            ("8s", 8.0),
+            ("60s", 60.0),
+            ("5m", 300.0),
+            ("1.5h", 5400.0),
+            ("1d", 86_400.0),
+            ("05:00", 300.0),
+            ("01:00:00", 3600.0),
+            ("1-00", 86_400.0),
+            ("1-02:03", 86_400.0 + 7200.0 + 180.0),
+            ("1-02:03:04", 86_400.0 + 7200.0 + 180.0 + 4.0),
+        ] {
+            assert_eq!(parse_cost(text), Ok(secs), "{text}");
+        }
+        for bad in ["", "-5", "5x", "1:2:3:4", "abc", "inf", "NaN"] {
+            assert!(parse_cost(bad).is_err(), "{bad}");
+        }
+    }
 }

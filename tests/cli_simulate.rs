@@ -261,3 +261,82 @@ fn paper_compact_flag_reproduces_the_issue_counter_example() {
     assert_eq!(run(&[])["max_n_sif"], 2);
     assert_eq!(run(&["--compass-paper-compact"])["max_n_sif"], 3);
 }
+
+/// The options of the cost rule are accepted (Slurm-style durations too)
+/// and echoed in the JSON with the over-bound figures.
+#[test]
+fn migration_cost_takes_slurm_durations_and_the_rule_is_reported() {
+    let s = Scratch::new("cost");
+    let trace = s.file("c.csv", CANONICAL);
+    for (cost, secs) in [
+        ("8s", 8.0),
+        ("60s", 60.0),
+        ("5m", 300.0),
+        ("00:05:00", 300.0),
+    ] {
+        let v = json(&compass(&[
+            "simulate",
+            "--trace",
+            path(&trace),
+            "--nodes",
+            "1",
+            "--migration-cost",
+            cost,
+            "--payback",
+            "3",
+            "--remaining-run",
+            "oracle",
+            "--migration-charge",
+            "per-job",
+            "--move-when",
+            "waiting",
+            "--json",
+        ]));
+        assert_eq!(v["migration_cost_s"], secs, "{cost}");
+        assert_eq!(v["payback"], 3.0);
+        assert_eq!(v["remaining_run"], "oracle");
+        assert_eq!(v["migration_charge"], "per-job");
+        assert_eq!(v["move_when"], "waiting");
+        for key in [
+            "over_bound_events",
+            "over_bound_events_held",
+            "over_bound_s",
+            "over_bound_held_s",
+            "backfill_refused_slip",
+        ] {
+            assert!(v.get(key).is_some(), "missing key {key} in {v}");
+        }
+    }
+    // Defaults: the paper's per-instance charge, payback 2 on time limits.
+    let v = json(&compass(&[
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--nodes",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(v["migration_charge"], "per-instance");
+    assert_eq!(v["payback"], 2.0);
+    assert_eq!(v["remaining_run"], "time-limit");
+    assert_eq!(v["move_when"], "always");
+}
+
+#[test]
+fn bad_migration_cost_or_payback_is_a_clear_error() {
+    let s = Scratch::new("badcost");
+    let trace = s.file("c.csv", CANONICAL);
+    for (flag, value, says) in [
+        ("--migration-cost", "5x", "Slurm time"),
+        ("--migration-cost", "-5", "Slurm time"),
+        ("--payback", "0.5", "payback must be 0"),
+        ("--remaining-run", "guess", "oracle"),
+    ] {
+        let arg = format!("{flag}={value}");
+        let out = compass(&["simulate", "--trace", path(&trace), "--nodes", "1", &arg]);
+        assert!(!out.status.success(), "{flag} {value} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{flag} {value}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

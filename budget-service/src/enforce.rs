@@ -3,9 +3,12 @@
 //!
 //! Every cycle, after the queue is ordered, [`enforce`] turns the snapshot
 //! into the inputs of the pure planner [`compass_core::preempt::plan_cycle`]
-//! (running jobs with their GPUs per node, free GPUs per node, faulty nodes,
-//! team ratios and loads, the eligible pending jobs in fair-share order) and
-//! carries out its plan through [`SlurmActions`]:
+//! (running jobs with their GPUs, CPUs and memory per node, free GPUs per
+//! node and, when the source knows them for every node, each node's
+//! partitions, features, GPU types, free CPUs and memory; faulty nodes,
+//! team ratios and loads, the eligible pending jobs in fair-share order with
+//! what they need of a node: issue 12) and carries out its plan through
+//! [`SlurmActions`]:
 //! - a resumable victim is requeued and its begin time reset to now (Slurm
 //!   would otherwise hold it `cred_expire + 1` = 121 s);
 //! - a non-resumable victim is cancelled, with the reason written into its
@@ -41,15 +44,15 @@
 use compass_core::fairshare::{self, NodeStats, OrgTree, Placed};
 use compass_core::model::{JobId, JobShape, NodeId, NodeSet};
 use compass_core::preempt::{
-    plan_cycle, NodeRoom, PendingJob, Preemption, ProtectionConfig, RunningJob, TeamLoad,
-    TeamTable, VictimRule,
+    plan_cycle, NodeNeeds, NodeRoom, PendingJob, Preemption, ProtectionConfig, RunningJob,
+    TeamLoad, TeamTable, VictimRule,
 };
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
 
 use crate::db::{ActionRow, FaultyNode, RoomGiven};
 use crate::error::{BudgetError, Result};
-use crate::slurm::{NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSnapshot};
+use crate::slurm::{JobNeeds, NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSnapshot};
 use crate::state::AppState;
 
 /// A requeued job whose begin time is at most this far ahead is left alone
@@ -172,21 +175,37 @@ pub fn same_job(rec_submit: i64, rec_at: i64, submit: i64) -> bool {
 
 /// What a pending job asks for, as the planner sees it; a change lets a job
 /// whose preemption was fruitless preempt again.
-pub fn request_key(j: &SlurmJob) -> String {
+pub fn request_key(j: &SlurmJob, needs: Option<&NodeNeeds>) -> String {
     let (w, g) = j.shape();
-    format!(
+    let mut key = format!(
         "account={} min_runtime_s={} instances={w} gpus_per_instance={g}",
         j.account, j.min_runtime_s
-    )
+    );
+    // What the job needs of a node (issue 12), when the source says: a
+    // change of partition, constraint, excluded nodes, GPU type, CPUs or
+    // memory (`scontrol update`) is a new request.
+    if let Some(n) = needs.filter(|n| **n != NodeNeeds::default()) {
+        key.push_str(&format!(
+            " partitions={} constraint={} excluded={} gpu_type={} cpus={} mem_mb={}",
+            n.partitions.join(","),
+            n.constraint,
+            n.excluded.iter().cloned().collect::<Vec<_>>().join(","),
+            n.gpu_type.as_deref().unwrap_or(""),
+            n.cpus_per_node,
+            n.mem_per_node_mb
+        ));
+    }
+    key
 }
 
-/// The cluster's nodes as the planner sees them (name, GPUs, usable); a
-/// change lets a job whose preemption was fruitless preempt again.
+/// The cluster's nodes as the planner sees them (name, GPUs, usable, and
+/// when known partitions, features and GPU types); a change lets a job
+/// whose preemption was fruitless preempt again.
 pub fn nodes_key(nodes: &[SlurmNode]) -> String {
     let mut v: Vec<String> = nodes
         .iter()
         .map(|n| {
-            format!(
+            let mut k = format!(
                 "{}:{}:{}",
                 n.name,
                 n.gpus,
@@ -195,7 +214,21 @@ pub fn nodes_key(nodes: &[SlurmNode]) -> String {
                 } else {
                     "out"
                 }
-            )
+            );
+            // Partitions, features and GPU types, when known (issue 12);
+            // not free CPUs or memory, which change with every job.
+            if let Some(t) = &n.traits {
+                let join = |s: &std::collections::BTreeSet<String>| {
+                    s.iter().cloned().collect::<Vec<_>>().join("+")
+                };
+                k.push_str(&format!(
+                    ":{}:{}:{}",
+                    join(&t.partitions),
+                    join(&t.features),
+                    join(&t.gpu_types)
+                ));
+            }
+            k
         })
         .collect();
     v.sort();
@@ -275,6 +308,8 @@ pub fn enforce(
     // Running jobs with known placements; runs we already ended are gone
     // (in a dry run, so are the runs it would have ended).
     let mut used = vec![0u32; snap.nodes.len()];
+    // What jobs need (pending) or hold (running) besides GPUs (issue 12).
+    let job_needs: HashMap<JobId, &JobNeeds> = snap.job_needs.iter().map(|n| (n.job, n)).collect();
     let mut running: Vec<RunningJob> = Vec::new();
     let mut by_id: HashMap<JobId, &SlurmJob> = HashMap::new();
     for j in &snap.running {
@@ -304,6 +339,8 @@ pub fn enforce(
             },
             started_s: start as f64,
             resumable: j.resumable,
+            cpus_per_node: job_needs.get(&j.job).map_or(0, |n| n.cpus_per_node),
+            mem_per_node_mb: job_needs.get(&j.job).map_or(0, |n| n.mem_per_node_mb),
         };
         // A victim that has run its min runtime since its restart may
         // preempt again.
@@ -336,6 +373,14 @@ pub fn enforce(
                 .filter(|(_, n)| n.state == NodeState::Up && n.gpus > 0)
                 .map(|(i, _)| i as NodeId),
         ),
+        // Partitions, features, GPU types, CPUs and memory: only when the
+        // source knows them for every node (else every node is eligible).
+        traits: snap
+            .nodes
+            .iter()
+            .map(|n| n.traits.clone())
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default(),
     };
 
     // Room given by earlier preemptions: a job that started used it; one that
@@ -375,7 +420,8 @@ pub fn enforce(
                 now
             }
         };
-        let changed = g.request != request_key(j) || g.nodes != nodes_now;
+        let changed = g.request != request_key(j, job_needs.get(&job).map(|n| &n.needs))
+            || g.nodes != nodes_now;
         if changed || now - fruitless_at >= prot.fruitless_retry_after_s {
             tracing::info!(
                 job = g.job,
@@ -419,6 +465,10 @@ pub fn enforce(
                 preempted_by,
                 owes_min_runtime: h.is_some_and(|h| h.owes),
                 room_given: room_given.contains(&j.job),
+                needs: job_needs
+                    .get(&j.job)
+                    .map(|n| n.needs.clone())
+                    .unwrap_or_default(),
             }
         })
         .collect();
@@ -563,7 +613,7 @@ pub fn enforce(
                 job: c.0,
                 submit: j.submit,
                 at: now,
-                request: request_key(j),
+                request: request_key(j, job_needs.get(c).map(|n| &n.needs)),
                 nodes: nodes_now.clone(),
                 fruitless_at: None,
                 dry_run: dry,
@@ -779,6 +829,7 @@ mod tests {
     use crate::slurm::{FakeAction, FakeSlurm};
     use crate::state::TestClock;
     use compass_core::fairshare::{Interval, Kind, NodeSpec};
+    use compass_core::preempt::{NodeNeeds, NodeTraits};
     use std::sync::Arc;
 
     const T0: i64 = 1_800_000_000;
@@ -959,6 +1010,54 @@ mod tests {
         );
         // The poorer team's protected job is never a victim.
         assert!(w.acts(2).is_empty());
+    }
+
+    #[test]
+    fn a_job_of_one_partition_preempts_only_inside_it() {
+        // n1 (gpu) runs the cheap victim, n2 (gpu, debug) the dearer one;
+        // the pending job may run in `debug` only.
+        let site = |w: &World| {
+            for (name, parts) in [("n1", vec!["gpu"]), ("n2", vec!["gpu", "debug"])] {
+                w.slurm.set_traits(NodeTraits {
+                    name: name.into(),
+                    gpus: 8,
+                    partitions: parts.into_iter().map(String::from).collect(),
+                    free_cpus: 32,
+                    free_mem_mb: 256_000,
+                    ..NodeTraits::default()
+                });
+            }
+        };
+        let setup = |w: &World| {
+            w.run(1, "rich", "n1", 8, 0, true, T0 + 50);
+            w.run(2, "rich", "n2", 8, 0, false, T0);
+            w.pend(3, "poor", 1, 8, 600);
+        };
+        // Without partitions: the cheap victim on n1.
+        let mut w = World::plain();
+        setup(&w);
+        w.at(T0 + 100);
+        assert_eq!(w.slurm.actions(), vec![FakeAction::Requeue(JobId(1))]);
+        // In `debug`: only n2's job, never n1's.
+        let mut w = World::plain();
+        site(&w);
+        setup(&w);
+        w.slurm.set_needs(JobNeeds {
+            job: JobId(3),
+            needs: NodeNeeds {
+                partitions: vec!["debug".into()],
+                ..NodeNeeds::default()
+            },
+            cpus_per_node: 0,
+            mem_per_node_mb: 0,
+        });
+        w.at(T0 + 100);
+        let acts = w.slurm.actions();
+        assert_eq!(acts.len(), 1, "{acts:?}");
+        assert!(
+            matches!(&acts[0], FakeAction::Cancel(j, _) if *j == JobId(2)),
+            "{acts:?}"
+        );
     }
 
     #[test]
@@ -1299,6 +1398,32 @@ mod tests {
         let mut j = w.slurm.job(JobId(3)).unwrap();
         j.instances = 2;
         w.slurm.put(j);
+        assert_eq!(w.at(T0 + 310).requeued, 1);
+    }
+
+    #[test]
+    fn a_fruitless_job_preempts_again_when_its_partition_changes() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n2", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n1", 8, 7200, false, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        let needs = |parts: &[&str]| JobNeeds {
+            job: JobId(3),
+            needs: NodeNeeds {
+                partitions: parts.iter().map(|p| p.to_string()).collect(),
+                ..NodeNeeds::default()
+            },
+            cpus_per_node: 0,
+            mem_per_node_mb: 0,
+        };
+        w.slurm.set_needs(needs(&["only1"]));
+        assert_eq!(w.at(T0).requeued, 1);
+        w.slurm.start_on(JobId(1), T0 + 3, &[("n2", 8)]);
+        for t in [T0 + 10, T0 + 200, T0 + 300] {
+            assert_eq!(w.at(t).requeued, 0, "at {t}");
+        }
+        // The admin moves the job (`scontrol update Partition=gpu`).
+        w.slurm.set_needs(needs(&["gpu"]));
         assert_eq!(w.at(T0 + 310).requeued, 1);
     }
 

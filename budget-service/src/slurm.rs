@@ -8,6 +8,7 @@
 
 use compass_core::fairshare::{Interval, Kind, PendingJob, UnixSecs};
 use compass_core::model::JobId;
+use compass_core::preempt::{NodeNeeds, NodeTraits};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -150,6 +151,27 @@ pub struct SlurmSnapshot {
     /// a factor changed behind its back, costs no needless updates.
     #[serde(default)]
     pub site_factors: Vec<(JobId, u32)>,
+    /// What pending jobs need of a node and what running jobs hold on each
+    /// of theirs, besides GPUs, when the source knows it (libslurm does;
+    /// issue 12). A job without an entry needs nothing more and holds
+    /// nothing the planner counts.
+    #[serde(default)]
+    pub job_needs: Vec<JobNeeds>,
+}
+
+/// One job's needs (pending) or holdings (running) besides GPUs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobNeeds {
+    pub job: JobId,
+    /// Pending jobs: partitions, constraint, excluded nodes, GPU type, CPUs
+    /// and memory per node.
+    #[serde(default)]
+    pub needs: NodeNeeds,
+    /// Running jobs: CPUs and memory (MB) held on each of their nodes.
+    #[serde(default)]
+    pub cpus_per_node: u32,
+    #[serde(default)]
+    pub mem_per_node_mb: u64,
 }
 
 /// Whether a node takes new jobs, as Slurm reports it.
@@ -178,6 +200,11 @@ pub struct SlurmNode {
     /// Slurm's reason for a drained or down node.
     #[serde(default)]
     pub reason: String,
+    /// Partitions, features, GPU types, free CPUs and memory, when the
+    /// source knows them (libslurm does); `None`: the planner counts the
+    /// node as eligible for every job.
+    #[serde(default)]
+    pub traits: Option<NodeTraits>,
 }
 
 impl NodeState {
@@ -244,6 +271,10 @@ struct FakeInner {
     /// Admin comment of each job (cancel reasons land here).
     comments: HashMap<JobId, String>,
     now: UnixSecs,
+    /// Node traits by name (reported only when every node has them).
+    traits: HashMap<String, NodeTraits>,
+    /// Needs and holdings by job.
+    needs: BTreeMap<JobId, JobNeeds>,
 }
 
 impl FakeSlurm {
@@ -284,6 +315,14 @@ impl FakeSlurm {
         self.lock()
             .nodes
             .push((name.to_string(), gpus, false, false));
+    }
+    /// Gives a node partitions, features, GPU types, CPUs and memory.
+    pub fn set_traits(&self, traits: NodeTraits) {
+        self.lock().traits.insert(traits.name.clone(), traits);
+    }
+    /// What a job needs (pending) or holds (running) besides GPUs.
+    pub fn set_needs(&self, needs: JobNeeds) {
+        self.lock().needs.insert(needs.job, needs);
     }
     /// Marks a node down (or up again).
     pub fn set_node_down(&self, name: &str, down: bool) {
@@ -371,6 +410,7 @@ impl SlurmSource for FakeSlurm {
                 gpus: *gpus,
                 state,
                 reason: String::new(),
+                traits: g.traits.get(name).cloned(),
             });
         }
         if !g.nodes.is_empty() {
@@ -380,6 +420,12 @@ impl SlurmSource for FakeSlurm {
             .pending
             .iter()
             .filter_map(|j| g.factors.get(&j.job).map(|f| (j.job, *f)))
+            .collect();
+        s.job_needs = g
+            .needs
+            .values()
+            .filter(|n| g.jobs.contains_key(&n.job))
+            .cloned()
             .collect();
         Ok(s)
     }

@@ -44,6 +44,8 @@ pub enum CoreError {
     },
     #[error("{0}")]
     Invalid(String),
+    #[error("GRES/TRES `{input}`: {why}")]
+    Gres { input: String, why: String },
     #[error("budget tree: node `{node}`, field `{field}`: {why}")]
     Budget {
         node: String,

@@ -14,6 +14,8 @@
 //! - [`preempt`]: protected and preemptible time: victims, faulty nodes.
 //! - [`fairshare`]: org-tree budgets, the occupancy ledger and the fair-share
 //!   queue order (budget service, issue 4).
+//! - [`gres`]: the one GRES/TRES parser (node GRES, request and TRES
+//!   strings; typed, counted, socket-bound).
 //! - [`trace`]: trace readers (canonical CSV, Helios Venus, Alibaba PAI 2023).
 //! - [`sim`]: the event-driven trace simulator, and in [`sim::budgets`] the
 //!   policy simulator (fair share, protection, preemption and placement).
@@ -22,6 +24,7 @@
 pub mod clock;
 pub mod error;
 pub mod fairshare;
+pub mod gres;
 pub mod metric;
 pub mod model;
 pub mod placement;

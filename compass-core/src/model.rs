@@ -205,8 +205,18 @@ impl NodeSet {
     pub fn count(&self) -> u32 {
         self.words.iter().map(|w| w.count_ones()).sum()
     }
+    /// Members in ascending order, a word of 64 nodes at a time.
     pub fn iter(&self) -> impl Iterator<Item = NodeId> + '_ {
-        (0..self.len).filter(|n| self.contains(*n))
+        self.words.iter().enumerate().flat_map(|(i, &w)| {
+            let mut w = w;
+            std::iter::from_fn(move || {
+                (w != 0).then(|| {
+                    let b = w.trailing_zeros();
+                    w &= w - 1;
+                    i as NodeId * 64 + b
+                })
+            })
+        })
     }
 }
 

@@ -15,10 +15,15 @@
 //!   Unallocated requests never preempt.
 //! - The victim set must make the job placeable: enough nodes with `g` free
 //!   GPUs for its `w` instances, counted node by node (free GPUs spread over
-//!   many nodes are not room for an 8-GPU instance). Among such sets we take
-//!   the one that loses the least allocated GPU-time, then the least
-//!   unallocated GPU-time, then has the fewest victims, then leaves the
-//!   fewest partial nodes.
+//!   many nodes are not room for an 8-GPU instance), and only on nodes the
+//!   job could run on ([`PendingJob::needs`] against [`NodeRoom::traits`]:
+//!   partitions, constraint, excluded nodes, GPU type) with its CPUs and
+//!   memory free there once the victims leave. Without traits (the policy
+//!   simulator) every node is eligible and CPUs and memory are not counted.
+//!   A victim only on nodes the job cannot use is never taken. Among such
+//!   sets we take the one that loses the least allocated GPU-time, then
+//!   the least unallocated GPU-time, then has the fewest victims, then
+//!   leaves the fewest partial nodes.
 //! - **No preemption loop.** A job never preempts the job that preempted it
 //!   last, and a job that was preempted cannot preempt again until it has run
 //!   its min runtime since its restart. So every preemption of a job `J` is
@@ -28,9 +33,9 @@
 //! - **Room is given once.** A job for which room was freed by preemption
 //!   and that has not started since (`PendingJob::room_given`: the driver
 //!   knows whether the room was used) takes free room but preempts no one:
-//!   a job that cannot use the room (a partition, feature or memory limit
-//!   the planner does not see) would otherwise take the same victim every
-//!   cycle.
+//!   a job that cannot use the room (a limit the planner does not see:
+//!   licences, reservations, free GPUs per type on a multi-type node)
+//!   would otherwise take the same victim every cycle.
 //! - At most `max_preemptions_per_cycle` victims per [`plan_cycle`] (or the
 //!   first job's, if it needs more); the queue's later jobs wait for the
 //!   next cycle (`CyclePlan::held_back`).
@@ -105,6 +110,13 @@ pub struct RunningJob {
     /// Start of the current run (after the last requeue).
     pub started_s: Seconds,
     pub resumable: bool,
+    /// CPUs the job holds on each of its nodes (0: unknown; its CPUs are
+    /// then not counted as freed by its preemption).
+    #[serde(default)]
+    pub cpus_per_node: u32,
+    /// Memory (MB) the job holds on each of its nodes (0: unknown).
+    #[serde(default)]
+    pub mem_per_node_mb: u64,
 }
 
 impl RunningJob {
@@ -161,6 +173,87 @@ pub struct PendingJob {
     /// change or a time-out passes). It may take free room, never a victim.
     #[serde(default)]
     pub room_given: bool,
+    /// What the job needs of a node besides GPUs (partitions, features,
+    /// excluded nodes, GPU type, CPUs and memory). The default asks
+    /// nothing: every node is eligible.
+    #[serde(default)]
+    pub needs: NodeNeeds,
+}
+
+/// What a pending job needs of each node it runs on, besides GPUs (issue
+/// 12). Checked only against nodes whose [`NodeTraits`] are known.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeNeeds {
+    /// Partitions the job may run in (any of them); empty: any.
+    #[serde(default)]
+    pub partitions: Vec<String>,
+    /// The `--constraint` expression: `a100`, `a100&ib`, `a100|l40s`
+    /// (`&` binds looser than `|`; brackets and `*count` are ignored); empty:
+    /// any.
+    #[serde(default)]
+    pub constraint: String,
+    /// Node names the job excludes (`--exclude`).
+    #[serde(default)]
+    pub excluded: BTreeSet<String>,
+    /// GPU type asked for (`--gres=gpu:a100:N`); `None`: any.
+    #[serde(default)]
+    pub gpu_type: Option<String>,
+    /// CPUs needed on each node (per instance); 0: not counted.
+    #[serde(default)]
+    pub cpus_per_node: u32,
+    /// Memory (MB) needed on each node (per instance); 0: not counted.
+    #[serde(default)]
+    pub mem_per_node_mb: u64,
+}
+
+/// What a node offers besides free GPUs, as the driver reads it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeTraits {
+    pub name: String,
+    /// GPUs of the node (its own capacity; nodes of a site differ).
+    pub gpus: u32,
+    pub partitions: BTreeSet<String>,
+    /// Active features.
+    pub features: BTreeSet<String>,
+    /// GPU types of the node (`a100`); empty: untyped GPUs.
+    pub gpu_types: BTreeSet<String>,
+    /// CPUs not allocated now.
+    pub free_cpus: u32,
+    /// Memory (MB) not allocated now.
+    pub free_mem_mb: u64,
+}
+
+impl NodeTraits {
+    /// Can a job with `needs` run here at all (ignoring what is free)?
+    pub fn admits(&self, needs: &NodeNeeds) -> bool {
+        (needs.partitions.is_empty()
+            || needs.partitions.iter().any(|p| self.partitions.contains(p)))
+            && !needs.excluded.contains(&self.name)
+            && needs
+                .gpu_type
+                .as_ref()
+                .is_none_or(|t| self.gpu_types.contains(t))
+            && constraint_holds(&needs.constraint, &self.features)
+    }
+}
+
+/// Whether `features` satisfy a `--constraint` expression: terms joined by
+/// `&` (or `,`) must all hold, a term is alternatives joined by `|`;
+/// brackets, parentheses and `*count` suffixes are ignored (a node has or
+/// lacks a feature). An empty expression always holds.
+pub fn constraint_holds(constraint: &str, features: &BTreeSet<String>) -> bool {
+    let clean: String = constraint
+        .chars()
+        .filter(|c| !matches!(c, '[' | ']' | '(' | ')'))
+        .collect();
+    clean.split(['&', ',']).all(|term| {
+        let term = term.trim();
+        term.is_empty()
+            || term.split('|').any(|alt| {
+                let name = alt.split('*').next().unwrap_or("").trim();
+                name.is_empty() || features.contains(name)
+            })
+    })
 }
 
 impl PendingJob {
@@ -248,27 +341,114 @@ pub struct NodeRoom {
     pub free: Vec<u32>,
     /// Nodes that may take new jobs (not faulty, down or drained).
     pub usable: NodeSet,
+    /// Each node's partitions, features, GPU types, GPUs, free CPUs and
+    /// memory, index by index with `free` (issue 12). Empty: every node is
+    /// eligible for every job and CPUs and memory are not counted (the
+    /// policy simulator's cluster).
+    pub traits: Vec<NodeTraits>,
 }
 
+/// What preempting some jobs frees on one node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Freed {
+    gpus: u32,
+    cpus: u32,
+    mem_mb: u64,
+}
+
+impl Freed {
+    fn of(v: &RunningJob, gpus: u32) -> Freed {
+        Freed {
+            gpus,
+            cpus: v.cpus_per_node,
+            mem_mb: v.mem_per_node_mb,
+        }
+    }
+    fn add(&mut self, o: Freed) {
+        self.gpus += o.gpus;
+        self.cpus = self.cpus.saturating_add(o.cpus);
+        self.mem_mb = self.mem_mb.saturating_add(o.mem_mb);
+    }
+}
+
+type FreedMap = BTreeMap<NodeId, Freed>;
+
 impl NodeRoom {
-    /// How many `g`-GPU instances fit, node by node, with `extra` GPUs freed.
-    fn instances_fitting(&self, g: u32, extra: &BTreeMap<NodeId, u32>) -> u64 {
-        self.free
-            .iter()
-            .enumerate()
-            .filter(|(n, _)| self.usable.contains(*n as NodeId))
-            .map(|(n, f)| u64::from((f + extra.get(&(n as NodeId)).copied().unwrap_or(0)) / g))
+    /// GPUs of node `n` (its own count when its traits are known).
+    fn cap(&self, n: usize) -> u32 {
+        self.traits.get(n).map_or(self.capacity, |t| t.gpus)
+    }
+
+    /// May a job with `needs` use node `n` (usable, and admitted by its
+    /// traits when they are known)?
+    pub fn eligible(&self, n: NodeId, needs: &NodeNeeds) -> bool {
+        self.usable.contains(n) && self.traits.get(n as usize).is_none_or(|t| t.admits(needs))
+    }
+
+    /// How many `g`-GPU instances with `needs` fit on node `n` with `extra`
+    /// freed there: by GPUs, and by CPUs and memory when both the node's
+    /// and the job's are known.
+    fn instances_on(&self, n: usize, g: u32, needs: &NodeNeeds, extra: Freed) -> u64 {
+        if !self.eligible(n as NodeId, needs) {
+            return 0;
+        }
+        let f = self.free.get(n).copied().unwrap_or(0);
+        let mut k = u64::from((f + extra.gpus).min(self.cap(n)) / g);
+        if let Some(t) = self.traits.get(n) {
+            let cpus = t.free_cpus.saturating_add(extra.cpus);
+            if let Some(by_cpus) = cpus.checked_div(needs.cpus_per_node) {
+                k = k.min(u64::from(by_cpus));
+            }
+            let mem = t.free_mem_mb.saturating_add(extra.mem_mb);
+            if let Some(by_mem) = mem.checked_div(needs.mem_per_node_mb) {
+                k = k.min(by_mem);
+            }
+        }
+        k
+    }
+
+    /// How many `g`-GPU instances fit, node by node, with `extra` freed.
+    fn instances_fitting(&self, g: u32, needs: &NodeNeeds, extra: &FreedMap) -> u64 {
+        (0..self.free.len())
+            .map(|n| {
+                let e = extra.get(&(n as NodeId)).copied().unwrap_or_default();
+                self.instances_on(n, g, needs, e)
+            })
             .sum()
     }
-    fn partial_after(&self, extra: &BTreeMap<NodeId, u32>) -> usize {
+
+    fn partial_after(&self, extra: &FreedMap) -> usize {
         self.free
             .iter()
             .enumerate()
             .filter(|(n, f)| {
-                let free = *f + extra.get(&(*n as NodeId)).copied().unwrap_or(0);
-                free > 0 && free < self.capacity
+                let free = *f + extra.get(&(*n as NodeId)).map_or(0, |e| e.gpus);
+                free > 0 && free < self.cap(*n)
             })
             .count()
+    }
+
+    /// Takes `g` GPUs and the job's CPUs and memory off node `n`.
+    fn take(&mut self, n: usize, g: u32, needs: &NodeNeeds) {
+        self.free[n] -= g;
+        if let Some(t) = self.traits.get_mut(n) {
+            t.free_cpus = t.free_cpus.saturating_sub(needs.cpus_per_node);
+            t.free_mem_mb = t.free_mem_mb.saturating_sub(needs.mem_per_node_mb);
+        }
+    }
+
+    /// Gives back what `v` holds (it was preempted).
+    fn release(&mut self, v: &RunningJob) {
+        for &(n, g) in &v.gpus_on {
+            let cap = self.cap(n as usize);
+            if let Some(f) = self.free.get_mut(n as usize) {
+                *f = (*f + g).min(cap);
+            }
+            if let Some(t) = self.traits.get_mut(n as usize) {
+                t.free_cpus = t.free_cpus.saturating_add(v.cpus_per_node);
+                t.free_mem_mb = t.free_mem_mb.saturating_add(v.mem_per_node_mb);
+            }
+        }
     }
 }
 
@@ -335,10 +515,11 @@ pub fn plan_room(
 ) -> Option<Vec<Preemption>> {
     let g = pending.shape.gpus;
     let w = u64::from(pending.shape.instances);
+    let needs = &pending.needs;
     if g == 0 || g > room.capacity {
         return None;
     }
-    let base_fit = room.instances_fitting(g, &BTreeMap::new());
+    let base_fit = room.instances_fitting(g, needs, &BTreeMap::new());
     if base_fit >= w {
         return Some(Vec::new());
     }
@@ -352,7 +533,8 @@ pub fn plan_room(
         .iter()
         .filter(|v| !v.protected(now, cfg) && !excluded.contains(&v.id))
         .filter(|v| pending.preempted_by != Some(v.id))
-        .filter(|v| v.gpus_on.iter().any(|(n, _)| room.usable.contains(*n)))
+        // Only jobs on nodes the pending job could run on free room for it.
+        .filter(|v| v.gpus_on.iter().any(|(n, _)| room.eligible(*n, needs)))
         .filter_map(|v| {
             let rule = if v.allocated() {
                 by_team
@@ -365,22 +547,22 @@ pub fn plan_room(
             rule.map(|r| (v, r))
         })
         .collect();
-    // Instances that fit with `extra` GPUs freed, counting only touched nodes.
-    let fit_with = |extra: &BTreeMap<NodeId, u32>| {
+    // Instances that fit with `extra` freed, counting only touched nodes.
+    let fit_with = |extra: &FreedMap| {
         base_fit
             + extra
                 .iter()
-                .filter(|(n, _)| room.usable.contains(**n))
                 .map(|(&n, &e)| {
-                    let f = room.free.get(n as usize).copied().unwrap_or(0);
-                    u64::from((f + e).min(room.capacity) / g) - u64::from(f / g)
+                    let n = n as usize;
+                    room.instances_on(n, g, needs, e)
+                        - room.instances_on(n, g, needs, Freed::default())
                 })
                 .sum::<u64>()
     };
-    let mut all: BTreeMap<NodeId, u32> = BTreeMap::new();
+    let mut all: FreedMap = BTreeMap::new();
     for (v, _) in &cands {
         for &(n, gpus) in &v.gpus_on {
-            *all.entry(n).or_default() += gpus;
+            all.entry(n).or_default().add(Freed::of(v, gpus));
         }
     }
     if fit_with(&all) < w {
@@ -396,10 +578,11 @@ pub fn plan_room(
     });
 
     let freed = |set: &[usize]| {
-        let mut extra: BTreeMap<NodeId, u32> = BTreeMap::new();
+        let mut extra: FreedMap = BTreeMap::new();
         for &i in set {
-            for &(n, gpus) in &cands[i].0.gpus_on {
-                *extra.entry(n).or_default() += gpus;
+            let v = cands[i].0;
+            for &(n, gpus) in &v.gpus_on {
+                extra.entry(n).or_default().add(Freed::of(v, gpus));
             }
         }
         extra
@@ -449,7 +632,7 @@ pub fn plan_room(
         // Greedy: add the candidate that makes the most instances fit per
         // GPU-second lost, then drop any victim that is not needed.
         let mut set: Vec<usize> = Vec::new();
-        let mut extra: BTreeMap<NodeId, u32> = BTreeMap::new();
+        let mut extra: FreedMap = BTreeMap::new();
         while fit_with(&extra) < w {
             let next = (0..cands.len())
                 .filter(|i| !set.contains(i))
@@ -460,12 +643,13 @@ pub fn plan_room(
                         let gain: u64 = v
                             .gpus_on
                             .iter()
-                            .filter(|(n, _)| room.usable.contains(*n))
                             .map(|&(n, gpus)| {
-                                let f = room.free.get(n as usize).copied().unwrap_or(0)
-                                    + extra.get(&n).copied().unwrap_or(0);
-                                u64::from((f + gpus).min(room.capacity) / g)
-                                    - u64::from(f.min(room.capacity) / g)
+                                let before = extra.get(&n).copied().unwrap_or_default();
+                                let mut after = before;
+                                after.add(Freed::of(v, gpus));
+                                let n = n as usize;
+                                room.instances_on(n, g, needs, after)
+                                    .saturating_sub(room.instances_on(n, g, needs, before))
                             })
                             .sum();
                         let weight = if v.allocated() { 1e6 } else { 1.0 };
@@ -476,8 +660,9 @@ pub fn plan_room(
                         .unwrap_or(std::cmp::Ordering::Equal)
                         .then(b.cmp(&a))
                 })?;
-            for &(n, gpus) in &cands[next].0.gpus_on {
-                *extra.entry(n).or_default() += gpus;
+            let v = cands[next].0;
+            for &(n, gpus) in &v.gpus_on {
+                extra.entry(n).or_default().add(Freed::of(v, gpus));
             }
             set.push(next);
         }
@@ -582,9 +767,9 @@ pub fn plan_drain(
         }
     }
     let mut cands: Vec<(Seconds, u32, NodeId)> = (0..room.free.len())
-        .filter(|&n| room.usable.contains(n as NodeId) && !held.contains(n as NodeId))
+        .filter(|&n| room.eligible(n as NodeId, &pending.needs) && !held.contains(n as NodeId))
         .filter_map(|n| {
-            let busy = room.capacity - room.free[n].min(room.capacity);
+            let busy = room.cap(n) - room.free[n].min(room.cap(n));
             Some((ready[n]?, busy, n as NodeId))
         })
         .collect();
@@ -653,13 +838,7 @@ pub fn plan_cycle(
         room.usable.remove(*n);
     }
     let mut gone: BTreeSet<JobId> = BTreeSet::new();
-    let release = |room: &mut NodeRoom, v: &RunningJob| {
-        for &(n, g) in &v.gpus_on {
-            if let Some(f) = room.free.get_mut(n as usize) {
-                *f = (*f + g).min(room.capacity);
-            }
-        }
-    };
+    let release = |room: &mut NodeRoom, v: &RunningJob| room.release(v);
     // Faulty nodes: evict each job as soon as its protection has ended.
     let limit = cfg.max_preemptions_per_cycle;
     for v in running {
@@ -713,10 +892,10 @@ pub fn plan_cycle(
         let g = p.shape.gpus;
         for _ in 0..p.shape.instances {
             let best = (0..room.free.len())
-                .filter(|&n| room.usable.contains(n as NodeId) && room.free[n] >= g)
+                .filter(|&n| room.instances_on(n, g, &p.needs, Freed::default()) > 0)
                 .min_by_key(|&n| (room.free[n], n));
             if let Some(n) = best {
-                room.free[n] -= g;
+                room.take(n, g, &p.needs);
             }
         }
         plan.admitted.push(p.id);
@@ -748,6 +927,8 @@ mod tests {
             min_runtime_s: min_h * H,
             started_s: started_h * H,
             resumable: true,
+            cpus_per_node: 0,
+            mem_per_node_mb: 0,
         }
     }
 
@@ -760,6 +941,7 @@ mod tests {
             preempted_by: None,
             owes_min_runtime: false,
             room_given: false,
+            needs: NodeNeeds::default(),
         }
     }
 
@@ -774,6 +956,7 @@ mod tests {
             capacity: 8,
             free,
             usable: NodeSet::full(nodes),
+            traits: Vec::new(),
         }
     }
 
@@ -1085,5 +1268,165 @@ mod tests {
         assert_eq!(plan.preemptions.len(), 2, "{plan:?}");
         assert_eq!(plan.admitted, vec![JobId(11), JobId(13)]);
         assert_eq!(plan.held_back, vec![JobId(12)]);
+    }
+
+    /// A site: nodes 0-1 `a100` x 8 GPUs, 64 CPUs, partition `gpu`; nodes
+    /// 2-3 `l40s` x 4 GPUs, 32 CPUs, partitions `gpu` and `debug`. Free
+    /// CPUs and memory: the node's minus what `running` holds.
+    fn site_room(running: &[RunningJob]) -> NodeRoom {
+        let node = |i: u32| {
+            let a100 = i < 2;
+            NodeTraits {
+                name: format!("n{}", i + 1),
+                gpus: if a100 { 8 } else { 4 },
+                partitions: if a100 {
+                    ["gpu".to_string()].into()
+                } else {
+                    ["gpu".to_string(), "debug".to_string()].into()
+                },
+                features: [if a100 { "a100" } else { "l40s" }.to_string()].into(),
+                gpu_types: [if a100 { "a100" } else { "l40s" }.to_string()].into(),
+                free_cpus: if a100 { 64 } else { 32 },
+                free_mem_mb: 256_000,
+            }
+        };
+        let mut traits: Vec<NodeTraits> = (0..4).map(node).collect();
+        let mut free: Vec<u32> = traits.iter().map(|t| t.gpus).collect();
+        for r in running {
+            for &(n, g) in &r.gpus_on {
+                free[n as usize] -= g;
+                let t = &mut traits[n as usize];
+                t.free_cpus -= r.cpus_per_node;
+                t.free_mem_mb -= r.mem_per_node_mb;
+            }
+        }
+        NodeRoom {
+            capacity: 8,
+            free,
+            usable: NodeSet::full(4),
+            traits,
+        }
+    }
+
+    fn victims_of(p: &PendingJob, run: &[RunningJob], room: &NodeRoom) -> Option<Vec<u64>> {
+        plan_room(
+            p,
+            run,
+            room,
+            &ratios(&[]),
+            6.0 * H,
+            &cfg(),
+            &BTreeSet::new(),
+        )
+        .map(|v| v.iter().map(|p| p.victim.0).collect())
+    }
+
+    #[test]
+    fn a_debug_job_never_preempts_outside_debug() {
+        // Unallocated jobs fill every node; the cheapest victims (started
+        // last) are on the a100 nodes, outside `debug`.
+        let mut run = vec![
+            running(1, "x", &[(0, 8)], 0.0, 5.9),
+            running(2, "x", &[(1, 8)], 0.0, 5.9),
+            running(3, "x", &[(2, 4)], 0.0, 1.0),
+            running(4, "x", &[(3, 4)], 0.0, 2.0),
+        ];
+        for r in &mut run {
+            r.resumable = false;
+        }
+        let mut p = pending(9, "a", 1, 4);
+        // Anywhere: the cheapest victim, on an a100 node.
+        assert_eq!(victims_of(&p, &run, &site_room(&run)), Some(vec![1]));
+        p.needs.partitions = vec!["debug".into()];
+        assert_eq!(victims_of(&p, &run, &site_room(&run)), Some(vec![4]));
+        // Debug's jobs protected: no victim at all, never one outside debug.
+        run[2].min_runtime_s = 10.0 * H;
+        run[3].min_runtime_s = 10.0 * H;
+        assert_eq!(victims_of(&p, &run, &site_room(&run)), None);
+        // An excluded node is no room either.
+        run[3].min_runtime_s = 0.0;
+        p.needs.excluded = ["n4".to_string()].into();
+        assert_eq!(victims_of(&p, &run, &site_room(&run)), None);
+        // The cycle reserves room only where the job can run: with n3 free
+        // and n4 excluded, nothing is preempted and the job is admitted.
+        let empty_l40s = vec![run[0].clone(), run[1].clone(), run[3].clone()];
+        let plan = plan_cycle(
+            std::slice::from_ref(&p),
+            &empty_l40s,
+            &site_room(&empty_l40s),
+            &BTreeSet::new(),
+            &ratios(&[]),
+            6.0 * H,
+            &cfg(),
+        );
+        assert_eq!((plan.preemptions.len(), plan.admitted), (0, vec![JobId(9)]));
+    }
+
+    #[test]
+    fn a_typed_gpu_job_never_preempts_on_other_gpu_types() {
+        let mut run = vec![
+            running(1, "x", &[(0, 8)], 0.0, 1.0),
+            running(2, "x", &[(1, 8)], 0.0, 2.0),
+            running(3, "x", &[(2, 4)], 0.0, 5.9),
+            running(4, "x", &[(3, 4)], 0.0, 5.9),
+        ];
+        for r in &mut run {
+            r.resumable = false;
+        }
+        let mut p = pending(9, "a", 1, 4);
+        assert_eq!(victims_of(&p, &run, &site_room(&run)), Some(vec![3]));
+        p.needs.gpu_type = Some("a100".into());
+        assert_eq!(victims_of(&p, &run, &site_room(&run)), Some(vec![2]));
+        // The a100 jobs protected: none, even though l40s victims exist.
+        run[0].min_runtime_s = 10.0 * H;
+        run[1].min_runtime_s = 10.0 * H;
+        assert_eq!(victims_of(&p, &run, &site_room(&run)), None);
+        // The same through a feature constraint.
+        p.needs.gpu_type = None;
+        p.needs.constraint = "a100&[x|y]".into();
+        assert_eq!(victims_of(&p, &run, &site_room(&run)), None);
+        p.needs.constraint = "a100|l40s".into();
+        assert_eq!(victims_of(&p, &run, &site_room(&run)), Some(vec![3]));
+    }
+
+    #[test]
+    fn a_cpu_hungry_job_does_not_free_a_node_whose_other_jobs_keep_the_cpus() {
+        // n1: a cheap victim (4 GPUs, 4 CPUs) beside a protected job that
+        // holds 56 CPUs; n2: a dearer victim holding 8 GPUs and 16 CPUs.
+        let mut run = vec![
+            running(1, "x", &[(0, 4)], 0.0, 5.9),
+            running(2, "y", &[(0, 4)], 10.0, 5.0),
+            running(3, "x", &[(1, 8)], 0.0, 3.0),
+            running(4, "x", &[(2, 4)], 10.0, 5.0),
+            running(5, "x", &[(3, 4)], 10.0, 5.0),
+        ];
+        for (r, cpus) in run.iter_mut().zip([4, 56, 16, 8, 8]) {
+            r.resumable = false;
+            r.cpus_per_node = cpus;
+        }
+        let mut p = pending(9, "a", 1, 4);
+        // CPUs not counted: the cheap victim on n1.
+        assert_eq!(victims_of(&p, &run, &site_room(&run)), Some(vec![1]));
+        p.needs.cpus_per_node = 64;
+        assert_eq!(victims_of(&p, &run, &site_room(&run)), Some(vec![3]));
+        // Memory the same way: n2's victim holds none of it, so freeing n2
+        // leaves too little; n1 never has the CPUs.
+        run[2].mem_per_node_mb = 0;
+        let mut room = site_room(&run);
+        room.traits[1].free_mem_mb = 100_000;
+        p.needs.mem_per_node_mb = 200_000;
+        assert_eq!(victims_of(&p, &run, &room), None);
+    }
+
+    #[test]
+    fn constraints_read_as_slurm_writes_them() {
+        let f: BTreeSet<String> = ["a100".to_string(), "ib".to_string()].into();
+        assert!(constraint_holds("", &f));
+        assert!(constraint_holds("a100", &f));
+        assert!(constraint_holds("a100&ib", &f));
+        assert!(constraint_holds("[l40s|a100]", &f));
+        assert!(constraint_holds("a100*2", &f));
+        assert!(!constraint_holds("a100&nvlink", &f));
+        assert!(!constraint_holds("l40s", &f));
     }
 }

@@ -2,13 +2,15 @@
 //! sequences: the state stays inside the ABS (Proposition 1), GPU accounting
 //! is exact, nothing is lost, and Theorem 1's bound (at most one non-full
 //! slotted node and one non-full pool node, so `N * SIF <= 2`) holds after
-//! every event where the Workload Composition Condition (eq. 9) holds.
+//! every event where the Workload Composition Condition (eq. 9) holds, guests
+//! or not. Where jobs are pinned or foreign, or nodes drained, the bound is
+//! checked over the movable part (see [`check_theorem1`]), never skipped.
 
 use std::collections::BTreeMap;
 
 use compass_core::metric::{phi_star, wcc_holds};
-use compass_core::model::{ClusterSpec, JobId, JobRequest};
-use compass_core::placement::compass::{CompassConfig, CompassEngine};
+use compass_core::model::{ClusterSpec, JobId, JobRequest, NodeId};
+use compass_core::placement::compass::{CompassConfig, CompassEngine, NodeKind, NodeView};
 use compass_core::placement::PlacementPolicy;
 use proptest::prelude::*;
 
@@ -21,54 +23,319 @@ enum Event {
     },
     /// Departure of the running job at this position (modulo running count).
     Depart(usize),
+    /// Slurm placed a job itself: `adopt` on nodes picked by `seed` among
+    /// those with room, then Compact (what the plugin does on job begin).
+    Adopt {
+        gpus: u32,
+        instances: u32,
+        pinned: bool,
+        seed: u64,
+    },
+    /// GPUs of a job outside the model (`adopt_foreign`), then Compact.
+    Foreign { gpus: u32, seed: u64 },
+    /// A node drained (or resumed), then Compact.
+    Usable { node: u32, usable: bool },
 }
 
-fn gpus() -> impl Strategy<Value = u32> {
-    // Mostly the sizes real traces have (paper Table 1), some unfriendly ones.
-    prop_oneof![6 => Just(1u32), 2 => Just(2u32), 2 => Just(4u32), 2 => Just(8u32), 1 => 3u32..=3, 1 => 5u32..=7]
+/// Sizes the trace mix has (paper Table 1), scaled to nodes of `cap` GPUs.
+fn gpus(cap: u32) -> BoxedStrategy<u32> {
+    match cap {
+        2 => prop_oneof![3 => Just(1u32), 1 => Just(2u32)].boxed(),
+        4 => prop_oneof![6 => Just(1u32), 2 => Just(2u32), 2 => Just(4u32), 1 => Just(3u32)].boxed(),
+        _ => prop_oneof![6 => Just(1u32), 2 => Just(2u32), 2 => Just(4u32), 2 => Just(8u32), 1 => 3u32..=3, 1 => 5u32..=7].boxed(),
+    }
 }
 
-fn events(pinned_share: f64) -> impl Strategy<Value = Vec<Event>> {
-    let arrive = (gpus(), 1u32..=3, proptest::bool::weighted(pinned_share)).prop_map(
+/// What may happen besides plain arrivals and departures.
+#[derive(Clone, Copy, Debug, Default)]
+struct Mix {
+    /// Share of pinned (not resumable) jobs.
+    pinned: f64,
+    adopt: bool,
+    foreign: bool,
+    drain: bool,
+}
+
+fn events(cap: u32, nodes: u32, mix: Mix) -> impl Strategy<Value = Vec<Event>> {
+    let arrive = (gpus(cap), 1u32..=3, proptest::bool::weighted(mix.pinned)).prop_map(
         |(gpus, instances, pinned)| Event::Arrive {
             gpus,
             instances,
             pinned,
         },
     );
+    let adopt = (
+        gpus(cap),
+        1u32..=3,
+        proptest::bool::weighted(mix.pinned),
+        any::<u64>(),
+    )
+        .prop_map(|(gpus, instances, pinned, seed)| Event::Adopt {
+            gpus,
+            instances,
+            pinned,
+            seed,
+        });
+    let foreign = (1..=cap, any::<u64>()).prop_map(|(gpus, seed)| Event::Foreign { gpus, seed });
+    let usable = (0..nodes, proptest::bool::weighted(0.6))
+        .prop_map(|(node, usable)| Event::Usable { node, usable });
     let depart = (0usize..64).prop_map(Event::Depart);
-    proptest::collection::vec(prop_oneof![3 => arrive, 2 => depart], 1..120)
+    let w = |on: bool| if on { 1 } else { 0 };
+    proptest::collection::vec(
+        prop_oneof![
+            3 => arrive,
+            2 => depart,
+            w(mix.adopt) => adopt,
+            w(mix.foreign) => foreign,
+            w(mix.drain) => usable,
+        ],
+        1..150,
+    )
 }
 
 /// One line per non-empty node: used GPUs, slots (width:anchor GPUs+fillers), pool, guests.
 fn layout(e: &CompassEngine) -> String {
     let mut out = String::new();
-    for v in e.snapshot().nodes.iter().filter(|v| v.used > 0) {
+    for v in e
+        .snapshot()
+        .nodes
+        .iter()
+        .filter(|v| v.used > 0 || !v.usable)
+    {
         let slots: Vec<String> = v
             .state
             .slots
             .iter()
             .map(|s| format!("{}:{}+{}", s.width, s.anchor_gpus, s.fillers.len()))
             .collect();
-        let guests: Vec<u32> = v.state.guests.iter().map(|g| g.gpus).collect();
+        let guests: Vec<String> = v
+            .state
+            .guests
+            .iter()
+            .map(|g| format!("{}{}", g.gpus, if g.foreign { "f" } else { "" }))
+            .collect();
         out += &format!(
-            "\n  n{} used {} slots [{}] pool {} guests {:?}",
+            "\n  n{}{} used {} slots [{}] pool {} guests [{}]",
             v.node,
+            if v.usable { "" } else { " (drained)" },
             v.used,
             slots.join(" "),
             v.state.pool.len(),
-            guests
+            guests.join(" ")
         );
     }
     out
 }
 
+/// `k` distinct nodes, each with `g` free GPUs, picked from `seed`.
+fn pick_nodes(e: &CompassEngine, g: u32, k: u32, seed: u64) -> Option<Vec<NodeId>> {
+    let occ = e.occupancy();
+    let mut fits: Vec<NodeId> = (0..occ.spec().nodes)
+        .filter(|&n| occ.free(n) >= g)
+        .collect();
+    if fits.len() < k as usize {
+        return None;
+    }
+    let mut x = seed;
+    let mut out = Vec::new();
+    for _ in 0..k {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        out.push(fits.remove((x >> 33) as usize % fits.len()));
+    }
+    Some(out)
+}
+
+/// Room a node's slots and guests leave unprofiled: `D(n)`.
+fn room(v: &NodeView) -> u32 {
+    let taken: u32 = v.state.slots.iter().map(|s| s.width).sum::<u32>()
+        + v.state.guests.iter().map(|g| g.gpus).sum::<u32>();
+    v.capacity.saturating_sub(taken)
+}
+
+/// Sizes of the units Compact may move off a node (slots narrower than the
+/// node with every instance movable, movable guests), and whether every
+/// instance of the node is movable.
+fn movable_units(v: &NodeView, movable: &dyn Fn(JobId) -> bool) -> (Vec<u32>, bool) {
+    let mut units = Vec::new();
+    let mut all = true;
+    for s in &v.state.slots {
+        let m = movable(s.anchor.job) && s.fillers.iter().all(|f| movable(f.job));
+        if m && s.width < v.capacity {
+            units.push(s.width);
+        } else {
+            all = false;
+        }
+    }
+    for g in &v.state.guests {
+        if !g.foreign && movable(g.instance.job) {
+            units.push(g.gpus);
+        } else {
+            all = false;
+        }
+    }
+    all &= v.state.pool.iter().all(|p| movable(p.job));
+    (units, all)
+}
+
+fn subset_sums(units: &[u32]) -> std::collections::BTreeSet<u32> {
+    let mut sums = std::collections::BTreeSet::from([0u32]);
+    for &u in units {
+        let next: Vec<u32> = sums.iter().map(|s| s + u).collect();
+        sums.extend(next);
+    }
+    sums.remove(&0);
+    sums
+}
+
+/// Theorem 1, checked after every event where WCC holds.
+///
+/// - Every job movable, none foreign, every node usable: at most one
+///   non-full slotted and one non-full pool node, and `N * SIF <= 2`,
+///   guests or not (the paper's statement).
+/// - Otherwise (docs/compass-corrections.md, section 5), exactly:
+///   (a) among usable nodes whose every instance is movable, at most one
+///   slotted node with unprofiled room and one non-full pool node, and a
+///   slot vacancy stays open only while no movable 1-GPU instance sits
+///   outside a slot (Lemma A.2 over the movable part); (b) no two open slotted
+///   nodes are left that one move set would close: the movable units of an
+///   open node never fit together into another usable open node when all
+///   of the first node's instances are movable, and no subset of them takes
+///   exactly the room of another usable open node. Nodes holding pinned or
+///   foreign GPUs, and drained nodes, may stay open beside them: what they
+///   hold cannot move, or nothing may move onto them.
+fn check_theorem1(
+    e: &CompassEngine,
+    running: &BTreeMap<JobId, JobRequest>,
+    any_foreign: bool,
+    step: usize,
+) -> std::result::Result<(), TestCaseError> {
+    let cap = e.spec().gpus_per_node;
+    let counts = *e.occupancy().instance_counts();
+    if !wcc_holds(&counts, cap) {
+        return Ok(());
+    }
+    let snap = e.snapshot();
+    let all_movable =
+        running.values().all(|j| j.movable) && !any_foreign && snap.nodes.iter().all(|v| v.usable);
+    if all_movable {
+        let (slotted, pool) = e.non_full_by_kind();
+        prop_assert!(
+            slotted <= 1 && pool <= 1,
+            "step {}: {} slotted and {} pool nodes non-full: {}",
+            step,
+            slotted,
+            pool,
+            layout(e)
+        );
+        let n_sif = i64::from(e.occupancy().partial_nodes()) - phi_star(&counts, cap) as i64;
+        prop_assert!(n_sif <= 2, "step {}: N*SIF = {}", step, n_sif);
+        return Ok(());
+    }
+    let movable = |j: JobId| running.get(&j).is_some_and(|r| r.movable);
+    let (mut slotted, mut pool) = (0, 0);
+    for v in &snap.nodes {
+        let (_, all) = movable_units(v, &movable);
+        if v.used == cap || !v.usable || !all {
+            continue;
+        }
+        match v.kind {
+            NodeKind::Slotted if room(v) > 0 => slotted += 1,
+            NodeKind::Pool => pool += 1,
+            _ => {}
+        }
+    }
+    // Lemma A.2 over the movable part: a vacancy stays open on a usable node
+    // only while no movable 1-GPU instance sits outside a slot.
+    let vacancy = snap.nodes.iter().any(|v| {
+        v.usable
+            && v.used < cap
+            && v.state
+                .slots
+                .iter()
+                .any(|s| s.anchor_gpus + (s.fillers.len() as u32) < s.width)
+    });
+    if vacancy {
+        let source = snap.nodes.iter().any(|v| {
+            v.state.pool.iter().any(|p| movable(p.job))
+                || v.state
+                    .guests
+                    .iter()
+                    .any(|g| g.gpus == 1 && !g.foreign && movable(g.instance.job))
+        });
+        prop_assert!(
+            !source,
+            "step {}: a vacancy stays open beside a movable 1-GPU instance: {}",
+            step,
+            layout(e)
+        );
+    }
+    prop_assert!(
+        slotted <= 1 && pool <= 1,
+        "step {}: {} slotted and {} pool nodes non-full and fully movable: {}",
+        step,
+        slotted,
+        pool,
+        layout(e)
+    );
+    let open: Vec<&NodeView> = snap
+        .nodes
+        .iter()
+        .filter(|v| v.kind == NodeKind::Slotted && room(v) > 0)
+        .collect();
+    for x in &open {
+        let (units, all) = movable_units(x, &movable);
+        if units.is_empty() {
+            continue;
+        }
+        let sums = subset_sums(&units);
+        let total: u32 = units.iter().sum();
+        for y in open.iter().filter(|y| y.node != x.node && y.usable) {
+            prop_assert!(
+                !(all && total <= room(y)),
+                "step {}: n{} fits into n{}: {}",
+                step,
+                x.node,
+                y.node,
+                layout(e)
+            );
+            prop_assert!(
+                !sums.contains(&room(y)),
+                "step {}: units of n{} fill n{}: {}",
+                step,
+                x.node,
+                y.node,
+                layout(e)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Replays `events`, checking every property after every event.
-fn replay(nodes: u32, events: &[Event]) -> std::result::Result<(), TestCaseError> {
-    let spec = ClusterSpec::new(nodes, 8).unwrap();
+fn replay(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<(), TestCaseError> {
+    let spec = ClusterSpec::new(nodes, cap).unwrap();
     let mut e = CompassEngine::new(spec, CompassConfig::default());
     let mut running: BTreeMap<JobId, JobRequest> = BTreeMap::new();
+    let mut foreign: Vec<JobId> = Vec::new();
     let mut next = 1u64;
+    let check_moves = |moves: &[compass_core::model::Migration],
+                       running: &BTreeMap<JobId, JobRequest>,
+                       new: Option<&JobRequest>,
+                       step: usize|
+     -> std::result::Result<(), TestCaseError> {
+        for m in moves {
+            let owner = running.get(&m.job).or(new.filter(|j| j.id == m.job));
+            prop_assert!(
+                owner.is_some_and(|j| j.movable),
+                "step {}: pinned or foreign job {} migrated",
+                step,
+                m.job
+            );
+        }
+        Ok(())
+    };
     for (step, ev) in events.iter().enumerate() {
         match *ev {
             Event::Arrive {
@@ -83,15 +350,7 @@ fn replay(nodes: u32, events: &[Event]) -> std::result::Result<(), TestCaseError
                 match e.place(&job, None).unwrap() {
                     Some(adm) => {
                         prop_assert_eq!(adm.nodes.len(), instances as usize);
-                        for m in &adm.migrations {
-                            let owner = running.get(&m.job).unwrap_or(&job);
-                            prop_assert!(
-                                owner.movable,
-                                "step {}: pinned job {} migrated",
-                                step,
-                                m.job
-                            );
-                        }
+                        check_moves(&adm.migrations, &running, Some(&job), step)?;
                         running.insert(job.id, job);
                     }
                     None => prop_assert_eq!(
@@ -102,21 +361,62 @@ fn replay(nodes: u32, events: &[Event]) -> std::result::Result<(), TestCaseError
                     ),
                 }
             }
-            Event::Depart(k) => {
-                if running.is_empty() {
+            Event::Adopt {
+                gpus,
+                instances,
+                pinned,
+                seed,
+            } => {
+                let Some(at) = pick_nodes(&e, gpus, instances, seed) else {
                     continue;
-                }
-                let id = *running.keys().nth(k % running.len()).unwrap();
-                let migrations = e.remove(id).unwrap();
-                running.remove(&id);
-                for m in &migrations {
+                };
+                let mut job = JobRequest::new(next, instances, gpus);
+                job.movable = !pinned;
+                next += 1;
+                e.adopt(&job, &at).unwrap();
+                running.insert(job.id, job);
+                let moves = e.compact();
+                check_moves(&moves, &running, None, step)?;
+            }
+            Event::Foreign { gpus, seed } => {
+                let Some(at) = pick_nodes(&e, gpus, 1, seed) else {
+                    continue;
+                };
+                let id = JobId(next);
+                next += 1;
+                e.adopt_foreign(id, &[(at[0], gpus)]).unwrap();
+                foreign.push(id);
+                let moves = e.compact();
+                check_moves(&moves, &running, None, step)?;
+            }
+            Event::Usable { node, usable } => {
+                e.set_node_usable(node % nodes, usable).unwrap();
+                let moves = e.compact();
+                check_moves(&moves, &running, None, step)?;
+                for m in &moves {
                     prop_assert!(
-                        running[&m.job].movable,
-                        "step {}: pinned job {} migrated",
+                        e.snapshot().nodes[m.to as usize].usable,
+                        "step {}: migration onto drained node {}",
                         step,
-                        m.job
+                        m.to
                     );
                 }
+            }
+            Event::Depart(k) => {
+                let total = running.len() + foreign.len();
+                if total == 0 {
+                    continue;
+                }
+                let k = k % total;
+                let id = if k < running.len() {
+                    let id = *running.keys().nth(k).unwrap();
+                    running.remove(&id);
+                    id
+                } else {
+                    foreign.remove(k - running.len())
+                };
+                let migrations = e.remove(id).unwrap();
+                check_moves(&migrations, &running, None, step)?;
             }
         }
         // Proposition 1 and exact accounting.
@@ -124,8 +424,16 @@ fn replay(nodes: u32, events: &[Event]) -> std::result::Result<(), TestCaseError
             return Err(TestCaseError::fail(format!("step {step}: {why}")));
         }
         let expected: u64 = running.values().map(|j| j.shape.total_gpus()).sum();
-        prop_assert_eq!(e.occupancy().used_gpus(), expected);
-        prop_assert_eq!(e.occupancy().running_jobs(), running.len());
+        let foreign_gpus: u64 = foreign
+            .iter()
+            .map(|j| {
+                e.occupancy()
+                    .job(*j)
+                    .map_or(0, |r| r.gpus.iter().map(|&g| u64::from(g)).sum())
+            })
+            .sum();
+        prop_assert_eq!(e.occupancy().used_gpus(), expected + foreign_gpus);
+        prop_assert_eq!(e.occupancy().running_jobs(), running.len() + foreign.len());
         for j in running.values() {
             let placed = e.occupancy().job(j.id).map(|r| r.nodes.len());
             prop_assert_eq!(
@@ -136,7 +444,8 @@ fn replay(nodes: u32, events: &[Event]) -> std::result::Result<(), TestCaseError
                 j.id
             );
         }
-        // Movable guests (instances outside the ABS) exist only while no room does.
+        // Movable guests (instances outside the ABS) exist only while no
+        // usable empty node does.
         let snap = e.snapshot();
         let movable_guests = snap
             .nodes
@@ -145,32 +454,26 @@ fn replay(nodes: u32, events: &[Event]) -> std::result::Result<(), TestCaseError
             .filter(|g| running.get(&g.instance.job).is_some_and(|j| j.movable))
             .count();
         if movable_guests > 0 {
+            let usable_empty = snap
+                .nodes
+                .iter()
+                .filter(|v| v.used == 0 && v.usable)
+                .count();
             prop_assert_eq!(
-                e.occupancy().empty_nodes(),
+                usable_empty,
                 0,
                 "step {}: guest left with empty nodes: {}",
                 step,
                 layout(&e)
             );
         }
-        // Theorem 1 when every job is movable, WCC holds and nothing overflowed.
-        let counts = *e.occupancy().instance_counts();
-        let all_movable = running.values().all(|j| j.movable);
-        if all_movable && wcc_holds(&counts, 8) && e.guest_count() == 0 {
-            let (slotted, pool) = e.non_full_by_kind();
-            prop_assert!(
-                slotted <= 1 && pool <= 1,
-                "step {}: {} slotted and {} pool nodes non-full: {}",
-                step,
-                slotted,
-                pool,
-                layout(&e)
-            );
-            let n_sif = i64::from(e.occupancy().partial_nodes()) - phi_star(&counts, 8) as i64;
-            prop_assert!(n_sif <= 2, "step {}: N*SIF = {}", step, n_sif);
-        }
+        check_theorem1(&e, &running, !foreign.is_empty(), step)?;
     }
     Ok(())
+}
+
+fn cluster() -> impl Strategy<Value = (u32, u32)> {
+    (8u32..=24, prop_oneof![Just(2u32), Just(4u32), Just(8u32)])
 }
 
 proptest! {
@@ -178,20 +481,40 @@ proptest! {
 
     /// Roomy cluster, every job resumable: Theorem 1 must hold whenever WCC does.
     #[test]
-    fn theorem1_holds_on_a_roomy_cluster(evs in events(0.0)) {
-        replay(96, &evs)?;
+    fn theorem1_holds_on_a_roomy_cluster(evs in events(8, 96, Mix::default())) {
+        replay(96, 8, &evs)?;
     }
 
-    /// Small, often full cluster: overflow and stranded fillers happen;
-    /// nothing is lost and the state stays consistent.
+    /// 8-24 nodes of 2, 4 or 8 GPUs, often full: overflow guests and lazy
+    /// fillers happen, and Theorem 1 still holds with them.
     #[test]
-    fn small_clusters_stay_consistent(evs in events(0.0)) {
-        replay(4, &evs)?;
+    fn theorem1_holds_with_guests_on_small_clusters(
+        (nodes, cap, evs) in cluster().prop_flat_map(|(n, c)| (Just(n), Just(c), events(c, n, Mix::default())))
+    ) {
+        replay(nodes, cap, &evs)?;
     }
 
-    /// Some jobs are not resumable: they are never migrated.
+    /// The same with layouts Slurm chose (`adopt`): guests everywhere.
     #[test]
-    fn pinned_jobs_are_never_migrated(evs in events(0.3)) {
-        replay(12, &evs)?;
+    fn theorem1_holds_with_adopted_layouts(
+        (nodes, cap, evs) in cluster().prop_flat_map(|(n, c)| (Just(n), Just(c), events(c, n, Mix { adopt: true, ..Mix::default() })))
+    ) {
+        replay(nodes, cap, &evs)?;
+    }
+
+    /// Small, often full cluster: nothing is lost and the state stays consistent.
+    #[test]
+    fn small_clusters_stay_consistent(evs in events(8, 4, Mix::default())) {
+        replay(4, 8, &evs)?;
+    }
+
+    /// Pinned jobs, foreign GPUs and drained nodes: pinned and foreign jobs
+    /// never move, nothing moves onto a drained node, and the bound holds
+    /// over the movable part.
+    #[test]
+    fn pinned_foreign_and_drained(
+        (nodes, cap, evs) in cluster().prop_flat_map(|(n, c)| (Just(n), Just(c), events(c, n, Mix { pinned: 0.3, adopt: true, foreign: true, drain: true })))
+    ) {
+        replay(nodes, cap, &evs)?;
     }
 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use compass_core::model::{JobId, JobShape, NodeSet};
 use compass_core::preempt::{
-    plan_room, NodeRoom, PendingJob, ProtectionConfig, RunningJob, VictimRule,
+    plan_room, NodeRoom, NodeTraits, PendingJob, ProtectionConfig, RunningJob, VictimRule,
 };
 use proptest::prelude::*;
 
@@ -46,6 +46,8 @@ fn scenario() -> impl Strategy<Value = (Vec<RunningJob>, PendingJob, Vec<f64>)> 
                     min_runtime_s: min_h * 3600.0,
                     started_s: start_h * 3600.0,
                     resumable,
+                    cpus_per_node: 0,
+                    mem_per_node_mb: 0,
                 });
             }
             let pending = PendingJob {
@@ -56,6 +58,7 @@ fn scenario() -> impl Strategy<Value = (Vec<RunningJob>, PendingJob, Vec<f64>)> 
                 preempted_by: None,
                 owes_min_runtime: false,
                 room_given: false,
+                needs: Default::default(),
             };
             (running, pending, ratios)
         })
@@ -75,7 +78,7 @@ proptest! {
                 free[n as usize] -= g;
             }
         }
-        let room = NodeRoom { capacity: 8, free: free.clone(), usable: NodeSet::full(6) };
+        let room = NodeRoom { capacity: 8, free: free.clone(), usable: NodeSet::full(6), traits: Vec::new() };
         let fits = |victims: &BTreeSet<JobId>| {
             let mut f = free.clone();
             for j in running.iter().filter(|j| victims.contains(&j.id)) {
@@ -85,7 +88,29 @@ proptest! {
             }
             f.iter().map(|x| x / pending.shape.gpus).sum::<u32>() >= pending.shape.instances
         };
-        let Some(plan) = plan_room(&pending, &running, &room, &ratios, now, &cfg, &BTreeSet::new()) else {
+        let plan = plan_room(&pending, &running, &room, &ratios, now, &cfg, &BTreeSet::new());
+        // Traits that admit every job and never run short of CPUs or memory
+        // decide exactly as no traits (issue 12: the policy simulator's case).
+        let permissive = NodeRoom {
+            traits: (0..6)
+                .map(|n| NodeTraits {
+                    name: format!("n{n}"),
+                    gpus: 8,
+                    free_cpus: 1_000,
+                    free_mem_mb: 1_000_000,
+                    ..NodeTraits::default()
+                })
+                .collect(),
+            ..room.clone()
+        };
+        let mut needy = pending.clone();
+        needy.needs.cpus_per_node = 1;
+        needy.needs.mem_per_node_mb = 1;
+        prop_assert_eq!(
+            &plan_room(&needy, &running, &permissive, &ratios, now, &cfg, &BTreeSet::new()),
+            &plan
+        );
+        let Some(plan) = plan else {
             return Ok(());
         };
         let victims: BTreeSet<JobId> = plan.iter().map(|p| p.victim).collect();

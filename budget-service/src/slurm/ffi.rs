@@ -1,6 +1,7 @@
 //! Every call into libslurm of the budget service, behind safe wrappers
 //! (the only `unsafe` of this crate's Slurm I/O). Public API only
 //! (`slurm.h` through `slurm-sys`): `slurm_init`, `slurm_load_jobs`,
+//! `slurm_load_node` with `slurm_load_partitions` (node partitions),
 //! `slurm_update_job`. Everything libslurm allocates is copied into owned
 //! Rust values and freed before returning; errors become
 //! [`BudgetError::Slurm`] with libslurm's own message.
@@ -60,7 +61,23 @@ pub struct RawJob {
     pub restart_cnt: u32,
     /// `req_nodes`: nodes the job requires (`-w`), empty if none.
     pub req_nodes: String,
+    /// `partition`: the partition(s), comma separated (`gpu,debug`).
+    pub partition: String,
+    /// `features`: the `--constraint` expression, empty if none.
+    pub features: String,
+    /// `exc_nodes` expanded (`--exclude`).
+    pub exc_nodes: Vec<String>,
+    pub tres_per_socket: String,
+    /// `num_cpus`: CPUs the job asks for (pending) or holds (running).
+    pub num_cpus: u32,
+    /// `pn_min_cpus`: minimum CPUs per node.
+    pub pn_min_cpus: u32,
+    /// `pn_min_memory`: MB per node, or per CPU with the `MEM_PER_CPU` bit.
+    pub pn_min_memory: u64,
 }
+
+/// `MEM_PER_CPU` of slurm.h: `pn_min_memory` is per CPU when set.
+pub const MEM_PER_CPU: u64 = 0x8000_0000_0000_0000;
 
 /// libslurm keeps one global configuration per process: the first
 /// successful [`init`] fixes it. `None` inside: `SLURM_CONF` or the default.
@@ -213,6 +230,13 @@ pub fn load_jobs() -> Result<Vec<RawJob>> {
             eligible_time: j.eligible_time,
             restart_cnt: u32::from(j.restart_cnt),
             req_nodes: text(j.req_nodes),
+            partition: text(j.partition),
+            features: text(j.features),
+            exc_nodes: expand_hostlist(&text(j.exc_nodes)),
+            tres_per_socket: text(j.tres_per_socket),
+            num_cpus: j.num_cpus,
+            pn_min_cpus: u32::from(j.pn_min_cpus),
+            pn_min_memory: j.pn_min_memory,
         })
         .collect())
 }
@@ -224,6 +248,17 @@ impl Drop for NodeMsg {
         if !self.0.is_null() {
             // SAFETY: allocated by slurm_load_node, freed exactly once.
             unsafe { sys::slurm_free_node_info_msg(self.0) };
+        }
+    }
+}
+
+struct PartMsg(*mut sys::partition_info_msg_t);
+
+impl Drop for PartMsg {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: allocated by slurm_load_partitions, freed exactly once.
+            unsafe { sys::slurm_free_partition_info_msg(self.0) };
         }
     }
 }
@@ -282,6 +317,17 @@ pub struct RawNode {
     /// `node_state` with its flag bits.
     pub state: u32,
     pub reason: String,
+    /// `partitions`: the partitions containing the node.
+    pub partitions: Vec<String>,
+    /// Active features (`features_act`, else `features`), comma separated.
+    pub features: String,
+    pub cpus: u32,
+    /// `real_memory` (MB).
+    pub real_memory_mb: u64,
+    /// Allocated CPUs and memory (MB), from the select plugin's node info
+    /// (what `sinfo -o %C,%e` shows).
+    pub alloc_cpus: u32,
+    pub alloc_mem_mb: u64,
 }
 
 /// Expands a Slurm host list expression (`n[1-3],m2`) with libslurm's
@@ -326,6 +372,20 @@ pub fn load_nodes() -> Result<Vec<RawNode>> {
             "slurm_load_node failed: {why} (errno {errno}; is slurmctld up?)"
         )));
     }
+    // A node's `partitions` is not sent by slurmctld: it is filled from the
+    // partition table, as scontrol does (slurm_populate_node_partitions).
+    let mut parts = PartMsg(std::ptr::null_mut());
+    // SAFETY: libslurm fills `parts.0` with a message we own (freed by PartMsg).
+    let rc = unsafe { sys::slurm_load_partitions(0, &mut parts.0, sys::SHOW_ALL as u16) };
+    if rc != 0 || parts.0.is_null() {
+        let (errno, why) = last_error();
+        return Err(BudgetError::Slurm(format!(
+            "slurm_load_partitions failed: {why} (errno {errno}; is slurmctld up?)"
+        )));
+    }
+    // SAFETY: both messages are valid and owned here; the strings it sets
+    // on each node are freed with the node message.
+    unsafe { sys::slurm_populate_node_partitions(msg.0, parts.0) };
     // SAFETY: a valid message: `record_count` records at `node_array`.
     let m = unsafe { &*msg.0 };
     let records: &[sys::node_info_t] = if m.node_array.is_null() || m.record_count == 0 {
@@ -337,13 +397,67 @@ pub fn load_nodes() -> Result<Vec<RawNode>> {
     Ok(records
         .iter()
         .filter(|n| !n.name.is_null())
-        .map(|n| RawNode {
-            name: text(n.name),
-            gres: text(n.gres),
-            state: n.node_state,
-            reason: text(n.reason),
+        .map(|n| {
+            let (alloc_cpus, alloc_mem_mb) = node_alloc(n);
+            let active = text(n.features_act);
+            RawNode {
+                name: text(n.name),
+                gres: text(n.gres),
+                state: n.node_state,
+                reason: text(n.reason),
+                partitions: text(n.partitions)
+                    .split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                features: if active.is_empty() {
+                    text(n.features)
+                } else {
+                    active
+                },
+                cpus: u32::from(n.cpus),
+                real_memory_mb: n.real_memory,
+                alloc_cpus,
+                alloc_mem_mb,
+            }
         })
         .collect())
+}
+
+/// Allocated CPUs and memory of a node, as sinfo reads them
+/// (`SELECT_NODEDATA_SUBCNT` for `NODE_STATE_ALLOCATED`, and
+/// `SELECT_NODEDATA_MEM_ALLOC`); 0 when the select plugin does not say.
+fn node_alloc(n: &sys::node_info_t) -> (u32, u64) {
+    if n.select_nodeinfo.is_null() {
+        return (0, 0);
+    }
+    let mut cpus: u16 = 0;
+    let mut mem: u64 = 0;
+    // SAFETY: `select_nodeinfo` belongs to the node message, alive during
+    // this call (the caller holds the call lock); the data pointers have
+    // the types slurm.h documents for these two queries (uint16_t and
+    // uint64_t, as sinfo uses them).
+    unsafe {
+        if sys::slurm_get_select_nodeinfo(
+            n.select_nodeinfo,
+            sys::select_nodedata_type_SELECT_NODEDATA_SUBCNT,
+            sys::node_states_NODE_STATE_ALLOCATED,
+            (&mut cpus as *mut u16).cast(),
+        ) != 0
+        {
+            cpus = 0;
+        }
+        if sys::slurm_get_select_nodeinfo(
+            n.select_nodeinfo,
+            sys::select_nodedata_type_SELECT_NODEDATA_MEM_ALLOC,
+            sys::node_states_NODE_STATE_ALLOCATED,
+            (&mut mem as *mut u64).cast(),
+        ) != 0
+        {
+            mem = 0;
+        }
+    }
+    (u32::from(cpus), mem)
 }
 
 fn update_error(what: String) -> UpdateError {

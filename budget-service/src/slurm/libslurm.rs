@@ -10,9 +10,11 @@
 //! - `job_id`, `account` (the leaf of the org tree), `submit_time`,
 //!   `start_time` (running and ended jobs only: for a pending job it is
 //!   Slurm's start estimate), `end_time` (ended jobs only);
-//! - GPUs: running and ended jobs: `gres/gpu=` of `tres_alloc_str` (what was
-//!   allocated); pending jobs: `gres/gpu=` of `tres_req_str`; when that
-//!   string has no GPU entry, the request from `tres_per_job` (`gres:gpu:N`),
+//! - GPUs (every GRES and TRES string is read by [`compass_core::gres`]:
+//!   typed, socket-bound, several types per node): running and ended jobs:
+//!   the GPUs of `tres_alloc_str` (what was allocated); pending jobs: those
+//!   of `tres_req_str`; when that string has no GPU entry, the request from
+//!   `tres_per_job` (`gres:gpu:N`),
 //!   else `tres_per_node` x `num_nodes`, else `tres_per_task` x `num_tasks`;
 //! - priority within the team: minus the job's nice value (`sbatch --nice`);
 //! - min runtime and resumable flag: the `compass:` tag that
@@ -36,9 +38,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use super::ffi::{self, RawJob, RawNode, UpdateError, NICE_OFFSET};
-use super::{NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSink, SlurmSnapshot, SlurmSource};
+use super::ffi::{self, RawJob, RawNode, UpdateError, MEM_PER_CPU, NICE_OFFSET};
+use super::{
+    JobNeeds, NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSink, SlurmSnapshot, SlurmSource,
+};
 use crate::error::{BudgetError, Result};
+use compass_core::preempt::{NodeNeeds, NodeTraits};
 
 /// `enum job_states` values of slurm.h used here.
 const JOB_PENDING: u32 = 0;
@@ -258,12 +263,85 @@ pub fn node_of(n: &RawNode) -> SlurmNode {
         (false, true, false) => NodeState::Drained,
         (false, false, _) => NodeState::Up,
     };
+    let gpus = named_gpus(&n.gres);
+    let total = gpus.as_ref().map_or(0, |g| g.total_u32());
+    let split = |s: &str| -> std::collections::BTreeSet<String> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|f| !f.is_empty() && *f != "(null)")
+            .map(str::to_string)
+            .collect()
+    };
     SlurmNode {
         name: n.name.clone(),
-        gpus: gres_gpus(&n.gres).unwrap_or(0),
+        gpus: total,
         state,
         reason: n.reason.clone(),
+        traits: Some(NodeTraits {
+            name: n.name.clone(),
+            gpus: total,
+            partitions: n.partitions.iter().cloned().collect(),
+            features: split(&n.features),
+            gpu_types: gpus
+                .map(|g| g.by_type.into_keys().collect())
+                .unwrap_or_default(),
+            free_cpus: n.cpus.saturating_sub(n.alloc_cpus),
+            free_mem_mb: n.real_memory_mb.saturating_sub(n.alloc_mem_mb),
+        }),
     }
+}
+
+/// What a pending job needs of each node besides GPUs: its partitions,
+/// `--constraint`, `--exclude`, GPU type (the one type its GPU request
+/// names), and per instance (`instances`) the larger of `pn_min_cpus` and
+/// its CPUs split over its instances, and the memory per node
+/// (`pn_min_memory`, times those CPUs when it is per CPU).
+pub fn needs_of(r: &RawJob, instances: u32) -> NodeNeeds {
+    let gpu_type = [
+        &r.tres_per_node,
+        &r.tres_per_job,
+        &r.tres_per_task,
+        &r.tres_per_socket,
+        &r.tres_req_str,
+    ]
+    .iter()
+    .find_map(|s| named_gpus(s).and_then(|g| g.single_type().map(str::to_string)));
+    let cpus = r.pn_min_cpus.max(r.num_cpus.div_ceil(instances.max(1)));
+    let mem = if r.pn_min_memory & MEM_PER_CPU != 0 {
+        (r.pn_min_memory & !MEM_PER_CPU).saturating_mul(u64::from(cpus.max(1)))
+    } else {
+        r.pn_min_memory
+    };
+    NodeNeeds {
+        partitions: r
+            .partition
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect(),
+        constraint: if r.features == "(null)" {
+            String::new()
+        } else {
+            r.features.clone()
+        },
+        excluded: r.exc_nodes.iter().cloned().collect(),
+        gpu_type,
+        cpus_per_node: cpus,
+        mem_per_node_mb: mem,
+    }
+}
+
+/// CPUs and memory (MB) a running job holds on each of its nodes: its
+/// `tres_alloc_str` (`cpu=16,mem=64000M,node=2`) split evenly over its
+/// nodes; 0 when unreadable.
+pub fn holdings_of(r: &RawJob) -> (u32, u64) {
+    let Ok(t) = compass_core::gres::Gres::parse(&r.tres_alloc_str) else {
+        return (0, 0);
+    };
+    let nodes = t.tres("node").unwrap_or(1).max(1);
+    let cpus = t.tres("cpu").unwrap_or(0).div_ceil(nodes);
+    let mem = t.tres("mem").unwrap_or(0).div_ceil(nodes);
+    (u32::try_from(cpus).unwrap_or(u32::MAX), mem)
 }
 
 /// GPUs of each node of a running job: `gres_detail_str[i]` of node `i`
@@ -293,17 +371,7 @@ pub fn alloc_of(r: &RawJob, gpus: u32) -> Vec<(String, u32)> {
 /// GPUs in one `gres_detail_str` entry (`gpu:4(IDX:0-3)`,
 /// `gpu:a100:2(IDX:0,2),mps:0(...)`).
 pub fn detail_gpus(detail: &str) -> u32 {
-    let mut flat = String::new();
-    let mut depth = 0usize;
-    for c in detail.chars() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth = depth.saturating_sub(1),
-            _ if depth == 0 => flat.push(c),
-            _ => {}
-        }
-    }
-    gres_gpus(&flat).unwrap_or(0)
+    gres_gpus(detail).unwrap_or(0)
 }
 
 /// Instances `w` of a pending request: tasks for `--gpus-per-task`, nodes for
@@ -360,8 +428,25 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
                 r.state_reason,
                 WAIT_NO_REASON | WAIT_PRIORITY | WAIT_RESOURCES
             );
+        let id = JobId(u64::from(r.job_id));
+        if pending {
+            s.job_needs.push(JobNeeds {
+                job: id,
+                needs: needs_of(r, instances_of(r)),
+                cpus_per_node: 0,
+                mem_per_node_mb: 0,
+            });
+        } else if running {
+            let (cpus, mem) = holdings_of(r);
+            s.job_needs.push(JobNeeds {
+                job: id,
+                needs: NodeNeeds::default(),
+                cpus_per_node: cpus,
+                mem_per_node_mb: mem,
+            });
+        }
         let job = SlurmJob {
-            job: JobId(u64::from(r.job_id)),
+            job: id,
             account: r.account.clone(),
             gpus,
             min_runtime_s: flags.min_runtime_s,
@@ -396,38 +481,32 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
     s
 }
 
-/// `gres/gpu=N` of a TRES string (`cpu=4,mem=1G,node=1,gres/gpu=8`); typed
-/// entries (`gres/gpu:a100=8`) are part of the untyped total Slurm also lists.
+/// GPUs of a TRES string (`cpu=4,mem=1G,node=1,gres/gpu=8`,
+/// `gres/gpu:a100=2`), by [`compass_core::gres`]; `None` when it names no
+/// GPU or is malformed (logged).
 pub fn tres_gpus(tres: &str) -> Option<u32> {
-    tres.split(',')
-        .find_map(|kv| kv.trim().strip_prefix("gres/gpu="))
-        .and_then(|n| n.parse().ok())
+    named_gpus(tres).map(|g| g.total_u32())
 }
 
-/// GPUs in a per-job/node/task request list (`gres:gpu:4`, `gres/gpu:a100:2`,
-/// `gres:gpu` = 1; entries separated by `,` or `;`).
+/// GPUs in a GRES list: a request (`gres:gpu:4`, `gres/gpu:a100:2`,
+/// `gres:gpu` = 1) or a node's `Gres=` (`gpu:a100:8(S:0-1)`,
+/// `gpu:a100:4,gpu:h100:4`), by [`compass_core::gres`]; `None` when it
+/// names no GPU or is malformed (logged).
 pub fn gres_gpus(list: &str) -> Option<u32> {
-    list.split([',', ';']).find_map(|e| {
-        let e = e.trim();
-        let rest = e
-            .strip_prefix("gres:")
-            .or_else(|| e.strip_prefix("gres/"))
-            .unwrap_or(e);
-        let mut parts = rest.split(':');
-        if parts.next()? != "gpu" {
-            return None;
+    named_gpus(list).map(|g| g.total_u32())
+}
+
+/// GPUs by type of a GRES list or TRES string; `None` when it names no
+/// GPU, or is malformed (logged once per call: a Slurm string compass
+/// cannot read is a bug to report, not a reason to stop the cycle).
+pub fn named_gpus(s: &str) -> Option<compass_core::gres::GpuCounts> {
+    match compass_core::gres::gpus_named(s) {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::warn!(error = %e, "unreadable GRES/TRES string from Slurm; counted as no GPU");
+            None
         }
-        let tail: Vec<&str> = parts.collect();
-        match tail.last() {
-            None => Some(1),
-            Some(last) => match last.parse() {
-                Ok(n) => Some(n),
-                // `gpu:a100`: a type without a count.
-                Err(_) if tail.len() == 1 => Some(1),
-                Err(_) => None,
-            },
-        }
-    })
+    }
 }
 
 fn requested_gpus(r: &RawJob) -> u32 {
@@ -526,6 +605,105 @@ mod tests {
         assert_eq!(gres_gpus("gres:mps:100,gres:gpu:3"), Some(3));
         assert_eq!(gres_gpus("gres:mps:100"), None);
         assert_eq!(gres_gpus(""), None);
+    }
+
+    #[test]
+    fn node_gpus_of_socket_bound_typed_and_multi_type_gres() {
+        for (gres, gpus) in [
+            ("gpu:8", 8),
+            ("gpu:8(S:0-1)", 8),
+            ("gpu:a100:8(S:0-1)", 8),
+            ("gpu:a100:4,gpu:h100:4", 8),
+            ("gpu:a100:4(S:0),gpu:h100:4(S:1),shard:8(S:0-1)", 8),
+            ("shard:8", 0),
+            ("(null)", 0),
+            ("", 0),
+        ] {
+            let n = node_of(&RawNode {
+                name: "n1".into(),
+                gres: gres.into(),
+                ..RawNode::default()
+            });
+            assert_eq!(n.gpus, gpus, "{gres}");
+        }
+        // A TRES string naming only the typed entry, and a typed request.
+        assert_eq!(tres_gpus("cpu=2,gres/gpu:a100=2"), Some(2));
+        assert_eq!(gres_gpus("gres:gpu:a100:2,gres:gpu:h100:2"), Some(4));
+        assert_eq!(detail_gpus("gpu:a100:2(IDX:0-1),gpu:h100:1(IDX:4)"), 3);
+    }
+
+    #[test]
+    fn site_needs_and_node_traits_for_the_planner() {
+        // An a100 node of the site lab, half its CPUs and some memory taken.
+        let n = node_of(&RawNode {
+            name: "n3".into(),
+            gres: "gpu:a100:8(S:0-1)".into(),
+            state: 5,
+            partitions: vec!["gpu".into()],
+            features: "a100,ib".into(),
+            cpus: 64,
+            real_memory_mb: 512_000,
+            alloc_cpus: 32,
+            alloc_mem_mb: 12_000,
+            ..RawNode::default()
+        });
+        let t = n.traits.expect("libslurm nodes carry traits");
+        assert_eq!((t.gpus, t.free_cpus, t.free_mem_mb), (8, 32, 500_000));
+        assert_eq!(t.gpu_types.iter().collect::<Vec<_>>(), ["a100"]);
+        assert!(t.features.contains("ib") && t.partitions.contains("gpu"));
+        // A CPU-only node: no GPU type, no GPUs.
+        let c = node_of(&RawNode {
+            name: "n15".into(),
+            gres: "(null)".into(),
+            cpus: 64,
+            ..RawNode::default()
+        });
+        assert_eq!((c.gpus, c.traits.unwrap().gpu_types.len()), (0, 0));
+
+        // A pending job: `-p debug,gpu --gres=gpu:l40s:2 -C l40s -x n9
+        // -c 16 --mem-per-cpu=2000` on one node.
+        let mut r = raw(8, JOB_PENDING);
+        r.partition = "debug,gpu".into();
+        r.features = "l40s".into();
+        r.exc_nodes = vec!["n9".into()];
+        r.tres_per_node = "gres:gpu:l40s:2".into();
+        r.num_cpus = 16;
+        r.pn_min_cpus = 16;
+        r.pn_min_memory = 2000 | MEM_PER_CPU;
+        let s = snapshot_of(&[r.clone()]);
+        let need = &s.job_needs[0];
+        assert_eq!(need.job, JobId(8));
+        let n = &need.needs;
+        assert_eq!(n.partitions, ["debug", "gpu"]);
+        assert_eq!(
+            (n.constraint.as_str(), n.gpu_type.as_deref()),
+            ("l40s", Some("l40s"))
+        );
+        assert!(n.excluded.contains("n9"));
+        assert_eq!((n.cpus_per_node, n.mem_per_node_mb), (16, 32_000));
+        // Per task: CPUs split over the instances; memory per node as is.
+        r.tres_per_node.clear();
+        r.tres_per_task = "gres:gpu:1".into();
+        r.num_tasks = 4;
+        r.pn_min_cpus = 1;
+        r.pn_min_memory = 8000;
+        let n = needs_of(&r, instances_of(&r));
+        assert_eq!(
+            (n.gpu_type, n.cpus_per_node, n.mem_per_node_mb),
+            (None, 4, 8000)
+        );
+
+        // A running job holds its allocation's CPUs and memory per node.
+        let mut run = raw(9, JOB_RUNNING);
+        run.start_time = 100;
+        run.tres_alloc_str = "cpu=32,mem=64000M,node=2,billing=32,gres/gpu=8".into();
+        run.nodes = vec!["n1".into(), "n2".into()];
+        assert_eq!(holdings_of(&run), (16, 32_000));
+        let s = snapshot_of(&[run]);
+        assert_eq!(
+            (s.job_needs[0].cpus_per_node, s.job_needs[0].mem_per_node_mb),
+            (16, 32_000)
+        );
     }
 
     #[test]
@@ -635,6 +813,7 @@ mod tests {
                 gres: "gpu:8".into(),
                 state,
                 reason: String::new(),
+                ..RawNode::default()
             })
         };
         assert_eq!(node(2).state, NodeState::Up); // idle

@@ -120,4 +120,26 @@ pub trait PlacementPolicy {
     /// The physical GPU accounting (used GPUs per node, partial/empty counts,
     /// where each running instance is).
     fn occupancy(&self) -> &Occupancy;
+
+    /// Marks a running job movable or not by later migrations (the
+    /// cost-aware rule of [`worth`], applied by the simulator before each
+    /// event). Policies that never migrate ignore it (the default); a job
+    /// submitted not resumable must never be made movable by the caller.
+    fn set_movable(&mut self, _job: JobId, _movable: bool) -> Result<()> {
+        Ok(())
+    }
+
+    /// Does the policy act on [`PlacementPolicy::set_movable`]? (`false`,
+    /// the default: it ignores it, and callers skip the cost rule.)
+    fn honours_movable(&self) -> bool {
+        false
+    }
+
+    /// An independent copy of the policy in its current state, to try a
+    /// decision without committing to it (backfill refuses a start whose
+    /// migrations would delay the head's reservation). `None` (the default):
+    /// the policy cannot be copied; callers then decide without a trial.
+    fn fork(&self) -> Option<Box<dyn PlacementPolicy>> {
+        None
+    }
 }

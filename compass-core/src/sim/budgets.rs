@@ -1181,6 +1181,8 @@ impl<'a> Sim<'a> {
                     min_runtime_s,
                     started_s: start,
                     resumable: j.resumable,
+                    cpus_per_node: 0,
+                    mem_per_node_mb: 0,
                 })
             })
             .collect()
@@ -1249,6 +1251,7 @@ impl<'a> Sim<'a> {
                 capacity: cap,
                 free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
                 usable,
+                traits: Vec::new(),
             };
             let pending = self.pending_view(i);
             let plan = plan_room(
@@ -1380,6 +1383,7 @@ impl<'a> Sim<'a> {
             capacity: self.cfg.spec.gpus_per_node,
             free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
             usable: NodeSet::full(self.cfg.spec.nodes),
+            traits: Vec::new(),
         };
         for i in stale.into_iter().chain(fresh) {
             self.drains.retain(|d| d.job != i);
@@ -1433,6 +1437,7 @@ impl<'a> Sim<'a> {
             preempted_by: self.live[i].preempted_by,
             owes_min_runtime: false,
             room_given: false,
+            needs: Default::default(),
         }
     }
 

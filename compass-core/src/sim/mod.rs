@@ -12,7 +12,14 @@
 //! Metrics follow paper Section 5.5 (eqs. 14-17): AFR and AGU are time
 //! averages over `T_peak`, the time the waiting queue is non-empty; AJCT is the
 //! mean of completion minus submission, where completion includes `c` seconds
-//! per migration event of the job.
+//! per migrated instance of the job (paper Section 6.5: `c` is the
+//! per-migration cost, and a migration moves one instance, Section 4.3.1;
+//! [`MigrationCharge`]).
+//!
+//! Beyond the paper (issue #10): before every policy call, the cost rule of
+//! [`crate::placement::worth`] decides which running jobs may be moved
+//! ([`SimConfig::payback`]); Theorem 1's bound is checked after every job
+//! event, and the events and seconds over it are reported.
 
 pub mod budgets;
 pub mod sizing;
@@ -27,7 +34,8 @@ use crate::clock::Seconds;
 use crate::error::{CoreError, Result};
 use crate::metric;
 use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration};
-use crate::placement::{self, PlacementPolicy, PolicyOptions};
+use crate::placement::worth::{MigrationRule, MoveCandidate};
+use crate::placement::{self, Occupancy, PlacementPolicy, PolicyOptions};
 use crate::trace::TraceJob;
 
 pub use sizing::{nodes_for_job, size_cluster, Sizing};
@@ -78,14 +86,153 @@ impl QueuePolicy {
     }
 }
 
+/// How migration cost `c` is charged.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MigrationCharge {
+    /// `c` per migrated instance (the paper: Section 6.5 sweeps "the
+    /// per-migration cost `c`", and a migration is one instance moved to a
+    /// destination, Section 4.3.1). An instance moved more than once within
+    /// one policy call pays once (it travels from where it was to where it
+    /// ends up).
+    #[default]
+    PerInstance,
+    /// `c` once per job per policy call, however many of its instances move
+    /// (what a Slurm requeue costs: the whole job checkpoints and restarts
+    /// once).
+    PerJob,
+}
+
+impl MigrationCharge {
+    pub const NAMES: &'static [&'static str] = &["per-instance", "per-job"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::PerInstance => "per-instance",
+            Self::PerJob => "per-job",
+        }
+    }
+
+    pub fn parse_name(name: &str) -> Result<Self> {
+        match name {
+            "per-instance" => Ok(Self::PerInstance),
+            "per-job" => Ok(Self::PerJob),
+            other => Err(CoreError::Invalid(format!(
+                "unknown migration charge `{other}`; expected per-instance or per-job"
+            ))),
+        }
+    }
+}
+
+/// What the cost rule takes as a running job's expected remaining run.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RemainingRun {
+    /// What a scheduler can know: the job's time limit minus its elapsed
+    /// run. Traces carry no limits, so the limit is the duration rounded up
+    /// to the next of the limits users typically ask for
+    /// ([`TIME_LIMIT_LADDER_S`]: 15 m, 30 m, 1, 2, 4, 8, 12 h, 1, 2, 3, 7 d,
+    /// then whole weeks), plus the migration costs charged so far.
+    #[default]
+    TimeLimit,
+    /// An oracle: the job's true remaining run (duration from the trace).
+    Oracle,
+}
+
+impl RemainingRun {
+    pub const NAMES: &'static [&'static str] = &["time-limit", "oracle"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::TimeLimit => "time-limit",
+            Self::Oracle => "oracle",
+        }
+    }
+
+    pub fn parse_name(name: &str) -> Result<Self> {
+        match name {
+            "time-limit" => Ok(Self::TimeLimit),
+            "oracle" => Ok(Self::Oracle),
+            other => Err(CoreError::Invalid(format!(
+                "unknown remaining-run estimate `{other}`; expected time-limit or oracle"
+            ))),
+        }
+    }
+}
+
+/// When the cost rule lets a job move at all.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MoveWhen {
+    /// Whenever the move pays for itself (Compact after every event keeps
+    /// Theorem 1's bound for the movable jobs).
+    #[default]
+    Always,
+    /// Only while some job waits in the queue: a move made while nobody
+    /// waits lets no job start sooner, so it is deferred to the first event
+    /// with a waiting job (Compact then repairs the layout). The bound is
+    /// then exceeded by choice while the queue is empty.
+    Waiting,
+}
+
+impl MoveWhen {
+    pub const NAMES: &'static [&'static str] = &["always", "waiting"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Always => "always",
+            Self::Waiting => "waiting",
+        }
+    }
+
+    pub fn parse_name(name: &str) -> Result<Self> {
+        match name {
+            "always" => Ok(Self::Always),
+            "waiting" => Ok(Self::Waiting),
+            other => Err(CoreError::Invalid(format!(
+                "unknown --move-when `{other}`; expected always or waiting"
+            ))),
+        }
+    }
+}
+
+/// The time limits a job of some duration is assumed to have asked for
+/// ([`RemainingRun::TimeLimit`]), seconds.
+pub const TIME_LIMIT_LADDER_S: &[Seconds] = &[
+    900.0, 1800.0, 3600.0, 7200.0, 14_400.0, 28_800.0, 43_200.0, 86_400.0, 172_800.0, 259_200.0,
+    604_800.0,
+];
+
+/// The time limit assumed for a job of `duration_s` seconds: the smallest
+/// rung of [`TIME_LIMIT_LADDER_S`] at or above it, else whole weeks.
+pub fn time_limit_for(duration_s: Seconds) -> Seconds {
+    const WEEK: Seconds = 604_800.0;
+    TIME_LIMIT_LADDER_S
+        .iter()
+        .copied()
+        .find(|&l| duration_s <= l)
+        .unwrap_or_else(|| (duration_s / WEEK).ceil() * WEEK)
+}
+
 /// Simulation settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimConfig {
     pub spec: ClusterSpec,
     pub queue: QueuePolicy,
-    /// `c`: seconds added to a job's completion each time a policy event
-    /// (one place, remove or tick call) migrates any of its instances.
+    /// `c`: seconds added to a job's completion per migration, charged as
+    /// [`SimConfig::charge`] says. Also the cost the rule weighs.
     pub migration_cost_s: Seconds,
+    /// Per migrated instance (the paper) or per moved job.
+    pub charge: MigrationCharge,
+    /// The cost rule ([`MigrationRule::payback`]): a running job may be
+    /// moved only when its expected remaining run is at least `payback`
+    /// times `c` after the move. `0` turns the rule off: every resumable job
+    /// is always movable (the paper's behaviour). Otherwise at least 1.
+    pub payback: f64,
+    /// What the rule takes as a job's remaining run.
+    pub remaining: RemainingRun,
+    /// Whether the rule also holds every job still while no job waits.
+    pub move_when: MoveWhen,
     /// With backfill: how many waiting jobs behind the head are examined per
     /// scheduling pass (Slurm's `bf_max_job_test`).
     pub backfill_depth: usize,
@@ -94,12 +241,17 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
-    /// FIFO, `c = 8` s, backfill depth 1000, no time series.
+    /// FIFO, `c = 8` s per instance, payback 2 on time limits, backfill
+    /// depth 1000, no time series.
     pub fn new(spec: ClusterSpec) -> Self {
         Self {
             spec,
             queue: QueuePolicy::Fifo,
             migration_cost_s: 8.0,
+            charge: MigrationCharge::PerInstance,
+            payback: MigrationRule::default().payback,
+            remaining: RemainingRun::TimeLimit,
+            move_when: MoveWhen::Always,
             backfill_depth: 1000,
             record_timeseries: false,
         }
@@ -173,6 +325,20 @@ pub struct SimResult {
     pub nodes: u32,
     pub gpus_per_node: u32,
     pub migration_cost_s: Seconds,
+    /// How `c` was charged.
+    #[serde(default)]
+    pub migration_charge: MigrationCharge,
+    /// The cost rule's payback factor as configured (`0`: rule off, the
+    /// paper's behaviour). The rule acts only on policies that honour
+    /// movability ([`PlacementPolicy::honours_movable`]: COMPASS).
+    #[serde(default)]
+    pub payback: f64,
+    /// What the cost rule took as a job's remaining run.
+    #[serde(default)]
+    pub remaining_run: RemainingRun,
+    /// When the cost rule lets jobs move.
+    #[serde(default)]
+    pub move_when: MoveWhen,
     /// Jobs replayed (all completed).
     pub jobs: u64,
     /// Jobs left out because they can never fit the cluster (more instances
@@ -195,15 +361,32 @@ pub struct SimResult {
     pub busy_s: Seconds,
     /// First submission to last completion.
     pub makespan_s: Seconds,
-    /// Largest `N * SIF = Phi_pi - Phi*` after any event batch.
+    /// Largest `N * SIF = Phi_pi - Phi*` after any job event (every policy
+    /// call that changed the state, not only at the end of an instant:
+    /// Theorem 1 is stated per event).
     pub max_n_sif: u64,
-    /// Largest `N * SIF` after event batches where WCC held (Theorem 1
+    /// Largest `N * SIF` after job events where WCC held (Theorem 1
     /// promises at most 2); `None` if WCC never held.
     pub max_n_sif_under_wcc: Option<u64>,
+    /// Job events after which WCC held and `N * SIF > 2` (Theorem 1's bound
+    /// exceeded).
+    #[serde(default)]
+    pub over_bound_events: u64,
+    /// Of those, events while the cost rule held at least one resumable
+    /// running job still: the bound exceeded by choice.
+    #[serde(default)]
+    pub over_bound_events_held: u64,
+    /// Seconds (while any job ran or waited) with WCC holding and
+    /// `N * SIF > 2` after the last event of an instant.
+    #[serde(default)]
+    pub over_bound_s: Seconds,
+    /// Of those, seconds while the cost rule held a resumable job still.
+    #[serde(default)]
+    pub over_bound_held_s: Seconds,
     /// Instances moved, in total.
     pub migrations: u64,
-    /// Migration events charged (`c` each): a job moved in one policy call
-    /// pays once however many of its instances moved.
+    /// Migration costs charged (`c` each): one per migrated instance, or one
+    /// per moved job per policy call ([`MigrationCharge`]).
     pub migration_charges: u64,
     /// Jobs migrated at least once.
     pub migrated_jobs: u64,
@@ -213,8 +396,14 @@ pub struct SimResult {
     pub wcc_coverage: f64,
     /// Jobs started by backfill ahead of a blocked head.
     pub backfilled: u64,
-    /// Times a backfilled start (through the policy's migrations) moved the
-    /// head's reservation later. 0 for policies that do not migrate.
+    /// Backfill starts refused because the policy's migrations in a trial
+    /// of the start (on a fork of the policy) would have moved the head's
+    /// reservation later.
+    #[serde(default)]
+    pub backfill_refused_slip: u64,
+    /// Times a backfilled start moved the head's reservation later. 0 when
+    /// the policy can be forked (the trial refuses such starts) or does not
+    /// migrate on placement.
     pub reservation_slips: u64,
     /// Total seconds those slips moved reservations later.
     pub reservation_slip_s: Seconds,
@@ -265,6 +454,12 @@ pub fn simulate(
             cfg.migration_cost_s
         )));
     }
+    if !(cfg.payback == 0.0 || (cfg.payback.is_finite() && cfg.payback >= 1.0)) {
+        return Err(CoreError::Invalid(format!(
+            "payback must be 0 (always move) or at least 1, got {}",
+            cfg.payback
+        )));
+    }
     let mut sim = Sim::new(jobs, policy, cfg)?;
     sim.run(obs)?;
     Ok(sim.finish())
@@ -291,6 +486,10 @@ struct JobState {
     end: Seconds,
     running: bool,
     charges: u64,
+    /// The movability last given to the policy.
+    movable: bool,
+    /// Time of the last migration.
+    last_moved: Option<Seconds>,
 }
 
 /// The state after the last batch, integrated until the next one.
@@ -299,6 +498,10 @@ struct Snapshot {
     sif: f64,
     utilisation: f64,
     wcc: bool,
+    /// WCC holds and `N * SIF > 2`.
+    over_bound: bool,
+    /// ... while the cost rule holds a resumable job still.
+    over_bound_held: bool,
 }
 
 /// Time integrals of the metrics over one window.
@@ -308,6 +511,8 @@ struct Window {
     sif: f64,
     util: f64,
     wcc: f64,
+    over_bound: f64,
+    over_bound_held: f64,
 }
 
 impl Window {
@@ -318,7 +523,22 @@ impl Window {
         if s.wcc {
             self.wcc += dt;
         }
+        if s.over_bound {
+            self.over_bound += dt;
+        }
+        if s.over_bound_held {
+            self.over_bound_held += dt;
+        }
     }
+}
+
+/// The fragmentation state after one policy call.
+#[derive(Clone, Copy, Debug, Default)]
+struct EventState {
+    n_sif: u64,
+    partial: u32,
+    phi: u64,
+    wcc: bool,
 }
 
 /// A blocked head's reservation (see [`QueuePolicy::Backfill`]).
@@ -353,6 +573,17 @@ struct Sim<'a> {
     snap: Snapshot,
     last_counts: Option<[u64; 9]>,
     last_phi: u64,
+    /// The state after the last policy call.
+    now: EventState,
+    /// The cost rule; `None` when off (`payback = 0`) or when the policy
+    /// does not act on movability (it then never migrates a job held still
+    /// by choice, and none is counted as held).
+    rule: Option<MigrationRule>,
+    /// Resumable running jobs the rule holds still.
+    held: usize,
+    over_events: u64,
+    over_events_held: u64,
+    refused_slip: u64,
     peak: Window,
     busy: Window,
     max_n_sif: u64,
@@ -371,6 +602,7 @@ impl<'a> Sim<'a> {
         policy: &'a mut dyn PlacementPolicy,
         cfg: &'a SimConfig,
     ) -> Result<Self> {
+        let honours_movable = policy.honours_movable();
         let spec = cfg.spec;
         let mut order: Vec<usize> = Vec::with_capacity(jobs.len());
         let mut unschedulable = 0;
@@ -415,6 +647,16 @@ impl<'a> Sim<'a> {
             snap: Snapshot::default(),
             last_counts: None,
             last_phi: 0,
+            now: EventState::default(),
+            rule: (cfg.payback > 0.0 && honours_movable).then_some(MigrationRule {
+                default_cost_s: cfg.migration_cost_s,
+                payback: cfg.payback,
+                ..MigrationRule::default()
+            }),
+            held: 0,
+            over_events: 0,
+            over_events_held: 0,
+            refused_slip: 0,
             peak: Window::default(),
             busy: Window::default(),
             max_n_sif: 0,
@@ -469,8 +711,9 @@ impl<'a> Sim<'a> {
             }
             let ticked = self.next_tick == Some(t);
             if ticked {
+                self.apply_rule(t)?;
                 let migrations = self.policy.tick(t);
-                self.charge(&migrations, None)?;
+                self.charge(&migrations, None, t)?;
                 self.notify(obs, t, EventKind::Tick, None, &migrations);
             }
             self.schedule(t, obs)?;
@@ -526,7 +769,9 @@ impl<'a> Sim<'a> {
         self.last_t = t;
     }
 
-    fn snapshot(&mut self, t: Seconds) {
+    /// Measures the state after a policy call: `N * SIF` and WCC, per event
+    /// (Theorem 1 is stated per event, not per instant).
+    fn measure_event(&mut self) {
         let occ = self.policy.occupancy();
         let spec = self.cfg.spec;
         let counts = *occ.instance_counts();
@@ -539,15 +784,42 @@ impl<'a> Sim<'a> {
         let partial = occ.partial_nodes();
         let n_sif = u64::from(partial).saturating_sub(phi);
         let wcc = metric::wcc_holds(&counts, spec.gpus_per_node);
-        self.snap = Snapshot {
-            sif: metric::sif(partial, phi, spec.nodes),
-            utilisation: occ.used_gpus() as f64 / spec.total_gpus() as f64,
+        self.now = EventState {
+            n_sif,
+            partial,
+            phi,
             wcc,
         };
         self.max_n_sif = self.max_n_sif.max(n_sif);
         if wcc {
             self.max_n_sif_wcc = Some(self.max_n_sif_wcc.unwrap_or(0).max(n_sif));
+            if n_sif > 2 {
+                self.over_events += 1;
+                if self.held > 0 {
+                    self.over_events_held += 1;
+                }
+            }
         }
+    }
+
+    /// The state after the last event of instant `t`, held until the next.
+    fn snapshot(&mut self, t: Seconds) {
+        let occ = self.policy.occupancy();
+        let spec = self.cfg.spec;
+        let EventState {
+            n_sif,
+            partial,
+            phi,
+            wcc,
+        } = self.now;
+        let over_bound = wcc && n_sif > 2;
+        self.snap = Snapshot {
+            sif: metric::sif(partial, phi, spec.nodes),
+            utilisation: occ.used_gpus() as f64 / spec.total_gpus() as f64,
+            wcc,
+            over_bound,
+            over_bound_held: over_bound && self.held > 0,
+        };
         if self.cfg.record_timeseries {
             let sample = Sample {
                 t_s: t,
@@ -565,14 +837,68 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// Applies the cost rule ([`MigrationRule::worth_moving`]) to every
+    /// running resumable job at time `t`, telling the policy of each change.
+    fn apply_rule(&mut self, t: Seconds) -> Result<()> {
+        let Some(rule) = self.rule else {
+            return Ok(());
+        };
+        // No job waits: with `MoveWhen::Waiting` no move can let one start.
+        let idle = self.cfg.move_when == MoveWhen::Waiting && self.queue.is_empty();
+        let mut changes = Vec::new();
+        let mut held = 0;
+        for &(_, j) in &self.by_end {
+            let job = &self.jobs[j];
+            if !job.resumable {
+                continue;
+            }
+            let s = &self.state[j];
+            let worth = !idle && rule.worth_moving(&self.candidate(j, t));
+            if worth != s.movable {
+                changes.push((j, worth));
+            }
+            held += usize::from(!worth);
+        }
+        for (j, worth) in changes {
+            self.policy.set_movable(JobId(j as u64), worth)?;
+            self.state[j].movable = worth;
+        }
+        self.held = held;
+        Ok(())
+    }
+
+    /// What the rule knows of job `j` at time `t` (running, or starting now).
+    fn candidate(&self, j: usize, t: Seconds) -> MoveCandidate {
+        let job = &self.jobs[j];
+        let s = &self.state[j];
+        let (start, end) = if s.running {
+            (s.start.unwrap_or(t), s.end)
+        } else {
+            (t, t + job.duration_s)
+        };
+        let remaining = match self.cfg.remaining {
+            RemainingRun::Oracle => end - t,
+            RemainingRun::TimeLimit => end - t + time_limit_for(job.duration_s) - job.duration_s,
+        };
+        MoveCandidate {
+            resumable: job.resumable,
+            cost_s: None,
+            running_for_s: t - start,
+            remaining_s: Some(remaining),
+            protected_for_s: 0.0,
+            since_migrated_s: s.last_moved.map(|m| t - m),
+        }
+    }
+
     fn notify(
-        &self,
+        &mut self,
         obs: &mut dyn Observer,
         t: Seconds,
         kind: EventKind,
         job: Option<usize>,
         m: &[Migration],
     ) {
+        self.measure_event();
         let event = Event {
             time: t,
             kind,
@@ -585,6 +911,7 @@ impl<'a> Sim<'a> {
     }
 
     fn finish_job(&mut self, j: usize, t: Seconds, obs: &mut dyn Observer) -> Result<()> {
+        self.apply_rule(t)?;
         let migrations = self.policy.remove(JobId(j as u64))?;
         let s = &mut self.state[j];
         s.running = false;
@@ -592,25 +919,48 @@ impl<'a> Sim<'a> {
         self.by_end.remove(&(T(end), j));
         self.running -= 1;
         self.finished += 1;
-        self.charge(&migrations, None)?;
+        self.charge(&migrations, None, t)?;
         self.notify(obs, t, EventKind::Finish, Some(j), &migrations);
         Ok(())
     }
 
-    /// Charges `c` once to every running job moved in one policy call.
+    /// The charges one policy call's migrations make: `(job, count)` per
+    /// moved running job, `count` costs of `c` each ([`MigrationCharge`]).
     /// `starting` is the job admitted in this call: moving it costs nothing.
-    fn charge(&mut self, migrations: &[Migration], starting: Option<usize>) -> Result<()> {
+    fn charges_of(&self, migrations: &[Migration], starting: Option<usize>) -> Vec<(usize, u64)> {
+        let mut moved: Vec<(usize, u32)> = migrations
+            .iter()
+            .map(|m| (m.job.0 as usize, m.instance))
+            .filter(|&(j, _)| Some(j) != starting)
+            .collect();
+        moved.sort_unstable();
+        moved.dedup();
+        let mut out: Vec<(usize, u64)> = Vec::new();
+        for (j, _) in moved {
+            match out.last_mut() {
+                Some((last, n)) if *last == j => {
+                    if self.cfg.charge == MigrationCharge::PerInstance {
+                        *n += 1;
+                    }
+                }
+                _ => out.push((j, 1)),
+            }
+        }
+        out
+    }
+
+    /// Charges `c` to the running jobs moved in one policy call at `t`.
+    fn charge(
+        &mut self,
+        migrations: &[Migration],
+        starting: Option<usize>,
+        t: Seconds,
+    ) -> Result<()> {
         if migrations.is_empty() {
             return Ok(());
         }
         self.migrations += migrations.len() as u64;
-        let mut moved: Vec<usize> = migrations.iter().map(|m| m.job.0 as usize).collect();
-        moved.sort_unstable();
-        moved.dedup();
-        for j in moved {
-            if Some(j) == starting {
-                continue;
-            }
+        for (j, count) in self.charges_of(migrations, starting) {
             let name = self.policy.name();
             let Some(s) = self.state.get(j).filter(|s| s.running) else {
                 return Err(CoreError::Invalid(format!(
@@ -623,12 +973,19 @@ impl<'a> Sim<'a> {
                     self.jobs[j].name
                 )));
             }
+            if self.rule.is_some() && !s.movable {
+                return Err(CoreError::Invalid(format!(
+                    "policy `{name}` migrated job `{}`, which the cost rule holds still",
+                    self.jobs[j].name
+                )));
+            }
             let old = s.end;
-            let new = old + self.cfg.migration_cost_s;
+            let new = old + self.cfg.migration_cost_s * count as f64;
             let s = &mut self.state[j];
-            s.charges += 1;
+            s.charges += count;
             s.end = new;
-            self.charges += 1;
+            s.last_moved = Some(t);
+            self.charges += count;
             if new != old {
                 self.by_end.remove(&(T(old), j));
                 self.by_end.insert((T(new), j));
@@ -638,30 +995,92 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
+    /// Could job `j` fit in the free GPUs at all? (No policy could place it
+    /// otherwise.)
+    fn has_room(&self, j: usize) -> bool {
+        let free = self.cfg.spec.total_gpus() - self.policy.occupancy().used_gpus();
+        free >= self.jobs[j].shape.total_gpus()
+    }
+
+    /// The request for job `j` starting at `t`: movable when resumable and,
+    /// with the cost rule on, worth moving.
+    fn request_now(&self, j: usize, t: Seconds) -> JobRequest {
+        let mut r = request(j, &self.jobs[j]);
+        if let Some(rule) = self.rule {
+            r.movable = r.movable && rule.worth_moving(&self.candidate(j, t));
+        }
+        r
+    }
+
     /// Tries to start job `j` now. `Ok(false)`: the policy has no room.
     fn try_start(&mut self, j: usize, t: Seconds, obs: &mut dyn Observer) -> Result<bool> {
-        let job = &self.jobs[j];
-        let occ = self.policy.occupancy();
-        let free = self.cfg.spec.total_gpus() - occ.used_gpus();
-        if free < job.shape.total_gpus() {
+        if !self.has_room(j) {
             return Ok(false);
         }
-        let Some(Admission { migrations, .. }) = self.policy.place(&request(j, job), None)? else {
+        self.apply_rule(t)?;
+        let req = self.request_now(j, t);
+        let Some(Admission { migrations, .. }) = self.policy.place(&req, None)? else {
             return Ok(false);
         };
-        let end = t + job.duration_s;
+        let end = t + self.jobs[j].duration_s;
         self.state[j] = JobState {
             start: Some(t),
             end,
             running: true,
             charges: 0,
+            movable: req.movable,
+            last_moved: None,
         };
+        if self.jobs[j].resumable && !req.movable {
+            self.held += 1;
+        }
         self.running += 1;
         self.ends.push(Reverse((T(end), j)));
         self.by_end.insert((T(end), j));
-        self.charge(&migrations, Some(j))?;
+        self.charge(&migrations, Some(j), t)?;
         self.notify(obs, t, EventKind::Start, Some(j), &migrations);
         Ok(true)
+    }
+
+    /// Tries the start of job `j` on a fork of the policy: would its
+    /// migrations move the head's reservation later than `res`? `None`: the
+    /// policy cannot be forked. `Some(false)` also when the policy would not
+    /// place `j` (the real try then refuses it too).
+    fn slips_in_trial(
+        &mut self,
+        j: usize,
+        t: Seconds,
+        head: usize,
+        res: &Reservation,
+    ) -> Result<Option<bool>> {
+        self.apply_rule(t)?;
+        let Some(mut trial) = self.policy.fork() else {
+            return Ok(None);
+        };
+        let req = self.request_now(j, t);
+        let Some(admission) = trial.place(&req, None)? else {
+            return Ok(Some(false));
+        };
+        let charges = self.charges_of(&admission.migrations, Some(j));
+        if charges.is_empty() {
+            // No running job moved: `j`'s own layout cannot delay the head
+            // (see QueuePolicy::Backfill).
+            return Ok(Some(false));
+        }
+        let c = self.cfg.migration_cost_s;
+        let mut ends: Vec<(T, usize)> = self
+            .by_end
+            .iter()
+            .copied()
+            .filter(|(_, k)| !charges.iter().any(|(m, _)| m == k))
+            .collect();
+        for &(k, n) in &charges {
+            ends.push((T(self.state[k].end + c * n as f64), k));
+        }
+        ends.push((T(t + self.jobs[j].duration_s), j));
+        ends.sort_unstable();
+        let next = reservation_in(trial.occupancy(), &ends, self.jobs[head].shape, t);
+        Ok(Some(next.t_res > res.t_res))
     }
 
     fn schedule(&mut self, t: Seconds, obs: &mut dyn Observer) -> Result<()> {
@@ -704,7 +1123,20 @@ impl<'a> Sim<'a> {
             let ends_in_time = t + job.duration_s <= res.t_res;
             let blocks = i64::from(job.shape.instances) * i64::from(job.shape.gpus.div_ceil(gh));
             let spare = res.fit - blocks >= wh;
-            if !(ends_in_time || spare) {
+            if !(ends_in_time || spare) || !self.has_room(j) {
+                continue;
+            }
+            // Backfill never delays the head: a start whose migrations
+            // would move the reservation later is refused (tried first on a
+            // fork of the policy).
+            if self.slips_in_trial(j, t, head, &res)? == Some(true) {
+                self.refused_slip += 1;
+                // A job that ends by the reservation frees its GPUs in the
+                // projection, so another of its shape may pass; one that does
+                // not end in time slips like any other of its shape.
+                if !ends_in_time {
+                    refused.insert(shape);
+                }
                 continue;
             }
             if self.try_start(j, t, obs)? {
@@ -727,35 +1159,8 @@ impl<'a> Sim<'a> {
     /// The head's reservation: the earliest projected time it fits
     /// physically, with its fit count then.
     fn reservation(&self, head: usize, t: Seconds) -> Reservation {
-        let occ = self.policy.occupancy();
-        let g = self.jobs[head].shape.gpus;
-        let w = i64::from(self.jobs[head].shape.instances);
-        let mut free: Vec<u32> = (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect();
-        let mut fit: i64 = free.iter().map(|f| i64::from(f / g)).sum();
-        let mut t_res = if fit >= w { Some(t) } else { None };
-        for &(end, j) in &self.by_end {
-            if let Some(tr) = t_res {
-                if end.0 > tr {
-                    break;
-                }
-            }
-            if let Some(running) = occ.job(JobId(j as u64)) {
-                let gj = running.request.shape.gpus;
-                for &n in &running.nodes {
-                    let f = &mut free[n as usize];
-                    fit -= i64::from(*f / g);
-                    *f += gj;
-                    fit += i64::from(*f / g);
-                }
-            }
-            if t_res.is_none() && fit >= w {
-                t_res = Some(end.0.max(t));
-            }
-        }
-        Reservation {
-            t_res: t_res.unwrap_or(f64::INFINITY),
-            fit,
-        }
+        let ends: Vec<(T, usize)> = self.by_end.iter().copied().collect();
+        reservation_in(self.policy.occupancy(), &ends, self.jobs[head].shape, t)
     }
 
     fn finish(self) -> SimResult {
@@ -806,6 +1211,10 @@ impl<'a> Sim<'a> {
             nodes: spec.nodes,
             gpus_per_node: spec.gpus_per_node,
             migration_cost_s: self.cfg.migration_cost_s,
+            migration_charge: self.cfg.charge,
+            payback: self.cfg.payback,
+            remaining_run: self.cfg.remaining,
+            move_when: self.cfg.move_when,
             jobs: n as u64,
             unschedulable: self.unschedulable,
             afr: avg(window.sif),
@@ -817,6 +1226,10 @@ impl<'a> Sim<'a> {
             makespan_s: last_end - self.first_submit,
             max_n_sif: self.max_n_sif,
             max_n_sif_under_wcc: self.max_n_sif_wcc,
+            over_bound_events: self.over_events,
+            over_bound_events_held: self.over_events_held,
+            over_bound_s: self.busy.over_bound,
+            over_bound_held_s: self.busy.over_bound_held,
             migrations: self.migrations,
             migration_charges: self.charges,
             migrated_jobs,
@@ -827,6 +1240,7 @@ impl<'a> Sim<'a> {
             },
             wcc_coverage: avg(window.wcc),
             backfilled: self.backfilled,
+            backfill_refused_slip: self.refused_slip,
             reservation_slips: self.slips,
             reservation_slip_s: self.slip_s,
             waits: WaitStats {
@@ -843,6 +1257,45 @@ impl<'a> Sim<'a> {
             },
             timeseries: self.timeseries,
         }
+    }
+}
+
+/// The reservation of a head of `shape` at `t` (see
+/// [`QueuePolicy::Backfill`]): running jobs of `occ` end at the times given
+/// by `ends` (sorted) and free their GPUs on their current nodes.
+fn reservation_in(
+    occ: &Occupancy,
+    ends: &[(T, usize)],
+    shape: crate::model::JobShape,
+    t: Seconds,
+) -> Reservation {
+    let g = shape.gpus;
+    let w = i64::from(shape.instances);
+    let mut free: Vec<u32> = (0..occ.spec().nodes).map(|n| occ.free(n)).collect();
+    let mut fit: i64 = free.iter().map(|f| i64::from(f / g)).sum();
+    let mut t_res = if fit >= w { Some(t) } else { None };
+    for &(end, j) in ends {
+        if let Some(tr) = t_res {
+            if end.0 > tr {
+                break;
+            }
+        }
+        if let Some(running) = occ.job(JobId(j as u64)) {
+            let gj = running.request.shape.gpus;
+            for &n in &running.nodes {
+                let f = &mut free[n as usize];
+                fit -= i64::from(*f / g);
+                *f += gj;
+                fit += i64::from(*f / g);
+            }
+        }
+        if t_res.is_none() && fit >= w {
+            t_res = Some(end.0.max(t));
+        }
+    }
+    Reservation {
+        t_res: t_res.unwrap_or(f64::INFINITY),
+        fit,
     }
 }
 

@@ -12,6 +12,9 @@ use crate::placement::{Occupancy, POLICY_NAMES};
 struct Spread {
     occ: Occupancy,
     compact_on_remove: bool,
+    /// Skip jobs marked not movable (a well-behaved policy); `false` makes
+    /// a buggy one, to test that the simulator catches it.
+    respect_movable: bool,
     tick_every: Option<Seconds>,
     ticks: Vec<Seconds>,
 }
@@ -22,6 +25,7 @@ impl Spread {
         Self {
             occ: Occupancy::new(spec),
             compact_on_remove: false,
+            respect_movable: true,
             tick_every: None,
             ticks: Vec::new(),
         }
@@ -76,6 +80,9 @@ impl PlacementPolicy for Spread {
             })
             .collect();
         for (id, instance, g) in on_top {
+            if self.respect_movable && !self.occ.job(id).is_some_and(|r| r.request.movable) {
+                continue;
+            }
             if let Some(to) = (0..top).find(|&k| self.occ.free(k) >= g) {
                 let from: NodeId = self.occ.move_instance(id, instance, to)?;
                 migrations.push(Migration {
@@ -97,6 +104,71 @@ impl PlacementPolicy for Spread {
     }
     fn occupancy(&self) -> &Occupancy {
         &self.occ
+    }
+    fn set_movable(&mut self, job: JobId, movable: bool) -> Result<()> {
+        self.occ.set_movable(job, movable)
+    }
+    fn honours_movable(&self) -> bool {
+        true
+    }
+}
+
+/// Places each job on the nodes its script names (`Ok(None)` when they lack
+/// room) and, when it places job `trigger`, first moves one instance of
+/// another job to a node, if that node has room. Forkable, so backfill can
+/// try a start on a copy.
+#[derive(Clone)]
+struct Scripted {
+    occ: Occupancy,
+    at: BTreeMap<u64, Vec<NodeId>>,
+    /// `trigger -> (job, instance, to)`.
+    moves: BTreeMap<u64, (u64, u32, NodeId)>,
+}
+
+impl PlacementPolicy for Scripted {
+    fn name(&self) -> &'static str {
+        "test-scripted"
+    }
+    fn spec(&self) -> ClusterSpec {
+        self.occ.spec()
+    }
+    fn place(&mut self, job: &JobRequest, _allowed: Option<&NodeSet>) -> Result<Option<Admission>> {
+        let mut trial = self.occ.clone();
+        let mut migrations = Vec::new();
+        if let Some(&(j, instance, to)) = self.moves.get(&job.id.0) {
+            let id = JobId(j);
+            let g = trial.job(id).map(|r| r.request.shape.gpus);
+            if g.is_some_and(|g| trial.free(to) >= g) {
+                let from = trial.move_instance(id, instance, to)?;
+                migrations.push(Migration {
+                    job: id,
+                    instance,
+                    from,
+                    to,
+                });
+            }
+        }
+        let nodes = self.at[&job.id.0].clone();
+        let mut need = BTreeMap::new();
+        for &n in &nodes {
+            *need.entry(n).or_insert(0) += job.shape.gpus;
+        }
+        if need.iter().any(|(&n, &g)| trial.free(n) < g) {
+            return Ok(None);
+        }
+        trial.add(job, nodes.clone())?;
+        self.occ = trial;
+        Ok(Some(Admission { nodes, migrations }))
+    }
+    fn remove(&mut self, job: JobId) -> Result<Vec<Migration>> {
+        self.occ.remove(job)?;
+        Ok(Vec::new())
+    }
+    fn occupancy(&self) -> &Occupancy {
+        &self.occ
+    }
+    fn fork(&self) -> Option<Box<dyn PlacementPolicy>> {
+        Some(Box::new(self.clone()))
     }
 }
 
@@ -280,10 +352,11 @@ fn afr_and_agu_average_only_while_the_queue_is_non_empty() {
 }
 
 #[test]
-fn migration_cost_is_charged_once_per_job_and_event() {
+fn migration_cost_is_charged_per_migrated_instance_or_per_job() {
     // A (4 GPUs, 0-10) on node 0; B (2 x 2 GPUs, 0-100) spread onto node 1.
-    // When A ends, both of B's instances move to node 0: 2 migrations, one
-    // charge of c = 8 s, B completes at 108.
+    // When A ends, both of B's instances move to node 0: 2 migrations. Per
+    // instance (the paper's `c` per migration, the default): 2 charges of
+    // c = 8 s, B completes at 116. Per job: one charge, B completes at 108.
     let jobs = vec![job("A", 0.0, 10.0, 1, 4), job("B", 0.0, 100.0, 2, 2)];
     let mut p = Spread::new(2);
     p.compact_on_remove = true;
@@ -295,20 +368,33 @@ fn migration_cost_is_charged_once_per_job_and_event() {
     });
     let r = simulate(&jobs, &mut p, &config(2, QueuePolicy::Fifo), &mut obs).unwrap();
     assert_eq!(migrated, vec![(10.0, 2, 4)]);
+    assert_eq!(r.migration_charge, MigrationCharge::PerInstance);
+    assert_eq!(
+        (r.migrations, r.migration_charges, r.migrated_jobs),
+        (2, 2, 1)
+    );
+    assert_eq!(r.ajct_s, (10.0 + 116.0) / 2.0);
+    assert_eq!(r.makespan_s, 116.0);
+    assert_eq!(r.migrations_per_job, 1.0);
+
+    let mut cfg = config(2, QueuePolicy::Fifo);
+    cfg.charge = MigrationCharge::PerJob;
+    let mut p = Spread::new(2);
+    p.compact_on_remove = true;
+    let r = simulate(&jobs, &mut p, &cfg, &mut NoObserver).unwrap();
     assert_eq!(
         (r.migrations, r.migration_charges, r.migrated_jobs),
         (2, 1, 1)
     );
     assert_eq!(r.ajct_s, (10.0 + 108.0) / 2.0);
     assert_eq!(r.makespan_s, 108.0);
-    assert_eq!(r.migrations_per_job, 0.5);
 
     let mut cfg = config(2, QueuePolicy::Fifo);
     cfg.migration_cost_s = 0.0;
     let mut p = Spread::new(2);
     p.compact_on_remove = true;
     let r = simulate(&jobs, &mut p, &cfg, &mut NoObserver).unwrap();
-    assert_eq!((r.ajct_s, r.migration_charges), (55.0, 1));
+    assert_eq!((r.ajct_s, r.migration_charges), (55.0, 2));
 }
 
 #[test]
@@ -317,6 +403,7 @@ fn migrating_a_non_resumable_job_is_an_error() {
     jobs[1].resumable = false;
     let mut p = Spread::new(2);
     p.compact_on_remove = true;
+    p.respect_movable = false;
     let e = simulate(
         &jobs,
         &mut p,
@@ -325,6 +412,21 @@ fn migrating_a_non_resumable_job_is_an_error() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("not resumable"), "{e}");
+}
+
+#[test]
+fn migrating_a_job_the_cost_rule_holds_is_an_error() {
+    // B has 90 s left at 10; with c = 40 s its move would not pay, so the
+    // rule holds it; a policy that moves it anyway is caught.
+    let jobs = vec![job("A", 0.0, 10.0, 1, 4), job("B", 0.0, 100.0, 2, 2)];
+    let mut cfg = config(2, QueuePolicy::Fifo);
+    cfg.migration_cost_s = 40.0;
+    cfg.remaining = RemainingRun::Oracle;
+    let mut p = Spread::new(2);
+    p.compact_on_remove = true;
+    p.respect_movable = false;
+    let e = simulate(&jobs, &mut p, &cfg, &mut NoObserver).unwrap_err();
+    assert!(e.to_string().contains("holds still"), "{e}");
 }
 
 #[test]
@@ -515,10 +617,12 @@ fn gpu_time_is_conserved_under_every_policy() {
             };
             let mut charges = vec![0u64; jobs.len()];
             let mut obs = FnObserver(|e: &Event<'_>, _: &dyn PlacementPolicy| {
-                let mut moved: Vec<u64> = e.migrations.iter().map(|m| m.job.0).collect();
+                // One charge per migrated instance (the default).
+                let mut moved: Vec<(u64, u32)> =
+                    e.migrations.iter().map(|m| (m.job.0, m.instance)).collect();
                 moved.sort_unstable();
                 moved.dedup();
-                for j in moved {
+                for (j, _) in moved {
                     if !(e.kind == EventKind::Start && e.job == Some(JobId(j))) {
                         charges[j as usize] += 1;
                     }
@@ -549,4 +653,199 @@ fn gpu_time_is_conserved_under_every_policy() {
             );
         }
     }
+}
+
+#[test]
+fn the_cost_rule_holds_a_job_whose_move_would_not_pay_for_itself() {
+    // A (4 GPUs, 0-10) on node 0; B (2 x 2 GPUs, 0-100) spread onto node 1.
+    // At 10 Spread would move both of B's instances to node 0. With c = 40 s
+    // and payback 2, B has 90 s left (oracle): 90 - 40 = 50 < 2 x 40, so the
+    // rule holds it still and it ends at 100 unmoved.
+    let jobs = vec![job("A", 0.0, 10.0, 1, 4), job("B", 0.0, 100.0, 2, 2)];
+    let replay = |payback: f64, remaining: RemainingRun| {
+        let mut cfg = config(2, QueuePolicy::Fifo);
+        cfg.migration_cost_s = 40.0;
+        cfg.payback = payback;
+        cfg.remaining = remaining;
+        let mut p = Spread::new(2);
+        p.compact_on_remove = true;
+        simulate(&jobs, &mut p, &cfg, &mut NoObserver).unwrap()
+    };
+    let held = replay(2.0, RemainingRun::Oracle);
+    assert_eq!((held.migrations, held.makespan_s), (0, 100.0));
+    assert_eq!(held.remaining_run, RemainingRun::Oracle);
+    // Just enough: payback 1.25 needs 90 - 40 >= 50.
+    let moved = replay(1.25, RemainingRun::Oracle);
+    assert_eq!((moved.migrations, moved.makespan_s), (2, 180.0));
+    // Payback 0: the paper's behaviour, every move.
+    let always = replay(0.0, RemainingRun::Oracle);
+    assert_eq!((always.migrations, always.makespan_s), (2, 180.0));
+    // From its time limit (100 s rounds up to 15 min) B looks long: moved.
+    let limit = replay(2.0, RemainingRun::TimeLimit);
+    assert_eq!((limit.migrations, limit.makespan_s), (2, 180.0));
+    assert_eq!(time_limit_for(100.0), 900.0);
+    assert_eq!(time_limit_for(900.0), 900.0);
+    assert_eq!(time_limit_for(901.0), 1800.0);
+    assert_eq!(time_limit_for(700_000.0), 1_209_600.0);
+}
+
+#[test]
+fn a_payback_below_one_is_refused_with_a_clear_error() {
+    let jobs = vec![job("A", 0.0, 10.0, 1, 4)];
+    for bad in [0.5, -1.0, f64::NAN, f64::INFINITY] {
+        let mut cfg = config(1, QueuePolicy::Fifo);
+        cfg.payback = bad;
+        let e = simulate(&jobs, &mut Spread::new(1), &cfg, &mut NoObserver).unwrap_err();
+        assert!(e.to_string().contains("payback"), "{e}");
+    }
+}
+
+#[test]
+fn every_compass_migration_pays_for_itself() {
+    // On a mixed trace, every job compass moves (outside its own placement)
+    // had, at that event, an expected remaining run of at least payback x c
+    // after the move; with the rule off (payback 0) some moves do not.
+    let jobs = mixed_trace(300);
+    let check = |payback: f64, remaining: RemainingRun| -> (u64, u64) {
+        let mut cfg = config(5, QueuePolicy::Backfill);
+        cfg.migration_cost_s = 60.0;
+        cfg.payback = payback;
+        cfg.remaining = remaining;
+        let mut starts: BTreeMap<u64, f64> = BTreeMap::new();
+        let mut charged: BTreeMap<u64, f64> = BTreeMap::new();
+        let (mut moves, mut unpaid) = (0, 0);
+        let mut obs = FnObserver(|e: &Event<'_>, _: &dyn PlacementPolicy| {
+            if e.kind == EventKind::Start {
+                starts.insert(e.job.unwrap().0, e.time);
+            }
+            let mut moved: Vec<(u64, u32)> =
+                e.migrations.iter().map(|m| (m.job.0, m.instance)).collect();
+            moved.sort_unstable();
+            moved.dedup();
+            let mut seen = BTreeSet::new();
+            for (j, _) in moved {
+                if e.kind == EventKind::Start && e.job == Some(JobId(j)) {
+                    continue;
+                }
+                let costs = charged.get(&j).copied().unwrap_or(0.0);
+                if seen.insert(j) {
+                    moves += 1;
+                    let d = jobs[j as usize].duration_s;
+                    let d = match remaining {
+                        RemainingRun::Oracle => d,
+                        RemainingRun::TimeLimit => time_limit_for(d),
+                    };
+                    let left = starts[&j] + d + costs - e.time;
+                    if left - 60.0 < payback.max(1.0) * 60.0 {
+                        unpaid += 1;
+                    }
+                }
+                *charged.entry(j).or_default() += 60.0;
+            }
+        });
+        let r =
+            simulate_named("compass", &jobs, &cfg, &PolicyOptions::default(), &mut obs).unwrap();
+        assert!(r.migrations > 0);
+        (moves, unpaid)
+    };
+    for remaining in [RemainingRun::Oracle, RemainingRun::TimeLimit] {
+        let (moves, unpaid) = check(2.0, remaining);
+        assert!(moves > 0, "{remaining:?}");
+        assert_eq!(
+            unpaid, 0,
+            "{remaining:?}: {unpaid} of {moves} moves did not pay"
+        );
+    }
+    let (_, unpaid) = check(0.0, RemainingRun::Oracle);
+    assert!(unpaid > 0, "the trace must exercise the rule");
+}
+
+#[test]
+fn max_n_sif_is_checked_after_every_job_event_not_once_per_instant() {
+    // Four nodes filled by eight 4-GPU jobs (Spread: A-D one per node, then
+    // E-H on top). A-D end at 10: after the fourth removal every node is
+    // half full (4 partial nodes, Phi* = 0: N*SIF = 4, WCC holds). I-L
+    // arriving at 10 fill the nodes back (N*SIF = 0 at the end of the
+    // instant). At 100 the pairs leave node by node (E, I on node 0 first):
+    // never more than one partial node. Theorem 1 is stated per event: max
+    // N*SIF is 4, and two events were over the bound: D's start at 0 (A-D
+    // one per node, before E-H fill them) and D's end at 10.
+    let mut jobs: Vec<TraceJob> = ["A", "B", "C", "D"]
+        .iter()
+        .map(|n| job(n, 0.0, 10.0, 1, 4))
+        .collect();
+    for (early, late) in [("E", "I"), ("F", "J"), ("G", "K"), ("H", "L")] {
+        jobs.push(job(early, 0.0, 100.0, 1, 4));
+        jobs.push(job(late, 10.0, 90.0, 1, 4));
+    }
+    let mut cfg = config(4, QueuePolicy::Fifo);
+    cfg.record_timeseries = true;
+    let r = simulate(&jobs, &mut Spread::new(4), &cfg, &mut NoObserver).unwrap();
+    let at_instants = r.timeseries.iter().map(|s| s.n_sif).max().unwrap();
+    assert_eq!(at_instants, 0);
+    assert_eq!(r.max_n_sif, 4);
+    assert_eq!(r.max_n_sif_under_wcc, Some(4));
+    assert_eq!(r.over_bound_events, 2);
+    // No seconds over the bound: the instant ended at 0.
+    assert_eq!(r.over_bound_s, 0.0);
+    assert_eq!(r.over_bound_events_held, 0);
+}
+
+#[test]
+fn backfill_refuses_a_start_whose_migrations_would_delay_the_head() {
+    // Two nodes of 8. S (4 GPUs, 0-20) on node 0; L (4, 0-100) and
+    // M (4, 0-50) on node 1. Head H (8 GPUs) arrives at 1: its reservation
+    // is 20, when S ends and node 0 is empty. B (2 GPUs, 5 s) arrives at 1
+    // and would end by then, but placing B first moves M onto node 0: node
+    // 0 would then be free only at 58 (M's end plus its 8 s migration).
+    // Backfill must refuse B then; H starts at 20.
+    let jobs = vec![
+        job("S", 0.0, 20.0, 1, 4),
+        job("L", 0.0, 100.0, 1, 4),
+        job("M", 0.0, 50.0, 1, 4),
+        job("H", 1.0, 10.0, 1, 8),
+        job("B", 1.0, 5.0, 1, 2),
+    ];
+    let mut p = Scripted {
+        occ: Occupancy::new(ClusterSpec::new(2, 8).unwrap()),
+        at: BTreeMap::from([
+            (0, vec![0]),
+            (1, vec![1]),
+            (2, vec![1]),
+            (3, vec![0]),
+            (4, vec![1]),
+        ]),
+        moves: BTreeMap::from([(4, (2, 0, 0))]),
+    };
+    let (r, starts) = run(&mut p, &jobs, &config(2, QueuePolicy::Backfill));
+    assert_eq!(r.reservation_slips, 0);
+    assert_eq!(r.backfill_refused_slip, 1);
+    assert_eq!(starts[&3], 20.0, "the head starts at its reservation");
+    // At 30 H ends and B, now the head, starts (moving M to node 0).
+    assert_eq!(starts[&4], 30.0);
+    assert_eq!(r.migrations, 1);
+}
+
+#[test]
+fn with_move_when_waiting_jobs_move_only_while_a_job_waits() {
+    // A (4 GPUs, 0-10) on node 0; B (2 x 2 GPUs, 0-100) on node 1. When A
+    // ends, Spread would move B to node 0. With `MoveWhen::Waiting` it does
+    // only if a job waits: C (8 GPUs) arriving at 5 does, and starts at 10
+    // on the node B left; without C, B stays.
+    let mut jobs = vec![job("A", 0.0, 10.0, 1, 4), job("B", 0.0, 100.0, 2, 2)];
+    let replay = |jobs: &[TraceJob], when: MoveWhen| {
+        let mut cfg = config(2, QueuePolicy::Fifo);
+        cfg.move_when = when;
+        let mut p = Spread::new(2);
+        p.compact_on_remove = true;
+        run(&mut p, jobs, &cfg)
+    };
+    let (r, _) = replay(&jobs, MoveWhen::Waiting);
+    assert_eq!((r.migrations, r.move_when), (0, MoveWhen::Waiting));
+    let (r, _) = replay(&jobs, MoveWhen::Always);
+    assert_eq!(r.migrations, 2);
+    jobs.push(job("C", 5.0, 10.0, 1, 8));
+    let (r, starts) = replay(&jobs, MoveWhen::Waiting);
+    assert_eq!(r.migrations, 2);
+    assert_eq!(starts[&2], 10.0);
 }

@@ -13,6 +13,7 @@
 //!   per-task and per-node GPUs) is outside the model: Slurm places it alone
 //!   and the engine records it as foreign, immovable GPU use.
 
+use compass_core::gres;
 use compass_core::model::{JobShape, NodeId};
 
 /// The GPU-related fields of a Slurm job (from `job_record_t` and its details).
@@ -47,39 +48,22 @@ pub enum Mapping {
 }
 
 /// GPUs in a TRES request string such as `gres:gpu:4`, `gres:gpu:a100:4`,
-/// `gres/gpu:4` or `gres/gpu=4` (comma separated with other TRES). `None`
-/// when no GPU is requested; `Some(Err)` on a GPU entry we cannot read.
+/// `gres/gpu:4`, `gres/gpu=4` or `gres/gpu=4,gres/gpu:a100=4` (comma
+/// separated with other TRES), read by the project's one parser
+/// ([`compass_core::gres`]). `None` when no GPU is requested; `Some(Err)` on
+/// a string we cannot read.
 pub fn gpus_in_tres(tres: &str) -> Option<Result<u32, String>> {
-    let mut found = None;
-    for entry in tres.split(',').map(str::trim) {
-        let rest = entry
-            .strip_prefix("gres:gpu")
-            .or_else(|| entry.strip_prefix("gres/gpu"));
-        let Some(rest) = rest else { continue };
-        let count = rest.rsplit([':', '=']).next().filter(|_| !rest.is_empty());
-        let n = match count {
-            None => Ok(1),
-            Some(c) => c
-                .parse::<u32>()
-                .map_err(|_| format!("cannot read GPU count in `{entry}`")),
-        };
-        found = Some(match (found, n) {
-            (Some(Ok(a)), Ok(b)) => Ok(a + b),
-            (Some(Err(e)), _) | (_, Err(e)) => Err(e),
-            (None, n) => n,
-        });
+    match gres::gpus_named(tres) {
+        Ok(None) => None,
+        Ok(Some(g)) => Some(Ok(g.total_u32())),
+        Err(e) => Some(Err(e.to_string())),
     }
-    found
 }
 
 /// GPUs of a node from its `Gres=` string (`gpu:8`, `gpu:a100:4(S:0-1)`,
-/// several comma-separated entries are added up).
-pub fn gpus_in_node_gres(gres: &str) -> u32 {
-    gres.split(',')
-        .map(str::trim)
-        .filter(|e| e.starts_with("gpu"))
-        .filter_map(|e| e.split('(').next()?.rsplit(':').next()?.parse::<u32>().ok())
-        .sum()
+/// several types added up); 0 for CPU-only nodes and unreadable strings.
+pub fn gpus_in_node_gres(node_gres: &str) -> u32 {
+    gres::gpus(node_gres).map(|g| g.total_u32()).unwrap_or(0)
 }
 
 /// Maps a Slurm request onto the model, for nodes of `capacity` GPUs.
@@ -198,7 +182,10 @@ mod tests {
         assert_eq!(gpus_in_tres("gres/gpu=3"), Some(Ok(3)));
         assert_eq!(gpus_in_tres("gres:gpu"), Some(Ok(1)));
         assert_eq!(gpus_in_tres("gres:mps:100"), None);
-        assert!(matches!(gpus_in_tres("gres:gpu:x"), Some(Err(_))));
+        // `gpu:x` is Slurm's form for one GPU of type `x`.
+        assert_eq!(gpus_in_tres("gres:gpu:x"), Some(Ok(1)));
+        assert!(matches!(gpus_in_tres("gres:gpu:a100:x"), Some(Err(_))));
+        assert!(matches!(gpus_in_tres("gres/gpu=-2"), Some(Err(_))));
     }
 
     #[test]
@@ -207,6 +194,17 @@ mod tests {
         assert_eq!(gpus_in_node_gres("gpu:a100:4(S:0-1),gpu:v100:2"), 6);
         assert_eq!(gpus_in_node_gres("(null)"), 0);
         assert_eq!(gpus_in_node_gres("mps:100"), 0);
+        // What slurmctld reports once gres.conf has `Cores=`, and a node of
+        // two types (issue 12): the shared parser reads both right.
+        assert_eq!(gpus_in_node_gres("gpu:a100:8(S:0-1)"), 8);
+        assert_eq!(gpus_in_node_gres("gpu:a100:4(S:0),gpu:h100:4(S:1)"), 8);
+    }
+
+    #[test]
+    fn a_typed_and_untyped_tres_pair_is_not_counted_twice() {
+        // Slurm's TRES strings name a typed request twice: once untyped.
+        assert_eq!(gpus_in_tres("gres/gpu=8,gres/gpu:a100=8"), Some(Ok(8)));
+        assert_eq!(gpus_in_tres("gres:gpu:a100"), Some(Ok(1)));
     }
 
     #[test]

@@ -322,3 +322,122 @@ fn replay_is_deterministic() {
     };
     assert_eq!(run(), run());
 }
+
+/// Adopts single-instance jobs, `layout[n]` listing the sizes on node `n`.
+fn adopt_layout(e: &mut CompassEngine, layout: &[&[u32]]) {
+    let mut id = 1u64;
+    for (n, sizes) in layout.iter().enumerate() {
+        for &g in sizes.iter() {
+            e.adopt(&JobRequest::new(id, 1, g), &[n as NodeId]).unwrap();
+            id += 1;
+        }
+    }
+    e.check_invariants().unwrap();
+}
+
+/// Issue 11's counter-example to Theorem 1 with a guest: a 5-GPU guest
+/// beside a 2-GPU slot (room 1, odd), every job movable, WCC holds and
+/// `Phi* = 0`. The old Compact left three partial nodes (`N*SIF = 3`) and
+/// made no move on a second call: `dissolve` refused the guest's node,
+/// `top_up` cannot fill an odd room, and the guest had no pool or empty node.
+#[test]
+fn theorem1_holds_with_a_guest_beside_a_slot() {
+    let mut e = engine(8);
+    adopt_layout(
+        &mut e,
+        &[
+            &[1; 8],
+            &[1; 5],
+            &[1; 8],
+            &[2, 5],
+            &[2, 2],
+            &[4, 4],
+            &[4, 2, 2],
+            &[2, 2, 2, 2],
+        ],
+    );
+    assert_eq!(e.guest_count(), 1, "the 5-GPU job is a guest");
+    let snap = e.snapshot();
+    assert!(snap.wcc);
+    assert_eq!(snap.phi_star, 0);
+    e.compact();
+    e.check_invariants().unwrap();
+    let (slotted, pool) = e.non_full_by_kind();
+    assert!(
+        slotted <= 1 && pool <= 1,
+        "{slotted} slotted, {pool} pool non-full: {:?}",
+        used(&e)
+    );
+    assert!(e.snapshot().n_sif <= 2, "N*SIF = {}", e.snapshot().n_sif);
+    assert!(
+        e.compact().is_empty(),
+        "a second Compact finds nothing to do"
+    );
+}
+
+/// Issue 11: 24 pinned `{4,2}` nodes, 24 pinned `{2}` nodes and two movable
+/// `{4}` nodes. The old pass looked only at the 24 emptiest and 24 fullest
+/// open nodes, all pinned, and left 50 nodes open; the two movable `{4}`s
+/// must meet whatever the number of pinned open nodes.
+#[test]
+fn pinned_open_nodes_do_not_hide_a_movable_pair() {
+    let mut e = engine(60);
+    let mut id = 1u64;
+    let mut put = |e: &mut CompassEngine, g: u32, n: NodeId, pinned: bool| {
+        let mut job = JobRequest::new(id, 1, g);
+        job.movable = !pinned;
+        e.adopt(&job, &[n]).unwrap();
+        id += 1;
+    };
+    for n in 0..24 {
+        put(&mut e, 4, n, true);
+        put(&mut e, 2, n, true);
+    }
+    for n in 24..48 {
+        put(&mut e, 2, n, true);
+    }
+    put(&mut e, 4, 48, false);
+    put(&mut e, 4, 49, false);
+    e.check_invariants().unwrap();
+    assert_eq!(e.occupancy().partial_nodes(), 50);
+    let moves = e.compact();
+    e.check_invariants().unwrap();
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert!(moves[0].from >= 48 && moves[0].to >= 48, "{moves:?}");
+    assert_eq!(e.occupancy().partial_nodes(), 48);
+}
+
+/// Place over a small candidate set looks at its nodes only; it must pick
+/// exactly what the index scan picks (same rules, same ties).
+#[test]
+fn small_candidate_sets_choose_like_the_indexes() {
+    let mut e = engine(40);
+    let mut id = 1u64;
+    let mut x = 12345u64;
+    let mut rnd = |m: u64| {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (x >> 33) % m
+    };
+    for round in 0..300 {
+        let g = [1, 1, 1, 2, 3, 4, 5, 8][rnd(8) as usize];
+        let _ = e.place(&JobRequest::new(id, 1 + rnd(2) as u32, g), None);
+        id += 1;
+        if round % 3 == 0 && id > 5 {
+            let _ = e.remove(JobId(rnd(id)));
+        }
+        if round % 17 == 0 {
+            e.set_node_usable(rnd(40) as NodeId, rnd(4) != 0).unwrap();
+        }
+        let allowed = NodeSet::from_nodes(40, (0..4).map(|_| rnd(40) as NodeId));
+        for g in [1, 2, 3, 4, 5, 8] {
+            assert_eq!(
+                e.choose_among(g, &allowed),
+                e.choose_indexed(g, Some(&allowed)),
+                "round {round}, {g} GPUs, allowed {:?}",
+                allowed.iter().collect::<Vec<_>>()
+            );
+        }
+    }
+}

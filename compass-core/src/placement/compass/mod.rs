@@ -1,0 +1,345 @@
+//! The COMPASS-ABS engine: the Anchor-Based Space of paper Section 4.2 kept
+//! compact by the Place, Remove and Compact operators of Section 4.3 and
+//! Algorithm 1, with the corrections described in `docs/compass-corrections.md`:
+//!
+//! 1. **Slotted Compact that really holds Theorem 1.** The paper's width-4 and
+//!    width-2 `BestFitDrain` passes only consider nodes that already hold an
+//!    item of the pass's class, so `{2,2,2}` and `{4}` (or `{4,2}` and `{4}`,
+//!    the tightness example of Appendix A) stay two partial slotted nodes.
+//!    Our slotted pass reduces the set of open slotted nodes pairwise, by the
+//!    cheapest move set (fewest instance migrations) that empties one open
+//!    node or fills one, until at most one is left. It moves guests too, so
+//!    the bound holds with guests (issue 11).
+//! 2. **Lazy fillers.** When an anchor leaves, its fillers stay where they are
+//!    (relabelled, no migration) and the saturation step of Compact decides
+//!    where they go; nothing is ever dropped, even when no vacancy, pool room
+//!    or empty node exists.
+//! 3. **Overflow (small clusters).** When the structured Place finds no room,
+//!    an instance may sit in any physically free GPUs as a *guest*; Compact
+//!    moves guests back into the ABS as soon as that costs no new node.
+//! 4. **Immovable jobs.** Jobs that are not movable (not `--resumable`, in a
+//!    cool-down, or outside the `w x g` model) are never migrated; the passes
+//!    plan around them.
+//!
+//! Cost: every query goes through indexes (`state::Index`, BTree sets kept
+//! by `reindex` on every change), so Place is `O(G log N)` per instance and
+//! Compact costs what it touches: each pass starts from an index of what it
+//! could move (movable guests, pool nodes with a movable member, nodes
+//! changed since the slotted pass last ran), never from a scan of nodes
+//! that pinned jobs keep open (docs/compass-corrections.md, section 7).
+//!
+//! Where things are: [`state`] (per-node structure and its indexes),
+//! [`place`] (Place, Section 4.3.2), [`remove`] (Remove, Section 4.3.3),
+//! [`adopt`] (recording what Slurm did), [`compact`] (Compact, Section
+//! 4.3.4, one module per pass) and [`observe`] (snapshot, invariants).
+
+mod adopt;
+mod compact;
+mod observe;
+mod place;
+mod remove;
+mod state;
+
+pub use observe::{LayoutSnapshot, NodeView};
+pub use state::{Guest, NodeKind, NodeState, Slot};
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CoreError, Result};
+use crate::model::{
+    Admission, ClusterSpec, InstanceRef, JobId, JobRequest, Migration, NodeId, NodeSet,
+};
+use crate::placement::{Occupancy, PlacementPolicy};
+use place::Undo;
+use state::{Index, Keys};
+
+/// Tunables of the engine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CompassConfig {
+    /// Let an instance overflow into physically free GPUs outside its ABS
+    /// place when the structured placement finds no room (small clusters).
+    pub overflow: bool,
+    /// Run Compact after every arrival and departure (Algorithm 1, lines 9
+    /// and 16). Off only for experiments.
+    pub compact: bool,
+    /// Which slotted pass Compact runs: ours, or the paper's literal
+    /// width-4/width-2 `BestFitDrain` (kept to show where it fails).
+    pub slotted_pass: SlottedPass,
+}
+
+/// The slotted pass of Compact.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlottedPass {
+    /// Pairwise reduction of open slotted nodes (docs/compass-corrections.md).
+    #[default]
+    Corrected,
+    /// Section 4.3.4 as printed: `BestFitDrain` over width 4, then width 2,
+    /// among nodes that already hold an item of the class.
+    Paper,
+}
+
+impl Default for CompassConfig {
+    fn default() -> Self {
+        Self {
+            overflow: true,
+            compact: true,
+            slotted_pass: SlottedPass::Corrected,
+        }
+    }
+}
+
+/// What `adopt` found when comparing the resource manager's allocation with
+/// the engine's own plan.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AdoptOutcome {
+    /// Every instance landed where the engine would have put it.
+    Matched,
+    /// The job landed elsewhere; the engine adopted that layout as it is.
+    Diverged,
+}
+
+#[derive(Clone, Debug)]
+struct JobMeta {
+    gpus: u32,
+    movable: bool,
+    foreign: bool,
+}
+
+/// The COMPASS-ABS engine.
+#[derive(Clone, Debug)]
+pub struct CompassEngine {
+    cap: u32,
+    config: CompassConfig,
+    occ: Occupancy,
+    nodes: Vec<NodeState>,
+    keys: Vec<Keys>,
+    meta: HashMap<JobId, JobMeta>,
+    /// Nodes that may receive instances (not down, drained or faulty).
+    usable: NodeSet,
+    /// Every index (state.rs).
+    ix: Index,
+    /// Instance migrations performed so far.
+    migrations_total: u64,
+    /// Admissions that the resource manager placed differently from the plan.
+    divergences: u64,
+}
+
+impl CompassEngine {
+    pub fn new(spec: ClusterSpec, config: CompassConfig) -> Self {
+        let cap = spec.gpus_per_node;
+        let mut e = Self {
+            cap,
+            config,
+            occ: Occupancy::new(spec),
+            nodes: vec![NodeState::default(); spec.nodes as usize],
+            keys: vec![Keys::default(); spec.nodes as usize],
+            meta: HashMap::new(),
+            usable: NodeSet::full(spec.nodes),
+            ix: Index::new(cap),
+            migrations_total: 0,
+            divergences: 0,
+        };
+        for n in 0..spec.nodes {
+            e.reindex(n);
+        }
+        e
+    }
+
+    pub fn config(&self) -> &CompassConfig {
+        &self.config
+    }
+
+    /// The structural state of one node.
+    pub fn node(&self, n: NodeId) -> &NodeState {
+        &self.nodes[n as usize]
+    }
+
+    /// Instance migrations performed since start.
+    pub fn migrations_total(&self) -> u64 {
+        self.migrations_total
+    }
+
+    /// Admissions the resource manager placed differently from the plan.
+    pub fn divergences(&self) -> u64 {
+        self.divergences
+    }
+
+    /// Number of guests (instances outside the ABS, Section 4.2).
+    pub fn guest_count(&self) -> usize {
+        self.ix.guests.len()
+    }
+
+    /// Non-full slotted and pool nodes: the two counts Theorem 1 bounds by 1.
+    pub fn non_full_by_kind(&self) -> (u32, u32) {
+        let mut slotted = 0;
+        let mut pool = 0;
+        for (n, st) in self.nodes.iter().enumerate() {
+            if self.occ.used(n as NodeId) == self.cap {
+                continue;
+            }
+            match st.kind() {
+                NodeKind::Slotted => slotted += 1,
+                NodeKind::Pool => pool += 1,
+                NodeKind::Empty => {}
+            }
+        }
+        (slotted, pool)
+    }
+
+    /// Marks a node usable or not for new instances and migrations (Slurm:
+    /// down, drained, faulty). Running instances stay where they are.
+    pub fn set_node_usable(&mut self, n: NodeId, usable: bool) -> Result<()> {
+        self.occ.spec().check_node(n)?;
+        if usable {
+            self.usable.insert(n);
+        } else {
+            self.usable.remove(n);
+        }
+        self.reindex(n);
+        Ok(())
+    }
+
+    /// Marks a running job movable or not (cool-down, not resumable).
+    pub fn set_movable(&mut self, job: JobId, movable: bool) -> Result<()> {
+        let meta = self.meta.get_mut(&job).ok_or(CoreError::UnknownJob(job))?;
+        if meta.foreign {
+            return Ok(());
+        }
+        meta.movable = movable;
+        self.occ.set_movable(job, movable)?;
+        self.reindex_job(job);
+        Ok(())
+    }
+
+    /// Re-indexes every node of `job` (its movability changed).
+    fn reindex_job(&mut self, job: JobId) {
+        let mut nodes = self
+            .occ
+            .job(job)
+            .map(|j| j.nodes.clone())
+            .unwrap_or_default();
+        nodes.sort_unstable();
+        nodes.dedup();
+        for n in nodes {
+            self.reindex(n);
+        }
+    }
+
+    fn movable(&self, inst: InstanceRef) -> bool {
+        self.meta.get(&inst.job).is_some_and(|m| m.movable)
+    }
+}
+
+const MIN_INST: InstanceRef = InstanceRef {
+    job: JobId(0),
+    index: 0,
+};
+const MAX_INST: InstanceRef = InstanceRef {
+    job: JobId(u64::MAX),
+    index: u32::MAX,
+};
+
+/// Where one instance goes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Dest {
+    /// Anchor of a new slot on this node.
+    NewSlot(NodeId),
+    /// Filler of the slot anchored by this instance.
+    Filler(NodeId, InstanceRef),
+    /// Member of this pool node (opens it if empty).
+    Pool(NodeId),
+    /// Guest in physically free GPUs (correction 3).
+    Guest(NodeId),
+}
+
+impl Dest {
+    fn node(self) -> NodeId {
+        match self {
+            Dest::NewSlot(n) | Dest::Filler(n, _) | Dest::Pool(n) | Dest::Guest(n) => n,
+        }
+    }
+}
+
+impl PlacementPolicy for CompassEngine {
+    fn name(&self) -> &'static str {
+        "compass"
+    }
+
+    fn spec(&self) -> ClusterSpec {
+        self.occ.spec()
+    }
+
+    /// Algorithm 1, lines 3-9: Place every instance (all-or-nothing), then
+    /// Compact.
+    fn place(&mut self, job: &JobRequest, allowed: Option<&NodeSet>) -> Result<Option<Admission>> {
+        self.check_new(job)?;
+        let mut undo = Undo::default();
+        let Some(nodes) = self.place_instances(job, allowed, &mut undo) else {
+            self.rollback(undo);
+            return Ok(None);
+        };
+        self.occ.add(job, nodes.clone())?;
+        self.meta.insert(
+            job.id,
+            JobMeta {
+                gpus: job.shape.gpus,
+                movable: job.movable,
+                foreign: false,
+            },
+        );
+        self.reindex_job(job.id);
+        let migrations = if self.config.compact {
+            self.compact()
+        } else {
+            Vec::new()
+        };
+        // Compact may move the new job's own instances too.
+        let nodes = self
+            .occ
+            .job(job.id)
+            .map(|j| j.nodes.clone())
+            .unwrap_or(nodes);
+        Ok(Some(Admission { nodes, migrations }))
+    }
+
+    /// Algorithm 1, lines 10-16: Remove every instance, then Compact.
+    fn remove(&mut self, job: JobId) -> Result<Vec<Migration>> {
+        self.detach_job(job)?;
+        Ok(if self.config.compact {
+            self.compact()
+        } else {
+            Vec::new()
+        })
+    }
+
+    /// Removes the victims without Compact: the next `place` (the pending
+    /// job's, Algorithm 1 line 9) compacts after the job has its room.
+    fn remove_for_room(&mut self, jobs: &[JobId]) -> Result<Vec<Migration>> {
+        for &job in jobs {
+            self.detach_job(job)?;
+        }
+        Ok(Vec::new())
+    }
+
+    fn occupancy(&self) -> &Occupancy {
+        &self.occ
+    }
+
+    fn set_movable(&mut self, job: JobId, movable: bool) -> Result<()> {
+        CompassEngine::set_movable(self, job, movable)
+    }
+
+    fn honours_movable(&self) -> bool {
+        true
+    }
+
+    fn fork(&self) -> Option<Box<dyn PlacementPolicy>> {
+        Some(Box::new(self.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests;

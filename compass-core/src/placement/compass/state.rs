@@ -1,0 +1,428 @@
+//! The ABS state of one node (eq. 7) and the indexes that answer every
+//! best-fit query of the engine.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::CompassEngine;
+use crate::model::{slot_width, InstanceRef, NodeId, NodeSet};
+
+/// Node types of Section 4.2: empty, pool (1-GPU instances only) or slotted.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeKind {
+    Empty,
+    Pool,
+    Slotted,
+}
+
+/// A slot (Definition 1): a block of `width` GPUs holding one anchor
+/// (Definition 2) and up to `width - g` 1-GPU fillers (Definition 3).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slot {
+    pub width: u32,
+    pub anchor: InstanceRef,
+    pub anchor_gpus: u32,
+    pub fillers: Vec<InstanceRef>,
+}
+
+impl Slot {
+    pub(super) fn vacancy(&self) -> u32 {
+        self.width - self.anchor_gpus - self.fillers.len() as u32
+    }
+}
+
+/// An instance outside its ABS place (overflow, stranded filler, or GPUs of a
+/// job outside the model when `foreign`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Guest {
+    pub instance: InstanceRef,
+    pub gpus: u32,
+    pub foreign: bool,
+}
+
+/// The internal state `sigma_n` of one node (eq. 7).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeState {
+    pub slots: Vec<Slot>,
+    /// `P(n)`: 1-GPU instances of a pool node.
+    pub pool: Vec<InstanceRef>,
+    pub guests: Vec<Guest>,
+}
+
+impl NodeState {
+    pub fn kind(&self) -> NodeKind {
+        if !self.slots.is_empty() || (self.pool.is_empty() && !self.guests.is_empty()) {
+            NodeKind::Slotted
+        } else if !self.pool.is_empty() {
+            NodeKind::Pool
+        } else {
+            NodeKind::Empty
+        }
+    }
+    pub(super) fn guest_gpus(&self) -> u32 {
+        self.guests.iter().map(|g| g.gpus).sum()
+    }
+    pub(super) fn used(&self) -> u32 {
+        self.slots
+            .iter()
+            .map(|s| s.anchor_gpus + s.fillers.len() as u32)
+            .sum::<u32>()
+            + self.pool.len() as u32
+            + self.guest_gpus()
+    }
+    /// `D(n)`: GPUs not profiled as any slot and not held by a guest.
+    pub(super) fn unprofiled(&self, cap: u32) -> u32 {
+        let widths: u32 = self.slots.iter().map(|s| s.width).sum();
+        cap.saturating_sub(widths + self.guest_gpus())
+    }
+}
+
+/// What Compact moves off a slotted node as one unit: a whole slot (anchor
+/// and fillers) or a guest.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Unit {
+    Slot(InstanceRef),
+    Guest(InstanceRef),
+}
+
+/// A movable unit of a node: the room it takes (`size`: slot width or guest
+/// GPUs) and its cost in instance migrations.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) struct Item {
+    pub(super) unit: Unit,
+    pub(super) size: u32,
+    pub(super) cost: u32,
+}
+
+/// Where a node sits in the indexes (so it can be taken out again).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Keys {
+    pub(super) kind: Option<NodeKind>,
+    /// Slotted: unprofiled room `D(n)`; pool: member count.
+    pub(super) level: u32,
+    pub(super) usable: bool,
+    pub(super) phys_free: u32,
+    pub(super) vacant: Vec<InstanceRef>,
+    pub(super) guests: Vec<InstanceRef>,
+    /// Movable 1-GPU guests.
+    pub(super) ones: Vec<InstanceRef>,
+    /// Movable multi-GPU guests, with their slot width.
+    pub(super) multi: Vec<(u32, InstanceRef)>,
+    /// Pool node with at least one movable member.
+    pub(super) pool_source: bool,
+    /// Open slotted node whose every unit is movable: the room its units take.
+    pub(super) dissolvable: Option<u32>,
+    /// Open slotted node: bit `v` set when some of its movable units take
+    /// exactly `v` GPUs of room (a top-up donor of `v`).
+    pub(super) gives: u32,
+    /// Usable open slotted node: bit `v` set when receiving units of exactly
+    /// `v` GPUs fills it (after evicting `v - D(n)` movable 1-GPU guests).
+    pub(super) accepts: u32,
+    /// Slotted node with a movable multi-GPU guest that becomes an anchor in
+    /// place once movable units of this much room leave the node.
+    pub(super) home_need: Option<u32>,
+}
+
+/// Subset sums (bit `v`) of the sizes of `items`, capped at `cap`.
+pub(super) fn subset_sums(items: impl IntoIterator<Item = u32>, cap: u32) -> u32 {
+    let mask = (1u32 << (cap + 1)) - 1;
+    let mut sums = 1u32; // the empty subset
+    for size in items {
+        sums |= (sums << size) & mask;
+    }
+    sums & !1
+}
+
+impl CompassEngine {
+    // ----- indexes -------------------------------------------------------
+
+    /// The movable units of a slotted node (slots narrower than the node
+    /// whose anchor and fillers are all movable; movable, non-foreign guests)
+    /// and whether every unit of the node is movable.
+    pub(super) fn units(&self, n: NodeId) -> (Vec<Item>, bool) {
+        let st = &self.nodes[n as usize];
+        let mut items = Vec::new();
+        let mut all = true;
+        for s in &st.slots {
+            let movable = self.movable(s.anchor) && s.fillers.iter().all(|f| self.movable(*f));
+            if movable && s.width < self.cap {
+                items.push(Item {
+                    unit: Unit::Slot(s.anchor),
+                    size: s.width,
+                    cost: 1 + s.fillers.len() as u32,
+                });
+            } else {
+                all = false;
+            }
+        }
+        for g in &st.guests {
+            if !g.foreign && self.movable(g.instance) {
+                items.push(Item {
+                    unit: Unit::Guest(g.instance),
+                    size: g.gpus,
+                    cost: 1,
+                });
+            } else {
+                all = false;
+            }
+        }
+        (items, all)
+    }
+
+    pub(super) fn keys_of(&self, n: NodeId) -> Keys {
+        let cap = self.cap;
+        let st = &self.nodes[n as usize];
+        let kind = st.kind();
+        let used = st.used();
+        let usable = self.usable.contains(n);
+        let level = match kind {
+            NodeKind::Slotted => st.unprofiled(cap),
+            NodeKind::Pool => used,
+            NodeKind::Empty => 0,
+        };
+        // A guest may sit in a slot's vacancy (adopted layouts): a vacancy is
+        // open only while the node has a physically free GPU.
+        let vacant = if used < cap && usable {
+            st.slots
+                .iter()
+                .filter(|s| s.vacancy() > 0)
+                .map(|s| s.anchor)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let movable_guest = |g: &&Guest| !g.foreign && self.movable(g.instance);
+        let ones = st
+            .guests
+            .iter()
+            .filter(movable_guest)
+            .filter(|g| g.gpus == 1)
+            .map(|g| g.instance)
+            .collect::<Vec<_>>();
+        let multi = st
+            .guests
+            .iter()
+            .filter(movable_guest)
+            .filter(|g| g.gpus >= 2)
+            .map(|g| (slot_width(g.gpus), g.instance))
+            .collect::<Vec<_>>();
+        let mut keys = Keys {
+            kind: Some(kind),
+            level,
+            usable,
+            phys_free: cap - used,
+            vacant,
+            guests: st.guests.iter().map(|g| g.instance).collect(),
+            pool_source: kind == NodeKind::Pool && st.pool.iter().any(|i| self.movable(*i)),
+            ..Keys::default()
+        };
+        if kind == NodeKind::Slotted {
+            let (items, all) = self.units(n);
+            let open = level > 0;
+            if open && !items.is_empty() {
+                keys.gives = subset_sums(items.iter().map(|i| i.size), cap);
+                if all {
+                    keys.dissolvable = Some(items.iter().map(|i| i.size).sum());
+                }
+            }
+            if open && usable {
+                for v in level..=(level + ones.len() as u32).min(cap) {
+                    keys.accepts |= 1 << v;
+                }
+            }
+            // A multi-GPU guest becomes an anchor in place when the node's
+            // other units leave room for its slot (see `normalize`).
+            let taken = cap - level;
+            for &(w, g) in &multi {
+                let gpus = st
+                    .guests
+                    .iter()
+                    .find(|x| x.instance == g)
+                    .map_or(0, |x| x.gpus);
+                let need = (taken - gpus).saturating_sub(cap - w);
+                let others = items
+                    .iter()
+                    .filter(|i| i.unit != Unit::Guest(g))
+                    .map(|i| i.size);
+                let sums = subset_sums(others, cap);
+                if need > 0 {
+                    if let Some(s) = (need..=cap).find(|s| sums & (1 << s) != 0) {
+                        keys.home_need = Some(keys.home_need.map_or(s, |h: u32| h.min(s)));
+                    }
+                }
+            }
+        }
+        keys.ones = ones;
+        keys.multi = multi;
+        keys
+    }
+
+    /// Takes node `n` out of every index and puts it back by its current
+    /// state, and marks it for the slotted pass. Destination indexes
+    /// (`empty`, `slotted`, `pools`, `phys`, `vacant`, `accepts`) hold usable
+    /// nodes only; source indexes hold every node (moving off a drained node
+    /// is allowed).
+    pub(super) fn reindex(&mut self, n: NodeId) {
+        let old = std::mem::take(&mut self.keys[n as usize]);
+        if old.kind.is_some() {
+            self.unindex(n, &old);
+        }
+        let new = self.keys_of(n);
+        let ix = &mut self.ix;
+        if new.usable {
+            match new.kind.expect("keys_of sets kind") {
+                NodeKind::Empty => ix.empty.insert(n),
+                NodeKind::Slotted => ix.slotted[new.level as usize].insert(n),
+                NodeKind::Pool => ix.pools[new.level as usize].insert(n),
+            };
+            ix.phys[new.phys_free as usize].insert(n);
+        }
+        for a in &new.vacant {
+            ix.vacant.insert((n, *a));
+        }
+        for g in &new.guests {
+            ix.guests.insert((n, *g));
+        }
+        for g in &new.ones {
+            ix.ones.insert((n, *g));
+        }
+        for &(w, g) in &new.multi {
+            ix.multi.insert((w, n, g));
+        }
+        if new.pool_source {
+            ix.pool_sources[new.level as usize].insert(n);
+        }
+        if let Some(s) = new.dissolvable {
+            ix.dissolvable[s as usize].insert(n);
+        }
+        for v in bits(new.gives) {
+            ix.gives[v as usize].insert(n);
+        }
+        for v in bits(new.accepts) {
+            ix.accepts[v as usize].insert(n);
+        }
+        if let Some(s) = new.home_need {
+            ix.home_need[s as usize].insert(n);
+        }
+        ix.dirty.insert(n);
+        self.keys[n as usize] = new;
+    }
+
+    fn unindex(&mut self, n: NodeId, old: &Keys) {
+        let ix = &mut self.ix;
+        if old.usable {
+            match old.kind.expect("indexed") {
+                NodeKind::Empty => ix.empty.remove(&n),
+                NodeKind::Slotted => ix.slotted[old.level as usize].remove(&n),
+                NodeKind::Pool => ix.pools[old.level as usize].remove(&n),
+            };
+            ix.phys[old.phys_free as usize].remove(&n);
+        }
+        for a in &old.vacant {
+            ix.vacant.remove(&(n, *a));
+        }
+        for g in &old.guests {
+            ix.guests.remove(&(n, *g));
+        }
+        for g in &old.ones {
+            ix.ones.remove(&(n, *g));
+        }
+        for &(w, g) in &old.multi {
+            ix.multi.remove(&(w, n, g));
+        }
+        if old.pool_source {
+            ix.pool_sources[old.level as usize].remove(&n);
+        }
+        if let Some(s) = old.dissolvable {
+            ix.dissolvable[s as usize].remove(&n);
+        }
+        for v in bits(old.gives) {
+            ix.gives[v as usize].remove(&n);
+        }
+        for v in bits(old.accepts) {
+            ix.accepts[v as usize].remove(&n);
+        }
+        if let Some(s) = old.home_need {
+            ix.home_need[s as usize].remove(&n);
+        }
+    }
+
+    pub(super) fn ok_dest(&self, n: NodeId, allowed: Option<&NodeSet>) -> bool {
+        self.usable.contains(n) && allowed.is_none_or(|a| a.contains(n))
+    }
+
+    /// The lowest-index node passing `ok` in the first level of `index`, in
+    /// the order of `levels`: every best-fit query of the engine.
+    pub(super) fn first_in(
+        index: &[BTreeSet<NodeId>],
+        levels: impl IntoIterator<Item = u32>,
+        ok: impl Fn(NodeId) -> bool,
+    ) -> Option<NodeId> {
+        levels
+            .into_iter()
+            .find_map(|l| index[l as usize].iter().copied().find(|&n| ok(n)))
+    }
+}
+
+/// The set bits of `mask`, lowest first.
+pub(super) fn bits(mask: u32) -> impl Iterator<Item = u32> {
+    (0..32).filter(move |b| mask & (1 << b) != 0)
+}
+
+/// Every index of the engine. Each query of Place and Compact is a lookup
+/// here, so an event costs what it touches, not the cluster size.
+#[derive(Clone, Debug)]
+pub(super) struct Index {
+    /// Usable empty nodes.
+    pub(super) empty: BTreeSet<NodeId>,
+    /// Usable slotted nodes by `D(n)`.
+    pub(super) slotted: Vec<BTreeSet<NodeId>>,
+    /// Usable pool nodes by used GPUs (members and guests).
+    pub(super) pools: Vec<BTreeSet<NodeId>>,
+    /// Usable nodes by physically free GPUs (overflow).
+    pub(super) phys: Vec<BTreeSet<NodeId>>,
+    /// Open slot vacancies on usable nodes, by (node, anchor).
+    pub(super) vacant: BTreeSet<(NodeId, InstanceRef)>,
+    /// Every guest, by (node, instance).
+    pub(super) guests: BTreeSet<(NodeId, InstanceRef)>,
+    /// Movable 1-GPU guests.
+    pub(super) ones: BTreeSet<(NodeId, InstanceRef)>,
+    /// Movable multi-GPU guests by (slot width, node, instance).
+    pub(super) multi: BTreeSet<(u32, NodeId, InstanceRef)>,
+    /// Pool nodes with a movable member, by used GPUs.
+    pub(super) pool_sources: Vec<BTreeSet<NodeId>>,
+    /// Fully movable open slotted nodes by the room their units take.
+    pub(super) dissolvable: Vec<BTreeSet<NodeId>>,
+    /// Open slotted nodes by each room their movable units can give.
+    pub(super) gives: Vec<BTreeSet<NodeId>>,
+    /// Usable open slotted nodes by each room that fills them.
+    pub(super) accepts: Vec<BTreeSet<NodeId>>,
+    /// Nodes whose multi-GPU guest gets home once this much room leaves.
+    pub(super) home_need: Vec<BTreeSet<NodeId>>,
+    /// Nodes changed since the slotted pass last looked at them.
+    pub(super) dirty: BTreeSet<NodeId>,
+}
+
+impl Index {
+    pub(super) fn new(cap: u32) -> Self {
+        let levels = vec![BTreeSet::new(); cap as usize + 1];
+        Self {
+            empty: BTreeSet::new(),
+            slotted: levels.clone(),
+            pools: levels.clone(),
+            phys: levels.clone(),
+            vacant: BTreeSet::new(),
+            guests: BTreeSet::new(),
+            ones: BTreeSet::new(),
+            multi: BTreeSet::new(),
+            pool_sources: levels.clone(),
+            dissolvable: levels.clone(),
+            gives: levels.clone(),
+            accepts: levels.clone(),
+            home_need: levels,
+            dirty: BTreeSet::new(),
+        }
+    }
+}
