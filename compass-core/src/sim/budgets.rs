@@ -1325,6 +1325,7 @@ impl<'a> Sim<'a> {
                 capacity: cap,
                 free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
                 usable: NodeSet::full(self.cfg.spec.nodes),
+                traits: Vec::new(),
             };
             let pending = self.pending_view(i);
             let Some(victims) = plan_room(
