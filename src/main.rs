@@ -38,7 +38,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    Simulate(simulate::Args),
+    // Boxed: its options (placement and policy simulator) dwarf the others.
+    Simulate(Box<simulate::Args>),
     Compare(compare::Args),
     Bench(bench::Args),
     /// Show the live placement state of select/cons_tres_compass (per node, SIF).
@@ -66,7 +67,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Simulate(args) => simulate::run(args),
+        Command::Simulate(args) => simulate::run(*args),
         Command::Compare(args) => compare::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Status(args) => status::run(args),
