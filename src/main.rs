@@ -38,7 +38,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    Simulate(simulate::Args),
+    // Boxed: its options (placement and policy simulator) dwarf the others.
+    Simulate(Box<simulate::Args>),
     Compare(compare::Args),
     Bench(bench::Args),
     /// Show the live placement state of select/cons_tres_compass (per node, SIF).
@@ -50,6 +51,9 @@ enum Command {
     Replay(replay::Args),
     /// Mark Slurm nodes faulty or repaired through compass-budgetd (admins), or list them.
     Node(compass_budget::cli::NodeArgs),
+    /// Write a workload shaped like the published budget design's (seeded):
+    /// a canonical trace and a budget tree for `simulate --budgets`.
+    Workload(policy::WorkloadArgs),
 }
 
 fn main() -> ExitCode {
@@ -63,11 +67,12 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Simulate(args) => simulate::run(args),
+        Command::Simulate(args) => simulate::run(*args),
         Command::Compare(args) => compare::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Status(args) => status::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::Workload(args) => policy::run_workload(args),
         Command::Node(a) => compass_budget::cli::node_command(&a).map_err(error::CliError::Failed),
         Command::Budget(args) => compass_budget::cli::run_budget(&args)
             .map_err(|e| error::CliError::Failed(e.to_string())),

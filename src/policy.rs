@@ -10,7 +10,7 @@ use clap::builder::PossibleValuesParser;
 use compass_core::fairshare::tree::OrgTree;
 use compass_core::sim::budgets::{
     assign_venus, from_canonical, run_budgets, scale_demand, BudgetJob, BudgetReport,
-    BudgetSimConfig, TeamOrder,
+    BudgetSimConfig, Preemption, TeamOrder,
 };
 use compass_core::trace::TraceFormat;
 use serde::Serialize;
@@ -54,10 +54,28 @@ pub struct PolicyArgs {
     pub cycle: f64,
 
     /// How teams are ordered when capacity frees up: the published design's
-    /// ratio order, or ours (teams under their allocation first).
-    #[arg(long, default_value = "under-allocation-first",
-          value_parser = PossibleValuesParser::new(["ratio", "under-allocation-first"]))]
+    /// ratio order, ours (teams under their allocation first), or Slurm's
+    /// Fair Tree (`priority/multifactor` with usage decayed by
+    /// `--decay-half-life`, an anchor; docs/policy-simulator.md).
+    #[arg(long, visible_alias = "order", default_value = "under-allocation-first",
+          value_parser = PossibleValuesParser::new(["ratio", "under-allocation-first", "fair-tree"]))]
     pub team_order: String,
+
+    /// Preemption rules: ours (protected time, "still prioritised"), none
+    /// (Slurm preempt/none; with fair-tree one queue for all jobs), or
+    /// scavenger (Slurm preempt/qos: unallocated jobs run in a scavenger QOS
+    /// that any allocated job preempts after --preempt-exempt-time).
+    #[arg(long, default_value = "compass",
+          value_parser = PossibleValuesParser::new(["compass", "none", "scavenger"]))]
+    pub preempt: String,
+
+    /// Slurm `PreemptExemptTime` of the scavenger QOS (`--preempt scavenger`).
+    #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
+    pub preempt_exempt_time: f64,
+
+    /// Slurm `PriorityDecayHalfLife` of the fair-tree order's usage.
+    #[arg(long, default_value = "7d", value_name = "DURATION", value_parser = parse_duration)]
+    pub decay_half_life: f64,
 
     /// Drains for blocked jobs: at most this many jobs that no legal set of
     /// victims can place hold the nodes that will be room soonest, so no new
@@ -200,8 +218,16 @@ pub fn run(
     cfg.drain_min_gpus = args.drain_min_gpus;
     cfg.team_order = match args.team_order.as_str() {
         "ratio" => TeamOrder::Ratio,
+        "fair-tree" => TeamOrder::FairTree,
         _ => TeamOrder::UnderAllocationFirst,
     };
+    cfg.preemption = match args.preempt.as_str() {
+        "none" => Preemption::None,
+        "scavenger" => Preemption::Scavenger,
+        _ => Preemption::Compass,
+    };
+    cfg.preempt_exempt_s = args.preempt_exempt_time;
+    cfg.decay_half_life_s = args.decay_half_life;
     if !args.sweep_window.is_empty() || !args.sweep_cap.is_empty() {
         return sweep(&jobs, &tree, &cfg, args, quiet);
     }
@@ -209,12 +235,13 @@ pub fn run(
     cfg.protection.min_runtime_cap_s = args.min_runtime_cap;
     if !quiet {
         eprintln!(
-            "{}: {} jobs on {} x {} GPUs, policy {policy}, team order {}",
+            "{}: {} jobs on {} x {} GPUs, policy {policy}, team order {}, preemption {}",
             loaded.path,
             jobs.len(),
             loaded.spec.nodes,
             loaded.spec.gpus_per_node,
-            args.team_order
+            args.team_order,
+            args.preempt
         );
     }
     let started = Instant::now();
@@ -393,4 +420,68 @@ mod tests {
         assert!(parse_duration("-1h").is_err());
         assert!(parse_duration("abc").is_err());
     }
+}
+
+/// `compass workload`: writes a workload shaped like the published budget
+/// design's (issue 15) as a canonical trace and a budget tree.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WorkloadArgs {
+    /// Seed of the generator: the same seed and options give the same files.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Teams (leaves of the budget tree), each with a budget of 2-25%.
+    #[arg(long, default_value_t = 15)]
+    pub teams: usize,
+    /// Cluster size (8-GPU nodes) the demand is set for; replay it on other
+    /// sizes with `simulate --demand`.
+    #[arg(long, default_value_t = 125)]
+    pub nodes: u32,
+    /// Days of arrivals.
+    #[arg(long, default_value_t = 30.0)]
+    pub days: f64,
+    /// Offered GPU-time over capacity (the published setting: 2-3x).
+    #[arg(long, default_value_t = 2.5)]
+    pub demand: f64,
+    /// Canonical trace to write (CSV).
+    #[arg(long, value_name = "FILE")]
+    pub trace: PathBuf,
+    /// Budget tree to write (TOML, the format of `compass budget import`).
+    #[arg(long, value_name = "FILE")]
+    pub budgets: PathBuf,
+}
+
+/// Generates the workload (`compass_core::sim::budgets::workload`) and
+/// writes it.
+pub fn run_workload(args: WorkloadArgs) -> Result<()> {
+    use compass_core::sim::budgets::workload::{generate, to_canonical_csv, WorkloadConfig};
+    if !(args.days > 0.0 && args.demand > 0.0 && args.nodes > 0 && args.teams > 0) {
+        return Err(CliError::Usage(
+            "--days, --demand, --nodes and --teams must be positive".into(),
+        ));
+    }
+    let w = generate(&WorkloadConfig {
+        seed: args.seed,
+        teams: args.teams,
+        nodes: args.nodes,
+        days: args.days,
+        demand: args.demand,
+    });
+    let toml = compass_budget::cli::budgets_to_toml(&w.tree)
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let header = format!(
+        "# Generated by: compass workload --seed {} --teams {} --nodes {} --days {} --demand {}\n\n",
+        args.seed, args.teams, args.nodes, args.days, args.demand
+    );
+    std::fs::write(&args.budgets, header + &toml)
+        .map_err(|e| CliError::io(args.budgets.display(), e))?;
+    std::fs::write(&args.trace, to_canonical_csv(&w.jobs))
+        .map_err(|e| CliError::io(args.trace.display(), e))?;
+    eprintln!(
+        "{} jobs of {} teams written to {} and {}",
+        w.jobs.len(),
+        args.teams,
+        args.trace.display(),
+        args.budgets.display()
+    );
+    Ok(())
 }

@@ -91,6 +91,32 @@ pub struct BudgetSimConfig {
     /// jobs find room as other jobs end; every drain costs the held nodes'
     /// protected work meanwhile.
     pub drain_min_gpus: u64,
+    /// Who may preempt whom in the enforcement cycle ([`Preemption`]).
+    pub preemption: Preemption,
+    /// `PreemptExemptTime` of the scavenger QOS ([`Preemption::Scavenger`]):
+    /// a scavenger job is no victim before it has run this long.
+    pub preempt_exempt_s: Seconds,
+    /// `PriorityDecayHalfLife` of [`TeamOrder::FairTree`].
+    pub decay_half_life_s: Seconds,
+}
+
+/// Preemption rules of the enforcement cycle.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preemption {
+    /// Ours (`crate::preempt`): protected time, "still prioritised".
+    #[default]
+    Compass,
+    /// No preemption at all (Slurm `PreemptType=preempt/none`). With
+    /// [`TeamOrder::FairTree`] there is one QOS: allocated and unallocated
+    /// jobs share one queue and all usage counts.
+    None,
+    /// Slurm `PreemptType=preempt/qos`: unallocated jobs (min runtime 0) run
+    /// in a scavenger QOS (lower priority, `UsageFactor=0`) that every
+    /// normal-QOS (allocated) job may preempt (`PreemptMode=REQUEUE`, or
+    /// cancel when not resumable) once the scavenger job has run
+    /// `PreemptExemptTime`; normal jobs are never preempted.
+    Scavenger,
 }
 
 /// How the scheduler orders teams.
@@ -106,6 +132,11 @@ pub enum TeamOrder {
     /// near its allocation hour by hour, which is what "owed GPU-hours" counts.
     #[default]
     UnderAllocationFirst,
+    /// Slurm's Fair Tree (`priority/multifactor`, `PriorityFlags=FAIR_TREE`,
+    /// [`fair_tree`]): teams by Level Fairshare of usage decayed with
+    /// `PriorityDecayHalfLife`, from the root down; fair share dominant, age
+    /// (submit time) the tie-breaker within a team. An anchor (issue 15).
+    FairTree,
 }
 
 /// Whether the report carries the event log.
@@ -157,6 +188,9 @@ impl BudgetSimConfig {
             max_drains: 0,
             drain_after_s: 2.0 * 3600.0,
             drain_min_gpus: 0,
+            preemption: Preemption::default(),
+            preempt_exempt_s: 600.0,
+            decay_half_life_s: fair_tree::DEFAULT_HALF_LIFE_S,
         }
     }
 }
@@ -392,6 +426,8 @@ struct Team {
     share: f64,
     leaf: Option<NodeIx>,
     charged: Cumulative,
+    /// Usage decayed with `PriorityDecayHalfLife` ([`TeamOrder::FairTree`]).
+    decayed: fair_tree::DecayedUsage,
     /// GPUs of the team's running jobs, by kind.
     run_charged: u64,
     run_free: u64,
@@ -783,6 +819,9 @@ impl<'a> Sim<'a> {
             )
         });
         self.order = order;
+        if self.cfg.team_order == TeamOrder::FairTree {
+            self.order = self.fair_tree_order();
+        }
         self.ratios.ratio = self
             .teams
             .iter()
@@ -794,6 +833,21 @@ impl<'a> Sim<'a> {
             })
             .collect();
         self.refresh_loads();
+    }
+
+    /// Teams by Slurm's Fair Tree rank of their decayed usage
+    /// ([`fair_tree::fair_tree_rank`]); accounts outside the tree last.
+    fn fair_tree_order(&self) -> Vec<usize> {
+        let mut usage = vec![0.0; self.tree.len()];
+        for team in &self.teams {
+            if let Some(l) = team.leaf {
+                usage[l] += team.decayed.at(self.now, self.cfg.decay_half_life_s);
+            }
+        }
+        let rank = fair_tree::fair_tree_rank(self.tree, &usage);
+        let mut order: Vec<usize> = (0..self.teams.len()).collect();
+        order.sort_by_key(|&t| (self.teams[t].leaf.map_or(usize::MAX, |l| rank[l]), t));
+        order
     }
 
     /// Allocated GPUs each team runs now against its allocation.
@@ -815,7 +869,7 @@ impl<'a> Sim<'a> {
     /// Teams in the order their jobs are served now (see [`TeamOrder`]).
     fn team_order(&self) -> Vec<usize> {
         match self.cfg.team_order {
-            TeamOrder::Ratio => self.order.clone(),
+            TeamOrder::Ratio | TeamOrder::FairTree => self.order.clone(),
             TeamOrder::UnderAllocationFirst => {
                 let cap = self.capacity as f64;
                 let (under, over): (Vec<usize>, Vec<usize>) = self.order.iter().partition(|&&t| {
@@ -838,7 +892,13 @@ impl<'a> Sim<'a> {
         // as large in both GPUs and instances fails too.
         let mut failed: Vec<(u32, u32)> = Vec::new();
         let order = self.team_order();
-        for alloc in [true, false] {
+        // Allocated jobs first, then unallocated ones; or one queue.
+        let kinds: &[Option<bool>] = if self.one_queue() {
+            &[None]
+        } else {
+            &[Some(true), Some(false)]
+        };
+        for &kind in kinds {
             for &t in &order {
                 // Shapes of this team that failed only because drains held
                 // nodes (other teams' jobs may be allowed there).
@@ -848,12 +908,16 @@ impl<'a> Sim<'a> {
                         return Ok(());
                     }
                     let team = &self.teams[t];
-                    let w = if alloc {
-                        &team.wait_alloc
-                    } else {
-                        &team.wait_free
+                    let head = |w: &Waiting| first_fitting(w, free, &failed, &team_failed);
+                    let next = match kind {
+                        Some(true) => head(&team.wait_alloc),
+                        Some(false) => head(&team.wait_free),
+                        None => head(&team.wait_alloc)
+                            .into_iter()
+                            .chain(head(&team.wait_free))
+                            .min(),
                     };
-                    let Some((_, _, i)) = first_fitting(w, free, &failed, &team_failed) else {
+                    let Some((_, _, i)) = next else {
                         break;
                     };
                     attempts += 1;
@@ -939,6 +1003,7 @@ impl<'a> Sim<'a> {
         let now = self.now;
         let gpus = self.gpus(i);
         let alloc = self.allocated(i);
+        self.accrue_decayed(i, gpus as f64);
         let team = &mut self.teams[self.live[i].team];
         if alloc {
             team.run_charged += gpus;
@@ -996,6 +1061,7 @@ impl<'a> Sim<'a> {
         let start = self.live[i].run_start.take().unwrap_or(now);
         let gpus = self.gpus(i);
         let alloc = self.allocated(i);
+        self.accrue_decayed(i, -(gpus as f64));
         let team = &mut self.teams[self.live[i].team];
         if alloc {
             team.run_charged -= gpus;
@@ -1011,6 +1077,27 @@ impl<'a> Sim<'a> {
             self.charge_migrations(&migrations);
         }
         Ok(run)
+    }
+
+    /// Fair Tree usage ([`TeamOrder::FairTree`] only): every job's GPU-time
+    /// counts, except scavenger jobs' (`UsageFactor=0`,
+    /// [`Preemption::Scavenger`]).
+    fn accrue_decayed(&mut self, i: usize, delta: f64) {
+        if self.cfg.team_order != TeamOrder::FairTree
+            || (self.cfg.preemption == Preemption::Scavenger && !self.allocated(i))
+        {
+            return;
+        }
+        let (now, h) = (self.now, self.cfg.decay_half_life_s);
+        self.teams[self.live[i].team]
+            .decayed
+            .add_rate(now, delta, h);
+    }
+
+    /// One queue for all jobs (no scavenger QOS): Fair Tree without
+    /// preemption, as a site with a single QOS would run it.
+    fn one_queue(&self) -> bool {
+        self.cfg.team_order == TeamOrder::FairTree && self.cfg.preemption == Preemption::None
     }
 
     fn finish(&mut self, i: usize) -> Result<()> {
@@ -1105,6 +1192,11 @@ impl<'a> Sim<'a> {
     /// (at most `preempt_depth` teams, in fair-share order) preempts what it
     /// needs ([`plan_room`]).
     fn preempt_for_blocked(&mut self) -> Result<()> {
+        match self.cfg.preemption {
+            Preemption::Compass => {}
+            Preemption::None => return Ok(()),
+            Preemption::Scavenger => return self.preempt_scavengers(),
+        }
         // The first waiting allocated job of each team, teams in fair-share
         // order: a team below its allocation must be able to reclaim it even
         // when another team sorts ahead of it.
@@ -1187,6 +1279,77 @@ impl<'a> Sim<'a> {
             self.relocate(&mut running);
         }
         self.update_drains(&unplaceable);
+        Ok(())
+    }
+
+    /// Slurm's QOS preemption ([`Preemption::Scavenger`]): waiting
+    /// allocated (normal-QOS) jobs, in priority order (teams in queue order,
+    /// then age), up to `preempt_depth` of them, each preempt the scavenger
+    /// jobs that have run at least `PreemptExemptTime` and make it
+    /// placeable ([`plan_room`] with only those jobs as candidates: an
+    /// unallocated job is a legal victim of any allocated request).
+    fn preempt_scavengers(&mut self) -> Result<()> {
+        let exempt = self.cfg.preempt_exempt_s;
+        let now = self.now;
+        let mut running: Vec<RunningJob> = self
+            .running_view(false)
+            .into_iter()
+            .filter(|r| r.min_runtime_s == 0.0 && now - r.started_s >= exempt)
+            .collect();
+        if running.is_empty() {
+            return Ok(());
+        }
+        let mut pending: Vec<usize> = Vec::new();
+        for &t in &self.team_order() {
+            let mut keys: Vec<WaitKey> = self.teams[t]
+                .wait_alloc
+                .values()
+                .flat_map(|set| set.iter().copied())
+                .collect();
+            keys.sort();
+            let room = self.cfg.preempt_depth - pending.len();
+            pending.extend(keys.into_iter().take(room).map(|k| k.2));
+            if pending.len() == self.cfg.preempt_depth {
+                break;
+            }
+        }
+        self.moved.clear();
+        let cap = self.cfg.spec.gpus_per_node;
+        let mut excluded: BTreeSet<JobId> = BTreeSet::new();
+        for i in pending {
+            if running.is_empty() {
+                break;
+            }
+            let occ = self.policy.occupancy();
+            let room = NodeRoom {
+                capacity: cap,
+                free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
+                usable: NodeSet::full(self.cfg.spec.nodes),
+                traits: Vec::new(),
+            };
+            let pending = self.pending_view(i);
+            let Some(victims) = plan_room(
+                &pending,
+                &running,
+                &room,
+                &self.ratios,
+                self.now,
+                &self.cfg.protection,
+                &excluded,
+            ) else {
+                continue;
+            };
+            for v in &victims {
+                excluded.insert(v.victim);
+            }
+            if !victims.is_empty() {
+                let ids: Vec<usize> = victims.iter().map(|v| (v.victim.0 - 1) as usize).collect();
+                self.preempt(&ids, pending.id)?;
+            }
+            self.try_start(i)?;
+            running.retain(|r| !excluded.contains(&r.id));
+            self.relocate(&mut running);
+        }
         Ok(())
     }
 
@@ -1410,6 +1573,12 @@ impl<'a> Sim<'a> {
         }
     }
 }
+
+#[path = "fair_tree.rs"]
+pub mod fair_tree;
+
+#[path = "workload.rs"]
+pub mod workload;
 
 #[cfg(test)]
 #[path = "budgets_tests.rs"]
