@@ -83,6 +83,11 @@ pub struct Sample {
     /// Waiting jobs that would fit the free GPUs as they are at this poll
     /// (`w` nodes with at least `g` free GPUs each), each counted alone.
     pub fit_waiting: u64,
+    /// Running jobs the engine keeps still by its migration rule (not
+    /// resumable, protected, starting up, cooling down, ending soon), from
+    /// its published state: Theorem 1's bound is promised only while this
+    /// is 0 (issue #10: exceeded by choice, reported, not a failure).
+    pub kept_still: u64,
 }
 
 /// Time integrals of the metrics over one window (as the simulator's).
@@ -132,6 +137,11 @@ pub struct Observer {
     pub max_n_sif: u64,
     pub max_n_sif_wcc: Option<u64>,
     pub max_n_sif_wcc_settled: Option<u64>,
+    /// Max `N*SIF` at settled instants where WCC held while the engine kept
+    /// some job still by its migration rule (the bound does not apply).
+    pub max_n_sif_wcc_settled_kept: Option<u64>,
+    /// Wall seconds with `N*SIF > 2` under WCC while jobs were kept still.
+    pub over_bound_by_choice_s: f64,
     pub samples: Vec<Sample>,
     /// Job-seconds that waiting jobs spent while they would have fitted the
     /// free GPUs ([`Sample::fit_waiting`] integrated over time).
@@ -166,6 +176,8 @@ impl Observer {
             max_n_sif: 0,
             max_n_sif_wcc: None,
             max_n_sif_wcc_settled: None,
+            max_n_sif_wcc_settled_kept: None,
+            over_bound_by_choice_s: 0.0,
             samples: Vec::new(),
             fit_wait_s: 0.0,
             state_mtime: None,
@@ -403,6 +415,10 @@ impl Observer {
             .as_ref()
             .is_some_and(|s| !s.pending_migrations.is_empty());
         let settled = placement == self.last_placement && !requeued_waiting && !in_flight;
+        let kept_still: u64 = self
+            .state
+            .as_ref()
+            .map_or(0, |s| s.kept_still.values().sum());
         let state_age_s = self
             .state
             .as_ref()
@@ -422,6 +438,7 @@ impl Observer {
             in_flight: in_flight || requeued_waiting,
             state_age_s,
             fit_waiting,
+            kept_still,
         };
         // the state since the previous poll held until now
         if let Some(prev) = self.last {
@@ -435,14 +452,20 @@ impl Observer {
                     self.busy.add(dt, sif, &prev);
                 }
                 self.fit_wait_s += dt * prev.fit_waiting as f64;
+                if prev.wcc && prev.n_sif > 2 && prev.kept_still > 0 {
+                    self.over_bound_by_choice_s += dt;
+                }
             }
         }
         self.max_n_sif = self.max_n_sif.max(n_sif);
         if wcc {
             self.max_n_sif_wcc = Some(self.max_n_sif_wcc.unwrap_or(0).max(n_sif));
-            if settled {
+            if settled && kept_still == 0 {
                 self.max_n_sif_wcc_settled =
                     Some(self.max_n_sif_wcc_settled.unwrap_or(0).max(n_sif));
+            } else if settled {
+                self.max_n_sif_wcc_settled_kept =
+                    Some(self.max_n_sif_wcc_settled_kept.unwrap_or(0).max(n_sif));
             }
         }
         self.last_placement = placement;
