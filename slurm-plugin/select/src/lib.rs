@@ -17,9 +17,11 @@
 //! (`contrib/install-select-plugin.sh`): slurmctld loads every select plugin
 //! of its PluginDir and refuses two with one id.
 
+#[macro_use]
 mod forward;
 mod job;
 mod log;
+mod release;
 mod stats;
 mod worker;
 

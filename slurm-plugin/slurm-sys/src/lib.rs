@@ -28,3 +28,6 @@ include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 /// `SLURM_VERSION_NUMBER` of the headers this crate was built against, the
 /// value a plugin must export as `plugin_version`.
 pub const VERSION_NUMBER: u32 = SLURM_VERSION_NUMBER;
+
+/// The release of the headers this crate was built against ("24.11.5").
+pub const RELEASE: &str = env!("SLURM_SYS_RELEASE");
