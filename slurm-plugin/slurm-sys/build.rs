@@ -66,6 +66,14 @@ fn main() {
             version_h.display()
         )),
     };
+    // libslurm's API "current" of each release (SLURM_API_VERSION >> 16 in
+    // the configured tree's config.h; libslurm.so.<current>): what
+    // `slurm_api_version()` of the running Slurm returns.
+    let api_current: u32 = match cfg {
+        "slurm_22_05" => 38,
+        _ => 42,
+    };
+    println!("cargo:rustc-env=SLURM_SYS_API_CURRENT={api_current}");
     println!("cargo:rustc-cfg={cfg}");
     println!("cargo:rustc-env=SLURM_SYS_RELEASE={major}.{minor:02}.{micro}");
     println!("cargo:rustc-env=SLURM_SYS_INCLUDE={}", include.display());
