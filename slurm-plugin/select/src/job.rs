@@ -90,7 +90,7 @@ unsafe fn nodes_from_names(names: *mut c_char) -> Vec<NodeId> {
     let mut b: *mut sys::bitstr_t = std::ptr::null_mut();
     // SAFETY: valid C string; the bitmap is allocated by Slurm and freed here.
     unsafe {
-        sys::node_name2bitmap(names, true, &mut b);
+        sys::node_names_to_bitmap(names, true, &mut b);
         let out = bits(b);
         if !b.is_null() {
             sys::slurm_bit_free(&mut b);

@@ -25,6 +25,9 @@
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
+mod release;
+pub use release::*;
+
 /// `SLURM_VERSION_NUMBER` of the headers this crate was built against, the
 /// value a plugin must export as `plugin_version`.
 pub const VERSION_NUMBER: u32 = SLURM_VERSION_NUMBER;
