@@ -4,6 +4,7 @@
 //! - `node_name2bitmap` takes a fourth argument, `hostlist_t
 //!   **invalid_hostlist` (may be NULL).
 //! - `SHOW_*` are `SLURM_BIT(n)` macros, which bindgen cannot evaluate.
+//! - `slurm_get_errno()` is gone from libslurm: Slurm sets `errno` itself.
 
 #[cfg(feature = "internal")]
 use std::ffi::{c_char, c_int};
@@ -33,4 +34,13 @@ pub unsafe fn node_names_to_bitmap(
 ) -> c_int {
     // SAFETY: forwarded contract; NULL: no list of invalid names wanted.
     unsafe { crate::node_name2bitmap(names, best_effort, bitmap, std::ptr::null_mut()) }
+}
+
+/// 22.05's `slurm_get_errno()`: the calling thread's `errno`, where 24.11's
+/// libslurm leaves its error code.
+///
+/// # Safety
+/// None (unsafe only to match the 22.05 binding at call sites).
+pub unsafe fn slurm_get_errno() -> std::ffi::c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
