@@ -26,6 +26,7 @@
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
 mod release;
+#[allow(unused_imports)]
 pub use release::*;
 
 /// `SLURM_VERSION_NUMBER` of the headers this crate was built against, the
