@@ -5,10 +5,14 @@
 use std::path::Path;
 
 fn main() {
+    // Same choice as slurm-plugin/slurm-sys: SLURM_INCLUDE_DIR, else
+    // COMPASS_SLURM_PREFIX/include (another release, contrib/build-slurm.sh).
     let header = std::env::var("SLURM_INCLUDE_DIR")
+        .or_else(|_| std::env::var("COMPASS_SLURM_PREFIX").map(|p| format!("{p}/include")))
         .map(|d| format!("{d}/slurm/slurm_version.h"))
         .unwrap_or_else(|_| "/usr/include/slurm/slurm_version.h".to_string());
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
+    println!("cargo:rerun-if-env-changed=COMPASS_SLURM_PREFIX");
     println!("cargo:rerun-if-changed={header}");
     let version = slurm_version(Path::new(&header)).unwrap_or_else(|| "none".to_string());
     println!("cargo:rustc-env=COMPASS_SLURM_VERSION={version}");

@@ -25,6 +25,9 @@
 #   COMPASS_SPANK_SO    if set: plugstack.conf loads this SPANK plugin
 #   COMPASS_CONF        compass.conf for both plugins (copied to LAB/etc)
 #   COMPASS_JOB_SUBMIT_LUA  if set: job_submit/lua with this script
+#   LAB_SLURM           Slurm release: 22.05 (default, Debian 12's packages)
+#                       or 24.11 (/opt/slurm-24.11 from contrib/build-slurm.sh;
+#                       another prefix with LAB_SLURM_PREFIX)
 #   LAB_EXTRA_CONF      if set: a file of slurm.conf lines appended to the
 #                       generated slurm.conf (later lines win), e.g.
 #                       etc/slurm-budget.conf for priority/multifactor
@@ -40,7 +43,16 @@ LAB=${2:?usage: slurm-lab.sh up|down|restart-ctld LAB}
 mkdir -p "$LAB"
 LAB=$(cd "$LAB" && pwd)
 export SLURM_CONF=$LAB/etc/slurm.conf
-SBIN=/usr/sbin
+case "${LAB_SLURM:-22.05}" in
+22.05)
+    SBIN=/usr/sbin SFX=-wlm STOCK_DIR=/usr/lib/x86_64-linux-gnu/slurm-wlm ;;
+24.11)
+    PFX=${LAB_SLURM_PREFIX:-/opt/slurm-24.11}
+    SBIN=$PFX/sbin SFX="" STOCK_DIR=$PFX/lib/slurm
+    [ -x "$SBIN/slurmctld" ] || { echo "slurm-lab.sh: $SBIN/slurmctld missing: run contrib/build-slurm.sh 24.11" >&2; exit 1; }
+    export PATH=$PFX/bin:$PATH ;;
+*) echo "slurm-lab.sh: LAB_SLURM=${LAB_SLURM} is not a supported release (22.05, 24.11)" >&2; exit 2 ;;
+esac
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
@@ -100,9 +112,9 @@ write_conf() {
     lay=$(layout)
     nodes=$(node_count)
     [ "$lay" = site ] && gpus=8
-    local plugin_dir=/usr/lib/x86_64-linux-gnu/slurm-wlm select_type=select/cons_tres job_submit=""
+    local plugin_dir=$STOCK_DIR select_type=select/cons_tres job_submit=""
     if [ -n "${COMPASS_SELECT_SO:-}" ]; then
-        "$HERE/install-select-plugin.sh" "$COMPASS_SELECT_SO" "$LAB/plugins" >/dev/null
+        "$HERE/install-select-plugin.sh" "$COMPASS_SELECT_SO" "$LAB/plugins" "$STOCK_DIR" >/dev/null
         plugin_dir=$LAB/plugins
         select_type=select/cons_tres_compass
     fi
@@ -110,6 +122,14 @@ write_conf() {
         sed "s#@LAB@#$LAB#g" "$COMPASS_CONF" >"$LAB/etc/compass.conf"
     else
         : >"$LAB/etc/compass.conf"
+    fi
+    if [ "$STOCK_DIR" != /usr/lib/x86_64-linux-gnu/slurm-wlm ] && ! grep -q '^stock_plugin' "$LAB/etc/compass.conf"; then
+        # The stock cons_tres of this release (compass.conf's default is Debian's).
+        if grep -q '^\[select\]' "$LAB/etc/compass.conf"; then
+            sed -i "/^\[select\]/a stock_plugin = \"$STOCK_DIR/select_cons_tres.so\"" "$LAB/etc/compass.conf"
+        else
+            printf '[select]\nstock_plugin = "%s"\n' "$STOCK_DIR/select_cons_tres.so" >>"$LAB/etc/compass.conf"
+        fi
     fi
     if [ -n "${COMPASS_JOB_SUBMIT_LUA:-}" ]; then
         cp "$COMPASS_JOB_SUBMIT_LUA" "$LAB/etc/job_submit.lua"
@@ -175,9 +195,9 @@ up() {
     if [ "$(id -u)" -ne 0 ]; then echo "slurm-lab.sh: must run as root" >&2; exit 1; fi
     mkdir -p "$LAB"/{bin,etc,munge,state,spool,run,log,fakedev}
     chmod 700 "$LAB/munge"
-    ln -sfn "$SBIN/slurmctld-wlm" "$LAB/bin/slurmctld"
-    ln -sfn "$SBIN/slurmd-wlm" "$LAB/bin/slurmd"
-    ln -sfn "$SBIN/slurmstepd-wlm" "$LAB/bin/slurmstepd"
+    ln -sfn "$SBIN/slurmctld$SFX" "$LAB/bin/slurmctld"
+    ln -sfn "$SBIN/slurmd$SFX" "$LAB/bin/slurmd"
+    ln -sfn "$SBIN/slurmstepd$SFX" "$LAB/bin/slurmstepd"
     write_conf
     if ! pid_alive "$LAB/munge/munged.pid"; then
         [ -f "$LAB/munge/munge.key" ] || {

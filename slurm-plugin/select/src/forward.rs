@@ -6,54 +6,67 @@
 //! `job_fini`) are in `job.rs`.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
-use std::sync::OnceLock;
 
 use slurm_sys as sys;
 
 use crate::{guard, SLURM_ERROR};
 
-type JobPtr = *mut sys::job_record_t;
-type Bitmap = *mut sys::bitstr_t;
-type P = *mut c_void;
+pub(crate) type JobPtr = *mut sys::job_record_t;
+pub(crate) type Bitmap = *mut sys::bitstr_t;
+pub(crate) type P = *mut c_void;
 
+/// Declares the `select_p_*` entry points a stock select plugin has: a
+/// struct `$stock` of function pointers, loaded by dlsym and kept in a
+/// static (`$stock::get()`), and for each `plain` entry an exported
+/// `#[no_mangle]` function that forwards to it (`custom` ones are written by
+/// hand). The common entries are below; those of one release only, and the
+/// changed signatures, are in `crate::release`.
 macro_rules! select_ops {
-    ($( $kind:ident fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty = $err:expr; )*) => {
+    (struct $stock:ident; $( $kind:ident fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty = $err:expr; )*) => {
         /// Entry points of the stock plugin.
-        pub struct Stock {
-            pub init: unsafe extern "C" fn() -> c_int,
-            pub fini: unsafe extern "C" fn() -> c_int,
+        pub struct $stock {
             $( pub $name: unsafe extern "C" fn($($ty),*) -> $ret, )*
         }
 
-        impl Stock {
+        impl $stock {
+            fn cell() -> &'static std::sync::OnceLock<$stock> {
+                static CELL: std::sync::OnceLock<$stock> = std::sync::OnceLock::new();
+                &CELL
+            }
+
+            /// The loaded entry points (init() loaded them before any other call).
+            pub fn get() -> &'static $stock {
+                Self::cell().get().expect("stock cons_tres loaded by init()")
+            }
+
             /// # Safety
             /// `lib` is a live dlopen handle of a Slurm select plugin.
-            unsafe fn load(lib: *mut c_void, path: &str) -> Result<Self, String> {
+            pub(crate) unsafe fn install(lib: *mut std::ffi::c_void, path: &str) -> Result<(), String> {
                 // SAFETY: forwarded contract.
-                let sym = |name: &str| -> Result<*mut c_void, String> {
-                    let c = CString::new(name).map_err(|e| e.to_string())?;
+                let sym = |name: &str| -> Result<*mut std::ffi::c_void, String> {
+                    let c = std::ffi::CString::new(name).map_err(|e| e.to_string())?;
                     let p = unsafe { libc::dlsym(lib, c.as_ptr()) };
                     if p.is_null() {
-                        Err(format!("{path}: symbol {name} missing: not a select plugin of this Slurm release"))
+                        Err(format!("{path}: symbol {name} missing: not a select plugin of Slurm {}", slurm_sys::RELEASE))
                     } else {
                         Ok(p)
                     }
                 };
                 // SAFETY: each symbol has the C signature declared in
-                // src/common/select.h of the same release.
-                unsafe {
-                    Ok(Self {
-                        init: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(sym("init")?),
-                        fini: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(sym("fini")?),
-                        $( $name: std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> $ret>(sym(stringify!($name))?), )*
-                    })
-                }
+                // select.h/select.c of the same release.
+                let s = unsafe {
+                    $stock {
+                        $( $name: std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C" fn($($ty),*) -> $ret>(sym(stringify!($name))?), )*
+                    }
+                };
+                let _ = Self::cell().set(s);
+                Ok(())
             }
         }
 
-        $( select_ops!(@export $kind $name ($($arg : $ty),*) -> $ret = $err); )*
+        $( select_ops!(@export $stock $kind $name ($($arg : $ty),*) -> $ret = $err); )*
     };
-    (@export plain $name:ident ($($arg:ident : $ty:ty),*) -> $ret:ty = $err:expr) => {
+    (@export $stock:ident plain $name:ident ($($arg:ident : $ty:ty),*) -> $ret:ty = $err:expr) => {
         /// Forwarded to the stock cons_tres.
         ///
         /// # Safety
@@ -61,24 +74,24 @@ macro_rules! select_ops {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             // SAFETY: same arguments, same signature.
-            guard(stringify!($name), $err, || unsafe { (stock().$name)($($arg),*) })
+            guard(stringify!($name), $err, || unsafe { ($stock::get().$name)($($arg),*) })
         }
     };
-    (@export custom $($rest:tt)*) => {};
+    (@export $stock:ident custom $($rest:tt)*) => {};
 }
 
 select_ops! {
+    struct Stock;
+    custom fn init() -> c_int = SLURM_ERROR;
+    custom fn fini() -> c_int = SLURM_ERROR;
     plain fn select_p_state_save(dir_name: *mut c_char) -> c_int = SLURM_ERROR;
     custom fn select_p_state_restore(dir_name: *mut c_char) -> c_int = SLURM_ERROR;
     custom fn select_p_job_init(job_list: P) -> c_int = SLURM_ERROR;
     plain fn select_p_node_init() -> c_int = SLURM_ERROR;
-    custom fn select_p_job_test(job_ptr: JobPtr, bitmap: Bitmap, min_nodes: u32, max_nodes: u32, req_nodes: u32,
-        mode: u16, preemptee_candidates: P, preemptee_job_list: *mut P, exc_core_bitmap: Bitmap) -> c_int = SLURM_ERROR;
     plain fn select_p_job_begin(job_ptr: JobPtr) -> c_int = SLURM_ERROR;
     plain fn select_p_job_ready(job_ptr: JobPtr) -> c_int = SLURM_ERROR;
     plain fn select_p_job_expand(from_job_ptr: JobPtr, to_job_ptr: JobPtr) -> c_int = SLURM_ERROR;
     plain fn select_p_job_resized(job_ptr: JobPtr, node_ptr: P) -> c_int = SLURM_ERROR;
-    plain fn select_p_job_signal(job_ptr: JobPtr, signal: c_int) -> c_int = SLURM_ERROR;
     custom fn select_p_job_fini(job_ptr: JobPtr) -> c_int = SLURM_ERROR;
     plain fn select_p_job_suspend(job_ptr: JobPtr, indf_susp: bool) -> c_int = SLURM_ERROR;
     plain fn select_p_job_resume(job_ptr: JobPtr, indf_susp: bool) -> c_int = SLURM_ERROR;
@@ -99,19 +112,13 @@ select_ops! {
     plain fn select_p_select_jobinfo_copy(jobinfo: P) -> P = std::ptr::null_mut();
     plain fn select_p_select_jobinfo_pack(jobinfo: P, buffer: P, protocol_version: u16) -> c_int = SLURM_ERROR;
     plain fn select_p_select_jobinfo_unpack(jobinfo_pptr: *mut P, buffer: P, protocol_version: u16) -> c_int = SLURM_ERROR;
-    plain fn select_p_select_jobinfo_sprint(jobinfo: P, buf: *mut c_char, size: usize, mode: c_int) -> *mut c_char = std::ptr::null_mut();
-    plain fn select_p_select_jobinfo_xstrdup(jobinfo: P, mode: c_int) -> *mut c_char = std::ptr::null_mut();
     plain fn select_p_get_info_from_plugin(dinfo: c_uint, job_ptr: JobPtr, data: P) -> c_int = SLURM_ERROR;
-    plain fn select_p_update_node_config(index: c_int) -> c_int = SLURM_ERROR;
     plain fn select_p_reconfigure() -> c_int = SLURM_ERROR;
-    plain fn select_p_resv_test(resv_desc_ptr: P, node_cnt: u32, avail_bitmap: Bitmap, core_bitmap: *mut Bitmap) -> Bitmap = std::ptr::null_mut();
 }
-
-static STOCK: OnceLock<Stock> = OnceLock::new();
 
 /// Loads the stock plugin once (idempotent).
 pub fn load_stock(path: &str) -> Result<(), String> {
-    if STOCK.get().is_some() {
+    if Stock::cell().get().is_some() {
         return Ok(());
     }
     let c = CString::new(path).map_err(|e| e.to_string())?;
@@ -133,12 +140,13 @@ pub fn load_stock(path: &str) -> Result<(), String> {
         ));
     }
     // SAFETY: live handle.
-    let stock = unsafe { Stock::load(lib, path)? };
-    let _ = STOCK.set(stock);
-    Ok(())
+    unsafe {
+        Stock::install(lib, path)?;
+        crate::release::StockRelease::install(lib, path)
+    }
 }
 
 /// The loaded stock plugin (init() loaded it before any other call).
 pub fn stock() -> &'static Stock {
-    STOCK.get().expect("stock cons_tres loaded by init()")
+    Stock::get()
 }

@@ -119,7 +119,7 @@ unsafe fn nodes_from_names(names: *mut c_char) -> Vec<NodeId> {
     let mut b: *mut sys::bitstr_t = std::ptr::null_mut();
     // SAFETY: valid C string; the bitmap is allocated by Slurm and freed here.
     unsafe {
-        sys::node_name2bitmap(names, true, &mut b);
+        sys::node_names_to_bitmap(names, true, &mut b);
         let out = bits(b);
         if !b.is_null() {
             sys::slurm_bit_free(&mut b);
@@ -360,40 +360,18 @@ fn ctl_names(ctl: &Controller) -> Vec<String> {
         .collect()
 }
 
-/// Narrows the candidate nodes to the engine's plan, then forwards. In
-/// RUN_NOW mode, if cons_tres cannot place the job on the narrowed nodes
-/// (e.g. CPUs or memory the engine does not model), it is retried on Slurm's
-/// own candidates: the plugin only ever narrows.
-///
-/// # Safety
-/// Called by Slurm with the arguments of `select_g_job_test`.
-#[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn select_p_job_test(
+/// Narrows the candidate nodes to the engine's plan, then forwards through
+/// `call` (the stock `select_p_job_test` with Slurm's other arguments; its
+/// signature is release-specific, see `crate::release`). In RUN_NOW mode, if
+/// cons_tres cannot place the job on the narrowed nodes (e.g. CPUs or memory
+/// the engine does not model), it is retried on Slurm's own candidates: the
+/// plugin only ever narrows.
+pub(crate) fn job_test(
     job_ptr: *mut sys::job_record_t,
     bitmap: *mut sys::bitstr_t,
-    min_nodes: u32,
-    max_nodes: u32,
-    req_nodes: u32,
     mode: u16,
-    preemptee_candidates: *mut c_void,
-    preemptee_job_list: *mut *mut c_void,
-    exc_core_bitmap: *mut sys::bitstr_t,
+    call: &dyn Fn(*mut sys::bitstr_t) -> c_int,
 ) -> c_int {
-    // SAFETY: all pointers from Slurm, forwarded unchanged.
-    let call = |b: *mut sys::bitstr_t| unsafe {
-        (stock().select_p_job_test)(
-            job_ptr,
-            b,
-            min_nodes,
-            max_nodes,
-            req_nodes,
-            mode,
-            preemptee_candidates,
-            preemptee_job_list,
-            exc_core_bitmap,
-        )
-    };
     let t_engine = std::time::Instant::now();
     let narrowed: Option<(NodeSet, bool)> = guard("select_p_job_test (engine)", None, || {
         if job_ptr.is_null() || bitmap.is_null() {
@@ -416,7 +394,7 @@ pub unsafe extern "C" fn select_p_job_test(
     });
     let engine_ns = t_engine.elapsed().as_nanos() as u64;
     let t_stock = std::time::Instant::now();
-    let rc = select_p_job_test_narrowed(narrowed, bitmap, job_ptr, mode, &call);
+    let rc = select_p_job_test_narrowed(narrowed, bitmap, job_ptr, mode, call);
     crate::stats::record_job_test(engine_ns, t_stock.elapsed().as_nanos() as u64);
     rc
 }

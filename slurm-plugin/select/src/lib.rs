@@ -17,9 +17,11 @@
 //! (`contrib/install-select-plugin.sh`): slurmctld loads every select plugin
 //! of its PluginDir and refuses two with one id.
 
+#[macro_use]
 mod forward;
 mod job;
 mod log;
+mod release;
 mod stats;
 mod worker;
 
@@ -83,6 +85,10 @@ fn guard<R>(what: &str, on_panic: R, f: impl FnOnce() -> R) -> R {
 #[no_mangle]
 pub extern "C" fn init() -> c_int {
     guard("init", SLURM_ERROR, || {
+        if let Err(e) = sys::check_running_release() {
+            log::error(&e);
+            return SLURM_ERROR;
+        }
         let path = std::env::var("COMPASS_CONF").unwrap_or_else(|_| DEFAULT_PATH.to_string());
         let config = match Config::load_with_warnings(std::path::Path::new(&path)) {
             Ok((c, warnings)) => {

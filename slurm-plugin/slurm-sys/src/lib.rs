@@ -25,6 +25,48 @@
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
+mod release;
+#[allow(unused_imports)]
+pub use release::*;
+
 /// `SLURM_VERSION_NUMBER` of the headers this crate was built against, the
 /// value a plugin must export as `plugin_version`.
 pub const VERSION_NUMBER: u32 = SLURM_VERSION_NUMBER;
+
+/// The release of the headers this crate was built against ("24.11.5").
+pub const RELEASE: &str = env!("SLURM_SYS_RELEASE");
+
+/// libslurm's API "current" of that release (`SLURM_API_VERSION >> 16`:
+/// 38 for 22.05, 42 for 24.11).
+pub const API_CURRENT: u32 = parse_u32(env!("SLURM_SYS_API_CURRENT"));
+
+const fn parse_u32(s: &str) -> u32 {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut n = 0;
+    while i < b.len() {
+        n = n * 10 + (b[i] - b'0') as u32;
+        i += 1;
+    }
+    n
+}
+
+/// Checks, from inside a Slurm process (plugins only: the symbol comes
+/// from the process), that the running Slurm is the release these bindings
+/// were built for. Slurm itself already refuses a plugin whose
+/// `plugin_version` differs (select plugins: major.minor.micro, SPANK:
+/// major.minor); this is the second line of defence before any struct of
+/// the process is read. `Err` is one log line naming both releases.
+pub fn check_running_release() -> Result<(), String> {
+    // SAFETY: no arguments; present in libslurm of every release.
+    let running = unsafe { slurm_api_version() } as u64;
+    let current = (running >> 16) as u32;
+    if current == API_CURRENT {
+        Ok(())
+    } else {
+        Err(format!(
+            "built for Slurm {RELEASE} (API {API_CURRENT}) but the running Slurm has API {current}: \
+             refusing to load; install the build for this release (docs/admin-guide.md)"
+        ))
+    }
+}

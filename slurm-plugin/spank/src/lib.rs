@@ -139,6 +139,10 @@ pub unsafe extern "C" fn slurm_spank_init(
     av: *mut *mut c_char,
 ) -> c_int {
     guarded("slurm_spank_init", || {
+        if let Err(e) = sys::check_running_release() {
+            log_error(&format!("compass: {e}"));
+            return -1;
+        }
         // SAFETY: forwarded from Slurm.
         let path = unsafe { config_path(ac, av) };
         // SAFETY: plain query.

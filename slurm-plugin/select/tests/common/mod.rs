@@ -1,8 +1,13 @@
-//! Harness of the lab-cluster tests: a real Slurm 22.05 cluster (munge,
+//! Harness of the lab-cluster tests: a real Slurm cluster (munge,
 //! slurmctld, N slurmd with fake GPUs) on this host, started by
 //! `contrib/slurm-lab.sh` with the plugins of this build, and always torn
 //! down (Drop runs on panic too). Needs root and the packages of
 //! `contrib/install-slurm-deps.sh`.
+//!
+//! The lab runs the release the plugins were built for (slurm-sys's
+//! headers: 22.05 from Debian 12, or 24.11 from `/opt/slurm-24.11` when
+//! built with `COMPASS_SLURM_PREFIX=/opt/slurm-24.11`). `COMPASS_LAB_PORT_BASE`
+//! moves the ports (default 17100..17900).
 
 #![allow(dead_code)]
 
@@ -21,6 +26,27 @@ fn repo_root() -> PathBuf {
         .join("../..")
         .canonicalize()
         .expect("repo root")
+}
+
+/// The Slurm release ("22.05", "24.11") the plugins of this build are for;
+/// the lab runs it (`LAB_SLURM` of `contrib/slurm-lab.sh`).
+pub fn release() -> &'static str {
+    &slurm_sys::RELEASE[..5]
+}
+
+/// Once per process: `LAB_SLURM` for slurm-lab.sh and, for a release built
+/// into a prefix, its clients (sbatch, scontrol, ...) first in PATH.
+fn select_release() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        std::env::set_var("LAB_SLURM", release());
+        if release() != "22.05" {
+            let prefix = std::env::var("LAB_SLURM_PREFIX")
+                .unwrap_or_else(|_| format!("/opt/slurm-{}", release()));
+            let path = std::env::var("PATH").unwrap_or_default();
+            std::env::set_var("PATH", format!("{prefix}/bin:{path}"));
+        }
+    });
 }
 
 /// A plugin built by this `cargo test` (or `cargo run --example`): cargo
@@ -84,10 +110,13 @@ impl Lab {
             unsafe { libc_geteuid() } == 0,
             "lab-cluster tests need root (they start munge, slurmctld and slurmd)"
         );
-        assert!(
-            Path::new("/usr/sbin/slurmctld-wlm").exists(),
-            "Slurm is not installed: run contrib/install-slurm-deps.sh"
-        );
+        select_release();
+        if release() == "22.05" {
+            assert!(
+                Path::new("/usr/sbin/slurmctld-wlm").exists(),
+                "Slurm is not installed: run contrib/install-slurm-deps.sh"
+            );
+        }
         let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let k = NEXT.fetch_add(1, Ordering::SeqCst);
         let dir =
@@ -95,7 +124,11 @@ impl Lab {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("lab dir");
         let root = repo_root();
-        let port_base = 17_100 + 20 * (k % 40);
+        let base: u32 = std::env::var("COMPASS_LAB_PORT_BASE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(17_100);
+        let port_base = base + 20 * (k % 40);
         let lab = Lab {
             conf: dir.join("etc/slurm.conf"),
             dir,
