@@ -8,7 +8,6 @@
 //! `StateSaveLocation` (atomically, off Slurm's locks, when they change) and
 //! `select_p_state_restore` reads them back.
 
-use std::io::Write;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -48,13 +47,7 @@ impl Saved {
 
     /// Writes `path` atomically (temporary file, fsync, rename).
     pub fn write_atomic(&self, path: &Path) -> std::io::Result<()> {
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        let mut f = std::fs::File::create(&tmp)?;
-        serde_json::to_writer(&mut f, self).map_err(std::io::Error::other)?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
+        crate::state::write_json_atomic(path, |f| serde_json::to_writer(f, self))
     }
 
     /// Reads `path`; a missing file is `Ok(None)` (first start).

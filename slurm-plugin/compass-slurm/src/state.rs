@@ -99,13 +99,7 @@ impl PublishedState {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        let mut f = std::fs::File::create(&tmp)?;
-        serde_json::to_writer_pretty(&mut f, self).map_err(std::io::Error::other)?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
+        write_json_atomic(path, |f| serde_json::to_writer_pretty(f, self))
     }
 
     /// Reads a published state file.
@@ -191,6 +185,22 @@ impl PublishedState {
         }
         out
     }
+}
+
+/// Writes a JSON document to `path` atomically (temporary file, fsync,
+/// rename), so a reader never sees a partial document; `write` serialises
+/// into the file.
+pub fn write_json_atomic(
+    path: &Path,
+    write: impl FnOnce(&mut std::fs::File) -> serde_json::Result<()>,
+) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp)?;
+    write(&mut f).map_err(std::io::Error::other)?;
+    f.write_all(b"\n")?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]
