@@ -148,10 +148,7 @@ pub fn natural_key(name: &str) -> (String, u64) {
 /// GPUs in a GRES string: `gpu:8`, `gpu:a100:4(S:0-1)`, `gpu:8(IDX:0-7)`,
 /// comma-separated entries added up; 0 for `(null)`.
 pub fn gres_gpus(gres: &str) -> u32 {
-    gres.split(',')
-        .filter(|e| e.starts_with("gpu"))
-        .filter_map(|e| e.split('(').next()?.rsplit(':').next()?.parse::<u32>().ok())
-        .sum()
+    compass_core::gres::gpus(gres).map_or(0, |g| g.total_u32())
 }
 
 /// Expands a Slurm host list: `n[1-3,7],m2` -> `n1 n2 n3 n7 m2`.
@@ -312,6 +309,10 @@ mod tests {
         assert_eq!(gres_gpus("gpu:8(IDX:0-7)"), 8);
         assert_eq!(gres_gpus("gpu:a100:2(IDX:0-1),gpu:v100:1"), 3);
         assert_eq!(gres_gpus("(null)"), 0);
+        // Socket-bound and multi-type, as slurmctld reports them with
+        // `Cores=` in gres.conf (the project's one parser, issue 12).
+        assert_eq!(gres_gpus("gpu:a100:8(S:0-1)"), 8);
+        assert_eq!(gres_gpus("gpu:a100:4(S:0),gpu:h100:4(S:1)"), 8);
         assert_eq!(slurm_secs("00:01:05"), Some(65));
         assert_eq!(slurm_secs("1-00:00:02"), Some(86_402));
         assert_eq!(slurm_secs("5:07"), Some(307));
