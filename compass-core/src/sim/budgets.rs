@@ -1267,16 +1267,7 @@ impl<'a> Sim<'a> {
                 unplaceable.push(i);
                 continue;
             };
-            for v in &victims {
-                excluded.insert(v.victim);
-            }
-            if !victims.is_empty() {
-                let ids: Vec<usize> = victims.iter().map(|v| (v.victim.0 - 1) as usize).collect();
-                self.preempt(&ids, pending.id)?;
-            }
-            self.try_start(i)?;
-            running.retain(|r| !excluded.contains(&r.id));
-            self.relocate(&mut running);
+            self.start_with_victims(i, pending.id, &victims, &mut excluded, &mut running)?;
         }
         self.update_drains(&unplaceable);
         Ok(())
@@ -1339,16 +1330,7 @@ impl<'a> Sim<'a> {
             ) else {
                 continue;
             };
-            for v in &victims {
-                excluded.insert(v.victim);
-            }
-            if !victims.is_empty() {
-                let ids: Vec<usize> = victims.iter().map(|v| (v.victim.0 - 1) as usize).collect();
-                self.preempt(&ids, pending.id)?;
-            }
-            self.try_start(i)?;
-            running.retain(|r| !excluded.contains(&r.id));
-            self.relocate(&mut running);
+            self.start_with_victims(i, pending.id, &victims, &mut excluded, &mut running)?;
         }
         Ok(())
     }
@@ -1407,6 +1389,30 @@ impl<'a> Sim<'a> {
                 self.refresh_held();
             }
         }
+    }
+
+    /// Preempts `victims` for pending job `i` (`by`), starts it, and takes
+    /// the victims out of the `running` view the next plans see: the step
+    /// both preemption passes share.
+    fn start_with_victims(
+        &mut self,
+        i: usize,
+        by: JobId,
+        victims: &[crate::preempt::Preemption],
+        excluded: &mut BTreeSet<JobId>,
+        running: &mut Vec<RunningJob>,
+    ) -> Result<()> {
+        for v in victims {
+            excluded.insert(v.victim);
+        }
+        if !victims.is_empty() {
+            let ids: Vec<usize> = victims.iter().map(|v| (v.victim.0 - 1) as usize).collect();
+            self.preempt(&ids, by)?;
+        }
+        self.try_start(i)?;
+        running.retain(|r| !excluded.contains(&r.id));
+        self.relocate(running);
+        Ok(())
     }
 
     /// Compact moved some running jobs ([`Self::moved`]): the victim planner
