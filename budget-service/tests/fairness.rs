@@ -103,6 +103,7 @@ fn seventy_thirty_budgets_get_seventy_thirty_of_charged_time() {
                     instances: 0,
                     eligible: true,
                     begin_after: None,
+                    gpu_types: Default::default(),
                 });
                 next_id += 1;
             }

@@ -34,7 +34,7 @@
 //! not is corrected at its next rank change.
 
 use compass_core::model::JobId;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -102,6 +102,7 @@ impl SlurmSource for LibSlurm {
         let jobs = ffi::load_jobs()?;
         let mut snap = snapshot_of(&jobs);
         snap.nodes = ffi::load_nodes()?.iter().map(node_of).collect();
+        types_from_nodes(&mut snap);
         snap.capacity_gpus = Some(snap.nodes.iter().map(|n| n.gpus).sum());
         *self.comments.lock().unwrap_or_else(|e| e.into_inner()) = jobs
             .iter()
@@ -265,6 +266,15 @@ pub fn node_of(n: &RawNode) -> SlurmNode {
     };
     let gpus = named_gpus(&n.gres);
     let total = gpus.as_ref().map_or(0, |g| g.total_u32());
+    let gpus_by_type = gpus
+        .as_ref()
+        .map(|g| {
+            g.by_type
+                .iter()
+                .map(|(t, c)| (t.clone(), u32::try_from(*c).unwrap_or(u32::MAX)))
+                .collect()
+        })
+        .unwrap_or_default();
     let split = |s: &str| -> std::collections::BTreeSet<String> {
         s.split(',')
             .map(str::trim)
@@ -288,6 +298,54 @@ pub fn node_of(n: &RawNode) -> SlurmNode {
             free_cpus: n.cpus.saturating_sub(n.alloc_cpus),
             free_mem_mb: n.real_memory_mb.saturating_sub(n.alloc_mem_mb),
         }),
+        gpus_by_type,
+    }
+}
+
+/// Typed GPUs a running or ended job holds: summed over its
+/// `gres_detail_str` entries (`gpu:a100:2(IDX:0-1)`), else the typed
+/// entries of its `tres_alloc_str` (`gres/gpu:a100=2`); empty when neither
+/// names a type ([`LibSlurm`]'s snapshot then takes its nodes' types).
+pub fn held_types(r: &RawJob) -> BTreeMap<String, u32> {
+    let mut out: BTreeMap<String, u32> = BTreeMap::new();
+    for d in &r.gres_detail {
+        if let Some(g) = named_gpus(d) {
+            for (t, c) in g.by_type {
+                let v = out.entry(t).or_default();
+                *v = v.saturating_add(u32::try_from(c).unwrap_or(u32::MAX));
+            }
+        }
+    }
+    if out.is_empty() {
+        if let Some(g) = named_gpus(&r.tres_alloc_str) {
+            out = g
+                .by_type
+                .into_iter()
+                .map(|(t, c)| (t, u32::try_from(c).unwrap_or(u32::MAX)))
+                .collect();
+        }
+    }
+    out
+}
+
+/// Running jobs without typed GPUs (untyped `gres_detail_str`): their GPUs
+/// on each node of one GPU type are of that type.
+pub fn types_from_nodes(snap: &mut SlurmSnapshot) {
+    let node_type: HashMap<&str, &str> = snap
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let t = n.traits.as_ref()?;
+            let ty = t.gpu_types.iter().next()?;
+            (t.gpu_types.len() == 1).then_some((n.name.as_str(), ty.as_str()))
+        })
+        .collect();
+    for j in snap.running.iter_mut().filter(|j| j.gpu_types.is_empty()) {
+        for (node, g) in &j.alloc {
+            if let Some(t) = node_type.get(node.as_str()) {
+                *j.gpu_types.entry(t.to_string()).or_default() += g;
+            }
+        }
     }
 }
 
@@ -445,8 +503,18 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
                 mem_per_node_mb: mem,
             });
         }
+        let gpu_types = if pending {
+            s.job_needs
+                .last()
+                .and_then(|n| n.needs.gpu_type.clone())
+                .map(|t| BTreeMap::from([(t, gpus)]))
+                .unwrap_or_default()
+        } else {
+            held_types(r)
+        };
         let job = SlurmJob {
             job: id,
+            gpu_types,
             account: r.account.clone(),
             gpus,
             min_runtime_s: flags.min_runtime_s,
@@ -550,6 +618,53 @@ mod tests {
             "{e}"
         );
         assert!(s.set_site_factors(&[(JobId(1), 5)]).is_err());
+    }
+
+    #[test]
+    fn gpu_types_of_jobs_for_their_weight() {
+        // Running on a typed node: the types of its GRES detail.
+        let mut run = raw(1, JOB_RUNNING);
+        run.start_time = 200;
+        run.nodes = vec!["a1".into(), "h1".into()];
+        run.gres_detail = vec![
+            "gpu:a100:2(IDX:0-1)".into(),
+            "gpu:a100:1(IDX:4),gpu:h100:2(IDX:0-1)".into(),
+        ];
+        run.tres_alloc_str = "cpu=4,node=2,gres/gpu=5".into();
+        // Running with an untyped detail on an l40s node: its node's type.
+        let mut plain = raw(2, JOB_RUNNING);
+        plain.start_time = 200;
+        plain.nodes = vec!["l1".into()];
+        plain.gres_detail = vec!["gpu:4(IDX:0-3)".into()];
+        plain.tres_alloc_str = "cpu=4,node=1,gres/gpu=4".into();
+        // Pending, asking for a type.
+        let mut pend = raw(3, JOB_PENDING);
+        pend.tres_per_node = "gres:gpu:a100:2".into();
+        pend.tres_req_str = "cpu=1,node=1,gres/gpu=2".into();
+        let mut snap = snapshot_of(&[run, plain, pend]);
+        snap.nodes = [("a1", "gpu:a100:8(S:0-1)"), ("l1", "gpu:l40s:4")]
+            .iter()
+            .map(|(n, g)| {
+                node_of(&RawNode {
+                    name: n.to_string(),
+                    gres: g.to_string(),
+                    ..RawNode::default()
+                })
+            })
+            .collect();
+        types_from_nodes(&mut snap);
+        let types = |j: &SlurmJob| j.gpu_types.clone().into_iter().collect::<Vec<_>>();
+        assert_eq!(
+            types(&snap.running[0]),
+            [("a100".to_string(), 3), ("h100".to_string(), 2)]
+        );
+        assert_eq!(types(&snap.running[1]), [("l40s".to_string(), 4)]);
+        assert_eq!(types(&snap.pending[0]), [("a100".to_string(), 2)]);
+        assert_eq!(snap.nodes[0].gpus_by_type["a100"], 8);
+        let w = compass_core::fairshare::GpuWeights::new([("a100", 2.0), ("h100", 4.0)]).unwrap();
+        assert_eq!(snap.running[0].charge_rate(&w), 3.0 * 2.0 + 2.0 * 4.0);
+        assert_eq!(snap.running[1].charge_rate(&w), 4.0);
+        assert_eq!(snap.weighted_capacity(&w), Some(8.0 * 2.0 + 4.0));
     }
 
     #[test]

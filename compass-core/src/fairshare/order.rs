@@ -34,9 +34,10 @@ pub struct NodeStats {
 }
 
 /// Fair-share ratio = charged GPU-time over the window / (share x capacity x
-/// window). A zero budget gives `+inf`.
-pub fn ratio(charged_gpu_s: f64, abs_share: f64, capacity_gpus: u32, window_s: i64) -> f64 {
-    let budget = abs_share * f64::from(capacity_gpus) * window_s.max(0) as f64;
+/// window). A zero budget gives `+inf`. Charges and capacity are in
+/// weighted GPUs ([`super::weights`]; plain GPUs when no type is weighted).
+pub fn ratio(charged_gpu_s: f64, abs_share: f64, capacity_gpus: f64, window_s: i64) -> f64 {
+    let budget = abs_share * capacity_gpus.max(0.0) * window_s.max(0) as f64;
     if budget > 0.0 {
         charged_gpu_s / budget
     } else {
@@ -46,11 +47,12 @@ pub fn ratio(charged_gpu_s: f64, abs_share: f64, capacity_gpus: u32, window_s: i
 
 /// Per-node stats of the whole tree, indexed by [`NodeIx`], from usage per
 /// account (accounts not in the tree are ignored here; see
-/// [`unbudgeted_usage`]).
+/// [`unbudgeted_usage`]). `capacity_gpus` is the cluster's weighted GPUs
+/// ([`super::GpuWeights::weighted`] summed over its nodes).
 pub fn node_stats(
     tree: &OrgTree,
     usage_by_account: &HashMap<String, Usage>,
-    capacity_gpus: u32,
+    capacity_gpus: f64,
     window_s: i64,
 ) -> Vec<NodeStats> {
     let mut usage = vec![Usage::default(); tree.len()];
@@ -65,7 +67,7 @@ pub fn node_stats(
         .iter()
         .zip(usage)
         .map(|(n, u)| {
-            let budget = n.abs_share * f64::from(capacity_gpus) * window_s.max(0) as f64;
+            let budget = n.abs_share * capacity_gpus.max(0.0) * window_s.max(0) as f64;
             NodeStats {
                 usage: u,
                 abs_share: n.abs_share,
@@ -93,7 +95,7 @@ pub fn stats_at(
     ledger: &Ledger,
     now: UnixSecs,
     window_s: i64,
-    capacity_gpus: u32,
+    capacity_gpus: f64,
 ) -> Vec<NodeStats> {
     node_stats(
         tree,
@@ -553,6 +555,7 @@ mod tests {
             start: 0,
             end: Some(1000),
             kind: Kind::Allocated,
+            weight: 1.0,
         })
         .unwrap();
         l.ingest(Interval {
@@ -562,6 +565,7 @@ mod tests {
             start: 500,
             end: None,
             kind: Kind::Allocated,
+            weight: 1.0,
         })
         .unwrap();
         l.ingest(Interval {
@@ -571,9 +575,10 @@ mod tests {
             start: 0,
             end: Some(1000),
             kind: Kind::Unallocated,
+            weight: 1.0,
         })
         .unwrap();
-        let s = stats_at(&t, &l, 1000, 1000, 10);
+        let s = stats_at(&t, &l, 1000, 1000, 10.0);
         let a = t.find("a").unwrap();
         let b = t.find("b").unwrap();
         assert!((s[a].ratio - 1.0).abs() < 1e-12);
@@ -600,7 +605,7 @@ mod tests {
     #[test]
     fn unallocated_after_allocated_unknown_after_known() {
         let t = two_teams();
-        let s = node_stats(&t, &HashMap::new(), 8, 100);
+        let s = node_stats(&t, &HashMap::new(), 8.0, 100);
         let jobs = vec![
             job(1, "acct-a", 0, 1000, 0),
             job(2, "nobody", 60, 0, 0),
@@ -619,7 +624,7 @@ mod tests {
     #[test]
     fn priority_only_reorders_within_team() {
         let t = two_teams();
-        let s = node_stats(&t, &HashMap::new(), 8, 100);
+        let s = node_stats(&t, &HashMap::new(), 8.0, 100);
         let jobs = vec![
             job(1, "acct-a", 60, 0, 0),
             job(2, "acct-b", 60, 999, 0),
@@ -634,7 +639,7 @@ mod tests {
     #[test]
     fn site_factors_push_only_changes() {
         let t = two_teams();
-        let s = node_stats(&t, &HashMap::new(), 8, 100);
+        let s = node_stats(&t, &HashMap::new(), 8.0, 100);
         let o1 = order_queue(
             &t,
             &s,
@@ -843,7 +848,7 @@ mod tests {
                 free_gpu_s: 0.0,
             },
         );
-        let s = node_stats(&t, &usage, 8, 100);
+        let s = node_stats(&t, &usage, 8.0, 100);
         let mut jobs: Vec<PendingJob> =
             (0..50).map(|i| job(i, "acct-a", 60, 0, i as i64)).collect();
         let o1 = order_queue(&t, &s, &jobs);
@@ -932,7 +937,7 @@ mod tests {
         #[test]
         fn ordering_invariants((specs, usage, jobs) in arb_case()) {
             let tree = OrgTree::build(&specs).unwrap();
-            let stats = node_stats(&tree, &usage, 16, 3600);
+            let stats = node_stats(&tree, &usage, 16.0, 3600);
             let o = order_queue(&tree, &stats, &jobs);
             // A permutation of the input, ranks 0..n.
             let mut ids: Vec<JobId> = o.iter().map(|p| p.job.job).collect();
