@@ -132,6 +132,7 @@ fn main() {
             eligible: true,
             begin_after: None,
             gpu_types: Default::default(),
+            tier: 0,
         });
     }
     let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());

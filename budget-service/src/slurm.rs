@@ -60,6 +60,11 @@ pub struct SlurmJob {
     /// the job with `[gpu_weights]` ([`SlurmJob::weight`]).
     #[serde(default)]
     pub gpu_types: BTreeMap<String, u32>,
+    /// Pending jobs: the partition `PriorityTier` (the highest of the job's
+    /// partitions'; 0 when unknown). The order is by tier first, as Slurm
+    /// schedules, and by fair share within a tier.
+    #[serde(default)]
+    pub tier: u16,
 }
 
 fn yes() -> bool {
@@ -97,6 +102,7 @@ impl SlurmJob {
             eligible: true,
             begin_after: None,
             gpu_types: BTreeMap::new(),
+            tier: 0,
         }
     }
 
@@ -145,6 +151,7 @@ impl SlurmJob {
             min_runtime_s: self.min_runtime_s,
             priority: self.priority,
             submit: self.submit,
+            tier: self.tier,
         }
     }
 

@@ -120,6 +120,7 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         eligible: true,
         begin_after: None,
         gpu_types: Default::default(),
+        tier: 0,
     };
     // The vision job asks for an a100, weighted 2.5 by `[gpu_weights]`.
     let mut vision = job(103, "vision", 600);

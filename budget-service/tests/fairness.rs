@@ -104,6 +104,7 @@ fn seventy_thirty_budgets_get_seventy_thirty_of_charged_time() {
                     eligible: true,
                     begin_after: None,
                     gpu_types: Default::default(),
+                    tier: 0,
                 });
                 next_id += 1;
             }

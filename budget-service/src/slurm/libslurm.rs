@@ -101,7 +101,9 @@ impl SlurmSource for LibSlurm {
         ffi::init(self.conf.as_deref())?;
         let jobs = ffi::load_jobs()?;
         let mut snap = snapshot_of(&jobs);
-        snap.nodes = ffi::load_nodes()?.iter().map(node_of).collect();
+        let (nodes, tiers) = ffi::load_nodes()?;
+        snap.nodes = nodes.iter().map(node_of).collect();
+        set_tiers(&mut snap, &tiers);
         types_from_nodes(&mut snap);
         snap.capacity_gpus = Some(snap.nodes.iter().map(|n| n.gpus).sum());
         *self.comments.lock().unwrap_or_else(|e| e.into_inner()) = jobs
@@ -328,6 +330,26 @@ pub fn held_types(r: &RawJob) -> BTreeMap<String, u32> {
     out
 }
 
+/// Each pending job's partition `PriorityTier`: the highest of its
+/// partitions' (`-p debug,gpu`), from `tiers` (partition name -> tier).
+pub fn set_tiers(snap: &mut SlurmSnapshot, tiers: &[(String, u16)]) {
+    let tier: HashMap<&str, u16> = tiers.iter().map(|(p, t)| (p.as_str(), *t)).collect();
+    let parts: HashMap<JobId, &Vec<String>> = snap
+        .job_needs
+        .iter()
+        .map(|n| (n.job, &n.needs.partitions))
+        .collect();
+    for j in snap.pending.iter_mut() {
+        j.tier = parts
+            .get(&j.job)
+            .into_iter()
+            .flat_map(|ps| ps.iter())
+            .filter_map(|p| tier.get(p.as_str()).copied())
+            .max()
+            .unwrap_or(0);
+    }
+}
+
 /// Running jobs without typed GPUs (untyped `gres_detail_str`): their GPUs
 /// on each node of one GPU type are of that type.
 pub fn types_from_nodes(snap: &mut SlurmSnapshot) {
@@ -515,6 +537,7 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
         let job = SlurmJob {
             job: id,
             gpu_types,
+            tier: 0,
             account: r.account.clone(),
             gpus,
             min_runtime_s: flags.min_runtime_s,
@@ -665,6 +688,24 @@ mod tests {
         assert_eq!(snap.running[0].charge_rate(&w), 3.0 * 2.0 + 2.0 * 4.0);
         assert_eq!(snap.running[1].charge_rate(&w), 4.0);
         assert_eq!(snap.weighted_capacity(&w), Some(8.0 * 2.0 + 4.0));
+    }
+
+    #[test]
+    fn pending_jobs_take_the_highest_tier_of_their_partitions() {
+        let mut a = raw(1, JOB_PENDING);
+        a.partition = "gpu,debug".into();
+        let mut b = raw(2, JOB_PENDING);
+        b.partition = "gpu".into();
+        let mut c = raw(3, JOB_PENDING);
+        c.partition = "gone".into();
+        let mut snap = snapshot_of(&[a, b, c]);
+        set_tiers(
+            &mut snap,
+            &[("gpu".into(), 1), ("debug".into(), 10), ("cpu".into(), 1)],
+        );
+        let tiers: Vec<u16> = snap.pending.iter().map(|j| j.tier).collect();
+        assert_eq!(tiers, [10, 1, 0]);
+        assert_eq!(snap.pending[0].as_pending().tier, 10);
     }
 
     #[test]

@@ -130,6 +130,12 @@ pub struct PendingJob {
     /// Higher goes first within the team (Slurm: minus the nice value).
     pub priority: i64,
     pub submit: UnixSecs,
+    /// Slurm's partition `PriorityTier` of the job (the highest of its
+    /// partitions'; 0 without). Slurm starts jobs of a higher tier first
+    /// whatever their priority, so the order is by tier first and compass's
+    /// order holds within each tier.
+    #[serde(default)]
+    pub tier: u16,
 }
 
 /// One level of the tree walk that placed a job.
@@ -161,7 +167,9 @@ pub struct Placed {
     pub gpus_ahead: u64,
 }
 
-/// The queue order: see the module doc. Deterministic: ties between siblings
+/// The queue order: see the module doc; jobs of a higher partition
+/// `PriorityTier` go before every job of a lower one, as Slurm schedules
+/// them, and the fair-share order holds within a tier. Deterministic: ties between siblings
 /// of equal ratio go by name; ties between jobs of equal priority by submit
 /// time, then job id. `stats` comes from [`node_stats`] for the same tree.
 pub fn order_queue(tree: &OrgTree, stats: &[NodeStats], jobs: &[PendingJob]) -> Vec<Placed> {
@@ -210,7 +218,10 @@ pub fn order_queue(tree: &OrgTree, stats: &[NodeStats], jobs: &[PendingJob]) -> 
             b.leaf.is_none(),
             b.leaf.map_or(0, |l| dfs_index[l]),
         );
-        ka.cmp(&kb)
+        b.job
+            .tier
+            .cmp(&a.job.tier)
+            .then_with(|| ka.cmp(&kb))
             .then_with(|| b.job.priority.cmp(&a.job.priority))
             .then_with(|| a.job.submit.cmp(&b.job.submit))
             .then_with(|| a.job.job.cmp(&b.job.job))
@@ -293,6 +304,12 @@ pub fn explain(p: &Placed, queue_len: usize) -> String {
         p.job.account,
         p.job.gpus
     );
+    if p.job.tier > 0 {
+        s.push_str(&format!(
+            "Its partition has PriorityTier {}: Slurm starts jobs of higher tiers first, whatever their budget; the order below holds among the jobs of its tier.\n",
+            p.job.tier
+        ));
+    }
     match p.kind {
         Kind::Allocated => s.push_str(&format!(
             "It asks for allocated time (min runtime {} s): it is charged to its budget and sorts before all unallocated jobs.\n",
@@ -531,6 +548,7 @@ mod tests {
             min_runtime_s: min_rt,
             priority: prio,
             submit,
+            tier: 0,
         }
     }
 
@@ -600,6 +618,44 @@ mod tests {
         let why = explain(&o[1], o.len());
         assert!(why.contains("2nd of 2"), "{why}");
         assert!(why.contains("ratio 1.000"), "{why}");
+    }
+
+    #[test]
+    fn higher_partition_tiers_go_first_and_fair_share_holds_within_a_tier() {
+        let t = two_teams();
+        let mut l = Ledger::new();
+        // acct-a is over-served, acct-b is not: b's jobs go first in a tier.
+        l.ingest(Interval {
+            job: JobId(99),
+            account: "acct-a".into(),
+            gpus: 8,
+            start: 0,
+            end: Some(100),
+            kind: Kind::Allocated,
+            weight: 1.0,
+        })
+        .unwrap();
+        let s = stats_at(&t, &l, 100, 100, 10.0);
+        let tiered = |id, acct: &str, min_rt, tier| PendingJob {
+            tier,
+            ..job(id, acct, min_rt, 0, id as i64)
+        };
+        let jobs = vec![
+            tiered(1, "acct-b", 60, 0),
+            tiered(2, "acct-a", 60, 10),
+            tiered(3, "acct-a", 60, 0),
+            tiered(4, "acct-b", 60, 10),
+            tiered(5, "acct-b", 0, 10),
+            tiered(6, "nobody", 60, 20),
+        ];
+        let o = order_queue(&t, &s, &jobs);
+        let ids: Vec<u64> = o.iter().map(|p| p.job.job.0).collect();
+        // Tier 20 (even unbudgeted), then tier 10 (b before a, unallocated
+        // last), then tier 0 (b before a).
+        assert_eq!(ids, vec![6, 4, 2, 5, 1, 3]);
+        let why = explain(&o[1], o.len());
+        assert!(why.contains("PriorityTier 10"), "{why}");
+        assert!(!explain(&o[4], o.len()).contains("PriorityTier"));
     }
 
     #[test]
@@ -924,6 +980,7 @@ mod tests {
                                 min_runtime_s: mr * 60,
                                 priority: prio,
                                 submit,
+                                tier: 0,
                             })
                             .collect();
                         (specs, u, jobs)
