@@ -82,9 +82,19 @@ pub enum BudgetCmd {
         #[arg(long)]
         why: String,
     },
-    /// Import the whole tree from TOML: prints the diff; applies only with --yes.
+    /// Import the whole tree from TOML, or build it from Slurm's account
+    /// hierarchy (--from-sacctmgr): prints the diff; applies only with --yes.
     Import {
-        file: PathBuf,
+        /// Budgets TOML file (`compass budget export`'s format).
+        #[arg(required_unless_present = "from_sacctmgr", conflicts_with = "from_sacctmgr")]
+        file: Option<PathBuf>,
+        /// Build the tree from the output of `sacctmgr -P -n show assoc
+        /// format=Account,ParentName,User,Fairshare` in FILE (`-`: stdin);
+        /// without FILE, runs that sacctmgr command (needs slurmdbd).
+        /// Accounts become nodes, shares are the fair-share numbers
+        /// normalised among siblings; users are folded into their account.
+        #[arg(long, value_name = "FILE", num_args = 0..=1)]
+        from_sacctmgr: Option<Option<PathBuf>>,
         #[arg(long)]
         why: String,
         /// Apply the changes after showing them.
@@ -366,10 +376,34 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
                 &json!({ "why": why }),
             )?);
         }
-        BudgetCmd::Import { file, why, yes } => {
-            let doc = parse_budgets_toml(&read_file(file)?)?;
-            let body = |dry: bool| json!({ "nodes": doc.nodes, "why": why, "dry_run": dry });
-            println!("dry run: changes from {}:", file.display());
+        BudgetCmd::Import {
+            file,
+            from_sacctmgr,
+            why,
+            yes,
+        } => {
+            let (nodes, from) = match (file, from_sacctmgr) {
+                (_, Some(src)) => {
+                    let (text, from) = crate::sacctmgr::read_source(src.as_deref())?;
+                    let imported = crate::sacctmgr::tree_from_sacctmgr(&text)?;
+                    for n in &imported.notes {
+                        println!("note: {n}");
+                    }
+                    (imported.nodes, from)
+                }
+                (Some(file), None) => (
+                    parse_budgets_toml(&read_file(file)?)?.nodes,
+                    file.display().to_string(),
+                ),
+                (None, None) => {
+                    return Err(BudgetError::Malformed {
+                        field: None,
+                        why: "give a budgets TOML file or --from-sacctmgr".into(),
+                    })
+                }
+            };
+            let body = |dry: bool| json!({ "nodes": nodes, "why": why, "dry_run": dry });
+            println!("dry run: changes from {from}:");
             print_changes(&c.write("POST", "/api/v1/import", &body(true))?);
             if *yes {
                 let v = c.write("POST", "/api/v1/import", &body(false))?;
