@@ -57,22 +57,74 @@ pub fn read_source(path: Option<&std::path::Path>) -> Result<(String, String)> {
                 path: p.display().to_string(),
                 why: e.to_string(),
             }),
-        None => {
-            let cmd = format!("sacctmgr {}", SACCTMGR_ARGS.join(" "));
-            let out = std::process::Command::new("sacctmgr")
-                .args(SACCTMGR_ARGS)
-                .output()
-                .map_err(|e| BudgetError::Slurm(format!("cannot run `{cmd}`: {e}")))?;
-            if !out.status.success() {
+        None => run_sacctmgr(
+            "sacctmgr",
+            &SACCTMGR_ARGS,
+            std::time::Duration::from_secs(SACCTMGR_TIMEOUT_S),
+        ),
+    }
+}
+
+/// How long `sacctmgr` may take before it is stopped (it retries a missing
+/// slurm.conf or slurmdbd for a minute).
+pub const SACCTMGR_TIMEOUT_S: u64 = 30;
+
+/// Runs `program args` (`sacctmgr` [`SACCTMGR_ARGS`]) and returns its
+/// output; stopped after `timeout`.
+fn run_sacctmgr(
+    program: &str,
+    args: &[&str],
+    timeout: std::time::Duration,
+) -> Result<(String, String)> {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let cmd = format!("{program} {}", args.join(" "));
+    let hint = "sacctmgr needs slurmdbd; or save its output elsewhere and pass --from-sacctmgr FILE";
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| BudgetError::Slurm(format!("cannot run `{cmd}`: {e} ({hint})")))?;
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            String::from_utf8_lossy(&v).into_owned()
+        })
+    };
+    let out = child.stdout.take().map(|o| drain(Box::new(o)));
+    let err = child.stderr.take().map(|e| drain(Box::new(e)));
+    let start = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if start.elapsed() < timeout => {
+                std::thread::sleep(std::time::Duration::from_millis(50))
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let why = err.and_then(|h| h.join().ok()).unwrap_or_default();
                 return Err(BudgetError::Slurm(format!(
-                    "`{cmd}` failed ({}): {} (sacctmgr needs slurmdbd; or save its output                      elsewhere and pass --from-sacctmgr FILE)",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr).trim()
+                    "`{cmd}` did not finish in {} s: {} ({hint})",
+                    timeout.as_secs(),
+                    why.lines().next().unwrap_or("no output").trim()
                 )));
             }
-            Ok((String::from_utf8_lossy(&out.stdout).into_owned(), format!("`{cmd}`")))
+            Err(e) => return Err(BudgetError::Slurm(format!("`{cmd}`: {e}"))),
         }
+    };
+    let stdout = out.and_then(|h| h.join().ok()).unwrap_or_default();
+    let stderr = err.and_then(|h| h.join().ok()).unwrap_or_default();
+    if !status.success() {
+        return Err(BudgetError::Slurm(format!(
+            "`{cmd}` failed ({status}): {} ({hint})",
+            stderr.trim().lines().last().unwrap_or("no output")
+        )));
     }
+    Ok((stdout, format!("`{cmd}`")))
 }
 
 /// A fair-share number or `parent`.
@@ -494,6 +546,25 @@ mod tests {
         for n in ["g-users", "sub", "x"] {
             assert!((node(&i, n).share - 1.0 / 3.0).abs() < 1e-12, "{n}");
         }
+    }
+
+    #[test]
+    fn running_sacctmgr_fails_clearly_and_never_hangs() {
+        let t = std::time::Duration::from_millis(300);
+        let e = run_sacctmgr("sleep", &["10"], t).unwrap_err().to_string();
+        assert!(e.contains("did not finish in 0 s") && e.contains("slurmdbd"), "{e}");
+        let e = run_sacctmgr("sh", &["-c", "echo 'sacctmgr: fatal: no conf' >&2; exit 1"], t)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sacctmgr: fatal: no conf"), "{e}");
+        let e = run_sacctmgr("/nonexistent/sacctmgr", &[], t)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot run"), "{e}");
+        let (out, from) =
+            run_sacctmgr("sh", &["-c", "echo 'root|||1'"], std::time::Duration::from_secs(10)).unwrap();
+        assert_eq!(out, "root|||1\n");
+        assert!(from.contains("sh -c"), "{from}");
     }
 
     #[test]
