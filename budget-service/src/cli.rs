@@ -302,7 +302,25 @@ pub fn render_tree(v: &Value) -> String {
             fmt_opt(&n["ratio"], 3),
         ));
     }
+    out.push_str(&weights_line(v));
     out
+}
+
+/// Under the tree table, when `[gpu_weights]` is set: GPU-hours and GPUs
+/// are weighted, and by what.
+fn weights_line(v: &Value) -> String {
+    let Some(w) = v["gpu_weights"].as_object().filter(|w| !w.is_empty()) else {
+        return String::new();
+    };
+    let list: Vec<String> = w
+        .iter()
+        .map(|(t, x)| format!("{t} x{}", x.as_f64().unwrap_or(1.0)))
+        .collect();
+    format!(
+        "GPUs and GPU-hours are weighted ([gpu_weights]: {}; other GPUs x1); capacity {} weighted GPUs\n",
+        list.join(", "),
+        fmt_opt(&v["capacity_gpus"], 1)
+    )
 }
 
 fn print_changes(v: &Value) {
@@ -565,6 +583,15 @@ mod tests {
             ["team-a", "[nlp-a]", "0.700", "21.0%", "13.44", "376.0", "0.0", "-"]
         );
         assert!(lines[1].split_whitespace().last() == Some("0.039"));
+        // With `[gpu_weights]`, a line says what the numbers are in.
+        let mut w = v.clone();
+        w["gpu_weights"] = json!({ "a100": 2.0, "l40s": 1.0 });
+        w["capacity_gpus"] = json!(148.0);
+        let out = render_tree(&w);
+        assert_eq!(
+            out.lines().last(),
+            Some("GPUs and GPU-hours are weighted ([gpu_weights]: a100 x2, l40s x1; other GPUs x1); capacity 148.0 weighted GPUs")
+        );
     }
 
     #[test]
