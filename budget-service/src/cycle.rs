@@ -34,6 +34,8 @@ pub struct StepReport {
     pub closed: usize,
     pub pending: usize,
     pub pushed: usize,
+    /// Pending jobs whose Slurm priority is not compass's factor.
+    pub priority_offsets: usize,
     /// What enforcement did (all zero when it is off or has no actions).
     pub enforced: crate::enforce::EnforceReport,
 }
@@ -99,6 +101,14 @@ impl Cycle {
         let mut st = self.state.status();
         match &res {
             Ok(r) => {
+                if r.priority_offsets > 0 && st.priority_offset_jobs == 0 {
+                    tracing::warn!(
+                        jobs = r.priority_offsets,
+                        "Slurm adds other priority factors to pending jobs (a PriorityWeight* of slurm.conf is not 0): \
+                         they reorder compass's queue within a partition tier; set them to 0 (docs/admin-guide.md)"
+                    );
+                }
+                st.priority_offset_jobs = r.priority_offsets as u64;
                 st.slurm_connected = true;
                 st.last_ok = Some(self.state.now());
                 st.last_error = None;
@@ -170,6 +180,7 @@ impl Cycle {
         };
         let pending: Vec<_> = snap.pending.iter().map(|j| j.as_pending()).collect();
         rep.pending = pending.len();
+        rep.priority_offsets = snap.priority_offsets.len();
         let mut ratios = TeamTable::default();
         let order = match &tree {
             Some(tree) => {

@@ -196,6 +196,11 @@ pub struct SlurmSnapshot {
     /// nothing the planner counts.
     #[serde(default)]
     pub job_needs: Vec<JobNeeds>,
+    /// Pending jobs whose Slurm priority is not compass's factor: what
+    /// Slurm adds (`PriorityWeight*` other than 0), when the source knows
+    /// it. The cycle warns: such weights reorder compass's queue.
+    #[serde(default)]
+    pub priority_offsets: Vec<(JobId, i64)>,
 }
 
 impl SlurmSnapshot {

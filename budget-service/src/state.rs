@@ -87,6 +87,9 @@ pub struct CycleStatus {
     pub cancelled: u64,
     pub drained: u64,
     pub actions_failed: u64,
+    /// Pending jobs of the last cycle whose Slurm priority is not compass's
+    /// factor (slurm.conf's other `PriorityWeight*` are not 0).
+    pub priority_offset_jobs: u64,
 }
 
 pub struct AppState {

@@ -138,6 +138,7 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         nodes: vec![],
         site_factors: vec![],
         job_needs: vec![],
+        priority_offsets: vec![],
     };
     let snap_path = dir.path().join("slurm.json");
     std::fs::write(&snap_path, serde_json::to_string(&snap).unwrap()).unwrap();

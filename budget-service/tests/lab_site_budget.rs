@@ -14,6 +14,8 @@
 //!    before G1 (fair share within the tier). Freeing n9 (in both
 //!    partitions) starts D; freeing n11 (gpu only) then starts G2, not the
 //!    older G1.
+//!    Slurm's priorities are compass's factors (no offset reported); a
+//!    priority set by hand is reported as one.
 //! 3. Charges: every run is priced at its GPUs' weight: the a100 job's
 //!    interval has weight 2, the l40s jobs' weight 1, and each team's
 //!    charged usage is the sum of GPUs x weight x run time.
@@ -188,6 +190,23 @@ fn lab_site_gpu_weights_and_partition_tiers() {
     // Slurm holds the pushed order: G2's priority above G1's.
     let prio = |j: u64| -> u64 { job_field(&lab, j, "Priority").parse().expect("priority") };
     assert!(prio(g2) > prio(g1), "G2 {} G1 {}", prio(g2), prio(g1));
+    // With every other PriorityWeight at 0 (etc/slurm-budget.conf), Slurm's
+    // priority is compass's factor: no offsets. A priority set by hand on
+    // G1 (`scontrol update Priority=`) is one, and is reported.
+    use compass_budget::slurm::SlurmSource;
+    assert_eq!(slurm.snapshot().expect("snapshot").priority_offsets, []);
+    lab.ok(
+        "scontrol",
+        &["update", &format!("JobId={g1}"), "Priority=2"],
+    );
+    let offs = slurm.snapshot().expect("snapshot").priority_offsets;
+    assert_eq!(
+        offs.iter().map(|o| o.0 .0).collect::<Vec<_>>(),
+        [g1],
+        "{offs:?}"
+    );
+    cycle.step().expect("cycle");
+    assert_eq!(state.status().priority_offset_jobs, 1);
 
     // Free n9 (gpu and debug): the debug job starts there.
     lab.ok("scancel", &[&blockers[0].to_string()]);

@@ -481,6 +481,21 @@ pub fn held_factor(r: &RawJob) -> Option<u32> {
     u32::try_from(f).ok().filter(|f| *f > 0)
 }
 
+/// What Slurm adds to a pending job's priority beyond compass's factor:
+/// `priority - (site_factor - nice)`, which is 0 when every other
+/// `PriorityWeight*` is 0 (the multifactor sum is then the site factor
+/// minus nice). `None` for a job compass set no factor on, or whose
+/// priority is 0 (held) or Slurm's floor of 1; differences of 1 are
+/// rounding.
+pub fn priority_offset(r: &RawJob) -> Option<i64> {
+    let f = held_factor(r)?;
+    if r.state != JOB_PENDING || r.priority <= 1 {
+        return None;
+    }
+    let extra = i64::from(r.priority) - i64::from(f);
+    (extra.abs() > 1).then_some(extra)
+}
+
 /// Sorts the jobs of one `slurm_load_jobs` into pending, running and ended.
 pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
     let mut s = SlurmSnapshot::default();
@@ -559,6 +574,9 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
         if pending {
             if let Some(f) = held_factor(r) {
                 s.site_factors.push((job.job, f));
+            }
+            if let Some(x) = priority_offset(r) {
+                s.priority_offsets.push((job.job, x));
             }
             s.pending.push(job);
         } else if job.start.is_none() {
@@ -709,6 +727,33 @@ mod tests {
     }
 
     #[test]
+    fn priority_beyond_the_site_factor_is_reported() {
+        // All other weights 0: priority = site factor - nice.
+        let mut r = RawJob {
+            site_factor: NICE_OFFSET + wire_factor(5000, 3),
+            nice: NICE_OFFSET + 3,
+            priority: 5000,
+            ..raw(1, JOB_PENDING)
+        };
+        assert_eq!(priority_offset(&r), None);
+        r.priority = 5001; // rounding
+        assert_eq!(priority_offset(&r), None);
+        // PriorityWeightQOS (or Age, ...) left on: 1200 more.
+        r.priority = 6200;
+        assert_eq!(priority_offset(&r), Some(1200));
+        assert_eq!(snapshot_of(&[r.clone()]).priority_offsets, [(JobId(1), 1200)]);
+        // Held (priority 0) or never given a factor by compass: nothing.
+        r.priority = 0;
+        assert_eq!(priority_offset(&r), None);
+        let fresh = RawJob {
+            site_factor: NICE_OFFSET,
+            priority: 777,
+            ..raw(2, JOB_PENDING)
+        };
+        assert_eq!(priority_offset(&fresh), None);
+    }
+
+    #[test]
     fn wire_factor_cancels_nice() {
         assert_eq!(wire_factor(1000, 0), 1000);
         assert_eq!(wire_factor(1000, 5), 1005);
@@ -743,6 +788,7 @@ mod tests {
             r,
         ]);
         assert_eq!(s.site_factors, vec![(JobId(3), 77)]);
+        assert!(s.priority_offsets.is_empty());
     }
 
     #[test]
