@@ -535,10 +535,13 @@ async fn get_tree(
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     blocking(&state, move |state| {
-    let (from, to) = window(state, &q)?;
-    let nodes = state.tree_view(from, to)?;
-    Ok(Json(json!({ "from": from, "to": to, "capacity_gpus": state.capacity(),
-                    "gpu_weights": state.config.gpu_weights, "nodes": nodes })).into_response())
+        let (from, to) = window(state, &q)?;
+        let nodes = state.tree_view(from, to)?;
+        Ok(Json(
+            json!({ "from": from, "to": to, "capacity_gpus": state.capacity(),
+                    "gpu_weights": state.config.gpu_weights, "nodes": nodes }),
+        )
+        .into_response())
     })
     .await
 }

@@ -86,7 +86,10 @@ pub enum BudgetCmd {
     /// hierarchy (--from-sacctmgr): prints the diff; applies only with --yes.
     Import {
         /// Budgets TOML file (`compass budget export`'s format).
-        #[arg(required_unless_present = "from_sacctmgr", conflicts_with = "from_sacctmgr")]
+        #[arg(
+            required_unless_present = "from_sacctmgr",
+            conflicts_with = "from_sacctmgr"
+        )]
         file: Option<PathBuf>,
         /// Build the tree from the output of `sacctmgr -P -n show assoc
         /// format=Account,ParentName,User,Fairshare` in FILE (`-`: stdin);

@@ -353,8 +353,11 @@ mod tests {
         let slurm = Arc::new(FakeSlurm::new());
         // One a100 node of 8 (16 weighted GPUs), one l40s node of 4 (4) and
         // one untyped node of 2 (2): capacity 22.
-        for (name, gpus, ty) in [("a1", 8, Some("a100")), ("l1", 4, Some("l40s")), ("u1", 2, None)]
-        {
+        for (name, gpus, ty) in [
+            ("a1", 8, Some("a100")),
+            ("l1", 4, Some("l40s")),
+            ("u1", 2, None),
+        ] {
             slurm.add_node(name, gpus);
             slurm.set_traits(NodeTraits {
                 name: name.into(),
@@ -396,7 +399,15 @@ mod tests {
         // Same GPUs and time, twice the charge: ta is the more served team.
         let tb = view.iter().find(|n| n.name == "tb").unwrap();
         assert!((ta.ratio.unwrap() - 2.0 * tb.ratio.unwrap()).abs() < 1e-12);
-        assert_eq!(state.db().latest_interval(JobId(1)).unwrap().unwrap().weight, 2.0);
+        assert_eq!(
+            state
+                .db()
+                .latest_interval(JobId(1))
+                .unwrap()
+                .unwrap()
+                .weight,
+            2.0
+        );
         // The pending a100 request shows its weight.
         let q = state.queue();
         assert_eq!(q.weights[&JobId(3)], 2.0);

@@ -79,7 +79,8 @@ fn run_sacctmgr(
     use std::io::Read;
     use std::process::{Command, Stdio};
     let cmd = format!("{program} {}", args.join(" "));
-    let hint = "sacctmgr needs slurmdbd; or save its output elsewhere and pass --from-sacctmgr FILE";
+    let hint =
+        "sacctmgr needs slurmdbd; or save its output elsewhere and pass --from-sacctmgr FILE";
     let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
@@ -246,7 +247,9 @@ pub fn tree_from_sacctmgr(text: &str) -> Result<Imported> {
             Some(s) if *s != share => {
                 return Err(bad(
                     line,
-                    format!("user `{user}` of account `{acct}` is listed again with another Fairshare"),
+                    format!(
+                        "user `{user}` of account `{acct}` is listed again with another Fairshare"
+                    ),
                 ))
             }
             _ => {
@@ -473,16 +476,25 @@ mod tests {
             assert_eq!(n.parent.as_deref(), Some("physics"));
             assert!((n.share - share).abs() < 1e-12, "{n:?}");
         }
-        assert_eq!(node(&i, "physics-users").account.as_deref(), Some("physics"));
+        assert_eq!(
+            node(&i, "physics-users").account.as_deref(),
+            Some("physics")
+        );
         assert_eq!(node(&i, "astro").account.as_deref(), Some("astro"));
         assert_eq!(i.nodes.len(), 9);
         // astro's fixed share of the cluster: 40/141 x 0.6.
         let astro = t.find("astro").unwrap();
         assert!((t.node(astro).abs_share - 40.0 / sum * 0.6).abs() < 1e-12);
         let notes = i.notes.join("\n");
-        assert!(notes.contains("`chemistry` has Fairshare=parent"), "{notes}");
+        assert!(
+            notes.contains("`chemistry` has Fairshare=parent"),
+            "{notes}"
+        );
         assert!(notes.contains("`astro`: 2 user(s) folded"), "{notes}");
-        assert!(notes.contains("`physics` has sub-accounts and 1 user(s)"), "{notes}");
+        assert!(
+            notes.contains("`physics` has sub-accounts and 1 user(s)"),
+            "{notes}"
+        );
     }
 
     #[test]
@@ -503,10 +515,7 @@ mod tests {
         let i = tree_from_sacctmgr(SITE).unwrap();
         let mut old: Vec<NodeSpec> = i.nodes.clone();
         old.retain(|n| n.name != "hep");
-        old.iter_mut()
-            .find(|n| n.name == "astro")
-            .unwrap()
-            .share = 0.5;
+        old.iter_mut().find(|n| n.name == "astro").unwrap().share = 0.5;
         old.push(NodeSpec {
             name: "retired".into(),
             parent: Some("root".into()),
@@ -538,10 +547,8 @@ mod tests {
         // A leaf with Fairshare=parent competes as weight 1 under its
         // grandparent; users with `parent` under an account with
         // sub-accounts give its own leaf weight 1.
-        let i = tree_from_sacctmgr(
-            "root|||1\ng|root||3\ng||u|parent\nsub|g||parent\nx|g||1\n",
-        )
-        .unwrap();
+        let i = tree_from_sacctmgr("root|||1\ng|root||3\ng||u|parent\nsub|g||parent\nx|g||1\n")
+            .unwrap();
         OrgTree::build(&i.nodes).unwrap();
         for n in ["g-users", "sub", "x"] {
             assert!((node(&i, n).share - 1.0 / 3.0).abs() < 1e-12, "{n}");
@@ -552,17 +559,28 @@ mod tests {
     fn running_sacctmgr_fails_clearly_and_never_hangs() {
         let t = std::time::Duration::from_millis(300);
         let e = run_sacctmgr("sleep", &["10"], t).unwrap_err().to_string();
-        assert!(e.contains("did not finish in 0 s") && e.contains("slurmdbd"), "{e}");
-        let e = run_sacctmgr("sh", &["-c", "echo 'sacctmgr: fatal: no conf' >&2; exit 1"], t)
-            .unwrap_err()
-            .to_string();
+        assert!(
+            e.contains("did not finish in 0 s") && e.contains("slurmdbd"),
+            "{e}"
+        );
+        let e = run_sacctmgr(
+            "sh",
+            &["-c", "echo 'sacctmgr: fatal: no conf' >&2; exit 1"],
+            t,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("sacctmgr: fatal: no conf"), "{e}");
         let e = run_sacctmgr("/nonexistent/sacctmgr", &[], t)
             .unwrap_err()
             .to_string();
         assert!(e.contains("cannot run"), "{e}");
-        let (out, from) =
-            run_sacctmgr("sh", &["-c", "echo 'root|||1'"], std::time::Duration::from_secs(10)).unwrap();
+        let (out, from) = run_sacctmgr(
+            "sh",
+            &["-c", "echo 'root|||1'"],
+            std::time::Duration::from_secs(10),
+        )
+        .unwrap();
         assert_eq!(out, "root|||1\n");
         assert!(from.contains("sh -c"), "{from}");
     }
@@ -583,7 +601,10 @@ mod tests {
             ("\n\n", "no associations"),
             ("root|||1\n|root||1\n", "empty Account"),
             ("root|||1\na|b||1\nb|a||1\n", "not under the root"),
-            ("root|||1\nx|root||1\nx-users|x||1\nx||u|1\n", "also an account name"),
+            (
+                "root|||1\nx|root||1\nx-users|x||1\nx||u|1\n",
+                "also an account name",
+            ),
         ] {
             let e = tree_from_sacctmgr(text).unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");

@@ -280,7 +280,11 @@ impl SlurmNode {
             .collect();
         if by_type.is_empty() {
             if let Some(t) = self.traits.as_ref().filter(|t| t.gpu_types.len() == 1) {
-                by_type.extend(t.gpu_types.iter().map(|ty| (ty.clone(), u64::from(self.gpus))));
+                by_type.extend(
+                    t.gpu_types
+                        .iter()
+                        .map(|ty| (ty.clone(), u64::from(self.gpus))),
+                );
             }
         }
         GpuCounts {

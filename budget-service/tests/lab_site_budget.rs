@@ -265,7 +265,10 @@ fn lab_site_gpu_weights_and_partition_tiers() {
     let secs = |i: &compass_core::fairshare::Interval| (i.end.unwrap() - i.start) as f64;
     assert!(secs(&ia) > 0.0 && secs(&ig) > 0.0, "{ia:?} {ig:?}");
     let now = state.now();
-    let usage = state.db().usage_between(now - 3600, now + 1).expect("usage");
+    let usage = state
+        .db()
+        .usage_between(now - 3600, now + 1)
+        .expect("usage");
     assert_eq!(
         usage["ta"].charged_gpu_s,
         2.0 * 2.0 * secs(&ia) + 4.0 * secs(&id),

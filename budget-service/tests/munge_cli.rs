@@ -298,11 +298,10 @@ fn cli_imports_a_first_tree_from_sacctmgr_output() {
         .unwrap()
         .is_empty());
     import(true, fixture.clone()).unwrap();
-    let want = compass_budget::sacctmgr::tree_from_sacctmgr(
-        &std::fs::read_to_string(&fixture).unwrap(),
-    )
-    .unwrap()
-    .nodes;
+    let want =
+        compass_budget::sacctmgr::tree_from_sacctmgr(&std::fs::read_to_string(&fixture).unwrap())
+            .unwrap()
+            .nodes;
     let mut got: Vec<compass_core::fairshare::NodeSpec> =
         serde_json::from_value(client.get("/api/v1/export").unwrap()["nodes"].clone()).unwrap();
     let mut want = want;
@@ -314,9 +313,13 @@ fn cli_imports_a_first_tree_from_sacctmgr_output() {
     // Importing the same again changes nothing; bad output changes nothing.
     import(true, fixture).unwrap();
     let bad = dir.path().join("bad.txt");
-    std::fs::write(&bad, "root|||1
+    std::fs::write(
+        &bad,
+        "root|||1
 physics|root||forty
-").unwrap();
+",
+    )
+    .unwrap();
     let e = import(true, bad).unwrap_err().to_string();
     assert!(e.contains("line 2") && e.contains("forty"), "{e}");
     let e = import(true, dir.path().join("missing.txt"))

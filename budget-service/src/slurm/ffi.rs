@@ -360,9 +360,12 @@ pub fn expand_hostlist(expr: &str) -> Vec<String> {
     out
 }
 
+/// Partition name -> `PriorityTier`.
+pub type PartitionTiers = Vec<(String, u16)>;
+
 /// Every node (`slurm_load_node(0, .., SHOW_ALL)`), copied out, and every
 /// partition's `PriorityTier` (`slurm_load_partitions`), by name.
-pub fn load_nodes() -> Result<(Vec<RawNode>, Vec<(String, u16)>)> {
+pub fn load_nodes() -> Result<(Vec<RawNode>, PartitionTiers)> {
     let _g = call_lock();
     let mut msg = NodeMsg(std::ptr::null_mut());
     // SAFETY: libslurm fills `msg.0` with a message we own (freed by NodeMsg).

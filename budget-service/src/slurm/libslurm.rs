@@ -741,7 +741,10 @@ mod tests {
         // PriorityWeightQOS (or Age, ...) left on: 1200 more.
         r.priority = 6200;
         assert_eq!(priority_offset(&r), Some(1200));
-        assert_eq!(snapshot_of(&[r.clone()]).priority_offsets, [(JobId(1), 1200)]);
+        assert_eq!(
+            snapshot_of(&[r.clone()]).priority_offsets,
+            [(JobId(1), 1200)]
+        );
         // Held (priority 0) or never given a factor by compass: nothing.
         r.priority = 0;
         assert_eq!(priority_offset(&r), None);
