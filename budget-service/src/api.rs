@@ -535,9 +535,13 @@ async fn get_tree(
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     blocking(&state, move |state| {
-    let (from, to) = window(state, &q)?;
-    let nodes = state.tree_view(from, to)?;
-    Ok(Json(json!({ "from": from, "to": to, "capacity_gpus": state.config.capacity_gpus, "nodes": nodes })).into_response())
+        let (from, to) = window(state, &q)?;
+        let nodes = state.tree_view(from, to)?;
+        Ok(Json(
+            json!({ "from": from, "to": to, "capacity_gpus": state.capacity(),
+                    "gpu_weights": state.config.gpu_weights, "nodes": nodes }),
+        )
+        .into_response())
     })
     .await
 }
@@ -810,6 +814,9 @@ pub struct QueueRow {
     pub team: Option<String>,
     pub kind: fairshare::Kind,
     pub gpus: u32,
+    /// Mean `[gpu_weights]` weight of its GPUs: one hour of it costs
+    /// `gpus x weight` weighted GPU-hours.
+    pub weight: f64,
     pub priority: i64,
     /// The sort metric: the team's fair-share ratio (`None`: no budget).
     pub team_ratio: Option<f64>,
@@ -819,6 +826,11 @@ pub struct QueueRow {
 
 fn queue_row(p: &Placed, q: &crate::state::QueueView) -> QueueRow {
     let len = q.order.len();
+    let weight = q.weights.get(&p.job.job).copied().unwrap_or(1.0);
+    let mut why = fairshare::explain(p, len);
+    if q.weighted || weight != 1.0 {
+        why.push_str(&weight_text(p.job.gpus, weight, "If it runs, its"));
+    }
     QueueRow {
         rank: p.rank,
         job: p.job.job,
@@ -826,11 +838,20 @@ fn queue_row(p: &Placed, q: &crate::state::QueueView) -> QueueRow {
         team: p.team.clone(),
         kind: p.kind,
         gpus: p.job.gpus,
+        weight,
         priority: p.job.priority,
         team_ratio: p.path.last().map(|l| l.ratio).filter(|r| r.is_finite()),
         site_factor: q.factors.get(&p.job.job).copied().unwrap_or(0),
-        why: fairshare::explain(p, len),
+        why,
     }
+}
+
+/// The `[gpu_weights]` line of `compass why`.
+fn weight_text(gpus: u32, weight: f64, lead: &str) -> String {
+    format!(
+        "{lead} GPUs are charged at weight {weight:.2} each ([gpu_weights]): one hour costs its budget {:.2} weighted GPU-hours.\n",
+        f64::from(gpus) * weight
+    )
 }
 
 /// `GET /api/v1/queue[?limit=N]`: the whole order (serialized once per
@@ -895,6 +916,10 @@ async fn get_why(
                     iv.start, iv.gpus, iv.account
                 ),
             };
+            let mut text = text;
+            if !state.config.gpu_weights.is_empty() || iv.weight != 1.0 {
+                text.push_str(&weight_text(iv.gpus, iv.weight, "Its"));
+            }
             let st = if iv.end.is_none() { "running" } else { "ended" };
             Ok(Json(
                 json!({ "at": q.at, "state": st, "interval": iv, "row": { "why": text },

@@ -82,9 +82,22 @@ pub enum BudgetCmd {
         #[arg(long)]
         why: String,
     },
-    /// Import the whole tree from TOML: prints the diff; applies only with --yes.
+    /// Import the whole tree from TOML, or build it from Slurm's account
+    /// hierarchy (--from-sacctmgr): prints the diff; applies only with --yes.
     Import {
-        file: PathBuf,
+        /// Budgets TOML file (`compass budget export`'s format).
+        #[arg(
+            required_unless_present = "from_sacctmgr",
+            conflicts_with = "from_sacctmgr"
+        )]
+        file: Option<PathBuf>,
+        /// Build the tree from the output of `sacctmgr -P -n show assoc
+        /// format=Account,ParentName,User,Fairshare` in FILE (`-`: stdin);
+        /// without FILE, runs that sacctmgr command (needs slurmdbd).
+        /// Accounts become nodes, shares are the fair-share numbers
+        /// normalised among siblings; users are folded into their account.
+        #[arg(long, value_name = "FILE", num_args = 0..=1)]
+        from_sacctmgr: Option<Option<PathBuf>>,
         #[arg(long)]
         why: String,
         /// Apply the changes after showing them.
@@ -292,7 +305,25 @@ pub fn render_tree(v: &Value) -> String {
             fmt_opt(&n["ratio"], 3),
         ));
     }
+    out.push_str(&weights_line(v));
     out
+}
+
+/// Under the tree table, when `[gpu_weights]` is set: GPU-hours and GPUs
+/// are weighted, and by what.
+fn weights_line(v: &Value) -> String {
+    let Some(w) = v["gpu_weights"].as_object().filter(|w| !w.is_empty()) else {
+        return String::new();
+    };
+    let list: Vec<String> = w
+        .iter()
+        .map(|(t, x)| format!("{t} x{}", x.as_f64().unwrap_or(1.0)))
+        .collect();
+    format!(
+        "GPUs and GPU-hours are weighted ([gpu_weights]: {}; other GPUs x1); capacity {} weighted GPUs\n",
+        list.join(", "),
+        fmt_opt(&v["capacity_gpus"], 1)
+    )
 }
 
 fn print_changes(v: &Value) {
@@ -366,10 +397,34 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
                 &json!({ "why": why }),
             )?);
         }
-        BudgetCmd::Import { file, why, yes } => {
-            let doc = parse_budgets_toml(&read_file(file)?)?;
-            let body = |dry: bool| json!({ "nodes": doc.nodes, "why": why, "dry_run": dry });
-            println!("dry run: changes from {}:", file.display());
+        BudgetCmd::Import {
+            file,
+            from_sacctmgr,
+            why,
+            yes,
+        } => {
+            let (nodes, from) = match (file, from_sacctmgr) {
+                (_, Some(src)) => {
+                    let (text, from) = crate::sacctmgr::read_source(src.as_deref())?;
+                    let imported = crate::sacctmgr::tree_from_sacctmgr(&text)?;
+                    for n in &imported.notes {
+                        println!("note: {n}");
+                    }
+                    (imported.nodes, from)
+                }
+                (Some(file), None) => (
+                    parse_budgets_toml(&read_file(file)?)?.nodes,
+                    file.display().to_string(),
+                ),
+                (None, None) => {
+                    return Err(BudgetError::Malformed {
+                        field: None,
+                        why: "give a budgets TOML file or --from-sacctmgr".into(),
+                    })
+                }
+            };
+            let body = |dry: bool| json!({ "nodes": nodes, "why": why, "dry_run": dry });
+            println!("dry run: changes from {from}:");
             print_changes(&c.write("POST", "/api/v1/import", &body(true))?);
             if *yes {
                 let v = c.write("POST", "/api/v1/import", &body(false))?;
@@ -531,6 +586,15 @@ mod tests {
             ["team-a", "[nlp-a]", "0.700", "21.0%", "13.44", "376.0", "0.0", "-"]
         );
         assert!(lines[1].split_whitespace().last() == Some("0.039"));
+        // With `[gpu_weights]`, a line says what the numbers are in.
+        let mut w = v.clone();
+        w["gpu_weights"] = json!({ "a100": 2.0, "l40s": 1.0 });
+        w["capacity_gpus"] = json!(148.0);
+        let out = render_tree(&w);
+        assert_eq!(
+            out.lines().last(),
+            Some("GPUs and GPU-hours are weighted ([gpu_weights]: a100 x2, l40s x1; other GPUs x1); capacity 148.0 weighted GPUs")
+        );
     }
 
     #[test]

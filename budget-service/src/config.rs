@@ -1,7 +1,9 @@
 //! The service's configuration file (`etc/compass-budgetd.toml`).
 
+use compass_core::fairshare::GpuWeights;
 use compass_core::preempt::ProtectionConfig;
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -21,7 +23,9 @@ pub struct Config {
     /// Users who may edit the whole tree.
     #[serde(default)]
     pub admins: Vec<String>,
-    /// Total GPUs of the cluster (the `capacity` in share x capacity x window).
+    /// Total GPUs of the cluster (the `capacity` in share x capacity x
+    /// window) when Slurm does not report its nodes; with `slurm =
+    /// "libslurm"` the nodes' GPUs, weighted by `[gpu_weights]`, are used.
     pub capacity_gpus: u32,
     /// Fair-share lookback window in seconds (default 7 days).
     #[serde(default = "default_window")]
@@ -59,6 +63,11 @@ pub struct Config {
     /// Enforcement of protected and preemptible time (`[protection]`).
     #[serde(default)]
     pub protection: Protection,
+    /// `[gpu_weights]`: GPU type -> weight (`a100 = 2.0`); untyped GPUs and
+    /// types not named weigh 1.0. Charges, allocations and capacity are in
+    /// weighted GPU-hours ([`compass_core::fairshare::weights`]).
+    #[serde(default)]
+    pub gpu_weights: BTreeMap<String, f64>,
 }
 
 /// `[protection]`: how the cycle enforces protected and preemptible time
@@ -265,7 +274,19 @@ impl Config {
         if self.max_body_bytes < 1024 {
             return bad("max_body_bytes must be at least 1024");
         }
+        if let Err(e) = self.try_weights() {
+            return bad(&e.to_string());
+        }
         Ok(())
+    }
+
+    fn try_weights(&self) -> compass_core::error::Result<GpuWeights> {
+        GpuWeights::new(self.gpu_weights.iter().map(|(t, w)| (t.as_str(), *w)))
+    }
+
+    /// `[gpu_weights]` (checked when the file was read).
+    pub fn weights(&self) -> GpuWeights {
+        self.try_weights().unwrap_or_default()
     }
 
     /// [`Config::request_timeout_s`] as a duration.
@@ -346,6 +367,25 @@ mod tests {
                 Config::parse(&text, "t").is_err(),
                 "request_timeout_s = {bad}"
             );
+        }
+        let c = Config::parse(
+            "db = \"x.db\"\ncapacity_gpus = 8\n[gpu_weights]\na100 = 2.0\nl40s = 1\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.weights().weight(Some("a100")), 2.0);
+        assert_eq!(c.weights().weight(Some("l40s")), 1.0);
+        assert_eq!(c.weights().weight(None), 1.0);
+        for (bad, why) in [
+            ("a100 = 0", "(0, 1000]"),
+            ("a100 = -2.5", "(0, 1000]"),
+            ("a100 = \"2\"", "invalid type"),
+            ("\"gpu:a100\" = 2", "not a GPU type"),
+            ("a100 = 2\nA100 = 3", "twice"),
+        ] {
+            let text = format!("db = \"x.db\"\ncapacity_gpus = 8\n[gpu_weights]\n{bad}\n");
+            let e = Config::parse(&text, "t").unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
         }
         assert!(
             Config::parse("db = \"x.db\"\ncapacity_gpus = 8\nbogus = 1\n", "t")

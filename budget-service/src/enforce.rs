@@ -85,17 +85,19 @@ pub fn rule_name(rule: &VictimRule) -> &'static str {
 }
 
 /// Team ratios (the leaf's fair-share ratio over the window) and loads
-/// (allocated GPUs running now against `abs_share x capacity`), for the
+/// (allocated GPUs running now against `abs_share x capacity`, both in
+/// weighted GPUs), for the
 /// "still prioritised" test of [`compass_core::preempt::victim_rule`].
 pub fn team_table(
     tree: &OrgTree,
     stats: &[NodeStats],
     running: &[SlurmJob],
-    capacity_gpus: u32,
+    capacity_gpus: f64,
+    weights: &compass_core::fairshare::GpuWeights,
 ) -> TeamTable {
     let mut running_gpus: HashMap<&str, f64> = HashMap::new();
     for j in running.iter().filter(|j| j.min_runtime_s > 0) {
-        *running_gpus.entry(j.account.as_str()).or_default() += f64::from(j.gpus);
+        *running_gpus.entry(j.account.as_str()).or_default() += j.charge_rate(weights);
     }
     let mut t = TeamTable {
         ratio: fairshare::account_ratios(tree, stats),
@@ -107,7 +109,7 @@ pub fn team_table(
                 a.clone(),
                 TeamLoad {
                     running_gpus: running_gpus.get(a.as_str()).copied().unwrap_or(0.0),
-                    allocation_gpus: n.abs_share * f64::from(capacity_gpus),
+                    allocation_gpus: n.abs_share * capacity_gpus,
                 },
             );
         }
@@ -930,6 +932,7 @@ mod tests {
                         start: T0 - 3000,
                         end: Some(T0 - 100),
                         kind: Kind::Allocated,
+                        weight: 1.0,
                     }],
                     T0,
                 )

@@ -28,6 +28,7 @@ pub mod dashboard;
 pub mod db;
 pub mod enforce;
 pub mod error;
+pub mod sacctmgr;
 pub mod server;
 pub mod slurm;
 pub mod state;

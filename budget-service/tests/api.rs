@@ -357,6 +357,8 @@ fn sjob(id: u64, acct: &str, gpus: u32, min_rt: u64, prio: i64, submit: i64) -> 
         instances: 0,
         eligible: true,
         begin_after: None,
+        gpu_types: Default::default(),
+        tier: 0,
     }
 }
 

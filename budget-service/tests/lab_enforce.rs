@@ -382,6 +382,7 @@ fn lab_enforcement_preempts_protects_and_drains() {
                     start: now - 3000,
                     end: Some(now - 100),
                     kind: Kind::Allocated,
+                    weight: 1.0,
                 }],
                 now,
             )

@@ -62,7 +62,8 @@ fn cli_manages_the_tree_through_the_daemon() {
     budget(
         &c,
         BudgetCmd::Import {
-            file: example(),
+            file: Some(example()),
+            from_sacctmgr: None,
             why: "initial".into(),
             yes: false,
         },
@@ -75,7 +76,8 @@ fn cli_manages_the_tree_through_the_daemon() {
     budget(
         &c,
         BudgetCmd::Import {
-            file: example(),
+            file: Some(example()),
+            from_sacctmgr: None,
             why: "initial".into(),
             yes: true,
         },
@@ -262,6 +264,76 @@ fn cli_manages_the_tree_through_the_daemon() {
     );
 
     // Graceful shutdown on SIGTERM.
+    assert!(d.terminate().success());
+}
+
+/// `compass budget import --from-sacctmgr FILE` (issue 12): a site's
+/// account hierarchy (realistic `sacctmgr -P -n show assoc
+/// format=Account,ParentName,User,Fairshare` output) is shown as a diff and
+/// applied only with --yes; bad output is refused with its line.
+#[test]
+fn cli_imports_a_first_tree_from_sacctmgr_output() {
+    let m = Munged::start();
+    let dir = TempDir::new("cli-sacctmgr");
+    let cfg = write_config(dir.path(), &["root"], 64, &m.socket);
+    let mut d = Daemon::start(&cfg, free_port());
+    let c = conn(&d.url, &m.socket);
+    let client = Client::new(&c);
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sacctmgr-site-tree.txt");
+    let import = |yes: bool, from: PathBuf| {
+        budget(
+            &c,
+            BudgetCmd::Import {
+                file: None,
+                from_sacctmgr: Some(Some(from)),
+                why: "from sacctmgr".into(),
+                yes,
+            },
+        )
+    };
+    import(false, fixture.clone()).unwrap();
+    assert!(client.get("/api/v1/export").unwrap()["nodes"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    import(true, fixture.clone()).unwrap();
+    let want =
+        compass_budget::sacctmgr::tree_from_sacctmgr(&std::fs::read_to_string(&fixture).unwrap())
+            .unwrap()
+            .nodes;
+    let mut got: Vec<compass_core::fairshare::NodeSpec> =
+        serde_json::from_value(client.get("/api/v1/export").unwrap()["nodes"].clone()).unwrap();
+    let mut want = want;
+    got.sort_by(|a, b| a.name.cmp(&b.name));
+    want.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(got, want);
+    let audit = client.get("/api/v1/audit").unwrap();
+    assert_eq!(audit["rows"][0]["why"], "from sacctmgr");
+    // Importing the same again changes nothing; bad output changes nothing.
+    import(true, fixture).unwrap();
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(
+        &bad,
+        "root|||1
+physics|root||forty
+",
+    )
+    .unwrap();
+    let e = import(true, bad).unwrap_err().to_string();
+    assert!(e.contains("line 2") && e.contains("forty"), "{e}");
+    let e = import(true, dir.path().join("missing.txt"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("missing.txt"), "{e}");
+    assert_eq!(
+        serde_json::from_value::<Vec<compass_core::fairshare::NodeSpec>>(
+            client.get("/api/v1/export").unwrap()["nodes"].clone()
+        )
+        .unwrap()
+        .len(),
+        got.len()
+    );
     assert!(d.terminate().success());
 }
 
