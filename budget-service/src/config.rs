@@ -59,6 +59,11 @@ pub struct Config {
     /// Enforcement of protected and preemptible time (`[protection]`).
     #[serde(default)]
     pub protection: Protection,
+    /// The select plugin's state file (`select.state_file` of compass.conf,
+    /// e.g. `/run/compass/state.json`): read every few seconds and exported
+    /// by `/metrics` (`compass_select_*`). Unset: not read.
+    #[serde(default)]
+    pub select_state_file: Option<PathBuf>,
 }
 
 /// `[protection]`: how the cycle enforces protected and preemptible time

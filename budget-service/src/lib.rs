@@ -14,7 +14,9 @@
 //! - [`cycle`]: the ingest -> order -> push -> enforce loop with back-off.
 //! - [`enforce`]: protected/preemptible time and faulty nodes on Slurm.
 //! - [`state`]: shared state and read-side computations.
-//! - [`api`]: the REST API, metrics, health, OpenAPI.
+//! - [`api`]: the REST API, health, OpenAPI.
+//! - [`metrics`]: `/metrics` (Prometheus) and the counters behind it.
+//! - [`select_state`]: the select plugin's published state, for `/metrics`.
 //! - [`dashboard`]: the web page.
 //! - [`server`]: start-up and graceful shutdown of `compass-budgetd`.
 //! - [`cli`]: `compass budget ...` and `compass why JOBID`.
@@ -28,6 +30,8 @@ pub mod dashboard;
 pub mod db;
 pub mod enforce;
 pub mod error;
+pub mod metrics;
+pub mod select_state;
 pub mod server;
 pub mod slurm;
 pub mod state;

@@ -101,6 +101,10 @@ pub struct AppState {
     /// tokio's blocking pool, so a hung dependency ties up at most
     /// [`BLOCKING_SLOTS`] threads and later requests get a quick 503.
     pub blocking_slots: Arc<tokio::sync::Semaphore>,
+    /// Events counted for `/metrics`.
+    pub metrics: crate::metrics::Metrics,
+    /// The last read of the select plugin's state file.
+    pub select: Mutex<crate::select_state::SelectRead>,
 }
 
 /// Requests that may do blocking work at the same time.
@@ -162,6 +166,8 @@ impl AppState {
             slurm_actions: OnceLock::new(),
             seen: Mutex::new(Seen::default()),
             blocking_slots: Arc::new(tokio::sync::Semaphore::new(BLOCKING_SLOTS)),
+            metrics: crate::metrics::Metrics::default(),
+            select: Mutex::new(crate::select_state::SelectRead::default()),
         })
     }
 
@@ -187,6 +193,15 @@ impl AppState {
             .running
             .get(&job)
             .cloned()
+    }
+
+    /// The last read of the select plugin's state file.
+    pub fn select_read(&self) -> crate::select_state::SelectRead {
+        self.select.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set_select_read(&self, read: crate::select_state::SelectRead) {
+        *self.select.lock().unwrap_or_else(|e| e.into_inner()) = read;
     }
 
     pub fn set_seen(&self, seen: Seen) {
