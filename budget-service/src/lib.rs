@@ -18,6 +18,7 @@
 //! - [`metrics`]: `/metrics` (Prometheus) and the counters behind it.
 //! - [`select_state`]: the select plugin's published state, for `/metrics`.
 //! - [`dashboard`]: the web page.
+//! - [`logging`]: log lines for the journal (priorities) or a terminal.
 //! - [`server`]: start-up and graceful shutdown of `compass-budgetd`.
 //! - [`cli`]: `compass budget ...` and `compass why JOBID`.
 
@@ -30,6 +31,7 @@ pub mod dashboard;
 pub mod db;
 pub mod enforce;
 pub mod error;
+pub mod logging;
 pub mod metrics;
 pub mod select_state;
 pub mod server;

@@ -141,9 +141,24 @@ pub struct Metrics {
     pub team_gpu_seconds: Family<TeamKindLabels, FCounter>,
 }
 
+/// The operations of `compass_slurm_rpc_errors_total`.
+pub const RPC_OPERATIONS: [&str; 6] = [
+    "snapshot",
+    "update_job",
+    "requeue",
+    "cancel",
+    "drain",
+    "start_now",
+];
+
+/// The `job_gpus` classes of [`size_class`].
+pub const SIZE_CLASSES: [&str; 9] = ["0", "1", "2", "4", "8", "16", "32", "64", "more"];
+
 impl Default for Metrics {
+    /// Every known label combination starts at zero, so each series exists
+    /// from the first scrape (rate() and alerts need no special case).
     fn default() -> Self {
-        Self {
+        let m = Self {
             cycles: Family::default(),
             cycle_duration: cycle_histogram(),
             slurm_rpc_errors: Family::default(),
@@ -152,7 +167,34 @@ impl Default for Metrics {
             node_drains: Family::default(),
             job_wait: Family::new_with_constructor(wait_histogram as fn() -> Histogram),
             team_gpu_seconds: Family::default(),
+        };
+        for outcome in ["ok", "failed"] {
+            let l = OutcomeLabels {
+                outcome: outcome.into(),
+            };
+            let _ = m.cycles.get_or_create(&l);
+            let _ = m.node_drains.get_or_create(&l);
         }
+        for op in RPC_OPERATIONS {
+            let _ = m.slurm_rpc_errors.get_or_create(&OperationLabels {
+                operation: op.into(),
+            });
+        }
+        for rule in ["unallocated", "over_served", "faulty_node"] {
+            for action in ["requeue", "cancel"] {
+                for outcome in ["ok", "failed", "dry_run"] {
+                    let _ = m.preemptions.get_or_create(&PreemptionLabels {
+                        rule: rule.into(),
+                        action: action.into(),
+                        outcome: outcome.into(),
+                    });
+                }
+            }
+        }
+        for c in SIZE_CLASSES {
+            let _ = m.job_wait.get_or_create(&SizeLabels { job_gpus: c.into() });
+        }
+        m
     }
 }
 
@@ -284,7 +326,7 @@ pub fn encode(state: &AppState) -> Result<String> {
     );
 
     let st = state.status().clone();
-    if state.config.slurm != SlurmMode::None {
+    if state.config.slurm != SlurmMode::None || st.cycles_ok + st.cycles_failed > 0 {
         let up: Gauge = Gauge::default();
         up.set(i64::from(st.slurm_connected));
         reg.register(
