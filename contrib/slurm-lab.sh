@@ -22,6 +22,10 @@
 #                       LAB_NODES and LAB_GPUS are then ignored
 #   COMPASS_SELECT_SO   if set: run select/cons_tres_compass from this .so in a
 #                       private PluginDir (contrib/install-select-plugin.sh)
+#   LAB_DEBUG_FLAGS     slurm.conf DebugFlags (default: SelectType when
+#                       COMPASS_SELECT_SO is set, so the select plugin's
+#                       detailed lines reach slurmctld.log; none otherwise;
+#                       set it empty for none)
 #   COMPASS_SPANK_SO    if set: plugstack.conf loads this SPANK plugin
 #   COMPASS_CONF        compass.conf for both plugins (copied to LAB/etc)
 #   COMPASS_JOB_SUBMIT_LUA  if set: job_submit/lua with this script
@@ -112,12 +116,16 @@ write_conf() {
     lay=$(layout)
     nodes=$(node_count)
     [ "$lay" = site ] && gpus=8
-    local plugin_dir=$STOCK_DIR select_type=select/cons_tres job_submit=""
+    local plugin_dir=$STOCK_DIR select_type=select/cons_tres job_submit="" flags=""
     if [ -n "${COMPASS_SELECT_SO:-}" ]; then
         "$HERE/install-select-plugin.sh" "$COMPASS_SELECT_SO" "$LAB/plugins" "$STOCK_DIR" >/dev/null
         plugin_dir=$LAB/plugins
         select_type=select/cons_tres_compass
+        flags=SelectType
     fi
+    local debug_flags=""
+    flags=${LAB_DEBUG_FLAGS-$flags}
+    [ -n "$flags" ] && debug_flags="DebugFlags=$flags"
     if [ -n "${COMPASS_CONF:-}" ]; then
         sed "s#@LAB@#$LAB#g" "$COMPASS_CONF" >"$LAB/etc/compass.conf"
     else
@@ -143,7 +151,7 @@ write_conf() {
     sed -e "s#@LAB@#$LAB#g" -e "s#@NODES@#$nodes#g" -e "s#@GPUS@#$gpus#g" \
         -e "s#@CTLD_PORT@#$base#g" -e "s#@SLURMD_PORTS@#$((base + 1))-$((base + nodes))#g" \
         -e "s#@PLUGIN_DIR@#$plugin_dir#g" -e "s#@SELECT_TYPE@#$select_type#g" \
-        -e "s#@JOB_SUBMIT@#$job_submit#g" \
+        -e "s#@JOB_SUBMIT@#$job_submit#g" -e "s#@DEBUG_FLAGS@#$debug_flags#g" \
         "$HERE/lab/slurm.conf.in" >"$LAB/etc/slurm.conf"
     if [ "$lay" = site ]; then
         # The site's nodes, partitions and memory accounting replace the
