@@ -103,8 +103,8 @@ fn cycle_histogram() -> Histogram {
 
 /// Bucket bounds of the wait-time histograms, seconds: 10 s .. 7 days.
 pub const WAIT_BUCKETS_S: [f64; 14] = [
-    10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0,
-    172800.0, 345600.0, 604800.0,
+    10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, 172800.0,
+    345600.0, 604800.0,
 ];
 
 fn wait_histogram() -> Histogram {
@@ -423,7 +423,11 @@ pub fn encode(state: &AppState) -> Result<String> {
                 .as_ref()
                 .and_then(|t| t.gpu_types.iter().next().map(String::as_str));
             let pool = pool_name(n.gpus, ty);
-            let u = used_on.get(n.name.as_str()).copied().unwrap_or(0).min(n.gpus);
+            let u = used_on
+                .get(n.name.as_str())
+                .copied()
+                .unwrap_or(0)
+                .min(n.gpus);
             let occupancy = match u {
                 0 => "empty",
                 u if u < n.gpus => "partial",
@@ -568,7 +572,10 @@ fn encode_select(reg: &mut Registry, read: &SelectRead, now: i64) {
         calls,
     );
     let time: Family<PartLabels, FCounter> = fam();
-    for (part, ns) in [("engine", s.job_test.engine_ns), ("stock", s.job_test.stock_ns)] {
+    for (part, ns) in [
+        ("engine", s.job_test.engine_ns),
+        ("stock", s.job_test.stock_ns),
+    ] {
         time.get_or_create(&PartLabels { part: part.into() })
             .inc_by(ns as f64 / 1e9);
     }

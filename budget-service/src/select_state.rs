@@ -196,7 +196,12 @@ mod tests {
         let pools = s.pools();
         assert_eq!(pools.len(), 1);
         assert_eq!(
-            (pools[0].name.as_str(), pools[0].nodes, pools[0].partial_nodes, pools[0].n_sif),
+            (
+                pools[0].name.as_str(),
+                pools[0].nodes,
+                pools[0].partial_nodes,
+                pools[0].n_sif
+            ),
             ("8xgpu", 2, 1, 1.0)
         );
         let s = SelectFigures::parse(
@@ -212,6 +217,9 @@ mod tests {
         assert!(SelectFigures::parse("{").is_err());
         let missing = read(Path::new("/nonexistent/compass-state.json"));
         assert!(missing.state.is_none());
-        assert!(missing.error.unwrap().contains("/nonexistent/compass-state.json"));
+        assert!(missing
+            .error
+            .unwrap()
+            .contains("/nonexistent/compass-state.json"));
     }
 }

@@ -197,7 +197,10 @@ impl AppState {
 
     /// The last read of the select plugin's state file.
     pub fn select_read(&self) -> crate::select_state::SelectRead {
-        self.select.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.select
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn set_select_read(&self, read: crate::select_state::SelectRead) {

@@ -465,7 +465,9 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
         m.value("compass_slurm_last_success_timestamp_seconds", &[]),
         Some((clock_now(&s) - 10) as f64)
     );
-    assert!(m.value("compass_team_fairshare_ratio", &[("team", "team-a")]).is_some());
+    assert!(m
+        .value("compass_team_fairshare_ratio", &[("team", "team-a")])
+        .is_some());
     assert_eq!(
         m.value("compass_cycle_duration_seconds_count", &[]),
         m.value("compass_cycles_total", &[("outcome", "ok")])

@@ -255,7 +255,11 @@ async fn node_fault_repaired_actions_and_why() {
     assert_eq!(
         m.value(
             "compass_preemptions_total",
-            &[("rule", "unallocated"), ("action", "requeue"), ("outcome", "ok")]
+            &[
+                ("rule", "unallocated"),
+                ("action", "requeue"),
+                ("outcome", "ok")
+            ]
         ),
         Some(1.0)
     );

@@ -30,13 +30,20 @@ fn run(dir: &Path, name: &str, journal: Option<bool>, args: &[&str], until: &str
     let f = std::fs::File::create(&out).unwrap();
     let meta = f.metadata().unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_compass-budgetd"));
-    cmd.args(args).stdout(f).stderr(Stdio::null()).env_remove("JOURNAL_STREAM").env("RUST_LOG", "info");
+    cmd.args(args)
+        .stdout(f)
+        .stderr(Stdio::null())
+        .env_remove("JOURNAL_STREAM")
+        .env("RUST_LOG", "info");
     match journal {
         Some(true) => {
             cmd.env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()));
         }
         Some(false) => {
-            cmd.env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino() + 1));
+            cmd.env(
+                "JOURNAL_STREAM",
+                format!("{}:{}", meta.dev(), meta.ino() + 1),
+            );
         }
         None => {}
     }
@@ -51,7 +58,10 @@ fn run(dir: &Path, name: &str, journal: Option<bool>, args: &[&str], until: &str
             assert!(!st.success(), "exited early: {text}");
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "no `{until}` in:\n{text}");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no `{until}` in:\n{text}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // SAFETY: signalling our own child.
@@ -90,11 +100,15 @@ fn journal_lines_carry_priorities_and_no_timestamps() {
         assert!(!has_timestamp(l), "timestamp under the journal: {l}");
     }
     assert!(
-        lines.iter().any(|l| l.starts_with("<6>") && l.contains("listening")),
+        lines
+            .iter()
+            .any(|l| l.starts_with("<6>") && l.contains("listening")),
         "{text}"
     );
     assert!(
-        lines.iter().any(|l| l.starts_with("<4>") && l.contains("cycle failed")),
+        lines
+            .iter()
+            .any(|l| l.starts_with("<4>") && l.contains("cycle failed")),
         "{text}"
     );
 

@@ -108,15 +108,21 @@ fn dashboard_exprs(v: &serde_json::Value) -> Vec<String> {
     out
 }
 
-/// The metric families listed in the admin guide's "Monitoring" table.
-fn documented_families(guide: &str) -> BTreeSet<String> {
-    let start = guide.find("## Monitoring").expect("a Monitoring section");
-    let section = &guide[start..];
+/// `(metric, type)` of each row of the admin guide's "Monitoring" table
+/// (counters by their `_total` name, as queries use them).
+fn documented_metrics(guide: &str) -> BTreeSet<(String, String)> {
+    let start = guide
+        .find("\n## Monitoring\n")
+        .expect("a Monitoring section");
+    let section = &guide[start + 1..];
     let end = section[3..].find("\n## ").map_or(section.len(), |e| e + 3);
     section[..end]
         .lines()
-        .filter_map(|l| l.strip_prefix("| `compass_"))
-        .map(|l| format!("compass_{}", &l[..l.find('`').unwrap()]))
+        .filter(|l| l.starts_with("| `compass_"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells[1].trim_matches('`').to_string(), cells[2].to_string())
+        })
         .collect()
 }
 
@@ -202,7 +208,10 @@ fn metrics_of_the_real_daemon_parse_strictly_and_match_dashboard_and_docs() {
     assert_eq!(m.value("compass_slurm_up", &[]), Some(1.0));
     let pool = [("pool", "8xgpu")];
     let occ = |o| m.value("compass_nodes", &[("pool", "8xgpu"), ("occupancy", o)]);
-    assert_eq!((occ("full"), occ("partial"), occ("empty")), (Some(1.0), Some(0.0), Some(1.0)));
+    assert_eq!(
+        (occ("full"), occ("partial"), occ("empty")),
+        (Some(1.0), Some(0.0), Some(1.0))
+    );
     assert_eq!(m.value("compass_pool_gpus", &pool), Some(16.0));
     assert_eq!(m.value("compass_pool_gpus_allocated", &pool), Some(8.0));
     // Allocation: platform's share of 16 GPUs (org 1.0 x platform 0.3).
@@ -211,20 +220,44 @@ fn metrics_of_the_real_daemon_parse_strictly_and_match_dashboard_and_docs() {
     assert!((alloc - 4.8).abs() < 1e-9, "{alloc}");
     // GPU-seconds counted per team: 8 GPUs x the cycles' elapsed time.
     let used = m
-        .value("compass_team_gpu_seconds_total", &[("team", "platform"), ("kind", "allocated")])
+        .value(
+            "compass_team_gpu_seconds_total",
+            &[("team", "platform"), ("kind", "allocated")],
+        )
         .unwrap();
     assert!(used >= 8.0 && used % 8.0 == 0.0, "{used}");
     // The select plugin's figures, one pool (no `pools` in the file).
     assert_eq!(m.value("compass_select_n_sif", &pool), Some(0.0));
     assert_eq!(m.value("compass_select_nodes", &pool), Some(2.0));
     assert_eq!(m.value("compass_select_partial_nodes", &pool), Some(0.0));
-    assert_eq!(m.value("compass_select_migrations_total", &[("outcome", "done")]), Some(3.0));
-    assert_eq!(m.value("compass_select_migrations_total", &[("outcome", "failed")]), Some(1.0));
-    assert_eq!(m.value("compass_select_engine_errors_total", &[]), Some(2.0));
+    assert_eq!(
+        m.value("compass_select_migrations_total", &[("outcome", "done")]),
+        Some(3.0)
+    );
+    assert_eq!(
+        m.value("compass_select_migrations_total", &[("outcome", "failed")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("compass_select_engine_errors_total", &[]),
+        Some(2.0)
+    );
     assert_eq!(m.value("compass_select_divergences_total", &[]), Some(5.0));
-    assert_eq!(m.value("compass_select_jobs_kept_still", &[("reason", "protected")]), Some(1.0));
-    assert_eq!(m.value("compass_select_job_test_seconds_total", &[("part", "engine")]), Some(2.0));
-    assert_eq!(m.value("compass_select_job_test_calls_total", &[]), Some(10.0));
+    assert_eq!(
+        m.value("compass_select_jobs_kept_still", &[("reason", "protected")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value(
+            "compass_select_job_test_seconds_total",
+            &[("part", "engine")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        m.value("compass_select_job_test_calls_total", &[]),
+        Some(10.0)
+    );
     let age = m.value("compass_select_state_age_seconds", &[]).unwrap();
     assert!((0.0..60.0).contains(&age), "{age}");
     // No sentinels: every figure is a real count, time or ratio.
@@ -242,16 +275,28 @@ fn metrics_of_the_real_daemon_parse_strictly_and_match_dashboard_and_docs() {
     let m = scrape_until(&d.url, "the wait of job 2", |m| {
         m.value("compass_job_wait_seconds_count", &[("job_gpus", "4")]) == Some(1.0)
     });
-    assert_eq!(m.value("compass_job_wait_seconds_sum", &[("job_gpus", "4")]), Some(90.0));
     assert_eq!(
-        m.value("compass_job_wait_seconds_bucket", &[("job_gpus", "4"), ("le", "60.0")]),
+        m.value("compass_job_wait_seconds_sum", &[("job_gpus", "4")]),
+        Some(90.0)
+    );
+    assert_eq!(
+        m.value(
+            "compass_job_wait_seconds_bucket",
+            &[("job_gpus", "4"), ("le", "60.0")]
+        ),
         Some(0.0)
     );
     assert_eq!(
-        m.value("compass_job_wait_seconds_bucket", &[("job_gpus", "4"), ("le", "300.0")]),
+        m.value(
+            "compass_job_wait_seconds_bucket",
+            &[("job_gpus", "4"), ("le", "300.0")]
+        ),
         Some(1.0)
     );
-    assert_eq!(m.value("compass_job_wait_seconds_count", &[("job_gpus", "1")]), Some(0.0));
+    assert_eq!(
+        m.value("compass_job_wait_seconds_count", &[("job_gpus", "1")]),
+        Some(0.0)
+    );
     let occ = |o| m.value("compass_nodes", &[("pool", "8xgpu"), ("occupancy", o)]);
     assert_eq!((occ("full"), occ("partial")), (Some(1.0), Some(1.0)));
 
@@ -266,15 +311,42 @@ fn metrics_of_the_real_daemon_parse_strictly_and_match_dashboard_and_docs() {
         let names = metric_names(e);
         assert!(!names.is_empty(), "a query without a compass metric: {e}");
         for n in names {
-            assert!(exported.contains(&n), "the dashboard queries `{n}`, which /metrics does not export ({e})");
+            assert!(
+                exported.contains(&n),
+                "the dashboard queries `{n}`, which /metrics does not export ({e})"
+            );
             queried.insert(n);
         }
     }
     // The admin guide lists exactly the exported families.
-    let documented =
-        documented_families(include_str!("../../docs/admin-guide.md"));
-    let families: BTreeSet<String> = m.families.keys().cloned().collect();
-    assert_eq!(documented, families, "docs/admin-guide.md Monitoring table vs /metrics");
+    let documented = documented_metrics(include_str!("../../docs/admin-guide.md"));
+    let exported: BTreeSet<(String, String)> = m
+        .families
+        .iter()
+        .map(|(name, f)| {
+            let name = if f.kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.clone()
+            };
+            (name, f.kind.clone())
+        })
+        .collect();
+    assert_eq!(
+        documented, exported,
+        "docs/admin-guide.md Monitoring table vs /metrics"
+    );
+    // Every metric the dashboard queries is documented too (same set).
+    for n in &queried {
+        let base = n
+            .trim_end_matches("_bucket")
+            .trim_end_matches("_count")
+            .trim_end_matches("_sum");
+        assert!(
+            documented.iter().any(|(d, _)| d == n || d == base),
+            "{n} is not in the admin guide"
+        );
+    }
 
     // The state file goes away: up 0, no age (absent, not a sentinel).
     std::fs::remove_file(&state_path).unwrap();

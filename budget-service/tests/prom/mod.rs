@@ -49,7 +49,9 @@ fn parse_labels(s: &str, line: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let mut rest = s;
     while !rest.is_empty() {
-        let eq = rest.find("=\"").unwrap_or_else(|| panic!("bad labels: {line}"));
+        let eq = rest
+            .find("=\"")
+            .unwrap_or_else(|| panic!("bad labels: {line}"));
         let key = &rest[..eq];
         assert!(valid_name(key), "bad label name `{key}`: {line}");
         let mut val = String::new();
@@ -66,7 +68,10 @@ fn parse_labels(s: &str, line: &str) -> BTreeMap<String, String> {
                 None => panic!("unterminated label value: {line}"),
             }
         };
-        assert!(out.insert(key.to_string(), val).is_none(), "duplicate label {key}: {line}");
+        assert!(
+            out.insert(key.to_string(), val).is_none(),
+            "duplicate label {key}: {line}"
+        );
         rest = &rest[end + 1..];
         if let Some(r) = rest.strip_prefix(',') {
             rest = r;
@@ -105,7 +110,10 @@ pub fn parse(text: &str) -> Exposition {
                     f.kind = arg.to_string();
                 }
                 "UNIT" => {
-                    assert!(name.ends_with(&format!("_{arg}")), "unit not in name: {line}");
+                    assert!(
+                        name.ends_with(&format!("_{arg}")),
+                        "unit not in name: {line}"
+                    );
                     f.unit = Some(arg.to_string());
                 }
                 _ => panic!("unknown comment line: {line}"),
@@ -114,7 +122,9 @@ pub fn parse(text: &str) -> Exposition {
             continue;
         }
         assert!(!line.starts_with('#'), "bad comment: {line}");
-        let (head, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("bad sample: {line}"));
+        let (head, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("bad sample: {line}"));
         let value: f64 = match value {
             "+Inf" => f64::INFINITY,
             "-Inf" => f64::NEG_INFINITY,
@@ -123,7 +133,11 @@ pub fn parse(text: &str) -> Exposition {
         let (name, labels) = match head.split_once('{') {
             Some((n, l)) => (
                 n,
-                parse_labels(l.strip_suffix('}').unwrap_or_else(|| panic!("bad labels: {line}")), line),
+                parse_labels(
+                    l.strip_suffix('}')
+                        .unwrap_or_else(|| panic!("bad labels: {line}")),
+                    line,
+                ),
             ),
             None => (head, BTreeMap::new()),
         };
@@ -132,11 +146,18 @@ pub fn parse(text: &str) -> Exposition {
             .clone()
             .unwrap_or_else(|| panic!("sample before any family: {line}"));
         let f = &e.families[&fam];
-        assert!(!f.kind.is_empty() && !f.help.is_empty(), "family {fam} lacks TYPE or HELP before {line}");
+        assert!(
+            !f.kind.is_empty() && !f.help.is_empty(),
+            "family {fam} lacks TYPE or HELP before {line}"
+        );
         let suffix = name
             .strip_prefix(fam.as_str())
             .unwrap_or_else(|| panic!("sample {name} outside its family {fam}"));
-        assert!(suffixes(&f.kind).contains(&suffix), "sample {name} not allowed in {} {fam}", f.kind);
+        assert!(
+            suffixes(&f.kind).contains(&suffix),
+            "sample {name} not allowed in {} {fam}",
+            f.kind
+        );
         e.samples.push(Sample {
             name: name.to_string(),
             family: fam,
@@ -145,7 +166,10 @@ pub fn parse(text: &str) -> Exposition {
         });
     }
     for (name, f) in &e.families {
-        assert!(!f.kind.is_empty() && !f.help.is_empty(), "family {name} lacks TYPE or HELP");
+        assert!(
+            !f.kind.is_empty() && !f.help.is_empty(),
+            "family {name} lacks TYPE or HELP"
+        );
     }
     e
 }
@@ -156,9 +180,18 @@ impl Exposition {
         let hits: Vec<&Sample> = self
             .samples
             .iter()
-            .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+            .filter(|s| {
+                s.name == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            })
             .collect();
-        assert!(hits.len() <= 1, "{name} {labels:?} matches {} samples", hits.len());
+        assert!(
+            hits.len() <= 1,
+            "{name} {labels:?} matches {} samples",
+            hits.len()
+        );
         hits.first().map(|s| s.value)
     }
 

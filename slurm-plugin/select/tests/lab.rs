@@ -987,29 +987,43 @@ fn detailed_lines_follow_the_select_type_debug_flag() {
         let j = lab.submit(&["-n1", "--gpus-per-task=2"]);
         lab.wait_running(&[j], Duration::from_secs(20));
         // The engine placed it (the plugin is active without the flag too).
-        lab.wait_until("the job in the published state", Duration::from_secs(20), || {
-            lab.state_json()["jobs"]
-                .as_array()
-                .is_some_and(|js| js.iter().any(|x| x["id"] == j))
-        });
+        lab.wait_until(
+            "the job in the published state",
+            Duration::from_secs(20),
+            || {
+                lab.state_json()["jobs"]
+                    .as_array()
+                    .is_some_and(|js| js.iter().any(|x| x["id"] == j))
+            },
+        );
         j
     };
 
     let a = run_one();
     let log = lab.ctld_log();
-    assert!(!log.contains(&format!("job_test job {a}")), "{}", lab.debug());
+    assert!(
+        !log.contains(&format!("job_test job {a}")),
+        "{}",
+        lab.debug()
+    );
     assert!(!log.contains("SelectType: compass:"), "{}", lab.debug());
 
     setflags("+SelectType");
     let b = run_one();
-    lab.wait_until("the detailed line of job b", Duration::from_secs(10), || {
-        lab.ctld_log().contains(&narrowed(b))
-    });
+    lab.wait_until(
+        "the detailed line of job b",
+        Duration::from_secs(10),
+        || lab.ctld_log().contains(&narrowed(b)),
+    );
 
     setflags("-SelectType");
     let before = lab.ctld_log().matches("SelectType: compass:").count();
     let c = run_one();
     let log = lab.ctld_log();
-    assert!(!log.contains(&format!("job_test job {c}")), "{}", lab.debug());
+    assert!(
+        !log.contains(&format!("job_test job {c}")),
+        "{}",
+        lab.debug()
+    );
     assert_eq!(log.matches("SelectType: compass:").count(), before);
 }
