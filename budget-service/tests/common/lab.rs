@@ -76,7 +76,16 @@ pub struct Lab {
 }
 
 impl Lab {
-    pub fn start(spec: LabSpec) -> Lab {
+    /// `COMPASS_BUDGET_LAB_PORT_BASE=B` moves the cluster to `B + port_base
+    /// % 1000` (e.g. 23000: 23900, 23930, 23100), for a machine where the
+    /// default ports are taken.
+    pub fn start(mut spec: LabSpec) -> Lab {
+        if let Some(b) = std::env::var("COMPASS_BUDGET_LAB_PORT_BASE")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            spec.port_base = b + spec.port_base % 1000;
+        }
         let dir = std::env::temp_dir().join(format!("{}-{}", spec.tag, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("lab dir");
