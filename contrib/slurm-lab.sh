@@ -22,10 +22,9 @@
 #                       LAB_NODES and LAB_GPUS are then ignored
 #   COMPASS_SELECT_SO   if set: run select/cons_tres_compass from this .so in a
 #                       private PluginDir (contrib/install-select-plugin.sh)
-#   LAB_DEBUG_FLAGS     slurm.conf DebugFlags (default: SelectType when
-#                       COMPASS_SELECT_SO is set, so the select plugin's
-#                       detailed lines reach slurmctld.log; none otherwise;
-#                       set it empty for none)
+#   LAB_DEBUG_FLAGS     if set: slurm.conf DebugFlags (e.g. SelectType; the
+#                       select plugin's detailed lines need it, or
+#                       select.log_decisions in compass.conf)
 #   COMPASS_SPANK_SO    if set: plugstack.conf loads this SPANK plugin
 #   COMPASS_CONF        compass.conf for both plugins (copied to LAB/etc)
 #   COMPASS_JOB_SUBMIT_LUA  if set: job_submit/lua with this script
@@ -116,16 +115,13 @@ write_conf() {
     lay=$(layout)
     nodes=$(node_count)
     [ "$lay" = site ] && gpus=8
-    local plugin_dir=$STOCK_DIR select_type=select/cons_tres job_submit="" flags=""
+    local plugin_dir=$STOCK_DIR select_type=select/cons_tres job_submit="" debug_flags=""
     if [ -n "${COMPASS_SELECT_SO:-}" ]; then
         "$HERE/install-select-plugin.sh" "$COMPASS_SELECT_SO" "$LAB/plugins" "$STOCK_DIR" >/dev/null
         plugin_dir=$LAB/plugins
         select_type=select/cons_tres_compass
-        flags=SelectType
     fi
-    local debug_flags=""
-    flags=${LAB_DEBUG_FLAGS-$flags}
-    [ -n "$flags" ] && debug_flags="DebugFlags=$flags"
+    [ -n "${LAB_DEBUG_FLAGS:-}" ] && debug_flags="DebugFlags=$LAB_DEBUG_FLAGS"
     if [ -n "${COMPASS_CONF:-}" ]; then
         sed "s#@LAB@#$LAB#g" "$COMPASS_CONF" >"$LAB/etc/compass.conf"
     else

@@ -319,7 +319,11 @@ fn lab_enforcement_preempts_protects_and_drains() {
         let pre = |action| {
             m.value(
                 "compass_preemptions_total",
-                &[("rule", "unallocated"), ("action", action), ("outcome", "ok")],
+                &[
+                    ("rule", "unallocated"),
+                    ("action", action),
+                    ("outcome", "ok"),
+                ],
             )
         };
         assert_eq!((pre("requeue"), pre("cancel")), (Some(1.0), Some(1.0)));

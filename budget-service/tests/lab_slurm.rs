@@ -222,10 +222,16 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
     let m = prom::parse(&compass_budget::metrics::encode(&state).expect("metrics"));
     assert_eq!(m.value("compass_slurm_up", &[]), Some(0.0));
     assert_eq!(
-        m.value("compass_slurm_rpc_errors_total", &[("operation", "snapshot")]),
+        m.value(
+            "compass_slurm_rpc_errors_total",
+            &[("operation", "snapshot")]
+        ),
         Some(1.0)
     );
-    assert_eq!(m.value("compass_cycles_total", &[("outcome", "failed")]), Some(1.0));
+    assert_eq!(
+        m.value("compass_cycles_total", &[("outcome", "failed")]),
+        Some(1.0)
+    );
     let out = lab.script("restart-ctld");
     assert!(out.status.success(), "{}", lossy(&out.stderr));
     let start = Instant::now();
@@ -312,7 +318,11 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
             .expect("scrape");
         let text = resp.body_mut().read_to_string().expect("body");
         let m = prom::parse(&text);
-        assert_eq!(m.value("compass_queue_pending_jobs", &[]), Some(12.0), "{text}");
+        assert_eq!(
+            m.value("compass_queue_pending_jobs", &[]),
+            Some(12.0),
+            "{text}"
+        );
         assert_eq!(m.value("compass_slurm_up", &[]), Some(1.0), "{text}");
         let pool = format!("{GPUS}xgpu");
         assert_eq!(

@@ -6,7 +6,9 @@
 //! ...)`: written only while `DebugFlags` has `SelectType` (slurm.conf, or
 //! `scontrol setdebugflags +SelectType` at run time), at `verbose` level,
 //! prefixed `SelectType: `. Slurm 22.05 and 24.11 have no flag bit of their
-//! own for third-party plugins.
+//! own for third-party plugins. As that flag also turns on cons_tres's own,
+//! far more numerous lines, `select.log_decisions = true` in compass.conf
+//! writes ours alone (as `compass: ...`): the labs and the demo use it.
 
 use std::ffi::CString;
 
@@ -46,11 +48,18 @@ pub fn select_type_flag() -> bool {
     flags & DEBUG_FLAG_SELECT_TYPE != 0
 }
 
-/// A detailed line: only with `DebugFlags=SelectType`, at verbose level,
-/// as `SelectType: compass: ...` (Slurm's `log_flag` form).
+/// A detailed line: with `DebugFlags=SelectType` at verbose level as
+/// `SelectType: compass: ...` (Slurm's `log_flag` form); else, with
+/// `select.log_decisions = true` in compass.conf, as `compass: ...`; else
+/// not at all.
 pub fn detail(msg: &str) {
     if select_type_flag() {
         verbose_raw(&format!("SelectType: compass: {msg}"));
+    } else if crate::PLUGIN
+        .get()
+        .is_some_and(|p| p.config.select.log_decisions)
+    {
+        verbose(msg);
     }
 }
 

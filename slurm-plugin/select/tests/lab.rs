@@ -963,16 +963,19 @@ fn disabled_engine_is_plain_cons_tres() {
     }
 }
 
-/// The detailed lines (each job_test decision) follow Slurm's `DebugFlags=SelectType`: absent without it, there
-/// from `scontrol setdebugflags +SelectType` on (read live, no restart), as
-/// `SelectType: compass: ...`, and gone again after `-SelectType`. The
-/// lab's slurmctld logs at `verbose`, so only the flag decides.
+/// The detailed lines (each job_test decision) follow Slurm's
+/// `DebugFlags=SelectType` when compass.conf does not ask for them
+/// (`select.log_decisions`, set in the other lab tests): absent without the
+/// flag, there from `scontrol setdebugflags +SelectType` on (read live, no
+/// restart), as `SelectType: compass: ...`, and gone again after
+/// `-SelectType`. The lab's slurmctld logs at `verbose`, so only the flag
+/// decides.
 #[test]
 fn detailed_lines_follow_the_select_type_debug_flag() {
     let lab = Lab::start(
         "debug-flags",
         LabOptions {
-            env: &[("LAB_DEBUG_FLAGS", "")],
+            conf: "lab-compass-quiet.conf",
             ..COMPASS
         },
     );
