@@ -586,3 +586,25 @@ fn encode_select(reg: &mut Registry, read: &SelectRead, now: i64) {
         time,
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_round_up_to_powers_of_two() {
+        let got: Vec<String> = [0, 1, 2, 3, 4, 5, 8, 9, 64, 65, 1000]
+            .into_iter()
+            .map(size_class)
+            .collect();
+        assert_eq!(
+            got,
+            ["0", "1", "2", "4", "4", "8", "8", "16", "64", "more", "more"]
+        );
+        for g in [0, 1, 3, 7, 33, 64, 500] {
+            assert!(SIZE_CLASSES.contains(&size_class(g).as_str()), "{g}");
+        }
+        assert_eq!(pool_name(8, Some("a100")), "8xa100");
+        assert_eq!(pool_name(4, None), "4xgpu");
+    }
+}

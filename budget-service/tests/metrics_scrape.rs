@@ -356,3 +356,101 @@ fn metrics_of_the_real_daemon_parse_strictly_and_match_dashboard_and_docs() {
     assert_eq!(m.value("compass_select_state_age_seconds", &[]), None);
     assert_eq!(m.value("compass_select_n_sif", &pool), None);
 }
+
+/// The select plugin's own logic (`compass_slurm::controller::Controller`,
+/// what the plugin runs inside slurmctld) places jobs on 4 nodes x 8 GPUs,
+/// orders a Compact migration whose requeue Slurm refuses, and publishes
+/// its state with the plugin's writer; the daemon's `compass_select_*`
+/// figures are the published ones.
+#[test]
+fn select_figures_are_what_the_plugin_logic_publishes() {
+    use compass_core::model::{ClusterSpec, JobShape, NodeId, NodeSet};
+    use compass_slurm::controller::{Controller, JobInfo};
+    use compass_slurm::flags::JobFlags;
+    use compass_slurm::shape::Mapping;
+
+    let names: Vec<String> = (1..=4).map(|i| format!("n{i}")).collect();
+    let mut config = compass_slurm::config::Config::default().select;
+    config.min_run_before_migration_s = 0;
+    let mut ctl = Controller::new(config, ClusterSpec::new(4, 8).unwrap(), names);
+    let job = |id: u64, g: u32| JobInfo {
+        id,
+        mapping: Mapping::Model {
+            shape: JobShape::new(1, g),
+            distinct_nodes: false,
+        },
+        flags: Some(JobFlags {
+            min_runtime_s: 0,
+            resumable: true,
+            migration_cost_s: None,
+        }),
+        time_limit_s: None,
+    };
+    let t = now() as u64;
+    // As cons_tres would: the job on the first narrowed node with room.
+    let mut used = [0u32; 4];
+    for (id, g) in [(1, 4), (2, 4), (3, 4), (4, 2)] {
+        let j = job(id, g);
+        let set = ctl
+            .narrow(&j, &NodeSet::full(4))
+            .unwrap()
+            .expect("the engine plans the job");
+        let n: NodeId = set
+            .iter()
+            .find(|n| used[*n as usize] + g <= 8)
+            .expect("room on a narrowed node");
+        used[n as usize] += g;
+        assert_eq!(ctl.begin(&j, &[(n, g)], t), None);
+    }
+    assert!(ctl.tick(t + 1000).is_empty());
+    ctl.fini(1);
+    let orders = ctl.tick(t + 1000);
+    assert_eq!(orders.len(), 1, "{orders:?}");
+    ctl.requeue_failed(&orders[0]);
+    let published = ctl.snapshot(t, true);
+    assert_eq!(published.migrations_failed, 1);
+
+    let dir = TempDir::new("metrics-plugin");
+    let state_path = dir.path().join("state.json");
+    published.write_atomic(&state_path).unwrap();
+    let cfg = dir.path().join("budgetd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "db = \"{}\"\ncapacity_gpus = 32\nselect_state_file = \"{}\"\n",
+            dir.path().join("budget.db").display(),
+            state_path.display()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&cfg, free_port());
+    let m = scrape_until(&d.url, "a read of the state file", |m| {
+        m.value("compass_select_state_up", &[]) == Some(1.0)
+    });
+    let pool = [("pool", "8xgpu")];
+    assert_eq!(
+        m.value("compass_select_n_sif", &pool),
+        Some(published.n_sif)
+    );
+    assert_eq!(
+        m.value("compass_select_partial_nodes", &pool),
+        Some(f64::from(published.partial_nodes))
+    );
+    assert_eq!(m.value("compass_select_nodes", &pool), Some(4.0));
+    assert_eq!(
+        m.value("compass_select_migrations_total", &[("outcome", "failed")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("compass_select_migrations_total", &[("outcome", "done")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        m.value("compass_select_migrations_pending", &[]),
+        Some(published.pending_migrations.len() as f64)
+    );
+    assert_eq!(m.value("compass_select_engine_active", &[]), Some(1.0));
+    // slurm = "none": no Slurm figures, no pools from a snapshot.
+    assert_eq!(m.value("compass_slurm_up", &[]), None);
+    assert!(!m.families.contains_key("compass_nodes"));
+}
