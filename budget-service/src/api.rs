@@ -428,104 +428,10 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-fn prom_escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
     blocking(&state, move |state| {
-    let now = state.now();
-    let nodes = state.tree_view(now - state.config.window_s, now)?;
-    let q = state.queue();
-    let st = state.status().clone();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP compass_budget_ratio Fair-share ratio per tree node over the window."
-    );
-    let _ = writeln!(out, "# TYPE compass_budget_ratio gauge");
-    for n in &nodes {
-        if let Some(r) = n.ratio {
-            let _ = writeln!(
-                out,
-                "compass_budget_ratio{{node=\"{}\"}} {r}",
-                prom_escape(&n.name)
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP compass_budget_usage_gpu_hours GPU-hours used per node over the window."
-    );
-    let _ = writeln!(out, "# TYPE compass_budget_usage_gpu_hours gauge");
-    for n in &nodes {
-        let name = prom_escape(&n.name);
-        let _ = writeln!(
-            out,
-            "compass_budget_usage_gpu_hours{{node=\"{name}\",kind=\"allocated\"}} {}",
-            n.charged_gpu_hours
-        );
-        let _ = writeln!(
-            out,
-            "compass_budget_usage_gpu_hours{{node=\"{name}\",kind=\"unallocated\"}} {}",
-            n.free_gpu_hours
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP compass_budget_queue_length Pending jobs in the last computed order."
-    );
-    let _ = writeln!(out, "# TYPE compass_budget_queue_length gauge");
-    let _ = writeln!(out, "compass_budget_queue_length {}", q.order.len());
-    let _ = writeln!(out, "# HELP compass_budget_ingest_lag_seconds Seconds since the last successful Slurm ingest (-1: never).");
-    let _ = writeln!(out, "# TYPE compass_budget_ingest_lag_seconds gauge");
-    let _ = writeln!(
-        out,
-        "compass_budget_ingest_lag_seconds {}",
-        st.last_ok.map_or(-1, |t| now - t)
-    );
-    let _ = writeln!(out, "# TYPE compass_budget_cycles_total counter");
-    let _ = writeln!(
-        out,
-        "compass_budget_cycles_total{{result=\"ok\"}} {}",
-        st.cycles_ok
-    );
-    let _ = writeln!(
-        out,
-        "compass_budget_cycles_total{{result=\"failed\"}} {}",
-        st.cycles_failed
-    );
-    let _ = writeln!(
-        out,
-        "# TYPE compass_budget_site_factor_updates_total counter"
-    );
-    let _ = writeln!(
-        out,
-        "compass_budget_site_factor_updates_total {}",
-        st.factors_pushed
-    );
-    let _ = writeln!(
-        out,
-        "# HELP compass_budget_enforcement_actions_total Preemptions and drains done by the cycle (ok) and actions Slurm refused (failed)."
-    );
-    let _ = writeln!(
-        out,
-        "# TYPE compass_budget_enforcement_actions_total counter"
-    );
-    for (action, n) in [
-        ("requeue", st.requeued),
-        ("cancel", st.cancelled),
-        ("drain", st.drained),
-        ("failed", st.actions_failed),
-    ] {
-        let _ = writeln!(
-            out,
-            "compass_budget_enforcement_actions_total{{action=\"{action}\"}} {n}"
-        );
-    }
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+        let out = crate::metrics::encode(state)?;
+        Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], out).into_response())
     })
     .await
 }

@@ -68,6 +68,11 @@ pub struct Config {
     /// weighted GPU-hours ([`compass_core::fairshare::weights`]).
     #[serde(default)]
     pub gpu_weights: BTreeMap<String, f64>,
+    /// The select plugin's state file (`select.state_file` of compass.conf,
+    /// e.g. `/run/compass/state.json`): read every few seconds and exported
+    /// by `/metrics` (`compass_select_*`). Unset: not read.
+    #[serde(default)]
+    pub select_state_file: Option<PathBuf>,
 }
 
 /// `[protection]`: how the cycle enforces protected and preemptible time

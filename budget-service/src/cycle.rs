@@ -11,18 +11,21 @@
 //! served from the last state and the cycle retries with exponential back-off
 //! (capped at 5 minutes); Slurm keeps scheduling on the last pushed order.
 
-use compass_core::fairshare::{self, Kind};
+use compass_core::fairshare::{self, Kind, OrgTree};
 use compass_core::model::JobId;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::slurm::{SlurmActions, SlurmSink, SlurmSource};
+use crate::slurm::{SlurmActions, SlurmSink, SlurmSnapshot, SlurmSource};
 use crate::state::{AppState, QueueView, Seen};
 use compass_core::preempt::TeamTable;
+
+/// The `team` label of usage by an account no team holds.
+pub const UNBUDGETED: &str = "(unbudgeted)";
 
 /// Longest wait between retries when Slurm is down.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -66,6 +69,8 @@ pub struct Cycle {
     resync: bool,
     last_ok: Option<i64>,
     last_prune: Option<i64>,
+    /// Pending jobs of the last snapshot (their start gives a wait time).
+    was_pending: HashSet<JobId>,
 }
 
 impl Cycle {
@@ -83,6 +88,7 @@ impl Cycle {
             resync: false,
             last_ok: None,
             last_prune: None,
+            was_pending: HashSet::new(),
         }
     }
 
@@ -97,7 +103,13 @@ impl Cycle {
 
     /// One ingest -> order -> push -> enforce step.
     pub fn step(&mut self) -> Result<StepReport> {
+        let t0 = std::time::Instant::now();
         let res = self.try_step();
+        let m = &self.state.metrics;
+        m.cycle(res.is_ok(), t0.elapsed().as_secs_f64());
+        if let Ok(r) = &res {
+            m.site_factor_updates.inc_by(r.pushed as u64);
+        }
         let mut st = self.state.status();
         match &res {
             Ok(r) => {
@@ -129,7 +141,9 @@ impl Cycle {
     }
 
     fn try_step(&mut self) -> Result<StepReport> {
-        let snap = self.source.snapshot()?;
+        let snap = self.source.snapshot().inspect_err(|_| {
+            self.state.metrics.slurm_rpc_error("snapshot");
+        })?;
         let now = self.state.now();
         let mut rep = StepReport::default();
         // `[gpu_weights]`: every charge, demand, load and capacity below is
@@ -218,6 +232,7 @@ impl Cycle {
         let factor_map: HashMap<JobId, u32> = factors.into_iter().collect();
         if !changed.is_empty() {
             if let Err(e) = self.sink.set_site_factors(&changed) {
+                self.state.metrics.slurm_rpc_error("update_job");
                 // Part of the push may have landed: keep these keys, and
                 // send all of them on the next successful cycle.
                 self.pushed = factor_map;
@@ -257,8 +272,28 @@ impl Cycle {
             weighted: !weights.is_uniform(),
             ..QueueView::default()
         });
+        self.observe(&snap, tree.as_ref(), elapsed);
         self.last_ok = Some(now);
         Ok(rep)
+    }
+
+    /// Counts for `/metrics` what this snapshot shows: the GPU-seconds of
+    /// each team's running jobs over the last `elapsed` seconds, and the
+    /// wait of each job seen pending last time and started since.
+    fn observe(&mut self, snap: &SlurmSnapshot, tree: Option<&OrgTree>, elapsed: f64) {
+        let m = &self.state.metrics;
+        for j in &snap.running {
+            let team = tree
+                .and_then(|t| Some(t.node(t.leaf_for_account(&j.account).ok()?).name.clone()))
+                .unwrap_or_else(|| UNBUDGETED.to_string());
+            m.team_usage(&team, j.kind(), f64::from(j.gpus) * elapsed);
+        }
+        for j in snap.running.iter().chain(snap.ended.iter()) {
+            if let (true, Some(start)) = (self.was_pending.contains(&j.job), j.start) {
+                m.job_started(j.gpus, (start - j.submit) as f64);
+            }
+        }
+        self.was_pending = snap.pending.iter().map(|j| j.job).collect();
     }
 
     /// Runs [`Cycle::run`] on its own thread.

@@ -288,6 +288,10 @@ pub fn enforce(
                 continue;
             }
             let res = actions.drain(&f.node, &reason);
+            state.metrics.node_drain(res.is_ok());
+            if res.is_err() {
+                state.metrics.slurm_rpc_error("drain");
+            }
             rep.drained += usize::from(res.is_ok());
             rep.failed += usize::from(res.is_err());
             log(
@@ -533,6 +537,7 @@ pub fn enforce(
         match &res {
             Ok(()) if dry => {
                 rep.dry_run += 1;
+                state.metrics.preemption(rule, action, "dry_run");
                 if let Some(c) = p.for_job {
                     fed.insert(c);
                 }
@@ -547,6 +552,7 @@ pub fn enforce(
                 );
             }
             Ok(()) => {
+                state.metrics.preemption(rule, action, "ok");
                 if action == "requeue" {
                     rep.requeued += 1;
                 } else {
@@ -572,6 +578,8 @@ pub fn enforce(
             }
             Err(e) => {
                 rep.failed += 1;
+                state.metrics.preemption(rule, action, "failed");
+                state.metrics.slurm_rpc_error(action);
                 if let Some(c) = p.for_job {
                     short.insert(c);
                 }
@@ -647,6 +655,7 @@ pub fn enforce(
                     );
                 }
                 Err(e) => {
+                    state.metrics.slurm_rpc_error("start_now");
                     tracing::warn!(job = j.job.0, error = %e, "could not reset the begin time")
                 }
             }

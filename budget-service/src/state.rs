@@ -112,6 +112,10 @@ pub struct AppState {
     pub blocking_slots: Arc<tokio::sync::Semaphore>,
     /// The cluster's weighted capacity of the last cycle ([`Self::capacity`]).
     pub capacity: Mutex<Option<f64>>,
+    /// Events counted for `/metrics`.
+    pub metrics: crate::metrics::Metrics,
+    /// The last read of the select plugin's state file.
+    pub select: Mutex<crate::select_state::SelectRead>,
 }
 
 /// Requests that may do blocking work at the same time.
@@ -174,6 +178,8 @@ impl AppState {
             seen: Mutex::new(Seen::default()),
             blocking_slots: Arc::new(tokio::sync::Semaphore::new(BLOCKING_SLOTS)),
             capacity: Mutex::new(None),
+            metrics: crate::metrics::Metrics::default(),
+            select: Mutex::new(crate::select_state::SelectRead::default()),
         })
     }
 
@@ -212,6 +218,18 @@ impl AppState {
 
     pub fn set_capacity(&self, c: f64) {
         *self.capacity.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+    }
+
+    /// The last read of the select plugin's state file.
+    pub fn select_read(&self) -> crate::select_state::SelectRead {
+        self.select
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn set_select_read(&self, read: crate::select_state::SelectRead) {
+        *self.select.lock().unwrap_or_else(|e| e.into_inner()) = read;
     }
 
     pub fn set_seen(&self, seen: Seen) {

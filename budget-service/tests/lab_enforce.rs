@@ -48,6 +48,7 @@ use compass_budget::BudgetError;
 use compass_core::fairshare::{Interval, Kind};
 use compass_core::model::JobId;
 mod common;
+mod prom;
 
 use common::lab::{lossy, repo_root, service_state, skip_reason, spec, Lab, LabSpec};
 
@@ -311,6 +312,24 @@ fn lab_enforcement_preempts_protects_and_drains() {
             "the allocated job to run",
             Duration::from_secs(30),
             || lab.job_state(a) == "RUNNING",
+        );
+        // /metrics: both preemptions by rule and outcome, and the wait of
+        // job a (16 GPUs) from submit to start.
+        let m = prom::parse(&compass_budget::metrics::encode(&state).expect("metrics"));
+        let pre = |action| {
+            m.value(
+                "compass_preemptions_total",
+                &[
+                    ("rule", "unallocated"),
+                    ("action", action),
+                    ("outcome", "ok"),
+                ],
+            )
+        };
+        assert_eq!((pre("requeue"), pre("cancel")), (Some(1.0), Some(1.0)));
+        assert_eq!(
+            m.value("compass_job_wait_seconds_count", &[("job_gpus", "16")]),
+            Some(1.0)
         );
         // The non-resumable victim was cancelled, never requeued, and says why.
         let shown = lab.show(n);

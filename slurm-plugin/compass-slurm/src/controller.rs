@@ -79,6 +79,7 @@ pub struct Counters {
     pub divergences: u64,
     pub migrations_ordered: u64,
     pub migrations_done: u64,
+    pub migrations_failed: u64,
     pub engine_errors: u64,
 }
 
@@ -526,6 +527,7 @@ impl Controller {
     /// The requeue failed (the job ended meanwhile, or refused): the engine
     /// goes back to what Slurm really runs.
     pub fn requeue_failed(&mut self, order: &MigrationOrder) {
+        self.counters.migrations_failed += 1;
         self.migrating.remove(&order.job);
         self.pins.remove(&order.job);
         let Some(rec) = self.jobs.get(&order.job).cloned() else {
@@ -794,6 +796,8 @@ impl Controller {
                 }))
                 .collect(),
             migrations_done: self.counters.migrations_done,
+            migrations_failed: self.counters.migrations_failed,
+            engine_errors: self.counters.engine_errors,
             kept_still,
             jobs,
             job_test: Default::default(),
@@ -994,6 +998,30 @@ mod tests {
         // 4+4+1+3 = 12 GPUs on one full node plus one 4-GPU node, 8 on a third
         assert!(s.partial_nodes <= 1, "{}", s.render(1));
         assert_eq!(s.n_sif, 0.0);
+    }
+
+    #[test]
+    fn a_refused_requeue_counts_as_a_failed_migration() {
+        let mut c = ctl();
+        let mk = |id| JobInfo {
+            flags: Some(JobFlags {
+                min_runtime_s: 0,
+                resumable: true,
+                migration_cost_s: None,
+            }),
+            ..job(id, 1, 4)
+        };
+        for id in 1..=3 {
+            run(&mut c, &mk(id), 0);
+        }
+        assert!(c.tick(1000).is_empty());
+        c.fini(1);
+        let orders = c.tick(1000);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        c.requeue_failed(&orders[0]);
+        let s = c.snapshot(1000, true);
+        assert_eq!((s.migrations_failed, s.migrations_done), (1, 0));
+        assert!(s.pending_migrations.is_empty(), "{s:?}");
     }
 
     #[test]

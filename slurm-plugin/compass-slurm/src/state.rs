@@ -39,6 +39,14 @@ pub struct PublishedState {
     pub pending_migrations: Vec<PendingMigration>,
     /// Migrations carried out (requeues issued), cumulative.
     pub migrations_done: u64,
+    /// Migrations whose requeue Slurm refused (the job stayed where it
+    /// was), cumulative.
+    #[serde(default)]
+    pub migrations_failed: u64,
+    /// Engine errors since slurmctld started, cumulative; each one makes
+    /// the plugin fall back to plain cons_tres.
+    #[serde(default)]
+    pub engine_errors: u64,
     /// Running GPU jobs the migration rule keeps still, by reason
     /// (`not-resumable`, `protected`, `starting-up`, `cooling-down`,
     /// `ends-soon`; `compass_core::placement::worth::KeepReason`).
