@@ -175,6 +175,23 @@ impl Controller {
         }
     }
 
+    /// Will Compact be free to move `job` soon after it starts? No when it
+    /// is not resumable, protected, or too short to pay for a move: the plan
+    /// then seats it as immovable (the engine's pinned fill), as the
+    /// simulator does.
+    fn movable_after_start(&self, job: &JobInfo) -> bool {
+        let flags = job.flags.unwrap_or_default();
+        let start = MoveCandidate {
+            resumable: flags.resumable,
+            cost_s: flags.migration_cost_s.map(|c| c as f64),
+            running_for_s: 0.0,
+            remaining_s: job.time_limit_s.map(|l| l as f64),
+            protected_for_s: flags.min_runtime_s as f64,
+            since_migrated_s: None,
+        };
+        !self.rule().holds_at_start(&start)
+    }
+
     /// May Compact move this job now? `Err` says why not.
     fn eligible(&self, id: u64, rec: &JobRec, now: u64) -> Result<(), KeepReason> {
         self.rule().check(&self.candidate(id, rec, now))
@@ -230,7 +247,7 @@ impl Controller {
         let req = JobRequest {
             id: JobId(job.id),
             shape,
-            movable: job.flags.is_some_and(|f| f.resumable),
+            movable: self.movable_after_start(job),
         };
         match self.engine.plan(&req, Some(candidates)) {
             Ok(Some(nodes)) => {
@@ -914,6 +931,36 @@ mod tests {
         c.tick(100 + PIN_TIMEOUT_S + 1);
         assert_eq!(c.pinned(7), None);
         assert!(c.may_widen(8));
+    }
+
+    #[test]
+    fn a_job_held_still_from_its_start_is_planned_into_a_partial_node() {
+        // n1 is a pool node with three 1-GPU jobs. A resumable 4-GPU job
+        // opens a slotted node (Compact can move it later); a protected or
+        // not resumable one fills n1's free GPUs instead, as the simulator
+        // plans it (the engine's pinned fill).
+        let mut c = ctl();
+        for id in 1..=3 {
+            assert_eq!(run(&mut c, &job(id, 1, 1), 100), vec![0]);
+        }
+        let all = NodeSet::full(4);
+        let planned = |c: &mut Controller, j: &JobInfo| -> Vec<NodeId> {
+            c.narrow(j, &all)
+                .unwrap()
+                .expect("planned")
+                .iter()
+                .collect()
+        };
+        assert_eq!(planned(&mut c, &job(4, 1, 4)), vec![1], "its own slot");
+        let mut protected = job(5, 1, 4);
+        protected.flags = Some(JobFlags {
+            min_runtime_s: 3600,
+            ..protected.flags.unwrap()
+        });
+        assert_eq!(planned(&mut c, &protected), vec![0]);
+        let mut pinned = job(6, 1, 4);
+        pinned.flags = None;
+        assert_eq!(planned(&mut c, &pinned), vec![0]);
     }
 
     #[test]
