@@ -52,6 +52,8 @@ pub enum CoreError {
         field: String,
         why: String,
     },
+    #[error("invalid duration `{value}`: {why}; accepted forms: {forms}", forms = crate::duration::FORMS)]
+    BadDuration { value: String, why: String },
     #[error("account `{0}` is not mapped to any leaf of the budget tree")]
     UnknownAccount(String),
 }
