@@ -11,6 +11,7 @@ use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use compass_core::duration;
 use compass_core::fairshare::{self, Interval, NodeSpec, OrgTree, Placed, TreeChange};
 use compass_core::model::JobId;
 use serde::de::DeserializeOwned;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use crate::auth::{request_payload, Policy, SCHEME};
 use crate::error::BudgetError;
+use crate::localtime;
 use crate::state::AppState;
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -888,11 +890,11 @@ async fn get_why(
             let text = match iv.end {
                 None => format!(
                     "Job {id} is not pending: it has been running since {} on {} GPUs, using {kind} account {}.\n",
-                    iv.start, iv.gpus, iv.account
+                    localtime::text(iv.start), iv.gpus, iv.account
                 ),
                 Some(end) => format!(
-                    "Job {id} is not pending: its last run went from {} to {end} on {} GPUs, using {kind} account {}.\n",
-                    iv.start, iv.gpus, iv.account
+                    "Job {id} is not pending: its last run went from {} to {} on {} GPUs, using {kind} account {}.\n",
+                    localtime::text(iv.start), localtime::text(end), iv.gpus, iv.account
                 ),
             };
             let st = if iv.end.is_none() { "running" } else { "ended" };
@@ -910,7 +912,7 @@ async fn get_why(
         .into_response()),
         None => Err(BudgetError::NotFound(format!(
             "job {id} is neither pending in the last computed order (at {}) nor in the ledger",
-            q.at
+            localtime::text(q.at)
         ))),
     }
     })
@@ -939,15 +941,17 @@ fn enforcement_text(state: &AppState, id: u64, actions: &[crate::db::ActionRow])
                 if state.now() < until {
                     let _ = writeln!(
                         out,
-                        "Running allocated time: protected from preemption until {until} (min runtime {} s{}).",
-                        j.min_runtime_s,
-                        if (j.min_runtime_s as f64) > cap { format!(", capped at {cap} s") } else { String::new() }
+                        "Running allocated time: protected from preemption until {} (min runtime {}{}).",
+                        localtime::text(until),
+                        duration::format(j.min_runtime_s),
+                        if (j.min_runtime_s as f64) > cap { format!(", capped at {}", duration::format(cap.round() as u64)) } else { String::new() }
                     );
                 } else {
                     let _ = writeln!(
                         out,
-                        "Running allocated time: its protection ended at {until}; it keeps running while its team \
-                         is within its allocation or no more under-served job needs its GPUs."
+                        "Running allocated time: its protection ended at {}; it keeps running while its team \
+                         is within its allocation or no more under-served job needs its GPUs.",
+                        localtime::text(until)
                     );
                 }
             }
@@ -980,7 +984,7 @@ fn enforcement_text(state: &AppState, id: u64, actions: &[crate::db::ActionRow])
         let _ = writeln!(
             out,
             "At {}: {what}{}; lost {:.0} GPU-s. {}",
-            a.at,
+            localtime::text(a.at),
             if a.ok { "" } else { " (FAILED)" },
             a.lost_gpu_s,
             a.detail

@@ -497,7 +497,10 @@ mod tests {
             "t",
         )
         .unwrap();
-        assert_eq!((c.window_s, c.cycle_s, c.request_timeout_s), (604_800, 10, 2.5));
+        assert_eq!(
+            (c.window_s, c.cycle_s, c.request_timeout_s),
+            (604_800, 10, 2.5)
+        );
         assert_eq!(c.protection.start_grace_s, 120);
         // The same in Slurm's forms.
         let c = Config::parse(
@@ -505,16 +508,31 @@ mod tests {
             "t",
         )
         .unwrap();
-        assert_eq!((c.window_s, c.cycle_s, c.request_timeout_s), (604_800, 10, 15.0));
+        assert_eq!(
+            (c.window_s, c.cycle_s, c.request_timeout_s),
+            (604_800, 10, 15.0)
+        );
         let p = &c.protection;
         assert_eq!(
-            (p.start_grace_s, p.checkpoint_interval_s, p.fruitless_retry_after_s, p.requeue_retry_for_s),
+            (
+                p.start_grace_s,
+                p.checkpoint_interval_s,
+                p.fruitless_retry_after_s,
+                p.requeue_retry_for_s
+            ),
             (120, 600.0, 1800, 60)
         );
         // A bare number in a string is ambiguous (minutes in Slurm, seconds by the key).
-        let e = Config::parse(&format!("{base}cycle_s = \"10\"\n"), "t").unwrap_err().to_string();
-        assert!(e.contains("ambiguous") && e.contains("`10s`") && e.contains("cycle_s"), "{e}");
-        let e = Config::parse(&format!("{base}window_s = \"a week\"\n"), "t").unwrap_err().to_string();
+        let e = Config::parse(&format!("{base}cycle_s = \"10\"\n"), "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ambiguous") && e.contains("`10s`") && e.contains("cycle_s"),
+            "{e}"
+        );
+        let e = Config::parse(&format!("{base}window_s = \"a week\"\n"), "t")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("window_s") && e.contains("`4:00:00`"), "{e}");
         assert!(Config::parse(&format!("{base}window_s = 1.5\n"), "t").is_err());
         assert!(Config::parse(&format!("{base}cycle_s = -1\n"), "t").is_err());
@@ -530,7 +548,10 @@ mod tests {
         let write = |extra: &str| {
             std::fs::write(
                 &budgetd,
-                format!("db = \"x.db\"\ncapacity_gpus = 8\ncompass_conf = \"{}\"\n{extra}", conf.display()),
+                format!(
+                    "db = \"x.db\"\ncapacity_gpus = 8\ncompass_conf = \"{}\"\n{extra}",
+                    conf.display()
+                ),
             )
             .unwrap()
         };
@@ -541,22 +562,33 @@ mod tests {
         assert_eq!(c.protection.core().min_runtime_cap_s, 7200.0);
         // The deprecated key still loads when it agrees ...
         write("[protection]\nmin_runtime_cap_s = 7200\n");
-        assert_eq!(Config::load(&budgetd).unwrap().protection.min_runtime_cap_s, 7200.0);
+        assert_eq!(
+            Config::load(&budgetd).unwrap().protection.min_runtime_cap_s,
+            7200.0
+        );
         // ... and is refused, naming both, when it does not.
         write("[protection]\nmin_runtime_cap_s = 28800\n");
         let e = Config::load(&budgetd).unwrap_err().to_string();
         assert!(
-            e.contains("min_runtime_cap_s (8:00:00)") && e.contains("(2:00:00)") && e.contains("compass.conf"),
+            e.contains("min_runtime_cap_s (8:00:00)")
+                && e.contains("(2:00:00)")
+                && e.contains("compass.conf"),
             "{e}"
         );
         // No compass.conf: the plugins' default, 8 h.
         std::fs::remove_file(&conf).unwrap();
         write("");
-        assert_eq!(Config::load(&budgetd).unwrap().protection.min_runtime_cap_s, 28_800.0);
+        assert_eq!(
+            Config::load(&budgetd).unwrap().protection.min_runtime_cap_s,
+            28_800.0
+        );
         // A broken compass.conf is an error of the service's config.
         std::fs::write(&conf, "[spank]\nmax_min_runtime = \"soon\"\n").unwrap();
         let e = Config::load(&budgetd).unwrap_err().to_string();
-        assert!(e.contains("compass-budgetd.toml") && e.contains("spank.max_min_runtime"), "{e}");
+        assert!(
+            e.contains("compass-budgetd.toml") && e.contains("spank.max_min_runtime"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

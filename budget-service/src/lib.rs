@@ -18,6 +18,7 @@
 //! - [`dashboard`]: the web page.
 //! - [`server`]: start-up and graceful shutdown of `compass-budgetd`.
 //! - [`cli`]: `compass budget ...` and `compass why JOBID`.
+//! - [`localtime`]: times printed as local date-times.
 
 pub mod api;
 pub mod auth;
@@ -28,6 +29,7 @@ pub mod dashboard;
 pub mod db;
 pub mod enforce;
 pub mod error;
+pub mod localtime;
 pub mod server;
 pub mod slurm;
 pub mod state;
