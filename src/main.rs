@@ -30,7 +30,8 @@ const VERSION: &str = concat!(
 
 /// compass: a GPU scheduler for Slurm clusters (COMPASS-ABS placement).
 #[derive(Parser)]
-#[command(name = "compass", version = VERSION, about, long_about = None)]
+#[command(name = "compass", version = VERSION, about, long_about = None,
+          after_help = compass_budget::cli::EXIT_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -45,11 +46,14 @@ enum Command {
     /// Show the live placement state of select/cons_tres_compass (per node, SIF).
     Status(status::Args),
     /// Manage GPU budgets through compass-budgetd (show, set-share, add, move, remove, import, export).
+    #[command(after_help = compass_budget::cli::EXIT_HELP)]
     Budget(compass_budget::cli::BudgetArgs),
     /// Explain a pending job's place in the fair-share queue.
+    #[command(after_help = compass_budget::cli::EXIT_HELP)]
     Why(compass_budget::cli::WhyArgs),
     Replay(replay::Args),
     /// Mark Slurm nodes faulty or repaired through compass-budgetd (admins), or list them.
+    #[command(after_help = compass_budget::cli::EXIT_HELP)]
     Node(compass_budget::cli::NodeArgs),
     /// Write a workload shaped like the published budget design's (seeded):
     /// a canonical trace and a budget tree for `simulate --budgets`.
@@ -73,18 +77,15 @@ fn main() -> ExitCode {
         Command::Status(args) => status::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Workload(args) => policy::run_workload(args),
-        Command::Node(a) => compass_budget::cli::node_command(&a).map_err(error::CliError::Failed),
-        Command::Budget(args) => compass_budget::cli::run_budget(&args)
-            .map_err(|e| error::CliError::Failed(e.to_string())),
-        Command::Why(args) => {
-            compass_budget::cli::run_why(&args).map_err(|e| error::CliError::Failed(e.to_string()))
-        }
+        Command::Node(a) => compass_budget::cli::run_node(&a).map_err(Into::into),
+        Command::Budget(args) => compass_budget::cli::run_budget(&args).map_err(Into::into),
+        Command::Why(args) => compass_budget::cli::run_why(&args).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("compass: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
     }
 }

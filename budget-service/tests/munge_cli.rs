@@ -8,7 +8,8 @@ use compass_budget::auth::{
     munge_decode_cred, munge_encode_payload, request_payload, Authenticator, MungeAuth,
 };
 use compass_budget::cli::{
-    parse_budgets_toml, run_budget, run_why, BudgetArgs, BudgetCmd, Client, WhyArgs,
+    exit, parse_budgets_toml, run_budget, run_why, BudgetArgs, BudgetCmd, Client, Connection,
+    WhyArgs,
 };
 use std::path::PathBuf;
 use std::process::Command;
@@ -56,7 +57,7 @@ fn cli_manages_the_tree_through_the_daemon() {
     let cfg = write_config(dir.path(), &["root"], 64, &m.socket);
     let mut d = Daemon::start(&cfg, free_port());
     let c = conn(&d.url, &m.socket);
-    let client = Client::new(&c);
+    let client = Client::new(&c).unwrap();
 
     // Import: without --yes only the diff is shown.
     budget(
@@ -154,6 +155,7 @@ fn cli_manages_the_tree_through_the_daemon() {
         e.to_string().contains("422") && e.to_string().contains("more than 1"),
         "{e}"
     );
+    assert_eq!(e.exit_code(), exit::FAILURE, "{e}");
     budget(
         &c,
         BudgetCmd::Remove {
@@ -208,9 +210,11 @@ fn cli_manages_the_tree_through_the_daemon() {
     let e = run_why(&WhyArgs {
         conn: c.clone(),
         job: 42,
+        json: false,
     })
     .unwrap_err();
     assert!(e.to_string().contains("404"), "{e}");
+    assert_eq!(e.exit_code(), exit::NOT_FOUND, "{e}");
 
     // Another user (nobody) manages nothing: refused, with what and why.
     let body = br#"{"share":0.1,"why":"grab"}"#;
@@ -358,20 +362,21 @@ fn a_hung_munged_never_stalls_healthz_and_stuck_writes_get_503() {
 /// single name is accepted.
 #[test]
 fn cli_node_fault_refuses_a_host_list() {
-    use compass_budget::cli::{node_command, NodeArgs, NodeCmd};
+    use compass_budget::cli::{run_node, NodeArgs, NodeCmd};
     let m = Munged::start();
     let dir = TempDir::new("node-list");
     let cfg = write_config(dir.path(), &["root"], 64, &m.socket);
     let d = Daemon::start(&cfg, free_port());
     let c = conn(&d.url, &m.socket);
     let fault = |node: &str| {
-        node_command(&NodeArgs {
+        run_node(&NodeArgs {
             conn: c.clone(),
             cmd: NodeCmd::Fault {
                 node: node.into(),
                 reason: "fans".into(),
             },
         })
+        .map_err(|e| e.to_string())
     };
     for bad in ["n[1-64]", "n1,n2", "n[1-2],n3"] {
         let e = fault(bad).unwrap_err();
@@ -380,10 +385,61 @@ fn cli_node_fault_refuses_a_host_list() {
             "{bad}: {e}"
         );
     }
-    let hosts = Client::new(&c).get("/api/v1/hosts").unwrap();
+    let hosts = Client::new(&c).unwrap().get("/api/v1/hosts").unwrap();
     assert!(hosts["faulty"].as_array().unwrap().is_empty(), "{hosts}");
     // slurm = "none": a single name is recorded (nothing sent to Slurm).
     fault("n7").unwrap();
-    let hosts = Client::new(&c).get("/api/v1/hosts").unwrap();
+    let hosts = Client::new(&c).unwrap().get("/api/v1/hosts").unwrap();
     assert_eq!(hosts["faulty"][0]["node"], "n7", "{hosts}");
+}
+
+/// The CLI's errors carry exit statuses that tell "not found", "not
+/// allowed" and "service down" apart: real daemon, real munged.
+#[test]
+fn cli_errors_tell_not_found_not_allowed_and_service_down() {
+    let m = Munged::start();
+    let other = Munged::start();
+    let dir = TempDir::new("exit-codes");
+    // No admins: root manages nothing.
+    let cfg = write_config(dir.path(), &[], 64, &m.socket);
+    let d = Daemon::start(&cfg, free_port());
+    let c = conn(&d.url, &m.socket);
+    let import = |c: &Connection| {
+        budget(
+            c,
+            BudgetCmd::Import {
+                file: example(),
+                why: "initial".into(),
+                yes: true,
+            },
+        )
+        .unwrap_err()
+    };
+    // Authenticated, not permitted: 403.
+    let e = import(&c);
+    assert!(e.to_string().starts_with("403 "), "{e}");
+    assert_eq!(e.exit_code(), exit::NOT_ALLOWED, "{e}");
+    // A credential of another MUNGE realm (another key): 401.
+    let e = import(&conn(&d.url, &other.socket));
+    assert!(e.to_string().starts_with("401 "), "{e}");
+    assert_eq!(e.exit_code(), exit::NOT_ALLOWED, "{e}");
+    // No such job: 404.
+    let why = |c: &Connection, job: u64| {
+        run_why(&WhyArgs {
+            conn: c.clone(),
+            job,
+            json: true,
+        })
+    };
+    let e = why(&c, 7).unwrap_err();
+    assert_eq!(e.exit_code(), exit::NOT_FOUND, "{e}");
+    // Nothing listens: service down, the message names the URL.
+    let down = Connection::to(&format!("http://127.0.0.1:{}", free_port()));
+    let e = why(&down, 7).unwrap_err();
+    assert_eq!(e.exit_code(), exit::SERVICE_DOWN, "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("cannot reach compass-budgetd at http://127.0.0.1:"),
+        "{e}"
+    );
 }
