@@ -8,6 +8,7 @@ mod bench;
 mod chart;
 mod compare;
 mod error;
+mod generate;
 mod policy;
 mod progress;
 mod replay;
@@ -17,7 +18,7 @@ mod tracefile;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Version line: the crate version and the Slurm version the plugins were
 /// built for (from slurm_version.h at build time, "none" without Slurm).
@@ -58,6 +59,10 @@ enum Command {
     /// Write a workload shaped like the published budget design's (seeded):
     /// a canonical trace and a budget tree for `simulate --budgets`.
     Workload(policy::WorkloadArgs),
+    /// Write the manual pages (compass.1 and one per subcommand).
+    Man(generate::ManArgs),
+    /// Print a shell completion script (bash, zsh, fish, ...).
+    Completions(generate::CompletionsArgs),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +82,8 @@ fn main() -> ExitCode {
         Command::Status(args) => status::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Workload(args) => policy::run_workload(args),
+        Command::Man(args) => generate::run_man(args, Cli::command()),
+        Command::Completions(args) => generate::run_completions(args, Cli::command()),
         Command::Node(a) => compass_budget::cli::run_node(&a).map_err(Into::into),
         Command::Budget(args) => compass_budget::cli::run_budget(&args).map_err(Into::into),
         Command::Why(args) => compass_budget::cli::run_why(&args).map_err(Into::into),
