@@ -613,10 +613,20 @@ struct CreateBody {
     #[serde(default)]
     managers: Vec<String>,
     why: String,
+    /// Check and show the changes; write nothing.
+    #[serde(default)]
+    dry_run: bool,
 }
 
 fn changes_json(changes: &[TreeChange]) -> serde_json::Value {
     json!({ "changes": changes, "summary": changes.iter().map(|c| c.to_string()).collect::<Vec<_>>() })
+}
+
+/// The answer to an edit: the changes, and whether they were applied.
+fn edit_json(changes: &[TreeChange], dry_run: bool) -> serde_json::Value {
+    let mut v = changes_json(changes);
+    v["applied"] = json!(!dry_run);
+    v
 }
 
 async fn create_node(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Response> {
@@ -624,26 +634,34 @@ async fn create_node(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<
         let (user, b): (String, CreateBody) = w.authenticate(state)?;
         let now = state.now();
         let pol = policy(state);
-        let changes = state.db().edit_tree(&user, "create", &b.why, now, |old| {
-            let tree = stored_tree(&pol, &user, old)?;
-            if old.iter().any(|s| s.name == b.name) {
-                return Err(BudgetError::Conflict(format!(
-                    "node `{}` already exists",
-                    b.name
-                )));
-            }
-            pol.check_place_under(&user, tree.as_ref(), b.parent.as_deref())?;
-            let mut v = old.to_vec();
-            v.push(NodeSpec {
-                name: b.name.clone(),
-                parent: b.parent.clone(),
-                share: b.share,
-                managers: b.managers.clone(),
-                account: b.account.clone(),
-            });
-            Ok(v)
-        })?;
-        Ok((StatusCode::CREATED, Json(changes_json(&changes))).into_response())
+        let changes =
+            state
+                .db()
+                .edit_tree_or_dry_run(&user, "create", &b.why, now, b.dry_run, |old| {
+                    let tree = stored_tree(&pol, &user, old)?;
+                    if old.iter().any(|s| s.name == b.name) {
+                        return Err(BudgetError::Conflict(format!(
+                            "node `{}` already exists",
+                            b.name
+                        )));
+                    }
+                    pol.check_place_under(&user, tree.as_ref(), b.parent.as_deref())?;
+                    let mut v = old.to_vec();
+                    v.push(NodeSpec {
+                        name: b.name.clone(),
+                        parent: b.parent.clone(),
+                        share: b.share,
+                        managers: b.managers.clone(),
+                        account: b.account.clone(),
+                    });
+                    Ok(v)
+                })?;
+        let status = if b.dry_run {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        };
+        Ok((status, Json(edit_json(&changes, b.dry_run))).into_response())
     })
     .await
 }
@@ -662,6 +680,8 @@ struct PatchBody {
     #[serde(default)]
     managers: Option<Vec<String>>,
     why: String,
+    #[serde(default)]
+    dry_run: bool,
 }
 
 async fn patch_node(
@@ -673,32 +693,35 @@ async fn patch_node(
         let (user, b): (String, PatchBody) = w.authenticate(state)?;
         let now = state.now();
         let pol = policy(state);
-        let changes = state.db().edit_tree(&user, "update", &b.why, now, |old| {
-            let tree = stored_tree(&pol, &user, old)?;
-            pol.check_edit(&user, tree.as_ref(), &name)?;
-            let mut v = old.to_vec();
-            let s = v
-                .iter_mut()
-                .find(|s| s.name == name)
-                .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
-            if let Some(sh) = b.share {
-                s.share = sh;
-            }
-            if let Some(p) = &b.parent {
-                if s.parent.as_deref() != Some(p.as_str()) {
-                    pol.check_place_under(&user, tree.as_ref(), Some(p))?;
-                    s.parent = Some(p.clone());
-                }
-            }
-            if let Some(a) = &b.account {
-                s.account = (!a.is_empty()).then(|| a.clone());
-            }
-            if let Some(m) = &b.managers {
-                s.managers = m.clone();
-            }
-            Ok(v)
-        })?;
-        Ok(Json(changes_json(&changes)).into_response())
+        let changes =
+            state
+                .db()
+                .edit_tree_or_dry_run(&user, "update", &b.why, now, b.dry_run, |old| {
+                    let tree = stored_tree(&pol, &user, old)?;
+                    pol.check_edit(&user, tree.as_ref(), &name)?;
+                    let mut v = old.to_vec();
+                    let s = v
+                        .iter_mut()
+                        .find(|s| s.name == name)
+                        .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
+                    if let Some(sh) = b.share {
+                        s.share = sh;
+                    }
+                    if let Some(p) = &b.parent {
+                        if s.parent.as_deref() != Some(p.as_str()) {
+                            pol.check_place_under(&user, tree.as_ref(), Some(p))?;
+                            s.parent = Some(p.clone());
+                        }
+                    }
+                    if let Some(a) = &b.account {
+                        s.account = (!a.is_empty()).then(|| a.clone());
+                    }
+                    if let Some(m) = &b.managers {
+                        s.managers = m.clone();
+                    }
+                    Ok(v)
+                })?;
+        Ok(Json(edit_json(&changes, b.dry_run)).into_response())
     })
     .await
 }
@@ -707,6 +730,8 @@ async fn patch_node(
 #[serde(deny_unknown_fields)]
 struct DeleteBody {
     why: String,
+    #[serde(default)]
+    dry_run: bool,
 }
 
 async fn delete_node(
@@ -719,7 +744,7 @@ async fn delete_node(
     let now = state.now();
     let pol = policy(state);
     let pending = state.queue();
-    let changes = state.db().edit_tree(&user, "delete", &b.why, now, |old| {
+    let changes = state.db().edit_tree_or_dry_run(&user, "delete", &b.why, now, b.dry_run, |old| {
         let tree = stored_tree(&pol, &user, old)?;
         pol.check_edit(&user, tree.as_ref(), &name)?;
         let kids: Vec<&str> = old.iter().filter(|s| s.parent.as_deref() == Some(name.as_str())).map(|s| s.name.as_str()).collect();
@@ -739,7 +764,7 @@ async fn delete_node(
         }
         Ok(old.iter().filter(|s| s.name != name).cloned().collect())
     })?;
-    Ok(Json(changes_json(&changes)).into_response())
+    Ok(Json(edit_json(&changes, b.dry_run)).into_response())
     })
     .await
 }

@@ -178,16 +178,22 @@ pub enum BudgetCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Set a node's share of its parent's budget (0..=1).
+    /// Set a team's (or group's) share of its parent's budget (0..=1).
     SetShare {
+        /// Team or group of the budget tree.
+        #[arg(value_name = "TEAM")]
         node: String,
         share: f64,
         /// Reason, kept in the audit trail.
         #[arg(long)]
         why: String,
+        /// Check the edit and show its changes; apply nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
-    /// Add a node under a parent.
+    /// Add a team or group under a parent.
     Add {
+        #[arg(value_name = "TEAM")]
         name: String,
         #[arg(long)]
         parent: String,
@@ -196,25 +202,36 @@ pub enum BudgetCmd {
         /// Slurm account (leaves only).
         #[arg(long)]
         account: Option<String>,
-        /// Manager of the new node (repeatable).
+        /// Manager of the new team (repeatable).
         #[arg(long = "manager")]
         managers: Vec<String>,
         #[arg(long)]
         why: String,
+        /// Check the edit and show its changes; apply nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
-    /// Move a node under another parent.
+    /// Move a team or group under another parent.
     Move {
+        #[arg(value_name = "TEAM")]
         node: String,
         #[arg(long)]
         to: String,
         #[arg(long)]
         why: String,
+        /// Check the edit and show its changes; apply nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
-    /// Remove a leaf node.
+    /// Remove a team (a leaf of the budget tree).
     Remove {
+        #[arg(value_name = "TEAM")]
         node: String,
         #[arg(long)]
         why: String,
+        /// Check the edit and show its changes; apply nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Import the whole tree from TOML: prints the diff; applies only with --yes.
     Import {
@@ -229,6 +246,19 @@ pub enum BudgetCmd {
     Export {
         #[arg(long)]
         output: Option<PathBuf>,
+        /// Print the API's JSON instead of TOML.
+        #[arg(long, conflicts_with = "output")]
+        json: bool,
+    },
+    /// Show the audit trail of budget edits, newest first (who, when, why,
+    /// old and new values).
+    Audit {
+        /// At most this many edits (1..=10000).
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -490,6 +520,58 @@ pub fn render_tree(v: &Value) -> String {
     out
 }
 
+/// Prints the changes of an edit; for a dry run, says nothing was applied.
+fn print_edit(v: &Value, dry_run: bool) {
+    if dry_run {
+        println!("dry run: the changes this edit would make:");
+    }
+    print_changes(v);
+    if dry_run {
+        println!("(not applied; run again without --dry-run to apply)");
+    }
+}
+
+/// Renders `GET /api/v1/audit` as text: one line per edit, then what changed.
+pub fn render_audit(v: &Value) -> String {
+    let mut out = String::new();
+    for r in v["rows"].as_array().into_iter().flatten() {
+        let desc = |x: &Value| -> String {
+            if x.is_null() {
+                return "-".to_string();
+            }
+            let mut parts = vec![];
+            if let Some(p) = x["parent"].as_str() {
+                parts.push(format!("parent {p}"));
+            }
+            if let Some(sh) = x["share"].as_f64() {
+                parts.push(format!("share {sh}"));
+            }
+            if let Some(a) = x["account"].as_str() {
+                parts.push(format!("account {a}"));
+            }
+            if let Some(m) = x["managers"].as_array().filter(|m| !m.is_empty()) {
+                let m: Vec<&str> = m.iter().filter_map(Value::as_str).collect();
+                parts.push(format!("managers {}", m.join(",")));
+            }
+            parts.join(", ")
+        };
+        out.push_str(&format!(
+            "{}  {:<8} {:<24} by {}: {}\n    before: {}\n    after:  {}\n",
+            crate::localtime::text(r["at"].as_i64().unwrap_or(0)),
+            r["action"].as_str().unwrap_or("?"),
+            r["node"].as_str().unwrap_or("?"),
+            r["who"].as_str().unwrap_or("?"),
+            r["why"].as_str().unwrap_or(""),
+            desc(&r["old"]),
+            desc(&r["new"]),
+        ));
+    }
+    if out.is_empty() {
+        out.push_str("no budget edits yet\n");
+    }
+    out
+}
+
 fn print_changes(v: &Value) {
     let summary = v["summary"].as_array().cloned().unwrap_or_default();
     if summary.is_empty() {
@@ -526,12 +608,18 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
                 print!("{}", render_tree(&v));
             }
         }
-        BudgetCmd::SetShare { node, share, why } => {
-            print_changes(&c.write(
+        BudgetCmd::SetShare {
+            node,
+            share,
+            why,
+            dry_run,
+        } => {
+            let v = c.write(
                 "PATCH",
                 &format!("/api/v1/nodes/{}", path_escape(node)),
-                &json!({ "share": share, "why": why }),
-            )?);
+                &json!({ "share": share, "why": why, "dry_run": dry_run }),
+            )?;
+            print_edit(&v, *dry_run);
         }
         BudgetCmd::Add {
             name,
@@ -540,26 +628,36 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
             account,
             managers,
             why,
+            dry_run,
         } => {
-            print_changes(&c.write(
+            let v = c.write(
                 "POST",
                 "/api/v1/nodes",
-                &json!({ "name": name, "parent": parent, "share": share, "account": account, "managers": managers, "why": why }),
-            )?);
+                &json!({ "name": name, "parent": parent, "share": share, "account": account,
+                         "managers": managers, "why": why, "dry_run": dry_run }),
+            )?;
+            print_edit(&v, *dry_run);
         }
-        BudgetCmd::Move { node, to, why } => {
-            print_changes(&c.write(
+        BudgetCmd::Move {
+            node,
+            to,
+            why,
+            dry_run,
+        } => {
+            let v = c.write(
                 "PATCH",
                 &format!("/api/v1/nodes/{}", path_escape(node)),
-                &json!({ "parent": to, "why": why }),
-            )?);
+                &json!({ "parent": to, "why": why, "dry_run": dry_run }),
+            )?;
+            print_edit(&v, *dry_run);
         }
-        BudgetCmd::Remove { node, why } => {
-            print_changes(&c.write(
+        BudgetCmd::Remove { node, why, dry_run } => {
+            let v = c.write(
                 "DELETE",
                 &format!("/api/v1/nodes/{}", path_escape(node)),
-                &json!({ "why": why }),
-            )?);
+                &json!({ "why": why, "dry_run": dry_run }),
+            )?;
+            print_edit(&v, *dry_run);
         }
         BudgetCmd::Import { file, why, yes } => {
             let doc = parse_budgets_toml(&read_file(file)?)?;
@@ -576,14 +674,26 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
                 println!("(not applied; run again with --yes to apply)");
             }
         }
-        BudgetCmd::Export { output } => {
+        BudgetCmd::Export { output, json } => {
             let v = c.get("/api/v1/export")?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                return Ok(());
+            }
             let nodes: Vec<NodeSpec> = serde_json::from_value(v["nodes"].clone())
                 .map_err(|e| BudgetError::Http(format!("unexpected export: {e}")))?;
             let text = budgets_to_toml(&nodes)?;
             match output {
                 Some(p) => std::fs::write(p, text)?,
                 None => print!("{text}"),
+            }
+        }
+        BudgetCmd::Audit { limit, json } => {
+            let v = c.get(&format!("/api/v1/audit?limit={limit}"))?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            } else {
+                print!("{}", render_audit(&v));
             }
         }
     }
@@ -760,6 +870,43 @@ mod tests {
             lines[3].starts_with("gone") && lines[3].contains("unknown"),
             "{}",
             lines[3]
+        );
+    }
+
+    #[test]
+    fn audit_shows_when_who_why_and_the_values_before_and_after() {
+        let v = json!({ "rows": [
+            { "id": 2, "at": 1_795_963_760_i64, "action": "update", "node": "team-a", "who": "lead-a",
+              "why": "rebalance",
+              "old": { "name": "team-a", "parent": "org", "share": 0.7, "account": "a", "managers": ["lead-a"] },
+              "new": { "name": "team-a", "parent": "org", "share": 0.6, "account": "a", "managers": ["lead-a"] } },
+            { "id": 1, "at": 1_795_963_000_i64, "action": "create", "node": "team-a", "who": "root",
+              "why": "new team", "old": null,
+              "new": { "name": "team-a", "parent": "org", "share": 0.7, "account": null, "managers": [] } },
+        ]});
+        let out = render_audit(&v);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 6, "{out}");
+        assert_eq!(
+            lines[0],
+            format!(
+                "{}  update   team-a                   by lead-a: rebalance",
+                crate::localtime::text(1_795_963_760)
+            )
+        );
+        assert_eq!(
+            lines[1],
+            "    before: parent org, share 0.7, account a, managers lead-a"
+        );
+        assert_eq!(
+            lines[2],
+            "    after:  parent org, share 0.6, account a, managers lead-a"
+        );
+        assert_eq!(lines[4], "    before: -");
+        assert_eq!(lines[5], "    after:  parent org, share 0.7");
+        assert_eq!(
+            render_audit(&json!({ "rows": [] })),
+            "no budget edits yet\n"
         );
     }
 

@@ -43,6 +43,17 @@ fn munge_roundtrip_binds_payload_and_refuses_replay() {
     assert!(munge_decode_cred(Some(&m.socket), "MUNGE:garbage:").is_err());
 }
 
+/// A dry-run PATCH through the client, for its JSON answer.
+fn c_write_dry(client: &Client) -> serde_json::Value {
+    client
+        .write(
+            "PATCH",
+            "/api/v1/nodes/team-nlp-a",
+            &serde_json::json!({ "share": 0.6, "why": "rebalance", "dry_run": true }),
+        )
+        .unwrap()
+}
+
 fn budget(c: &compass_budget::cli::Connection, cmd: BudgetCmd) -> compass_budget::Result<()> {
     run_budget(&BudgetArgs {
         conn: c.clone(),
@@ -94,12 +105,79 @@ fn cli_manages_the_tree_through_the_daemon() {
             .len()
     );
 
+    // Dry runs check everything and write nothing, not even the audit trail.
+    let tree_before = client.get("/api/v1/export").unwrap();
+    let audit_before = client.get("/api/v1/audit").unwrap()["rows"]
+        .as_array()
+        .unwrap()
+        .len();
+    for cmd in [
+        BudgetCmd::SetShare {
+            node: "team-nlp-a".into(),
+            share: 0.6,
+            why: "rebalance".into(),
+            dry_run: true,
+        },
+        BudgetCmd::Remove {
+            node: "team-nlp-b".into(),
+            why: "gone".into(),
+            dry_run: true,
+        },
+        BudgetCmd::Add {
+            name: "team-nlp-d".into(),
+            parent: "nlp".into(),
+            share: 0.0,
+            account: None,
+            managers: vec![],
+            why: "try".into(),
+            dry_run: true,
+        },
+    ] {
+        budget(&c, cmd).unwrap();
+    }
+    let e = budget(
+        &c,
+        BudgetCmd::SetShare {
+            node: "vision".into(),
+            share: 0.9,
+            why: "x".into(),
+            dry_run: true,
+        },
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("422"),
+        "a dry run checks the tree: {e}"
+    );
+    let e = budget(
+        &c,
+        BudgetCmd::Move {
+            node: "nope".into(),
+            to: "research".into(),
+            why: "x".into(),
+            dry_run: true,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.exit_code(), exit::NOT_FOUND, "{e}");
+    let dry = c_write_dry(&client);
+    assert_eq!(dry["applied"], false, "{dry}");
+    assert_eq!(dry["summary"].as_array().unwrap().len(), 1, "{dry}");
+    assert_eq!(client.get("/api/v1/export").unwrap(), tree_before);
+    assert_eq!(
+        client.get("/api/v1/audit").unwrap()["rows"]
+            .as_array()
+            .unwrap()
+            .len(),
+        audit_before
+    );
     budget(
         &c,
         BudgetCmd::SetShare {
             node: "team-nlp-a".into(),
             share: 0.6,
             why: "rebalance".into(),
+            dry_run: false,
         },
     )
     .unwrap();
@@ -112,6 +190,7 @@ fn cli_manages_the_tree_through_the_daemon() {
             account: Some("nlp-c".into()),
             managers: vec!["lead-c".into()],
             why: "new team".into(),
+            dry_run: false,
         },
     )
     .unwrap();
@@ -121,6 +200,7 @@ fn cli_manages_the_tree_through_the_daemon() {
             node: "team-nlp-c".into(),
             to: "research".into(),
             why: "reorg".into(),
+            dry_run: false,
         },
     )
     .unwrap_err(); // research's children would sum to 1.1
@@ -130,6 +210,7 @@ fn cli_manages_the_tree_through_the_daemon() {
             node: "team-nlp-c".into(),
             share: 0.0,
             why: "park".into(),
+            dry_run: false,
         },
     )
     .unwrap();
@@ -139,6 +220,7 @@ fn cli_manages_the_tree_through_the_daemon() {
             node: "team-nlp-c".into(),
             to: "research".into(),
             why: "reorg".into(),
+            dry_run: false,
         },
     )
     .unwrap();
@@ -148,6 +230,7 @@ fn cli_manages_the_tree_through_the_daemon() {
             node: "vision".into(),
             share: 0.9,
             why: "x".into(),
+            dry_run: false,
         },
     )
     .unwrap_err();
@@ -161,6 +244,7 @@ fn cli_manages_the_tree_through_the_daemon() {
         BudgetCmd::Remove {
             node: "team-nlp-c".into(),
             why: "done".into(),
+            dry_run: false,
         },
     )
     .unwrap();
@@ -197,6 +281,7 @@ fn cli_manages_the_tree_through_the_daemon() {
         &c,
         BudgetCmd::Export {
             output: Some(out.clone()),
+            json: false,
         },
     )
     .unwrap();
