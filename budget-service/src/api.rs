@@ -559,7 +559,7 @@ async fn get_usage(
         }
         Some(n) => vec![tree
             .find(n)
-            .ok_or_else(|| BudgetError::field("node", format!("unknown node `{n}`")))?],
+            .ok_or_else(|| BudgetError::field("node", format!("unknown team `{n}`")))?],
         None => tree.subtree(tree.root()),
     };
     let rows: Vec<_> = nodes
@@ -595,7 +595,7 @@ async fn get_node(
         let n = nodes
             .into_iter()
             .find(|n| n.name == name)
-            .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
+            .ok_or_else(|| BudgetError::NotFound(format!("team `{name}`")))?;
         Ok(Json(n).into_response())
     })
     .await
@@ -641,7 +641,7 @@ async fn create_node(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<
                     let tree = stored_tree(&pol, &user, old)?;
                     if old.iter().any(|s| s.name == b.name) {
                         return Err(BudgetError::Conflict(format!(
-                            "node `{}` already exists",
+                            "team `{}` already exists",
                             b.name
                         )));
                     }
@@ -703,7 +703,7 @@ async fn patch_node(
                     let s = v
                         .iter_mut()
                         .find(|s| s.name == name)
-                        .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
+                        .ok_or_else(|| BudgetError::NotFound(format!("team `{name}`")))?;
                     if let Some(sh) = b.share {
                         s.share = sh;
                     }
@@ -750,7 +750,7 @@ async fn delete_node(
         let kids: Vec<&str> = old.iter().filter(|s| s.parent.as_deref() == Some(name.as_str())).map(|s| s.name.as_str()).collect();
         if !kids.is_empty() {
             return Err(BudgetError::Conflict(format!(
-                "node `{name}` has children ({}); move or remove them first",
+                "team `{name}` has children ({}); move or remove them first",
                 kids.join(", ")
             )));
         }

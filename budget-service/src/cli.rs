@@ -494,7 +494,7 @@ fn fmt_opt(v: &Value, digits: usize) -> String {
 pub fn render_tree(v: &Value) -> String {
     let mut out = format!(
         "{:<32} {:>7} {:>8} {:>9} {:>11} {:>9} {:>7}\n",
-        "node", "share", "cluster", "alloc GPU", "charged GPUh", "free GPUh", "ratio"
+        "team", "share", "cluster", "alloc GPU", "charged GPUh", "free GPUh", "ratio"
     );
     for n in v["nodes"].as_array().into_iter().flatten() {
         let depth = n["depth"].as_u64().unwrap_or(0) as usize;
@@ -828,7 +828,7 @@ mod tests {
         let out = render_tree(&v);
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 3);
-        assert!(lines[0].starts_with("node"));
+        assert!(lines[0].starts_with("team "));
         let cols: Vec<&str> = lines[2].split_whitespace().collect();
         assert_eq!(
             cols,

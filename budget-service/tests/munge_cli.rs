@@ -346,7 +346,7 @@ fn cli_manages_the_tree_through_the_daemon() {
     assert_eq!(resp.status().as_u16(), 403);
     let text = resp.body_mut().read_to_string().unwrap();
     assert!(
-        text.contains("user `nobody` editing node `platform`"),
+        text.contains("user `nobody` editing team `platform`"),
         "{text}"
     );
 

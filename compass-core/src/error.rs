@@ -46,7 +46,7 @@ pub enum CoreError {
     Invalid(String),
     #[error("GRES/TRES `{input}`: {why}")]
     Gres { input: String, why: String },
-    #[error("budget tree: node `{node}`, field `{field}`: {why}")]
+    #[error("budget tree: team `{node}`, field `{field}`: {why}")]
     Budget {
         node: String,
         field: String,
