@@ -60,9 +60,8 @@ pub struct Config {
     pub slurm_conf: Option<PathBuf>,
     /// compass.conf, the Slurm plugins' config: the service reads the cap
     /// on protected time from it (`spank.max_min_runtime`, one key for both).
-    /// Default: `$COMPASS_CONF`, else `compass.conf` beside the slurm.conf
-    /// (`slurm_conf`, `$SLURM_CONF`, /etc/slurm/slurm.conf). A missing file
-    /// means the plugins' defaults (8 h), as for the plugins.
+    /// Default: `$COMPASS_CONF`, else /etc/slurm/compass.conf, as for the
+    /// plugins. A missing file means the plugins' defaults (8 h).
     #[serde(default)]
     pub compass_conf: Option<PathBuf>,
     /// Enforcement of protected and preemptible time (`[protection]`).
@@ -235,18 +234,10 @@ impl Config {
         if let Some(p) = &self.compass_conf {
             return p.clone();
         }
-        if let Some(p) = std::env::var_os("COMPASS_CONF") {
-            return PathBuf::from(p);
+        match std::env::var_os("COMPASS_CONF") {
+            Some(p) => PathBuf::from(p),
+            None => PathBuf::from(compass_slurm::config::DEFAULT_PATH),
         }
-        let slurm_conf = self
-            .slurm_conf
-            .clone()
-            .or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from("/etc/slurm/slurm.conf"));
-        slurm_conf
-            .parent()
-            .unwrap_or(Path::new("/"))
-            .join("compass.conf")
     }
 
     /// Takes the cap on protected time from compass.conf (`path`), the one
@@ -283,6 +274,11 @@ impl Config {
             );
         }
         self.protection.min_runtime_cap_s = cap;
+        tracing::info!(
+            compass_conf = %path.display(),
+            cap = %compass_core::duration::format(conf.spank.max_min_runtime_s),
+            "protected time capped by spank.max_min_runtime"
+        );
         Ok(())
     }
 
