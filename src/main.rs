@@ -71,7 +71,11 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("COMPASS_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // rustls-platform-verifier logs a refused certificate at
+                // error level; the CLI's own message already says why.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new("warn,rustls_platform_verifier=off")
+                }),
         )
         .init();
     let cli = Cli::parse();

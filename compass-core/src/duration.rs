@@ -70,12 +70,7 @@ pub fn parse(value: &str) -> Result<u64> {
 pub fn parse_unambiguous(value: &str) -> Result<u64> {
     let v = value.trim();
     if !v.is_empty() && v != "0" && v.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(CoreError::BadDuration {
-            value: value.to_string(),
-            why: format!(
-                "a bare number is ambiguous here (Slurm reads minutes, compass used to read seconds): write `{v}s`, `{v}m` or `{v}h`"
-            ),
-        });
+        return Err(CoreError::AmbiguousDuration(v.to_string()));
     }
     parse(value)
 }
@@ -168,7 +163,10 @@ mod tests {
     fn unambiguous_refuses_bare_numbers_but_not_zero() {
         let err = parse_unambiguous("90").unwrap_err().to_string();
         assert!(err.contains("`90s`") && err.contains("`90m`"), "{err}");
-        assert!(err.contains("ambiguous"), "{err}");
+        assert!(
+            err.contains("ambiguous") && !err.contains("minutes (`90`)"),
+            "{err}"
+        );
         assert_eq!(parse_unambiguous("0"), Ok(0));
         assert_eq!(parse_unambiguous("90s"), Ok(90));
         assert_eq!(parse_unambiguous("1:30"), Ok(90));
