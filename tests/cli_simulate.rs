@@ -327,8 +327,9 @@ fn bad_migration_cost_or_payback_is_a_clear_error() {
     let s = Scratch::new("badcost");
     let trace = s.file("c.csv", CANONICAL);
     for (flag, value, says) in [
-        ("--migration-cost", "5x", "Slurm time"),
-        ("--migration-cost", "-5", "Slurm time"),
+        ("--migration-cost", "5x", "accepted forms"),
+        ("--migration-cost", "-5", "accepted forms"),
+        ("--migration-cost", "8", "ambiguous"),
         ("--payback", "0.5", "payback must be 0"),
         ("--remaining-run", "guess", "oracle"),
     ] {
