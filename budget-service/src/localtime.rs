@@ -6,7 +6,8 @@
 /// The broken-down local time of `unix` seconds and its UTC offset in
 /// seconds; `None` if the C library cannot represent it.
 fn local(unix: i64) -> Option<(libc::tm, i64)> {
-    let t: libc::time_t = unix.try_into().ok()?;
+    // time_t is i64 on every 64-bit Linux this builds for.
+    let t: libc::time_t = unix;
     // SAFETY: an all-zero `tm` is a valid value (integers and a null
     // pointer); localtime_r only writes into it and reads `t`.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
