@@ -46,7 +46,7 @@ enum Command {
     Bench(bench::Args),
     /// Show the live placement state of select/cons_tres_compass (per node, SIF).
     Status(status::Args),
-    /// Manage GPU budgets through compass-budgetd (show, set-share, add, move, remove, import, export).
+    /// Manage GPU budgets through compass-budgetd (show, set-share, add, move, remove, import, export, audit).
     #[command(after_help = compass_budget::cli::EXIT_HELP)]
     Budget(compass_budget::cli::BudgetArgs),
     /// Explain a pending job's place in the fair-share queue.

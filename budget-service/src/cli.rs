@@ -1,6 +1,9 @@
-//! The manager CLI: `compass budget show|set-share|add|move|remove|import|export`,
-//! `compass why JOBID` and `compass node fault|repaired|list`. It talks to the service over HTTP; writes carry a
-//! MUNGE credential bound to the request (see [`crate::auth`]).
+//! The manager CLI: `compass budget show|set-share|add|move|remove|import|export|audit`,
+//! `compass why JOBID` and `compass node fault|repaired|list`. It talks to the service over
+//! HTTP or HTTPS (rustls; the system's CA store or `ca_file`), found through flags, the
+//! environment or the client config (`/etc/compass/compass.toml`); writes carry a MUNGE
+//! credential bound to the request (see [`crate::auth`]). Errors map to exit statuses
+//! ([`exit`]).
 
 use compass_core::fairshare::NodeSpec;
 use serde::{Deserialize, Serialize};

@@ -76,7 +76,15 @@ pub struct Lab {
 }
 
 impl Lab {
-    pub fn start(spec: LabSpec) -> Lab {
+    pub fn start(mut spec: LabSpec) -> Lab {
+        // COMPASS_LAB_PORT_BASE moves the lab's ports (several labs on one
+        // host, as for the select plugin's lab tests).
+        if let Some(base) = std::env::var("COMPASS_LAB_PORT_BASE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            spec.port_base = base;
+        }
         let dir = std::env::temp_dir().join(format!("{}-{}", spec.tag, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("lab dir");
