@@ -17,11 +17,12 @@ const SERVICE_PORT: u16 = 24_131;
 const TLS_PORT: u16 = 24_132;
 const DEAD_PORT: u16 = 24_133;
 
-/// A scratch directory for this test binary (removed at the start of a run).
+/// A scratch directory for this test binary, in cargo's target/tmp (the
+/// service thread outlives every test, so it is emptied at the next run).
 fn scratch() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("compass-cli-service-{}", std::process::id()));
+        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-service");
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
