@@ -11,6 +11,7 @@ use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use compass_core::duration;
 use compass_core::fairshare::{self, Interval, NodeSpec, OrgTree, Placed, TreeChange};
 use compass_core::model::JobId;
 use serde::de::DeserializeOwned;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use crate::auth::{request_payload, Policy, SCHEME};
 use crate::error::BudgetError;
+use crate::localtime;
 use crate::state::AppState;
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -467,7 +469,7 @@ async fn get_usage(
         }
         Some(n) => vec![tree
             .find(n)
-            .ok_or_else(|| BudgetError::field("node", format!("unknown node `{n}`")))?],
+            .ok_or_else(|| BudgetError::field("node", format!("unknown team `{n}`")))?],
         None => tree.subtree(tree.root()),
     };
     let rows: Vec<_> = nodes
@@ -503,7 +505,7 @@ async fn get_node(
         let n = nodes
             .into_iter()
             .find(|n| n.name == name)
-            .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
+            .ok_or_else(|| BudgetError::NotFound(format!("team `{name}`")))?;
         Ok(Json(n).into_response())
     })
     .await
@@ -521,10 +523,20 @@ struct CreateBody {
     #[serde(default)]
     managers: Vec<String>,
     why: String,
+    /// Check and show the changes; write nothing.
+    #[serde(default)]
+    dry_run: bool,
 }
 
 fn changes_json(changes: &[TreeChange]) -> serde_json::Value {
     json!({ "changes": changes, "summary": changes.iter().map(|c| c.to_string()).collect::<Vec<_>>() })
+}
+
+/// The answer to an edit: the changes, and whether they were applied.
+fn edit_json(changes: &[TreeChange], dry_run: bool) -> serde_json::Value {
+    let mut v = changes_json(changes);
+    v["applied"] = json!(!dry_run);
+    v
 }
 
 async fn create_node(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Response> {
@@ -532,26 +544,34 @@ async fn create_node(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<
         let (user, b): (String, CreateBody) = w.authenticate(state)?;
         let now = state.now();
         let pol = policy(state);
-        let changes = state.db().edit_tree(&user, "create", &b.why, now, |old| {
-            let tree = stored_tree(&pol, &user, old)?;
-            if old.iter().any(|s| s.name == b.name) {
-                return Err(BudgetError::Conflict(format!(
-                    "node `{}` already exists",
-                    b.name
-                )));
-            }
-            pol.check_place_under(&user, tree.as_ref(), b.parent.as_deref())?;
-            let mut v = old.to_vec();
-            v.push(NodeSpec {
-                name: b.name.clone(),
-                parent: b.parent.clone(),
-                share: b.share,
-                managers: b.managers.clone(),
-                account: b.account.clone(),
-            });
-            Ok(v)
-        })?;
-        Ok((StatusCode::CREATED, Json(changes_json(&changes))).into_response())
+        let changes =
+            state
+                .db()
+                .edit_tree_or_dry_run(&user, "create", &b.why, now, b.dry_run, |old| {
+                    let tree = stored_tree(&pol, &user, old)?;
+                    if old.iter().any(|s| s.name == b.name) {
+                        return Err(BudgetError::Conflict(format!(
+                            "team `{}` already exists",
+                            b.name
+                        )));
+                    }
+                    pol.check_place_under(&user, tree.as_ref(), b.parent.as_deref())?;
+                    let mut v = old.to_vec();
+                    v.push(NodeSpec {
+                        name: b.name.clone(),
+                        parent: b.parent.clone(),
+                        share: b.share,
+                        managers: b.managers.clone(),
+                        account: b.account.clone(),
+                    });
+                    Ok(v)
+                })?;
+        let status = if b.dry_run {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        };
+        Ok((status, Json(edit_json(&changes, b.dry_run))).into_response())
     })
     .await
 }
@@ -570,6 +590,8 @@ struct PatchBody {
     #[serde(default)]
     managers: Option<Vec<String>>,
     why: String,
+    #[serde(default)]
+    dry_run: bool,
 }
 
 async fn patch_node(
@@ -581,32 +603,35 @@ async fn patch_node(
         let (user, b): (String, PatchBody) = w.authenticate(state)?;
         let now = state.now();
         let pol = policy(state);
-        let changes = state.db().edit_tree(&user, "update", &b.why, now, |old| {
-            let tree = stored_tree(&pol, &user, old)?;
-            pol.check_edit(&user, tree.as_ref(), &name)?;
-            let mut v = old.to_vec();
-            let s = v
-                .iter_mut()
-                .find(|s| s.name == name)
-                .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
-            if let Some(sh) = b.share {
-                s.share = sh;
-            }
-            if let Some(p) = &b.parent {
-                if s.parent.as_deref() != Some(p.as_str()) {
-                    pol.check_place_under(&user, tree.as_ref(), Some(p))?;
-                    s.parent = Some(p.clone());
-                }
-            }
-            if let Some(a) = &b.account {
-                s.account = (!a.is_empty()).then(|| a.clone());
-            }
-            if let Some(m) = &b.managers {
-                s.managers = m.clone();
-            }
-            Ok(v)
-        })?;
-        Ok(Json(changes_json(&changes)).into_response())
+        let changes =
+            state
+                .db()
+                .edit_tree_or_dry_run(&user, "update", &b.why, now, b.dry_run, |old| {
+                    let tree = stored_tree(&pol, &user, old)?;
+                    pol.check_edit(&user, tree.as_ref(), &name)?;
+                    let mut v = old.to_vec();
+                    let s = v
+                        .iter_mut()
+                        .find(|s| s.name == name)
+                        .ok_or_else(|| BudgetError::NotFound(format!("team `{name}`")))?;
+                    if let Some(sh) = b.share {
+                        s.share = sh;
+                    }
+                    if let Some(p) = &b.parent {
+                        if s.parent.as_deref() != Some(p.as_str()) {
+                            pol.check_place_under(&user, tree.as_ref(), Some(p))?;
+                            s.parent = Some(p.clone());
+                        }
+                    }
+                    if let Some(a) = &b.account {
+                        s.account = (!a.is_empty()).then(|| a.clone());
+                    }
+                    if let Some(m) = &b.managers {
+                        s.managers = m.clone();
+                    }
+                    Ok(v)
+                })?;
+        Ok(Json(edit_json(&changes, b.dry_run)).into_response())
     })
     .await
 }
@@ -615,6 +640,8 @@ async fn patch_node(
 #[serde(deny_unknown_fields)]
 struct DeleteBody {
     why: String,
+    #[serde(default)]
+    dry_run: bool,
 }
 
 async fn delete_node(
@@ -627,13 +654,13 @@ async fn delete_node(
     let now = state.now();
     let pol = policy(state);
     let pending = state.queue();
-    let changes = state.db().edit_tree(&user, "delete", &b.why, now, |old| {
+    let changes = state.db().edit_tree_or_dry_run(&user, "delete", &b.why, now, b.dry_run, |old| {
         let tree = stored_tree(&pol, &user, old)?;
         pol.check_edit(&user, tree.as_ref(), &name)?;
         let kids: Vec<&str> = old.iter().filter(|s| s.parent.as_deref() == Some(name.as_str())).map(|s| s.name.as_str()).collect();
         if !kids.is_empty() {
             return Err(BudgetError::Conflict(format!(
-                "node `{name}` has children ({}); move or remove them first",
+                "team `{name}` has children ({}); move or remove them first",
                 kids.join(", ")
             )));
         }
@@ -647,7 +674,7 @@ async fn delete_node(
         }
         Ok(old.iter().filter(|s| s.name != name).cloned().collect())
     })?;
-    Ok(Json(changes_json(&changes)).into_response())
+    Ok(Json(edit_json(&changes, b.dry_run)).into_response())
     })
     .await
 }
@@ -815,11 +842,11 @@ async fn get_why(
             let text = match iv.end {
                 None => format!(
                     "Job {id} is not pending: it has been running since {} on {} GPUs, using {kind} account {}.\n",
-                    iv.start, iv.gpus, iv.account
+                    localtime::text(iv.start), iv.gpus, iv.account
                 ),
                 Some(end) => format!(
-                    "Job {id} is not pending: its last run went from {} to {end} on {} GPUs, using {kind} account {}.\n",
-                    iv.start, iv.gpus, iv.account
+                    "Job {id} is not pending: its last run went from {} to {} on {} GPUs, using {kind} account {}.\n",
+                    localtime::text(iv.start), localtime::text(end), iv.gpus, iv.account
                 ),
             };
             let mut text = text;
@@ -841,7 +868,7 @@ async fn get_why(
         .into_response()),
         None => Err(BudgetError::NotFound(format!(
             "job {id} is neither pending in the last computed order (at {}) nor in the ledger",
-            q.at
+            localtime::text(q.at)
         ))),
     }
     })
@@ -870,15 +897,17 @@ fn enforcement_text(state: &AppState, id: u64, actions: &[crate::db::ActionRow])
                 if state.now() < until {
                     let _ = writeln!(
                         out,
-                        "Running allocated time: protected from preemption until {until} (min runtime {} s{}).",
-                        j.min_runtime_s,
-                        if (j.min_runtime_s as f64) > cap { format!(", capped at {cap} s") } else { String::new() }
+                        "Running allocated time: protected from preemption until {} (min runtime {}{}).",
+                        localtime::text(until),
+                        duration::format(j.min_runtime_s),
+                        if (j.min_runtime_s as f64) > cap { format!(", capped at {}", duration::format(cap.round() as u64)) } else { String::new() }
                     );
                 } else {
                     let _ = writeln!(
                         out,
-                        "Running allocated time: its protection ended at {until}; it keeps running while its team \
-                         is within its allocation or no more under-served job needs its GPUs."
+                        "Running allocated time: its protection ended at {}; it keeps running while its team \
+                         is within its allocation or no more under-served job needs its GPUs.",
+                        localtime::text(until)
                     );
                 }
             }
@@ -911,7 +940,7 @@ fn enforcement_text(state: &AppState, id: u64, actions: &[crate::db::ActionRow])
         let _ = writeln!(
             out,
             "At {}: {what}{}; lost {:.0} GPU-s. {}",
-            a.at,
+            localtime::text(a.at),
             if a.ok { "" } else { " (FAILED)" },
             a.lost_gpu_s,
             a.detail

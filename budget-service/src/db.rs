@@ -141,6 +141,24 @@ impl Db {
     where
         F: FnOnce(&[NodeSpec]) -> Result<Vec<NodeSpec>>,
     {
+        self.edit_tree_or_dry_run(who, action, why, now, false, edit)
+    }
+
+    /// [`Db::edit_tree`], or with `dry_run` every check of it (reason,
+    /// permissions inside `edit`, a valid tree) and the changes it would
+    /// make, with nothing written.
+    pub fn edit_tree_or_dry_run<F>(
+        &mut self,
+        who: &str,
+        action: &str,
+        why: &str,
+        now: UnixSecs,
+        dry_run: bool,
+        edit: F,
+    ) -> Result<Vec<TreeChange>>
+    where
+        F: FnOnce(&[NodeSpec]) -> Result<Vec<NodeSpec>>,
+    {
         if why.trim().is_empty() {
             return Err(BudgetError::field(
                 "why",
@@ -163,6 +181,10 @@ impl Db {
             OrgTree::build(&new)?;
         }
         let changes = fairshare::diff(&old, &new);
+        if dry_run {
+            // The transaction rolls back when dropped: nothing is written.
+            return Ok(changes);
+        }
         // Accounts are UNIQUE and checked per statement: release the accounts
         // of every modified or removed node first, so that an edit may move
         // an account between nodes (the new tree was validated above).

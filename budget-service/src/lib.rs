@@ -21,6 +21,7 @@
 //! - [`logging`]: log lines for the journal (priorities) or a terminal.
 //! - [`server`]: start-up and graceful shutdown of `compass-budgetd`.
 //! - [`cli`]: `compass budget ...` and `compass why JOBID`.
+//! - [`localtime`]: times printed as local date-times.
 
 pub mod api;
 pub mod auth;
@@ -31,6 +32,7 @@ pub mod dashboard;
 pub mod db;
 pub mod enforce;
 pub mod error;
+pub mod localtime;
 pub mod logging;
 pub mod metrics;
 pub mod sacctmgr;

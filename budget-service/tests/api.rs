@@ -209,7 +209,7 @@ async fn managers_edit_only_their_subtree_and_refusals_say_why() {
     assert_eq!(st, StatusCode::FORBIDDEN);
     let msg = v["error"].as_str().unwrap();
     assert!(
-        msg.contains("user `pi` editing node `ops`") && msg.contains("do not manage"),
+        msg.contains("user `pi` editing team `ops`") && msg.contains("do not manage"),
         "{msg}"
     );
     let (st, _) = call(

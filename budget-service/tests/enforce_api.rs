@@ -125,8 +125,8 @@ async fn node_fault_repaired_actions_and_why() {
     let text = v["enforcement"].as_str().unwrap();
     assert!(
         text.contains(&format!(
-            "protected from preemption until {}",
-            T0 - 50 + 600
+            "protected from preemption until {} (min runtime 0:10:00).",
+            compass_budget::localtime::text(T0 - 50 + 600)
         )),
         "{text}"
     );

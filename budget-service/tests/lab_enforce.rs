@@ -203,7 +203,7 @@ fn start_lab(tag: &'static str, port_base: u32) -> Lab {
 fn service(lab: &Lab) -> Arc<AppState> {
     service_state(
         lab,
-        "admins = [\"root\"]\n[protection]\nenforce = true\nmin_runtime_cap_s = 3600\n",
+        "admins = [\"root\"]\n[protection]\nenforce = true\n",
         vec![
             spec("org", None, 1.0, None),
             spec("rich", Some("org"), 0.3, Some(RICH)),
@@ -589,7 +589,7 @@ fn lab_enforcement_preempts_protects_and_drains() {
             format!(
                 "db = \"{}\"\nadmins = [\"root\"]\ncapacity_gpus = {}\nwindow_s = 3600\ncycle_s = 1\n\
                  munge_socket = \"{}\"\nslurm = \"libslurm\"\nslurm_conf = \"{}\"\n\
-                 [protection]\nmin_runtime_cap_s = 3600\n",
+                 [protection]\n",
                 db_path.display(),
                 NODES * GPUS,
                 socket.display(),
@@ -683,7 +683,7 @@ fn livelock(lab: &Lab, slurm: &Arc<LibSlurm>) {
     );
     let state = service_state(
         lab,
-        "[protection]\nenforce = true\nmin_runtime_cap_s = 3600\nstart_grace_s = 8\n\
+        "[protection]\nenforce = true\nstart_grace_s = 8\n\
          fruitless_retry_after_s = 3600\n",
         vec![
             spec("org", None, 1.0, None),

@@ -312,8 +312,8 @@ pub fn explain(p: &Placed, queue_len: usize) -> String {
     }
     match p.kind {
         Kind::Allocated => s.push_str(&format!(
-            "It asks for allocated time (min runtime {} s): it is charged to its budget and sorts before all unallocated jobs.\n",
-            p.job.min_runtime_s
+            "It asks for allocated time (min runtime {}): it is charged to its budget and sorts before all unallocated jobs.\n",
+            crate::duration::format(p.job.min_runtime_s)
         )),
         Kind::Unallocated => s.push_str(
             "It asks for unallocated time (min runtime 0): it is free and sorts after every allocated job.\n",
