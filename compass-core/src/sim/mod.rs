@@ -401,6 +401,22 @@ pub struct SimResult {
     /// reservation later.
     #[serde(default)]
     pub backfill_refused_slip: u64,
+    /// Departures whose Compact was held back (every running job held
+    /// still for that one event) because, tried on a fork, its migrations
+    /// would have moved the blocked head's projected start past its
+    /// reservation, and holding them would not. Only for policies that can
+    /// be forked.
+    #[serde(default)]
+    pub compact_held_for_head: u64,
+    /// Heads of a backfill queue that started later than the reservation
+    /// first computed for them (for any reason: a backfilled start, a
+    /// departure's Compact, migration costs added to running jobs, or a
+    /// policy that cannot place the head when it physically fits).
+    #[serde(default)]
+    pub heads_late: u64,
+    /// Total seconds those heads started after their first reservation.
+    #[serde(default)]
+    pub heads_late_s: Seconds,
     /// Times a backfilled start moved the head's reservation later. 0 when
     /// the policy can be forked (the trial refuses such starts) or does not
     /// migrate on placement.
@@ -584,6 +600,19 @@ struct Sim<'a> {
     over_events: u64,
     over_events_held: u64,
     refused_slip: u64,
+    /// See [`SimResult::compact_held_for_head`].
+    compact_held: u64,
+    /// Set while a held departure is measured (the bound may then be
+    /// exceeded by choice).
+    holding_for_head: bool,
+    /// The blocked head of a backfill queue and its current reservation.
+    reserved: Option<(usize, Seconds)>,
+    /// Blocked heads and the reservation first computed for each.
+    first_reservation: BTreeMap<usize, Seconds>,
+    heads_late: u64,
+    heads_late_s: Seconds,
+    /// The policy can be forked (departures are then tried on a fork).
+    forkable: bool,
     peak: Window,
     busy: Window,
     max_n_sif: u64,
@@ -603,6 +632,7 @@ impl<'a> Sim<'a> {
         cfg: &'a SimConfig,
     ) -> Result<Self> {
         let honours_movable = policy.honours_movable();
+        let forkable = policy.fork().is_some();
         let spec = cfg.spec;
         let mut order: Vec<usize> = Vec::with_capacity(jobs.len());
         let mut unschedulable = 0;
@@ -657,6 +687,13 @@ impl<'a> Sim<'a> {
             over_events: 0,
             over_events_held: 0,
             refused_slip: 0,
+            compact_held: 0,
+            holding_for_head: false,
+            reserved: None,
+            first_reservation: BTreeMap::new(),
+            heads_late: 0,
+            heads_late_s: 0.0,
+            forkable,
             peak: Window::default(),
             busy: Window::default(),
             max_n_sif: 0,
@@ -795,7 +832,7 @@ impl<'a> Sim<'a> {
             self.max_n_sif_wcc = Some(self.max_n_sif_wcc.unwrap_or(0).max(n_sif));
             if n_sif > 2 {
                 self.over_events += 1;
-                if self.held > 0 {
+                if self.held > 0 || self.holding_for_head {
                     self.over_events_held += 1;
                 }
             }
@@ -818,7 +855,7 @@ impl<'a> Sim<'a> {
             utilisation: occ.used_gpus() as f64 / spec.total_gpus() as f64,
             wcc,
             over_bound,
-            over_bound_held: over_bound && self.held > 0,
+            over_bound_held: over_bound && (self.held > 0 || self.holding_for_head),
         };
         if self.cfg.record_timeseries {
             let sample = Sample {
@@ -912,7 +949,23 @@ impl<'a> Sim<'a> {
 
     fn finish_job(&mut self, j: usize, t: Seconds, obs: &mut dyn Observer) -> Result<()> {
         self.apply_rule(t)?;
+        // Backfill never delays the head, and neither does the Compact that
+        // follows a departure: when its moves would, every running job is
+        // held still for this one event.
+        let hold = if self.compact_delays_head(j, t)? {
+            self.compact_held += 1;
+            self.movable_running(j)
+        } else {
+            Vec::new()
+        };
+        for &k in &hold {
+            self.policy.set_movable(JobId(k as u64), false)?;
+        }
         let migrations = self.policy.remove(JobId(j as u64))?;
+        for &k in &hold {
+            self.policy.set_movable(JobId(k as u64), true)?;
+        }
+        self.holding_for_head = !hold.is_empty();
         let s = &mut self.state[j];
         s.running = false;
         let end = s.end;
@@ -921,7 +974,146 @@ impl<'a> Sim<'a> {
         self.finished += 1;
         self.charge(&migrations, None, t)?;
         self.notify(obs, t, EventKind::Finish, Some(j), &migrations);
+        self.holding_for_head = false;
         Ok(())
+    }
+
+    /// Running jobs other than `except` that the policy may move now.
+    fn movable_running(&self, except: usize) -> Vec<usize> {
+        self.by_end
+            .iter()
+            .map(|&(_, k)| k)
+            .filter(|&k| k != except && self.state[k].movable)
+            .collect()
+    }
+
+    /// Would the Compact that follows job `j`'s departure at `t` delay the
+    /// blocked head of a backfill queue? Tried on two forks of the policy:
+    /// the departure as the policy makes it, and the departure with every
+    /// running job held still. `true` when, with its migrations, the head's
+    /// projected start ([`Sim::projected_start`]) is later than its
+    /// reservation and later than with the jobs held. (Issue #11: on small
+    /// clusters Compact's guest repair moved a 1-GPU guest into the node a
+    /// departure had just emptied for a 3 x 8 head, which then waited a day
+    /// longer than its reservation.)
+    fn compact_delays_head(&self, j: usize, t: Seconds) -> Result<bool> {
+        if self.cfg.queue != QueuePolicy::Backfill || !self.forkable {
+            return Ok(false);
+        }
+        let Some(&head_pos) = self.queue.first() else {
+            return Ok(false);
+        };
+        let head = self.order[head_pos];
+        let Some((reserved_head, t_res)) = self.reserved else {
+            return Ok(false);
+        };
+        if reserved_head != head {
+            return Ok(false);
+        }
+        let (Some(mut moved), Some(mut still)) = (self.policy.fork(), self.policy.fork()) else {
+            return Ok(false);
+        };
+        let migrations = moved.remove(JobId(j as u64))?;
+        let charges = self.charges_of(&migrations, None);
+        if charges.is_empty() {
+            return Ok(false);
+        }
+        let with_moves =
+            self.projected_start(&*moved, &self.ends_with(&charges, Some(j)), head, t)?;
+        if with_moves <= t_res {
+            return Ok(false);
+        }
+        let hold = self.movable_running(j);
+        for &k in &hold {
+            still.set_movable(JobId(k as u64), false)?;
+        }
+        still.remove(JobId(j as u64))?;
+        for &k in &hold {
+            still.set_movable(JobId(k as u64), true)?;
+        }
+        let held = self.projected_start(&*still, &self.ends_with(&[], Some(j)), head, t)?;
+        Ok(held < with_moves)
+    }
+
+    /// The running jobs' projected ends, sorted, with `charges` (jobs moved
+    /// in a trial, `c` per charge) added and `gone` (the job departing in
+    /// the trial) left out.
+    fn ends_with(&self, charges: &[(usize, u64)], gone: Option<usize>) -> Vec<(T, usize)> {
+        let c = self.cfg.migration_cost_s;
+        let mut ends: Vec<(T, usize)> = self
+            .by_end
+            .iter()
+            .copied()
+            .filter(|&(_, k)| Some(k) != gone && !charges.iter().any(|&(m, _)| m == k))
+            .collect();
+        for &(k, n) in charges {
+            ends.push((T(self.state[k].end + c * n as f64), k));
+        }
+        ends.sort_unstable();
+        ends
+    }
+
+    /// When `policy` itself would start `head`, from `t` on: on a fork the
+    /// running jobs depart at their projected `ends` (jobs ending together
+    /// depart together, through the policy's own Remove and its Compact),
+    /// and the head is tried now and after each departure. Tried twice:
+    /// with the policy free to migrate, and with every running job held
+    /// still (what the departure guard can enforce); the earlier counts.
+    /// Unlike [`reservation_in`] (running jobs free their GPUs where they
+    /// are), this sees what Compact's moves make possible and what they take
+    /// away. Migrations made in the projection add no cost to the ends; the
+    /// cost rule's movability is taken as it is now. `INFINITY` if the head
+    /// never fits.
+    fn projected_start(
+        &self,
+        policy: &dyn PlacementPolicy,
+        ends: &[(T, usize)],
+        head: usize,
+        t: Seconds,
+    ) -> Result<Seconds> {
+        let free = self.project(policy, ends, head, t, false)?;
+        Ok(free.min(self.project(policy, ends, head, t, true)?))
+    }
+
+    /// One projection of [`Sim::projected_start`]; `frozen`: no running job
+    /// moves in it.
+    fn project(
+        &self,
+        policy: &dyn PlacementPolicy,
+        ends: &[(T, usize)],
+        head: usize,
+        t: Seconds,
+        frozen: bool,
+    ) -> Result<Seconds> {
+        let Some(mut fork) = policy.fork() else {
+            return Ok(f64::INFINITY);
+        };
+        if frozen {
+            for &(_, k) in ends {
+                fork.set_movable(JobId(k as u64), false)?;
+            }
+        }
+        let req = self.request_now(head, t);
+        let need = self.jobs[head].shape.total_gpus();
+        let total = self.cfg.spec.total_gpus();
+        let mut at = t;
+        let mut i = 0;
+        loop {
+            if total - fork.occupancy().used_gpus() >= need && fork.place(&req, None)?.is_some() {
+                return Ok(at);
+            }
+            let Some(&(T(e), _)) = ends.get(i) else {
+                return Ok(f64::INFINITY);
+            };
+            while let Some(&(T(x), k)) = ends.get(i) {
+                if x != e {
+                    break;
+                }
+                fork.remove(JobId(k as u64))?;
+                i += 1;
+            }
+            at = e.max(t);
+        }
     }
 
     /// The charges one policy call's migrations make: `(job, count)` per
@@ -1035,6 +1227,12 @@ impl<'a> Sim<'a> {
             self.held += 1;
         }
         self.running += 1;
+        if let Some(first) = self.first_reservation.remove(&j) {
+            if t > first {
+                self.heads_late += 1;
+                self.heads_late_s += t - first;
+            }
+        }
         self.ends.push(Reverse((T(end), j)));
         self.by_end.insert((T(end), j));
         self.charge(&migrations, Some(j), t)?;
@@ -1092,7 +1290,7 @@ impl<'a> Sim<'a> {
             }
             self.queue.remove(&r);
         }
-        if self.cfg.queue == QueuePolicy::Fifo || self.queue.len() < 2 {
+        if self.cfg.queue == QueuePolicy::Fifo {
             return Ok(());
         }
         let Some(&head_pos) = self.queue.first() else {
@@ -1100,6 +1298,11 @@ impl<'a> Sim<'a> {
         };
         let head = self.order[head_pos];
         let mut res = self.reservation(head, t);
+        self.first_reservation.entry(head).or_insert(res.t_res);
+        self.reserved = Some((head, res.t_res));
+        if self.queue.len() < 2 {
+            return Ok(());
+        }
         let candidates: Vec<usize> = self
             .queue
             .iter()
@@ -1149,6 +1352,7 @@ impl<'a> Sim<'a> {
                     self.slip_s += next.t_res - res.t_res;
                 }
                 res = next;
+                self.reserved = Some((head, res.t_res));
             } else {
                 refused.insert(shape);
             }
@@ -1241,6 +1445,9 @@ impl<'a> Sim<'a> {
             wcc_coverage: avg(window.wcc),
             backfilled: self.backfilled,
             backfill_refused_slip: self.refused_slip,
+            compact_held_for_head: self.compact_held,
+            heads_late: self.heads_late,
+            heads_late_s: self.heads_late_s,
             reservation_slips: self.slips,
             reservation_slip_s: self.slip_s,
             waits: WaitStats {
