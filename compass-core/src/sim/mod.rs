@@ -61,7 +61,11 @@ pub enum QueuePolicy {
     /// `F(t_res) - w_j * ceil(g_j / g_h) >= w_h`, where `F(t_res)` is the
     /// head's fit count at `t_res` (one instance of `g_j` GPUs removes at most
     /// `ceil(g_j / g_h)` head instances from a node). The reservation is
-    /// recomputed after each backfilled start.
+    /// recomputed after each backfilled start. For a policy that can be
+    /// forked, neither a backfilled start (tried on a fork first) nor the
+    /// Compact of a departure (held back when it would delay the head,
+    /// [`SimResult::compact_held_for_head`]) moves the head's start past its
+    /// reservation when that can be avoided (`docs/simulator.md`).
     Backfill,
 }
 
