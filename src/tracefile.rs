@@ -89,6 +89,11 @@ pub struct TraceArgs {
     #[arg(long)]
     pub compass_paper_compact: bool,
 
+    /// COMPASS experiments: open an empty node for an immovable job as the
+    /// paper does, instead of fitting it into a partial node (correction 5).
+    #[arg(long)]
+    pub compass_no_pinned_fill: bool,
+
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -109,6 +114,7 @@ impl TraceArgs {
             ..PolicyOptions::default()
         };
         opts.compass.overflow = !self.compass_no_overflow;
+        opts.compass.pinned_fill = !self.compass_no_pinned_fill;
         if self.compass_paper_compact {
             opts.compass.slotted_pass = SlottedPass::Paper;
         }
