@@ -998,9 +998,13 @@ impl<'a> Sim<'a> {
     /// Would the Compact that follows job `j`'s departure at `t` delay the
     /// blocked head of a backfill queue? Tried on two forks of the policy:
     /// the departure as the policy makes it, and the departure with every
-    /// running job held still. `true` when, with its migrations, the head's
-    /// projected start ([`Sim::projected_start`]) is later than its
-    /// reservation and later than with the jobs held. (Issue #11: on small
+    /// running job held still. On each the head's start counts as the later
+    /// of its projected start ([`Sim::projected_start`]) and its reservation
+    /// recomputed on that fork ([`reservation_in`]: backfill goes by the
+    /// reservation, so a move that keeps the projection on time but moves
+    /// the reservation later lets backfilled jobs take the head's room).
+    /// `true` when, with the migrations, that start is later than the
+    /// current reservation and later than with the jobs held. (Issue #11: on small
     /// clusters Compact's guest repair moved a 1-GPU guest into the node a
     /// departure had just emptied for a 3 x 8 head, which then waited a day
     /// longer than its reservation.)
@@ -1026,8 +1030,11 @@ impl<'a> Sim<'a> {
         if charges.is_empty() {
             return Ok(false);
         }
-        let with_moves =
-            self.projected_start(&*moved, &self.ends_with(&charges, Some(j)), head, t)?;
+        let shape = self.jobs[head].shape;
+        let ends = self.ends_with(&charges, Some(j));
+        let with_moves = self
+            .projected_start(&*moved, &ends, head, t)?
+            .max(reservation_in(moved.occupancy(), &ends, shape, t).t_res);
         if with_moves <= t_res {
             return Ok(false);
         }
@@ -1039,7 +1046,10 @@ impl<'a> Sim<'a> {
         for &k in &hold {
             still.set_movable(JobId(k as u64), true)?;
         }
-        let held = self.projected_start(&*still, &self.ends_with(&[], Some(j)), head, t)?;
+        let ends = self.ends_with(&[], Some(j));
+        let held = self
+            .projected_start(&*still, &ends, head, t)?
+            .max(reservation_in(still.occupancy(), &ends, shape, t).t_res);
         Ok(held < with_moves)
     }
 
