@@ -606,8 +606,9 @@ struct Sim<'a> {
     refused_slip: u64,
     /// See [`SimResult::compact_held_for_head`].
     compact_held: u64,
-    /// Set while a held departure is measured (the bound may then be
-    /// exceeded by choice).
+    /// The last policy call was a departure with jobs held still for the
+    /// head: until the next call (which compacts again) the bound may be
+    /// exceeded by choice.
     holding_for_head: bool,
     /// The blocked head of a backfill queue and its current reservation.
     reserved: Option<(usize, Seconds)>,
@@ -755,6 +756,7 @@ impl<'a> Sim<'a> {
                 self.apply_rule(t)?;
                 let migrations = self.policy.tick(t);
                 self.charge(&migrations, None, t)?;
+                self.holding_for_head = false;
                 self.notify(obs, t, EventKind::Tick, None, &migrations);
             }
             self.schedule(t, obs)?;
@@ -958,14 +960,12 @@ impl<'a> Sim<'a> {
     fn finish_job(&mut self, j: usize, t: Seconds, obs: &mut dyn Observer) -> Result<()> {
         self.apply_rule(t)?;
         // Backfill never delays the head, and neither does the Compact that
-        // follows a departure: when its moves would, every running job is
-        // held still for this one event.
-        let hold = if self.compact_delays_head(j, t)? {
+        // follows a departure: the jobs whose moves would are held still for
+        // this one event.
+        let hold = self.hold_for_head(j, t)?;
+        if !hold.is_empty() {
             self.compact_held += 1;
-            self.movable_running(j)
-        } else {
-            Vec::new()
-        };
+        }
         for &k in &hold {
             self.policy.set_movable(JobId(k as u64), false)?;
         }
@@ -982,75 +982,72 @@ impl<'a> Sim<'a> {
         self.finished += 1;
         self.charge(&migrations, None, t)?;
         self.notify(obs, t, EventKind::Finish, Some(j), &migrations);
-        self.holding_for_head = false;
         Ok(())
     }
 
-    /// Running jobs other than `except` that the policy may move now.
-    fn movable_running(&self, except: usize) -> Vec<usize> {
-        self.by_end
-            .iter()
-            .map(|&(_, k)| k)
-            .filter(|&k| k != except && self.state[k].movable)
-            .collect()
-    }
-
-    /// Would the Compact that follows job `j`'s departure at `t` delay the
-    /// blocked head of a backfill queue? Tried on two forks of the policy:
-    /// the departure as the policy makes it, and the departure with every
-    /// running job held still. On each the head's start counts as the later
-    /// of its projected start ([`Sim::projected_start`]) and its reservation
-    /// recomputed on that fork ([`reservation_in`]: backfill goes by the
+    /// The running jobs to hold still during job `j`'s departure at `t` so
+    /// that the Compact that follows it does not delay the blocked head of a
+    /// backfill queue (empty: nothing to hold). The departure is tried on a
+    /// fork of the policy; on it, the head's start counts as the later of
+    /// its projected start ([`Sim::projected_start`]) and its reservation
+    /// recomputed on the fork ([`reservation_in`]: backfill goes by the
     /// reservation, so a move that keeps the projection on time but moves
-    /// the reservation later lets backfilled jobs take the head's room).
-    /// `true` when, with the migrations, that start is later than the
-    /// current reservation and later than with the jobs held. (Issue #11: on small
-    /// clusters Compact's guest repair moved a 1-GPU guest into the node a
-    /// departure had just emptied for a 3 x 8 head, which then waited a day
-    /// longer than its reservation.)
-    fn compact_delays_head(&self, j: usize, t: Seconds) -> Result<bool> {
+    /// the reservation later lets backfilled jobs take the head's room). If
+    /// that start is later than the current reservation, the jobs the trial
+    /// moved are held still and the departure is tried again, until the
+    /// head is on time or nothing moves; the hold is kept only if it makes
+    /// the head's start earlier than no hold. (Issue #11: on small clusters
+    /// Compact's guest repair moved a 1-GPU guest into the node a departure
+    /// had just emptied for a 3 x 8 head, which then waited a day longer
+    /// than its reservation.)
+    fn hold_for_head(&self, j: usize, t: Seconds) -> Result<Vec<usize>> {
         if self.cfg.queue != QueuePolicy::Backfill || !self.forkable {
-            return Ok(false);
+            return Ok(Vec::new());
         }
         let Some(&head_pos) = self.queue.first() else {
-            return Ok(false);
+            return Ok(Vec::new());
         };
         let head = self.order[head_pos];
         let Some((reserved_head, t_res)) = self.reserved else {
-            return Ok(false);
+            return Ok(Vec::new());
         };
         if reserved_head != head {
-            return Ok(false);
-        }
-        let (Some(mut moved), Some(mut still)) = (self.policy.fork(), self.policy.fork()) else {
-            return Ok(false);
-        };
-        let migrations = moved.remove(JobId(j as u64))?;
-        let charges = self.charges_of(&migrations, None);
-        if charges.is_empty() {
-            return Ok(false);
+            return Ok(Vec::new());
         }
         let shape = self.jobs[head].shape;
-        let ends = self.ends_with(&charges, Some(j));
-        let with_moves = self
-            .projected_start(&*moved, &ends, head, t)?
-            .max(reservation_in(moved.occupancy(), &ends, shape, t).t_res);
-        if with_moves <= t_res {
-            return Ok(false);
+        let mut hold: Vec<usize> = Vec::new();
+        let mut unheld = None;
+        loop {
+            let Some(mut fork) = self.policy.fork() else {
+                return Ok(Vec::new());
+            };
+            for &k in &hold {
+                fork.set_movable(JobId(k as u64), false)?;
+            }
+            let migrations = fork.remove(JobId(j as u64))?;
+            for &k in &hold {
+                fork.set_movable(JobId(k as u64), true)?;
+            }
+            let charges = self.charges_of(&migrations, None);
+            let ends = self.ends_with(&charges, Some(j));
+            let start = self
+                .projected_start(&*fork, &ends, head, t)?
+                .max(reservation_in(fork.occupancy(), &ends, shape, t).t_res);
+            let unheld = *unheld.get_or_insert(start);
+            if charges.is_empty() || start <= t_res {
+                return Ok(if start < unheld { hold } else { Vec::new() });
+            }
+            let before = hold.len();
+            for (k, _) in charges {
+                if !hold.contains(&k) {
+                    hold.push(k);
+                }
+            }
+            if hold.len() == before {
+                // The policy moved only jobs it was told to hold still.
+                return Ok(Vec::new());
+            }
         }
-        let hold = self.movable_running(j);
-        for &k in &hold {
-            still.set_movable(JobId(k as u64), false)?;
-        }
-        still.remove(JobId(j as u64))?;
-        for &k in &hold {
-            still.set_movable(JobId(k as u64), true)?;
-        }
-        let ends = self.ends_with(&[], Some(j));
-        let held = self
-            .projected_start(&*still, &ends, head, t)?
-            .max(reservation_in(still.occupancy(), &ends, shape, t).t_res);
-        Ok(held < with_moves)
     }
 
     /// The running jobs' projected ends, sorted, with `charges` (jobs moved
@@ -1254,6 +1251,7 @@ impl<'a> Sim<'a> {
         self.ends.push(Reverse((T(end), j)));
         self.by_end.insert((T(end), j));
         self.charge(&migrations, Some(j), t)?;
+        self.holding_for_head = false;
         self.notify(obs, t, EventKind::Start, Some(j), &migrations);
         Ok(true)
     }
