@@ -405,11 +405,10 @@ pub struct SimResult {
     /// reservation later.
     #[serde(default)]
     pub backfill_refused_slip: u64,
-    /// Departures whose Compact was held back (every running job held
-    /// still for that one event) because, tried on a fork, its migrations
-    /// would have moved the blocked head's projected start past its
-    /// reservation, and holding them would not. Only for policies that can
-    /// be forked.
+    /// Departures for which jobs were held still (for that one event)
+    /// because, tried on a fork, their moves in the departure's Compact
+    /// would have put the blocked head's start past its reservation. Only
+    /// for policies that can be forked.
     #[serde(default)]
     pub compact_held_for_head: u64,
     /// Heads of a backfill queue that started later than the reservation
