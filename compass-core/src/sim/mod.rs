@@ -61,7 +61,11 @@ pub enum QueuePolicy {
     /// `F(t_res) - w_j * ceil(g_j / g_h) >= w_h`, where `F(t_res)` is the
     /// head's fit count at `t_res` (one instance of `g_j` GPUs removes at most
     /// `ceil(g_j / g_h)` head instances from a node). The reservation is
-    /// recomputed after each backfilled start.
+    /// recomputed after each backfilled start. For a policy that can be
+    /// forked, neither a backfilled start (tried on a fork first) nor the
+    /// Compact of a departure (held back when it would delay the head,
+    /// [`SimResult::compact_held_for_head`]) moves the head's start past its
+    /// reservation when that can be avoided (`docs/simulator.md`).
     Backfill,
 }
 
@@ -401,6 +405,21 @@ pub struct SimResult {
     /// reservation later.
     #[serde(default)]
     pub backfill_refused_slip: u64,
+    /// Departures for which jobs were held still (for that one event)
+    /// because, tried on a fork, their moves in the departure's Compact
+    /// would have put the blocked head's start past its reservation. Only
+    /// for policies that can be forked.
+    #[serde(default)]
+    pub compact_held_for_head: u64,
+    /// Heads of a backfill queue that started later than the reservation
+    /// first computed for them (for any reason: a backfilled start, a
+    /// departure's Compact, migration costs added to running jobs, or a
+    /// policy that cannot place the head when it physically fits).
+    #[serde(default)]
+    pub heads_late: u64,
+    /// Total seconds those heads started after their first reservation.
+    #[serde(default)]
+    pub heads_late_s: Seconds,
     /// Times a backfilled start moved the head's reservation later. 0 when
     /// the policy can be forked (the trial refuses such starts) or does not
     /// migrate on placement.
@@ -584,6 +603,20 @@ struct Sim<'a> {
     over_events: u64,
     over_events_held: u64,
     refused_slip: u64,
+    /// See [`SimResult::compact_held_for_head`].
+    compact_held: u64,
+    /// The last policy call was a departure with jobs held still for the
+    /// head: until the next call (which compacts again) the bound may be
+    /// exceeded by choice.
+    holding_for_head: bool,
+    /// The blocked head of a backfill queue and its current reservation.
+    reserved: Option<(usize, Seconds)>,
+    /// Blocked heads and the reservation first computed for each.
+    first_reservation: BTreeMap<usize, Seconds>,
+    heads_late: u64,
+    heads_late_s: Seconds,
+    /// The policy can be forked (departures are then tried on a fork).
+    forkable: bool,
     peak: Window,
     busy: Window,
     max_n_sif: u64,
@@ -603,6 +636,7 @@ impl<'a> Sim<'a> {
         cfg: &'a SimConfig,
     ) -> Result<Self> {
         let honours_movable = policy.honours_movable();
+        let forkable = policy.fork().is_some();
         let spec = cfg.spec;
         let mut order: Vec<usize> = Vec::with_capacity(jobs.len());
         let mut unschedulable = 0;
@@ -657,6 +691,13 @@ impl<'a> Sim<'a> {
             over_events: 0,
             over_events_held: 0,
             refused_slip: 0,
+            compact_held: 0,
+            holding_for_head: false,
+            reserved: None,
+            first_reservation: BTreeMap::new(),
+            heads_late: 0,
+            heads_late_s: 0.0,
+            forkable,
             peak: Window::default(),
             busy: Window::default(),
             max_n_sif: 0,
@@ -714,6 +755,7 @@ impl<'a> Sim<'a> {
                 self.apply_rule(t)?;
                 let migrations = self.policy.tick(t);
                 self.charge(&migrations, None, t)?;
+                self.holding_for_head = false;
                 self.notify(obs, t, EventKind::Tick, None, &migrations);
             }
             self.schedule(t, obs)?;
@@ -795,7 +837,7 @@ impl<'a> Sim<'a> {
             self.max_n_sif_wcc = Some(self.max_n_sif_wcc.unwrap_or(0).max(n_sif));
             if n_sif > 2 {
                 self.over_events += 1;
-                if self.held > 0 {
+                if self.held > 0 || self.holding_for_head {
                     self.over_events_held += 1;
                 }
             }
@@ -818,7 +860,7 @@ impl<'a> Sim<'a> {
             utilisation: occ.used_gpus() as f64 / spec.total_gpus() as f64,
             wcc,
             over_bound,
-            over_bound_held: over_bound && self.held > 0,
+            over_bound_held: over_bound && (self.held > 0 || self.holding_for_head),
         };
         if self.cfg.record_timeseries {
             let sample = Sample {
@@ -916,7 +958,21 @@ impl<'a> Sim<'a> {
 
     fn finish_job(&mut self, j: usize, t: Seconds, obs: &mut dyn Observer) -> Result<()> {
         self.apply_rule(t)?;
+        // Backfill never delays the head, and neither does the Compact that
+        // follows a departure: the jobs whose moves would are held still for
+        // this one event.
+        let hold = self.hold_for_head(j, t)?;
+        if !hold.is_empty() {
+            self.compact_held += 1;
+        }
+        for &k in &hold {
+            self.policy.set_movable(JobId(k as u64), false)?;
+        }
         let migrations = self.policy.remove(JobId(j as u64))?;
+        for &k in &hold {
+            self.policy.set_movable(JobId(k as u64), true)?;
+        }
+        self.holding_for_head = !hold.is_empty();
         let s = &mut self.state[j];
         s.running = false;
         let end = s.end;
@@ -926,6 +982,152 @@ impl<'a> Sim<'a> {
         self.charge(&migrations, None, t)?;
         self.notify(obs, t, EventKind::Finish, Some(j), &migrations);
         Ok(())
+    }
+
+    /// The running jobs to hold still during job `j`'s departure at `t` so
+    /// that the Compact that follows it does not delay the blocked head of a
+    /// backfill queue (empty: nothing to hold). The departure is tried on a
+    /// fork of the policy; on it, the head's start counts as the later of
+    /// its projected start ([`Sim::projected_start`]) and its reservation
+    /// recomputed on the fork ([`reservation_in`]: backfill goes by the
+    /// reservation, so a move that keeps the projection on time but moves
+    /// the reservation later lets backfilled jobs take the head's room). If
+    /// that start is later than the current reservation, the jobs the trial
+    /// moved are held still and the departure is tried again, until the
+    /// head is on time or nothing moves; the hold is kept only if it makes
+    /// the head's start earlier than no hold. (Issue #11: on small clusters
+    /// Compact's guest repair moved a 1-GPU guest into the node a departure
+    /// had just emptied for a 3 x 8 head, which then waited a day longer
+    /// than its reservation.)
+    fn hold_for_head(&self, j: usize, t: Seconds) -> Result<Vec<usize>> {
+        if self.cfg.queue != QueuePolicy::Backfill || !self.forkable {
+            return Ok(Vec::new());
+        }
+        let Some(&head_pos) = self.queue.first() else {
+            return Ok(Vec::new());
+        };
+        let head = self.order[head_pos];
+        let Some((reserved_head, t_res)) = self.reserved else {
+            return Ok(Vec::new());
+        };
+        if reserved_head != head {
+            return Ok(Vec::new());
+        }
+        let shape = self.jobs[head].shape;
+        let mut hold: Vec<usize> = Vec::new();
+        let mut unheld = None;
+        loop {
+            let Some(mut fork) = self.policy.fork() else {
+                return Ok(Vec::new());
+            };
+            for &k in &hold {
+                fork.set_movable(JobId(k as u64), false)?;
+            }
+            let migrations = fork.remove(JobId(j as u64))?;
+            for &k in &hold {
+                fork.set_movable(JobId(k as u64), true)?;
+            }
+            let charges = self.charges_of(&migrations, None);
+            let ends = self.ends_with(&charges, Some(j));
+            let start = self
+                .projected_start(&*fork, &ends, head, t)?
+                .max(reservation_in(fork.occupancy(), &ends, shape, t).t_res);
+            let unheld = *unheld.get_or_insert(start);
+            if charges.is_empty() || start <= t_res {
+                return Ok(if start < unheld { hold } else { Vec::new() });
+            }
+            let before = hold.len();
+            for (k, _) in charges {
+                if !hold.contains(&k) {
+                    hold.push(k);
+                }
+            }
+            if hold.len() == before {
+                // The policy moved only jobs it was told to hold still.
+                return Ok(Vec::new());
+            }
+        }
+    }
+
+    /// The running jobs' projected ends, sorted, with `charges` (jobs moved
+    /// in a trial, `c` per charge) added and `gone` (the job departing in
+    /// the trial) left out.
+    fn ends_with(&self, charges: &[(usize, u64)], gone: Option<usize>) -> Vec<(T, usize)> {
+        let c = self.cfg.migration_cost_s;
+        let mut ends: Vec<(T, usize)> = self
+            .by_end
+            .iter()
+            .copied()
+            .filter(|&(_, k)| Some(k) != gone && !charges.iter().any(|&(m, _)| m == k))
+            .collect();
+        for &(k, n) in charges {
+            ends.push((T(self.state[k].end + c * n as f64), k));
+        }
+        ends.sort_unstable();
+        ends
+    }
+
+    /// When `policy` itself would start `head`, from `t` on: on a fork the
+    /// running jobs depart at their projected `ends` (jobs ending together
+    /// depart together, through the policy's own Remove and its Compact),
+    /// and the head is tried now and after each departure. Tried twice:
+    /// with the policy free to migrate, and with every running job held
+    /// still (what the departure guard can enforce); the earlier counts.
+    /// Unlike [`reservation_in`] (running jobs free their GPUs where they
+    /// are), this sees what Compact's moves make possible and what they take
+    /// away. Migrations made in the projection add no cost to the ends; the
+    /// cost rule's movability is taken as it is now. `INFINITY` if the head
+    /// never fits.
+    fn projected_start(
+        &self,
+        policy: &dyn PlacementPolicy,
+        ends: &[(T, usize)],
+        head: usize,
+        t: Seconds,
+    ) -> Result<Seconds> {
+        let free = self.project(policy, ends, head, t, false)?;
+        Ok(free.min(self.project(policy, ends, head, t, true)?))
+    }
+
+    /// One projection of [`Sim::projected_start`]; `frozen`: no running job
+    /// moves in it.
+    fn project(
+        &self,
+        policy: &dyn PlacementPolicy,
+        ends: &[(T, usize)],
+        head: usize,
+        t: Seconds,
+        frozen: bool,
+    ) -> Result<Seconds> {
+        let Some(mut fork) = policy.fork() else {
+            return Ok(f64::INFINITY);
+        };
+        if frozen {
+            for &(_, k) in ends {
+                fork.set_movable(JobId(k as u64), false)?;
+            }
+        }
+        let req = self.request_now(head, t);
+        let need = self.jobs[head].shape.total_gpus();
+        let total = self.cfg.spec.total_gpus();
+        let mut at = t;
+        let mut i = 0;
+        loop {
+            if total - fork.occupancy().used_gpus() >= need && fork.place(&req, None)?.is_some() {
+                return Ok(at);
+            }
+            let Some(&(T(e), _)) = ends.get(i) else {
+                return Ok(f64::INFINITY);
+            };
+            while let Some(&(T(x), k)) = ends.get(i) {
+                if x != e {
+                    break;
+                }
+                fork.remove(JobId(k as u64))?;
+                i += 1;
+            }
+            at = e.max(t);
+        }
     }
 
     /// The charges one policy call's migrations make: `(job, count)` per
@@ -1039,9 +1241,16 @@ impl<'a> Sim<'a> {
             self.held += 1;
         }
         self.running += 1;
+        if let Some(first) = self.first_reservation.remove(&j) {
+            if t > first {
+                self.heads_late += 1;
+                self.heads_late_s += t - first;
+            }
+        }
         self.ends.push(Reverse((T(end), j)));
         self.by_end.insert((T(end), j));
         self.charge(&migrations, Some(j), t)?;
+        self.holding_for_head = false;
         self.notify(obs, t, EventKind::Start, Some(j), &migrations);
         Ok(true)
     }
@@ -1096,7 +1305,7 @@ impl<'a> Sim<'a> {
             }
             self.queue.remove(&r);
         }
-        if self.cfg.queue == QueuePolicy::Fifo || self.queue.len() < 2 {
+        if self.cfg.queue == QueuePolicy::Fifo {
             return Ok(());
         }
         let Some(&head_pos) = self.queue.first() else {
@@ -1104,6 +1313,11 @@ impl<'a> Sim<'a> {
         };
         let head = self.order[head_pos];
         let mut res = self.reservation(head, t);
+        self.first_reservation.entry(head).or_insert(res.t_res);
+        self.reserved = Some((head, res.t_res));
+        if self.queue.len() < 2 {
+            return Ok(());
+        }
         let candidates: Vec<usize> = self
             .queue
             .iter()
@@ -1153,6 +1367,7 @@ impl<'a> Sim<'a> {
                     self.slip_s += next.t_res - res.t_res;
                 }
                 res = next;
+                self.reserved = Some((head, res.t_res));
             } else {
                 refused.insert(shape);
             }
@@ -1245,6 +1460,9 @@ impl<'a> Sim<'a> {
             wcc_coverage: avg(window.wcc),
             backfilled: self.backfilled,
             backfill_refused_slip: self.refused_slip,
+            compact_held_for_head: self.compact_held,
+            heads_late: self.heads_late,
+            heads_late_s: self.heads_late_s,
             reservation_slips: self.slips,
             reservation_slip_s: self.slip_s,
             waits: WaitStats {

@@ -8,7 +8,8 @@ use crate::placement::{Occupancy, POLICY_NAMES};
 /// Places each instance on the node with the most free GPUs (lowest index on
 /// ties), which fragments on purpose. Optionally, after every departure,
 /// moves each instance of the highest-index non-empty node to the
-/// lowest-index node with room; and counts ticks.
+/// lowest-index node with room; and counts ticks. Forkable on request.
+#[derive(Clone)]
 struct Spread {
     occ: Occupancy,
     compact_on_remove: bool,
@@ -17,6 +18,7 @@ struct Spread {
     respect_movable: bool,
     tick_every: Option<Seconds>,
     ticks: Vec<Seconds>,
+    forkable: bool,
 }
 
 impl Spread {
@@ -28,6 +30,7 @@ impl Spread {
             respect_movable: true,
             tick_every: None,
             ticks: Vec::new(),
+            forkable: false,
         }
     }
 }
@@ -110,6 +113,10 @@ impl PlacementPolicy for Spread {
     }
     fn honours_movable(&self) -> bool {
         true
+    }
+    fn fork(&self) -> Option<Box<dyn PlacementPolicy>> {
+        self.forkable
+            .then(|| Box::new(self.clone()) as Box<dyn PlacementPolicy>)
     }
 }
 
@@ -872,4 +879,69 @@ fn with_move_when_waiting_jobs_move_only_while_a_job_waits() {
     let (r, starts) = replay(&jobs, MoveWhen::Waiting);
     assert_eq!(r.migrations, 2);
     assert_eq!(starts[&2], 10.0);
+}
+
+/// Two nodes of 8. A (8 GPUs, 0-10) on node 0; B (4 GPUs, not resumable)
+/// and C (2 GPUs, resumable), both 0-100, on node 1. The head H (8 GPUs)
+/// arrives at 1; its reservation is 10, when A ends and node 0 is empty.
+/// When A departs, Spread's compact moves C onto node 0 (it cannot move B,
+/// so node 1 stays open). H is not resumable, so nothing moves it.
+fn departure_trace() -> Vec<TraceJob> {
+    let mut jobs = vec![
+        job("A", 0.0, 10.0, 1, 8),
+        job("B", 0.0, 100.0, 1, 4),
+        job("C", 0.0, 100.0, 1, 2),
+        job("H", 1.0, 10.0, 1, 8),
+    ];
+    jobs[1].resumable = false;
+    jobs[3].resumable = false;
+    jobs
+}
+
+#[test]
+fn a_departure_compact_that_delays_the_head_is_counted_late() {
+    // A policy that cannot be forked: C moves at 10 and H fits only when B
+    // ends at 100, 90 s after its reservation.
+    let mut p = Spread::new(2);
+    p.compact_on_remove = true;
+    let (r, starts) = run(
+        &mut p,
+        &departure_trace(),
+        &config(2, QueuePolicy::Backfill),
+    );
+    assert_eq!(starts[&3], 100.0);
+    assert_eq!(r.migrations, 1);
+    assert_eq!((r.heads_late, r.heads_late_s), (1, 90.0));
+    assert_eq!(r.compact_held_for_head, 0);
+    // No backfilled start moved the reservation: the old count missed it.
+    assert_eq!(r.reservation_slips, 0);
+}
+
+#[test]
+fn a_departure_compact_never_delays_the_head() {
+    // Forkable: the departure is tried on a fork first; its move would
+    // delay H to 100, holding still keeps 10, so every job is held for that
+    // departure and H starts at its reservation.
+    let mut p = Spread::new(2);
+    p.compact_on_remove = true;
+    p.forkable = true;
+    let (r, starts) = run(
+        &mut p,
+        &departure_trace(),
+        &config(2, QueuePolicy::Backfill),
+    );
+    assert_eq!(starts[&3], 10.0);
+    assert_eq!(r.compact_held_for_head, 1);
+    // C moves only when H has ended at 20 and nobody waits.
+    assert_eq!(r.migrations, 1);
+    assert_eq!((r.heads_late, r.heads_late_s), (0, 0.0));
+    // Under FIFO there is no reservation to keep: the move happens.
+    let mut p = Spread::new(2);
+    p.compact_on_remove = true;
+    p.forkable = true;
+    let (r, starts) = run(&mut p, &departure_trace(), &config(2, QueuePolicy::Fifo));
+    assert_eq!(
+        (starts[&3], r.migrations, r.compact_held_for_head),
+        (100.0, 1, 0)
+    );
 }
