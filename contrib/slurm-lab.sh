@@ -166,6 +166,12 @@ write_conf() {
         sed -e "s#@LAB@#$LAB#g" -e "s#@NODES@#$nodes#g" -e "s#@GPU_MAX@#$((gpus - 1))#g" \
             "$HERE/lab/gres.conf.in" >"$LAB/etc/gres.conf"
     fi
+    if [ "${LAB_SLURM:-22.05}" != 22.05 ]; then
+        # Nothing in the lab uses cgroups (proctrack/linuxproc, task/none),
+        # and 24.11 can say so: the lab then runs on cgroup v1 and v2 hosts
+        # alike, and build-slurm.sh need not build cgroup/v2 (dbus, bpf).
+        echo "CgroupPlugin=disabled" >"$LAB/etc/cgroup.conf"
+    fi
     for i in $(seq 0 $((gpus - 1))); do
         [ -e "$LAB/fakedev/nvidia$i" ] || mknod "$LAB/fakedev/nvidia$i" c 195 "$i" 2>/dev/null \
             || touch "$LAB/fakedev/nvidia$i"
