@@ -187,6 +187,14 @@ wait_nodes_idle() {
     local nodes i idle
     nodes=$(node_count)
     for i in $(seq 300); do
+        if [ "$i" -gt 20 ] && ! pid_alive "$LAB/run/slurmctld.pid"; then
+            # It refused to run (e.g. a plugin of another release: 24.11
+            # loads plugins after it daemonized); sinfo would only time out.
+            # (2 s of grace: the PID file appears after the fork.)
+            echo "slurm-lab.sh: slurmctld is not running:" >&2
+            tail -5 "$LAB/log/slurmctld.log" >&2 || true
+            return 1
+        fi
         idle=$(sinfo -h -N -o '%N %T' 2>/dev/null | grep -c ' idle$' || true)
         [ "$idle" -ge "$nodes" ] && return 0
         sleep 0.1
