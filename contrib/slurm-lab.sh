@@ -183,14 +183,25 @@ start_ctld() {
     COMPASS_CONF=$LAB/etc/compass.conf "$LAB/bin/slurmctld" -f "$SLURM_CONF"
 }
 
+ctld_running() { # this LAB's slurmctld is alive (PID file, or its command line before that exists)
+    local p
+    pid_alive "$LAB/run/slurmctld.pid" && return 0
+    for p in /proc/[0-9]*; do
+        case "$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null || true)" in
+        "$LAB/bin/slurmctld "*) return 0 ;;
+        esac
+    done
+    return 1
+}
+
 wait_nodes_idle() {
     local nodes i idle
     nodes=$(node_count)
     for i in $(seq 300); do
-        if [ "$i" -gt 20 ] && ! pid_alive "$LAB/run/slurmctld.pid"; then
+        if ! ctld_running; then
             # It refused to run (e.g. a plugin of another release: 24.11
-            # loads plugins after it daemonized); sinfo would only time out.
-            # (2 s of grace: the PID file appears after the fork.)
+            # loads plugins after it daemonized); sinfo would only time out
+            # (8 s per call).
             echo "slurm-lab.sh: slurmctld is not running:" >&2
             tail -5 "$LAB/log/slurmctld.log" >&2 || true
             return 1

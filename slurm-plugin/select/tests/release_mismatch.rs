@@ -81,10 +81,8 @@ impl Scratch {
             common::is_root(),
             "lab tests need root (they start munge, slurmctld and slurmd)"
         );
-        let dir = std::env::temp_dir().join(format!(
-            "compass-mismatch-{}-{name}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("compass-mismatch-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("lab dir");
         Scratch { dir, port }
@@ -166,7 +164,11 @@ fn a_select_plugin_of_another_release_is_refused_and_slurmctld_stops_cleanly() {
         "one line refusing the plugin of Slurm {}:\n{log}",
         other_release()
     );
-    let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let last = log
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
     assert!(
         last.contains("fatal: Can't find plugin for select/cons_tres_compass"),
         "slurmctld stops with Slurm's own fatal line, not a crash; last line: {last}\n{log}"
@@ -191,8 +193,7 @@ fn a_spank_plugin_of_another_release_is_refused_by_slurmd_and_sbatch_and_slurmct
         other_release(),
         lossy(&up.stdout)
     );
-    let slurmd_log =
-        std::fs::read_to_string(lab.dir.join("log/slurmd.n1.log")).unwrap_or_default();
+    let slurmd_log = std::fs::read_to_string(lab.dir.join("log/slurmd.n1.log")).unwrap_or_default();
     let refused: Vec<&str> = slurmd_log
         .lines()
         .filter(|l| {
