@@ -55,7 +55,7 @@ if has 24.11; then
     run24() { COMPASS_SLURM_PREFIX=/opt/slurm-24.11 CARGO_TARGET_DIR=$T24 "$@"; }
     # Only the crates whose code differs by release (their lints too: a
     # field's type can differ, e.g. state_reason).
-    step "cargo clippy (Slurm 24.11)" run24 cargo clippy --locked \
+    step "cargo clippy (Slurm 24.11)" run24 cargo clippy --locked --all-targets \
         -p slurm-sys -p compass-select -p compass-spank -p compass-budget -- -D warnings
     # The select plugin's lab tests (SPANK options included) and the budget
     # service's enforcement on a live cluster. Not yet the replay lab test
