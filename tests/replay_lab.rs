@@ -2,8 +2,7 @@
 //! of the release this build is for (22.05, or 24.11 built with
 //! `COMPASS_SLURM_PREFIX=/opt/slurm-24.11`): one runs select/cons_tres_compass with the SPANK plugin, the
 //! other stock select/cons_tres; both 16 nodes x 8 fake GPUs, started by
-//! `contrib/slurm-lab.sh` on this host (ports 18300+ and 18400+, or
-//! `COMPASS_LAB_PORT_BASE` and 100 above). The same
+//! `contrib/slurm-lab.sh` on this host (ports 18300+ and 18400+). The same
 //! window of the Venus sample is submitted to both through real `sbatch`,
 //! and `compass replay --check` asserts, from what Slurm reports:
 //!
@@ -27,6 +26,15 @@
 //! `cargo build -p compass-select -p compass-spank`).
 
 use std::path::{Path, PathBuf};
+
+/// `default`, or `COMPASS_REPLAY_LAB_PORT_BASE + default % 1000` when set
+/// (e.g. 23000: 23300 and 23400), for a machine where 18300+ are taken.
+fn port(default: u32) -> u32 {
+    std::env::var("COMPASS_REPLAY_LAB_PORT_BASE")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or(default, |b| b + default % 1000)
+}
 use std::process::Command;
 
 use serde_json::Value;
@@ -83,16 +91,6 @@ fn prefix() -> Option<PathBuf> {
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(format!("/opt/slurm-{}", release())))
     })
-}
-
-/// The two clusters' slurmctld ports: `COMPASS_LAB_PORT_BASE` and 100
-/// above it when set, else 18300 and 18400.
-fn ports() -> (u32, u32) {
-    let base = std::env::var("COMPASS_LAB_PORT_BASE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(18_300);
-    (base, base + 100)
 }
 
 /// A plugin library built by this cargo invocation: the newest copy next to
@@ -234,9 +232,8 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
     let trace = repo_root().join("tests/fixtures/venus-window.csv");
     let out =
         TempDir(std::env::temp_dir().join(format!("compass-replay-out-{}", std::process::id())));
-    let (compass_port, stock_port) = ports();
-    let compass = Lab::up("compass", compass_port, true);
-    let stock = Lab::up("stock", stock_port, false);
+    let compass = Lab::up("compass", port(18_300), true);
+    let stock = Lab::up("stock", port(18_400), false);
     let state = compass.dir.join("run/compass-state.json");
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_compass"));
