@@ -16,6 +16,14 @@ fn main() {
     println!("cargo:rerun-if-changed={header}");
     let version = slurm_version(Path::new(&header)).unwrap_or_else(|| "none".to_string());
     println!("cargo:rustc-env=COMPASS_SLURM_VERSION={version}");
+    // `compass` links libslurm (through compass-budget): built for a Slurm
+    // in a private prefix, find its libslurm.so there at run time.
+    // (slurm-sys adds `<prefix>/lib` to the link search path the same way).
+    if let Ok(prefix) = std::env::var("COMPASS_SLURM_PREFIX") {
+        if !prefix.is_empty() {
+            println!("cargo:rustc-link-arg=-Wl,-rpath,{prefix}/lib");
+        }
+    }
 }
 
 /// The Slurm version of a `slurm_version.h`: its `SLURM_VERSION_STRING` when

@@ -170,6 +170,12 @@ write_conf() {
         sed -e "s#@LAB@#$LAB#g" -e "s#@NODES@#$nodes#g" -e "s#@GPU_MAX@#$((gpus - 1))#g" \
             "$HERE/lab/gres.conf.in" >"$LAB/etc/gres.conf"
     fi
+    if [ "${LAB_SLURM:-22.05}" != 22.05 ]; then
+        # Nothing in the lab uses cgroups (proctrack/linuxproc, task/none),
+        # and 24.11 can say so: the lab then runs on cgroup v1 and v2 hosts
+        # alike, and build-slurm.sh need not build cgroup/v2 (dbus, bpf).
+        echo "CgroupPlugin=disabled" >"$LAB/etc/cgroup.conf"
+    fi
     for i in $(seq 0 $((gpus - 1))); do
         [ -e "$LAB/fakedev/nvidia$i" ] || mknod "$LAB/fakedev/nvidia$i" c 195 "$i" 2>/dev/null \
             || touch "$LAB/fakedev/nvidia$i"
@@ -181,10 +187,29 @@ start_ctld() {
     COMPASS_CONF=$LAB/etc/compass.conf "$LAB/bin/slurmctld" -f "$SLURM_CONF"
 }
 
+ctld_running() { # this LAB's slurmctld is alive (PID file, or its command line before that exists)
+    local p
+    pid_alive "$LAB/run/slurmctld.pid" && return 0
+    for p in /proc/[0-9]*; do
+        case "$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null || true)" in
+        "$LAB/bin/slurmctld "*) return 0 ;;
+        esac
+    done
+    return 1
+}
+
 wait_nodes_idle() {
     local nodes i idle
     nodes=$(node_count)
     for i in $(seq 300); do
+        if ! ctld_running; then
+            # It refused to run (e.g. a plugin of another release: 24.11
+            # loads plugins after it daemonized); sinfo would only time out
+            # (8 s per call).
+            echo "slurm-lab.sh: slurmctld is not running:" >&2
+            tail -5 "$LAB/log/slurmctld.log" >&2 || true
+            return 1
+        fi
         idle=$(sinfo -h -N -o '%N %T' 2>/dev/null | grep -c ' idle$' || true)
         [ "$idle" -ge "$nodes" ] && return 0
         sleep 0.1

@@ -1,5 +1,6 @@
-//! `compass replay` end to end on two real Slurm 22.05 clusters at once
-//! (issue 6): one runs select/cons_tres_compass with the SPANK plugin, the
+//! `compass replay` end to end on two real Slurm clusters at once (issue 6),
+//! of the release this build is for (22.05, or 24.11 built with
+//! `COMPASS_SLURM_PREFIX=/opt/slurm-24.11`): one runs select/cons_tres_compass with the SPANK plugin, the
 //! other stock select/cons_tres; both 16 nodes x 8 fake GPUs, started by
 //! `contrib/slurm-lab.sh` on this host (ports 18300+ and 18400+). The same
 //! window of the Venus sample is submitted to both through real `sbatch`,
@@ -75,6 +76,23 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The Slurm release this build is for ("22.05", "24.11"; build.rs reads
+/// it from the headers): the labs run it (`LAB_SLURM`).
+fn release() -> &'static str {
+    let v = env!("COMPASS_SLURM_VERSION");
+    v.get(..5).unwrap_or(v)
+}
+
+/// Where that release is installed: `None` for Debian 12's 22.05 (`/usr`),
+/// else `LAB_SLURM_PREFIX` or `/opt/slurm-<release>` (contrib/build-slurm.sh).
+fn prefix() -> Option<PathBuf> {
+    (release() != "22.05").then(|| {
+        std::env::var_os("LAB_SLURM_PREFIX")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(format!("/opt/slurm-{}", release())))
+    })
+}
+
 /// A plugin library built by this cargo invocation: the newest copy next to
 /// the test executable (deps/ or the profile directory).
 fn artifact(name: &str) -> PathBuf {
@@ -114,6 +132,7 @@ impl Lab {
         let mut cmd = Command::new(root.join("contrib/slurm-lab.sh"));
         cmd.arg("up")
             .arg(&lab.dir)
+            .env("LAB_SLURM", release())
             .env("LAB_PORT_BASE", port_base.to_string())
             .env("LAB_NODES", NODES.to_string())
             .env("LAB_GPUS", GPUS.to_string());
@@ -197,10 +216,19 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
         geteuid() == 0,
         "the replay lab test needs root (it starts munge, slurmctld and slurmd)"
     );
-    assert!(
-        Path::new("/usr/sbin/slurmctld-wlm").exists(),
-        "Slurm is not installed: run contrib/install-slurm-deps.sh"
-    );
+    match prefix() {
+        None => assert!(
+            Path::new("/usr/sbin/slurmctld-wlm").exists(),
+            "Slurm is not installed: run contrib/install-slurm-deps.sh"
+        ),
+        Some(p) => assert!(
+            p.join("sbin/slurmctld").exists(),
+            "Slurm {} is not in {}: run contrib/build-slurm.sh {}",
+            release(),
+            p.display(),
+            release()
+        ),
+    }
     let trace = repo_root().join("tests/fixtures/venus-window.csv");
     let out =
         TempDir(std::env::temp_dir().join(format!("compass-replay-out-{}", std::process::id())));
@@ -209,6 +237,11 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
     let state = compass.dir.join("run/compass-state.json");
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_compass"));
+    if let Some(p) = prefix() {
+        // `compass replay` runs sbatch, squeue, ... of the release's prefix.
+        let path = std::env::var("PATH").unwrap_or_default();
+        cmd.env("PATH", format!("{}:{path}", p.join("bin").display()));
+    }
     cmd.arg("replay")
         .arg("--trace")
         .arg(&trace)

@@ -11,10 +11,21 @@ use crate::db::Db;
 use crate::error::{BudgetError, Result};
 use crate::state::{AppState, SystemClock};
 
+/// `--version`: the crate version and the Slurm release whose libslurm the
+/// daemon is built against (a libslurm of another release will not load:
+/// its soname differs, `libslurm.so.38` for 22.05, `.42` for 24.11).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (Slurm ",
+    env!("COMPASS_BUDGET_SLURM_RELEASE"),
+    ")"
+);
+
 /// Command line of `compass-budgetd`.
 #[derive(clap::Parser, Debug, Clone)]
 #[command(
     name = "compass-budgetd",
+    version = VERSION,
     about = "compass budget service: org-tree GPU budgets and fair-share queue order"
 )]
 pub struct DaemonArgs {

@@ -550,6 +550,27 @@ fn cli_node_fault_refuses_a_host_list() {
     assert_eq!(hosts["faulty"][0]["node"], "n7", "{hosts}");
 }
 
+#[test]
+fn version_names_the_slurm_release_the_daemon_is_built_for() {
+    let out = Command::new(env!("CARGO_BIN_EXE_compass-budgetd"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!(
+            "compass-budgetd {} (Slurm {})",
+            env!("CARGO_PKG_VERSION"),
+            slurm_sys::RELEASE
+        )
+    );
+}
+
 /// The CLI's errors carry exit statuses that tell "not found", "not
 /// allowed" and "service down" apart: real daemon, real munged.
 #[test]

@@ -226,7 +226,7 @@ pub fn load_jobs() -> Result<Vec<RawJob>> {
                     .map(|p| text(*p))
                     .collect()
             },
-            state_reason: u32::from(j.state_reason),
+            state_reason: sys::job_state_reason(j),
             eligible_time: j.eligible_time,
             restart_cnt: u32::from(j.restart_cnt),
             req_nodes: text(j.req_nodes),

@@ -1,4 +1,6 @@
-//! A real Slurm 22.05 cluster on this host for the lab tests
+//! A real Slurm cluster on this host for the lab tests, of the release
+//! this build links ([`release`]: Debian 12's 22.05, or 24.11 from
+//! `/opt/slurm-24.11` when built with `COMPASS_SLURM_PREFIX`)
 //! (`contrib/slurm-lab.sh`: munge, slurmctld, N slurmd with fake GPUs),
 //! configured with `etc/slurm-budget.conf` (priority/multifactor, every
 //! weight 0: the site factor is the priority). Root only: [`skip_reason`]
@@ -25,15 +27,52 @@ pub fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The Slurm release ("22.05", "24.11") this build links; the lab runs it
+/// (`LAB_SLURM` of `contrib/slurm-lab.sh`).
+pub fn release() -> &'static str {
+    &slurm_sys::RELEASE[..5]
+}
+
+/// Where that release is installed: `None` for Debian 12's 22.05 (`/usr`),
+/// else `LAB_SLURM_PREFIX` or `/opt/slurm-<release>` (contrib/build-slurm.sh).
+fn prefix() -> Option<PathBuf> {
+    (release() != "22.05").then(|| {
+        std::env::var_os("LAB_SLURM_PREFIX")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(format!("/opt/slurm-{}", release())))
+    })
+}
+
+/// A Slurm client (`sbatch`, `squeue`, ...) of that release.
+pub fn client(prog: &str) -> PathBuf {
+    match prefix() {
+        Some(p) => p.join("bin").join(prog),
+        None => PathBuf::from(prog),
+    }
+}
+
 /// Why this host cannot run a lab test, if it cannot.
 pub fn skip_reason() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Some("needs root (starts munge, slurmctld and slurmd)".into());
     }
-    for bin in ["/usr/sbin/slurmctld-wlm", "/usr/sbin/slurmd-wlm"] {
-        if !Path::new(bin).exists() {
-            return Some(format!("{bin} missing: run contrib/install-slurm-deps.sh"));
+    let (bins, how) = match prefix() {
+        None => (
+            vec![
+                PathBuf::from("/usr/sbin/slurmctld-wlm"),
+                PathBuf::from("/usr/sbin/slurmd-wlm"),
+            ],
+            "contrib/install-slurm-deps.sh".to_string(),
+        ),
+        Some(p) => (
+            vec![p.join("sbin/slurmctld"), p.join("sbin/slurmd")],
+            format!("contrib/build-slurm.sh {}", release()),
+        ),
+    };
+    for bin in bins {
+        if !bin.exists() {
+            return Some(format!("{} missing: run {how}", bin.display()));
         }
     }
     None
@@ -117,6 +156,7 @@ impl Lab {
         Command::new(repo_root().join("contrib/slurm-lab.sh"))
             .arg(cmd)
             .arg(&self.dir)
+            .env("LAB_SLURM", release())
             .env("LAB_PORT_BASE", self.spec.port_base.to_string())
             .env("LAB_NODES", self.spec.nodes.to_string())
             .env("LAB_GPUS", self.spec.gpus.to_string())
@@ -128,7 +168,7 @@ impl Lab {
 
     /// A Slurm client command against this cluster.
     pub fn run(&self, prog: &str, args: &[&str]) -> Output {
-        Command::new(prog)
+        Command::new(client(prog))
             .args(args)
             .env("SLURM_CONF", &self.conf)
             .current_dir(&self.dir)

@@ -34,6 +34,23 @@ pub fn release() -> &'static str {
     &slurm_sys::RELEASE[..5]
 }
 
+/// A Slurm client (`sbatch`, `squeue`, ...) of that release.
+pub fn client(prog: &str) -> PathBuf {
+    if release() == "22.05" {
+        PathBuf::from(prog)
+    } else {
+        let prefix = std::env::var("LAB_SLURM_PREFIX")
+            .unwrap_or_else(|_| format!("/opt/slurm-{}", release()));
+        Path::new(&prefix).join("bin").join(prog)
+    }
+}
+
+/// Whether this process runs as root (the labs need it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc_geteuid() == 0 }
+}
+
 /// Once per process: `LAB_SLURM` for slurm-lab.sh and, for a release built
 /// into a prefix, its clients (sbatch, scontrol, ...) first in PATH.
 fn select_release() {

@@ -6,9 +6,7 @@
 
 #[cfg(slurm_22_05)]
 mod v22_05;
-// Empty for 22.05 without feature `internal`.
 #[cfg(slurm_22_05)]
-#[allow(unused_imports)]
 pub use v22_05::*;
 
 #[cfg(slurm_24_11)]

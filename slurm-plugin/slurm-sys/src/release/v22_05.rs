@@ -17,3 +17,9 @@ pub unsafe fn node_names_to_bitmap(
     // SAFETY: forwarded contract.
     unsafe { crate::node_name2bitmap(names, best_effort, bitmap) }
 }
+
+/// `state_reason` of a job record (`enum job_state_reason`), widened to the
+/// `u32` that 24.11 stores (22.05: `uint16_t`).
+pub fn job_state_reason(job: &crate::slurm_job_info_t) -> u32 {
+    u32::from(job.state_reason)
+}

@@ -5,6 +5,7 @@
 //!   **invalid_hostlist` (may be NULL).
 //! - `SHOW_*` are `SLURM_BIT(n)` macros, which bindgen cannot evaluate.
 //! - `slurm_get_errno()` is gone from libslurm: Slurm sets `errno` itself.
+//! - `slurm_job_info_t.state_reason` is `uint32_t` (was `uint16_t`).
 
 #[cfg(feature = "internal")]
 use std::ffi::{c_char, c_int};
@@ -43,4 +44,10 @@ pub unsafe fn node_names_to_bitmap(
 /// None (unsafe only to match the 22.05 binding at call sites).
 pub unsafe fn slurm_get_errno() -> std::ffi::c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// `state_reason` of a job record (`enum job_state_reason`; `uint32_t`
+/// since 23.02, `uint16_t` in 22.05).
+pub fn job_state_reason(job: &crate::slurm_job_info_t) -> u32 {
+    job.state_reason
 }
