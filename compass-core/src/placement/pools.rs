@@ -176,6 +176,19 @@ impl PoolSet {
         )
     }
 
+    /// The node table the set was built from (what [`PoolSet::new`] takes).
+    pub fn node_table(&self) -> Vec<NodeGpus> {
+        (0..self.nodes)
+            .map(|n| match self.pool_of(n) {
+                Some((p, _)) => NodeGpus {
+                    gpus: self.pools[p].spec.gpus_per_node,
+                    gpu_type: self.pools[p].spec.gpu_type.clone(),
+                },
+                None => NodeGpus::default(),
+            })
+            .collect()
+    }
+
     /// Nodes of the whole cluster (pools, pass-through and CPU-only).
     pub fn node_count(&self) -> u32 {
         self.nodes
@@ -197,6 +210,20 @@ impl PoolSet {
     /// The pool of a node and its local id there.
     pub fn pool_of(&self, n: NodeId) -> Option<(usize, NodeId)> {
         self.at.get(n as usize).copied().flatten()
+    }
+
+    /// The modelled pool holding every one of `nodes` (global ids), if one
+    /// does: where a job Slurm placed on them can be adopted in the model.
+    pub fn modelled_pool_of_all(&self, nodes: &[NodeId]) -> Option<usize> {
+        let mut pool = None;
+        for &n in nodes {
+            let (p, _) = self.pool_of(n)?;
+            if pool.is_some_and(|q| q != p) {
+                return None;
+            }
+            pool = Some(p);
+        }
+        pool.filter(|&p| self.pools[p].engine.is_some())
     }
 
     /// Pools holding GPUs of `job`.
@@ -575,6 +602,7 @@ mod tests {
         assert_eq!(s.pool_of(9), Some((1, 1)));
         assert_eq!(s.pool_of(15), None, "CPU-only nodes are in no pool");
         assert_eq!(s.node_count(), 18);
+        assert_eq!(s.node_table(), site());
     }
 
     #[test]
