@@ -49,6 +49,10 @@ pub struct JobInfo {
     pub time_limit_s: Option<u64>,
     /// The GPU type the job names (`--gres=gpu:a100:2`); `None`: any.
     pub gpu_type: Option<String>,
+    /// The job names nodes it must include (`-w`): Slurm's candidates are
+    /// not the nodes it may choose among, so the plan is not enforced
+    /// (cons_tres places it; the engine adopts where it runs).
+    pub required_nodes: bool,
 }
 
 /// A requeue to carry out: the job restarts pinned to `to_nodes`.
@@ -239,7 +243,8 @@ impl Controller {
         else {
             return Ok(None);
         };
-        if self.jobs.contains_key(&job.id) || self.migrating.contains(&job.id) {
+        if job.required_nodes || self.jobs.contains_key(&job.id) || self.migrating.contains(&job.id)
+        {
             return Ok(None);
         }
         // Slurm offers only nodes that can take work now: a candidate marked
@@ -424,7 +429,10 @@ impl Controller {
                 match self.engine.adopt(&req, &nodes) {
                     Ok(AdoptOutcome::Matched) => true,
                     Ok(AdoptOutcome::Diverged) => {
-                        self.counters.divergences += 1;
+                        // (a `-w` job was never planned: nothing diverged)
+                        if !job.required_nodes {
+                            self.counters.divergences += 1;
+                        }
                         true
                     }
                     Err(e) => {
@@ -960,6 +968,7 @@ mod tests {
             }),
             time_limit_s: None,
             gpu_type: None,
+            required_nodes: false,
         }
     }
 
@@ -973,6 +982,7 @@ mod tests {
             flags: None,
             time_limit_s: None,
             gpu_type: None,
+            required_nodes: false,
         };
         assert_eq!(c.narrow(&no_gpu, &all), Ok(None));
         let outside = JobInfo {
@@ -981,6 +991,7 @@ mod tests {
             flags: None,
             time_limit_s: None,
             gpu_type: None,
+            required_nodes: false,
         };
         assert_eq!(c.narrow(&outside, &all), Ok(None));
     }
@@ -1085,6 +1096,7 @@ mod tests {
             flags: None,
             time_limit_s: None,
             gpu_type: None,
+            required_nodes: false,
         };
         let set = c.narrow(&j, &NodeSet::full(4)).unwrap().expect("planned");
         assert_eq!(set.count(), 2, "{set:?}");
@@ -1436,6 +1448,7 @@ mod tests {
                 flags: None,
                 time_limit_s: None,
                 gpu_type: None,
+                required_nodes: false,
             },
             &[(2, 0)],
             10,
@@ -1498,9 +1511,15 @@ mod tests {
         assert!(p.iter().all(|&n| n < 8), "{p:?}");
         let p = plan(&mut c, &job(6, 1, 4), &[8, 9, 12, 13]).unwrap();
         assert!(p.iter().all(|&n| (8..10).contains(&n)), "{p:?}");
-        // the candidates (partition, -w, --exclude) restrict the pool's nodes
+        // the candidates (partition, --exclude) restrict the pool's nodes
         let p = plan(&mut c, &job(7, 1, 2), &[13]).unwrap();
         assert_eq!(p, vec![13]);
+        // `-w`: the candidates are not a choice, cons_tres places the job
+        let w = JobInfo {
+            required_nodes: true,
+            ..job(9, 1, 1)
+        };
+        assert_eq!(plan(&mut c, &w, &all), None);
         assert_eq!(plan(&mut c, &job(8, 1, 4), &[12, 13]), None, "4 > 2");
         assert_eq!(c.counters.engine_errors, 0);
     }

@@ -171,6 +171,10 @@ unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
         id: u64::from(job.job_id),
         mapping: map_request(&req, capacity),
         gpu_type: requested_gpu_type(&req),
+        // SAFETY: NULL or a valid bitmap.
+        required_nodes: d.is_some_and(|d| {
+            !d.req_node_bitmap.is_null() && unsafe { sys::bit_set_count(d.req_node_bitmap) } > 0
+        }),
         flags: flags::from_spank_env(env),
         time_limit_s: time_limit_s(job.time_limit),
     }
