@@ -183,10 +183,10 @@ fn site_lab_one_engine_per_pool_and_every_job_form_runs() {
     let mut nodes_of: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     lab.wait_until("every job started", Duration::from_secs(120), || {
         for &id in &all {
-            if !nodes_of.contains_key(&id) {
+            if let std::collections::btree_map::Entry::Vacant(e) = nodes_of.entry(id) {
                 let (st, nodes) = lab.job(id);
                 if st == "RUNNING" {
-                    nodes_of.insert(id, hosts(&lab, &nodes));
+                    e.insert(hosts(&lab, &nodes));
                 }
             }
         }
@@ -330,6 +330,21 @@ fn site_lab_one_engine_per_pool_and_every_job_form_runs() {
             per_pool(&lab.state_json()) == s && s.iter().all(|g| g.unwrap_or(0) > 0)
         },
     );
+
+    // What `compass status` prints now (docs/admin-guide.md, "Mixed
+    // clusters"): one line per pool.
+    let published =
+        compass_slurm::state::PublishedState::read(&lab.dir.join("run/compass-state.json"))
+            .expect("state file");
+    let status = published.render(published.updated_unix);
+    eprintln!("{status}");
+    for pool in [
+        "pool a100:8: 8 nodes",
+        "pool l40s:4: 4 nodes",
+        "pool gpu:2: 2 nodes",
+    ] {
+        assert!(status.contains(pool), "{status}");
+    }
 
     // --- 4. reconfigure rebuilds the same pools --------------------------
     let rebuilt = |log: &str| log.matches("pools: a100:8 x8, l40s:4 x4, gpu:2 x2").count();
