@@ -245,14 +245,14 @@ impl PoolSet {
     }
 
     /// `allowed` (global) restricted to pool `p`, in local ids.
-    fn local_set(&self, p: usize, allowed: Option<&NodeSet>) -> NodeSet {
+    fn local_set(&self, p: usize, allowed: &NodeSet) -> NodeSet {
         let nodes = &self.pools[p].spec.nodes;
         NodeSet::from_nodes(
             nodes.len() as u32,
             nodes
                 .iter()
                 .enumerate()
-                .filter(|(_, &g)| allowed.is_none_or(|a| a.contains(g)))
+                .filter(|(_, &g)| allowed.contains(g))
                 .map(|(k, _)| k as NodeId),
         )
     }
@@ -309,8 +309,8 @@ impl PoolSet {
         job: &JobRequest,
         allowed: Option<&NodeSet>,
     ) -> Result<Option<Vec<NodeId>>> {
-        let local = self.local_set(p, allowed);
-        let plan = self.engine_mut(p)?.plan(job, Some(&local))?;
+        let local = allowed.map(|a| self.local_set(p, a));
+        let plan = self.engine_mut(p)?.plan(job, local.as_ref())?;
         Ok(plan.map(|nodes| nodes.into_iter().map(|n| self.global(p, n)).collect()))
     }
 
@@ -385,8 +385,8 @@ impl PoolSet {
         if self.jobs.contains_key(&job.id) {
             return Err(CoreError::DuplicateJob(job.id));
         }
-        let local = self.local_set(p, allowed);
-        let Some(adm) = self.engine_mut(p)?.place(&job, Some(&local))? else {
+        let local = allowed.map(|a| self.local_set(p, a));
+        let Some(adm) = self.engine_mut(p)?.place(&job, local.as_ref())? else {
             return Ok(None);
         };
         self.jobs.insert(job.id, vec![p]);
