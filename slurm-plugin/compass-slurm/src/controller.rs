@@ -35,6 +35,10 @@ use crate::persist::{Saved, SavedMigration, FORMAT as SAVED_FORMAT};
 use crate::shape::{instances_from_alloc, Mapping};
 use crate::state::{JobView, NodeView, PendingMigration, PoolView, PublishedState, FORMAT};
 
+/// Plans of pending jobs kept for the divergence count at most (cancelled
+/// jobs never start; the map is cleared when it reaches this size).
+const MAX_PLANS_KEPT: usize = 100_000;
+
 /// A pin older than this is dropped (the job plans normally again), seconds.
 pub const PIN_TIMEOUT_S: u64 = 60;
 
@@ -113,6 +117,11 @@ pub struct Controller {
     unusable: BTreeSet<NodeId>,
     /// An arrival or departure happened since the last Compact.
     compact_due: bool,
+    /// The last plan `narrow` gave each pending job (instance nodes,
+    /// sorted): Slurm's allocation is compared with it when the job
+    /// starts, so a plan made among restricted candidates (partition,
+    /// `--exclude`) is not counted as a divergence.
+    planned: BTreeMap<u64, Vec<NodeId>>,
     pub counters: Counters,
 }
 
@@ -149,6 +158,7 @@ impl Controller {
             orders: VecDeque::new(),
             unusable: BTreeSet::new(),
             compact_due: false,
+            planned: BTreeMap::new(),
             counters: Counters::default(),
         }
     }
@@ -286,6 +296,7 @@ impl Controller {
         match self.engine.choose(&options, Some(candidates)) {
             Ok(Some((pool, nodes))) => {
                 let mut set = NodeSet::from_nodes(candidates.len(), nodes.iter().copied());
+                let mut instances = nodes;
                 if distinct_nodes && set.count() < shape.instances {
                     // Slurm needs one node per instance (`-N n` forms): plan
                     // the instances one at a time, each away from the nodes
@@ -294,7 +305,13 @@ impl Controller {
                         Ok(Some(s)) => set = s,
                         other => return other,
                     }
+                    instances = set.iter().collect();
                 }
+                if self.planned.len() >= MAX_PLANS_KEPT {
+                    self.planned.clear();
+                }
+                instances.sort_unstable();
+                self.planned.insert(job.id, instances);
                 self.counters.narrowed += 1;
                 Ok(Some(set))
             }
@@ -411,6 +428,7 @@ impl Controller {
             self.jobs.insert(job.id, rec);
             return None;
         }
+        let planned = self.planned.remove(&job.id);
         let verdict = self.eligible(job.id, &rec, now);
         rec.movable = verdict.is_ok();
         rec.keep = verdict.err();
@@ -429,8 +447,13 @@ impl Controller {
                 match self.engine.adopt(&req, &nodes) {
                     Ok(AdoptOutcome::Matched) => true,
                     Ok(AdoptOutcome::Diverged) => {
-                        // (a `-w` job was never planned: nothing diverged)
-                        if !job.required_nodes {
+                        // The engine compares with its plan among all the
+                        // pool's nodes; what counts is the plan narrow gave
+                        // among Slurm's candidates. A `-w` job was never
+                        // planned: nothing diverged.
+                        let mut at = nodes.clone();
+                        at.sort_unstable();
+                        if !job.required_nodes && planned.as_ref() != Some(&at) {
                             self.counters.divergences += 1;
                         }
                         true
@@ -458,6 +481,7 @@ impl Controller {
 
     /// Slurm ended (or requeued) `job`.
     pub fn fini(&mut self, job: u64) -> Option<String> {
+        self.planned.remove(&job);
         let rec = self.jobs.remove(&job);
         if self.migrating.contains(&job) {
             return None; // requeued by us: the engine keeps it at its target
@@ -1592,6 +1616,22 @@ mod tests {
             ]
         );
         assert_eq!(c.self_check(), None);
+    }
+
+    #[test]
+    fn divergence_is_counted_against_the_plan_among_the_candidates() {
+        let mut c = ctl();
+        // --exclude=n1,n2: the engine's plan is n3; its own plan among all
+        // nodes would be n1. Slurm follows the narrowed plan: no divergence.
+        let p = c.narrow(&job(1, 1, 8), &NodeSet::from_nodes(4, [2, 3]));
+        assert_eq!(p, Ok(Some(NodeSet::from_nodes(4, [2]))));
+        assert_eq!(c.begin(&job(1, 1, 8), &[(2, 8)], 0), None);
+        assert_eq!(c.counters.divergences, 0);
+        // Slurm puts the next one elsewhere than planned: one divergence.
+        let p = c.narrow(&job(2, 1, 4), &NodeSet::full(4)).unwrap().unwrap();
+        let elsewhere = (0..4).find(|n| !p.contains(*n) && *n != 2).unwrap();
+        assert_eq!(c.begin(&job(2, 1, 4), &[(elsewhere, 4)], 0), None);
+        assert_eq!(c.counters.divergences, 1);
     }
 
     #[test]
