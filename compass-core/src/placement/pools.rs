@@ -745,7 +745,7 @@ mod tests {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            if (x >> 40) % 3 == 0 && !running.is_empty() {
+            if (x >> 40).is_multiple_of(3) && !running.is_empty() {
                 let j = running.swap_remove((x >> 20) as usize % running.len());
                 s.remove(j).unwrap();
                 continue;
