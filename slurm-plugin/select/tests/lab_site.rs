@@ -18,6 +18,7 @@
 //!    model, each inside one pool; CPU-only, `-w` and out-of-model jobs
 //!    never narrowed, the out-of-model one recorded as foreign GPU use.
 //! 4. `scontrol reconfigure` rebuilds the same pools from the node table.
+//! 5. Compact migrates `--resumable` jobs inside each pool, never across.
 //!
 //! Ports 20500-20519 (`COMPASS_LAB_PORT_BASE`, unless set): clear of the
 //! other labs (17100-17900, 18300-18500, 19100-19500, the budget service's
@@ -397,5 +398,72 @@ fn site_lab_one_engine_per_pool_and_every_job_form_runs() {
         0,
         "{}",
         lab.debug()
+    );
+}
+
+/// Compact runs in each pool on its own: in the a100 pool and, at the same
+/// time, in the l40s nodes of the debug partition, three `--resumable`
+/// jobs, two sharing a node; one of the pair ends. Each pool then moves
+/// one job onto the other's node, inside the pool (never across), and no
+/// partial node is left in either.
+#[test]
+fn site_lab_compact_migrates_inside_each_pool() {
+    if std::env::var_os("COMPASS_LAB_PORT_BASE").is_none() {
+        std::env::set_var("COMPASS_LAB_PORT_BASE", "20500");
+    }
+    let lab = Lab::start("site-migrate", SITE);
+    let a100 = ["--resumable", "--gres=gpu:a100:4"];
+    let l40s = ["--resumable", "-p", "debug", "--gres=gpu:l40s:2"];
+    let trio = |args: &[&str]| -> Vec<u32> { (0..3).map(|_| lab.submit(args)).collect() };
+    let ja = trio(&a100);
+    let jl = trio(&l40s);
+    let every: Vec<u32> = ja.iter().chain(&jl).copied().collect();
+    lab.wait_running(&every, Duration::from_secs(30));
+    for (jobs, lo, hi) in [(&ja, 1, 8), (&jl, 9, 10)] {
+        let at: Vec<Vec<u32>> = jobs.iter().map(|&j| hosts(&lab, &lab.job(j).1)).collect();
+        assert_eq!(
+            at[0],
+            at[1],
+            "the engine pairs the first two\n{}",
+            lab.debug()
+        );
+        assert_ne!(at[1], at[2], "{}", lab.debug());
+        assert!(at.iter().flatten().all(|n| (lo..=hi).contains(n)), "{at:?}");
+    }
+    for j in [ja[0], jl[0]] {
+        assert!(lab.run("scancel", &[&j.to_string()]).status.success());
+    }
+    lab.wait_until(
+        "in each pool the two remaining jobs share one node",
+        Duration::from_secs(30),
+        || {
+            [&ja, &jl].iter().all(|jobs| {
+                let (s1, x1) = lab.job(jobs[1]);
+                let (s2, x2) = lab.job(jobs[2]);
+                s1 == "RUNNING" && s2 == "RUNNING" && x1 == x2
+            })
+        },
+    );
+    for (jobs, lo, hi) in [(&ja, 1, 8), (&jl, 9, 10)] {
+        let n = hosts(&lab, &lab.job(jobs[1]).1);
+        assert!(
+            n.iter().all(|n| (lo..=hi).contains(n)),
+            "moved out of its pool: {n:?}"
+        );
+        let restarts = jobs[1..]
+            .iter()
+            .filter(|&&j| lab.show_job(j).contains("Restarts=1"))
+            .count();
+        assert_eq!(restarts, 1, "one migration per pool\n{}", lab.debug());
+    }
+    lab.wait_until(
+        "the state file shows no partial node in either pool",
+        Duration::from_secs(15),
+        || {
+            let s = lab.state_json();
+            (0..2).all(|k| s["pools"][k]["partial_nodes"].as_u64() == Some(0))
+                && s["pools"][0]["used_gpus"].as_u64() == Some(8)
+                && s["pools"][1]["used_gpus"].as_u64() == Some(4)
+        },
     );
 }
