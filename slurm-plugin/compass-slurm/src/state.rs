@@ -76,14 +76,17 @@ pub struct PoolView {
     pub node_names: Vec<String>,
     /// `true`: the pool has an engine; `false`: pass-through (a GPU count
     /// other than 1, 2, 4, 8, or several GPU types per node), cons_tres
-    /// places there alone and `phi_star`, `n_sif`, `wcc` are `null`.
+    /// places there alone and `phi_star`, `n_sif`, `wcc` are absent.
     pub modelled: bool,
     pub used_gpus: u64,
     pub partial_nodes: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phi_star: Option<u64>,
     /// `partial - Phi*` of this pool: Theorem 1 bounds it by 2 where WCC
     /// holds in the pool and every job there is movable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub n_sif: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wcc: Option<bool>,
 }
 
@@ -356,6 +359,22 @@ mod tests {
             text.contains("pool h100:6: 1 nodes, 0/6 GPUs used, 0 partial, pass-through"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn pass_through_pools_publish_no_fragmentation_figures() {
+        let p = PoolView {
+            name: "h100:6".into(),
+            gpus_per_node: 6,
+            nodes: 2,
+            ..Default::default()
+        };
+        let v = serde_json::to_value(&p).unwrap();
+        // absent, not null: readers that take a number keep their default
+        for key in ["phi_star", "n_sif", "wcc"] {
+            assert!(v.get(key).is_none(), "{key} in {v}");
+        }
+        assert_eq!(serde_json::from_value::<PoolView>(v).unwrap(), p);
     }
 
     #[test]
