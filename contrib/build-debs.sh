@@ -26,6 +26,8 @@ fi
 
 echo "== cargo build --release (compass, compass-budget, compass-select, compass-spank)"
 cargo build --release --locked -p compass -p compass-budget -p compass-select -p compass-spank
+echo "== man pages and shell completions of the compass CLI"
+./contrib/generate-man-completions.sh target/release/compass target/release/generated
 mkdir -p "$OUT"
 rm -f "$OUT"/*.deb
 for crate in compass compass-select compass-budget; do

@@ -273,7 +273,10 @@ write_compass_conf() {
         -e 's#^migration_cooldown = .*#migration_cooldown = "20s"#' \
         -e 's#^min_run_before_migration = .*#min_run_before_migration = "0"#' \
         -e 's#^migration_cost = .*#migration_cost = "5s"#' \
+        -e 's#^log_decisions = .*#log_decisions = true#' \
         "$ROOT/etc/compass.conf" >"$DEMO/compass.conf.in"
+    grep -q '^log_decisions = true' "$DEMO/compass.conf.in" \
+        || die "etc/compass.conf has no log_decisions line to adapt (the report reads the decisions)"
     grep -q '^state_file = "@LAB@/state.json"' "$DEMO/compass.conf.in" \
         || die "etc/compass.conf has no state_file line to adapt"
 }

@@ -22,6 +22,9 @@
 #                       LAB_NODES and LAB_GPUS are then ignored
 #   COMPASS_SELECT_SO   if set: run select/cons_tres_compass from this .so in a
 #                       private PluginDir (contrib/install-select-plugin.sh)
+#   LAB_DEBUG_FLAGS     if set: slurm.conf DebugFlags (e.g. SelectType; the
+#                       select plugin's detailed lines need it, or
+#                       select.log_decisions in compass.conf)
 #   COMPASS_SPANK_SO    if set: plugstack.conf loads this SPANK plugin
 #   COMPASS_CONF        compass.conf for both plugins (copied to LAB/etc)
 #   COMPASS_JOB_SUBMIT_LUA  if set: job_submit/lua with this script
@@ -112,12 +115,13 @@ write_conf() {
     lay=$(layout)
     nodes=$(node_count)
     [ "$lay" = site ] && gpus=8
-    local plugin_dir=$STOCK_DIR select_type=select/cons_tres job_submit=""
+    local plugin_dir=$STOCK_DIR select_type=select/cons_tres job_submit="" debug_flags=""
     if [ -n "${COMPASS_SELECT_SO:-}" ]; then
         "$HERE/install-select-plugin.sh" "$COMPASS_SELECT_SO" "$LAB/plugins" "$STOCK_DIR" >/dev/null
         plugin_dir=$LAB/plugins
         select_type=select/cons_tres_compass
     fi
+    [ -n "${LAB_DEBUG_FLAGS:-}" ] && debug_flags="DebugFlags=$LAB_DEBUG_FLAGS"
     if [ -n "${COMPASS_CONF:-}" ]; then
         sed "s#@LAB@#$LAB#g" "$COMPASS_CONF" >"$LAB/etc/compass.conf"
     else
@@ -143,7 +147,7 @@ write_conf() {
     sed -e "s#@LAB@#$LAB#g" -e "s#@NODES@#$nodes#g" -e "s#@GPUS@#$gpus#g" \
         -e "s#@CTLD_PORT@#$base#g" -e "s#@SLURMD_PORTS@#$((base + 1))-$((base + nodes))#g" \
         -e "s#@PLUGIN_DIR@#$plugin_dir#g" -e "s#@SELECT_TYPE@#$select_type#g" \
-        -e "s#@JOB_SUBMIT@#$job_submit#g" \
+        -e "s#@JOB_SUBMIT@#$job_submit#g" -e "s#@DEBUG_FLAGS@#$debug_flags#g" \
         "$HERE/lab/slurm.conf.in" >"$LAB/etc/slurm.conf"
     if [ "$lay" = site ]; then
         # The site's nodes, partitions and memory accounting replace the

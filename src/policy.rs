@@ -37,7 +37,7 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "FILE", requires = "budgets")]
     pub vc_config: Option<PathBuf>,
 
-    /// Fair-share lookback window (e.g. 7d, 36h, 3600).
+    /// Fair-share lookback window (e.g. 7d, 36h, 3600s, 7-0).
     #[arg(long, default_value = "7d", value_name = "DURATION", value_parser = parse_duration)]
     pub window: f64,
 
@@ -50,7 +50,7 @@ pub struct PolicyArgs {
     pub horizon: Option<f64>,
 
     /// Enforcement cycle: ratios, order and preemption are refreshed this often.
-    #[arg(long, default_value = "60", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, default_value = "1m", value_name = "DURATION", value_parser = parse_duration)]
     pub cycle: f64,
 
     /// How teams are ordered when capacity frees up: the published design's
@@ -101,31 +101,16 @@ pub struct PolicyArgs {
     pub sweep_cap: Vec<f64>,
 }
 
-/// Durations: plain seconds, or a number with s, m, h or d.
+/// A positive duration flag, in seconds: Slurm's forms through
+/// [`compass_core::duration::parse_unambiguous`] (`30s`, `8h`, `7d`,
+/// `1:30:00`, `7-0`). A bare number is refused: it meant seconds here
+/// before and means minutes in Slurm, so it names the explicit forms.
 pub fn parse_duration(s: &str) -> std::result::Result<f64, String> {
-    let s = s.trim();
-    let (num, unit) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => (&s[..i], &s[i..]),
-        None => (s, "s"),
-    };
-    let mult = match unit {
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        "d" => 86400.0,
-        _ => {
-            return Err(format!(
-                "`{s}`: expected seconds or a number with s, m, h or d (e.g. 90, 30m, 8h, 7d)"
-            ))
-        }
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}`: not a duration (e.g. 90, 30m, 8h, 7d)"))?;
-    if !(v.is_finite() && v > 0.0) {
+    let secs = compass_core::duration::parse_unambiguous(s).map_err(|e| e.to_string())?;
+    if secs == 0 {
         return Err(format!("`{s}`: a duration must be positive"));
     }
-    Ok(v * mult)
+    Ok(secs as f64)
 }
 
 /// The JSON object printed by `--json` in policy mode.
@@ -412,7 +397,12 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("90"), Ok(90.0));
+        let bare = parse_duration("90").unwrap_err();
+        assert!(bare.contains("`90s`") && bare.contains("`90m`"), "{bare}");
+        assert_eq!(parse_duration("90s"), Ok(90.0));
+        assert_eq!(parse_duration("1:30:00"), Ok(5400.0));
+        assert_eq!(parse_duration("7-0"), Ok(604800.0));
+        assert!(parse_duration("0").is_err());
         assert_eq!(parse_duration("30m"), Ok(1800.0));
         assert_eq!(parse_duration("8h"), Ok(28800.0));
         assert_eq!(parse_duration("7d"), Ok(604800.0));

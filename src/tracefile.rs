@@ -38,11 +38,11 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = 8)]
     pub gpus_per_node: u32,
 
-    /// Cost of one migration, added to the job's completion: seconds, a
-    /// number with s, m, h or d (8s, 60s, 5m), or a Slurm time
-    /// (MM:SS, HH:MM:SS, D-HH[:MM[:SS]]). Charged per migrated instance (the
+    /// Cost of one migration, added to the job's completion: a whole number
+    /// with s, m, h or d (8s, 60s, 5m), or a Slurm time (M:SS, H:MM:SS,
+    /// D-H[:MM[:SS]]); 0 for none. Charged per migrated instance (the
     /// paper) unless --migration-charge per-job.
-    #[arg(long, default_value = "8", value_name = "DURATION", value_parser = parse_cost)]
+    #[arg(long, default_value = "8s", value_name = "DURATION", value_parser = parse_cost)]
     pub migration_cost: f64,
 
     /// Charge --migration-cost per migrated instance (the paper's `c` per
@@ -89,6 +89,11 @@ pub struct TraceArgs {
     #[arg(long)]
     pub compass_paper_compact: bool,
 
+    /// COMPASS experiments: open an empty node for an immovable job as the
+    /// paper does, instead of fitting it into a partial node (correction 5).
+    #[arg(long)]
+    pub compass_no_pinned_fill: bool,
+
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -109,6 +114,7 @@ impl TraceArgs {
             ..PolicyOptions::default()
         };
         opts.compass.overflow = !self.compass_no_overflow;
+        opts.compass.pinned_fill = !self.compass_no_pinned_fill;
         if self.compass_paper_compact {
             opts.compass.slotted_pass = SlottedPass::Paper;
         }
@@ -192,57 +198,14 @@ pub fn describe(l: &Loaded) -> String {
     s
 }
 
-/// A migration cost: plain seconds, a number with s, m, h or d, or a Slurm
-/// time (`MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`). May be 0.
+/// A migration cost in seconds, `0` allowed: Slurm's forms through
+/// [`compass_core::duration::parse_unambiguous`] (`8s`, `5m`, `05:00`,
+/// `1-02:03`); a bare number other than 0, which meant seconds here before,
+/// is refused with the explicit forms.
 pub fn parse_cost(s: &str) -> std::result::Result<f64, String> {
-    let text = s.trim();
-    let bad = || {
-        format!(
-            "`{text}`: expected seconds (8), a number with s, m, h or d (60s, 5m), \
-             or a Slurm time (MM:SS, HH:MM:SS, D-HH:MM:SS)"
-        )
-    };
-    let num = |p: &str| -> std::result::Result<f64, String> {
-        let v: f64 = p.parse().map_err(|_| bad())?;
-        if v.is_finite() && v >= 0.0 {
-            Ok(v)
-        } else {
-            Err(bad())
-        }
-    };
-    if text.contains(':') || text.contains('-') {
-        let (days, rest) = match text.split_once('-') {
-            Some((d, r)) => (num(d)?, r),
-            None => (0.0, text),
-        };
-        let parts: Vec<f64> = rest
-            .split(':')
-            .map(num)
-            .collect::<std::result::Result<_, _>>()?;
-        let hms = match (text.contains('-'), parts.as_slice()) {
-            // Slurm: "D-HH", "D-HH:MM", "D-HH:MM:SS".
-            (true, [h]) => h * 3600.0,
-            (true, [h, m]) => h * 3600.0 + m * 60.0,
-            (true, [h, m, sec]) => h * 3600.0 + m * 60.0 + sec,
-            // "MM:SS", "HH:MM:SS".
-            (false, [m, sec]) => m * 60.0 + sec,
-            (false, [h, m, sec]) => h * 3600.0 + m * 60.0 + sec,
-            _ => return Err(bad()),
-        };
-        return Ok(days * 86_400.0 + hms);
-    }
-    let (digits, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => (&text[..i], &text[i..]),
-        None => (text, "s"),
-    };
-    let mult = match unit {
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        "d" => 86_400.0,
-        _ => return Err(bad()),
-    };
-    Ok(num(digits)? * mult)
+    compass_core::duration::parse_unambiguous(s)
+        .map(|v| v as f64)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -252,12 +215,11 @@ mod tests {
     #[test]
     fn migration_costs_parse_like_slurm_times() {
         for (text, secs) in [
-            ("8", 8.0),
             ("0", 0.0),
             ("8s", 8.0),
             ("60s", 60.0),
             ("5m", 300.0),
-            ("1.5h", 5400.0),
+            ("90m", 5400.0),
             ("1d", 86_400.0),
             ("05:00", 300.0),
             ("01:00:00", 3600.0),
@@ -267,7 +229,7 @@ mod tests {
         ] {
             assert_eq!(parse_cost(text), Ok(secs), "{text}");
         }
-        for bad in ["", "-5", "5x", "1:2:3:4", "abc", "inf", "NaN"] {
+        for bad in ["", "-5", "5x", "1:2:3:4", "abc", "inf", "NaN", "1.5h", "8"] {
             assert!(parse_cost(bad).is_err(), "{bad}");
         }
     }

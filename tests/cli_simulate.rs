@@ -327,8 +327,9 @@ fn bad_migration_cost_or_payback_is_a_clear_error() {
     let s = Scratch::new("badcost");
     let trace = s.file("c.csv", CANONICAL);
     for (flag, value, says) in [
-        ("--migration-cost", "5x", "Slurm time"),
-        ("--migration-cost", "-5", "Slurm time"),
+        ("--migration-cost", "5x", "accepted forms"),
+        ("--migration-cost", "-5", "accepted forms"),
+        ("--migration-cost", "8", "ambiguous"),
         ("--payback", "0.5", "payback must be 0"),
         ("--remaining-run", "guess", "oracle"),
     ] {
@@ -338,5 +339,51 @@ fn bad_migration_cost_or_payback_is_a_clear_error() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(says), "{flag} {value}: {err}");
         assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+/// Duration flags take Slurm's forms; a bare number, which meant seconds
+/// here before and means minutes in Slurm, is refused with the explicit forms.
+#[test]
+fn duration_flags_refuse_bare_numbers_and_take_slurm_forms() {
+    let s = Scratch::new("durations");
+    let trace = s.file(
+        "t.csv",
+        "job_id,submit_s,duration_s,num_inst,gpus_per_inst,account\n1,0,100,1,1,a\n",
+    );
+    let out = compass(&["simulate", "--trace", path(&trace), "--window", "90"]);
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--window") && err.contains("ambiguous"),
+        "{err}"
+    );
+    assert!(err.contains("`90s`") && err.contains("`90m`"), "{err}");
+    let out = compass(&["simulate", "--trace", path(&trace), "--window", "a week"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`a week`") && err.contains("`4:00:00`"),
+        "{err}"
+    );
+    for ok in ["7-0", "168:00:00", "7d", "604800s"] {
+        let budgets = s.file("b.toml", "[[node]]\nname = \"org\"\nshare = 1.0\n[[node]]\nname = \"a\"\nparent = \"org\"\nshare = 1.0\naccount = \"a\"\n");
+        let out = compass(&[
+            "simulate",
+            "--trace",
+            path(&trace),
+            "--budgets",
+            path(&budgets),
+            "--window",
+            ok,
+            "--cycle",
+            "1:00",
+            "--json",
+            "-q",
+        ]);
+        assert!(
+            out.status.success(),
+            "--window {ok}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

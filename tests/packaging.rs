@@ -195,6 +195,43 @@ fn built_files(crate_rel: &str) -> Vec<String> {
     out
 }
 
+/// Checks a generated asset (`man/*.1`, `completions/compass`) against what
+/// the generator wrote into `dir`; returns its destination, for a glob the
+/// directory. Man pages must cover every subcommand, completions be
+/// non-empty scripts that name the subcommands.
+fn check_generated(dir: &Scratch, gen: &str, dest: &str) -> String {
+    if let Some(pattern) = gen.strip_suffix("*.1") {
+        assert_eq!(dest, "usr/share/man/man1/", "{gen}");
+        let pages: Vec<String> = std::fs::read_dir(dir.0.join(pattern))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        for page in [
+            "compass.1",
+            "compass-why.1",
+            "compass-budget-show.1",
+            "compass-node-list.1",
+            "compass-simulate.1",
+        ] {
+            assert!(
+                pages.contains(&page.to_string()),
+                "{page} not generated: {pages:?}"
+            );
+        }
+        let why = read(&dir.0.join(pattern).join("compass-why.1"));
+        assert!(why.contains("\n.TH compass-why 1 "), "{why}");
+        assert!(why.contains("COMPASS_BUDGET_URL"), "{why}");
+        return dest.trim_end_matches('/').to_string();
+    }
+    let script = read(&dir.0.join(gen));
+    assert!(script.len() > 1000, "{gen}: {script}");
+    for sub in ["budget", "why", "node", "completions"] {
+        assert!(script.contains(sub), "{gen} does not complete `{sub}`");
+    }
+    assert!(!dest.ends_with('/'), "{dest}");
+    dest.to_string()
+}
+
 #[test]
 fn deb_assets_exist_or_are_built_and_never_collide() {
     let built: Vec<String> = [
@@ -207,6 +244,19 @@ fn deb_assets_exist_or_are_built_and_never_collide() {
     .flat_map(|c| built_files(c))
     .collect();
     assert!(built.contains(&"compass".to_string()), "{built:?}");
+    let generated = Scratch::new("generated");
+    let o = Command::new(root().join("contrib/generate-man-completions.sh"))
+        .arg(env!("CARGO_BIN_EXE_compass"))
+        .arg(&generated.0)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        read(&root().join("contrib/build-debs.sh")).contains(
+            "./contrib/generate-man-completions.sh target/release/compass target/release/generated"
+        ),
+        "build-debs.sh must generate what the packages ship"
+    );
     let mut owner: BTreeMap<String, String> = BTreeMap::new();
     for deb in debs() {
         let name = deb.name();
@@ -215,7 +265,14 @@ fn deb_assets_exist_or_are_built_and_never_collide() {
             assert!(deb.meta.contains_key(key), "{name}: no {key}");
         }
         for (src, dest, mode) in deb.assets() {
-            if let Some(file) = src.strip_prefix("target/release/") {
+            if let Some(gen) = src.strip_prefix("target/release/generated/") {
+                // Man pages and completions: what build-debs.sh generates.
+                let dest = check_generated(&generated, gen, &dest);
+                if let Some(other) = owner.insert(dest.clone(), name.clone()) {
+                    panic!("/{dest} shipped by both {other} and {name}");
+                }
+                continue;
+            } else if let Some(file) = src.strip_prefix("target/release/") {
                 assert!(
                     built.contains(&file.to_string()),
                     "{name}: {src} is not built by any crate ({built:?})"

@@ -25,6 +25,15 @@
 //! `cargo build -p compass-select -p compass-spank`).
 
 use std::path::{Path, PathBuf};
+
+/// `default`, or `COMPASS_REPLAY_LAB_PORT_BASE + default % 1000` when set
+/// (e.g. 23000: 23300 and 23400), for a machine where 18300+ are taken.
+fn port(default: u32) -> u32 {
+    std::env::var("COMPASS_REPLAY_LAB_PORT_BASE")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or(default, |b| b + default % 1000)
+}
 use std::process::Command;
 
 use serde_json::Value;
@@ -195,8 +204,8 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
     let trace = repo_root().join("tests/fixtures/venus-window.csv");
     let out =
         TempDir(std::env::temp_dir().join(format!("compass-replay-out-{}", std::process::id())));
-    let compass = Lab::up("compass", 18_300, true);
-    let stock = Lab::up("stock", 18_400, false);
+    let compass = Lab::up("compass", port(18_300), true);
+    let stock = Lab::up("stock", port(18_400), false);
     let state = compass.dir.join("run/compass-state.json");
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_compass"));

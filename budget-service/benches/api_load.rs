@@ -105,6 +105,7 @@ fn main() {
             } else {
                 Kind::Allocated
             },
+            weight: 1.0,
         })
         .collect();
     db.ingest(&ivs, NOW).unwrap();
@@ -130,6 +131,8 @@ fn main() {
             instances: 0,
             eligible: true,
             begin_after: None,
+            gpu_types: Default::default(),
+            tier: 0,
         });
     }
     let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());

@@ -118,7 +118,7 @@ impl Dense {
                 db.usage_between(now - w, now).unwrap(),
             )
         };
-        let stats = fairshare::node_stats(&tree, &usage, state.config.capacity_gpus, w);
+        let stats = fairshare::node_stats(&tree, &usage, state.capacity(), w);
         let pending: Vec<_> = snap.pending.iter().map(|j| j.as_pending()).collect();
         let order = fairshare::order_queue(&tree, &stats, &pending);
         let factors = fairshare::site_factors(&order);
@@ -201,6 +201,7 @@ fn main() {
                 start: now - 1800,
                 end: Some(now - 60),
                 kind: Kind::Allocated,
+                weight: 1.0,
             })
             .collect();
         state.db().ingest(&ivs, now).unwrap();

@@ -11,6 +11,7 @@ use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use compass_core::duration;
 use compass_core::fairshare::{self, Interval, NodeSpec, OrgTree, Placed, TreeChange};
 use compass_core::model::JobId;
 use serde::de::DeserializeOwned;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use crate::auth::{request_payload, Policy, SCHEME};
 use crate::error::BudgetError;
+use crate::localtime;
 use crate::state::AppState;
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -428,104 +430,10 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-fn prom_escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
     blocking(&state, move |state| {
-    let now = state.now();
-    let nodes = state.tree_view(now - state.config.window_s, now)?;
-    let q = state.queue();
-    let st = state.status().clone();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP compass_budget_ratio Fair-share ratio per tree node over the window."
-    );
-    let _ = writeln!(out, "# TYPE compass_budget_ratio gauge");
-    for n in &nodes {
-        if let Some(r) = n.ratio {
-            let _ = writeln!(
-                out,
-                "compass_budget_ratio{{node=\"{}\"}} {r}",
-                prom_escape(&n.name)
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP compass_budget_usage_gpu_hours GPU-hours used per node over the window."
-    );
-    let _ = writeln!(out, "# TYPE compass_budget_usage_gpu_hours gauge");
-    for n in &nodes {
-        let name = prom_escape(&n.name);
-        let _ = writeln!(
-            out,
-            "compass_budget_usage_gpu_hours{{node=\"{name}\",kind=\"allocated\"}} {}",
-            n.charged_gpu_hours
-        );
-        let _ = writeln!(
-            out,
-            "compass_budget_usage_gpu_hours{{node=\"{name}\",kind=\"unallocated\"}} {}",
-            n.free_gpu_hours
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP compass_budget_queue_length Pending jobs in the last computed order."
-    );
-    let _ = writeln!(out, "# TYPE compass_budget_queue_length gauge");
-    let _ = writeln!(out, "compass_budget_queue_length {}", q.order.len());
-    let _ = writeln!(out, "# HELP compass_budget_ingest_lag_seconds Seconds since the last successful Slurm ingest (-1: never).");
-    let _ = writeln!(out, "# TYPE compass_budget_ingest_lag_seconds gauge");
-    let _ = writeln!(
-        out,
-        "compass_budget_ingest_lag_seconds {}",
-        st.last_ok.map_or(-1, |t| now - t)
-    );
-    let _ = writeln!(out, "# TYPE compass_budget_cycles_total counter");
-    let _ = writeln!(
-        out,
-        "compass_budget_cycles_total{{result=\"ok\"}} {}",
-        st.cycles_ok
-    );
-    let _ = writeln!(
-        out,
-        "compass_budget_cycles_total{{result=\"failed\"}} {}",
-        st.cycles_failed
-    );
-    let _ = writeln!(
-        out,
-        "# TYPE compass_budget_site_factor_updates_total counter"
-    );
-    let _ = writeln!(
-        out,
-        "compass_budget_site_factor_updates_total {}",
-        st.factors_pushed
-    );
-    let _ = writeln!(
-        out,
-        "# HELP compass_budget_enforcement_actions_total Preemptions and drains done by the cycle (ok) and actions Slurm refused (failed)."
-    );
-    let _ = writeln!(
-        out,
-        "# TYPE compass_budget_enforcement_actions_total counter"
-    );
-    for (action, n) in [
-        ("requeue", st.requeued),
-        ("cancel", st.cancelled),
-        ("drain", st.drained),
-        ("failed", st.actions_failed),
-    ] {
-        let _ = writeln!(
-            out,
-            "compass_budget_enforcement_actions_total{{action=\"{action}\"}} {n}"
-        );
-    }
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+        let out = crate::metrics::encode(state)?;
+        Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], out).into_response())
     })
     .await
 }
@@ -535,9 +443,13 @@ async fn get_tree(
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     blocking(&state, move |state| {
-    let (from, to) = window(state, &q)?;
-    let nodes = state.tree_view(from, to)?;
-    Ok(Json(json!({ "from": from, "to": to, "capacity_gpus": state.config.capacity_gpus, "nodes": nodes })).into_response())
+        let (from, to) = window(state, &q)?;
+        let nodes = state.tree_view(from, to)?;
+        Ok(Json(
+            json!({ "from": from, "to": to, "capacity_gpus": state.capacity(),
+                    "gpu_weights": state.config.gpu_weights, "nodes": nodes }),
+        )
+        .into_response())
     })
     .await
 }
@@ -557,7 +469,7 @@ async fn get_usage(
         }
         Some(n) => vec![tree
             .find(n)
-            .ok_or_else(|| BudgetError::field("node", format!("unknown node `{n}`")))?],
+            .ok_or_else(|| BudgetError::field("node", format!("unknown team `{n}`")))?],
         None => tree.subtree(tree.root()),
     };
     let rows: Vec<_> = nodes
@@ -593,7 +505,7 @@ async fn get_node(
         let n = nodes
             .into_iter()
             .find(|n| n.name == name)
-            .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
+            .ok_or_else(|| BudgetError::NotFound(format!("team `{name}`")))?;
         Ok(Json(n).into_response())
     })
     .await
@@ -611,10 +523,20 @@ struct CreateBody {
     #[serde(default)]
     managers: Vec<String>,
     why: String,
+    /// Check and show the changes; write nothing.
+    #[serde(default)]
+    dry_run: bool,
 }
 
 fn changes_json(changes: &[TreeChange]) -> serde_json::Value {
     json!({ "changes": changes, "summary": changes.iter().map(|c| c.to_string()).collect::<Vec<_>>() })
+}
+
+/// The answer to an edit: the changes, and whether they were applied.
+fn edit_json(changes: &[TreeChange], dry_run: bool) -> serde_json::Value {
+    let mut v = changes_json(changes);
+    v["applied"] = json!(!dry_run);
+    v
 }
 
 async fn create_node(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Response> {
@@ -622,26 +544,34 @@ async fn create_node(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<
         let (user, b): (String, CreateBody) = w.authenticate(state)?;
         let now = state.now();
         let pol = policy(state);
-        let changes = state.db().edit_tree(&user, "create", &b.why, now, |old| {
-            let tree = stored_tree(&pol, &user, old)?;
-            if old.iter().any(|s| s.name == b.name) {
-                return Err(BudgetError::Conflict(format!(
-                    "node `{}` already exists",
-                    b.name
-                )));
-            }
-            pol.check_place_under(&user, tree.as_ref(), b.parent.as_deref())?;
-            let mut v = old.to_vec();
-            v.push(NodeSpec {
-                name: b.name.clone(),
-                parent: b.parent.clone(),
-                share: b.share,
-                managers: b.managers.clone(),
-                account: b.account.clone(),
-            });
-            Ok(v)
-        })?;
-        Ok((StatusCode::CREATED, Json(changes_json(&changes))).into_response())
+        let changes =
+            state
+                .db()
+                .edit_tree_or_dry_run(&user, "create", &b.why, now, b.dry_run, |old| {
+                    let tree = stored_tree(&pol, &user, old)?;
+                    if old.iter().any(|s| s.name == b.name) {
+                        return Err(BudgetError::Conflict(format!(
+                            "team `{}` already exists",
+                            b.name
+                        )));
+                    }
+                    pol.check_place_under(&user, tree.as_ref(), b.parent.as_deref())?;
+                    let mut v = old.to_vec();
+                    v.push(NodeSpec {
+                        name: b.name.clone(),
+                        parent: b.parent.clone(),
+                        share: b.share,
+                        managers: b.managers.clone(),
+                        account: b.account.clone(),
+                    });
+                    Ok(v)
+                })?;
+        let status = if b.dry_run {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        };
+        Ok((status, Json(edit_json(&changes, b.dry_run))).into_response())
     })
     .await
 }
@@ -660,6 +590,8 @@ struct PatchBody {
     #[serde(default)]
     managers: Option<Vec<String>>,
     why: String,
+    #[serde(default)]
+    dry_run: bool,
 }
 
 async fn patch_node(
@@ -671,32 +603,35 @@ async fn patch_node(
         let (user, b): (String, PatchBody) = w.authenticate(state)?;
         let now = state.now();
         let pol = policy(state);
-        let changes = state.db().edit_tree(&user, "update", &b.why, now, |old| {
-            let tree = stored_tree(&pol, &user, old)?;
-            pol.check_edit(&user, tree.as_ref(), &name)?;
-            let mut v = old.to_vec();
-            let s = v
-                .iter_mut()
-                .find(|s| s.name == name)
-                .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
-            if let Some(sh) = b.share {
-                s.share = sh;
-            }
-            if let Some(p) = &b.parent {
-                if s.parent.as_deref() != Some(p.as_str()) {
-                    pol.check_place_under(&user, tree.as_ref(), Some(p))?;
-                    s.parent = Some(p.clone());
-                }
-            }
-            if let Some(a) = &b.account {
-                s.account = (!a.is_empty()).then(|| a.clone());
-            }
-            if let Some(m) = &b.managers {
-                s.managers = m.clone();
-            }
-            Ok(v)
-        })?;
-        Ok(Json(changes_json(&changes)).into_response())
+        let changes =
+            state
+                .db()
+                .edit_tree_or_dry_run(&user, "update", &b.why, now, b.dry_run, |old| {
+                    let tree = stored_tree(&pol, &user, old)?;
+                    pol.check_edit(&user, tree.as_ref(), &name)?;
+                    let mut v = old.to_vec();
+                    let s = v
+                        .iter_mut()
+                        .find(|s| s.name == name)
+                        .ok_or_else(|| BudgetError::NotFound(format!("team `{name}`")))?;
+                    if let Some(sh) = b.share {
+                        s.share = sh;
+                    }
+                    if let Some(p) = &b.parent {
+                        if s.parent.as_deref() != Some(p.as_str()) {
+                            pol.check_place_under(&user, tree.as_ref(), Some(p))?;
+                            s.parent = Some(p.clone());
+                        }
+                    }
+                    if let Some(a) = &b.account {
+                        s.account = (!a.is_empty()).then(|| a.clone());
+                    }
+                    if let Some(m) = &b.managers {
+                        s.managers = m.clone();
+                    }
+                    Ok(v)
+                })?;
+        Ok(Json(edit_json(&changes, b.dry_run)).into_response())
     })
     .await
 }
@@ -705,6 +640,8 @@ async fn patch_node(
 #[serde(deny_unknown_fields)]
 struct DeleteBody {
     why: String,
+    #[serde(default)]
+    dry_run: bool,
 }
 
 async fn delete_node(
@@ -717,13 +654,13 @@ async fn delete_node(
     let now = state.now();
     let pol = policy(state);
     let pending = state.queue();
-    let changes = state.db().edit_tree(&user, "delete", &b.why, now, |old| {
+    let changes = state.db().edit_tree_or_dry_run(&user, "delete", &b.why, now, b.dry_run, |old| {
         let tree = stored_tree(&pol, &user, old)?;
         pol.check_edit(&user, tree.as_ref(), &name)?;
         let kids: Vec<&str> = old.iter().filter(|s| s.parent.as_deref() == Some(name.as_str())).map(|s| s.name.as_str()).collect();
         if !kids.is_empty() {
             return Err(BudgetError::Conflict(format!(
-                "node `{name}` has children ({}); move or remove them first",
+                "team `{name}` has children ({}); move or remove them first",
                 kids.join(", ")
             )));
         }
@@ -737,7 +674,7 @@ async fn delete_node(
         }
         Ok(old.iter().filter(|s| s.name != name).cloned().collect())
     })?;
-    Ok(Json(changes_json(&changes)).into_response())
+    Ok(Json(edit_json(&changes, b.dry_run)).into_response())
     })
     .await
 }
@@ -810,6 +747,9 @@ pub struct QueueRow {
     pub team: Option<String>,
     pub kind: fairshare::Kind,
     pub gpus: u32,
+    /// Mean `[gpu_weights]` weight of its GPUs: one hour of it costs
+    /// `gpus x weight` weighted GPU-hours.
+    pub weight: f64,
     pub priority: i64,
     /// The sort metric: the team's fair-share ratio (`None`: no budget).
     pub team_ratio: Option<f64>,
@@ -819,6 +759,11 @@ pub struct QueueRow {
 
 fn queue_row(p: &Placed, q: &crate::state::QueueView) -> QueueRow {
     let len = q.order.len();
+    let weight = q.weights.get(&p.job.job).copied().unwrap_or(1.0);
+    let mut why = fairshare::explain(p, len);
+    if q.weighted || weight != 1.0 {
+        why.push_str(&weight_text(p.job.gpus, weight, "If it runs, its"));
+    }
     QueueRow {
         rank: p.rank,
         job: p.job.job,
@@ -826,11 +771,20 @@ fn queue_row(p: &Placed, q: &crate::state::QueueView) -> QueueRow {
         team: p.team.clone(),
         kind: p.kind,
         gpus: p.job.gpus,
+        weight,
         priority: p.job.priority,
         team_ratio: p.path.last().map(|l| l.ratio).filter(|r| r.is_finite()),
         site_factor: q.factors.get(&p.job.job).copied().unwrap_or(0),
-        why: fairshare::explain(p, len),
+        why,
     }
+}
+
+/// The `[gpu_weights]` line of `compass why`.
+fn weight_text(gpus: u32, weight: f64, lead: &str) -> String {
+    format!(
+        "{lead} GPUs are charged at weight {weight:.2} each ([gpu_weights]): one hour costs its budget {:.2} weighted GPU-hours.\n",
+        f64::from(gpus) * weight
+    )
 }
 
 /// `GET /api/v1/queue[?limit=N]`: the whole order (serialized once per
@@ -888,13 +842,17 @@ async fn get_why(
             let text = match iv.end {
                 None => format!(
                     "Job {id} is not pending: it has been running since {} on {} GPUs, using {kind} account {}.\n",
-                    iv.start, iv.gpus, iv.account
+                    localtime::text(iv.start), iv.gpus, iv.account
                 ),
                 Some(end) => format!(
-                    "Job {id} is not pending: its last run went from {} to {end} on {} GPUs, using {kind} account {}.\n",
-                    iv.start, iv.gpus, iv.account
+                    "Job {id} is not pending: its last run went from {} to {} on {} GPUs, using {kind} account {}.\n",
+                    localtime::text(iv.start), localtime::text(end), iv.gpus, iv.account
                 ),
             };
+            let mut text = text;
+            if !state.config.gpu_weights.is_empty() || iv.weight != 1.0 {
+                text.push_str(&weight_text(iv.gpus, iv.weight, "Its"));
+            }
             let st = if iv.end.is_none() { "running" } else { "ended" };
             Ok(Json(
                 json!({ "at": q.at, "state": st, "interval": iv, "row": { "why": text },
@@ -910,7 +868,7 @@ async fn get_why(
         .into_response()),
         None => Err(BudgetError::NotFound(format!(
             "job {id} is neither pending in the last computed order (at {}) nor in the ledger",
-            q.at
+            localtime::text(q.at)
         ))),
     }
     })
@@ -939,15 +897,17 @@ fn enforcement_text(state: &AppState, id: u64, actions: &[crate::db::ActionRow])
                 if state.now() < until {
                     let _ = writeln!(
                         out,
-                        "Running allocated time: protected from preemption until {until} (min runtime {} s{}).",
-                        j.min_runtime_s,
-                        if (j.min_runtime_s as f64) > cap { format!(", capped at {cap} s") } else { String::new() }
+                        "Running allocated time: protected from preemption until {} (min runtime {}{}).",
+                        localtime::text(until),
+                        duration::format(j.min_runtime_s),
+                        if (j.min_runtime_s as f64) > cap { format!(", capped at {}", duration::format(cap.round() as u64)) } else { String::new() }
                     );
                 } else {
                     let _ = writeln!(
                         out,
-                        "Running allocated time: its protection ended at {until}; it keeps running while its team \
-                         is within its allocation or no more under-served job needs its GPUs."
+                        "Running allocated time: its protection ended at {}; it keeps running while its team \
+                         is within its allocation or no more under-served job needs its GPUs.",
+                        localtime::text(until)
                     );
                 }
             }
@@ -980,7 +940,7 @@ fn enforcement_text(state: &AppState, id: u64, actions: &[crate::db::ActionRow])
         let _ = writeln!(
             out,
             "At {}: {what}{}; lost {:.0} GPU-s. {}",
-            a.at,
+            localtime::text(a.at),
             if a.ok { "" } else { " (FAILED)" },
             a.lost_gpu_s,
             a.detail

@@ -215,10 +215,10 @@ impl Policy<'_> {
         })?;
         let ix = tree
             .find(name)
-            .ok_or_else(|| BudgetError::NotFound(format!("node `{name}`")))?;
+            .ok_or_else(|| BudgetError::NotFound(format!("team `{name}`")))?;
         match tree.node(ix).parent {
             Some(p) if tree.manages(user, p) => Ok(()),
-            Some(_) => Err(self.refuse(user, name, "you do not manage any node above it")),
+            Some(_) => Err(self.refuse(user, name, "you do not manage any team above it")),
             None => Err(self.refuse(user, name, "it is the root; only admins may edit it")),
         }
     }
@@ -239,14 +239,14 @@ impl Policy<'_> {
         let tree = tree.ok_or_else(|| self.refuse(user, parent, "the tree is empty"))?;
         let ix = tree
             .find(parent)
-            .ok_or_else(|| BudgetError::field("parent", format!("unknown node `{parent}`")))?;
+            .ok_or_else(|| BudgetError::field("parent", format!("unknown team `{parent}`")))?;
         if tree.manages(user, ix) {
             Ok(())
         } else {
             Err(self.refuse(
                 user,
                 parent,
-                "you do not manage it or any node above it, so you cannot add children there",
+                "you do not manage it or any team above it, so you cannot add children there",
             ))
         }
     }
@@ -281,7 +281,7 @@ impl Policy<'_> {
 
     fn refuse(&self, user: &str, node: &str, why: &str) -> BudgetError {
         BudgetError::Forbidden {
-            what: format!("user `{user}` editing node `{node}`"),
+            what: format!("user `{user}` editing team `{node}`"),
             why: why.to_string(),
         }
     }
@@ -320,7 +320,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("user `pi` editing node `prog`") && e.contains("do not manage"),
+            e.contains("user `pi` editing team `prog`") && e.contains("do not manage"),
             "{e}"
         );
         assert!(p.check_edit("pi", Some(&t), "other").is_err());

@@ -1,6 +1,9 @@
-//! The manager CLI: `compass budget show|set-share|add|move|remove|import|export`,
-//! `compass why JOBID` and `compass node fault|repaired|list`. It talks to the service over HTTP; writes carry a
-//! MUNGE credential bound to the request (see [`crate::auth`]).
+//! The manager CLI: `compass budget show|set-share|add|move|remove|import|export|audit`,
+//! `compass why JOBID` and `compass node fault|repaired|list`. It talks to the service over
+//! HTTP or HTTPS (rustls; the system's CA store or `ca_file`), found through flags, the
+//! environment or the client config (`/etc/compass/compass.toml`); writes carry a MUNGE
+//! credential bound to the request (see [`crate::auth`]). Errors map to exit statuses
+//! ([`exit`]).
 
 use compass_core::fairshare::NodeSpec;
 use serde::{Deserialize, Serialize};
@@ -10,18 +13,152 @@ use std::path::{Path, PathBuf};
 use crate::auth::{munge_encode_payload, request_payload, SCHEME};
 use crate::error::{BudgetError, Result};
 
-/// Default service URL.
+/// Default service URL (the service's default listen address).
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8642";
 
-/// How to reach the service.
-#[derive(clap::Args, Debug, Clone)]
+/// Default client config file.
+pub const DEFAULT_CLIENT_CONFIG: &str = "/etc/compass/compass.toml";
+
+/// Exit statuses of the `compass` commands that talk to the service
+/// (clap's usage errors exit with 2).
+pub mod exit {
+    /// Any other failure (bad input, a refused edit, a local error).
+    pub const FAILURE: u8 = 1;
+    /// Usage error (clap).
+    pub const USAGE: u8 = 2;
+    /// The job, node or team asked about does not exist (HTTP 404).
+    pub const NOT_FOUND: u8 = 3;
+    /// Not allowed: not authenticated or not permitted (HTTP 401, 403).
+    pub const NOT_ALLOWED: u8 = 4;
+    /// The service is down: unreachable (connection, TLS) or unavailable
+    /// (HTTP 502, 503, 504).
+    pub const SERVICE_DOWN: u8 = 5;
+}
+
+/// What `compass --help` says about exit statuses.
+pub const EXIT_HELP: &str = "Exit status: 0 success, 1 failure, 2 usage error, \
+3 not found (no such job, node or team), 4 not allowed (not authenticated or not permitted), \
+5 service down (compass-budgetd unreachable or unavailable).";
+
+impl BudgetError {
+    /// The exit status of a command that failed with this error ([`exit`]).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            BudgetError::NotFound(_) => exit::NOT_FOUND,
+            BudgetError::Unauthenticated(_) | BudgetError::Forbidden { .. } => exit::NOT_ALLOWED,
+            BudgetError::Unavailable(_) | BudgetError::Unreachable { .. } => exit::SERVICE_DOWN,
+            BudgetError::Api { status, .. } => match status {
+                404 => exit::NOT_FOUND,
+                401 | 403 => exit::NOT_ALLOWED,
+                502..=504 => exit::SERVICE_DOWN,
+                _ => exit::FAILURE,
+            },
+            _ => exit::FAILURE,
+        }
+    }
+}
+
+/// How to reach the service: flag, else environment, else the client config
+/// file, else [`DEFAULT_URL`].
+#[derive(clap::Args, Debug, Clone, Default)]
 pub struct Connection {
-    /// URL of compass-budgetd.
-    #[arg(long, env = "COMPASS_BUDGET_URL", default_value = DEFAULT_URL)]
-    pub url: String,
-    /// MUNGE socket (default: libmunge's default).
-    #[arg(long, env = "COMPASS_MUNGE_SOCKET")]
+    /// URL of compass-budgetd, `http://` or `https://` (default: `url` in
+    /// the client config, else http://127.0.0.1:8642).
+    #[arg(long, global = true, env = "COMPASS_BUDGET_URL", value_name = "URL")]
+    pub url: Option<String>,
+    /// MUNGE socket (default: `munge_socket` in the client config, else
+    /// libmunge's default).
+    #[arg(long, global = true, env = "COMPASS_MUNGE_SOCKET", value_name = "PATH")]
     pub munge_socket: Option<PathBuf>,
+    /// PEM file of the CA(s) that sign the service's certificate, trusted
+    /// instead of the system's CA store (default: `ca_file` in the client
+    /// config, else the system store, which honours `SSL_CERT_FILE`).
+    #[arg(long, global = true, env = "COMPASS_CA_FILE", value_name = "PEM")]
+    pub ca_file: Option<PathBuf>,
+    /// Client config file (TOML: `url`, `ca_file`, `munge_socket`); a
+    /// missing default file is fine.
+    #[arg(long = "client-config", global = true, env = "COMPASS_CONFIG", value_name = "FILE", default_value = DEFAULT_CLIENT_CONFIG)]
+    pub config: PathBuf,
+}
+
+/// The client config file (`/etc/compass/compass.toml`, `$COMPASS_CONFIG`).
+#[derive(Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    /// URL of compass-budgetd (e.g. `https://compass.example.org`).
+    pub url: Option<String>,
+    /// PEM CA file trusted for `https` URLs instead of the system store.
+    pub ca_file: Option<PathBuf>,
+    /// MUNGE socket for writes.
+    pub munge_socket: Option<PathBuf>,
+}
+
+impl ClientConfig {
+    /// Parses the client config (no I/O); `origin` names it in errors.
+    pub fn parse(origin: &str, text: &str) -> Result<Self> {
+        toml::from_str(text).map_err(|e| BudgetError::Config {
+            path: origin.to_string(),
+            why: e.to_string(),
+        })
+    }
+
+    /// Reads `path`; a missing file is an empty config only when it is the
+    /// default path (a file named by flag or `$COMPASS_CONFIG` must exist).
+    pub fn load(path: &Path) -> Result<Self> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&path.display().to_string(), &text),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && path == Path::new(DEFAULT_CLIENT_CONFIG) =>
+            {
+                Ok(Self::default())
+            }
+            Err(e) => Err(BudgetError::Config {
+                path: path.display().to_string(),
+                why: e.to_string(),
+            }),
+        }
+    }
+}
+
+/// Where and how the CLI reaches the service, all sources applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    pub url: String,
+    pub ca_file: Option<PathBuf>,
+    pub munge_socket: Option<PathBuf>,
+}
+
+impl Connection {
+    /// A connection to `url` (tests, tools).
+    pub fn to(url: &str) -> Self {
+        Connection {
+            url: Some(url.to_string()),
+            config: PathBuf::from(DEFAULT_CLIENT_CONFIG),
+            ..Default::default()
+        }
+    }
+
+    /// Flags and environment first, then the client config, then defaults.
+    pub fn resolve(&self) -> Result<Resolved> {
+        let file = ClientConfig::load(&self.config)?;
+        let url = self
+            .url
+            .clone()
+            .or(file.url)
+            .unwrap_or_else(|| DEFAULT_URL.to_string());
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(BudgetError::field(
+                "url",
+                format!("`{url}` must start with http:// or https://"),
+            ));
+        }
+        Ok(Resolved {
+            url: url.trim_end_matches('/').to_string(),
+            ca_file: self.ca_file.clone().or(file.ca_file),
+            munge_socket: self.munge_socket.clone().or(file.munge_socket),
+        })
+    }
 }
 
 /// `compass budget ...`
@@ -44,16 +181,22 @@ pub enum BudgetCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Set a node's share of its parent's budget (0..=1).
+    /// Set a team's (or group's) share of its parent's budget (0..=1).
     SetShare {
+        /// Team or group of the budget tree.
+        #[arg(value_name = "TEAM")]
         node: String,
         share: f64,
         /// Reason, kept in the audit trail.
         #[arg(long)]
         why: String,
+        /// Check the edit and show its changes; apply nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
-    /// Add a node under a parent.
+    /// Add a team or group under a parent.
     Add {
+        #[arg(value_name = "TEAM")]
         name: String,
         #[arg(long)]
         parent: String,
@@ -62,29 +205,53 @@ pub enum BudgetCmd {
         /// Slurm account (leaves only).
         #[arg(long)]
         account: Option<String>,
-        /// Manager of the new node (repeatable).
+        /// Manager of the new team (repeatable).
         #[arg(long = "manager")]
         managers: Vec<String>,
         #[arg(long)]
         why: String,
+        /// Check the edit and show its changes; apply nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
-    /// Move a node under another parent.
+    /// Move a team or group under another parent.
     Move {
+        #[arg(value_name = "TEAM")]
         node: String,
         #[arg(long)]
         to: String,
         #[arg(long)]
         why: String,
+        /// Check the edit and show its changes; apply nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
-    /// Remove a leaf node.
+    /// Remove a team (a leaf of the budget tree).
     Remove {
+        #[arg(value_name = "TEAM")]
         node: String,
         #[arg(long)]
         why: String,
+        /// Check the edit and show its changes; apply nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
-    /// Import the whole tree from TOML: prints the diff; applies only with --yes.
+    /// Import the whole tree from TOML, or build it from Slurm's account
+    /// hierarchy (--from-sacctmgr): prints the diff; applies only with --yes.
     Import {
-        file: PathBuf,
+        /// Budgets TOML file (`compass budget export`'s format).
+        #[arg(
+            required_unless_present = "from_sacctmgr",
+            conflicts_with = "from_sacctmgr"
+        )]
+        file: Option<PathBuf>,
+        /// Build the tree from the output of `sacctmgr -P -n show assoc
+        /// format=Account,ParentName,User,Fairshare` in FILE (`-`: stdin);
+        /// without FILE, runs that sacctmgr command (needs slurmdbd).
+        /// Accounts become nodes, shares are the fair-share numbers
+        /// normalised among siblings; users are folded into their account.
+        #[arg(long, value_name = "FILE", num_args = 0..=1)]
+        from_sacctmgr: Option<Option<PathBuf>>,
         #[arg(long)]
         why: String,
         /// Apply the changes after showing them.
@@ -95,6 +262,19 @@ pub enum BudgetCmd {
     Export {
         #[arg(long)]
         output: Option<PathBuf>,
+        /// Print the API's JSON instead of TOML.
+        #[arg(long, conflicts_with = "output")]
+        json: bool,
+    },
+    /// Show the audit trail of budget edits, newest first (who, when, why,
+    /// old and new values).
+    Audit {
+        /// At most this many edits (1..=10000).
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -105,6 +285,9 @@ pub struct WhyArgs {
     pub conn: Connection,
     /// Slurm job id.
     pub job: u64,
+    /// Print the API's JSON instead of the explanation.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `compass node ...`: faulty nodes (admins only for writes).
@@ -164,37 +347,86 @@ pub fn budgets_to_toml(nodes: &[NodeSpec]) -> Result<String> {
     })
 }
 
-/// A small HTTP client of the service; writes carry a MUNGE credential.
+/// A small HTTP(S) client of the service; writes carry a MUNGE credential.
 pub struct Client {
     base: String,
     socket: Option<PathBuf>,
     agent: ureq::Agent,
 }
 
+/// The TLS settings: the CAs of `ca_file`, else the system's CA store
+/// (rustls-platform-verifier: /etc/ssl/certs, `SSL_CERT_FILE`, `SSL_CERT_DIR`).
+fn tls_config(ca_file: Option<&Path>) -> Result<ureq::tls::TlsConfig> {
+    use ureq::tls::{PemItem, RootCerts, TlsConfig};
+    let roots = match ca_file {
+        None => RootCerts::PlatformVerifier,
+        Some(p) => {
+            let pem = std::fs::read(p).map_err(|e| BudgetError::Config {
+                path: p.display().to_string(),
+                why: format!("ca_file: {e}"),
+            })?;
+            let mut certs = Vec::new();
+            for item in ureq::tls::parse_pem(&pem) {
+                match item {
+                    Ok(PemItem::Certificate(c)) => certs.push(c),
+                    Ok(_) => {}
+                    Err(e) => {
+                        return Err(BudgetError::Config {
+                            path: p.display().to_string(),
+                            why: format!("ca_file: not PEM: {e}"),
+                        })
+                    }
+                }
+            }
+            if certs.is_empty() {
+                return Err(BudgetError::Config {
+                    path: p.display().to_string(),
+                    why: "ca_file: no certificate in the file".into(),
+                });
+            }
+            RootCerts::new_with_certs(&certs)
+        }
+    };
+    Ok(TlsConfig::builder().root_certs(roots).build())
+}
+
 impl Client {
-    pub fn new(conn: &Connection) -> Self {
+    /// A client of the service `conn` resolves to ([`Connection::resolve`]).
+    pub fn new(conn: &Connection) -> Result<Self> {
+        let r = conn.resolve()?;
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .tls_config(tls_config(r.ca_file.as_deref())?)
             .build()
             .into();
-        Client {
-            base: conn.url.trim_end_matches('/').to_string(),
-            socket: conn.munge_socket.clone(),
+        Ok(Client {
+            base: r.url,
+            socket: r.munge_socket,
             agent,
-        }
+        })
+    }
+
+    /// The service's base URL.
+    pub fn url(&self) -> &str {
+        &self.base
     }
 
     fn finish(
         &self,
         resp: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     ) -> Result<Value> {
-        let mut resp =
-            resp.map_err(|e| BudgetError::Http(format!("{} unreachable: {e}", self.base)))?;
+        let mut resp = resp.map_err(|e| BudgetError::Unreachable {
+            url: self.base.clone(),
+            why: e.to_string(),
+        })?;
         let status = resp.status();
         let text = resp
             .body_mut()
             .read_to_string()
-            .map_err(|e| BudgetError::Http(e.to_string()))?;
+            .map_err(|e| BudgetError::Unreachable {
+                url: self.base.clone(),
+                why: format!("reading the answer: {e}"),
+            })?;
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
             Ok(v)
@@ -203,8 +435,17 @@ impl Client {
                 .get("error")
                 .and_then(Value::as_str)
                 .map(str::to_string)
-                .unwrap_or_else(|| v.to_string());
-            Err(BudgetError::Http(format!("{} {}", status.as_u16(), msg)))
+                .unwrap_or_else(|| match &v {
+                    Value::String(t) if t.trim().is_empty() => {
+                        status.canonical_reason().unwrap_or("").to_string()
+                    }
+                    Value::String(t) => t.trim().to_string(),
+                    other => other.to_string(),
+                });
+            Err(BudgetError::Api {
+                status: status.as_u16(),
+                message: msg,
+            })
         }
     }
 
@@ -269,7 +510,7 @@ fn fmt_opt(v: &Value, digits: usize) -> String {
 pub fn render_tree(v: &Value) -> String {
     let mut out = format!(
         "{:<32} {:>7} {:>8} {:>9} {:>11} {:>9} {:>7}\n",
-        "node", "share", "cluster", "alloc GPU", "charged GPUh", "free GPUh", "ratio"
+        "team", "share", "cluster", "alloc GPU", "charged GPUh", "free GPUh", "ratio"
     );
     for n in v["nodes"].as_array().into_iter().flatten() {
         let depth = n["depth"].as_u64().unwrap_or(0) as usize;
@@ -291,6 +532,76 @@ pub fn render_tree(v: &Value) -> String {
             fmt_opt(&n["free_gpu_hours"], 1),
             fmt_opt(&n["ratio"], 3),
         ));
+    }
+    out.push_str(&weights_line(v));
+    out
+}
+
+/// Under the tree table, when `[gpu_weights]` is set: GPU-hours and GPUs
+/// are weighted, and by what.
+fn weights_line(v: &Value) -> String {
+    let Some(w) = v["gpu_weights"].as_object().filter(|w| !w.is_empty()) else {
+        return String::new();
+    };
+    let list: Vec<String> = w
+        .iter()
+        .map(|(t, x)| format!("{t} x{}", x.as_f64().unwrap_or(1.0)))
+        .collect();
+    format!(
+        "GPUs and GPU-hours are weighted ([gpu_weights]: {}; other GPUs x1); capacity {} weighted GPUs\n",
+        list.join(", "),
+        fmt_opt(&v["capacity_gpus"], 1)
+    )
+}
+
+/// Prints the changes of an edit; for a dry run, says nothing was applied.
+fn print_edit(v: &Value, dry_run: bool) {
+    if dry_run {
+        println!("dry run: the changes this edit would make:");
+    }
+    print_changes(v);
+    if dry_run {
+        println!("(not applied; run again without --dry-run to apply)");
+    }
+}
+
+/// Renders `GET /api/v1/audit` as text: one line per edit, then what changed.
+pub fn render_audit(v: &Value) -> String {
+    let mut out = String::new();
+    for r in v["rows"].as_array().into_iter().flatten() {
+        let desc = |x: &Value| -> String {
+            if x.is_null() {
+                return "-".to_string();
+            }
+            let mut parts = vec![];
+            if let Some(p) = x["parent"].as_str() {
+                parts.push(format!("parent {p}"));
+            }
+            if let Some(sh) = x["share"].as_f64() {
+                parts.push(format!("share {sh}"));
+            }
+            if let Some(a) = x["account"].as_str() {
+                parts.push(format!("account {a}"));
+            }
+            if let Some(m) = x["managers"].as_array().filter(|m| !m.is_empty()) {
+                let m: Vec<&str> = m.iter().filter_map(Value::as_str).collect();
+                parts.push(format!("managers {}", m.join(",")));
+            }
+            parts.join(", ")
+        };
+        out.push_str(&format!(
+            "{}  {:<8} {:<24} by {}: {}\n    before: {}\n    after:  {}\n",
+            crate::localtime::text(r["at"].as_i64().unwrap_or(0)),
+            r["action"].as_str().unwrap_or("?"),
+            r["node"].as_str().unwrap_or("?"),
+            r["who"].as_str().unwrap_or("?"),
+            r["why"].as_str().unwrap_or(""),
+            desc(&r["old"]),
+            desc(&r["new"]),
+        ));
+    }
+    if out.is_empty() {
+        out.push_str("no budget edits yet\n");
     }
     out
 }
@@ -314,7 +625,7 @@ fn read_file(p: &Path) -> Result<String> {
 
 /// Runs `compass budget ...`.
 pub fn run_budget(args: &BudgetArgs) -> Result<()> {
-    let c = Client::new(&args.conn);
+    let c = Client::new(&args.conn)?;
     match &args.cmd {
         BudgetCmd::Show { days, json } => {
             let path = match days {
@@ -331,12 +642,18 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
                 print!("{}", render_tree(&v));
             }
         }
-        BudgetCmd::SetShare { node, share, why } => {
-            print_changes(&c.write(
+        BudgetCmd::SetShare {
+            node,
+            share,
+            why,
+            dry_run,
+        } => {
+            let v = c.write(
                 "PATCH",
                 &format!("/api/v1/nodes/{}", path_escape(node)),
-                &json!({ "share": share, "why": why }),
-            )?);
+                &json!({ "share": share, "why": why, "dry_run": dry_run }),
+            )?;
+            print_edit(&v, *dry_run);
         }
         BudgetCmd::Add {
             name,
@@ -345,31 +662,65 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
             account,
             managers,
             why,
+            dry_run,
         } => {
-            print_changes(&c.write(
+            let v = c.write(
                 "POST",
                 "/api/v1/nodes",
-                &json!({ "name": name, "parent": parent, "share": share, "account": account, "managers": managers, "why": why }),
-            )?);
+                &json!({ "name": name, "parent": parent, "share": share, "account": account,
+                         "managers": managers, "why": why, "dry_run": dry_run }),
+            )?;
+            print_edit(&v, *dry_run);
         }
-        BudgetCmd::Move { node, to, why } => {
-            print_changes(&c.write(
+        BudgetCmd::Move {
+            node,
+            to,
+            why,
+            dry_run,
+        } => {
+            let v = c.write(
                 "PATCH",
                 &format!("/api/v1/nodes/{}", path_escape(node)),
-                &json!({ "parent": to, "why": why }),
-            )?);
+                &json!({ "parent": to, "why": why, "dry_run": dry_run }),
+            )?;
+            print_edit(&v, *dry_run);
         }
-        BudgetCmd::Remove { node, why } => {
-            print_changes(&c.write(
+        BudgetCmd::Remove { node, why, dry_run } => {
+            let v = c.write(
                 "DELETE",
                 &format!("/api/v1/nodes/{}", path_escape(node)),
-                &json!({ "why": why }),
-            )?);
+                &json!({ "why": why, "dry_run": dry_run }),
+            )?;
+            print_edit(&v, *dry_run);
         }
-        BudgetCmd::Import { file, why, yes } => {
-            let doc = parse_budgets_toml(&read_file(file)?)?;
-            let body = |dry: bool| json!({ "nodes": doc.nodes, "why": why, "dry_run": dry });
-            println!("dry run: changes from {}:", file.display());
+        BudgetCmd::Import {
+            file,
+            from_sacctmgr,
+            why,
+            yes,
+        } => {
+            let (nodes, from) = match (file, from_sacctmgr) {
+                (_, Some(src)) => {
+                    let (text, from) = crate::sacctmgr::read_source(src.as_deref())?;
+                    let imported = crate::sacctmgr::tree_from_sacctmgr(&text)?;
+                    for n in &imported.notes {
+                        println!("note: {n}");
+                    }
+                    (imported.nodes, from)
+                }
+                (Some(file), None) => (
+                    parse_budgets_toml(&read_file(file)?)?.nodes,
+                    file.display().to_string(),
+                ),
+                (None, None) => {
+                    return Err(BudgetError::Malformed {
+                        field: None,
+                        why: "give a budgets TOML file or --from-sacctmgr".into(),
+                    })
+                }
+            };
+            let body = |dry: bool| json!({ "nodes": nodes, "why": why, "dry_run": dry });
+            println!("dry run: changes from {from}:");
             print_changes(&c.write("POST", "/api/v1/import", &body(true))?);
             if *yes {
                 let v = c.write("POST", "/api/v1/import", &body(false))?;
@@ -381,14 +732,26 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
                 println!("(not applied; run again with --yes to apply)");
             }
         }
-        BudgetCmd::Export { output } => {
+        BudgetCmd::Export { output, json } => {
             let v = c.get("/api/v1/export")?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                return Ok(());
+            }
             let nodes: Vec<NodeSpec> = serde_json::from_value(v["nodes"].clone())
                 .map_err(|e| BudgetError::Http(format!("unexpected export: {e}")))?;
             let text = budgets_to_toml(&nodes)?;
             match output {
                 Some(p) => std::fs::write(p, text)?,
                 None => print!("{text}"),
+            }
+        }
+        BudgetCmd::Audit { limit, json } => {
+            let v = c.get(&format!("/api/v1/audit?limit={limit}"))?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            } else {
+                print!("{}", render_audit(&v));
             }
         }
     }
@@ -398,8 +761,12 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
 /// Runs `compass why JOBID`: its place in the queue (or its last run) and
 /// what enforcement did to it or for it.
 pub fn run_why(args: &WhyArgs) -> Result<()> {
-    let c = Client::new(&args.conn);
+    let c = Client::new(&args.conn)?;
     let v = c.get(&format!("/api/v1/queue/{}", args.job))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
     print!(
         "{}",
         v["row"]["why"]
@@ -419,7 +786,7 @@ pub fn render_hosts(v: &Value) -> String {
         let faulty = match n["faulty"].as_object() {
             Some(f) => format!(
                 "since {} by {}: {}",
-                f.get("since").and_then(Value::as_i64).unwrap_or(0),
+                crate::localtime::text(f.get("since").and_then(Value::as_i64).unwrap_or(0)),
                 f.get("by").and_then(Value::as_str).unwrap_or("?"),
                 f.get("reason").and_then(Value::as_str).unwrap_or("")
             ),
@@ -448,7 +815,7 @@ pub fn render_hosts(v: &Value) -> String {
                 name,
                 "-",
                 "unknown",
-                f["since"].as_i64().unwrap_or(0),
+                crate::localtime::text(f["since"].as_i64().unwrap_or(0)),
                 f["by"].as_str().unwrap_or("?"),
                 f["reason"].as_str().unwrap_or("")
             ));
@@ -457,14 +824,9 @@ pub fn render_hosts(v: &Value) -> String {
     out
 }
 
-/// [`run_node`] with the error as text (what the `compass` binary prints).
-pub fn node_command(args: &NodeArgs) -> std::result::Result<(), String> {
-    run_node(args).map_err(|e| e.to_string())
-}
-
 /// Runs `compass node ...`.
 pub fn run_node(args: &NodeArgs) -> Result<()> {
-    let c = Client::new(&args.conn);
+    let c = Client::new(&args.conn)?;
     match &args.cmd {
         NodeCmd::Fault { node, reason } => {
             let v = c.write(
@@ -524,13 +886,22 @@ mod tests {
         let out = render_tree(&v);
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 3);
-        assert!(lines[0].starts_with("node"));
+        assert!(lines[0].starts_with("team "));
         let cols: Vec<&str> = lines[2].split_whitespace().collect();
         assert_eq!(
             cols,
             ["team-a", "[nlp-a]", "0.700", "21.0%", "13.44", "376.0", "0.0", "-"]
         );
         assert!(lines[1].split_whitespace().last() == Some("0.039"));
+        // With `[gpu_weights]`, a line says what the numbers are in.
+        let mut w = v.clone();
+        w["gpu_weights"] = json!({ "a100": 2.0, "l40s": 1.0 });
+        w["capacity_gpus"] = json!(148.0);
+        let out = render_tree(&w);
+        assert_eq!(
+            out.lines().last(),
+            Some("GPUs and GPU-hours are weighted ([gpu_weights]: a100 x2, l40s x1; other GPUs x1); capacity 148.0 weighted GPUs")
+        );
     }
 
     #[test]
@@ -554,11 +925,55 @@ mod tests {
             ["n1", "8", "up", "-"]
         );
         assert!(lines[2].starts_with("n2") && lines[2].contains("draining"));
-        assert!(lines[2].ends_with("since 100 by root: ECC"), "{}", lines[2]);
+        assert!(
+            lines[2].ends_with(&format!(
+                "since {} by root: ECC",
+                crate::localtime::text(100)
+            )),
+            "{}",
+            lines[2]
+        );
         assert!(
             lines[3].starts_with("gone") && lines[3].contains("unknown"),
             "{}",
             lines[3]
+        );
+    }
+
+    #[test]
+    fn audit_shows_when_who_why_and_the_values_before_and_after() {
+        let v = json!({ "rows": [
+            { "id": 2, "at": 1_795_963_760_i64, "action": "update", "node": "team-a", "who": "lead-a",
+              "why": "rebalance",
+              "old": { "name": "team-a", "parent": "org", "share": 0.7, "account": "a", "managers": ["lead-a"] },
+              "new": { "name": "team-a", "parent": "org", "share": 0.6, "account": "a", "managers": ["lead-a"] } },
+            { "id": 1, "at": 1_795_963_000_i64, "action": "create", "node": "team-a", "who": "root",
+              "why": "new team", "old": null,
+              "new": { "name": "team-a", "parent": "org", "share": 0.7, "account": null, "managers": [] } },
+        ]});
+        let out = render_audit(&v);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 6, "{out}");
+        assert_eq!(
+            lines[0],
+            format!(
+                "{}  update   team-a                   by lead-a: rebalance",
+                crate::localtime::text(1_795_963_760)
+            )
+        );
+        assert_eq!(
+            lines[1],
+            "    before: parent org, share 0.7, account a, managers lead-a"
+        );
+        assert_eq!(
+            lines[2],
+            "    after:  parent org, share 0.6, account a, managers lead-a"
+        );
+        assert_eq!(lines[4], "    before: -");
+        assert_eq!(lines[5], "    after:  parent org, share 0.7");
+        assert_eq!(
+            render_audit(&json!({ "rows": [] })),
+            "no budget edits yet\n"
         );
     }
 

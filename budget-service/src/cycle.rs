@@ -11,18 +11,21 @@
 //! served from the last state and the cycle retries with exponential back-off
 //! (capped at 5 minutes); Slurm keeps scheduling on the last pushed order.
 
-use compass_core::fairshare::{self, Kind};
+use compass_core::fairshare::{self, Kind, OrgTree};
 use compass_core::model::JobId;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::slurm::{SlurmActions, SlurmSink, SlurmSource};
+use crate::slurm::{SlurmActions, SlurmSink, SlurmSnapshot, SlurmSource};
 use crate::state::{AppState, QueueView, Seen};
 use compass_core::preempt::TeamTable;
+
+/// The `team` label of usage by an account no team holds.
+pub const UNBUDGETED: &str = "(unbudgeted)";
 
 /// Longest wait between retries when Slurm is down.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -34,6 +37,8 @@ pub struct StepReport {
     pub closed: usize,
     pub pending: usize,
     pub pushed: usize,
+    /// Pending jobs whose Slurm priority is not compass's factor.
+    pub priority_offsets: usize,
     /// What enforcement did (all zero when it is off or has no actions).
     pub enforced: crate::enforce::EnforceReport,
 }
@@ -64,6 +69,8 @@ pub struct Cycle {
     resync: bool,
     last_ok: Option<i64>,
     last_prune: Option<i64>,
+    /// Pending jobs of the last snapshot (their start gives a wait time).
+    was_pending: HashSet<JobId>,
 }
 
 impl Cycle {
@@ -81,6 +88,7 @@ impl Cycle {
             resync: false,
             last_ok: None,
             last_prune: None,
+            was_pending: HashSet::new(),
         }
     }
 
@@ -95,10 +103,24 @@ impl Cycle {
 
     /// One ingest -> order -> push -> enforce step.
     pub fn step(&mut self) -> Result<StepReport> {
+        let t0 = std::time::Instant::now();
         let res = self.try_step();
+        let m = &self.state.metrics;
+        m.cycle(res.is_ok(), t0.elapsed().as_secs_f64());
+        if let Ok(r) = &res {
+            m.site_factor_updates.inc_by(r.pushed as u64);
+        }
         let mut st = self.state.status();
         match &res {
             Ok(r) => {
+                if r.priority_offsets > 0 && st.priority_offset_jobs == 0 {
+                    tracing::warn!(
+                        jobs = r.priority_offsets,
+                        "Slurm adds other priority factors to pending jobs (a PriorityWeight* of slurm.conf is not 0): \
+                         they reorder compass's queue within a partition tier; set them to 0 (docs/admin-guide.md)"
+                    );
+                }
+                st.priority_offset_jobs = r.priority_offsets as u64;
                 st.slurm_connected = true;
                 st.last_ok = Some(self.state.now());
                 st.last_error = None;
@@ -119,14 +141,19 @@ impl Cycle {
     }
 
     fn try_step(&mut self) -> Result<StepReport> {
-        let snap = self.source.snapshot()?;
+        let snap = self.source.snapshot().inspect_err(|_| {
+            self.state.metrics.slurm_rpc_error("snapshot");
+        })?;
         let now = self.state.now();
         let mut rep = StepReport::default();
+        // `[gpu_weights]`: every charge, demand, load and capacity below is
+        // in weighted GPUs, priced here and only here.
+        let weights = self.state.config.weights();
         let observed: Vec<_> = snap
             .running
             .iter()
             .chain(snap.ended.iter())
-            .filter_map(|j| j.as_interval())
+            .filter_map(|j| j.as_interval(&weights))
             .collect();
         let running: Vec<(JobId, i64)> = snap
             .running
@@ -135,9 +162,8 @@ impl Cycle {
             .collect();
         let window = self.state.config.window_s;
         let capacity = snap
-            .capacity_gpus
-            .filter(|c| *c > 0)
-            .unwrap_or(self.state.config.capacity_gpus);
+            .weighted_capacity(&weights)
+            .unwrap_or(f64::from(self.state.config.capacity_gpus));
         let elapsed = match self.last_ok {
             Some(t) => (now - t).clamp(0, 3 * self.state.config.cycle_s as i64),
             None => self.state.config.cycle_s as i64,
@@ -149,7 +175,7 @@ impl Cycle {
             .chain(snap.pending.iter())
             .filter(|j| j.kind() == Kind::Allocated)
         {
-            *demand.entry(j.account.clone()).or_default() += f64::from(j.gpus) * elapsed;
+            *demand.entry(j.account.clone()).or_default() += j.charge_rate(&weights) * elapsed;
         }
         let (tree, usage) = {
             let mut db = self.state.db();
@@ -168,11 +194,13 @@ impl Cycle {
         };
         let pending: Vec<_> = snap.pending.iter().map(|j| j.as_pending()).collect();
         rep.pending = pending.len();
+        rep.priority_offsets = snap.priority_offsets.len();
         let mut ratios = TeamTable::default();
         let order = match &tree {
             Some(tree) => {
                 let stats = fairshare::node_stats(tree, &usage, capacity, window);
-                ratios = crate::enforce::team_table(tree, &stats, &snap.running, capacity);
+                ratios =
+                    crate::enforce::team_table(tree, &stats, &snap.running, capacity, &weights);
                 fairshare::order_queue(tree, &stats, &pending)
             }
             None => {
@@ -204,6 +232,7 @@ impl Cycle {
         let factor_map: HashMap<JobId, u32> = factors.into_iter().collect();
         if !changed.is_empty() {
             if let Err(e) = self.sink.set_site_factors(&changed) {
+                self.state.metrics.slurm_rpc_error("update_job");
                 // Part of the push may have landed: keep these keys, and
                 // send all of them on the next successful cycle.
                 self.pushed = factor_map;
@@ -214,6 +243,7 @@ impl Cycle {
         rep.pushed = changed.len();
         self.resync = false;
         self.pushed = factor_map.clone();
+        self.state.set_capacity(capacity);
         self.state.set_seen(Seen {
             nodes: snap.nodes.clone(),
             running: snap.running.iter().map(|j| (j.job.0, j.clone())).collect(),
@@ -229,14 +259,41 @@ impl Cycle {
                 &prot.core(),
             )?;
         }
+        let job_weights = snap
+            .pending
+            .iter()
+            .map(|j| (j.job, j.weight(&weights)))
+            .collect();
         self.state.set_queue(QueueView {
             at: now,
             order,
             factors: factor_map,
+            weights: job_weights,
+            weighted: !weights.is_uniform(),
             ..QueueView::default()
         });
+        self.observe(&snap, tree.as_ref(), elapsed);
         self.last_ok = Some(now);
         Ok(rep)
+    }
+
+    /// Counts for `/metrics` what this snapshot shows: the GPU-seconds of
+    /// each team's running jobs over the last `elapsed` seconds, and the
+    /// wait of each job seen pending last time and started since.
+    fn observe(&mut self, snap: &SlurmSnapshot, tree: Option<&OrgTree>, elapsed: f64) {
+        let m = &self.state.metrics;
+        for j in &snap.running {
+            let team = tree
+                .and_then(|t| Some(t.node(t.leaf_for_account(&j.account).ok()?).name.clone()))
+                .unwrap_or_else(|| UNBUDGETED.to_string());
+            m.team_usage(&team, j.kind(), f64::from(j.gpus) * elapsed);
+        }
+        for j in snap.running.iter().chain(snap.ended.iter()) {
+            if let (true, Some(start)) = (self.was_pending.contains(&j.job), j.start) {
+                m.job_started(j.gpus, (start - j.submit) as f64);
+            }
+        }
+        self.was_pending = snap.pending.iter().map(|j| j.job).collect();
     }
 
     /// Runs [`Cycle::run`] on its own thread.
@@ -276,6 +333,121 @@ impl Cycle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::Authenticator;
+    use crate::config::Config;
+    use crate::db::Db;
+    use crate::error::BudgetError;
+    use crate::slurm::{FakeSlurm, SlurmJob};
+    use crate::state::TestClock;
+    use compass_core::fairshare::NodeSpec;
+    use compass_core::preempt::NodeTraits;
+
+    struct NoAuth;
+    impl Authenticator for NoAuth {
+        fn authenticate(&self, _c: &str, _p: &[u8]) -> Result<String> {
+            Err(BudgetError::Unauthenticated("tests".into()))
+        }
+    }
+
+    /// `[gpu_weights] a100 = 2, l40s = 1`: an a100 job is charged twice what
+    /// an l40s job of the same GPUs and time is; capacity, allocations,
+    /// demand and `compass why` are in weighted GPUs.
+    #[test]
+    fn jobs_are_charged_per_gpu_weight() {
+        let t0 = 1_000_000;
+        let config = Config::parse(
+            "db = \":memory:\"\ncapacity_gpus = 99\nwindow_s = 3600\n\
+             [gpu_weights]\na100 = 2.0\nl40s = 1.0\n",
+            "t",
+        )
+        .unwrap();
+        let clock = Arc::new(TestClock::new(t0));
+        let state = AppState::new(
+            config,
+            Db::open_in_memory().unwrap(),
+            Arc::new(NoAuth),
+            clock.clone(),
+        );
+        let spec = |name: &str, parent: Option<&str>, share: f64| NodeSpec {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            share,
+            managers: vec![],
+            account: parent.map(|_| name.to_string()),
+        };
+        state
+            .db()
+            .edit_tree("root", "import", "halves", t0, |_| {
+                Ok(vec![
+                    spec("org", None, 1.0),
+                    spec("ta", Some("org"), 0.5),
+                    spec("tb", Some("org"), 0.5),
+                ])
+            })
+            .unwrap();
+        let slurm = Arc::new(FakeSlurm::new());
+        // One a100 node of 8 (16 weighted GPUs), one l40s node of 4 (4) and
+        // one untyped node of 2 (2): capacity 22.
+        for (name, gpus, ty) in [
+            ("a1", 8, Some("a100")),
+            ("l1", 4, Some("l40s")),
+            ("u1", 2, None),
+        ] {
+            slurm.add_node(name, gpus);
+            slurm.set_traits(NodeTraits {
+                name: name.into(),
+                gpus,
+                gpu_types: ty.into_iter().map(str::to_string).collect(),
+                ..NodeTraits::default()
+            });
+        }
+        // 4 a100 GPUs for team ta, 4 l40s GPUs for team tb, for 100 s each.
+        let mut a = SlurmJob::basic(JobId(1), "ta", 4, 600, true, 0, t0);
+        a.gpu_types.insert("a100".into(), 4);
+        a.start = Some(t0);
+        a.alloc = vec![("a1".into(), 4)];
+        slurm.put(a);
+        let mut b = SlurmJob::basic(JobId(2), "tb", 4, 600, true, 0, t0);
+        b.gpu_types.insert("l40s".into(), 4);
+        b.start = Some(t0);
+        b.alloc = vec![("l1".into(), 4)];
+        slurm.put(b);
+        // A pending a100 request, for the queue's weight.
+        let mut p = SlurmJob::basic(JobId(3), "tb", 2, 600, true, 0, t0);
+        p.gpu_types.insert("a100".into(), 2);
+        slurm.put(p);
+        let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
+        cycle.step().unwrap();
+        clock.set(t0 + 100);
+        slurm.end(JobId(1), t0 + 100);
+        slurm.end(JobId(2), t0 + 100);
+        cycle.step().unwrap();
+
+        assert_eq!(state.capacity(), 8.0 * 2.0 + 4.0 + 2.0);
+        let usage = state.db().usage_between(t0, t0 + 100).unwrap();
+        assert_eq!(usage["ta"].charged_gpu_s, 4.0 * 2.0 * 100.0);
+        assert_eq!(usage["tb"].charged_gpu_s, 4.0 * 1.0 * 100.0);
+        let view = state.tree_view(t0, t0 + 100).unwrap();
+        let ta = view.iter().find(|n| n.name == "ta").unwrap();
+        assert_eq!(ta.allocation_gpus, 11.0);
+        assert!((ta.charged_gpu_hours - 800.0 / 3600.0).abs() < 1e-12);
+        // Same GPUs and time, twice the charge: ta is the more served team.
+        let tb = view.iter().find(|n| n.name == "tb").unwrap();
+        assert!((ta.ratio.unwrap() - 2.0 * tb.ratio.unwrap()).abs() < 1e-12);
+        assert_eq!(
+            state
+                .db()
+                .latest_interval(JobId(1))
+                .unwrap()
+                .unwrap()
+                .weight,
+            2.0
+        );
+        // The pending a100 request shows its weight.
+        let q = state.queue();
+        assert_eq!(q.weights[&JobId(3)], 2.0);
+        assert!(q.weighted);
+    }
 
     #[test]
     fn back_off_doubles_and_caps() {

@@ -33,8 +33,12 @@ function bars(svg, items, series) {
 }
 function render(d) {
   const hours = d.window_s / 3600;
+  const w = Object.entries(d.gpu_weights || {});
+  const cap = w.length
+    ? `capacity ${fmt(d.capacity_gpus, 1)} weighted GPUs (GPU weights: ${w.map(([t, x]) => `${t} x${x}`).join(", ")}; other GPUs x1)`
+    : `capacity ${d.capacity_gpus} GPUs`;
   document.getElementById("meta").textContent =
-    `capacity ${d.capacity_gpus} GPUs; window ${fmt(hours / 24, 1)} days; ${d.queue.length} pending jobs`;
+    `${cap}; window ${fmt(hours / 24, 1)} days; ${d.queue.length} pending jobs`;
   const tb = document.querySelector("#tree-table tbody"); tb.innerHTML = "";
   for (const n of d.tree) {
     const name = "\u00a0\u00a0".repeat(n.depth) + n.name + (n.account ? ` (${n.account})` : "");
@@ -48,7 +52,8 @@ function render(d) {
     [{ color: "#9bc" }, { color: "#d62" }, { color: "#ec9" }]);
   const qb = document.querySelector("#queue-table tbody"); qb.innerHTML = "";
   for (const j of d.queue) {
-    row(qb, [j.rank + 1, j.job, j.team || `(${j.account}, unbudgeted)`, j.kind, j.gpus, j.priority, fmt(j.team_ratio, 3)], "job-" + j.job);
+    row(qb, [j.rank + 1, j.job, j.team || `(${j.account}, unbudgeted)`, j.kind, j.gpus, j.priority, fmt(j.team_ratio, 3),
+      fmt(j.weight ?? 1, 2)], "job-" + j.job);
   }
   const ob = document.querySelector("#owed-table tbody"); ob.innerHTML = "";
   for (const t of d.owed) {
@@ -71,6 +76,7 @@ async function refresh() {
         .map(u => fetch(u).then(r => r.json())));
     const d = JSON.parse(document.getElementById("data").textContent);
     d.tree = tree.nodes; d.window_s = tree.to - tree.from; d.capacity_gpus = tree.capacity_gpus;
+    d.gpu_weights = tree.gpu_weights;
     d.queue = queue.jobs; d.owed = owed.teams; d.actions = actions.rows;
     render(d);
     document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);

@@ -29,6 +29,7 @@ pub fn data(state: &AppState) -> serde_json::Value {
             json!({
                 "rank": p.rank, "job": p.job.job, "account": p.job.account, "team": p.team,
                 "kind": p.kind, "gpus": p.job.gpus, "priority": p.job.priority,
+                "weight": q.weights.get(&p.job.job).copied().unwrap_or(1.0),
                 "team_ratio": p.path.last().map(|l| l.ratio).filter(|r| r.is_finite()),
             })
         })
@@ -36,7 +37,8 @@ pub fn data(state: &AppState) -> serde_json::Value {
     let owed = state.owed_report(now - 30 * 86400, now).unwrap_or_default();
     let actions = state.db().actions(None, 20).unwrap_or_default();
     json!({
-        "now": now, "window_s": week, "capacity_gpus": state.config.capacity_gpus,
+        "now": now, "window_s": week, "capacity_gpus": state.capacity(),
+        "gpu_weights": state.config.gpu_weights,
         "tree": tree, "queue": rows, "owed": owed, "actions": actions,
     })
 }

@@ -21,6 +21,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0001_init.sql"),
     include_str!("../../sql/0002_enforcement.sql"),
     include_str!("../../sql/0003_enforcement_identity.sql"),
+    include_str!("../../sql/0004_gpu_weights.sql"),
 ];
 
 /// The newest schema version this build knows.
@@ -140,6 +141,24 @@ impl Db {
     where
         F: FnOnce(&[NodeSpec]) -> Result<Vec<NodeSpec>>,
     {
+        self.edit_tree_or_dry_run(who, action, why, now, false, edit)
+    }
+
+    /// [`Db::edit_tree`], or with `dry_run` every check of it (reason,
+    /// permissions inside `edit`, a valid tree) and the changes it would
+    /// make, with nothing written.
+    pub fn edit_tree_or_dry_run<F>(
+        &mut self,
+        who: &str,
+        action: &str,
+        why: &str,
+        now: UnixSecs,
+        dry_run: bool,
+        edit: F,
+    ) -> Result<Vec<TreeChange>>
+    where
+        F: FnOnce(&[NodeSpec]) -> Result<Vec<NodeSpec>>,
+    {
         if why.trim().is_empty() {
             return Err(BudgetError::field(
                 "why",
@@ -162,6 +181,10 @@ impl Db {
             OrgTree::build(&new)?;
         }
         let changes = fairshare::diff(&old, &new);
+        if dry_run {
+            // The transaction rolls back when dropped: nothing is written.
+            return Ok(changes);
+        }
         // Accounts are UNIQUE and checked per statement: release the accounts
         // of every modified or removed node first, so that an edit may move
         // an account between nodes (the new tree was validated above).
@@ -288,8 +311,8 @@ impl Db {
             match one.ingest(obs.clone())? {
                 IngestOutcome::Inserted => {
                     tx.execute(
-                        "INSERT INTO intervals (job, start, account, gpus, end_time, kind, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                        params![obs.job.0 as i64, obs.start, obs.account, obs.gpus, obs.end, obs.kind.as_str(), seen_at],
+                        "INSERT INTO intervals (job, start, account, gpus, end_time, kind, last_seen, weight) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                        params![obs.job.0 as i64, obs.start, obs.account, obs.gpus, obs.end, obs.kind.as_str(), seen_at, obs.weight],
                     )?;
                     rep.inserted += 1;
                 }
@@ -346,7 +369,7 @@ impl Db {
     /// The intervals that overlap `[from, to)`, as a core ledger.
     pub fn ledger_between(&self, from: UnixSecs, to: UnixSecs) -> Result<Ledger> {
         let mut st = self.conn.prepare(
-            "SELECT job, start, account, gpus, end_time, kind FROM intervals WHERE start < ?2 AND (end_time IS NULL OR end_time > ?1)",
+            "SELECT job, start, account, gpus, end_time, kind, weight FROM intervals WHERE start < ?2 AND (end_time IS NULL OR end_time > ?1)",
         )?;
         let rows = st.query_map(params![from, to], row_interval)?;
         let mut l = Ledger::new();
@@ -356,12 +379,12 @@ impl Db {
         Ok(l)
     }
 
-    /// GPU-seconds per account and kind in `[from, to)`, summed in SQL
+    /// Weighted GPU-seconds per account and kind in `[from, to)`, summed in SQL
     /// (same result as `ledger_between(from, to)?.usage(from, to)`, without
     /// loading the intervals).
     pub fn usage_between(&self, from: UnixSecs, to: UnixSecs) -> Result<HashMap<String, Usage>> {
         let mut st = self.conn.prepare(
-            "SELECT account, kind, SUM(gpus * (MIN(COALESCE(end_time, ?2), ?2) - MAX(start, ?1)))
+            "SELECT account, kind, SUM(gpus * weight * (MIN(COALESCE(end_time, ?2), ?2) - MAX(start, ?1)))
              FROM intervals
              WHERE start < ?2 AND (end_time IS NULL OR end_time > ?1)
              GROUP BY account, kind",
@@ -411,7 +434,7 @@ impl Db {
         Ok(self
             .conn
             .query_row(
-                "SELECT job, start, account, gpus, end_time, kind FROM intervals WHERE job = ?1 ORDER BY start DESC LIMIT 1",
+                "SELECT job, start, account, gpus, end_time, kind, weight FROM intervals WHERE job = ?1 ORDER BY start DESC LIMIT 1",
                 params![job.0 as i64],
                 row_interval,
             )
@@ -816,13 +839,14 @@ fn row_interval(r: &rusqlite::Row<'_>) -> rusqlite::Result<Interval> {
         } else {
             Kind::Unallocated
         },
+        weight: r.get(6)?,
     })
 }
 
 fn get_interval(conn: &Connection, job: JobId, start: UnixSecs) -> Result<Option<Interval>> {
     Ok(conn
         .query_row(
-            "SELECT job, start, account, gpus, end_time, kind FROM intervals WHERE job = ?1 AND start = ?2",
+            "SELECT job, start, account, gpus, end_time, kind, weight FROM intervals WHERE job = ?1 AND start = ?2",
             params![job.0 as i64, start],
             row_interval,
         )
@@ -999,6 +1023,7 @@ mod tests {
             start: 100,
             end: None,
             kind: Kind::Allocated,
+            weight: 1.0,
         };
         assert_eq!(
             db.ingest(std::slice::from_ref(&iv), 150).unwrap().inserted,
@@ -1031,6 +1056,7 @@ mod tests {
             start: 100,
             end: None,
             kind: Kind::Allocated,
+            weight: 1.0,
         };
         db.ingest_observed(std::slice::from_ref(&iv), 110).unwrap();
         // Completing on one of its two nodes: Slurm now says 8 GPUs.
@@ -1061,6 +1087,8 @@ mod tests {
                 } else {
                     Kind::Allocated
                 },
+                // Weighted runs (`[gpu_weights]`): SQL and the core agree.
+                weight: [1.0, 2.0, 0.5][(i % 7 % 3) as usize],
             });
         }
         db.ingest(&ivs, 0).unwrap();

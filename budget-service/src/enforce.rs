@@ -85,17 +85,19 @@ pub fn rule_name(rule: &VictimRule) -> &'static str {
 }
 
 /// Team ratios (the leaf's fair-share ratio over the window) and loads
-/// (allocated GPUs running now against `abs_share x capacity`), for the
+/// (allocated GPUs running now against `abs_share x capacity`, both in
+/// weighted GPUs), for the
 /// "still prioritised" test of [`compass_core::preempt::victim_rule`].
 pub fn team_table(
     tree: &OrgTree,
     stats: &[NodeStats],
     running: &[SlurmJob],
-    capacity_gpus: u32,
+    capacity_gpus: f64,
+    weights: &compass_core::fairshare::GpuWeights,
 ) -> TeamTable {
     let mut running_gpus: HashMap<&str, f64> = HashMap::new();
     for j in running.iter().filter(|j| j.min_runtime_s > 0) {
-        *running_gpus.entry(j.account.as_str()).or_default() += f64::from(j.gpus);
+        *running_gpus.entry(j.account.as_str()).or_default() += j.charge_rate(weights);
     }
     let mut t = TeamTable {
         ratio: fairshare::account_ratios(tree, stats),
@@ -107,7 +109,7 @@ pub fn team_table(
                 a.clone(),
                 TeamLoad {
                     running_gpus: running_gpus.get(a.as_str()).copied().unwrap_or(0.0),
-                    allocation_gpus: n.abs_share * f64::from(capacity_gpus),
+                    allocation_gpus: n.abs_share * capacity_gpus,
                 },
             );
         }
@@ -286,6 +288,10 @@ pub fn enforce(
                 continue;
             }
             let res = actions.drain(&f.node, &reason);
+            state.metrics.node_drain(res.is_ok());
+            if res.is_err() {
+                state.metrics.slurm_rpc_error("drain");
+            }
             rep.drained += usize::from(res.is_ok());
             rep.failed += usize::from(res.is_err());
             log(
@@ -531,6 +537,7 @@ pub fn enforce(
         match &res {
             Ok(()) if dry => {
                 rep.dry_run += 1;
+                state.metrics.preemption(rule, action, "dry_run");
                 if let Some(c) = p.for_job {
                     fed.insert(c);
                 }
@@ -545,6 +552,7 @@ pub fn enforce(
                 );
             }
             Ok(()) => {
+                state.metrics.preemption(rule, action, "ok");
                 if action == "requeue" {
                     rep.requeued += 1;
                 } else {
@@ -570,6 +578,8 @@ pub fn enforce(
             }
             Err(e) => {
                 rep.failed += 1;
+                state.metrics.preemption(rule, action, "failed");
+                state.metrics.slurm_rpc_error(action);
                 if let Some(c) = p.for_job {
                     short.insert(c);
                 }
@@ -645,6 +655,7 @@ pub fn enforce(
                     );
                 }
                 Err(e) => {
+                    state.metrics.slurm_rpc_error("start_now");
                     tracing::warn!(job = j.job.0, error = %e, "could not reset the begin time")
                 }
             }
@@ -930,6 +941,7 @@ mod tests {
                         start: T0 - 3000,
                         end: Some(T0 - 100),
                         kind: Kind::Allocated,
+                        weight: 1.0,
                     }],
                     T0,
                 )

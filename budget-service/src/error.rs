@@ -51,6 +51,12 @@ pub enum BudgetError {
     /// on it (HTTP 503). The request may still complete in the background.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The service answered with an error status (the CLI's view of it).
+    #[error("{status} {message}")]
+    Api { status: u16, message: String },
+    /// The service could not be reached (connection refused, DNS, TLS).
+    #[error("cannot reach compass-budgetd at {url}: {why}")]
+    Unreachable { url: String, why: String },
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }

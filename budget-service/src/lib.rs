@@ -14,10 +14,14 @@
 //! - [`cycle`]: the ingest -> order -> push -> enforce loop with back-off.
 //! - [`enforce`]: protected/preemptible time and faulty nodes on Slurm.
 //! - [`state`]: shared state and read-side computations.
-//! - [`api`]: the REST API, metrics, health, OpenAPI.
+//! - [`api`]: the REST API, health, OpenAPI.
+//! - [`metrics`]: `/metrics` (Prometheus) and the counters behind it.
+//! - [`select_state`]: the select plugin's published state, for `/metrics`.
 //! - [`dashboard`]: the web page.
+//! - [`logging`]: log lines for the journal (priorities) or a terminal.
 //! - [`server`]: start-up and graceful shutdown of `compass-budgetd`.
 //! - [`cli`]: `compass budget ...` and `compass why JOBID`.
+//! - [`localtime`]: times printed as local date-times.
 
 pub mod api;
 pub mod auth;
@@ -28,6 +32,11 @@ pub mod dashboard;
 pub mod db;
 pub mod enforce;
 pub mod error;
+pub mod localtime;
+pub mod logging;
+pub mod metrics;
+pub mod sacctmgr;
+pub mod select_state;
 pub mod server;
 pub mod slurm;
 pub mod state;

@@ -95,13 +95,18 @@ pub async fn serve(state: Arc<AppState>) -> Result<()> {
             )
         }
     };
+    let select = state
+        .config
+        .select_state_file
+        .is_some()
+        .then(|| crate::select_state::spawn_reader(state.clone(), stop.clone()));
     let app = crate::api::router(state.clone());
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(BudgetError::Io)?;
     stop.store(true, Ordering::SeqCst);
-    if let Some(h) = cycle {
+    for h in [cycle, select].into_iter().flatten() {
         let _ = h.join();
     }
     tracing::info!("compass-budgetd stopped");

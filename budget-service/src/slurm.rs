@@ -6,7 +6,8 @@
 //! browser tests) and none (`slurm = "none"`: API and ledger ingest endpoint
 //! only).
 
-use compass_core::fairshare::{Interval, Kind, PendingJob, UnixSecs};
+use compass_core::fairshare::{GpuWeights, Interval, Kind, PendingJob, UnixSecs};
+use compass_core::gres::GpuCounts;
 use compass_core::model::JobId;
 use compass_core::preempt::{NodeNeeds, NodeTraits};
 use serde::{Deserialize, Serialize};
@@ -53,6 +54,17 @@ pub struct SlurmJob {
     /// (a requeued job waits `cred_expire + 1` s unless it is reset).
     #[serde(default)]
     pub begin_after: Option<UnixSecs>,
+    /// Typed GPUs among `gpus`, type -> count: what a running or ended job
+    /// holds (`gres_detail_str`, else the types of its nodes), what a
+    /// pending job asks for (`--gres=gpu:a100:2`). Empty: untyped. Prices
+    /// the job with `[gpu_weights]` ([`SlurmJob::weight`]).
+    #[serde(default)]
+    pub gpu_types: BTreeMap<String, u32>,
+    /// Pending jobs: the partition `PriorityTier` (the highest of the job's
+    /// partitions'; 0 when unknown). The order is by tier first, as Slurm
+    /// schedules, and by fair share within a tier.
+    #[serde(default)]
+    pub tier: u16,
 }
 
 fn yes() -> bool {
@@ -89,7 +101,32 @@ impl SlurmJob {
             instances: 0,
             eligible: true,
             begin_after: None,
+            gpu_types: BTreeMap::new(),
+            tier: 0,
         }
+    }
+
+    /// The job's GPUs by type (typed ones from `gpu_types`, the rest
+    /// untyped).
+    pub fn gpu_counts(&self) -> GpuCounts {
+        GpuCounts {
+            untyped: u64::from(self.gpus),
+            by_type: self
+                .gpu_types
+                .iter()
+                .map(|(t, n)| (t.clone(), u64::from(*n)))
+                .collect(),
+        }
+    }
+
+    /// Mean weight of the job's GPUs under `[gpu_weights]` (1.0 untyped).
+    pub fn weight(&self, w: &GpuWeights) -> f64 {
+        w.mean_weight(&self.gpu_counts())
+    }
+
+    /// Weighted GPUs: what one second of this job costs its budget.
+    pub fn charge_rate(&self, w: &GpuWeights) -> f64 {
+        f64::from(self.gpus) * self.weight(w)
     }
 
     /// The request as `w` instances of `g` GPUs (one node per instance):
@@ -114,11 +151,12 @@ impl SlurmJob {
             min_runtime_s: self.min_runtime_s,
             priority: self.priority,
             submit: self.submit,
+            tier: self.tier,
         }
     }
 
-    /// The ledger interval of a running or ended job.
-    pub fn as_interval(&self) -> Option<Interval> {
+    /// The ledger interval of a running or ended job, priced with `w`.
+    pub fn as_interval(&self, w: &GpuWeights) -> Option<Interval> {
         Some(Interval {
             job: self.job,
             account: self.account.clone(),
@@ -126,6 +164,7 @@ impl SlurmJob {
             start: self.start?,
             end: self.end,
             kind: self.kind(),
+            weight: self.weight(w),
         })
     }
 }
@@ -157,6 +196,25 @@ pub struct SlurmSnapshot {
     /// nothing the planner counts.
     #[serde(default)]
     pub job_needs: Vec<JobNeeds>,
+    /// Pending jobs whose Slurm priority is not compass's factor: what
+    /// Slurm adds (`PriorityWeight*` other than 0), when the source knows
+    /// it. The cycle warns: such weights reorder compass's queue.
+    #[serde(default)]
+    pub priority_offsets: Vec<(JobId, i64)>,
+}
+
+impl SlurmSnapshot {
+    /// The cluster's capacity in weighted GPUs: the nodes' GPUs each at its
+    /// type's weight, when the source reports nodes; else `capacity_gpus`
+    /// (untyped); `None` when neither is known or it is 0.
+    pub fn weighted_capacity(&self, w: &GpuWeights) -> Option<f64> {
+        let c = if self.nodes.is_empty() {
+            f64::from(self.capacity_gpus?)
+        } else {
+            self.nodes.iter().map(|n| w.weighted(&n.gpu_counts())).sum()
+        };
+        (c > 0.0).then_some(c)
+    }
 }
 
 /// One job's needs (pending) or holdings (running) besides GPUs.
@@ -205,6 +263,35 @@ pub struct SlurmNode {
     /// node as eligible for every job.
     #[serde(default)]
     pub traits: Option<NodeTraits>,
+    /// Typed GPUs of the node, type -> count (`gpu:a100:4,gpu:h100:4`);
+    /// empty: untyped, or the one type of `traits` for all of them.
+    #[serde(default)]
+    pub gpus_by_type: BTreeMap<String, u32>,
+}
+
+impl SlurmNode {
+    /// The node's GPUs by type: `gpus_by_type`, else all `gpus` of the one
+    /// type its traits name, else untyped.
+    pub fn gpu_counts(&self) -> GpuCounts {
+        let mut by_type: BTreeMap<String, u64> = self
+            .gpus_by_type
+            .iter()
+            .map(|(t, n)| (t.clone(), u64::from(*n)))
+            .collect();
+        if by_type.is_empty() {
+            if let Some(t) = self.traits.as_ref().filter(|t| t.gpu_types.len() == 1) {
+                by_type.extend(
+                    t.gpu_types
+                        .iter()
+                        .map(|ty| (ty.clone(), u64::from(self.gpus))),
+                );
+            }
+        }
+        GpuCounts {
+            untyped: u64::from(self.gpus),
+            by_type,
+        }
+    }
 }
 
 impl NodeState {
@@ -411,6 +498,7 @@ impl SlurmSource for FakeSlurm {
                 state,
                 reason: String::new(),
                 traits: g.traits.get(name).cloned(),
+                gpus_by_type: BTreeMap::new(),
             });
         }
         if !g.nodes.is_empty() {

@@ -61,6 +61,12 @@ pub struct QueueView {
     /// The site factor pushed to Slurm for each job of `order`.
     #[serde(skip)]
     pub factors: HashMap<compass_core::model::JobId, u32>,
+    /// The mean GPU weight (`[gpu_weights]`) of each job of `order`.
+    #[serde(skip)]
+    pub weights: HashMap<compass_core::model::JobId, f64>,
+    /// `[gpu_weights]` weighs some type other than 1.0.
+    #[serde(skip)]
+    pub weighted: bool,
     /// The serialized `GET /api/v1/queue` body, built on first request.
     #[serde(skip)]
     pub json: std::sync::OnceLock<axum::body::Bytes>,
@@ -81,6 +87,9 @@ pub struct CycleStatus {
     pub cancelled: u64,
     pub drained: u64,
     pub actions_failed: u64,
+    /// Pending jobs of the last cycle whose Slurm priority is not compass's
+    /// factor (slurm.conf's other `PriorityWeight*` are not 0).
+    pub priority_offset_jobs: u64,
 }
 
 pub struct AppState {
@@ -101,6 +110,12 @@ pub struct AppState {
     /// tokio's blocking pool, so a hung dependency ties up at most
     /// [`BLOCKING_SLOTS`] threads and later requests get a quick 503.
     pub blocking_slots: Arc<tokio::sync::Semaphore>,
+    /// The cluster's weighted capacity of the last cycle ([`Self::capacity`]).
+    pub capacity: Mutex<Option<f64>>,
+    /// Events counted for `/metrics`.
+    pub metrics: crate::metrics::Metrics,
+    /// The last read of the select plugin's state file.
+    pub select: Mutex<crate::select_state::SelectRead>,
 }
 
 /// Requests that may do blocking work at the same time.
@@ -123,7 +138,7 @@ pub struct NodeView {
     pub parent: Option<String>,
     pub share: f64,
     pub abs_share: f64,
-    /// `abs_share x capacity`.
+    /// `abs_share x capacity`, in weighted GPUs (`[gpu_weights]`).
     pub allocation_gpus: f64,
     pub account: Option<String>,
     pub managers: Vec<String>,
@@ -162,6 +177,9 @@ impl AppState {
             slurm_actions: OnceLock::new(),
             seen: Mutex::new(Seen::default()),
             blocking_slots: Arc::new(tokio::sync::Semaphore::new(BLOCKING_SLOTS)),
+            capacity: Mutex::new(None),
+            metrics: crate::metrics::Metrics::default(),
+            select: Mutex::new(crate::select_state::SelectRead::default()),
         })
     }
 
@@ -187,6 +205,31 @@ impl AppState {
             .running
             .get(&job)
             .cloned()
+    }
+
+    /// The cluster's capacity in weighted GPUs (`[gpu_weights]`): the
+    /// nodes' of the last cycle, else the config's `capacity_gpus`.
+    pub fn capacity(&self) -> f64 {
+        self.capacity
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or(f64::from(self.config.capacity_gpus))
+    }
+
+    pub fn set_capacity(&self, c: f64) {
+        *self.capacity.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+    }
+
+    /// The last read of the select plugin's state file.
+    pub fn select_read(&self) -> crate::select_state::SelectRead {
+        self.select
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn set_select_read(&self, read: crate::select_state::SelectRead) {
+        *self.select.lock().unwrap_or_else(|e| e.into_inner()) = read;
     }
 
     pub fn set_seen(&self, seen: Seen) {
@@ -221,7 +264,7 @@ impl AppState {
         };
         let usage = db.usage_between(from, to)?;
         drop(db);
-        let stats = fairshare::node_stats(&tree, &usage, self.config.capacity_gpus, to - from);
+        let stats = fairshare::node_stats(&tree, &usage, self.capacity(), to - from);
         Ok(Some((tree, usage, stats)))
     }
 
@@ -231,6 +274,7 @@ impl AppState {
         let Some((tree, _usage, stats)) = self.stats(from, to)? else {
             return Ok(Vec::new());
         };
+        let capacity = self.capacity();
         Ok(tree
             .subtree(tree.root())
             .into_iter()
@@ -242,7 +286,7 @@ impl AppState {
                     parent: n.parent.map(|p| tree.node(p).name.clone()),
                     share: n.share,
                     abs_share: n.abs_share,
-                    allocation_gpus: n.abs_share * f64::from(self.config.capacity_gpus),
+                    allocation_gpus: n.abs_share * capacity,
                     account: n.account.clone(),
                     managers: n.managers.clone(),
                     depth: n.depth,
@@ -280,15 +324,16 @@ impl AppState {
                 let h = t.div_euclid(3600);
                 let next = ((h + 1) * 3600).min(end);
                 *delivered_h.entry((h, iv.account.clone())).or_default() +=
-                    (next - t) as f64 * f64::from(iv.gpus);
+                    (next - t) as f64 * iv.charge_rate();
                 t = next;
             }
         }
+        let capacity = self.capacity();
         let mut rows = Vec::new();
         for ix in tree.subtree(tree.root()) {
             let n = tree.node(ix);
             let Some(acct) = &n.account else { continue };
-            let alloc_per_hour = n.abs_share * f64::from(self.config.capacity_gpus) * 3600.0;
+            let alloc_per_hour = n.abs_share * capacity * 3600.0;
             let (mut owed, mut delivered, mut capped) = (0.0, 0.0, 0.0);
             for h in from.div_euclid(3600)..to.div_euclid(3600).max(from.div_euclid(3600) + 1) {
                 let key = (h, acct.clone());

@@ -29,7 +29,13 @@ impl Authenticator for NameAuth {
     }
 }
 
+mod prom;
+
 const T0: i64 = 1_800_000_000;
+
+fn clock_now(s: &AppState) -> i64 {
+    s.now()
+}
 
 fn setup() -> (Arc<AppState>, Arc<TestClock>, Router) {
     let config = Config::parse(
@@ -203,7 +209,7 @@ async fn managers_edit_only_their_subtree_and_refusals_say_why() {
     assert_eq!(st, StatusCode::FORBIDDEN);
     let msg = v["error"].as_str().unwrap();
     assert!(
-        msg.contains("user `pi` editing node `ops`") && msg.contains("do not manage"),
+        msg.contains("user `pi` editing team `ops`") && msg.contains("do not manage"),
         "{msg}"
     );
     let (st, _) = call(
@@ -357,6 +363,8 @@ fn sjob(id: u64, acct: &str, gpus: u32, min_rt: u64, prio: i64, submit: i64) -> 
         instances: 0,
         eligible: true,
         begin_after: None,
+        gpu_types: Default::default(),
+        tier: 0,
     }
 }
 
@@ -448,14 +456,25 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
     let h = call(&r, "GET", "/healthz", None, None).await.1;
     assert_eq!(h["cycle"]["slurm_connected"], false);
     let m = call(&r, "GET", "/metrics", None, None).await.1;
-    let m = m.as_str().unwrap();
-    assert!(m.contains("compass_budget_queue_length 6"), "{m}");
-    assert!(
-        m.contains("compass_budget_cycles_total{result=\"failed\"} 1"),
-        "{m}"
+    let m = prom::parse(m.as_str().unwrap());
+    assert_eq!(m.value("compass_queue_pending_jobs", &[]), Some(6.0));
+    assert_eq!(
+        m.value("compass_cycles_total", &[("outcome", "failed")]),
+        Some(1.0)
     );
-    assert!(m.contains("compass_budget_ingest_lag_seconds 10"), "{m}");
-    assert!(m.contains("compass_budget_ratio{node=\"team-a\"}"), "{m}");
+    assert_eq!(m.value("compass_slurm_up", &[]), Some(0.0));
+    assert_eq!(
+        m.value("compass_slurm_last_success_timestamp_seconds", &[]),
+        Some((clock_now(&s) - 10) as f64)
+    );
+    assert!(m
+        .value("compass_team_fairshare_ratio", &[("team", "team-a")])
+        .is_some());
+    assert_eq!(
+        m.value("compass_cycle_duration_seconds_count", &[]),
+        m.value("compass_cycles_total", &[("outcome", "ok")])
+            .map(|ok| ok + 1.0)
+    );
     slurm.set_down(false);
     // Job 1 ended while we were not looking; Slurm forgot it.
     slurm.purge(JobId(1));

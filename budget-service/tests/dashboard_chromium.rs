@@ -82,6 +82,7 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
             start,
             end: Some(end),
             kind,
+            weight: 1.0,
         };
         db.ingest(
             &[
@@ -118,12 +119,17 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         instances: 0,
         eligible: true,
         begin_after: None,
+        gpu_types: Default::default(),
+        tier: 0,
     };
+    // The vision job asks for an a100, weighted 2.5 by `[gpu_weights]`.
+    let mut vision = job(103, "vision", 600);
+    vision.gpu_types.insert("a100".into(), 1);
     let snap = SlurmSnapshot {
         pending: vec![
             job(101, "nlp-a", 600),
             job(102, "nlp-b", 600),
-            job(103, "vision", 600),
+            vision,
             job(104, "platform", 0),
         ],
         running: vec![],
@@ -132,6 +138,7 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         nodes: vec![],
         site_factors: vec![],
         job_needs: vec![],
+        priority_offsets: vec![],
     };
     let snap_path = dir.path().join("slurm.json");
     std::fs::write(&snap_path, serde_json::to_string(&snap).unwrap()).unwrap();
@@ -139,7 +146,8 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
     std::fs::write(
         &cfg,
         format!(
-            "db = \"{}\"\ncapacity_gpus = 64\ncycle_s = 1\nslurm = \"file\"\nslurm_file = \"{}\"\n",
+            "db = \"{}\"\ncapacity_gpus = 64\ncycle_s = 1\nslurm = \"file\"\nslurm_file = \"{}\"\n\
+             [gpu_weights]\na100 = 2.5\n",
             dir.path().join("budget.db").display(),
             snap_path.display()
         ),
@@ -226,6 +234,14 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
     assert_eq!(cells(&dom, "job-103")[..2], ["1", "103"]);
     assert_eq!(cells(&dom, "job-103")[6], "0.015");
     assert_eq!(cells(&dom, "job-104")[3], "unallocated");
+    // GPU weights: the a100 job's weight, 1 for the untyped ones, and the
+    // table in the header line.
+    assert_eq!(cells(&dom, "job-103")[7], "2.50");
+    assert_eq!(cells(&dom, "job-101")[7], "1.00");
+    assert!(
+        dom.contains("capacity 64.0 weighted GPUs (GPU weights: a100 x2.5; other GPUs x1)"),
+        "weights shown"
+    );
     // Owed vs delivered over 30 days: nlp-a owed min(13.44, 8) x 47 h = 376,
     // delivered 376; vision owed min(19.2, 4) x 24 = 96, delivered 48.
     assert_eq!(

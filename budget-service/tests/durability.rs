@@ -40,6 +40,7 @@ fn kill_9_mid_stream_loses_no_acknowledged_write() {
         let c = conn(&d.url, &m.socket);
         if !root_made {
             Client::new(&c)
+                .unwrap()
                 .write(
                     "POST",
                     "/api/v1/nodes",
@@ -53,7 +54,7 @@ fn kill_9_mid_stream_loses_no_acknowledged_write() {
             let (acked, stop, c) = (acked.clone(), stop.clone(), c.clone());
             let (mut node, mut batch) = (next_node, next_batch);
             std::thread::spawn(move || {
-                let client = Client::new(&c);
+                let client = Client::new(&c).unwrap();
                 let mut cut = false;
                 while !stop.load(Ordering::SeqCst) {
                     // A budget edit.
@@ -193,6 +194,7 @@ fn kill_9_mid_stream_loses_no_acknowledged_write() {
     // ... and the restarted daemon serves them.
     let d = Daemon::start(&cfg, free_port());
     let v = Client::new(&conn(&d.url, &m.socket))
+        .unwrap()
         .get("/api/v1/export")
         .unwrap();
     assert_eq!(v["nodes"].as_array().unwrap().len(), names.len());

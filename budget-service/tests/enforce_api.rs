@@ -3,6 +3,8 @@
 //! and repaired (admin only, unknown node refused), the actions log, and
 //! `GET /api/v1/queue/{job}` explaining what enforcement did to a job.
 
+mod prom;
+
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
@@ -123,8 +125,8 @@ async fn node_fault_repaired_actions_and_why() {
     let text = v["enforcement"].as_str().unwrap();
     assert!(
         text.contains(&format!(
-            "protected from preemption until {}",
-            T0 - 50 + 600
+            "protected from preemption until {} (min runtime 0:10:00).",
+            compass_budget::localtime::text(T0 - 50 + 600)
         )),
         "{text}"
     );
@@ -249,10 +251,22 @@ async fn node_fault_repaired_actions_and_why() {
     );
 
     let (_, m) = call(&router, "GET", "/metrics", None, None).await;
-    let m = m.as_str().unwrap();
-    assert!(
-        m.contains("compass_budget_enforcement_actions_total{action=\"requeue\"} 1"),
-        "{m}"
+    let m = prom::parse(m.as_str().unwrap());
+    assert_eq!(
+        m.value(
+            "compass_preemptions_total",
+            &[
+                ("rule", "unallocated"),
+                ("action", "requeue"),
+                ("outcome", "ok")
+            ]
+        ),
+        Some(1.0)
+    );
+    // n2 was drained by the fault command, not by the cycle.
+    assert_eq!(
+        m.value("compass_node_drains_total", &[("outcome", "ok")]),
+        Some(0.0)
     );
 
     // The dashboard embeds the latest actions.

@@ -103,6 +103,8 @@ fn seventy_thirty_budgets_get_seventy_thirty_of_charged_time() {
                     instances: 0,
                     eligible: true,
                     begin_after: None,
+                    gpu_types: Default::default(),
+                    tier: 0,
                 });
                 next_id += 1;
             }

@@ -48,6 +48,7 @@ use compass_budget::BudgetError;
 use compass_core::fairshare::{Interval, Kind};
 use compass_core::model::JobId;
 mod common;
+mod prom;
 
 use common::lab::{lossy, repo_root, service_state, skip_reason, spec, Lab, LabSpec};
 
@@ -202,7 +203,7 @@ fn start_lab(tag: &'static str, port_base: u32) -> Lab {
 fn service(lab: &Lab) -> Arc<AppState> {
     service_state(
         lab,
-        "admins = [\"root\"]\n[protection]\nenforce = true\nmin_runtime_cap_s = 3600\n",
+        "admins = [\"root\"]\n[protection]\nenforce = true\n",
         vec![
             spec("org", None, 1.0, None),
             spec("rich", Some("org"), 0.3, Some(RICH)),
@@ -312,6 +313,24 @@ fn lab_enforcement_preempts_protects_and_drains() {
             Duration::from_secs(30),
             || lab.job_state(a) == "RUNNING",
         );
+        // /metrics: both preemptions by rule and outcome, and the wait of
+        // job a (16 GPUs) from submit to start.
+        let m = prom::parse(&compass_budget::metrics::encode(&state).expect("metrics"));
+        let pre = |action| {
+            m.value(
+                "compass_preemptions_total",
+                &[
+                    ("rule", "unallocated"),
+                    ("action", action),
+                    ("outcome", "ok"),
+                ],
+            )
+        };
+        assert_eq!((pre("requeue"), pre("cancel")), (Some(1.0), Some(1.0)));
+        assert_eq!(
+            m.value("compass_job_wait_seconds_count", &[("job_gpus", "16")]),
+            Some(1.0)
+        );
         // The non-resumable victim was cancelled, never requeued, and says why.
         let shown = lab.show(n);
         assert!(shown.contains("JobState=CANCELLED"), "{shown}");
@@ -382,6 +401,7 @@ fn lab_enforcement_preempts_protects_and_drains() {
                     start: now - 3000,
                     end: Some(now - 100),
                     kind: Kind::Allocated,
+                    weight: 1.0,
                 }],
                 now,
             )
@@ -569,7 +589,7 @@ fn lab_enforcement_preempts_protects_and_drains() {
             format!(
                 "db = \"{}\"\nadmins = [\"root\"]\ncapacity_gpus = {}\nwindow_s = 3600\ncycle_s = 1\n\
                  munge_socket = \"{}\"\nslurm = \"libslurm\"\nslurm_conf = \"{}\"\n\
-                 [protection]\nmin_runtime_cap_s = 3600\n",
+                 [protection]\n",
                 db_path.display(),
                 NODES * GPUS,
                 socket.display(),
@@ -663,7 +683,7 @@ fn livelock(lab: &Lab, slurm: &Arc<LibSlurm>) {
     );
     let state = service_state(
         lab,
-        "[protection]\nenforce = true\nmin_runtime_cap_s = 3600\nstart_grace_s = 8\n\
+        "[protection]\nenforce = true\nstart_grace_s = 8\n\
          fruitless_retry_after_s = 3600\n",
         vec![
             spec("org", None, 1.0, None),

@@ -188,7 +188,7 @@ fn lab_site_layout_capacities_and_jobs_through_libslurm() {
     // --- 4. Enforcement frees only room the waiting job can use -----------
     let state = service_state(
         &lab,
-        "[protection]\nenforce = true\nmin_runtime_cap_s = 3600\n",
+        "[protection]\nenforce = true\n",
         vec![
             spec("org", None, 1.0, None),
             spec("rich", Some("org"), 0.3, Some("rich")),

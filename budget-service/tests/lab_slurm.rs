@@ -21,6 +21,7 @@
 //! and of slurm-lab.sh's default (16817-16825).
 
 mod common;
+mod prom;
 
 use common::lab::{lossy, service_state, skip_reason, spec, Lab, LabSpec};
 
@@ -217,6 +218,20 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
             .contains("slurm_load_jobs"));
     }
     assert_eq!(state.queue().order.len(), 12, "last order still served");
+    // /metrics says so: Slurm down, one failed snapshot call.
+    let m = prom::parse(&compass_budget::metrics::encode(&state).expect("metrics"));
+    assert_eq!(m.value("compass_slurm_up", &[]), Some(0.0));
+    assert_eq!(
+        m.value(
+            "compass_slurm_rpc_errors_total",
+            &[("operation", "snapshot")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("compass_cycles_total", &[("outcome", "failed")]),
+        Some(1.0)
+    );
     let out = lab.script("restart-ctld");
     assert!(out.status.success(), "{}", lossy(&out.stderr));
     let start = Instant::now();
@@ -296,6 +311,39 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
             theirs, ours,
             "squeue (job, priority) vs compass-budgetd's /api/v1/queue (job, site factor)"
         );
+        // Its /metrics, from the real cluster: 12 pending, both nodes full
+        // (the blockers), each team's GPU-seconds counted.
+        let mut resp = ureq::get(&format!("{}/metrics", daemon.url))
+            .call()
+            .expect("scrape");
+        let text = resp.body_mut().read_to_string().expect("body");
+        let m = prom::parse(&text);
+        assert_eq!(
+            m.value("compass_queue_pending_jobs", &[]),
+            Some(12.0),
+            "{text}"
+        );
+        assert_eq!(m.value("compass_slurm_up", &[]), Some(1.0), "{text}");
+        let pool = format!("{GPUS}xgpu");
+        assert_eq!(
+            m.value("compass_nodes", &[("pool", &pool), ("occupancy", "full")]),
+            Some(f64::from(NODES)),
+            "{text}"
+        );
+        assert_eq!(
+            m.value("compass_pool_gpus_allocated", &[("pool", &pool)]),
+            Some(f64::from(NODES * GPUS)),
+            "{text}"
+        );
+        for team in ["big", "small"] {
+            let used = m
+                .value(
+                    "compass_team_gpu_seconds_total",
+                    &[("team", team), ("kind", "allocated")],
+                )
+                .unwrap_or(0.0);
+            assert!(used >= f64::from(GPUS), "{team}: {used}\n{text}");
+        }
     }
 
     // --- 4. Compressed run: 70% +- 5% of the charged GPU-time -------------

@@ -8,7 +8,8 @@ use compass_budget::auth::{
     munge_decode_cred, munge_encode_payload, request_payload, Authenticator, MungeAuth,
 };
 use compass_budget::cli::{
-    parse_budgets_toml, run_budget, run_why, BudgetArgs, BudgetCmd, Client, WhyArgs,
+    exit, parse_budgets_toml, run_budget, run_why, BudgetArgs, BudgetCmd, Client, Connection,
+    WhyArgs,
 };
 use std::path::PathBuf;
 use std::process::Command;
@@ -42,6 +43,17 @@ fn munge_roundtrip_binds_payload_and_refuses_replay() {
     assert!(munge_decode_cred(Some(&m.socket), "MUNGE:garbage:").is_err());
 }
 
+/// A dry-run PATCH through the client, for its JSON answer.
+fn c_write_dry(client: &Client) -> serde_json::Value {
+    client
+        .write(
+            "PATCH",
+            "/api/v1/nodes/team-nlp-a",
+            &serde_json::json!({ "share": 0.6, "why": "rebalance", "dry_run": true }),
+        )
+        .unwrap()
+}
+
 fn budget(c: &compass_budget::cli::Connection, cmd: BudgetCmd) -> compass_budget::Result<()> {
     run_budget(&BudgetArgs {
         conn: c.clone(),
@@ -56,13 +68,14 @@ fn cli_manages_the_tree_through_the_daemon() {
     let cfg = write_config(dir.path(), &["root"], 64, &m.socket);
     let mut d = Daemon::start(&cfg, free_port());
     let c = conn(&d.url, &m.socket);
-    let client = Client::new(&c);
+    let client = Client::new(&c).unwrap();
 
     // Import: without --yes only the diff is shown.
     budget(
         &c,
         BudgetCmd::Import {
-            file: example(),
+            file: Some(example()),
+            from_sacctmgr: None,
             why: "initial".into(),
             yes: false,
         },
@@ -75,7 +88,8 @@ fn cli_manages_the_tree_through_the_daemon() {
     budget(
         &c,
         BudgetCmd::Import {
-            file: example(),
+            file: Some(example()),
+            from_sacctmgr: None,
             why: "initial".into(),
             yes: true,
         },
@@ -93,12 +107,79 @@ fn cli_manages_the_tree_through_the_daemon() {
             .len()
     );
 
+    // Dry runs check everything and write nothing, not even the audit trail.
+    let tree_before = client.get("/api/v1/export").unwrap();
+    let audit_before = client.get("/api/v1/audit").unwrap()["rows"]
+        .as_array()
+        .unwrap()
+        .len();
+    for cmd in [
+        BudgetCmd::SetShare {
+            node: "team-nlp-a".into(),
+            share: 0.6,
+            why: "rebalance".into(),
+            dry_run: true,
+        },
+        BudgetCmd::Remove {
+            node: "team-nlp-b".into(),
+            why: "gone".into(),
+            dry_run: true,
+        },
+        BudgetCmd::Add {
+            name: "team-nlp-d".into(),
+            parent: "nlp".into(),
+            share: 0.0,
+            account: None,
+            managers: vec![],
+            why: "try".into(),
+            dry_run: true,
+        },
+    ] {
+        budget(&c, cmd).unwrap();
+    }
+    let e = budget(
+        &c,
+        BudgetCmd::SetShare {
+            node: "vision".into(),
+            share: 0.9,
+            why: "x".into(),
+            dry_run: true,
+        },
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("422"),
+        "a dry run checks the tree: {e}"
+    );
+    let e = budget(
+        &c,
+        BudgetCmd::Move {
+            node: "nope".into(),
+            to: "research".into(),
+            why: "x".into(),
+            dry_run: true,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.exit_code(), exit::NOT_FOUND, "{e}");
+    let dry = c_write_dry(&client);
+    assert_eq!(dry["applied"], false, "{dry}");
+    assert_eq!(dry["summary"].as_array().unwrap().len(), 1, "{dry}");
+    assert_eq!(client.get("/api/v1/export").unwrap(), tree_before);
+    assert_eq!(
+        client.get("/api/v1/audit").unwrap()["rows"]
+            .as_array()
+            .unwrap()
+            .len(),
+        audit_before
+    );
     budget(
         &c,
         BudgetCmd::SetShare {
             node: "team-nlp-a".into(),
             share: 0.6,
             why: "rebalance".into(),
+            dry_run: false,
         },
     )
     .unwrap();
@@ -111,6 +192,7 @@ fn cli_manages_the_tree_through_the_daemon() {
             account: Some("nlp-c".into()),
             managers: vec!["lead-c".into()],
             why: "new team".into(),
+            dry_run: false,
         },
     )
     .unwrap();
@@ -120,6 +202,7 @@ fn cli_manages_the_tree_through_the_daemon() {
             node: "team-nlp-c".into(),
             to: "research".into(),
             why: "reorg".into(),
+            dry_run: false,
         },
     )
     .unwrap_err(); // research's children would sum to 1.1
@@ -129,6 +212,7 @@ fn cli_manages_the_tree_through_the_daemon() {
             node: "team-nlp-c".into(),
             share: 0.0,
             why: "park".into(),
+            dry_run: false,
         },
     )
     .unwrap();
@@ -138,6 +222,7 @@ fn cli_manages_the_tree_through_the_daemon() {
             node: "team-nlp-c".into(),
             to: "research".into(),
             why: "reorg".into(),
+            dry_run: false,
         },
     )
     .unwrap();
@@ -147,6 +232,7 @@ fn cli_manages_the_tree_through_the_daemon() {
             node: "vision".into(),
             share: 0.9,
             why: "x".into(),
+            dry_run: false,
         },
     )
     .unwrap_err();
@@ -154,11 +240,13 @@ fn cli_manages_the_tree_through_the_daemon() {
         e.to_string().contains("422") && e.to_string().contains("more than 1"),
         "{e}"
     );
+    assert_eq!(e.exit_code(), exit::FAILURE, "{e}");
     budget(
         &c,
         BudgetCmd::Remove {
             node: "team-nlp-c".into(),
             why: "done".into(),
+            dry_run: false,
         },
     )
     .unwrap();
@@ -195,6 +283,7 @@ fn cli_manages_the_tree_through_the_daemon() {
         &c,
         BudgetCmd::Export {
             output: Some(out.clone()),
+            json: false,
         },
     )
     .unwrap();
@@ -208,9 +297,11 @@ fn cli_manages_the_tree_through_the_daemon() {
     let e = run_why(&WhyArgs {
         conn: c.clone(),
         job: 42,
+        json: false,
     })
     .unwrap_err();
     assert!(e.to_string().contains("404"), "{e}");
+    assert_eq!(e.exit_code(), exit::NOT_FOUND, "{e}");
 
     // Another user (nobody) manages nothing: refused, with what and why.
     let body = br#"{"share":0.1,"why":"grab"}"#;
@@ -257,11 +348,81 @@ fn cli_manages_the_tree_through_the_daemon() {
     assert_eq!(resp.status().as_u16(), 403);
     let text = resp.body_mut().read_to_string().unwrap();
     assert!(
-        text.contains("user `nobody` editing node `platform`"),
+        text.contains("user `nobody` editing team `platform`"),
         "{text}"
     );
 
     // Graceful shutdown on SIGTERM.
+    assert!(d.terminate().success());
+}
+
+/// `compass budget import --from-sacctmgr FILE` (issue 12): a site's
+/// account hierarchy (realistic `sacctmgr -P -n show assoc
+/// format=Account,ParentName,User,Fairshare` output) is shown as a diff and
+/// applied only with --yes; bad output is refused with its line.
+#[test]
+fn cli_imports_a_first_tree_from_sacctmgr_output() {
+    let m = Munged::start();
+    let dir = TempDir::new("cli-sacctmgr");
+    let cfg = write_config(dir.path(), &["root"], 64, &m.socket);
+    let mut d = Daemon::start(&cfg, free_port());
+    let c = conn(&d.url, &m.socket);
+    let client = Client::new(&c).unwrap();
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sacctmgr-site-tree.txt");
+    let import = |yes: bool, from: PathBuf| {
+        budget(
+            &c,
+            BudgetCmd::Import {
+                file: None,
+                from_sacctmgr: Some(Some(from)),
+                why: "from sacctmgr".into(),
+                yes,
+            },
+        )
+    };
+    import(false, fixture.clone()).unwrap();
+    assert!(client.get("/api/v1/export").unwrap()["nodes"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    import(true, fixture.clone()).unwrap();
+    let want =
+        compass_budget::sacctmgr::tree_from_sacctmgr(&std::fs::read_to_string(&fixture).unwrap())
+            .unwrap()
+            .nodes;
+    let mut got: Vec<compass_core::fairshare::NodeSpec> =
+        serde_json::from_value(client.get("/api/v1/export").unwrap()["nodes"].clone()).unwrap();
+    let mut want = want;
+    got.sort_by(|a, b| a.name.cmp(&b.name));
+    want.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(got, want);
+    let audit = client.get("/api/v1/audit").unwrap();
+    assert_eq!(audit["rows"][0]["why"], "from sacctmgr");
+    // Importing the same again changes nothing; bad output changes nothing.
+    import(true, fixture).unwrap();
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(
+        &bad,
+        "root|||1
+physics|root||forty
+",
+    )
+    .unwrap();
+    let e = import(true, bad).unwrap_err().to_string();
+    assert!(e.contains("line 2") && e.contains("forty"), "{e}");
+    let e = import(true, dir.path().join("missing.txt"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("missing.txt"), "{e}");
+    assert_eq!(
+        serde_json::from_value::<Vec<compass_core::fairshare::NodeSpec>>(
+            client.get("/api/v1/export").unwrap()["nodes"].clone()
+        )
+        .unwrap()
+        .len(),
+        got.len()
+    );
     assert!(d.terminate().success());
 }
 
@@ -358,20 +519,21 @@ fn a_hung_munged_never_stalls_healthz_and_stuck_writes_get_503() {
 /// single name is accepted.
 #[test]
 fn cli_node_fault_refuses_a_host_list() {
-    use compass_budget::cli::{node_command, NodeArgs, NodeCmd};
+    use compass_budget::cli::{run_node, NodeArgs, NodeCmd};
     let m = Munged::start();
     let dir = TempDir::new("node-list");
     let cfg = write_config(dir.path(), &["root"], 64, &m.socket);
     let d = Daemon::start(&cfg, free_port());
     let c = conn(&d.url, &m.socket);
     let fault = |node: &str| {
-        node_command(&NodeArgs {
+        run_node(&NodeArgs {
             conn: c.clone(),
             cmd: NodeCmd::Fault {
                 node: node.into(),
                 reason: "fans".into(),
             },
         })
+        .map_err(|e| e.to_string())
     };
     for bad in ["n[1-64]", "n1,n2", "n[1-2],n3"] {
         let e = fault(bad).unwrap_err();
@@ -380,10 +542,62 @@ fn cli_node_fault_refuses_a_host_list() {
             "{bad}: {e}"
         );
     }
-    let hosts = Client::new(&c).get("/api/v1/hosts").unwrap();
+    let hosts = Client::new(&c).unwrap().get("/api/v1/hosts").unwrap();
     assert!(hosts["faulty"].as_array().unwrap().is_empty(), "{hosts}");
     // slurm = "none": a single name is recorded (nothing sent to Slurm).
     fault("n7").unwrap();
-    let hosts = Client::new(&c).get("/api/v1/hosts").unwrap();
+    let hosts = Client::new(&c).unwrap().get("/api/v1/hosts").unwrap();
     assert_eq!(hosts["faulty"][0]["node"], "n7", "{hosts}");
+}
+
+/// The CLI's errors carry exit statuses that tell "not found", "not
+/// allowed" and "service down" apart: real daemon, real munged.
+#[test]
+fn cli_errors_tell_not_found_not_allowed_and_service_down() {
+    let m = Munged::start();
+    let other = Munged::start();
+    let dir = TempDir::new("exit-codes");
+    // No admins: root manages nothing.
+    let cfg = write_config(dir.path(), &[], 64, &m.socket);
+    let d = Daemon::start(&cfg, free_port());
+    let c = conn(&d.url, &m.socket);
+    let import = |c: &Connection| {
+        budget(
+            c,
+            BudgetCmd::Import {
+                file: Some(example()),
+                from_sacctmgr: None,
+                why: "initial".into(),
+                yes: true,
+            },
+        )
+        .unwrap_err()
+    };
+    // Authenticated, not permitted: 403.
+    let e = import(&c);
+    assert!(e.to_string().starts_with("403 "), "{e}");
+    assert_eq!(e.exit_code(), exit::NOT_ALLOWED, "{e}");
+    // A credential of another MUNGE realm (another key): 401.
+    let e = import(&conn(&d.url, &other.socket));
+    assert!(e.to_string().starts_with("401 "), "{e}");
+    assert_eq!(e.exit_code(), exit::NOT_ALLOWED, "{e}");
+    // No such job: 404.
+    let why = |c: &Connection, job: u64| {
+        run_why(&WhyArgs {
+            conn: c.clone(),
+            job,
+            json: true,
+        })
+    };
+    let e = why(&c, 7).unwrap_err();
+    assert_eq!(e.exit_code(), exit::NOT_FOUND, "{e}");
+    // Nothing listens: service down, the message names the URL.
+    let down = Connection::to(&format!("http://127.0.0.1:{}", free_port()));
+    let e = why(&down, 7).unwrap_err();
+    assert_eq!(e.exit_code(), exit::SERVICE_DOWN, "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("cannot reach compass-budgetd at http://127.0.0.1:"),
+        "{e}"
+    );
 }

@@ -46,12 +46,16 @@ pub enum CoreError {
     Invalid(String),
     #[error("GRES/TRES `{input}`: {why}")]
     Gres { input: String, why: String },
-    #[error("budget tree: node `{node}`, field `{field}`: {why}")]
+    #[error("budget tree: team `{node}`, field `{field}`: {why}")]
     Budget {
         node: String,
         field: String,
         why: String,
     },
+    #[error("invalid duration `{value}`: {why}; accepted forms: {forms}", forms = crate::duration::FORMS)]
+    BadDuration { value: String, why: String },
+    #[error("invalid duration `{0}`: a bare number is ambiguous here (Slurm reads minutes, compass used to read seconds): write `{0}s`, `{0}m` or `{0}h`, or Slurm's `H:MM:SS`")]
+    AmbiguousDuration(String),
     #[error("account `{0}` is not mapped to any leaf of the budget tree")]
     UnknownAccount(String),
 }

@@ -19,9 +19,11 @@
 //! - [`trace`]: trace readers (canonical CSV, Helios Venus, Alibaba PAI 2023).
 //! - [`sim`]: the event-driven trace simulator, and in [`sim::budgets`] the
 //!   policy simulator (fair share, protection, preemption and placement).
+//! - [`duration`]: the one duration parser and format (Slurm's forms).
 //! - [`clock`]: the injected clock.
 
 pub mod clock;
+pub mod duration;
 pub mod error;
 pub mod fairshare;
 pub mod gres;

@@ -118,8 +118,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR", default_value = "out/replay")]
     pub out: PathBuf,
 
-    /// Seconds between two polls of each cluster.
-    #[arg(long, default_value = "1", value_name = "DURATION", value_parser = crate::policy::parse_duration)]
+    /// Time between two polls of each cluster.
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = crate::policy::parse_duration)]
     pub poll: f64,
 
     /// Give up after this wall time (unfinished jobs are listed and
@@ -159,8 +159,8 @@ pub struct Args {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// Without a terminal: seconds between two status prints.
-    #[arg(long, default_value = "10", value_name = "DURATION", value_parser = crate::policy::parse_duration)]
+    /// Without a terminal: time between two status prints.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = crate::policy::parse_duration)]
     pub status_every: f64,
 
     /// No live status line.

@@ -360,8 +360,12 @@ pub fn expand_hostlist(expr: &str) -> Vec<String> {
     out
 }
 
-/// Every node (`slurm_load_node(0, .., SHOW_ALL)`), copied out.
-pub fn load_nodes() -> Result<Vec<RawNode>> {
+/// Partition name -> `PriorityTier`.
+pub type PartitionTiers = Vec<(String, u16)>;
+
+/// Every node (`slurm_load_node(0, .., SHOW_ALL)`), copied out, and every
+/// partition's `PriorityTier` (`slurm_load_partitions`), by name.
+pub fn load_nodes() -> Result<(Vec<RawNode>, PartitionTiers)> {
     let _g = call_lock();
     let mut msg = NodeMsg(std::ptr::null_mut());
     // SAFETY: libslurm fills `msg.0` with a message we own (freed by NodeMsg).
@@ -386,6 +390,20 @@ pub fn load_nodes() -> Result<Vec<RawNode>> {
     // SAFETY: both messages are valid and owned here; the strings it sets
     // on each node are freed with the node message.
     unsafe { sys::slurm_populate_node_partitions(msg.0, parts.0) };
+    // SAFETY: a valid message: `record_count` records at `partition_array`.
+    let pm = unsafe { &*parts.0 };
+    let part_records: &[sys::partition_info_t] =
+        if pm.partition_array.is_null() || pm.record_count == 0 {
+            &[]
+        } else {
+            // SAFETY: as above; the slice does not outlive `parts`.
+            unsafe { std::slice::from_raw_parts(pm.partition_array, pm.record_count as usize) }
+        };
+    let tiers: Vec<(String, u16)> = part_records
+        .iter()
+        .filter(|p| !p.name.is_null())
+        .map(|p| (text(p.name), p.priority_tier))
+        .collect();
     // SAFETY: a valid message: `record_count` records at `node_array`.
     let m = unsafe { &*msg.0 };
     let records: &[sys::node_info_t] = if m.node_array.is_null() || m.record_count == 0 {
@@ -394,7 +412,7 @@ pub fn load_nodes() -> Result<Vec<RawNode>> {
         // SAFETY: as above; the slice does not outlive `msg`.
         unsafe { std::slice::from_raw_parts(m.node_array, m.record_count as usize) }
     };
-    Ok(records
+    let nodes = records
         .iter()
         .filter(|n| !n.name.is_null())
         .map(|n| {
@@ -421,7 +439,8 @@ pub fn load_nodes() -> Result<Vec<RawNode>> {
                 alloc_mem_mb,
             }
         })
-        .collect())
+        .collect();
+    Ok((nodes, tiers))
 }
 
 /// Allocated CPUs and memory of a node, as sinfo reads them

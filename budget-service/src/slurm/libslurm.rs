@@ -34,7 +34,7 @@
 //! not is corrected at its next rank change.
 
 use compass_core::model::JobId;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -101,7 +101,10 @@ impl SlurmSource for LibSlurm {
         ffi::init(self.conf.as_deref())?;
         let jobs = ffi::load_jobs()?;
         let mut snap = snapshot_of(&jobs);
-        snap.nodes = ffi::load_nodes()?.iter().map(node_of).collect();
+        let (nodes, tiers) = ffi::load_nodes()?;
+        snap.nodes = nodes.iter().map(node_of).collect();
+        set_tiers(&mut snap, &tiers);
+        types_from_nodes(&mut snap);
         snap.capacity_gpus = Some(snap.nodes.iter().map(|n| n.gpus).sum());
         *self.comments.lock().unwrap_or_else(|e| e.into_inner()) = jobs
             .iter()
@@ -265,6 +268,15 @@ pub fn node_of(n: &RawNode) -> SlurmNode {
     };
     let gpus = named_gpus(&n.gres);
     let total = gpus.as_ref().map_or(0, |g| g.total_u32());
+    let gpus_by_type = gpus
+        .as_ref()
+        .map(|g| {
+            g.by_type
+                .iter()
+                .map(|(t, c)| (t.clone(), u32::try_from(*c).unwrap_or(u32::MAX)))
+                .collect()
+        })
+        .unwrap_or_default();
     let split = |s: &str| -> std::collections::BTreeSet<String> {
         s.split(',')
             .map(str::trim)
@@ -288,6 +300,74 @@ pub fn node_of(n: &RawNode) -> SlurmNode {
             free_cpus: n.cpus.saturating_sub(n.alloc_cpus),
             free_mem_mb: n.real_memory_mb.saturating_sub(n.alloc_mem_mb),
         }),
+        gpus_by_type,
+    }
+}
+
+/// Typed GPUs a running or ended job holds: summed over its
+/// `gres_detail_str` entries (`gpu:a100:2(IDX:0-1)`), else the typed
+/// entries of its `tres_alloc_str` (`gres/gpu:a100=2`); empty when neither
+/// names a type ([`LibSlurm`]'s snapshot then takes its nodes' types).
+pub fn held_types(r: &RawJob) -> BTreeMap<String, u32> {
+    let mut out: BTreeMap<String, u32> = BTreeMap::new();
+    for d in &r.gres_detail {
+        if let Some(g) = named_gpus(d) {
+            for (t, c) in g.by_type {
+                let v = out.entry(t).or_default();
+                *v = v.saturating_add(u32::try_from(c).unwrap_or(u32::MAX));
+            }
+        }
+    }
+    if out.is_empty() {
+        if let Some(g) = named_gpus(&r.tres_alloc_str) {
+            out = g
+                .by_type
+                .into_iter()
+                .map(|(t, c)| (t, u32::try_from(c).unwrap_or(u32::MAX)))
+                .collect();
+        }
+    }
+    out
+}
+
+/// Each pending job's partition `PriorityTier`: the highest of its
+/// partitions' (`-p debug,gpu`), from `tiers` (partition name -> tier).
+pub fn set_tiers(snap: &mut SlurmSnapshot, tiers: &[(String, u16)]) {
+    let tier: HashMap<&str, u16> = tiers.iter().map(|(p, t)| (p.as_str(), *t)).collect();
+    let parts: HashMap<JobId, &Vec<String>> = snap
+        .job_needs
+        .iter()
+        .map(|n| (n.job, &n.needs.partitions))
+        .collect();
+    for j in snap.pending.iter_mut() {
+        j.tier = parts
+            .get(&j.job)
+            .into_iter()
+            .flat_map(|ps| ps.iter())
+            .filter_map(|p| tier.get(p.as_str()).copied())
+            .max()
+            .unwrap_or(0);
+    }
+}
+
+/// Running jobs without typed GPUs (untyped `gres_detail_str`): their GPUs
+/// on each node of one GPU type are of that type.
+pub fn types_from_nodes(snap: &mut SlurmSnapshot) {
+    let node_type: HashMap<&str, &str> = snap
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let t = n.traits.as_ref()?;
+            let ty = t.gpu_types.iter().next()?;
+            (t.gpu_types.len() == 1).then_some((n.name.as_str(), ty.as_str()))
+        })
+        .collect();
+    for j in snap.running.iter_mut().filter(|j| j.gpu_types.is_empty()) {
+        for (node, g) in &j.alloc {
+            if let Some(t) = node_type.get(node.as_str()) {
+                *j.gpu_types.entry(t.to_string()).or_default() += g;
+            }
+        }
     }
 }
 
@@ -401,6 +481,21 @@ pub fn held_factor(r: &RawJob) -> Option<u32> {
     u32::try_from(f).ok().filter(|f| *f > 0)
 }
 
+/// What Slurm adds to a pending job's priority beyond compass's factor:
+/// `priority - (site_factor - nice)`, which is 0 when every other
+/// `PriorityWeight*` is 0 (the multifactor sum is then the site factor
+/// minus nice). `None` for a job compass set no factor on, or whose
+/// priority is 0 (held) or Slurm's floor of 1; differences of 1 are
+/// rounding.
+pub fn priority_offset(r: &RawJob) -> Option<i64> {
+    let f = held_factor(r)?;
+    if r.state != JOB_PENDING || r.priority <= 1 {
+        return None;
+    }
+    let extra = i64::from(r.priority) - i64::from(f);
+    (extra.abs() > 1).then_some(extra)
+}
+
 /// Sorts the jobs of one `slurm_load_jobs` into pending, running and ended.
 pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
     let mut s = SlurmSnapshot::default();
@@ -445,8 +540,19 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
                 mem_per_node_mb: mem,
             });
         }
+        let gpu_types = if pending {
+            s.job_needs
+                .last()
+                .and_then(|n| n.needs.gpu_type.clone())
+                .map(|t| BTreeMap::from([(t, gpus)]))
+                .unwrap_or_default()
+        } else {
+            held_types(r)
+        };
         let job = SlurmJob {
             job: id,
+            gpu_types,
+            tier: 0,
             account: r.account.clone(),
             gpus,
             min_runtime_s: flags.min_runtime_s,
@@ -468,6 +574,9 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
         if pending {
             if let Some(f) = held_factor(r) {
                 s.site_factors.push((job.job, f));
+            }
+            if let Some(x) = priority_offset(r) {
+                s.priority_offsets.push((job.job, x));
             }
             s.pending.push(job);
         } else if job.start.is_none() {
@@ -553,6 +662,101 @@ mod tests {
     }
 
     #[test]
+    fn gpu_types_of_jobs_for_their_weight() {
+        // Running on a typed node: the types of its GRES detail.
+        let mut run = raw(1, JOB_RUNNING);
+        run.start_time = 200;
+        run.nodes = vec!["a1".into(), "h1".into()];
+        run.gres_detail = vec![
+            "gpu:a100:2(IDX:0-1)".into(),
+            "gpu:a100:1(IDX:4),gpu:h100:2(IDX:0-1)".into(),
+        ];
+        run.tres_alloc_str = "cpu=4,node=2,gres/gpu=5".into();
+        // Running with an untyped detail on an l40s node: its node's type.
+        let mut plain = raw(2, JOB_RUNNING);
+        plain.start_time = 200;
+        plain.nodes = vec!["l1".into()];
+        plain.gres_detail = vec!["gpu:4(IDX:0-3)".into()];
+        plain.tres_alloc_str = "cpu=4,node=1,gres/gpu=4".into();
+        // Pending, asking for a type.
+        let mut pend = raw(3, JOB_PENDING);
+        pend.tres_per_node = "gres:gpu:a100:2".into();
+        pend.tres_req_str = "cpu=1,node=1,gres/gpu=2".into();
+        let mut snap = snapshot_of(&[run, plain, pend]);
+        snap.nodes = [("a1", "gpu:a100:8(S:0-1)"), ("l1", "gpu:l40s:4")]
+            .iter()
+            .map(|(n, g)| {
+                node_of(&RawNode {
+                    name: n.to_string(),
+                    gres: g.to_string(),
+                    ..RawNode::default()
+                })
+            })
+            .collect();
+        types_from_nodes(&mut snap);
+        let types = |j: &SlurmJob| j.gpu_types.clone().into_iter().collect::<Vec<_>>();
+        assert_eq!(
+            types(&snap.running[0]),
+            [("a100".to_string(), 3), ("h100".to_string(), 2)]
+        );
+        assert_eq!(types(&snap.running[1]), [("l40s".to_string(), 4)]);
+        assert_eq!(types(&snap.pending[0]), [("a100".to_string(), 2)]);
+        assert_eq!(snap.nodes[0].gpus_by_type["a100"], 8);
+        let w = compass_core::fairshare::GpuWeights::new([("a100", 2.0), ("h100", 4.0)]).unwrap();
+        assert_eq!(snap.running[0].charge_rate(&w), 3.0 * 2.0 + 2.0 * 4.0);
+        assert_eq!(snap.running[1].charge_rate(&w), 4.0);
+        assert_eq!(snap.weighted_capacity(&w), Some(8.0 * 2.0 + 4.0));
+    }
+
+    #[test]
+    fn pending_jobs_take_the_highest_tier_of_their_partitions() {
+        let mut a = raw(1, JOB_PENDING);
+        a.partition = "gpu,debug".into();
+        let mut b = raw(2, JOB_PENDING);
+        b.partition = "gpu".into();
+        let mut c = raw(3, JOB_PENDING);
+        c.partition = "gone".into();
+        let mut snap = snapshot_of(&[a, b, c]);
+        set_tiers(
+            &mut snap,
+            &[("gpu".into(), 1), ("debug".into(), 10), ("cpu".into(), 1)],
+        );
+        let tiers: Vec<u16> = snap.pending.iter().map(|j| j.tier).collect();
+        assert_eq!(tiers, [10, 1, 0]);
+        assert_eq!(snap.pending[0].as_pending().tier, 10);
+    }
+
+    #[test]
+    fn priority_beyond_the_site_factor_is_reported() {
+        // All other weights 0: priority = site factor - nice.
+        let mut r = RawJob {
+            site_factor: NICE_OFFSET + wire_factor(5000, 3),
+            nice: NICE_OFFSET + 3,
+            priority: 5000,
+            ..raw(1, JOB_PENDING)
+        };
+        assert_eq!(priority_offset(&r), None);
+        r.priority = 5001; // rounding
+        assert_eq!(priority_offset(&r), None);
+        // PriorityWeightQOS (or Age, ...) left on: 1200 more.
+        r.priority = 6200;
+        assert_eq!(priority_offset(&r), Some(1200));
+        assert_eq!(
+            snapshot_of(&[r.clone()]).priority_offsets,
+            [(JobId(1), 1200)]
+        );
+        // Held (priority 0) or never given a factor by compass: nothing.
+        r.priority = 0;
+        assert_eq!(priority_offset(&r), None);
+        let fresh = RawJob {
+            site_factor: NICE_OFFSET,
+            priority: 777,
+            ..raw(2, JOB_PENDING)
+        };
+        assert_eq!(priority_offset(&fresh), None);
+    }
+
+    #[test]
     fn wire_factor_cancels_nice() {
         assert_eq!(wire_factor(1000, 0), 1000);
         assert_eq!(wire_factor(1000, 5), 1005);
@@ -587,6 +791,7 @@ mod tests {
             r,
         ]);
         assert_eq!(s.site_factors, vec![(JobId(3), 77)]);
+        assert!(s.priority_offsets.is_empty());
     }
 
     #[test]

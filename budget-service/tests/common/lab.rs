@@ -3,7 +3,9 @@
 //! configured with `etc/slurm-budget.conf` (priority/multifactor, every
 //! weight 0: the site factor is the priority). Root only: [`skip_reason`]
 //! says why a host cannot run it. `down` on drop, so the cluster is torn
-//! down when a test fails too.
+//! down when a test fails too. `COMPASS_LAB_PORT_BASE=B` moves every lab
+//! to `B + (its own base mod 1000)` (as the select plugin's lab tests), so
+//! several checkouts can run them on one host.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -76,7 +78,13 @@ pub struct Lab {
 }
 
 impl Lab {
-    pub fn start(spec: LabSpec) -> Lab {
+    pub fn start(mut spec: LabSpec) -> Lab {
+        if let Some(b) = std::env::var("COMPASS_LAB_PORT_BASE")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            spec.port_base = b + spec.port_base % 1000;
+        }
         let dir = std::env::temp_dir().join(format!("{}-{}", spec.tag, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("lab dir");

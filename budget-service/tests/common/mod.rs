@@ -189,7 +189,7 @@ impl Drop for Daemon {
 
 pub fn conn(url: &str, socket: &Path) -> compass_budget::cli::Connection {
     compass_budget::cli::Connection {
-        url: url.to_string(),
         munge_socket: Some(socket.to_path_buf()),
+        ..compass_budget::cli::Connection::to(url)
     }
 }

@@ -51,7 +51,7 @@ pub struct IntervalKey {
 }
 
 /// One run of one job.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
     pub job: JobId,
     pub account: String,
@@ -60,6 +60,14 @@ pub struct Interval {
     /// `None` while the job still runs (counted up to "now").
     pub end: Option<UnixSecs>,
     pub kind: Kind,
+    /// Mean GPU weight of its GPUs ([`super::weights`]), fixed when the run
+    /// is first seen: its usage is `gpus x weight x time`. 1.0 by default.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+fn default_weight() -> f64 {
+    super::weights::DEFAULT_GPU_WEIGHT
 }
 
 impl Interval {
@@ -86,18 +94,29 @@ impl Interval {
                 )));
             }
         }
+        if !(self.weight.is_finite() && self.weight > 0.0) {
+            return Err(CoreError::Invalid(format!(
+                "job {}: field `weight`: must be a number > 0, got {}",
+                self.job, self.weight
+            )));
+        }
         Ok(())
     }
 
-    /// GPU-seconds of this interval inside `[from, to)`, with an open end
-    /// counted up to `to`.
+    /// Weighted GPUs: `gpus x weight`, what one second of this run costs.
+    pub fn charge_rate(&self) -> f64 {
+        f64::from(self.gpus) * self.weight
+    }
+
+    /// Weighted GPU-seconds of this interval inside `[from, to)`, with an
+    /// open end counted up to `to`.
     pub fn gpu_seconds_within(&self, from: UnixSecs, to: UnixSecs) -> f64 {
         let end = self.end.unwrap_or(to).min(to);
         let start = self.start.max(from);
         if end <= start {
             return 0.0;
         }
-        (end - start) as f64 * f64::from(self.gpus)
+        (end - start) as f64 * self.charge_rate()
     }
 }
 
@@ -140,7 +159,8 @@ impl Ledger {
     /// a no-op; an open interval seen closed gets its end; a closed interval is
     /// never reopened or shortened by a stale observation (a later end wins).
     /// An observation whose account, GPUs or kind disagree with the stored
-    /// interval of the same key is refused.
+    /// interval of the same key is refused; the weight of the first
+    /// observation stays (a run is priced once).
     pub fn ingest(&mut self, obs: Interval) -> Result<IngestOutcome> {
         obs.validate()?;
         match self.intervals.get_mut(&obs.key()) {
@@ -230,6 +250,7 @@ mod tests {
             start,
             end,
             kind,
+            weight: 1.0,
         }
     }
 
@@ -292,6 +313,27 @@ mod tests {
         assert_eq!(u["b"].charged_gpu_s, 30.0);
         l.prune_before(120);
         assert_eq!(l.len(), 2);
+    }
+
+    #[test]
+    fn weighted_runs_are_charged_gpus_times_weight_times_time() {
+        let mut l = Ledger::new();
+        // 2 a100 GPUs at weight 2 for 100 s, 4 l40s GPUs at weight 1 for 100 s.
+        let mut a = iv(1, "a", 2, 0, Some(100), Kind::Allocated);
+        a.weight = 2.0;
+        l.ingest(a.clone()).unwrap();
+        l.ingest(iv(2, "b", 4, 0, Some(100), Kind::Allocated))
+            .unwrap();
+        let u = l.usage(0, 100);
+        assert_eq!(u["a"].charged_gpu_s, 2.0 * 2.0 * 100.0);
+        assert_eq!(u["b"].charged_gpu_s, 4.0 * 100.0);
+        // The run keeps its first price.
+        a.weight = 5.0;
+        assert_eq!(l.ingest(a.clone()).unwrap(), IngestOutcome::Unchanged);
+        assert_eq!(l.usage(0, 100)["a"].charged_gpu_s, 400.0);
+        a.weight = 0.0;
+        a.job = JobId(9);
+        assert!(l.ingest(a).unwrap_err().to_string().contains("`weight`"));
     }
 
     fn arb_interval() -> impl Strategy<Value = Interval> {

@@ -7,10 +7,13 @@
 //!   usage over a window.
 //! - [`order`]: fair-share ratios, the queue order (tree walk), explanations,
 //!   Slurm site factors.
+//! - [`weights`]: GPU weights by type (`[gpu_weights]`): every charge,
+//!   allocation and capacity is in weighted GPU-seconds.
 
 pub mod ledger;
 pub mod order;
 pub mod tree;
+pub mod weights;
 
 pub use ledger::{IngestOutcome, Interval, IntervalKey, Kind, Ledger, UnixSecs, Usage};
 pub use order::{
@@ -20,6 +23,7 @@ pub use order::{
     SITE_KEY_STRIDE,
 };
 pub use tree::{diff, NodeIx, NodeSpec, OrgTree, TreeChange};
+pub use weights::{GpuWeights, DEFAULT_GPU_WEIGHT};
 
 /// Reads "now" from an injected clock as whole Unix seconds.
 pub fn now_secs(clock: &dyn crate::clock::Clock) -> UnixSecs {

@@ -34,9 +34,10 @@ pub struct NodeStats {
 }
 
 /// Fair-share ratio = charged GPU-time over the window / (share x capacity x
-/// window). A zero budget gives `+inf`.
-pub fn ratio(charged_gpu_s: f64, abs_share: f64, capacity_gpus: u32, window_s: i64) -> f64 {
-    let budget = abs_share * f64::from(capacity_gpus) * window_s.max(0) as f64;
+/// window). A zero budget gives `+inf`. Charges and capacity are in
+/// weighted GPUs ([`super::weights`]; plain GPUs when no type is weighted).
+pub fn ratio(charged_gpu_s: f64, abs_share: f64, capacity_gpus: f64, window_s: i64) -> f64 {
+    let budget = abs_share * capacity_gpus.max(0.0) * window_s.max(0) as f64;
     if budget > 0.0 {
         charged_gpu_s / budget
     } else {
@@ -46,11 +47,12 @@ pub fn ratio(charged_gpu_s: f64, abs_share: f64, capacity_gpus: u32, window_s: i
 
 /// Per-node stats of the whole tree, indexed by [`NodeIx`], from usage per
 /// account (accounts not in the tree are ignored here; see
-/// [`unbudgeted_usage`]).
+/// [`unbudgeted_usage`]). `capacity_gpus` is the cluster's weighted GPUs
+/// ([`super::GpuWeights::weighted`] summed over its nodes).
 pub fn node_stats(
     tree: &OrgTree,
     usage_by_account: &HashMap<String, Usage>,
-    capacity_gpus: u32,
+    capacity_gpus: f64,
     window_s: i64,
 ) -> Vec<NodeStats> {
     let mut usage = vec![Usage::default(); tree.len()];
@@ -65,7 +67,7 @@ pub fn node_stats(
         .iter()
         .zip(usage)
         .map(|(n, u)| {
-            let budget = n.abs_share * f64::from(capacity_gpus) * window_s.max(0) as f64;
+            let budget = n.abs_share * capacity_gpus.max(0.0) * window_s.max(0) as f64;
             NodeStats {
                 usage: u,
                 abs_share: n.abs_share,
@@ -93,7 +95,7 @@ pub fn stats_at(
     ledger: &Ledger,
     now: UnixSecs,
     window_s: i64,
-    capacity_gpus: u32,
+    capacity_gpus: f64,
 ) -> Vec<NodeStats> {
     node_stats(
         tree,
@@ -128,6 +130,12 @@ pub struct PendingJob {
     /// Higher goes first within the team (Slurm: minus the nice value).
     pub priority: i64,
     pub submit: UnixSecs,
+    /// Slurm's partition `PriorityTier` of the job (the highest of its
+    /// partitions'; 0 without). Slurm starts jobs of a higher tier first
+    /// whatever their priority, so the order is by tier first and compass's
+    /// order holds within each tier.
+    #[serde(default)]
+    pub tier: u16,
 }
 
 /// One level of the tree walk that placed a job.
@@ -159,7 +167,9 @@ pub struct Placed {
     pub gpus_ahead: u64,
 }
 
-/// The queue order: see the module doc. Deterministic: ties between siblings
+/// The queue order: see the module doc; jobs of a higher partition
+/// `PriorityTier` go before every job of a lower one, as Slurm schedules
+/// them, and the fair-share order holds within a tier. Deterministic: ties between siblings
 /// of equal ratio go by name; ties between jobs of equal priority by submit
 /// time, then job id. `stats` comes from [`node_stats`] for the same tree.
 pub fn order_queue(tree: &OrgTree, stats: &[NodeStats], jobs: &[PendingJob]) -> Vec<Placed> {
@@ -208,7 +218,10 @@ pub fn order_queue(tree: &OrgTree, stats: &[NodeStats], jobs: &[PendingJob]) -> 
             b.leaf.is_none(),
             b.leaf.map_or(0, |l| dfs_index[l]),
         );
-        ka.cmp(&kb)
+        b.job
+            .tier
+            .cmp(&a.job.tier)
+            .then_with(|| ka.cmp(&kb))
             .then_with(|| b.job.priority.cmp(&a.job.priority))
             .then_with(|| a.job.submit.cmp(&b.job.submit))
             .then_with(|| a.job.job.cmp(&b.job.job))
@@ -291,10 +304,16 @@ pub fn explain(p: &Placed, queue_len: usize) -> String {
         p.job.account,
         p.job.gpus
     );
+    if p.job.tier > 0 {
+        s.push_str(&format!(
+            "Its partition has PriorityTier {}: Slurm starts jobs of higher tiers first, whatever their budget; the order below holds among the jobs of its tier.\n",
+            p.job.tier
+        ));
+    }
     match p.kind {
         Kind::Allocated => s.push_str(&format!(
-            "It asks for allocated time (min runtime {} s): it is charged to its budget and sorts before all unallocated jobs.\n",
-            p.job.min_runtime_s
+            "It asks for allocated time (min runtime {}): it is charged to its budget and sorts before all unallocated jobs.\n",
+            crate::duration::format(p.job.min_runtime_s)
         )),
         Kind::Unallocated => s.push_str(
             "It asks for unallocated time (min runtime 0): it is free and sorts after every allocated job.\n",
@@ -529,6 +548,7 @@ mod tests {
             min_runtime_s: min_rt,
             priority: prio,
             submit,
+            tier: 0,
         }
     }
 
@@ -553,6 +573,7 @@ mod tests {
             start: 0,
             end: Some(1000),
             kind: Kind::Allocated,
+            weight: 1.0,
         })
         .unwrap();
         l.ingest(Interval {
@@ -562,6 +583,7 @@ mod tests {
             start: 500,
             end: None,
             kind: Kind::Allocated,
+            weight: 1.0,
         })
         .unwrap();
         l.ingest(Interval {
@@ -571,9 +593,10 @@ mod tests {
             start: 0,
             end: Some(1000),
             kind: Kind::Unallocated,
+            weight: 1.0,
         })
         .unwrap();
-        let s = stats_at(&t, &l, 1000, 1000, 10);
+        let s = stats_at(&t, &l, 1000, 1000, 10.0);
         let a = t.find("a").unwrap();
         let b = t.find("b").unwrap();
         assert!((s[a].ratio - 1.0).abs() < 1e-12);
@@ -598,9 +621,47 @@ mod tests {
     }
 
     #[test]
+    fn higher_partition_tiers_go_first_and_fair_share_holds_within_a_tier() {
+        let t = two_teams();
+        let mut l = Ledger::new();
+        // acct-a is over-served, acct-b is not: b's jobs go first in a tier.
+        l.ingest(Interval {
+            job: JobId(99),
+            account: "acct-a".into(),
+            gpus: 8,
+            start: 0,
+            end: Some(100),
+            kind: Kind::Allocated,
+            weight: 1.0,
+        })
+        .unwrap();
+        let s = stats_at(&t, &l, 100, 100, 10.0);
+        let tiered = |id, acct: &str, min_rt, tier| PendingJob {
+            tier,
+            ..job(id, acct, min_rt, 0, id as i64)
+        };
+        let jobs = vec![
+            tiered(1, "acct-b", 60, 0),
+            tiered(2, "acct-a", 60, 10),
+            tiered(3, "acct-a", 60, 0),
+            tiered(4, "acct-b", 60, 10),
+            tiered(5, "acct-b", 0, 10),
+            tiered(6, "nobody", 60, 20),
+        ];
+        let o = order_queue(&t, &s, &jobs);
+        let ids: Vec<u64> = o.iter().map(|p| p.job.job.0).collect();
+        // Tier 20 (even unbudgeted), then tier 10 (b before a, unallocated
+        // last), then tier 0 (b before a).
+        assert_eq!(ids, vec![6, 4, 2, 5, 1, 3]);
+        let why = explain(&o[1], o.len());
+        assert!(why.contains("PriorityTier 10"), "{why}");
+        assert!(!explain(&o[4], o.len()).contains("PriorityTier"));
+    }
+
+    #[test]
     fn unallocated_after_allocated_unknown_after_known() {
         let t = two_teams();
-        let s = node_stats(&t, &HashMap::new(), 8, 100);
+        let s = node_stats(&t, &HashMap::new(), 8.0, 100);
         let jobs = vec![
             job(1, "acct-a", 0, 1000, 0),
             job(2, "nobody", 60, 0, 0),
@@ -619,7 +680,7 @@ mod tests {
     #[test]
     fn priority_only_reorders_within_team() {
         let t = two_teams();
-        let s = node_stats(&t, &HashMap::new(), 8, 100);
+        let s = node_stats(&t, &HashMap::new(), 8.0, 100);
         let jobs = vec![
             job(1, "acct-a", 60, 0, 0),
             job(2, "acct-b", 60, 999, 0),
@@ -634,7 +695,7 @@ mod tests {
     #[test]
     fn site_factors_push_only_changes() {
         let t = two_teams();
-        let s = node_stats(&t, &HashMap::new(), 8, 100);
+        let s = node_stats(&t, &HashMap::new(), 8.0, 100);
         let o1 = order_queue(
             &t,
             &s,
@@ -843,7 +904,7 @@ mod tests {
                 free_gpu_s: 0.0,
             },
         );
-        let s = node_stats(&t, &usage, 8, 100);
+        let s = node_stats(&t, &usage, 8.0, 100);
         let mut jobs: Vec<PendingJob> =
             (0..50).map(|i| job(i, "acct-a", 60, 0, i as i64)).collect();
         let o1 = order_queue(&t, &s, &jobs);
@@ -919,6 +980,7 @@ mod tests {
                                 min_runtime_s: mr * 60,
                                 priority: prio,
                                 submit,
+                                tier: 0,
                             })
                             .collect();
                         (specs, u, jobs)
@@ -932,7 +994,7 @@ mod tests {
         #[test]
         fn ordering_invariants((specs, usage, jobs) in arb_case()) {
             let tree = OrgTree::build(&specs).unwrap();
-            let stats = node_stats(&tree, &usage, 16, 3600);
+            let stats = node_stats(&tree, &usage, 16.0, 3600);
             let o = order_queue(&tree, &stats, &jobs);
             // A permutation of the input, ranks 0..n.
             let mut ids: Vec<JobId> = o.iter().map(|p| p.job.job).collect();

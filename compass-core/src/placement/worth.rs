@@ -127,6 +127,20 @@ impl MigrationRule {
     pub fn worth_moving(&self, job: &MoveCandidate) -> bool {
         self.check(job).is_ok()
     }
+
+    /// Will the rule hold a job that starts now still for long: not
+    /// resumable, protected, or too short ever to pay for a move? Place
+    /// seats such a job as immovable (the pinned fill,
+    /// docs/compass-corrections.md section 5). The brief start-up grace and
+    /// a cool-down do not count: Compact may move the job soon after.
+    pub fn holds_at_start(&self, job: &MoveCandidate) -> bool {
+        let later = MigrationRule {
+            min_run_s: 0.0,
+            cooldown_s: 0.0,
+            ..*self
+        };
+        !later.worth_moving(job)
+    }
 }
 
 #[cfg(test)]
@@ -224,5 +238,36 @@ mod tests {
             cost_s: None,
             ..job
         }));
+    }
+
+    #[test]
+    fn held_at_start_only_for_long_holds() {
+        let rule = MigrationRule {
+            min_run_s: 300.0,
+            cooldown_s: 600.0,
+            ..MigrationRule::default()
+        };
+        let starting = MoveCandidate {
+            running_for_s: 0.0,
+            ..long_job()
+        };
+        // Only the start-up grace holds it: Compact may move it later.
+        assert_eq!(rule.check(&starting), Err(KeepReason::StartingUp));
+        assert!(!rule.holds_at_start(&starting));
+        let not_resumable = MoveCandidate {
+            resumable: false,
+            ..starting
+        };
+        let protected = MoveCandidate {
+            protected_for_s: 60.0,
+            ..starting
+        };
+        let short = MoveCandidate {
+            remaining_s: Some(20.0),
+            ..starting
+        };
+        for held in [not_resumable, protected, short] {
+            assert!(rule.holds_at_start(&held), "{held:?}");
+        }
     }
 }

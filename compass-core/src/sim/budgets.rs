@@ -790,7 +790,7 @@ impl<'a> Sim<'a> {
         let stats = node_stats(
             self.tree,
             &usage,
-            self.capacity as u32,
+            self.capacity as f64,
             self.cfg.window_s as i64,
         );
         let mut rank: HashMap<NodeIx, usize> = HashMap::new();

@@ -880,12 +880,16 @@ impl<'a> Sim<'a> {
             RemainingRun::Oracle => end - t,
             RemainingRun::TimeLimit => end - t + time_limit_for(job.duration_s) - job.duration_s,
         };
+        // As the Slurm plugin counts it: protected time (`--min-runtime`)
+        // runs from the job's last (re)start, so a migrated job is
+        // protected again after it lands.
+        let restarted = s.last_moved.unwrap_or(start);
         MoveCandidate {
             resumable: job.resumable,
             cost_s: None,
-            running_for_s: t - start,
+            running_for_s: t - restarted,
             remaining_s: Some(remaining),
-            protected_for_s: 0.0,
+            protected_for_s: (job.min_runtime_s.unwrap_or(0.0) - (t - restarted)).max(0.0),
             since_migrated_s: s.last_moved.map(|m| t - m),
         }
     }

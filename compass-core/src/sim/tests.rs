@@ -690,6 +690,30 @@ fn the_cost_rule_holds_a_job_whose_move_would_not_pay_for_itself() {
 }
 
 #[test]
+fn the_cost_rule_never_moves_a_job_inside_its_protected_time() {
+    // The setting above, where B is moved at 10 s when nothing else holds
+    // it; with `--min-runtime` of 20 s B is protected at 10 s, as the Slurm
+    // plugin keeps it (protection counts from the last start), so it ends
+    // at 100 unmoved. With 5 s of protection it is past it and moves.
+    let replay = |min_runtime_s: f64| {
+        let mut b = job("B", 0.0, 100.0, 2, 2);
+        b.min_runtime_s = Some(min_runtime_s);
+        let jobs = vec![job("A", 0.0, 10.0, 1, 4), b];
+        let mut cfg = config(2, QueuePolicy::Fifo);
+        cfg.migration_cost_s = 40.0;
+        cfg.payback = 1.25;
+        cfg.remaining = RemainingRun::Oracle;
+        let mut p = Spread::new(2);
+        p.compact_on_remove = true;
+        simulate(&jobs, &mut p, &cfg, &mut NoObserver).unwrap()
+    };
+    let protected = replay(20.0);
+    assert_eq!((protected.migrations, protected.makespan_s), (0, 100.0));
+    let past = replay(5.0);
+    assert_eq!((past.migrations, past.makespan_s), (2, 180.0));
+}
+
+#[test]
 fn a_payback_below_one_is_refused_with_a_clear_error() {
     let jobs = vec![job("A", 0.0, 10.0, 1, 4)];
     for bad in [0.5, -1.0, f64::NAN, f64::INFINITY] {

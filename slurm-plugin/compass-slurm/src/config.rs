@@ -22,6 +22,8 @@
 //!                              # (`--resumable` without a value)
 //! payback = 2                  # move a job only if its remaining run
 //!                              # (time limit) is >= payback x its cost
+//! log_decisions = false        # each job_test decision at verbose level
+//!                              # without DebugFlags=SelectType
 //! ```
 
 use std::path::Path;
@@ -64,6 +66,11 @@ pub struct SelectConfig {
     /// A job moves only when its expected remaining run after the move is
     /// at least `payback` times its migration cost (default 2, `>= 1`).
     pub payback: f64,
+    /// Log each job_test decision at verbose level even without
+    /// `DebugFlags=SelectType` (which also turns on cons_tres's own, far
+    /// more numerous lines). Default false; the lab clusters and the demo
+    /// set it (their reports read these lines).
+    pub log_decisions: bool,
 }
 
 impl Default for Config {
@@ -83,6 +90,7 @@ impl Default for Config {
                 min_run_before_migration_s: 300,
                 migration_cost_s: 60,
                 payback: 2.0,
+                log_decisions: false,
             },
         }
     }
@@ -109,6 +117,7 @@ const KNOWN: &[(&str, &[&str])] = &[
             "min_run_before_migration",
             "migration_cost",
             "payback",
+            "log_decisions",
         ],
     ),
 ];
@@ -141,6 +150,7 @@ struct RawSelect {
     min_run_before_migration: Option<String>,
     migration_cost: Option<String>,
     payback: Option<f64>,
+    log_decisions: Option<bool>,
 }
 
 impl Config {
@@ -242,6 +252,9 @@ impl Config {
         }
         if let Some(b) = s.migrate {
             c.select.migrate = b;
+        }
+        if let Some(b) = s.log_decisions {
+            c.select.log_decisions = b;
         }
         dur(
             "select.migration_cooldown",
@@ -380,6 +393,10 @@ mod tests {
         .unwrap();
         assert_eq!(c.spank.max_min_runtime_s, 7200, "known keys still apply");
         assert!(!c.select.migrate);
+        assert!(!c.select.log_decisions, "off by default");
+        let c = Config::parse("t", "[select]\nlog_decisions = true\n").unwrap();
+        assert!(c.select.log_decisions);
+        assert!(Config::parse("t", "[select]\nlog_decisions = \"yes\"\n").is_err());
         assert_eq!(
             w,
             vec![

@@ -94,6 +94,7 @@ pub struct Counters {
     pub divergences: u64,
     pub migrations_ordered: u64,
     pub migrations_done: u64,
+    pub migrations_failed: u64,
     pub engine_errors: u64,
 }
 
@@ -217,6 +218,23 @@ impl Controller {
         }
     }
 
+    /// Will Compact be free to move `job` soon after it starts? No when it
+    /// is not resumable, protected, or too short to pay for a move: the plan
+    /// then seats it as immovable (the engine's pinned fill), as the
+    /// simulator does.
+    fn movable_after_start(&self, job: &JobInfo) -> bool {
+        let flags = job.flags.unwrap_or_default();
+        let start = MoveCandidate {
+            resumable: flags.resumable,
+            cost_s: flags.migration_cost_s.map(|c| c as f64),
+            running_for_s: 0.0,
+            remaining_s: job.time_limit_s.map(|l| l as f64),
+            protected_for_s: flags.min_runtime_s as f64,
+            since_migrated_s: None,
+        };
+        !self.rule().holds_at_start(&start)
+    }
+
     /// May Compact move this job now? `Err` says why not.
     fn eligible(&self, id: u64, rec: &JobRec, now: u64) -> Result<(), KeepReason> {
         self.rule().check(&self.candidate(id, rec, now))
@@ -273,11 +291,11 @@ impl Controller {
         let req = JobRequest {
             id: JobId(job.id),
             shape,
-            movable: job.flags.is_some_and(|f| f.resumable),
+            movable: self.movable_after_start(job),
         };
         // The pools this job may use: an engine, its GPU type, instances
         // that fit the nodes, and a node among Slurm's candidates (which
-        // already reflect partition, features, exclusions, `-w`).
+        // already reflect partition, features, exclusions).
         let want = job.gpu_type.as_deref();
         let options: Vec<(usize, JobRequest)> = self
             .engine
@@ -610,6 +628,7 @@ impl Controller {
     /// The requeue failed (the job ended meanwhile, or refused): the engine
     /// goes back to what Slurm really runs.
     pub fn requeue_failed(&mut self, order: &MigrationOrder) {
+        self.counters.migrations_failed += 1;
         self.migrating.remove(&order.job);
         self.pins.remove(&order.job);
         let Some(rec) = self.jobs.get(&order.job).cloned() else {
@@ -933,6 +952,8 @@ impl Controller {
                 }))
                 .collect(),
             migrations_done: self.counters.migrations_done,
+            migrations_failed: self.counters.migrations_failed,
+            engine_errors: self.counters.engine_errors,
             kept_still,
             jobs,
             job_test: Default::default(),
@@ -1058,6 +1079,36 @@ mod tests {
     }
 
     #[test]
+    fn a_job_held_still_from_its_start_is_planned_into_a_partial_node() {
+        // n1 is a pool node with three 1-GPU jobs. A resumable 4-GPU job
+        // opens a slotted node (Compact can move it later); a protected or
+        // not resumable one fills n1's free GPUs instead, as the simulator
+        // plans it (the engine's pinned fill).
+        let mut c = ctl();
+        for id in 1..=3 {
+            assert_eq!(run(&mut c, &job(id, 1, 1), 100), vec![0]);
+        }
+        let all = NodeSet::full(4);
+        let planned = |c: &mut Controller, j: &JobInfo| -> Vec<NodeId> {
+            c.narrow(j, &all)
+                .unwrap()
+                .expect("planned")
+                .iter()
+                .collect()
+        };
+        assert_eq!(planned(&mut c, &job(4, 1, 4)), vec![1], "its own slot");
+        let mut protected = job(5, 1, 4);
+        protected.flags = Some(JobFlags {
+            min_runtime_s: 3600,
+            ..protected.flags.unwrap()
+        });
+        assert_eq!(planned(&mut c, &protected), vec![0]);
+        let mut pinned = job(6, 1, 4);
+        pinned.flags = None;
+        assert_eq!(planned(&mut c, &pinned), vec![0]);
+    }
+
+    #[test]
     fn no_room_while_migrations_are_in_flight_means_wait() {
         let mut c = ctl();
         for id in 1..=4 {
@@ -1141,6 +1192,30 @@ mod tests {
         // 4+4+1+3 = 12 GPUs on one full node plus one 4-GPU node, 8 on a third
         assert!(s.partial_nodes <= 1, "{}", s.render(1));
         assert_eq!(s.n_sif, 0.0);
+    }
+
+    #[test]
+    fn a_refused_requeue_counts_as_a_failed_migration() {
+        let mut c = ctl();
+        let mk = |id| JobInfo {
+            flags: Some(JobFlags {
+                min_runtime_s: 0,
+                resumable: true,
+                migration_cost_s: None,
+            }),
+            ..job(id, 1, 4)
+        };
+        for id in 1..=3 {
+            run(&mut c, &mk(id), 0);
+        }
+        assert!(c.tick(1000).is_empty());
+        c.fini(1);
+        let orders = c.tick(1000);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        c.requeue_failed(&orders[0]);
+        let s = c.snapshot(1000, true);
+        assert_eq!((s.migrations_failed, s.migrations_done), (1, 0));
+        assert!(s.pending_migrations.is_empty(), "{s:?}");
     }
 
     #[test]

@@ -47,6 +47,14 @@ pub struct PublishedState {
     pub pending_migrations: Vec<PendingMigration>,
     /// Migrations carried out (requeues issued), cumulative.
     pub migrations_done: u64,
+    /// Migrations whose requeue Slurm refused (the job stayed where it
+    /// was), cumulative.
+    #[serde(default)]
+    pub migrations_failed: u64,
+    /// Engine errors since slurmctld started, cumulative; each one makes
+    /// the plugin fall back to plain cons_tres.
+    #[serde(default)]
+    pub engine_errors: u64,
     /// Running GPU jobs the migration rule keeps still, by reason
     /// (`not-resumable`, `protected`, `starting-up`, `cooling-down`,
     /// `ends-soon`; `compass_core::placement::worth::KeepReason`).
@@ -174,14 +182,15 @@ impl PublishedState {
             format!("{} pools", self.pools.len())
         };
         out.push_str(&format!(
-            "compass: {} nodes x {size}, {} partial, N*SIF {:.0} (SIF {:.3}, Phi* {}), divergences {}, migrations done {}, updated {age} s ago\n",
+            "compass: {} nodes x {size}, {} partial, N*SIF {:.0} (SIF {:.3}, Phi* {}), divergences {}, migrations done {}, updated {} ago\n",
             self.nodes.len(),
             self.partial_nodes,
             self.n_sif,
             self.sif,
             self.phi_star,
             self.divergences,
-            self.migrations_done
+            self.migrations_done,
+            crate::duration::format(age)
         ));
         if !self.engine_active {
             out.push_str(&format!(
@@ -309,7 +318,7 @@ mod tests {
     fn render_shows_each_node_and_migrations() {
         let text = sample().render(103);
         assert!(text.contains("2 nodes x 8 GPUs, 1 partial"), "{text}");
-        assert!(text.contains("updated 3 s ago"), "{text}");
+        assert!(text.contains("updated 0:00:03 ago"), "{text}");
         assert!(
             text.contains("n1  slotted  [#####...] 5/8  3:4 4:1"),
             "{text}"

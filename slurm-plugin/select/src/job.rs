@@ -466,19 +466,19 @@ fn select_p_job_test_narrowed(
         // SAFETY: job_ptr checked non-null above.
         let id = unsafe { (*job_ptr).job_id };
         if rc == SLURM_SUCCESS {
-            log::verbose(&format!(
+            log::detail(&format!(
                 "job_test job {id} mode {mode}: narrowed {} -> {} nodes",
                 bits_count(orig),
                 want.count()
             ));
         } else if rule == ModeRule::RunNow && !may_widen {
-            log::verbose(&format!(
+            log::detail(&format!(
                 "job_test job {id}: planned nodes not free yet (migrations in flight); job waits"
             ));
         } else {
             unsafe { sys::bit_copybits(bitmap, orig) };
             rc = call(bitmap);
-            log::verbose(&format!("job_test job {id} mode {mode}: planned nodes refused by cons_tres, retried on all candidates (rc {rc})"));
+            log::detail(&format!("job_test job {id} mode {mode}: planned nodes refused by cons_tres, retried on all candidates (rc {rc})"));
         }
         let mut o = orig;
         unsafe { sys::slurm_bit_free(&mut o) };

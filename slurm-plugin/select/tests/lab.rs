@@ -962,3 +962,71 @@ fn disabled_engine_is_plain_cons_tres() {
         assert_eq!(lab.job(j).0, "RUNNING");
     }
 }
+
+/// The detailed lines (each job_test decision) follow Slurm's
+/// `DebugFlags=SelectType` when compass.conf does not ask for them
+/// (`select.log_decisions`, set in the other lab tests): absent without the
+/// flag, there from `scontrol setdebugflags +SelectType` on (read live, no
+/// restart), as `SelectType: compass: ...`, and gone again after
+/// `-SelectType`. The lab's slurmctld logs at `verbose`, so only the flag
+/// decides.
+#[test]
+fn detailed_lines_follow_the_select_type_debug_flag() {
+    let lab = Lab::start(
+        "debug-flags",
+        LabOptions {
+            conf: "lab-compass-quiet.conf",
+            ..COMPASS
+        },
+    );
+    let conf = std::fs::read_to_string(lab.dir.join("etc/slurm.conf")).unwrap();
+    assert!(!conf.contains("DebugFlags"), "{conf}");
+    let setflags = |arg: &str| {
+        let out = lab.run("scontrol", &["setdebugflags", arg]);
+        assert!(out.status.success(), "{}", common::lossy(&out.stderr));
+    };
+    let narrowed = |j: u32| format!("SelectType: compass: job_test job {j} mode 0: narrowed");
+    let run_one = || {
+        let j = lab.submit(&["-n1", "--gpus-per-task=2"]);
+        lab.wait_running(&[j], Duration::from_secs(20));
+        // The engine placed it (the plugin is active without the flag too).
+        lab.wait_until(
+            "the job in the published state",
+            Duration::from_secs(20),
+            || {
+                lab.state_json()["jobs"]
+                    .as_array()
+                    .is_some_and(|js| js.iter().any(|x| x["id"] == j))
+            },
+        );
+        j
+    };
+
+    let a = run_one();
+    let log = lab.ctld_log();
+    assert!(
+        !log.contains(&format!("job_test job {a}")),
+        "{}",
+        lab.debug()
+    );
+    assert!(!log.contains("SelectType: compass:"), "{}", lab.debug());
+
+    setflags("+SelectType");
+    let b = run_one();
+    lab.wait_until(
+        "the detailed line of job b",
+        Duration::from_secs(10),
+        || lab.ctld_log().contains(&narrowed(b)),
+    );
+
+    setflags("-SelectType");
+    let before = lab.ctld_log().matches("SelectType: compass:").count();
+    let c = run_one();
+    let log = lab.ctld_log();
+    assert!(
+        !log.contains(&format!("job_test job {c}")),
+        "{}",
+        lab.debug()
+    );
+    assert_eq!(log.matches("SelectType: compass:").count(), before);
+}

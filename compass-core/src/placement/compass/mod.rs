@@ -67,6 +67,9 @@ pub struct CompassConfig {
     /// Which slotted pass Compact runs: ours, or the paper's literal
     /// width-4/width-2 `BestFitDrain` (kept to show where it fails).
     pub slotted_pass: SlottedPass,
+    /// Place an immovable instance as a guest on a partial node (best fit)
+    /// rather than open an empty node for it (correction 5).
+    pub pinned_fill: bool,
 }
 
 /// The slotted pass of Compact.
@@ -87,6 +90,7 @@ impl Default for CompassConfig {
             overflow: true,
             compact: true,
             slotted_pass: SlottedPass::Corrected,
+            pinned_fill: true,
         }
     }
 }

@@ -16,15 +16,28 @@ pub(super) struct Undo {
 impl CompassEngine {
     // ----- Place (Section 4.3.2) -----------------------------------------
     /// Where one arriving instance of `g` GPUs goes (without installing it).
-    pub(super) fn choose(&self, g: u32, allowed: Option<&NodeSet>) -> Option<Dest> {
-        if let Some(a) = allowed {
-            // A small candidate set (a partition, a feature): look at its
-            // nodes rather than skip the rest of the cluster in the indexes.
-            if (a.count() as usize) * 8 < self.nodes.len() {
-                return self.choose_among(g, a);
-            }
+    pub(super) fn choose(&self, g: u32, movable: bool, allowed: Option<&NodeSet>) -> Option<Dest> {
+        // A small candidate set (a partition, a feature): look at its nodes
+        // rather than skip the rest of the cluster in the indexes.
+        let small = allowed.filter(|a| (a.count() as usize) * 8 < self.nodes.len());
+        let dest = match small {
+            Some(a) => self.choose_among(g, a),
+            None => self.choose_indexed(g, allowed),
+        }?;
+        if movable
+            || !self.config.pinned_fill
+            || self.keys[dest.node() as usize].kind != Some(NodeKind::Empty)
+        {
+            return Some(dest);
         }
-        self.choose_indexed(g, allowed)
+        // Correction 5 (immovable jobs): an instance that Compact may not
+        // move would open an empty node that no later move can close; it
+        // takes physically free GPUs on a partial node instead, best fit.
+        let guest = match small {
+            Some(a) => self.guest_among(g, a, false),
+            None => Self::first_in(&self.ix.phys, g..self.cap, |n| self.ok_dest(n, allowed)),
+        };
+        Some(guest.map(Dest::Guest).unwrap_or(dest))
     }
 
     /// [`Self::choose`] through the indexes.
@@ -96,11 +109,18 @@ impl CompassEngine {
         if !self.config.overflow {
             return None;
         }
+        self.guest_among(g, allowed, true).map(Dest::Guest)
+    }
+
+    /// The node of `allowed` with the fewest physically free GPUs that still
+    /// fit `g` (lowest index on ties); empty nodes only with `empty_ok`.
+    fn guest_among(&self, g: u32, allowed: &NodeSet, empty_ok: bool) -> Option<NodeId> {
         let free = |n: NodeId| self.keys[n as usize].phys_free;
-        nodes()
-            .filter(|&n| free(n) >= g)
+        allowed
+            .iter()
+            .filter(|&n| self.keys[n as usize].usable)
+            .filter(|&n| free(n) >= g && (empty_ok || free(n) < self.cap))
             .min_by_key(|&n| (free(n), n))
-            .map(Dest::Guest)
     }
 
     pub(super) fn save(&self, undo: &mut Undo, n: NodeId) {
@@ -154,7 +174,7 @@ impl CompassEngine {
         let g = job.shape.gpus;
         let mut nodes = Vec::with_capacity(job.shape.instances as usize);
         for k in 0..job.shape.instances {
-            let dest = self.choose(g, allowed)?;
+            let dest = self.choose(g, job.movable, allowed)?;
             self.save(undo, dest.node());
             nodes.push(self.install(
                 InstanceRef {

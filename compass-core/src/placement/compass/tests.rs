@@ -212,8 +212,13 @@ fn departing_anchor_never_loses_its_fillers() {
 
 #[test]
 fn immovable_jobs_are_never_migrated() {
-    // Same history as the counter-example, with the 2-GPU jobs pinned.
-    let mut e = engine(6);
+    // Same history as the counter-example, with the 2-GPU jobs pinned and
+    // placed in slots as the paper does (no correction 5).
+    let config = CompassConfig {
+        pinned_fill: false,
+        ..CompassConfig::default()
+    };
+    let mut e = CompassEngine::new(ClusterSpec::new(6, 8).unwrap(), config);
     arrive(&mut e, 1, &[1, 1, 1]);
     for id in 4..=6 {
         e.place(&JobRequest::new(id, 1, 2).pinned(), None)
@@ -440,4 +445,42 @@ fn small_candidate_sets_choose_like_the_indexes() {
             );
         }
     }
+}
+
+#[test]
+fn an_immovable_job_fills_a_partial_node_rather_than_open_an_empty_one() {
+    // Node 0: a pool node with three 1-GPU jobs (5 GPUs free). A pinned
+    // 4-GPU job would open an empty node in the paper's Place, which no
+    // Compact could close while it runs; correction 5 seats it as a guest
+    // on node 0 instead. A movable one still opens its own slotted node.
+    let mut e = engine(3);
+    arrive(&mut e, 1, &[1, 1, 1]);
+    let adm = e
+        .place(&JobRequest::new(10, 1, 4).pinned(), None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(adm.nodes, vec![0]);
+    assert_eq!(used(&e), vec![7, 0, 0]);
+    e.check_invariants().unwrap();
+    let adm = e.place(&JobRequest::new(11, 1, 4), None).unwrap().unwrap();
+    assert_eq!(adm.nodes, vec![1]);
+    // No partial node has room for a pinned 8-GPU job: an empty one opens.
+    let adm = e
+        .place(&JobRequest::new(12, 1, 8).pinned(), None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(adm.nodes, vec![2]);
+    e.check_invariants().unwrap();
+    // Off, the paper's Place: the pinned job opens an empty node.
+    let config = CompassConfig {
+        pinned_fill: false,
+        ..CompassConfig::default()
+    };
+    let mut p = CompassEngine::new(ClusterSpec::new(3, 8).unwrap(), config);
+    arrive(&mut p, 1, &[1, 1, 1]);
+    let adm = p
+        .place(&JobRequest::new(10, 1, 4).pinned(), None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(adm.nodes, vec![1]);
 }
