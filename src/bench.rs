@@ -41,7 +41,7 @@ pub struct Args {
     /// is opt-in), `wcc-fails` (mostly 3/5/6/7-GPU instances and few 1-GPU
     /// ones, so slot vacancies stay open and WCC fails), `pinned-wcc-fails`
     /// (both), `mixed` (compass only: a mixed cluster shaped like the site
-    /// lab, 8/18 of the nodes a100:8, 4/18 l40s:4, 2/18 with 2 untyped GPUs,
+    /// lab, 8/18 of the nodes 8xa100, 4/18 4xl40s, 2/18 with 2 untyped GPUs,
     /// the rest CPU-only; one engine per pool, as the select plugin runs it,
     /// Venus shapes, a third of the jobs asking for a100, a sixth for l40s,
     /// the rest for any pool, which the pool choice decides by trial).

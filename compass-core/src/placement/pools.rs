@@ -54,7 +54,8 @@ impl NodeGpus {
 /// One pool: interchangeable nodes (same GPU count, same type).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolSpec {
-    /// `a100:8`, `l40s:4`, `gpu:2` (untyped).
+    /// `8xa100`, `4xl40s`, `2xgpu` (untyped): GPUs per node and type, the
+    /// `pool` label of the budget service's metrics.
     pub name: String,
     pub gpus_per_node: u32,
     pub gpu_type: Option<String>,
@@ -138,7 +139,7 @@ impl PoolSet {
                 let modelled = ClusterSpec::new(1, n.gpus).is_ok()
                     && !n.gpu_type.as_deref().is_some_and(|t| t.contains('+'));
                 specs.push(PoolSpec {
-                    name: format!("{}:{}", n.gpu_type.as_deref().unwrap_or("gpu"), n.gpus),
+                    name: format!("{}x{}", n.gpus, n.gpu_type.as_deref().unwrap_or("gpu")),
                     gpus_per_node: n.gpus,
                     gpu_type: n.gpu_type.clone(),
                     nodes: Vec::new(),
@@ -628,9 +629,9 @@ mod tests {
         assert_eq!(
             pools,
             vec![
-                ("a100:8".into(), 8, true),
-                ("l40s:4".into(), 4, true),
-                ("gpu:2".into(), 2, true)
+                ("8xa100".into(), 8, true),
+                ("4xl40s".into(), 4, true),
+                ("2xgpu".into(), 2, true)
             ]
         );
         assert_eq!(s.pool_of(9), Some((1, 1)));
@@ -654,10 +655,10 @@ mod tests {
         assert_eq!(
             modelled,
             vec![
-                ("h100:6".into(), false),
-                ("gpu:3".into(), false),
-                ("a100+h100:8".into(), false),
-                ("a100:8".into(), true)
+                ("6xh100".into(), false),
+                ("3xgpu".into(), false),
+                ("8xa100+h100".into(), false),
+                ("8xa100".into(), true)
             ]
         );
         assert!(s.engine(0).is_none() && s.stats(0).is_none());

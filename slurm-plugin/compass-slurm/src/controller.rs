@@ -1565,7 +1565,7 @@ mod tests {
     }
 
     /// The site lab's node table (contrib/lab/slurm-site-nodes.conf.in):
-    /// n1-n8 a100:8, n9-n12 l40s:4, n13-n14 gpu:2, n15-n18 CPU-only.
+    /// n1-n8 8xa100, n9-n12 4xl40s, n13-n14 2xgpu, n15-n18 CPU-only.
     fn site() -> Controller {
         let mut nodes = Vec::new();
         for i in 1..=18 {
@@ -1662,7 +1662,7 @@ mod tests {
             .collect();
         assert_eq!(
             pools,
-            vec![("a100:8", 8, 8, 2), ("l40s:4", 4, 4, 3), ("gpu:2", 2, 2, 0)]
+            vec![("8xa100", 8, 8, 2), ("4xl40s", 4, 4, 3), ("2xgpu", 2, 2, 0)]
         );
         // a100: {4} and a foreign 4 on two nodes: Phi* 0 -> N*SIF 2;
         // l40s: 2, 2, foreign 2 on three nodes: Phi* 1 -> N*SIF 2
@@ -1672,7 +1672,7 @@ mod tests {
         assert_eq!(st.nodes[15].capacity, 0);
         assert!(st
             .render(1)
-            .contains("pool l40s:4: 4 nodes, 6/16 GPUs used, 3 partial"));
+            .contains("pool 4xl40s: 4 nodes, 6/16 GPUs used, 3 partial"));
         // Compact in each pool (the jobs are resumable and past their first
         // minutes at t=1000): job 1 joins the foreign 4 GPUs on n8, job 2's
         // two lone instances meet on one l40s node.

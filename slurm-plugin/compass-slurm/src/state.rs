@@ -38,8 +38,9 @@ pub struct PublishedState {
     /// `SIF = (partial - Phi*) / N`, N the nodes of the modelled pools.
     pub sif: f64,
     /// One entry per pool of interchangeable GPU nodes (issue 12); absent
-    /// in files written before pools existed.
-    #[serde(default)]
+    /// in files written before pools existed, and when no node has GPUs
+    /// (readers then take the whole cluster as one pool).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<PoolView>,
     /// Jobs Slurm placed differently from the engine's plan (cumulative).
     pub divergences: u64,
@@ -74,7 +75,8 @@ pub struct PublishedState {
 /// fragmentation, from Slurm's allocation.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PoolView {
-    /// `a100:8`, `l40s:4`, `gpu:2` (untyped GPUs).
+    /// `8xa100`, `4xl40s`, `2xgpu` (untyped GPUs): the `pool` label of the
+    /// budget service's metrics.
     pub name: String,
     pub gpus_per_node: u32,
     /// `None` for untyped GPUs.
@@ -337,7 +339,7 @@ mod tests {
         st.gpus_per_node = 0;
         st.pools = vec![
             PoolView {
-                name: "a100:8".into(),
+                name: "8xa100".into(),
                 gpus_per_node: 8,
                 gpu_type: Some("a100".into()),
                 nodes: 2,
@@ -350,7 +352,7 @@ mod tests {
                 wcc: Some(true),
             },
             PoolView {
-                name: "h100:6".into(),
+                name: "6xh100".into(),
                 gpus_per_node: 6,
                 nodes: 1,
                 ..Default::default()
@@ -360,12 +362,12 @@ mod tests {
         assert!(text.contains("2 nodes x 2 pools"), "{text}");
         assert!(
             text.contains(
-                "pool a100:8: 2 nodes, 5/16 GPUs used, 1 partial, N*SIF 0 (Phi* 1, WCC holds)"
+                "pool 8xa100: 2 nodes, 5/16 GPUs used, 1 partial, N*SIF 0 (Phi* 1, WCC holds)"
             ),
             "{text}"
         );
         assert!(
-            text.contains("pool h100:6: 1 nodes, 0/6 GPUs used, 0 partial, pass-through"),
+            text.contains("pool 6xh100: 1 nodes, 0/6 GPUs used, 0 partial, pass-through"),
             "{text}"
         );
     }
@@ -373,7 +375,7 @@ mod tests {
     #[test]
     fn pass_through_pools_publish_no_fragmentation_figures() {
         let p = PoolView {
-            name: "h100:6".into(),
+            name: "6xh100".into(),
             gpus_per_node: 6,
             nodes: 2,
             ..Default::default()

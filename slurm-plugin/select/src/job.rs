@@ -93,17 +93,17 @@ unsafe fn cluster() -> Result<(Vec<NodeGpus>, Vec<String>), String> {
     Ok((gpus, names))
 }
 
-/// One log line naming the pools (`a100:8 x8, l40s:4 x4, gpu:6 x2 (pass-through)`).
+/// One log line naming the pools (`8xa100 (8 nodes), 6xgpu (2 nodes, pass-through)`).
 fn pools_line(ctl: &Controller) -> String {
     let pools: Vec<String> = ctl
         .pools()
         .pools()
         .map(|p| {
             format!(
-                "{} x{}{}",
+                "{} ({} nodes{})",
                 p.name,
                 p.nodes.len(),
-                if p.modelled { "" } else { " (pass-through)" }
+                if p.modelled { "" } else { ", pass-through" }
             )
         })
         .collect();

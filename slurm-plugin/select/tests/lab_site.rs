@@ -4,7 +4,8 @@
 //! cpu and debug; socket-bound GRES) with `select/cons_tres_compass`.
 //!
 //! 1. The engine is active in each GPU pool: the published state lists the
-//!    pools a100:8 x8, l40s:4 x4 and gpu:2 x2, CPU-only nodes in none.
+//!    pools 8xa100 (8 nodes), 4xl40s (4) and 2xgpu (2), CPU-only nodes in
+//!    none.
 //! 2. Jobs in every form users write all run and complete: `--gres=gpu:N`,
 //!    `--gres=gpu:a100:N`, `--gpus=N`, `--gpus-per-node` with `-N`,
 //!    `--gpus-per-task` with `--ntasks`, `--constraint`, `--exclude`, `-w`,
@@ -89,9 +90,9 @@ fn site_lab_one_engine_per_pool_and_every_job_form_runs() {
     assert_eq!(
         pools,
         vec![
-            ("a100:8".into(), 8, Some("a100".into()), 8, true),
-            ("l40s:4".into(), 4, Some("l40s".into()), 4, true),
-            ("gpu:2".into(), 2, None, 2, true),
+            ("8xa100".into(), 8, Some("a100".into()), 8, true),
+            ("4xl40s".into(), 4, Some("l40s".into()), 4, true),
+            ("2xgpu".into(), 2, None, 2, true),
         ]
     );
     for p in state["pools"].as_array().unwrap() {
@@ -101,7 +102,7 @@ fn site_lab_one_engine_per_pool_and_every_job_form_runs() {
     }
     let log = lab.ctld_log();
     assert!(
-        log.contains("one engine per pool: a100:8 x8, l40s:4 x4, gpu:2 x2"),
+        log.contains("one engine per pool: 8xa100 (8 nodes), 4xl40s (4 nodes), 2xgpu (2 nodes)"),
         "{}",
         lab.debug()
     );
@@ -340,15 +341,18 @@ fn site_lab_one_engine_per_pool_and_every_job_form_runs() {
     let status = published.render(published.updated_unix);
     eprintln!("{status}");
     for pool in [
-        "pool a100:8: 8 nodes",
-        "pool l40s:4: 4 nodes",
-        "pool gpu:2: 2 nodes",
+        "pool 8xa100: 8 nodes",
+        "pool 4xl40s: 4 nodes",
+        "pool 2xgpu: 2 nodes",
     ] {
         assert!(status.contains(pool), "{status}");
     }
 
     // --- 4. reconfigure rebuilds the same pools --------------------------
-    let rebuilt = |log: &str| log.matches("pools: a100:8 x8, l40s:4 x4, gpu:2 x2").count();
+    let rebuilt = |log: &str| {
+        log.matches("pools: 8xa100 (8 nodes), 4xl40s (4 nodes), 2xgpu (2 nodes)")
+            .count()
+    };
     let before = rebuilt(&lab.ctld_log());
     assert!(lab.run("scontrol", &["reconfigure"]).status.success());
     lab.wait_until(
