@@ -11,6 +11,8 @@ use std::time::Instant;
 
 use clap::builder::PossibleValuesParser;
 use compass_core::model::{ClusterSpec, JobId, JobRequest};
+use compass_core::placement::compass::CompassConfig;
+use compass_core::placement::pools::{NodeGpus, PoolSet};
 use compass_core::placement::{build, PlacementPolicy, PolicyOptions, POLICY_NAMES};
 use compass_core::sim::budgets::{assign_venus, run_budgets, scale_demand, BudgetSimConfig};
 use compass_core::sim::{simulate_named, size_cluster, Percentiles, QueuePolicy, SimConfig};
@@ -38,8 +40,12 @@ pub struct Args {
     /// shapes, every other job not resumable, as in Slurm where resumable
     /// is opt-in), `wcc-fails` (mostly 3/5/6/7-GPU instances and few 1-GPU
     /// ones, so slot vacancies stay open and WCC fails), `pinned-wcc-fails`
-    /// (both).
-    #[arg(long, value_delimiter = ',', default_value = "venus,pinned,wcc-fails,pinned-wcc-fails",
+    /// (both), `mixed` (compass only: a mixed cluster shaped like the site
+    /// lab, 8/18 of the nodes 8xa100, 4/18 4xl40s, 2/18 with 2 untyped GPUs,
+    /// the rest CPU-only; one engine per pool, as the select plugin runs it,
+    /// Venus shapes, a third of the jobs asking for a100, a sixth for l40s,
+    /// the rest for any pool, which the pool choice decides by trial).
+    #[arg(long, value_delimiter = ',', default_value = "venus,pinned,wcc-fails,pinned-wcc-fails,mixed",
           value_parser = PossibleValuesParser::new(MIX_NAMES))]
     pub mix: Vec<String>,
 
@@ -156,7 +162,7 @@ impl Rng {
 }
 
 /// Names of the latency mixes (`--mix`).
-const MIX_NAMES: &[&str] = &["venus", "pinned", "wcc-fails", "pinned-wcc-fails"];
+const MIX_NAMES: &[&str] = &["venus", "pinned", "wcc-fails", "pinned-wcc-fails", "mixed"];
 
 /// A workload mix of the latency benchmark.
 #[derive(Clone, Copy, Debug)]
@@ -305,6 +311,111 @@ fn latency(
     Ok((Micros::of(place), Micros::of(remove), tick, migrations))
 }
 
+/// The node table of the `mixed` mix: `n` nodes in the site lab's
+/// proportions (contrib/lab/slurm-site-nodes.conf.in), every kind present.
+fn mixed_nodes(n: u32) -> Vec<NodeGpus> {
+    let n = n.max(4) as usize;
+    let a100 = (n * 8 / 18).max(1);
+    let l40s = (n * 4 / 18).max(1);
+    let small = (n * 2 / 18).max(1);
+    let cpu = n.saturating_sub(a100 + l40s + small);
+    let mut v = Vec::with_capacity(n);
+    v.extend(std::iter::repeat_n(NodeGpus::new(8, Some("a100")), a100));
+    v.extend(std::iter::repeat_n(NodeGpus::new(4, Some("l40s")), l40s));
+    v.extend(std::iter::repeat_n(NodeGpus::new(2, None), small));
+    v.extend(std::iter::repeat_n(NodeGpus::new(0, None), cpu));
+    v
+}
+
+/// [`latency`] on a mixed cluster through the pool set, as the select
+/// plugin drives it: a job's options are the pools its GPU type and
+/// instance size admit; Place is `PoolSet::place` (the choice by trial on
+/// a copy of each candidate pool's engine, then Place and Compact there).
+fn latency_pools(
+    n: u32,
+    args: &Args,
+) -> compass_core::Result<(Micros, Micros, Option<Micros>, u64)> {
+    let nodes = mixed_nodes(n);
+    let mut pools = PoolSet::new(&nodes, CompassConfig::default());
+    let specs: Vec<_> = pools.pools().cloned().collect();
+    let total: u64 = nodes.iter().map(|x| u64::from(x.gpus)).sum();
+    let target = (total as f64 * args.load) as u64;
+    let used = |p: &PoolSet| -> u64 {
+        (0..specs.len())
+            .filter_map(|k| p.engine(k))
+            .map(|e| e.occupancy().used_gpus())
+            .sum()
+    };
+    let mut rng = Rng(7);
+    let mut running: Vec<JobId> = Vec::new();
+    let mut next_id = 0u64;
+    let (mut place, mut remove) = (Vec::new(), Vec::new());
+    let mut migrations = 0u64;
+    let mut refill = |pools: &mut PoolSet,
+                      running: &mut Vec<JobId>,
+                      times: Option<&mut Vec<f64>>,
+                      rng: &mut Rng| {
+        let mut times = times;
+        let mut refusals = 0;
+        let mut moved = 0u64;
+        while used(pools) < target && refusals < 20 {
+            let (w, g) = shape(rng, SHAPES);
+            let want = match rng.below(6) {
+                0 | 1 => Some("a100"),
+                2 => Some("l40s"),
+                _ => None,
+            };
+            let job = JobRequest::new(next_id, w, g);
+            next_id += 1;
+            let options: Vec<(usize, JobRequest)> = specs
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.modelled && p.admits(want, g) && w <= p.nodes.len() as u32)
+                .map(|(k, _)| (k, job.clone()))
+                .collect();
+            if options.is_empty() {
+                continue;
+            }
+            let t = Instant::now();
+            let r = pools.place(&options, None)?;
+            if let Some(v) = times.as_deref_mut() {
+                v.push(nanos(t));
+            }
+            match r {
+                Some((_, a)) => {
+                    moved += a.migrations.len() as u64;
+                    running.push(job.id);
+                    refusals = 0;
+                }
+                None => {
+                    refusals += 1;
+                    if times.is_some() {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok::<u64, compass_core::CoreError>(moved)
+    };
+    migrations += refill(&mut pools, &mut running, None, &mut rng)?;
+    for _ in 0..args.events {
+        if running.is_empty() {
+            migrations += refill(&mut pools, &mut running, None, &mut rng)?;
+            if running.is_empty() {
+                break;
+            }
+        }
+        let k = rng.below(running.len() as u64) as usize;
+        let job = running.swap_remove(k);
+        let t = Instant::now();
+        let m = pools.remove(job)?;
+        remove.push(nanos(t));
+        migrations += m.len() as u64;
+        migrations += refill(&mut pools, &mut running, Some(&mut place), &mut rng)?;
+    }
+    Ok((Micros::of(place), Micros::of(remove), None, migrations))
+}
+
 pub fn run(args: Args) -> Result<()> {
     let policies: Vec<String> = if args.policies.is_empty() {
         POLICY_NAMES.iter().map(|s| s.to_string()).collect()
@@ -321,11 +432,18 @@ pub fn run(args: Args) -> Result<()> {
     };
     for policy in &policies {
         for mix_name in &args.mix {
+            if mix_name == "mixed" && policy != "compass" {
+                // the pool set holds COMPASS engines only
+                continue;
+            }
             for &n in &args.nodes {
                 let spec = ClusterSpec::new(n, 8)?;
                 let mix = Mix::named(mix_name);
-                let outcome =
-                    build(policy, spec, &opts).and_then(|mut p| latency(p.as_mut(), &args, mix));
+                let outcome = if mix_name == "mixed" {
+                    latency_pools(n, &args)
+                } else {
+                    build(policy, spec, &opts).and_then(|mut p| latency(p.as_mut(), &args, mix))
+                };
                 let row = match outcome {
                     Ok((place, remove, tick, migrations)) => LatencyRow {
                         policy: policy.clone(),

@@ -386,6 +386,8 @@ fn select_figures_are_what_the_plugin_logic_publishes() {
             migration_cost_s: None,
         }),
         time_limit_s: None,
+        gpu_type: None,
+        required_nodes: false,
     };
     let t = now() as u64;
     // As cons_tres would: the job on the first narrowed node with room.

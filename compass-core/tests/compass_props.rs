@@ -518,3 +518,303 @@ proptest! {
         replay(nodes, cap, &evs)?;
     }
 }
+
+// ---------------------------------------------------------------------------
+// Mixed clusters: one engine per pool (compass_core::placement::pools).
+
+use compass_core::model::NodeSet;
+use compass_core::placement::pools::{NodeGpus, PoolSet};
+
+#[derive(Clone, Debug)]
+enum PoolEvent {
+    /// A job of `instances x gpus`; `typed`: it names the GPU type of the
+    /// pool at this position (modulo pool count), else any pool admits it.
+    Arrive {
+        gpus: u32,
+        instances: u32,
+        pinned: bool,
+        typed: Option<usize>,
+    },
+    Depart(usize),
+    /// GPUs of a job outside the model on some node (CPU-only nodes too).
+    Foreign {
+        gpus: u32,
+        seed: u64,
+    },
+    Usable {
+        node: u32,
+        usable: bool,
+    },
+}
+
+const TYPES: [&str; 2] = ["a100", "l40s"];
+
+/// Pools `(nodes, GPUs per node, type)` and CPU-only nodes, interleaved by
+/// `seed` into one node table.
+fn mixed_cluster() -> impl Strategy<Value = Vec<NodeGpus>> {
+    (
+        proptest::collection::vec(
+            (
+                2u32..=8,
+                prop_oneof![3 => Just(2u32), 3 => Just(4u32), 3 => Just(8u32), 1 => Just(6u32)],
+                0usize..3,
+            ),
+            1..=3,
+        ),
+        0u32..=3,
+        any::<u64>(),
+    )
+        .prop_map(|(pools, cpu, seed)| {
+            let mut nodes: Vec<NodeGpus> = Vec::new();
+            for (n, cap, t) in pools {
+                for _ in 0..n {
+                    nodes.push(NodeGpus::new(cap, TYPES.get(t).copied()));
+                }
+            }
+            for _ in 0..cpu {
+                nodes.push(NodeGpus::new(0, None));
+            }
+            let mut x = seed;
+            for i in (1..nodes.len()).rev() {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                nodes.swap(i, (x >> 33) as usize % (i + 1));
+            }
+            nodes
+        })
+}
+
+fn pool_events(nodes: u32, mix: Mix) -> impl Strategy<Value = Vec<PoolEvent>> {
+    let arrive = (
+        gpus(8),
+        1u32..=3,
+        proptest::bool::weighted(mix.pinned),
+        proptest::option::of(0usize..4),
+    )
+        .prop_map(|(gpus, instances, pinned, typed)| PoolEvent::Arrive {
+            gpus,
+            instances,
+            pinned,
+            typed,
+        });
+    let foreign =
+        (1u32..=8, any::<u64>()).prop_map(|(gpus, seed)| PoolEvent::Foreign { gpus, seed });
+    let usable = (0..nodes, proptest::bool::weighted(0.6))
+        .prop_map(|(node, usable)| PoolEvent::Usable { node, usable });
+    let w = |on: bool| if on { 1 } else { 0 };
+    proptest::collection::vec(
+        prop_oneof![
+            3 => arrive,
+            2 => (0usize..64).prop_map(PoolEvent::Depart),
+            w(mix.foreign) => foreign,
+            w(mix.drain) => usable,
+        ],
+        1..150,
+    )
+}
+
+/// Replays `events` on a pool set, checking after every event, in every
+/// pool: the engine's invariants, exact accounting, that a job stays in the
+/// one pool it was placed in and only in pools its request admits, and
+/// Theorem 1 ([`check_theorem1`], with its exact exemptions) wherever WCC
+/// holds in that pool.
+fn replay_pools(
+    nodes: &[NodeGpus],
+    events: &[PoolEvent],
+) -> std::result::Result<(), TestCaseError> {
+    let mut s = PoolSet::new(nodes, CompassConfig::default());
+    let pools: Vec<_> = s.pools().cloned().collect();
+    let total = nodes.len() as u32;
+    let mut running: BTreeMap<JobId, (usize, JobRequest)> = BTreeMap::new();
+    let mut foreign: BTreeMap<JobId, Vec<(NodeId, u32)>> = BTreeMap::new();
+    let mut next = 1u64;
+    for (step, ev) in events.iter().enumerate() {
+        match *ev {
+            PoolEvent::Arrive {
+                gpus,
+                instances,
+                pinned,
+                typed,
+            } => {
+                let want = typed.and_then(|k| pools.get(k % pools.len().max(1))?.gpu_type.clone());
+                let mut job = JobRequest::new(next, instances, gpus);
+                job.movable = !pinned;
+                next += 1;
+                let options: Vec<(usize, JobRequest)> = pools
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.modelled && p.admits(want.as_deref(), gpus))
+                    .map(|(k, _)| (k, job.clone()))
+                    .collect();
+                if let Some((p, adm)) = s.place(&options, Some(&NodeSet::full(total))).unwrap() {
+                    prop_assert!(
+                        options.iter().any(|(q, _)| *q == p),
+                        "step {}: pool {} not allowed",
+                        step,
+                        p
+                    );
+                    prop_assert_eq!(adm.nodes.len(), instances as usize);
+                    for n in &adm.nodes {
+                        prop_assert_eq!(
+                            s.pool_of(*n).map(|x| x.0),
+                            Some(p),
+                            "step {}: node {} outside pool {}",
+                            step,
+                            n,
+                            p
+                        );
+                    }
+                    for m in &adm.migrations {
+                        let owner = running
+                            .get(&m.job)
+                            .map(|r| &r.1)
+                            .or((m.job == job.id).then_some(&job));
+                        prop_assert!(
+                            owner.is_some_and(|j| j.movable),
+                            "step {}: pinned or foreign job {} migrated",
+                            step,
+                            m.job
+                        );
+                    }
+                    running.insert(job.id, (p, job));
+                }
+            }
+            PoolEvent::Depart(k) => {
+                let n = running.len() + foreign.len();
+                if n == 0 {
+                    continue;
+                }
+                let k = k % n;
+                let id = if k < running.len() {
+                    let id = *running.keys().nth(k).unwrap();
+                    running.remove(&id);
+                    id
+                } else {
+                    let id = *foreign.keys().nth(k - running.len()).unwrap();
+                    foreign.remove(&id);
+                    id
+                };
+                for m in s.remove(id).unwrap() {
+                    prop_assert!(
+                        running.get(&m.job).is_some_and(|r| r.1.movable),
+                        "step {}: job {} migrated",
+                        step,
+                        m.job
+                    );
+                }
+            }
+            PoolEvent::Foreign { gpus, seed } => {
+                // a node with room, as Slurm would pick one
+                let fits: Vec<NodeId> = (0..total)
+                    .filter(|&n| match s.pool_of(n) {
+                        Some((p, l)) => s.engine(p).is_none_or(|e| e.occupancy().free(l) >= gpus),
+                        None => true,
+                    })
+                    .collect();
+                if fits.is_empty() {
+                    continue;
+                }
+                let n = fits[(seed % fits.len() as u64) as usize];
+                let id = JobId(next);
+                next += 1;
+                let g = match s.pool_of(n) {
+                    Some((p, _)) => gpus.min(pools[p].gpus_per_node),
+                    None => gpus,
+                };
+                s.adopt_foreign(id, &[(n, g)]).unwrap();
+                foreign.insert(id, vec![(n, g)]);
+                for m in s.compact() {
+                    prop_assert!(
+                        running.get(&m.job).is_some_and(|r| r.1.movable),
+                        "step {}: job {} migrated",
+                        step,
+                        m.job
+                    );
+                }
+            }
+            PoolEvent::Usable { node, usable } => {
+                s.set_node_usable(node % total, usable).unwrap();
+                for m in s.compact() {
+                    prop_assert!(
+                        running.get(&m.job).is_some_and(|r| r.1.movable),
+                        "step {}: job {} migrated",
+                        step,
+                        m.job
+                    );
+                    let (p, l) = s.pool_of(m.to).unwrap();
+                    prop_assert!(
+                        s.engine(p).unwrap().snapshot().nodes[l as usize].usable,
+                        "step {}: move onto drained node {}",
+                        step,
+                        m.to
+                    );
+                }
+            }
+        }
+        if let Err(why) = s.check_invariants() {
+            return Err(TestCaseError::fail(format!("step {step}: {why}")));
+        }
+        for (p, spec) in pools.iter().enumerate() {
+            let Some(e) = s.engine(p) else {
+                prop_assert!(!spec.modelled);
+                continue;
+            };
+            let in_pool: BTreeMap<JobId, JobRequest> = running
+                .iter()
+                .filter(|(_, (q, _))| *q == p)
+                .map(|(id, (_, j))| (*id, j.clone()))
+                .collect();
+            let foreign_gpus: u64 = foreign
+                .values()
+                .flatten()
+                .filter(|(n, _)| s.pool_of(*n).map(|x| x.0) == Some(p))
+                .map(|(_, g)| u64::from(*g))
+                .sum();
+            let expected: u64 = in_pool.values().map(|j| j.shape.total_gpus()).sum();
+            prop_assert_eq!(
+                e.occupancy().used_gpus(),
+                expected + foreign_gpus,
+                "step {}: pool {}",
+                step,
+                spec.name.clone()
+            );
+            for j in in_pool.values() {
+                prop_assert_eq!(
+                    s.job(j.id).map(|r| (r.pool, r.nodes.len())),
+                    Some((p, j.shape.instances as usize)),
+                    "step {}: job {} lost",
+                    step,
+                    j.id
+                );
+            }
+            let any_foreign = foreign_gpus > 0;
+            check_theorem1(e, &in_pool, any_foreign, step)?;
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Random mixed clusters (1-3 pools of 2, 4 or 8 GPUs, typed or not, now
+    /// and then a pass-through pool of 6, CPU-only nodes between them), every job resumable: Theorem 1 holds
+    /// in each pool wherever WCC holds in that pool.
+    #[test]
+    fn theorem1_holds_per_pool_on_mixed_clusters(
+        (nodes, evs) in mixed_cluster().prop_flat_map(|n| { let len = n.len() as u32; (Just(n), pool_events(len, Mix::default())) })
+    ) {
+        replay_pools(&nodes, &evs)?;
+    }
+
+    /// The same with pinned jobs, foreign GPUs (on any node, CPU-only ones
+    /// too) and drained nodes: the exact exemptions of check_theorem1, per
+    /// pool.
+    #[test]
+    fn theorem1_holds_per_pool_with_pinned_foreign_and_drained(
+        (nodes, evs) in mixed_cluster().prop_flat_map(|n| { let len = n.len() as u32; (Just(n), pool_events(len, Mix { pinned: 0.3, adopt: false, foreign: true, drain: true })) })
+    ) {
+        replay_pools(&nodes, &evs)?;
+    }
+}

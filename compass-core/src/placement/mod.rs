@@ -4,12 +4,14 @@
 //!
 //! - [`compass`]: COMPASS-ABS (paper Section 4), with our corrections.
 //! - [`occupancy`]: the physical GPU accounting every policy shares.
+//! - [`pools`]: one COMPASS engine per pool of interchangeable nodes (mixed clusters).
 //! - [`baselines`]: best-fit, first-fit, FGD and a round-based defragmenter.
 //! - [`worth`]: when a migration pays for itself (cost-aware movability).
 
 pub mod baselines;
 pub mod compass;
 pub mod occupancy;
+pub mod pools;
 pub mod worth;
 
 use crate::clock::Seconds;

@@ -15,20 +15,29 @@
 //!   the simulator, `compass_core::placement::worth` (resumable, past its
 //!   `--min-runtime` protection and the first minutes of run time, outside
 //!   the cool-down), and expiry of stale pins.
+//!
+//! On a mixed cluster the engine is a [`PoolSet`]: one COMPASS engine per
+//! pool of interchangeable nodes (same GPU count and type, issue 12). A job
+//! is planned in one pool among those its candidate nodes and its GPU type
+//! allow; a job no modelled pool admits is left to cons_tres.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use compass_core::metric;
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet};
-use compass_core::placement::compass::{AdoptOutcome, CompassConfig, CompassEngine};
+use compass_core::placement::compass::{AdoptOutcome, CompassConfig};
+use compass_core::placement::pools::{NodeGpus, PoolSet};
 use compass_core::placement::worth::{KeepReason, MigrationRule, MoveCandidate};
-use compass_core::placement::PlacementPolicy;
 
 use crate::config::SelectConfig;
 use crate::flags::JobFlags;
 use crate::persist::{Saved, SavedMigration, FORMAT as SAVED_FORMAT};
 use crate::shape::{instances_from_alloc, Mapping};
-use crate::state::{JobView, NodeView, PendingMigration, PublishedState, FORMAT};
+use crate::state::{JobView, NodeView, PendingMigration, PoolView, PublishedState, FORMAT};
+
+/// Plans of pending jobs kept for the divergence count at most (cancelled
+/// jobs never start; the map is cleared when it reaches this size).
+const MAX_PLANS_KEPT: usize = 100_000;
 
 /// A pin older than this is dropped (the job plans normally again), seconds.
 pub const PIN_TIMEOUT_S: u64 = 60;
@@ -42,6 +51,12 @@ pub struct JobInfo {
     pub flags: Option<JobFlags>,
     /// Slurm's time limit of the job, seconds; `None`: none (infinite).
     pub time_limit_s: Option<u64>,
+    /// The GPU type the job names (`--gres=gpu:a100:2`); `None`: any.
+    pub gpu_type: Option<String>,
+    /// The job names nodes it must include (`-w`): Slurm's candidates are
+    /// not the nodes it may choose among, so the plan is not enforced
+    /// (cons_tres places it; the engine adopts where it runs).
+    pub required_nodes: bool,
 }
 
 /// A requeue to carry out: the job restarts pinned to `to_nodes`.
@@ -85,9 +100,10 @@ pub struct Counters {
 
 pub struct Controller {
     config: SelectConfig,
-    spec: ClusterSpec,
     node_names: Vec<String>,
-    engine: CompassEngine,
+    /// GPUs of each node (0: CPU-only), in Slurm's node index order.
+    node_gpus: Vec<u32>,
+    engine: PoolSet,
     engine_error: Option<String>,
     jobs: BTreeMap<u64, JobRec>,
     pins: BTreeMap<u64, Pin>,
@@ -102,23 +118,37 @@ pub struct Controller {
     unusable: BTreeSet<NodeId>,
     /// An arrival or departure happened since the last Compact.
     compact_due: bool,
+    /// The last plan `narrow` gave each pending job (instance nodes,
+    /// sorted): Slurm's allocation is compared with it when the job
+    /// starts, so a plan made among restricted candidates (partition,
+    /// `--exclude`) is not counted as a divergence.
+    planned: BTreeMap<u64, Vec<NodeId>>,
     pub counters: Counters,
 }
 
 impl Controller {
+    /// A homogeneous cluster: `spec.nodes` nodes of `spec.gpus_per_node`
+    /// untyped GPUs (one pool).
     pub fn new(config: SelectConfig, spec: ClusterSpec, node_names: Vec<String>) -> Self {
+        let nodes = vec![NodeGpus::new(spec.gpus_per_node, None); spec.nodes as usize];
+        Self::with_nodes(config, &nodes, node_names)
+    }
+
+    /// Any cluster, from its node table: one engine per pool of
+    /// interchangeable GPU nodes ([`PoolSet`]).
+    pub fn with_nodes(config: SelectConfig, nodes: &[NodeGpus], node_names: Vec<String>) -> Self {
         Self {
             // Compact runs from tick(), never while migrations are in flight
             // (it would move jobs the engine already placed at their targets).
-            engine: CompassEngine::new(
-                spec,
+            engine: PoolSet::new(
+                nodes,
                 CompassConfig {
                     compact: false,
                     ..CompassConfig::default()
                 },
             ),
             config,
-            spec,
+            node_gpus: nodes.iter().map(|n| n.gpus).collect(),
             node_names,
             engine_error: None,
             jobs: BTreeMap::new(),
@@ -129,12 +159,25 @@ impl Controller {
             orders: VecDeque::new(),
             unusable: BTreeSet::new(),
             compact_due: false,
+            planned: BTreeMap::new(),
             counters: Counters::default(),
         }
     }
 
-    pub fn spec(&self) -> ClusterSpec {
-        self.spec
+    /// Nodes of the cluster (GPU and CPU-only).
+    pub fn node_count(&self) -> u32 {
+        self.engine.node_count()
+    }
+
+    /// The largest GPU count of a node (what a request is mapped against;
+    /// each pool then admits the instances that fit its nodes).
+    pub fn max_gpus_per_node(&self) -> u32 {
+        self.node_gpus.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The pools (tests, logs).
+    pub fn pools(&self) -> &PoolSet {
+        &self.engine
     }
 
     fn note_error(&mut self, what: &str, e: impl std::fmt::Display) -> String {
@@ -228,7 +271,8 @@ impl Controller {
         else {
             return Ok(None);
         };
-        if self.jobs.contains_key(&job.id) || self.migrating.contains(&job.id) {
+        if job.required_nodes || self.jobs.contains_key(&job.id) || self.migrating.contains(&job.id)
+        {
             return Ok(None);
         }
         // Slurm offers only nodes that can take work now: a candidate marked
@@ -249,18 +293,43 @@ impl Controller {
             shape,
             movable: self.movable_after_start(job),
         };
-        match self.engine.plan(&req, Some(candidates)) {
-            Ok(Some(nodes)) => {
+        // The pools this job may use: an engine, its GPU type, instances
+        // that fit the nodes, and a node among Slurm's candidates (which
+        // already reflect partition, features, exclusions).
+        let want = job.gpu_type.as_deref();
+        let options: Vec<(usize, JobRequest)> = self
+            .engine
+            .pools()
+            .enumerate()
+            .filter(|(p, spec)| {
+                spec.modelled
+                    && spec.admits(want, shape.gpus)
+                    && self.engine.touches(*p, candidates)
+            })
+            .map(|(p, _)| (p, req.clone()))
+            .collect();
+        if options.is_empty() {
+            return Ok(None);
+        }
+        match self.engine.choose(&options, Some(candidates)) {
+            Ok(Some((pool, nodes))) => {
                 let mut set = NodeSet::from_nodes(candidates.len(), nodes.iter().copied());
+                let mut instances = nodes;
                 if distinct_nodes && set.count() < shape.instances {
                     // Slurm needs one node per instance (`-N n` forms): plan
                     // the instances one at a time, each away from the nodes
                     // chosen for the others.
-                    match self.plan_distinct(&req, candidates) {
+                    match self.plan_distinct(pool, &req, candidates) {
                         Ok(Some(s)) => set = s,
                         other => return other,
                     }
+                    instances = set.iter().collect();
                 }
+                if self.planned.len() >= MAX_PLANS_KEPT {
+                    self.planned.clear();
+                }
+                instances.sort_unstable();
+                self.planned.insert(job.id, instances);
                 self.counters.narrowed += 1;
                 Ok(Some(set))
             }
@@ -276,6 +345,7 @@ impl Controller {
 
     fn plan_distinct(
         &mut self,
+        pool: usize,
         req: &JobRequest,
         candidates: &NodeSet,
     ) -> Result<Option<NodeSet>, String> {
@@ -286,7 +356,7 @@ impl Controller {
             ..req.clone()
         };
         for _ in 0..req.shape.instances {
-            match self.engine.plan(&one, Some(&allowed)) {
+            match self.engine.plan_in(pool, &one, Some(&allowed)) {
                 Ok(Some(nodes)) => {
                     for n in nodes {
                         chosen.insert(n);
@@ -333,7 +403,6 @@ impl Controller {
             // The engine recorded the job at its target already.
             let planned = self
                 .engine
-                .occupancy()
                 .job(JobId(job.id))
                 .map(|r| per_node_of(&r.nodes, r.request.shape.gpus));
             if planned.as_deref() == Some(&sorted(per_node)[..]) {
@@ -377,10 +446,16 @@ impl Controller {
             self.jobs.insert(job.id, rec);
             return None;
         }
+        let planned = self.planned.remove(&job.id);
         let verdict = self.eligible(job.id, &rec, now);
         rec.movable = verdict.is_ok();
         rec.keep = verdict.err();
-        let adopted = match shape.and_then(|s| instances_from_alloc(s, per_node).map(|n| (s, n))) {
+        // In the model when its instances are all in one modelled pool; GPUs
+        // elsewhere (pass-through pools, spread over pools) are foreign.
+        let adopted = match shape
+            .and_then(|s| instances_from_alloc(s, per_node).map(|n| (s, n)))
+            .filter(|(_, nodes)| self.engine.modelled_pool_of_all(nodes).is_some())
+        {
             Some((s, nodes)) => {
                 let req = JobRequest {
                     id: JobId(job.id),
@@ -390,7 +465,15 @@ impl Controller {
                 match self.engine.adopt(&req, &nodes) {
                     Ok(AdoptOutcome::Matched) => true,
                     Ok(AdoptOutcome::Diverged) => {
-                        self.counters.divergences += 1;
+                        // The engine compares with its plan among all the
+                        // pool's nodes; what counts is the plan narrow gave
+                        // among Slurm's candidates. A `-w` job was never
+                        // planned: nothing diverged.
+                        let mut at = nodes.clone();
+                        at.sort_unstable();
+                        if !job.required_nodes && planned.as_ref() != Some(&at) {
+                            self.counters.divergences += 1;
+                        }
                         true
                     }
                     Err(e) => {
@@ -416,6 +499,7 @@ impl Controller {
 
     /// Slurm ended (or requeued) `job`.
     pub fn fini(&mut self, job: u64) -> Option<String> {
+        self.planned.remove(&job);
         let rec = self.jobs.remove(&job);
         if self.migrating.contains(&job) {
             return None; // requeued by us: the engine keeps it at its target
@@ -439,7 +523,7 @@ impl Controller {
         }
         let jobs: BTreeSet<u64> = migrations.iter().map(|m| m.job.0).collect();
         for j in jobs {
-            let Some(running) = self.engine.occupancy().job(JobId(j)) else {
+            let Some(running) = self.engine.job(JobId(j)) else {
                 continue;
             };
             let order = MigrationOrder {
@@ -553,7 +637,9 @@ impl Controller {
         };
         let _ = self.engine.remove(JobId(order.job));
         if let Some(shape) = rec.shape {
-            if let Some(nodes) = instances_from_alloc(shape, &rec.per_node) {
+            if let Some(nodes) = instances_from_alloc(shape, &rec.per_node)
+                .filter(|n| self.engine.modelled_pool_of_all(n).is_some())
+            {
                 let req = JobRequest {
                     id: JobId(order.job),
                     shape,
@@ -630,7 +716,6 @@ impl Controller {
                     since: p.since,
                     shape: self
                         .engine
-                        .occupancy()
                         .job(JobId(*j))
                         .map(|r| (r.request.shape.instances, r.request.shape.gpus)),
                 })
@@ -727,16 +812,18 @@ impl Controller {
 
     /// The live state to publish (Slurm's actual allocation, engine flags).
     pub fn snapshot(&self, now: u64, engine_active: bool) -> PublishedState {
-        let cap = self.spec.gpus_per_node;
-        let mut nodes: Vec<NodeView> = (0..self.spec.nodes)
+        let mut nodes: Vec<NodeView> = (0..self.node_count())
             .map(|n| NodeView {
                 name: self.name(n),
-                capacity: cap,
+                capacity: self.node_gpus[n as usize],
                 used_gpus: 0,
                 jobs: vec![],
             })
             .collect();
-        let mut counts = [0u64; 9];
+        // Running instances by size, per pool (Slurm's allocation).
+        let pool_count = self.engine.pools().count();
+        let mut counts = vec![[0u64; 9]; pool_count];
+        let pool_of = |n: NodeId| self.engine.pool_of(n).map(|(p, _)| p);
         let mut jobs = Vec::new();
         let mut kept_still: BTreeMap<String, u64> = BTreeMap::new();
         for (&id, rec) in &self.jobs {
@@ -753,13 +840,19 @@ impl Controller {
             }
             match rec
                 .shape
-                .filter(|s| instances_from_alloc(*s, &rec.per_node).is_some())
+                .and_then(|s| instances_from_alloc(s, &rec.per_node).map(|i| (s, i)))
             {
-                Some(s) => counts[s.gpus.min(8) as usize] += u64::from(s.instances),
+                Some((s, inst)) => {
+                    for n in inst {
+                        if let Some(p) = pool_of(n) {
+                            counts[p][s.gpus.min(8) as usize] += 1;
+                        }
+                    }
+                }
                 None => {
-                    for &(_, g) in &rec.per_node {
-                        if g > 0 {
-                            counts[g.min(8) as usize] += 1;
+                    for &(n, g) in &rec.per_node {
+                        if let (true, Some(p)) = (g > 0, pool_of(n)) {
+                            counts[p][g.min(8) as usize] += 1;
                         }
                     }
                 }
@@ -782,23 +875,69 @@ impl Controller {
                         .is_none_or(|s| instances_from_alloc(s, &rec.per_node).is_none()),
             });
         }
-        let partial = nodes
-            .iter()
-            .filter(|n| n.used_gpus > 0 && n.used_gpus < n.capacity)
-            .count() as u32;
-        let phi = metric::phi_star(&counts, cap);
-        let n_sif = (f64::from(partial) - phi as f64).max(0.0);
+        let partial_of = |n: &NodeView| n.used_gpus > 0 && n.used_gpus < n.capacity;
+        let partial = nodes.iter().filter(|n| partial_of(n)).count() as u32;
+        // Per pool (issue 12): Theorem 1 bounds N*SIF in each pool.
+        let mut pools = Vec::with_capacity(pool_count);
+        let (mut phi, mut n_sif, mut modelled_nodes) = (0u64, 0.0f64, 0u32);
+        for (p, spec) in self.engine.pools().enumerate() {
+            let part = spec
+                .nodes
+                .iter()
+                .filter(|&&n| partial_of(&nodes[n as usize]))
+                .count() as u32;
+            let used: u64 = spec
+                .nodes
+                .iter()
+                .map(|&n| u64::from(nodes[n as usize].used_gpus))
+                .sum();
+            let (p_phi, p_nsif) = if spec.modelled {
+                let f = metric::phi_star(&counts[p], spec.gpus_per_node);
+                let v = (f64::from(part) - f as f64).max(0.0);
+                phi += f;
+                n_sif += v;
+                modelled_nodes += spec.nodes.len() as u32;
+                (Some(f), Some(v))
+            } else {
+                (None, None)
+            };
+            pools.push(PoolView {
+                name: spec.name.clone(),
+                gpus_per_node: spec.gpus_per_node,
+                gpu_type: spec.gpu_type.clone(),
+                nodes: spec.nodes.len() as u32,
+                node_names: spec.nodes.iter().map(|&n| self.name(n)).collect(),
+                modelled: spec.modelled,
+                used_gpus: used,
+                partial_nodes: part,
+                phi_star: p_phi,
+                n_sif: p_nsif,
+                wcc: spec
+                    .modelled
+                    .then(|| metric::wcc_holds(&counts[p], spec.gpus_per_node)),
+            });
+        }
+        // One pool of every node: the homogeneous cluster's one capacity.
+        let gpus_per_node = match &pools[..] {
+            [one] if one.nodes == self.node_count() => one.gpus_per_node,
+            _ => 0,
+        };
         PublishedState {
             format: FORMAT,
             updated_unix: now,
             engine_active: engine_active && self.config.enabled,
             engine_error: self.engine_error.clone(),
-            gpus_per_node: cap,
+            gpus_per_node,
             nodes,
             partial_nodes: partial,
             phi_star: phi,
             n_sif,
-            sif: metric::sif(partial, phi, self.spec.nodes),
+            sif: if modelled_nodes == 0 {
+                0.0
+            } else {
+                n_sif / f64::from(modelled_nodes)
+            },
+            pools,
             divergences: self.counters.divergences,
             pending_migrations: self
                 .pins
@@ -873,6 +1012,8 @@ mod tests {
                 migration_cost_s: None,
             }),
             time_limit_s: None,
+            gpu_type: None,
+            required_nodes: false,
         }
     }
 
@@ -885,6 +1026,8 @@ mod tests {
             mapping: Mapping::NoGpu,
             flags: None,
             time_limit_s: None,
+            gpu_type: None,
+            required_nodes: false,
         };
         assert_eq!(c.narrow(&no_gpu, &all), Ok(None));
         let outside = JobInfo {
@@ -892,6 +1035,8 @@ mod tests {
             mapping: Mapping::Outside("x".into()),
             flags: None,
             time_limit_s: None,
+            gpu_type: None,
+            required_nodes: false,
         };
         assert_eq!(c.narrow(&outside, &all), Ok(None));
     }
@@ -992,7 +1137,7 @@ mod tests {
     /// Submit through the controller as the plugin does: narrow, then Slurm
     /// allocates on the narrowed nodes (here: exactly the plan), then begin.
     fn run(c: &mut Controller, j: &JobInfo, now: u64) -> Vec<NodeId> {
-        let all = NodeSet::full(c.spec().nodes);
+        let all = NodeSet::full(c.node_count());
         let set = c.narrow(j, &all).unwrap().expect("engine plans the job");
         let Mapping::Model { shape, .. } = j.mapping else {
             panic!()
@@ -1025,6 +1170,8 @@ mod tests {
             },
             flags: None,
             time_limit_s: None,
+            gpu_type: None,
+            required_nodes: false,
         };
         let set = c.narrow(&j, &NodeSet::full(4)).unwrap().expect("planned");
         assert_eq!(set.count(), 2, "{set:?}");
@@ -1114,7 +1261,7 @@ mod tests {
             assert_eq!(c.snapshot(1001, true).partial_nodes, 0);
             // cool-down: the same job is not movable again for 10 minutes,
             // in the engine too (it was movable when it was chosen)
-            let rec = c.engine.occupancy().job(JobId(o.job)).unwrap();
+            let rec = c.engine.job(JobId(o.job)).unwrap();
             assert!(!rec.request.movable, "migrated job left movable");
             c.fini(if o.job == 2 { 3 } else { 2 });
             assert!(c.tick(1002).is_empty());
@@ -1399,6 +1546,8 @@ mod tests {
                 mapping: Mapping::NoGpu,
                 flags: None,
                 time_limit_s: None,
+                gpu_type: None,
+                required_nodes: false,
             },
             &[(2, 0)],
             10,
@@ -1413,5 +1562,178 @@ mod tests {
         assert_eq!(s.nodes[2].jobs, vec![]);
         c.fini(2);
         assert_eq!(c.snapshot(21, true).partial_nodes, 0);
+    }
+
+    /// The site lab's node table (contrib/lab/slurm-site-nodes.conf.in):
+    /// n1-n8 8xa100, n9-n12 4xl40s, n13-n14 2xgpu, n15-n18 CPU-only.
+    fn site() -> Controller {
+        let mut nodes = Vec::new();
+        for i in 1..=18 {
+            nodes.push(match i {
+                1..=8 => NodeGpus::new(8, Some("a100")),
+                9..=12 => NodeGpus::new(4, Some("l40s")),
+                13..=14 => NodeGpus::new(2, None),
+                _ => NodeGpus::new(0, None),
+            });
+        }
+        let names = (1..=18).map(|i| format!("n{i}")).collect();
+        Controller::with_nodes(Config::default().select, &nodes, names)
+    }
+
+    fn typed(id: u64, w: u32, g: u32, t: Option<&str>) -> JobInfo {
+        JobInfo {
+            gpu_type: t.map(str::to_string),
+            ..job(id, w, g)
+        }
+    }
+
+    fn plan(c: &mut Controller, j: &JobInfo, cand: &[NodeId]) -> Option<Vec<NodeId>> {
+        let set = NodeSet::from_nodes(18, cand.iter().copied());
+        c.narrow(j, &set).unwrap().map(|s| s.iter().collect())
+    }
+
+    #[test]
+    fn mixed_cluster_jobs_are_planned_in_one_allowed_pool() {
+        let mut c = site();
+        let all: Vec<NodeId> = (0..18).collect();
+        let gpu_partition: Vec<NodeId> = (0..14).collect();
+        // GPU type decides the pool
+        let p = plan(&mut c, &typed(1, 1, 2, Some("a100")), &all).unwrap();
+        assert!(p.iter().all(|&n| n < 8), "{p:?}");
+        let p = plan(&mut c, &typed(2, 2, 2, Some("l40s")), &all).unwrap();
+        assert!(p.iter().all(|&n| (8..12).contains(&n)), "{p:?}");
+        // no pool of that type, or candidates in no pool: cons_tres decides
+        assert_eq!(plan(&mut c, &typed(3, 1, 1, Some("h100")), &all), None);
+        assert_eq!(plan(&mut c, &job(4, 1, 1), &[14, 15, 16, 17]), None);
+        // instances larger than a pool's nodes go where they fit
+        let p = plan(&mut c, &job(5, 1, 8), &gpu_partition).unwrap();
+        assert!(p.iter().all(|&n| n < 8), "{p:?}");
+        let p = plan(&mut c, &job(6, 1, 4), &[8, 9, 12, 13]).unwrap();
+        assert!(p.iter().all(|&n| (8..10).contains(&n)), "{p:?}");
+        // the candidates (partition, --exclude) restrict the pool's nodes
+        let p = plan(&mut c, &job(7, 1, 2), &[13]).unwrap();
+        assert_eq!(p, vec![13]);
+        // `-w`: the candidates are not a choice, cons_tres places the job
+        let w = JobInfo {
+            required_nodes: true,
+            ..job(9, 1, 1)
+        };
+        assert_eq!(plan(&mut c, &w, &all), None);
+        assert_eq!(plan(&mut c, &job(8, 1, 4), &[12, 13]), None, "4 > 2");
+        assert_eq!(c.counters.engine_errors, 0);
+    }
+
+    #[test]
+    fn mixed_cluster_state_is_published_per_pool() {
+        let mut c = site();
+        // an a100 job as planned; an l40s job that Slurm put on two nodes;
+        // a CPU-only job; a 6-GPU job spread over a100 and l40s (foreign)
+        let p = plan(
+            &mut c,
+            &typed(1, 1, 4, Some("a100")),
+            &(0..18).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.begin(&typed(1, 1, 4, Some("a100")), &[(p[0], 4)], 0),
+            None
+        );
+        assert_eq!(
+            c.begin(&typed(2, 2, 2, Some("l40s")), &[(8, 2), (9, 2)], 0),
+            None
+        );
+        let cpu = JobInfo {
+            mapping: Mapping::NoGpu,
+            ..job(3, 1, 1)
+        };
+        assert_eq!(c.begin(&cpu, &[(15, 0)], 0), None);
+        let spread = JobInfo {
+            mapping: Mapping::Outside("x".into()),
+            ..job(4, 1, 1)
+        };
+        assert_eq!(c.begin(&spread, &[(7, 4), (11, 2)], 0), None);
+        assert_eq!(c.counters.engine_errors, 0);
+        let st = c.snapshot(1, true);
+        assert_eq!(st.gpus_per_node, 0, "mixed");
+        let pools: Vec<(&str, u32, u32, u32)> = st
+            .pools
+            .iter()
+            .map(|p| (p.name.as_str(), p.gpus_per_node, p.nodes, p.partial_nodes))
+            .collect();
+        assert_eq!(
+            pools,
+            vec![("8xa100", 8, 8, 2), ("4xl40s", 4, 4, 3), ("2xgpu", 2, 2, 0)]
+        );
+        // a100: {4} and a foreign 4 on two nodes: Phi* 0 -> N*SIF 2;
+        // l40s: 2, 2, foreign 2 on three nodes: Phi* 1 -> N*SIF 2
+        assert_eq!(st.pools[0].n_sif, Some(2.0));
+        assert_eq!(st.pools[1].n_sif, Some(2.0));
+        assert_eq!(st.n_sif, 4.0);
+        assert_eq!(st.nodes[15].capacity, 0);
+        assert!(st
+            .render(1)
+            .contains("pool 4xl40s: 4 nodes, 6/16 GPUs used, 3 partial"));
+        // Compact in each pool (the jobs are resumable and past their first
+        // minutes at t=1000): job 1 joins the foreign 4 GPUs on n8, job 2's
+        // two lone instances meet on one l40s node.
+        let orders = c.tick(1000);
+        assert_eq!(
+            orders,
+            vec![
+                MigrationOrder {
+                    job: 1,
+                    to_nodes: vec![7]
+                },
+                MigrationOrder {
+                    job: 2,
+                    to_nodes: vec![9, 9]
+                }
+            ]
+        );
+        assert_eq!(c.self_check(), None);
+    }
+
+    #[test]
+    fn divergence_is_counted_against_the_plan_among_the_candidates() {
+        let mut c = ctl();
+        // --exclude=n1,n2: the engine's plan is n3; its own plan among all
+        // nodes would be n1. Slurm follows the narrowed plan: no divergence.
+        let p = c.narrow(&job(1, 1, 8), &NodeSet::from_nodes(4, [2, 3]));
+        assert_eq!(p, Ok(Some(NodeSet::from_nodes(4, [2]))));
+        assert_eq!(c.begin(&job(1, 1, 8), &[(2, 8)], 0), None);
+        assert_eq!(c.counters.divergences, 0);
+        // Slurm puts the next one elsewhere than planned: one divergence.
+        let p = c.narrow(&job(2, 1, 4), &NodeSet::full(4)).unwrap().unwrap();
+        let elsewhere = (0..4).find(|n| !p.contains(*n) && *n != 2).unwrap();
+        assert_eq!(c.begin(&job(2, 1, 4), &[(elsewhere, 4)], 0), None);
+        assert_eq!(c.counters.divergences, 1);
+    }
+
+    #[test]
+    fn pass_through_pools_are_left_to_cons_tres() {
+        // two 6-GPU nodes and two 8-GPU nodes
+        let nodes = [
+            NodeGpus::new(6, Some("h100")),
+            NodeGpus::new(6, Some("h100")),
+            NodeGpus::new(8, None),
+            NodeGpus::new(8, None),
+        ];
+        let names = (1..=4).map(|i| format!("n{i}")).collect();
+        let mut c = Controller::with_nodes(Config::default().select, &nodes, names);
+        let all = NodeSet::full(4);
+        assert_eq!(c.narrow(&typed(1, 1, 2, Some("h100")), &all), Ok(None));
+        assert_eq!(
+            c.narrow(&job(2, 1, 2), &NodeSet::from_nodes(4, [0, 1])),
+            Ok(None)
+        );
+        let p = c.narrow(&job(3, 1, 2), &all).unwrap().unwrap();
+        assert!(p.iter().all(|n| n >= 2), "{p:?}");
+        // a job Slurm ran there is recorded, not an engine error
+        assert_eq!(c.begin(&typed(1, 1, 2, Some("h100")), &[(0, 2)], 0), None);
+        assert_eq!(c.counters.engine_errors, 0);
+        let st = c.snapshot(1, true);
+        assert!(!st.pools[0].modelled && st.pools[0].n_sif.is_none());
+        assert_eq!(st.pools[0].partial_nodes, 1);
+        assert_eq!(c.fini(1), None);
     }
 }

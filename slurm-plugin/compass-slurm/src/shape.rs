@@ -15,6 +15,7 @@
 
 use compass_core::gres;
 use compass_core::model::{JobShape, NodeId};
+use compass_core::placement::pools::NodeGpus;
 
 /// The GPU-related fields of a Slurm job (from `job_record_t` and its details).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -64,6 +65,44 @@ pub fn gpus_in_tres(tres: &str) -> Option<Result<u32, String>> {
 /// several types added up); 0 for CPU-only nodes and unreadable strings.
 pub fn gpus_in_node_gres(node_gres: &str) -> u32 {
     gres::gpus(node_gres).map(|g| g.total_u32()).unwrap_or(0)
+}
+
+/// A node's GPUs and their type from its `Gres=` string, for the pools of
+/// [`compass_core::placement::pools`]: `gpu:a100:8(S:0-1)` is 8 of type
+/// `a100`, `gpu:2` is 2 untyped, several types are joined with `+`
+/// (`a100+h100`: a pass-through pool); unreadable strings and CPU-only nodes
+/// are 0 GPUs.
+pub fn node_gpus(node_gres: &str) -> NodeGpus {
+    let Ok(g) = gres::gpus(node_gres) else {
+        return NodeGpus::default();
+    };
+    let gpu_type = match g.by_type.len() {
+        0 => None,
+        _ => Some(g.by_type.keys().cloned().collect::<Vec<_>>().join("+")),
+    };
+    NodeGpus {
+        gpus: g.total_u32(),
+        gpu_type,
+    }
+}
+
+/// The one GPU type a request names (`--gres=gpu:a100:2` gives
+/// `gres:gpu:a100:2`, `--gpus=l40s:4` gives `gres:gpu:l40s:4`); `None` when
+/// it names none (any pool) or several.
+pub fn requested_gpu_type(r: &SlurmRequest<'_>) -> Option<String> {
+    let mut types = std::collections::BTreeSet::new();
+    for t in [r.tres_per_task, r.tres_per_node, r.tres_per_job]
+        .into_iter()
+        .flatten()
+    {
+        if let Ok(g) = gres::gpus(t) {
+            types.extend(g.by_type.into_keys());
+        }
+    }
+    match types.len() {
+        1 => types.pop_first(),
+        _ => None,
+    }
 }
 
 /// Maps a Slurm request onto the model, for nodes of `capacity` GPUs.
@@ -198,6 +237,26 @@ mod tests {
         // two types (issue 12): the shared parser reads both right.
         assert_eq!(gpus_in_node_gres("gpu:a100:8(S:0-1)"), 8);
         assert_eq!(gpus_in_node_gres("gpu:a100:4(S:0),gpu:h100:4(S:1)"), 8);
+    }
+
+    #[test]
+    fn node_pools_and_requested_types() {
+        assert_eq!(
+            node_gpus("gpu:a100:8(S:0-1)"),
+            NodeGpus::new(8, Some("a100"))
+        );
+        assert_eq!(node_gpus("gpu:2(S:0-1)"), NodeGpus::new(2, None));
+        assert_eq!(node_gpus("(null)"), NodeGpus::new(0, None));
+        assert_eq!(
+            node_gpus("gpu:a100:4(S:0),gpu:h100:4(S:1)"),
+            NodeGpus::new(8, Some("a100+h100"))
+        );
+        let typed = req(1, 1, 1, None, Some("gres:gpu:a100:2"), None);
+        assert_eq!(requested_gpu_type(&typed).as_deref(), Some("a100"));
+        let typed = req(1, 1, 1, None, None, Some("gres/gpu:l40s=4"));
+        assert_eq!(requested_gpu_type(&typed).as_deref(), Some("l40s"));
+        let any = req(2, 1, 0, Some("gres:gpu:1"), None, None);
+        assert_eq!(requested_gpu_type(&any), None);
     }
 
     #[test]

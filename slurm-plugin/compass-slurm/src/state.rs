@@ -23,16 +23,25 @@ pub struct PublishedState {
     pub engine_active: bool,
     /// Last engine error, if any.
     pub engine_error: Option<String>,
+    /// GPUs per node of a homogeneous cluster (one pool of every node); 0 on
+    /// a mixed cluster (see `pools` and each node's `capacity`).
     pub gpus_per_node: u32,
     pub nodes: Vec<NodeView>,
     /// Nodes with some but not all GPUs in use.
     pub partial_nodes: u32,
-    /// `Phi*` of the running instances (paper Section 3.2).
+    /// `Phi*` of the running instances (paper Section 3.2), summed over the
+    /// modelled pools.
     pub phi_star: u64,
-    /// `N * SIF = partial - Phi*` (paper eq. 2, times N).
+    /// `N * SIF = partial - Phi*` (paper eq. 2, times N), summed over the
+    /// modelled pools.
     pub n_sif: f64,
-    /// `SIF = (partial - Phi*) / N`.
+    /// `SIF = (partial - Phi*) / N`, N the nodes of the modelled pools.
     pub sif: f64,
+    /// One entry per pool of interchangeable GPU nodes (issue 12); absent
+    /// in files written before pools existed, and when no node has GPUs
+    /// (readers then take the whole cluster as one pool).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolView>,
     /// Jobs Slurm placed differently from the engine's plan (cumulative).
     pub divergences: u64,
     /// Compact migrations decided but not yet carried out (requeues).
@@ -60,6 +69,35 @@ pub struct PublishedState {
     /// fillers, pool) when the engine provides one.
     #[serde(default)]
     pub layout: Option<serde_json::Value>,
+}
+
+/// One pool of interchangeable GPU nodes (same GPU count and type) and its
+/// fragmentation, from Slurm's allocation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolView {
+    /// `8xa100`, `4xl40s`, `2xgpu` (untyped GPUs): the `pool` label of the
+    /// budget service's metrics.
+    pub name: String,
+    pub gpus_per_node: u32,
+    /// `None` for untyped GPUs.
+    pub gpu_type: Option<String>,
+    /// Number of nodes.
+    pub nodes: u32,
+    pub node_names: Vec<String>,
+    /// `true`: the pool has an engine; `false`: pass-through (a GPU count
+    /// other than 1, 2, 4, 8, or several GPU types per node), cons_tres
+    /// places there alone and `phi_star`, `n_sif`, `wcc` are absent.
+    pub modelled: bool,
+    pub used_gpus: u64,
+    pub partial_nodes: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phi_star: Option<u64>,
+    /// `partial - Phi*` of this pool: Theorem 1 bounds it by 2 where WCC
+    /// holds in the pool and every job there is movable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_sif: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wcc: Option<bool>,
 }
 
 /// Cumulative `select_p_job_test` timing: the engine's part (mapping,
@@ -140,10 +178,14 @@ impl PublishedState {
     pub fn render(&self, now_unix: u64) -> String {
         let mut out = String::new();
         let age = now_unix.saturating_sub(self.updated_unix);
+        let size = if self.gpus_per_node > 0 {
+            format!("{} GPUs", self.gpus_per_node)
+        } else {
+            format!("{} pools", self.pools.len())
+        };
         out.push_str(&format!(
-            "compass: {} nodes x {} GPUs, {} partial, N*SIF {:.0} (SIF {:.3}, Phi* {}), divergences {}, migrations done {}, updated {} ago\n",
+            "compass: {} nodes x {size}, {} partial, N*SIF {:.0} (SIF {:.3}, Phi* {}), divergences {}, migrations done {}, updated {} ago\n",
             self.nodes.len(),
-            self.gpus_per_node,
             self.partial_nodes,
             self.n_sif,
             self.sif,
@@ -160,6 +202,29 @@ impl PublishedState {
                     .map(|e| format!(": {e}"))
                     .unwrap_or_default()
             ));
+        }
+        if self.pools.len() > 1 || self.gpus_per_node == 0 {
+            for p in &self.pools {
+                let frag = match (p.n_sif, p.phi_star) {
+                    (Some(n), Some(f)) => format!(
+                        "N*SIF {n:.0} (Phi* {f}{})",
+                        if p.wcc == Some(true) {
+                            ", WCC holds"
+                        } else {
+                            ""
+                        }
+                    ),
+                    _ => "pass-through (cons_tres places here)".to_string(),
+                };
+                out.push_str(&format!(
+                    "pool {}: {} nodes, {}/{} GPUs used, {} partial, {frag}\n",
+                    p.name,
+                    p.nodes,
+                    p.used_gpus,
+                    u64::from(p.nodes) * u64::from(p.gpus_per_node),
+                    p.partial_nodes
+                ));
+            }
         }
         let width = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(0);
         for (i, n) in self.nodes.iter().enumerate() {
@@ -266,6 +331,69 @@ mod tests {
             text.contains("kept still: ends-soon 2, protected 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn render_lists_pools_on_a_mixed_cluster() {
+        let mut st = sample();
+        st.gpus_per_node = 0;
+        st.pools = vec![
+            PoolView {
+                name: "8xa100".into(),
+                gpus_per_node: 8,
+                gpu_type: Some("a100".into()),
+                nodes: 2,
+                node_names: vec!["n1".into(), "n10".into()],
+                modelled: true,
+                used_gpus: 5,
+                partial_nodes: 1,
+                phi_star: Some(1),
+                n_sif: Some(0.0),
+                wcc: Some(true),
+            },
+            PoolView {
+                name: "6xh100".into(),
+                gpus_per_node: 6,
+                nodes: 1,
+                ..Default::default()
+            },
+        ];
+        let text = st.render(100);
+        assert!(text.contains("2 nodes x 2 pools"), "{text}");
+        assert!(
+            text.contains(
+                "pool 8xa100: 2 nodes, 5/16 GPUs used, 1 partial, N*SIF 0 (Phi* 1, WCC holds)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("pool 6xh100: 1 nodes, 0/6 GPUs used, 0 partial, pass-through"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn pass_through_pools_publish_no_fragmentation_figures() {
+        let p = PoolView {
+            name: "6xh100".into(),
+            gpus_per_node: 6,
+            nodes: 2,
+            ..Default::default()
+        };
+        let v = serde_json::to_value(&p).unwrap();
+        // absent, not null: readers that take a number keep their default
+        for key in ["phi_star", "n_sif", "wcc"] {
+            assert!(v.get(key).is_none(), "{key} in {v}");
+        }
+        assert_eq!(serde_json::from_value::<PoolView>(v).unwrap(), p);
+    }
+
+    #[test]
+    fn files_from_before_pools_still_load() {
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v.as_object_mut().unwrap().remove("pools");
+        let old: PublishedState = serde_json::from_value(v).unwrap();
+        assert!(old.pools.is_empty());
     }
 
     #[test]

@@ -5,11 +5,12 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
-use compass_core::model::{ClusterSpec, NodeId, NodeSet};
+use compass_core::model::{NodeId, NodeSet};
+use compass_core::placement::pools::NodeGpus;
 use compass_slurm::controller::{Controller, JobInfo};
 use compass_slurm::flags;
 use compass_slurm::persist::{Saved, FILE_NAME};
-use compass_slurm::shape::{gpus_in_node_gres, map_request, SlurmRequest};
+use compass_slurm::shape::{map_request, node_gpus, requested_gpu_type, SlurmRequest};
 use slurm_sys as sys;
 
 use crate::forward::stock;
@@ -63,20 +64,22 @@ unsafe fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {
     }
 }
 
-/// Node names and GPUs per node, from slurmctld's node table.
-unsafe fn cluster() -> Result<(ClusterSpec, Vec<String>), String> {
+/// Node names and each node's GPUs (count and type), from slurmctld's node
+/// table: the pools of interchangeable nodes are built from it (issue 12).
+unsafe fn cluster() -> Result<(Vec<NodeGpus>, Vec<String>), String> {
     // SAFETY: slurmctld globals, read under its config lock by the caller.
     let (table, count) = unsafe { (sys::node_record_table_ptr, sys::node_record_count) };
     if table.is_null() || count <= 0 {
         return Err("no nodes configured".into());
     }
     let mut names = Vec::with_capacity(count as usize);
-    let mut gpus = None;
+    let mut gpus = Vec::with_capacity(count as usize);
     for i in 0..count as usize {
         // SAFETY: table has node_record_count entries (holes are NULL).
         let node = unsafe { *table.add(i) };
         if node.is_null() {
             names.push(format!("#{i}"));
+            gpus.push(NodeGpus::default());
             continue;
         }
         // SAFETY: live node record.
@@ -85,17 +88,30 @@ unsafe fn cluster() -> Result<(ClusterSpec, Vec<String>), String> {
         // Configured GRES (slurm.conf) first: node gres is only set once
         // its slurmd registered.
         let conf = unsafe { n.config_ptr.as_ref() }.and_then(|c| unsafe { opt_str(c.gres) });
-        let g = gpus_in_node_gres(conf.or(unsafe { opt_str(n.gres) }).unwrap_or(""));
-        match gpus {
-            None => gpus = Some(g),
-            Some(prev) if prev != g => {
-                return Err(format!("nodes have different GPU counts ({prev} and {g}); the engine needs one node type"));
-            }
-            _ => {}
-        }
+        gpus.push(node_gpus(conf.or(unsafe { opt_str(n.gres) }).unwrap_or("")));
     }
-    let spec = ClusterSpec::new(count as u32, gpus.unwrap_or(0)).map_err(|e| e.to_string())?;
-    Ok((spec, names))
+    Ok((gpus, names))
+}
+
+/// One log line naming the pools (`8xa100 (8 nodes), 6xgpu (2 nodes, pass-through)`).
+fn pools_line(ctl: &Controller) -> String {
+    let pools: Vec<String> = ctl
+        .pools()
+        .pools()
+        .map(|p| {
+            format!(
+                "{} ({} nodes{})",
+                p.name,
+                p.nodes.len(),
+                if p.modelled { "" } else { ", pass-through" }
+            )
+        })
+        .collect();
+    if pools.is_empty() {
+        "no GPU nodes".into()
+    } else {
+        pools.join(", ")
+    }
 }
 
 /// Bits set in a Slurm bitmap.
@@ -128,7 +144,8 @@ unsafe fn nodes_from_names(names: *mut c_char) -> Vec<NodeId> {
     }
 }
 
-/// What the controller needs to know about a job.
+/// What the controller needs to know about a job; `capacity`: the largest
+/// GPU count of a node (each pool then admits what fits its nodes).
 unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
     // SAFETY: details is NULL or valid.
     let d = unsafe { job.details.as_ref() };
@@ -153,6 +170,11 @@ unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
     JobInfo {
         id: u64::from(job.job_id),
         mapping: map_request(&req, capacity),
+        gpu_type: requested_gpu_type(&req),
+        // SAFETY: NULL or a valid bitmap.
+        required_nodes: d.is_some_and(|d| {
+            !d.req_node_bitmap.is_null() && unsafe { sys::bit_set_count(d.req_node_bitmap) } > 0
+        }),
         flags: flags::from_spank_env(env),
         time_limit_s: time_limit_s(job.time_limit),
     }
@@ -223,12 +245,14 @@ fn with_ctl<R>(f: impl FnOnce(&mut Controller) -> R) -> Option<R> {
     if guard.is_none() {
         // SAFETY: called from slurmctld entry points, node table is live.
         match unsafe { cluster() } {
-            Ok((spec, names)) => {
+            Ok((gpus, names)) => {
+                let ctl = Controller::with_nodes(plugin.config.select.clone(), &gpus, names);
                 log::info(&format!(
-                    "engine on {} nodes x {} GPUs",
-                    spec.nodes, spec.gpus_per_node
+                    "engine on {} nodes, one engine per pool: {}",
+                    ctl.node_count(),
+                    pools_line(&ctl)
                 ));
-                *guard = Some(Controller::new(plugin.config.select.clone(), spec, names));
+                *guard = Some(ctl);
                 worker::start();
             }
             Err(e) => {
@@ -328,9 +352,20 @@ pub unsafe extern "C" fn select_p_job_init(job_list: *mut c_void) -> c_int {
                 .unwrap_or_else(|p| p.into_inner())
                 .take()
                 .unwrap_or_else(|| ctl.saved(now));
-            *ctl = Controller::new(plugin.config.select.clone(), ctl.spec(), ctl_names(ctl));
+            // The pools from the node table as it is now (nodes or GRES may
+            // have changed at `scontrol reconfigure`); the last ones when it
+            // cannot be read.
+            let (gpus, names) = match unsafe { cluster() } {
+                Ok(t) => t,
+                Err(e) => {
+                    log::error(&format!("{e}; keeping the previous pools"));
+                    (ctl.pools().node_table(), ctl_names(ctl))
+                }
+            };
+            *ctl = Controller::with_nodes(plugin.config.select.clone(), &gpus, names);
+            log::info(&format!("pools: {}", pools_line(ctl)));
             ctl.restore(&saved, now);
-            let cap = ctl.spec().gpus_per_node;
+            let cap = ctl.max_gpus_per_node();
             for &p in &jobs {
                 // SAFETY: live job records under slurmctld's job lock.
                 let job = unsafe { &*p };
@@ -381,7 +416,7 @@ pub(crate) fn job_test(
         let (job, size) = unsafe { (&*job_ptr, sys::bit_size(bitmap)) };
         let candidates = NodeSet::from_nodes(size as u32, unsafe { bits(bitmap) });
         with_ctl(|ctl| {
-            let info = unsafe { job_info(job, ctl.spec().gpus_per_node) };
+            let info = unsafe { job_info(job, ctl.max_gpus_per_node()) };
             match ctl.narrow(&info, &candidates) {
                 Ok(n) => n.map(|set| (set, ctl.may_widen(info.id))),
                 Err(msg) => {
@@ -483,7 +518,7 @@ pub unsafe extern "C" fn select_p_select_nodeinfo_set(job_ptr: *mut sys::job_rec
             if ctl.knows(u64::from(job.job_id)) {
                 return None;
             }
-            let info = unsafe { job_info(job, ctl.spec().gpus_per_node) };
+            let info = unsafe { job_info(job, ctl.max_gpus_per_node()) };
             let alloc = unsafe { allocated_gpus(job) };
             ctl.begin(&info, &alloc, now_unix())
         });

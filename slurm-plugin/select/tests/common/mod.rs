@@ -249,8 +249,13 @@ impl Lab {
             .filter_map(|l| {
                 let mut it = l.split_whitespace();
                 let node = it.next()?.to_string();
-                let used = it.next().unwrap_or("gpu:0");
-                let n = used.strip_prefix("gpu:")?.split('(').next()?.parse().ok()?;
+                // `gpu:4(IDX:0-3)`, or typed on the site lab:
+                // `gpu:a100:4(IDX:0-3)`; `gpu:0` and `(null)` are 0. An
+                // untyped GPU beside typed ones may read `gpu:(null):2(..)`.
+                let used = it.next().unwrap_or("gpu:0").replace("(null):", "");
+                let n = compass_core::gres::gpus(&used)
+                    .unwrap_or_else(|e| panic!("sinfo GresUsed `{l}`: {e}"))
+                    .total_u32();
                 Some((node, n))
             })
             .collect();

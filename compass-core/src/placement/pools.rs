@@ -1,0 +1,792 @@
+//! One COMPASS-ABS engine per pool of interchangeable GPU nodes (issue 12):
+//! the paper's model (Section 3.2) is a cluster of identical nodes, so a
+//! mixed cluster is split into *pools* of nodes with the same GPU count and
+//! the same GPU type, and each pool gets its own [`CompassEngine`]. Theorem 1
+//! then holds per pool: `N * SIF <= 2` in each pool wherever WCC holds in
+//! that pool (`compass-core/tests/compass_props.rs`).
+//!
+//! - Nodes without GPUs belong to no pool: jobs there are Slurm's alone.
+//! - A pool whose nodes hold a GPU count other than 1, 2, 4 or 8 (3, 6,
+//!   10, ...), or several GPU types on one node, is **pass-through**: it is
+//!   listed (so status shows it) but has no engine; the slot widths of the
+//!   ABS (eq. 3) are powers of two that must divide the node. Jobs there
+//!   are placed by Slurm's own `cons_tres` (docs/admin-guide.md, "Mixed
+//!   clusters").
+//! - A job is placed in one pool among those the caller allows
+//!   ([`PoolSet::choose`]); when several can take it now, the one left with
+//!   the least fragmentation after the placement its engine plans wins: the
+//!   least `N * SIF` added, then the fewest partial nodes added, then the
+//!   pool the caller lists first.
+//!
+//! Node ids here are the cluster's (global) ids; each engine works on its
+//! own local ids `0..pool size`, translated at this boundary.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CoreError, Result};
+use crate::metric::{phi_star, wcc_holds};
+use crate::model::{
+    Admission, ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet,
+};
+use crate::placement::compass::{AdoptOutcome, CompassConfig, CompassEngine, NodeView};
+use crate::placement::PlacementPolicy;
+
+/// The GPUs of one node of the cluster, as the resource manager reports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeGpus {
+    pub gpus: u32,
+    /// `a100` for `gpu:a100:8`; `None` when untyped. Several types on one
+    /// node are joined with `+` (`a100+h100`): such a node is pass-through.
+    pub gpu_type: Option<String>,
+}
+
+impl NodeGpus {
+    pub fn new(gpus: u32, gpu_type: Option<&str>) -> Self {
+        Self {
+            gpus,
+            gpu_type: gpu_type.map(str::to_string),
+        }
+    }
+}
+
+/// One pool: interchangeable nodes (same GPU count, same type).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSpec {
+    /// `8xa100`, `4xl40s`, `2xgpu` (untyped): GPUs per node and type, the
+    /// `pool` label of the budget service's metrics.
+    pub name: String,
+    pub gpus_per_node: u32,
+    pub gpu_type: Option<String>,
+    /// Global node ids, ascending; local id `k` is `nodes[k]`.
+    pub nodes: Vec<NodeId>,
+    /// Has an engine (capacity 1, 2, 4 or 8 and a single GPU type); `false`:
+    /// pass-through, Slurm places there alone.
+    pub modelled: bool,
+}
+
+impl PoolSpec {
+    /// Can a job asking for GPU type `want` (`None`: any) and `gpus` GPUs
+    /// per instance use this pool's nodes at all?
+    pub fn admits(&self, want: Option<&str>, gpus: u32) -> bool {
+        gpus <= self.gpus_per_node
+            && match want {
+                None => true,
+                Some(t) => self.gpu_type.as_deref() == Some(t),
+            }
+    }
+}
+
+/// A job the pool set holds, in global node ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PooledJob {
+    pub pool: usize,
+    pub request: JobRequest,
+    /// `nodes[k]` hosts instance `k`.
+    pub nodes: Vec<NodeId>,
+}
+
+/// Fragmentation of one pool now.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolStats {
+    pub partial_nodes: u32,
+    pub phi_star: u64,
+    /// `Phi_pi - Phi*` (clamped at 0).
+    pub n_sif: u64,
+    pub wcc: bool,
+}
+
+/// The layout of every pool, by global node id (`nodes[i]` is `None` for a
+/// node in no modelled pool), for the published state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolsLayout {
+    pub nodes: Vec<Option<NodeView>>,
+    pub pools: Vec<PoolSpec>,
+}
+
+#[derive(Clone, Debug)]
+struct Pool {
+    spec: PoolSpec,
+    engine: Option<CompassEngine>,
+}
+
+/// One engine per pool (see the module docs).
+#[derive(Clone, Debug)]
+pub struct PoolSet {
+    nodes: u32,
+    pools: Vec<Pool>,
+    /// Global node -> (pool, local id).
+    at: Vec<Option<(usize, NodeId)>>,
+    /// Pools each job holds GPUs in (several only for jobs outside the
+    /// model that Slurm spread over pools).
+    jobs: BTreeMap<JobId, Vec<usize>>,
+}
+
+impl PoolSet {
+    /// Groups `nodes` (index = global node id) into pools, in order of each
+    /// pool's first node. Every engine gets `config`.
+    pub fn new(nodes: &[NodeGpus], config: CompassConfig) -> Self {
+        let mut key_of: BTreeMap<(u32, Option<String>), usize> = BTreeMap::new();
+        let mut specs: Vec<PoolSpec> = Vec::new();
+        let mut at = vec![None; nodes.len()];
+        for (i, n) in nodes.iter().enumerate() {
+            if n.gpus == 0 {
+                continue;
+            }
+            let key = (n.gpus, n.gpu_type.clone());
+            let p = *key_of.entry(key).or_insert_with(|| {
+                let modelled = ClusterSpec::new(1, n.gpus).is_ok()
+                    && !n.gpu_type.as_deref().is_some_and(|t| t.contains('+'));
+                specs.push(PoolSpec {
+                    name: format!("{}x{}", n.gpus, n.gpu_type.as_deref().unwrap_or("gpu")),
+                    gpus_per_node: n.gpus,
+                    gpu_type: n.gpu_type.clone(),
+                    nodes: Vec::new(),
+                    modelled,
+                });
+                specs.len() - 1
+            });
+            at[i] = Some((p, specs[p].nodes.len() as NodeId));
+            specs[p].nodes.push(i as NodeId);
+        }
+        let pools = specs
+            .into_iter()
+            .map(|spec| {
+                let engine = spec.modelled.then(|| {
+                    let cs = ClusterSpec::new(spec.nodes.len() as u32, spec.gpus_per_node)
+                        .expect("modelled pools have a valid capacity and >= 1 node");
+                    CompassEngine::new(cs, config.clone())
+                });
+                Pool { spec, engine }
+            })
+            .collect();
+        Self {
+            nodes: nodes.len() as u32,
+            pools,
+            at,
+            jobs: BTreeMap::new(),
+        }
+    }
+
+    /// A homogeneous cluster as one pool (the CLI's `--nodes N --gpus G`).
+    pub fn homogeneous(spec: ClusterSpec, config: CompassConfig) -> Self {
+        Self::new(
+            &vec![NodeGpus::new(spec.gpus_per_node, None); spec.nodes as usize],
+            config,
+        )
+    }
+
+    /// The node table the set was built from (what [`PoolSet::new`] takes).
+    pub fn node_table(&self) -> Vec<NodeGpus> {
+        (0..self.nodes)
+            .map(|n| match self.pool_of(n) {
+                Some((p, _)) => NodeGpus {
+                    gpus: self.pools[p].spec.gpus_per_node,
+                    gpu_type: self.pools[p].spec.gpu_type.clone(),
+                },
+                None => NodeGpus::default(),
+            })
+            .collect()
+    }
+
+    /// Nodes of the whole cluster (pools, pass-through and CPU-only).
+    pub fn node_count(&self) -> u32 {
+        self.nodes
+    }
+
+    pub fn pools(&self) -> impl Iterator<Item = &PoolSpec> {
+        self.pools.iter().map(|p| &p.spec)
+    }
+
+    pub fn pool(&self, p: usize) -> Option<&PoolSpec> {
+        self.pools.get(p).map(|p| &p.spec)
+    }
+
+    /// The engine of pool `p` (`None`: pass-through or no such pool).
+    pub fn engine(&self, p: usize) -> Option<&CompassEngine> {
+        self.pools.get(p).and_then(|p| p.engine.as_ref())
+    }
+
+    /// The pool of a node and its local id there.
+    pub fn pool_of(&self, n: NodeId) -> Option<(usize, NodeId)> {
+        self.at.get(n as usize).copied().flatten()
+    }
+
+    /// The modelled pool holding every one of `nodes` (global ids), if one
+    /// does: where a job Slurm placed on them can be adopted in the model.
+    pub fn modelled_pool_of_all(&self, nodes: &[NodeId]) -> Option<usize> {
+        let mut pool = None;
+        for &n in nodes {
+            let (p, _) = self.pool_of(n)?;
+            if pool.is_some_and(|q| q != p) {
+                return None;
+            }
+            pool = Some(p);
+        }
+        pool.filter(|&p| self.pools[p].engine.is_some())
+    }
+
+    /// Pools holding GPUs of `job`.
+    pub fn pools_of_job(&self, job: JobId) -> Option<&[usize]> {
+        self.jobs.get(&job).map(Vec::as_slice)
+    }
+
+    fn engine_mut(&mut self, p: usize) -> Result<&mut CompassEngine> {
+        let name = self.pools.get(p).map(|x| x.spec.name.clone());
+        self.pools
+            .get_mut(p)
+            .and_then(|x| x.engine.as_mut())
+            .ok_or_else(|| {
+                CoreError::Invalid(match name {
+                    Some(n) => format!("pool {n} is pass-through (no engine)"),
+                    None => format!("no pool {p}"),
+                })
+            })
+    }
+
+    /// `allowed` (global) restricted to pool `p`, in local ids.
+    fn local_set(&self, p: usize, allowed: &NodeSet) -> NodeSet {
+        let nodes = &self.pools[p].spec.nodes;
+        NodeSet::from_nodes(
+            nodes.len() as u32,
+            nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, &g)| allowed.contains(g))
+                .map(|(k, _)| k as NodeId),
+        )
+    }
+
+    fn global(&self, p: usize, local: NodeId) -> NodeId {
+        self.pools[p].spec.nodes[local as usize]
+    }
+
+    fn globalise(&self, p: usize, moves: Vec<Migration>) -> Vec<Migration> {
+        moves
+            .into_iter()
+            .map(|m| Migration {
+                from: self.global(p, m.from),
+                to: self.global(p, m.to),
+                ..m
+            })
+            .collect()
+    }
+
+    /// Does pool `p` have a node among `allowed`?
+    pub fn touches(&self, p: usize, allowed: &NodeSet) -> bool {
+        self.pools
+            .get(p)
+            .is_some_and(|x| x.spec.nodes.iter().any(|&n| allowed.contains(n)))
+    }
+
+    /// Marks a node usable or not (Slurm: drained, down). Nodes in no
+    /// modelled pool: nothing to do.
+    pub fn set_node_usable(&mut self, n: NodeId, usable: bool) -> Result<()> {
+        self.check_node(n)?;
+        match self.pool_of(n) {
+            Some((p, local)) if self.pools[p].engine.is_some() => {
+                self.engine_mut(p)?.set_node_usable(local, usable)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn check_node(&self, n: NodeId) -> Result<()> {
+        if n >= self.nodes {
+            return Err(CoreError::UnknownNode {
+                node: n,
+                nodes: self.nodes,
+            });
+        }
+        Ok(())
+    }
+
+    /// The plan of pool `p`'s engine for `job` among `allowed` (global ids),
+    /// without changing anything: the node of each instance.
+    pub fn plan_in(
+        &mut self,
+        p: usize,
+        job: &JobRequest,
+        allowed: Option<&NodeSet>,
+    ) -> Result<Option<Vec<NodeId>>> {
+        let local = allowed.map(|a| self.local_set(p, a));
+        let plan = self.engine_mut(p)?.plan(job, local.as_ref())?;
+        Ok(plan.map(|nodes| nodes.into_iter().map(|n| self.global(p, n)).collect()))
+    }
+
+    /// The pool for `job` among `options` (pool, request in that pool's
+    /// terms) and its plan there, among `allowed` nodes (global ids):
+    /// every option whose engine can place the job now is scored by the
+    /// fragmentation its plan leaves in that pool ([`stats_after`]: the
+    /// pool's state right after Place, before the Compact that follows in
+    /// either pool); the least `N * SIF` added wins, then the fewest
+    /// partial nodes added (a job that closes an open node beats one that
+    /// opens a node), then the first option.
+    ///
+    /// The trial is computed from the plan, not on a copy of the engine:
+    /// a copy costs the pool's size on every `select_p_job_test` call
+    /// (22 ms p99 at 10,000 nodes in `compass bench --mix mixed`), and Place
+    /// changes nothing but the planned nodes. `Ok(None)`: no option can take it now.
+    pub fn choose(
+        &mut self,
+        options: &[(usize, JobRequest)],
+        allowed: Option<&NodeSet>,
+    ) -> Result<Option<(usize, Vec<NodeId>)>> {
+        let mut plans = Vec::new();
+        for (p, job) in options {
+            if let Some(nodes) = self.plan_in(*p, job, allowed)? {
+                plans.push((*p, job, nodes));
+            }
+        }
+        if plans.len() <= 1 {
+            return Ok(plans.pop().map(|(p, _, nodes)| (p, nodes)));
+        }
+        let mut best: Option<((i64, i64), usize)> = None;
+        for (k, (p, job, nodes)) in plans.iter().enumerate() {
+            let engine = self
+                .engine(*p)
+                .ok_or_else(|| CoreError::Invalid(format!("pool {p}")))?;
+            let local: Vec<NodeId> = nodes
+                .iter()
+                .filter_map(|&n| self.pool_of(n).map(|(_, l)| l))
+                .collect();
+            let before = stats_of(engine);
+            let after = stats_after(engine, &local, job.shape.gpus);
+            let added = (
+                after.n_sif as i64 - before.n_sif as i64,
+                i64::from(after.partial_nodes) - i64::from(before.partial_nodes),
+            );
+            if best.is_none_or(|(b, _)| added < b) {
+                best = Some((added, k));
+            }
+        }
+        Ok(best.map(|(_, k)| {
+            let (p, _, nodes) = plans.swap_remove(k);
+            (p, nodes)
+        }))
+    }
+
+    /// Places `job` in the pool [`PoolSet::choose`] picks among `options`
+    /// (Algorithm 1, lines 3-9, in that pool's engine; its Compact when the
+    /// config compacts). Returns the pool and the admission, global ids.
+    pub fn place(
+        &mut self,
+        options: &[(usize, JobRequest)],
+        allowed: Option<&NodeSet>,
+    ) -> Result<Option<(usize, Admission)>> {
+        let Some((p, _)) = self.choose(options, allowed)? else {
+            return Ok(None);
+        };
+        let job = options
+            .iter()
+            .find(|(q, _)| *q == p)
+            .map(|(_, j)| j.clone())
+            .ok_or_else(|| CoreError::Invalid(format!("pool {p} not among the options")))?;
+        if self.jobs.contains_key(&job.id) {
+            return Err(CoreError::DuplicateJob(job.id));
+        }
+        let local = allowed.map(|a| self.local_set(p, a));
+        let Some(adm) = self.engine_mut(p)?.place(&job, local.as_ref())? else {
+            return Ok(None);
+        };
+        self.jobs.insert(job.id, vec![p]);
+        Ok(Some((
+            p,
+            Admission {
+                nodes: adm.nodes.iter().map(|&n| self.global(p, n)).collect(),
+                migrations: self.globalise(p, adm.migrations),
+            },
+        )))
+    }
+
+    /// Slurm placed `job` itself on `nodes` (global ids, one per instance),
+    /// all in one modelled pool: that engine adopts it.
+    pub fn adopt(&mut self, job: &JobRequest, nodes: &[NodeId]) -> Result<AdoptOutcome> {
+        let mut pool = None;
+        let mut local = Vec::with_capacity(nodes.len());
+        for &n in nodes {
+            self.check_node(n)?;
+            let Some((p, l)) = self.pool_of(n) else {
+                return Err(CoreError::BadLayout {
+                    job: job.id,
+                    why: format!("node {n} is in no GPU pool"),
+                });
+            };
+            if pool.is_some_and(|q| q != p) {
+                return Err(CoreError::BadLayout {
+                    job: job.id,
+                    why: "instances span several pools".into(),
+                });
+            }
+            pool = Some(p);
+            local.push(l);
+        }
+        let p = pool.ok_or(CoreError::NoInstances(job.id))?;
+        if self.jobs.contains_key(&job.id) {
+            return Err(CoreError::DuplicateJob(job.id));
+        }
+        let out = self.engine_mut(p)?.adopt(job, &local)?;
+        self.jobs.insert(job.id, vec![p]);
+        Ok(out)
+    }
+
+    /// GPUs of a job outside the model (`(node, GPUs)`, global ids): each
+    /// modelled pool it touches records its part as foreign, immovable use.
+    /// GPUs on pass-through or CPU-only nodes are Slurm's alone.
+    pub fn adopt_foreign(&mut self, job: JobId, per_node_gpus: &[(NodeId, u32)]) -> Result<()> {
+        if self.jobs.contains_key(&job) {
+            return Err(CoreError::DuplicateJob(job));
+        }
+        let mut by_pool: BTreeMap<usize, Vec<(NodeId, u32)>> = BTreeMap::new();
+        for &(n, g) in per_node_gpus {
+            self.check_node(n)?;
+            if g == 0 {
+                continue;
+            }
+            if let Some((p, l)) = self.pool_of(n) {
+                if self.pools[p].engine.is_some() {
+                    by_pool.entry(p).or_default().push((l, g));
+                }
+            }
+        }
+        let mut done = Vec::new();
+        for (p, chunks) in &by_pool {
+            if let Err(e) = self.engine_mut(*p)?.adopt_foreign(job, chunks) {
+                for q in done {
+                    let _ = self.engine_mut(q)?.remove(job);
+                }
+                return Err(e);
+            }
+            done.push(*p);
+        }
+        self.jobs.insert(job, done);
+        Ok(())
+    }
+
+    /// The job departs from every pool it holds; returns the migrations of
+    /// the Compacts that follow, when the engines' config compacts.
+    pub fn remove(&mut self, job: JobId) -> Result<Vec<Migration>> {
+        let pools = self.jobs.remove(&job).ok_or(CoreError::UnknownJob(job))?;
+        let mut out = Vec::new();
+        for p in pools {
+            let moves = self.engine_mut(p)?.remove(job)?;
+            out.extend(self.globalise(p, moves));
+        }
+        Ok(out)
+    }
+
+    /// Marks a job movable or not (in the model: its pool's engine).
+    pub fn set_movable(&mut self, job: JobId, movable: bool) -> Result<()> {
+        let pools = self
+            .jobs
+            .get(&job)
+            .ok_or(CoreError::UnknownJob(job))?
+            .clone();
+        for p in pools {
+            self.engine_mut(p)?.set_movable(job, movable)?;
+        }
+        Ok(())
+    }
+
+    /// A job in the model as its pool holds it (global ids).
+    pub fn job(&self, job: JobId) -> Option<PooledJob> {
+        let &[p] = self.jobs.get(&job)?.as_slice() else {
+            return None;
+        };
+        let r = self.engine(p)?.occupancy().job(job)?;
+        Some(PooledJob {
+            pool: p,
+            request: r.request.clone(),
+            nodes: r.nodes.iter().map(|&n| self.global(p, n)).collect(),
+        })
+    }
+
+    /// Compact in every pool (Algorithm 1, lines 9 and 16), global ids.
+    pub fn compact(&mut self) -> Vec<Migration> {
+        let mut out = Vec::new();
+        for p in 0..self.pools.len() {
+            let moves = match self.pools[p].engine.as_mut() {
+                Some(e) => e.compact(),
+                None => continue,
+            };
+            out.extend(self.globalise(p, moves));
+        }
+        out
+    }
+
+    /// Every engine's structural invariants (Proposition 1, accounting).
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        for pool in &self.pools {
+            if let Some(e) = &pool.engine {
+                e.check_invariants()
+                    .map_err(|why| format!("pool {}: {why}", pool.spec.name))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fragmentation of pool `p` as its engine holds it (`None`:
+    /// pass-through).
+    pub fn stats(&self, p: usize) -> Option<PoolStats> {
+        self.engine(p).map(stats_of)
+    }
+
+    /// Every modelled pool's layout, by global node id.
+    pub fn snapshot(&self) -> PoolsLayout {
+        let mut nodes = vec![None; self.nodes as usize];
+        for pool in &self.pools {
+            let Some(e) = &pool.engine else { continue };
+            for mut v in e.snapshot().nodes {
+                let g = pool.spec.nodes[v.node as usize];
+                v.node = g;
+                nodes[g as usize] = Some(v);
+            }
+        }
+        PoolsLayout {
+            nodes,
+            pools: self.pools().cloned().collect(),
+        }
+    }
+
+    /// Shape of a job in pool terms: `w x g` (for callers that build the
+    /// per-pool requests of [`PoolSet::choose`]).
+    pub fn request(id: u64, shape: JobShape, movable: bool) -> JobRequest {
+        JobRequest {
+            id: JobId(id),
+            shape,
+            movable,
+        }
+    }
+}
+
+/// The fragmentation of `e`'s pool once instances of `gpus` GPUs are added
+/// on `nodes` (local ids, one entry per instance), computed without
+/// changing anything: the used GPUs of the planned nodes change, and the
+/// instance counts that `Phi*` is taken over.
+fn stats_after(e: &CompassEngine, nodes: &[NodeId], gpus: u32) -> PoolStats {
+    let occ = e.occupancy();
+    let cap = occ.capacity();
+    let mut counts = *occ.instance_counts();
+    counts[gpus.min(8) as usize] += nodes.len() as u64;
+    let mut added: BTreeMap<NodeId, u32> = BTreeMap::new();
+    for &n in nodes {
+        *added.entry(n).or_default() += gpus;
+    }
+    let partial_of = |used: u32| used > 0 && used < cap;
+    let mut partial = i64::from(occ.partial_nodes());
+    for (&n, &g) in &added {
+        let used = occ.used(n);
+        partial += i64::from(partial_of(used + g)) - i64::from(partial_of(used));
+    }
+    let partial = u32::try_from(partial.max(0)).unwrap_or(u32::MAX);
+    let phi = phi_star(&counts, cap);
+    PoolStats {
+        partial_nodes: partial,
+        phi_star: phi,
+        n_sif: u64::from(partial).saturating_sub(phi),
+        wcc: wcc_holds(&counts, cap),
+    }
+}
+
+fn stats_of(e: &CompassEngine) -> PoolStats {
+    let occ = e.occupancy();
+    let cap = occ.capacity();
+    let counts = *occ.instance_counts();
+    let phi = phi_star(&counts, cap);
+    PoolStats {
+        partial_nodes: occ.partial_nodes(),
+        phi_star: phi,
+        n_sif: u64::from(occ.partial_nodes()).saturating_sub(phi),
+        wcc: wcc_holds(&counts, cap),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site() -> Vec<NodeGpus> {
+        let mut v = Vec::new();
+        v.extend((0..8).map(|_| NodeGpus::new(8, Some("a100"))));
+        v.extend((0..4).map(|_| NodeGpus::new(4, Some("l40s"))));
+        v.extend((0..2).map(|_| NodeGpus::new(2, None)));
+        v.extend((0..4).map(|_| NodeGpus::new(0, None)));
+        v
+    }
+
+    fn req(id: u64, w: u32, g: u32) -> JobRequest {
+        JobRequest::new(id, w, g)
+    }
+
+    #[test]
+    fn pools_group_interchangeable_nodes_and_skip_cpu_nodes() {
+        let s = PoolSet::new(&site(), CompassConfig::default());
+        let pools: Vec<(String, usize, bool)> = s
+            .pools()
+            .map(|p| (p.name.clone(), p.nodes.len(), p.modelled))
+            .collect();
+        assert_eq!(
+            pools,
+            vec![
+                ("8xa100".into(), 8, true),
+                ("4xl40s".into(), 4, true),
+                ("2xgpu".into(), 2, true)
+            ]
+        );
+        assert_eq!(s.pool_of(9), Some((1, 1)));
+        assert_eq!(s.pool_of(15), None, "CPU-only nodes are in no pool");
+        assert_eq!(s.node_count(), 18);
+        assert_eq!(s.node_table(), site());
+    }
+
+    #[test]
+    fn other_gpu_counts_and_multi_type_nodes_are_pass_through() {
+        let nodes = vec![
+            NodeGpus::new(6, Some("h100")),
+            NodeGpus::new(6, Some("h100")),
+            NodeGpus::new(3, None),
+            NodeGpus::new(8, Some("a100+h100")),
+            NodeGpus::new(8, Some("a100")),
+        ];
+        let mut s = PoolSet::new(&nodes, CompassConfig::default());
+        let modelled: Vec<(String, bool)> =
+            s.pools().map(|p| (p.name.clone(), p.modelled)).collect();
+        assert_eq!(
+            modelled,
+            vec![
+                ("6xh100".into(), false),
+                ("3xgpu".into(), false),
+                ("8xa100+h100".into(), false),
+                ("8xa100".into(), true)
+            ]
+        );
+        assert!(s.engine(0).is_none() && s.stats(0).is_none());
+        assert!(s.plan_in(0, &req(1, 1, 2), None).is_err());
+        // a job Slurm ran on a pass-through node is Slurm's alone; its GPUs
+        // on a modelled node are recorded there
+        s.adopt_foreign(JobId(2), &[(0, 6), (4, 2)]).unwrap();
+        assert_eq!(s.pools_of_job(JobId(2)), Some(&[3][..]));
+        assert_eq!(s.engine(3).unwrap().occupancy().used(0), 2);
+        assert!(s.adopt(&req(3, 1, 2), &[1]).is_err(), "no engine there");
+        s.remove(JobId(2)).unwrap();
+        assert_eq!(s.engine(3).unwrap().occupancy().used(0), 0);
+        // draining a pass-through node is not an error
+        s.set_node_usable(0, false).unwrap();
+        assert!(s.set_node_usable(9, false).is_err());
+    }
+
+    #[test]
+    fn plans_stay_inside_the_pool_and_allowed_nodes() {
+        let mut s = PoolSet::new(&site(), CompassConfig::default());
+        let allowed = NodeSet::from_nodes(18, [10, 11, 12]);
+        let plan = s
+            .plan_in(1, &req(1, 2, 4), Some(&allowed))
+            .unwrap()
+            .unwrap();
+        assert_eq!(plan, vec![10, 11]);
+        // (the engine's own unrestricted plan would be n8, n9: Diverged)
+        s.adopt(&req(1, 2, 4), &plan).unwrap();
+        assert_eq!(
+            s.job(JobId(1)).unwrap().nodes,
+            vec![10, 11],
+            "global ids out"
+        );
+        assert!(s.adopt(&req(2, 2, 1), &[0, 9]).is_err(), "spans two pools");
+        assert!(s.adopt(&req(3, 1, 1), &[15]).is_err(), "CPU-only node");
+    }
+
+    #[test]
+    fn choose_prefers_the_pool_left_least_fragmented() {
+        let mut s = PoolSet::new(&site(), CompassConfig::default());
+        // a100 pool: one node holds a 4-GPU job (4 free); l40s: empty.
+        s.adopt(&req(1, 1, 4), &[0]).unwrap();
+        // A 4-GPU job closes the open a100 node (partial nodes -1) or fills
+        // an l40s node exactly (+0): N*SIF stays 0 in both, so the partial
+        // nodes decide, whatever the order of the options.
+        for options in [
+            vec![(1, req(2, 1, 4)), (0, req(2, 1, 4))],
+            vec![(0, req(2, 1, 4)), (1, req(2, 1, 4))],
+        ] {
+            let (p, nodes) = s.choose(&options, None).unwrap().unwrap();
+            assert_eq!((p, nodes), (0, vec![0]), "{options:?}");
+        }
+        // A 2-GPU job, the l40s pool listed first: it would open an l40s
+        // node (+1 partial) but shares the open a100 node (+0): a100.
+        let (p, nodes) = s
+            .choose(&[(1, req(3, 1, 2)), (0, req(3, 1, 2))], None)
+            .unwrap()
+            .unwrap();
+        assert_eq!((p, nodes), (0, vec![0]));
+        // ties go to the first option
+        let mut t = PoolSet::new(&site(), CompassConfig::default());
+        let (p, _) = t
+            .choose(&[(2, req(5, 1, 2)), (1, req(5, 1, 2))], None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(p, 2);
+        // nothing fits: None, state unchanged
+        let full = NodeSet::from_nodes(18, [15, 16]);
+        assert_eq!(s.choose(&[(0, req(6, 1, 1))], Some(&full)).unwrap(), None);
+    }
+
+    #[test]
+    fn the_trial_from_the_plan_is_the_state_after_place() {
+        // Random arrivals and departures: before each arrival, what
+        // stats_after predicts from the plan equals the engine's state
+        // after the same Place (without Compact).
+        let cfg = CompassConfig {
+            compact: false,
+            ..CompassConfig::default()
+        };
+        let mut s = PoolSet::new(&site(), cfg);
+        let mut x = 11u64;
+        let mut running = Vec::new();
+        for id in 0..400u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if (x >> 40).is_multiple_of(3) && !running.is_empty() {
+                let j = running.swap_remove((x >> 20) as usize % running.len());
+                s.remove(j).unwrap();
+                continue;
+            }
+            let g = [1, 1, 1, 2, 3, 4, 5, 8][(x >> 33) as usize % 8];
+            let w = 1 + (x >> 50) as u32 % 2;
+            let job = req(id, w, g);
+            let Some(plan) = s.plan_in(0, &job, None).unwrap() else {
+                continue;
+            };
+            let local: Vec<NodeId> = plan.iter().map(|&n| s.pool_of(n).unwrap().1).collect();
+            let predicted = stats_after(s.engine(0).unwrap(), &local, g);
+            let (p, adm) = s.place(&[(0, job.clone())], None).unwrap().unwrap();
+            assert_eq!((p, adm.nodes), (0, plan));
+            assert_eq!(predicted, s.stats(0).unwrap(), "job {id}");
+            running.push(job.id);
+        }
+    }
+
+    #[test]
+    fn migrations_come_out_in_global_ids() {
+        let cfg = CompassConfig {
+            compact: false,
+            ..CompassConfig::default()
+        };
+        let mut s = PoolSet::new(&site(), cfg);
+        // two lone 2-GPU instances on two l40s nodes: Compact joins them
+        s.adopt(&req(1, 1, 2), &[8]).unwrap();
+        s.adopt(&req(2, 1, 2), &[9]).unwrap();
+        let moves = s.compact();
+        assert_eq!(moves.len(), 1, "{moves:?}");
+        let m = moves[0];
+        assert!(
+            (8..12).contains(&m.from) && (8..12).contains(&m.to),
+            "{m:?}"
+        );
+        assert_eq!(s.stats(1).unwrap().partial_nodes, 0);
+        assert_eq!(s.check_invariants(), Ok(()));
+        let layout = s.snapshot();
+        assert!(layout.nodes[0].is_some() && layout.nodes[15].is_none());
+        assert_eq!(layout.nodes[m.to as usize].as_ref().unwrap().used, 4);
+    }
+}
