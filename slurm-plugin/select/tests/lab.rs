@@ -710,12 +710,16 @@ fn a_failing_plugin_thread_falls_back_to_plain_cons_tres() {
     assert!(log.contains("round failed (panic: injected panic"), "{log}");
     // The state file is published after the log line (by the next round).
     let state_path = lab.dir.join("run/compass-state.json");
-    lab.wait_until("the state file says the engine is off", Duration::from_secs(20), || {
-        std::fs::read_to_string(&state_path)
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .is_some_and(|v| v["engine_active"] == false)
-    });
+    lab.wait_until(
+        "the state file says the engine is off",
+        Duration::from_secs(20),
+        || {
+            std::fs::read_to_string(&state_path)
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .is_some_and(|v| v["engine_active"] == false)
+        },
+    );
     let state = lab.state_json();
     assert_eq!(state["engine_active"], false, "{state}");
     assert!(
