@@ -48,33 +48,6 @@ fn wait(lab: &Lab, what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) 
     }
 }
 
-/// A held job tagged with `min_runtime` (what job_submit.lua writes for
-/// `--min-runtime`), not resumable, then released.
-fn tagged(lab: &Lab, account: &str, min_runtime: u32, args: &[&str]) -> u64 {
-    let mut all = vec!["--parsable", "-H", "-o", "/dev/null", "-A", account];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--wrap", "sleep 600"]);
-    let id: u64 = lab.ok("sbatch", &all).trim().parse().expect("job id");
-    let tag = format!("AdminComment=compass:min_runtime={min_runtime},resumable=0");
-    lab.ok("scontrol", &["update", &format!("JobId={id}"), &tag]);
-    lab.ok("scontrol", &["release", &id.to_string()]);
-    id
-}
-
-fn job_field(lab: &Lab, id: u64, key: &str) -> String {
-    let show = lab.ok("scontrol", &["-o", "show", "job", &id.to_string()]);
-    let pat = format!(" {key}=");
-    show.find(&pat)
-        .map(|i| {
-            show[i + pat.len()..]
-                .split_whitespace()
-                .next()
-                .unwrap_or("")
-                .to_string()
-        })
-        .unwrap_or_default()
-}
-
 fn sbatch(lab: &Lab, args: &[&str]) -> u64 {
     let mut all = vec!["--parsable", "-o", "/dev/null", "-A", "team-a"];
     all.extend_from_slice(args);
@@ -199,20 +172,19 @@ fn lab_site_layout_capacities_and_jobs_through_libslurm() {
         Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
     // Unallocated fillers: the debug L40S nodes first (they will have run
     // longer, so they lose more when preempted), then one A100 node.
-    let f9 = tagged(&lab, "rich", 0, &["-w", "n9", "--gres=gpu:l40s:4"]);
-    let f10 = tagged(&lab, "rich", 0, &["-w", "n10", "--gres=gpu:l40s:4"]);
+    let f9 = lab.tagged("rich", 0, false, &["-w", "n9", "--gres=gpu:l40s:4"]);
+    let f10 = lab.tagged("rich", 0, false, &["-w", "n10", "--gres=gpu:l40s:4"]);
     wait(&lab, "the l40s fillers", Duration::from_secs(30), || {
-        job_field(&lab, f9, "JobState") == "RUNNING"
-            && job_field(&lab, f10, "JobState") == "RUNNING"
+        lab.job_field(f9, "JobState") == "RUNNING" && lab.job_field(f10, "JobState") == "RUNNING"
     });
     std::thread::sleep(Duration::from_secs(5));
-    let fa = tagged(&lab, "rich", 0, &["-w", "n1", "--gres=gpu:a100:8"]);
+    let fa = lab.tagged("rich", 0, false, &["-w", "n1", "--gres=gpu:a100:8"]);
     wait(&lab, "the a100 filler", Duration::from_secs(30), || {
-        job_field(&lab, fa, "JobState") == "RUNNING"
+        lab.job_field(fa, "JobState") == "RUNNING"
     });
-    let j = tagged(&lab, "poor", 3600, &["-p", "debug", "--gres=gpu:l40s:4"]);
+    let j = lab.tagged("poor", 3600, false, &["-p", "debug", "--gres=gpu:l40s:4"]);
     let start = Instant::now();
-    while job_field(&lab, j, "JobState") != "RUNNING" {
+    while lab.job_field(j, "JobState") != "RUNNING" {
         assert!(
             start.elapsed() < Duration::from_secs(40),
             "the debug job did not start; squeue:\n{}",
@@ -223,7 +195,7 @@ fn lab_site_layout_capacities_and_jobs_through_libslurm() {
     }
     let states: Vec<String> = [f9, f10, fa]
         .iter()
-        .map(|&id| job_field(&lab, id, "JobState"))
+        .map(|&id| lab.job_field(id, "JobState"))
         .collect();
     assert_eq!(
         states[2], "RUNNING",
@@ -237,7 +209,7 @@ fn lab_site_layout_capacities_and_jobs_through_libslurm() {
     );
     let freed = ["n9", "n10"][gone[0]];
     assert_eq!(
-        job_field(&lab, j, "NodeList"),
+        lab.job_field(j, "NodeList"),
         freed,
         "the job runs where room was freed"
     );

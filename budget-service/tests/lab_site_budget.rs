@@ -35,33 +35,6 @@ use std::time::{Duration, Instant};
 
 const PORT_BASE: u32 = 25_100;
 
-fn job_field(lab: &Lab, id: u64, key: &str) -> String {
-    let show = lab.ok("scontrol", &["-o", "show", "job", &id.to_string()]);
-    let pat = format!(" {key}=");
-    show.find(&pat)
-        .map(|i| {
-            show[i + pat.len()..]
-                .split_whitespace()
-                .next()
-                .unwrap_or("")
-                .to_string()
-        })
-        .unwrap_or_default()
-}
-
-/// A held job tagged with `min_runtime` (what job_submit.lua writes for
-/// `--min-runtime`), then released.
-fn tagged(lab: &Lab, account: &str, min_runtime: u32, args: &[&str]) -> u64 {
-    let mut all = vec!["--parsable", "-H", "-o", "/dev/null", "-A", account];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--wrap", "sleep 600"]);
-    let id: u64 = lab.ok("sbatch", &all).trim().parse().expect("job id");
-    let tag = format!("AdminComment=compass:min_runtime={min_runtime},resumable=1");
-    lab.ok("scontrol", &["update", &format!("JobId={id}"), &tag]);
-    lab.ok("scontrol", &["release", &id.to_string()]);
-    id
-}
-
 /// Steps the cycle until `ok` holds.
 fn cycle_until(
     lab: &Lab,
@@ -115,7 +88,7 @@ fn lab_site_gpu_weights_and_partition_tiers() {
     assert_eq!(state.capacity(), 8.0 * 8.0 * 2.0 + 4.0 * 4.0 + 2.0 * 2.0);
 
     // Team ta runs 2 a100 GPUs: over-served from now on (tb uses nothing).
-    let a = tagged(&lab, "ta", 600, &["--gres=gpu:a100:2"]);
+    let a = lab.tagged("ta", 600, true, &["--gres=gpu:a100:2"]);
     // Every L40S node busy (unbudgeted blockers).
     let blockers: Vec<u64> = ["n9", "n10", "n11", "n12"]
         .iter()
@@ -148,16 +121,16 @@ fn lab_site_gpu_weights_and_partition_tiers() {
         || {
             std::iter::once(&a)
                 .chain(&blockers)
-                .all(|&j| job_field(&lab, j, "JobState") == "RUNNING")
+                .all(|&j| lab.job_field(j, "JobState") == "RUNNING")
         },
     );
     std::thread::sleep(Duration::from_secs(3));
 
     // --- 2. Tiers first, fair share within a tier ----------------------
-    let g1 = tagged(&lab, "ta", 600, &["--gres=gpu:l40s:4"]);
+    let g1 = lab.tagged("ta", 600, true, &["--gres=gpu:l40s:4"]);
     std::thread::sleep(Duration::from_secs(1));
-    let g2 = tagged(&lab, "tb", 600, &["--gres=gpu:l40s:4"]);
-    let d = tagged(&lab, "ta", 600, &["-p", "debug", "--gres=gpu:l40s:4"]);
+    let g2 = lab.tagged("tb", 600, true, &["--gres=gpu:l40s:4"]);
+    let d = lab.tagged("ta", 600, true, &["-p", "debug", "--gres=gpu:l40s:4"]);
     let rank = |q: &compass_budget::state::QueueView, j: u64| {
         q.order
             .iter()
@@ -188,7 +161,7 @@ fn lab_site_gpu_weights_and_partition_tiers() {
     let why = compass_core::fairshare::explain(dp, q.order.len());
     assert!(why.contains("PriorityTier 10"), "{why}");
     // Slurm holds the pushed order: G2's priority above G1's.
-    let prio = |j: u64| -> u64 { job_field(&lab, j, "Priority").parse().expect("priority") };
+    let prio = |j: u64| -> u64 { lab.job_field(j, "Priority").parse().expect("priority") };
     assert!(prio(g2) > prio(g1), "G2 {} G1 {}", prio(g2), prio(g1));
     // With every other PriorityWeight at 0 (etc/slurm-budget.conf), Slurm's
     // priority is compass's factor: no offsets. A priority set by hand on
@@ -215,11 +188,11 @@ fn lab_site_gpu_weights_and_partition_tiers() {
         &mut cycle,
         "the debug job to start",
         Duration::from_secs(60),
-        || job_field(&lab, d, "JobState") == "RUNNING",
+        || lab.job_field(d, "JobState") == "RUNNING",
     );
-    assert_eq!(job_field(&lab, d, "NodeList"), "n9");
-    assert_eq!(job_field(&lab, g1, "JobState"), "PENDING");
-    assert_eq!(job_field(&lab, g2, "JobState"), "PENDING");
+    assert_eq!(lab.job_field(d, "NodeList"), "n9");
+    assert_eq!(lab.job_field(g1, "JobState"), "PENDING");
+    assert_eq!(lab.job_field(g2, "JobState"), "PENDING");
     // Free n11 (gpu only): G2 starts, not the older G1.
     lab.ok("scancel", &[&blockers[2].to_string()]);
     cycle_until(
@@ -227,10 +200,10 @@ fn lab_site_gpu_weights_and_partition_tiers() {
         &mut cycle,
         "G2 to start",
         Duration::from_secs(60),
-        || job_field(&lab, g2, "JobState") == "RUNNING",
+        || lab.job_field(g2, "JobState") == "RUNNING",
     );
-    assert_eq!(job_field(&lab, g2, "NodeList"), "n11");
-    assert_eq!(job_field(&lab, g1, "JobState"), "PENDING");
+    assert_eq!(lab.job_field(g2, "NodeList"), "n11");
+    assert_eq!(lab.job_field(g1, "JobState"), "PENDING");
 
     // --- 3. Charges per GPU weight --------------------------------------
     std::thread::sleep(Duration::from_secs(3));

@@ -186,6 +186,38 @@ impl Lab {
         );
         lossy(&out.stdout)
     }
+
+    /// One `KEY=value` field of `scontrol show job` (empty when absent).
+    pub fn job_field(&self, id: u64, key: &str) -> String {
+        let show = self.ok("scontrol", &["-o", "show", "job", &id.to_string()]);
+        let pat = format!(" {key}=");
+        show.find(&pat)
+            .map(|i| {
+                show[i + pat.len()..]
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A held job tagged with `min_runtime` and `resumable` (what
+    /// job_submit.lua writes for `--min-runtime` and `--resumable`), then
+    /// released.
+    pub fn tagged(&self, account: &str, min_runtime: u32, resumable: bool, args: &[&str]) -> u64 {
+        let mut all = vec!["--parsable", "-H", "-o", "/dev/null", "-A", account];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--wrap", "sleep 600"]);
+        let id: u64 = self.ok("sbatch", &all).trim().parse().expect("job id");
+        let tag = format!(
+            "AdminComment=compass:min_runtime={min_runtime},resumable={}",
+            u8::from(resumable)
+        );
+        self.ok("scontrol", &["update", &format!("JobId={id}"), &tag]);
+        self.ok("scontrol", &["release", &id.to_string()]);
+        id
+    }
 }
 
 impl Drop for Lab {
