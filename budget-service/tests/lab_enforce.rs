@@ -50,7 +50,7 @@ use compass_core::model::JobId;
 mod common;
 mod prom;
 
-use common::lab::{lossy, repo_root, service_state, skip_reason, spec, Lab, LabSpec};
+use common::lab::{repo_root, service_state, skip_reason, spec, step_until, Lab, LabSpec};
 
 use compass_budget::cli::{run_node, NodeArgs, NodeCmd};
 use std::path::PathBuf;
@@ -108,7 +108,7 @@ impl Lab {
         args.extend_from_slice(&["--wrap", "sleep 600"]);
         let out = self.ok("sbatch", &args);
         let id: u64 = out.trim().parse().expect("sbatch job id");
-        let tag = self.field(id, "AdminComment");
+        let tag = self.job_field(id, "AdminComment");
         assert!(
             tag.starts_with(&format!(
                 "compass:min_runtime={min_s},resumable={}",
@@ -124,44 +124,14 @@ impl Lab {
         self.ok("scontrol", &["show", "job", "-o", &id.to_string()])
     }
 
-    fn field(&self, id: u64, key: &str) -> String {
-        let line = self.show(id);
-        let pat = format!(" {key}=");
-        line.find(&pat)
-            .map(|i| {
-                line[i + pat.len()..]
-                    .split_whitespace()
-                    .next()
-                    .unwrap_or("")
-                    .to_string()
-            })
-            .unwrap_or_default()
-    }
-
     fn job_state(&self, id: u64) -> String {
-        self.field(id, "JobState")
+        self.job_field(id, "JobState")
     }
 
     fn node_state(&self, node: &str) -> String {
         self.ok("sinfo", &["-h", "-N", "-n", node, "-o", "%T"])
             .trim()
             .to_string()
-    }
-
-    /// Diagnostics for a failed wait: the queue, every job Slurm still
-    /// knows and the controller's log lines about jobs.
-    fn squeue(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.join("log/slurmctld.log")).unwrap_or_default();
-        let tail: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains("JobId=") || l.contains("requeue"))
-            .collect();
-        format!(
-            "{}\n{}\nslurmctld.log (jobs):\n{}",
-            lossy(&self.run("squeue", &["-o", "%i %a %T %r %N %Q"]).stdout),
-            lossy(&self.run("scontrol", &["show", "job", "-o"]).stdout),
-            tail[tail.len().saturating_sub(60)..].join("\n")
-        )
     }
 
     fn clear(&self) {
@@ -210,29 +180,6 @@ fn service(lab: &Lab) -> Arc<AppState> {
             spec("poor", Some("org"), 0.7, Some(POOR)),
         ],
     )
-}
-
-/// Steps the cycle until `ok` holds (about twice a second).
-fn step_until(
-    lab: &Lab,
-    cycle: &mut Cycle,
-    what: &str,
-    timeout: Duration,
-    mut ok: impl FnMut() -> bool,
-) {
-    let start = Instant::now();
-    loop {
-        cycle.step().expect("cycle against the lab");
-        if ok() {
-            return;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out waiting for {what}; squeue:\n{}",
-            lab.squeue()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
 }
 
 fn actions_on(state: &AppState, job: u64) -> Vec<ActionRow> {
@@ -360,7 +307,7 @@ fn lab_enforcement_preempts_protects_and_drains() {
                     .is_some_and(|j| j.begin_after.is_none_or(|b| b <= unix_now() + 5))
             },
         );
-        let eligible = lab.field(u, "EligibleTime");
+        let eligible = lab.job_field(u, "EligibleTime");
         // Never acted on twice, even with the victims still listed.
         for _ in 0..3 {
             cycle.step().expect("cycle");
@@ -382,7 +329,7 @@ fn lab_enforcement_preempts_protects_and_drains() {
             t.elapsed().as_secs_f64()
         );
         assert!(t.elapsed() < Duration::from_secs(30));
-        assert_eq!(lab.field(u, "Restarts"), "1");
+        assert_eq!(lab.job_field(u, "Restarts"), "1");
         lab.clear();
     }
 
@@ -739,7 +686,7 @@ fn livelock(lab: &Lab, slurm: &Arc<LibSlurm>) {
         "a job outside the waiting job's partition was preempted: {acts:?}\n{}",
         lab.squeue()
     );
-    assert_eq!(lab.field(v, "Restarts"), "0", "{}", lab.show(v));
+    assert_eq!(lab.job_field(v, "Restarts"), "0", "{}", lab.show(v));
     assert_eq!(lab.job_state(v), "RUNNING", "{}", lab.squeue());
     assert_eq!(lab.job_state(j), "PENDING", "{}", lab.squeue());
     lab.clear();

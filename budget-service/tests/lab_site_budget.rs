@@ -25,38 +25,15 @@
 
 mod common;
 
-use common::lab::{lossy, service_state, skip_reason, spec, Lab, LabSpec};
+use common::lab::{service_state, skip_reason, spec, step_until, Lab, LabSpec};
 use compass_budget::cycle::Cycle;
 use compass_budget::slurm::libslurm::LibSlurm;
 use compass_core::model::JobId;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const PORT_BASE: u32 = 25_100;
-
-/// Steps the cycle until `ok` holds.
-fn cycle_until(
-    lab: &Lab,
-    cycle: &mut Cycle,
-    what: &str,
-    timeout: Duration,
-    mut ok: impl FnMut() -> bool,
-) {
-    let start = Instant::now();
-    loop {
-        cycle.step().expect("cycle against the site lab");
-        if ok() {
-            return;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out waiting for {what}; squeue:\n{}",
-            lossy(&lab.run("squeue", &["-o", "%i %a %P %T %r %N %b %Q"]).stdout)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
 
 #[test]
 fn lab_site_gpu_weights_and_partition_tiers() {
@@ -113,7 +90,7 @@ fn lab_site_gpu_weights_and_partition_tiers() {
             .expect("job id")
         })
         .collect();
-    cycle_until(
+    step_until(
         &lab,
         &mut cycle,
         "the a100 job and the blockers to run",
@@ -137,7 +114,7 @@ fn lab_site_gpu_weights_and_partition_tiers() {
             .position(|p| p.job.job == JobId(j))
             .unwrap_or(usize::MAX)
     };
-    cycle_until(
+    step_until(
         &lab,
         &mut cycle,
         "the three jobs in the service's order",
@@ -183,7 +160,7 @@ fn lab_site_gpu_weights_and_partition_tiers() {
 
     // Free n9 (gpu and debug): the debug job starts there.
     lab.ok("scancel", &[&blockers[0].to_string()]);
-    cycle_until(
+    step_until(
         &lab,
         &mut cycle,
         "the debug job to start",
@@ -195,7 +172,7 @@ fn lab_site_gpu_weights_and_partition_tiers() {
     assert_eq!(lab.job_field(g2, "JobState"), "PENDING");
     // Free n11 (gpu only): G2 starts, not the older G1.
     lab.ok("scancel", &[&blockers[2].to_string()]);
-    cycle_until(
+    step_until(
         &lab,
         &mut cycle,
         "G2 to start",
@@ -209,7 +186,7 @@ fn lab_site_gpu_weights_and_partition_tiers() {
     std::thread::sleep(Duration::from_secs(3));
     cycle.step().expect("cycle");
     lab.ok("scancel", &["--full", "-u", "root"]);
-    cycle_until(
+    step_until(
         &lab,
         &mut cycle,
         "every run closed in the ledger",

@@ -202,6 +202,26 @@ impl Lab {
             .unwrap_or_default()
     }
 
+    /// Diagnostics for a failed wait: the queue, every job Slurm still
+    /// knows and the controller's log lines about jobs.
+    pub fn squeue(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("log/slurmctld.log")).unwrap_or_default();
+        let tail: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("JobId=") || l.contains("requeue"))
+            .collect();
+        format!(
+            "{}\n{}\nslurmctld.log (jobs):\n{}",
+            lossy(
+                &self
+                    .run("squeue", &["-o", "%i %a %P %T %r %N %b %Q"])
+                    .stdout
+            ),
+            lossy(&self.run("scontrol", &["show", "job", "-o"]).stdout),
+            tail[tail.len().saturating_sub(60)..].join("\n")
+        )
+    }
+
     /// A held job tagged with `min_runtime` and `resumable` (what
     /// job_submit.lua writes for `--min-runtime` and `--resumable`), then
     /// released.
@@ -257,4 +277,28 @@ pub fn service_state(
         .edit_tree("root", "import", "lab tree", now, |_| Ok(tree))
         .expect("tree");
     state
+}
+
+/// Steps `cycle` until `ok` holds (about twice a second); fails with the
+/// lab's diagnostics after `timeout`.
+pub fn step_until(
+    lab: &Lab,
+    cycle: &mut compass_budget::cycle::Cycle,
+    what: &str,
+    timeout: std::time::Duration,
+    mut ok: impl FnMut() -> bool,
+) {
+    let start = std::time::Instant::now();
+    loop {
+        cycle.step().expect("cycle against the lab");
+        if ok() {
+            return;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out waiting for {what}; squeue:\n{}",
+            lab.squeue()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
 }
