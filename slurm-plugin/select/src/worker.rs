@@ -363,6 +363,22 @@ fn migrate(plugin: &Plugin, order: &MigrationOrder) -> Option<Raised> {
                     ""
                 }
             ));
+            if raised {
+                // Slurm starts a job whose begin time has passed only at its
+                // next scheduling pass (up to sched_interval later). A
+                // successful job update queues a pass at once
+                // (`_slurm_rpc_update_job`): raise it again once the begin
+                // time is past, so the job restarts then.
+                let past = poll_until(
+                    &STOP,
+                    Duration::from_secs(5),
+                    Duration::from_millis(100),
+                    || (now_unix() > begin).then_some(()),
+                );
+                if past == Waited::Done(()) {
+                    raise_priority(id);
+                }
+            }
             raised.then_some(Raised {
                 since: now_unix(),
                 nice,
