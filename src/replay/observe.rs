@@ -333,19 +333,28 @@ impl Observer {
             if !self.live[i] {
                 continue;
             }
-            let Some(run) = self.jobs[i].runs.last_mut() else {
+            let runs = &mut self.jobs[i].runs;
+            let previous_nodes = runs
+                .len()
+                .checked_sub(2)
+                .map(|k| runs[k].node_gpus.clone());
+            let Some(run) = runs.last_mut() else {
                 continue;
             };
             if run.engine_recorded || run.mismatch.is_some() {
                 continue;
             }
-            // a state older than the run cannot know it yet
-            if state.updated_unix < run.start_unix + 1 {
-                continue;
-            }
+            // A state written in the second the run started may predate it;
+            // a state the next second cannot. Runs are seen to the second,
+            // so the first write after a start often falls in its second,
+            // and a short run may end before the next one.
+            let written_after = state.updated_unix >= run.start_unix + 1;
             let Some(v) = views.get(&id) else { continue };
             if v.foreign {
-                run.mismatch = Some("the engine records it as foreign (outside its model)".into());
+                if written_after {
+                    run.mismatch =
+                        Some("the engine records it as foreign (outside its model)".into());
+                }
                 continue;
             }
             let g = v.shape.map(|s| s.1).unwrap_or(0);
@@ -353,7 +362,11 @@ impl Observer {
             for n in &v.nodes {
                 *per_node.entry(n.clone()).or_default() += g;
             }
-            if per_node == run.node_gpus {
+            // A record of this job on this run's nodes is of this run when
+            // it is written after the start, or when no earlier run of the
+            // job sat on those nodes (a first run has no earlier record).
+            let of_this_run = written_after || previous_nodes.as_ref() != Some(&run.node_gpus);
+            if per_node == run.node_gpus && of_this_run {
                 run.engine_recorded = true;
             } else if state.updated_unix >= run.start_unix + 3 {
                 run.mismatch = Some(format!(
@@ -592,6 +605,53 @@ mod tests {
         // both waiting jobs fitted from 3 s to 4 s
         assert_eq!(o.fit_wait_s, 2.0);
         assert_eq!(o.peak.in_flight_s, 1.0);
+    }
+
+    fn state_at(updated_unix: u64, id: u64, nodes: &[&str], g: u32) -> PublishedState {
+        PublishedState {
+            updated_unix,
+            jobs: vec![compass_slurm::state::JobView {
+                id,
+                shape: Some((nodes.len() as u32, g)),
+                nodes: nodes.iter().map(|n| n.to_string()).collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_run_is_recorded_by_a_state_written_in_its_first_second_unless_an_earlier_run_sat_there() {
+        let plan = [planned(0, 1, 4)];
+        let mut o = Observer::new(&plan, vec!["n1".into(), "n2".into()], 8, None);
+        o.submitted(0, 5, 0.0);
+        // the plugin wrote its state in the second the job started, and
+        // nothing since: a first run has no earlier record, so it counts
+        o.state = Some(state_at(1000, 5, &["n1"], 4));
+        o.poll(&[job(5, "RUNNING", 0, 0, &[("n1", 4)])], 1.0, 1000);
+        assert!(o.jobs[0].runs[0].engine_recorded);
+        // requeued, restarted on the same node: a state of that second may
+        // still be the first run's record, so only a later one counts
+        o.poll(&[job(5, "PENDING", 1, 0, &[])], 2.0, 1001);
+        o.state = Some(state_at(1003, 5, &["n1"], 4));
+        o.poll(&[job(5, "RUNNING", 1, 0, &[("n1", 4)])], 3.0, 1003);
+        assert!(!o.jobs[0].runs[1].engine_recorded);
+        o.state = Some(state_at(1004, 5, &["n1"], 4));
+        o.poll(&[job(5, "RUNNING", 1, 1, &[("n1", 4)])], 4.0, 1004);
+        assert!(o.jobs[0].runs[1].engine_recorded);
+        // a third run elsewhere is told apart by its nodes at once; a wrong
+        // record is a mismatch only once it is 3 s younger than the run
+        o.poll(&[job(5, "PENDING", 2, 0, &[])], 5.0, 1005);
+        o.state = Some(state_at(1006, 5, &["n2"], 4));
+        o.poll(&[job(5, "RUNNING", 2, 0, &[("n2", 4)])], 6.0, 1006);
+        assert!(o.jobs[0].runs[2].engine_recorded);
+        o.poll(&[job(5, "PENDING", 3, 0, &[])], 7.0, 1007);
+        o.state = Some(state_at(1009, 5, &["n2"], 4));
+        o.poll(&[job(5, "RUNNING", 3, 0, &[("n1", 4)])], 8.0, 1009);
+        assert!(o.jobs[0].runs[3].mismatch.is_none());
+        o.state = Some(state_at(1012, 5, &["n2"], 4));
+        o.poll(&[job(5, "RUNNING", 3, 3, &[("n1", 4)])], 11.0, 1012);
+        assert!(o.jobs[0].runs[3].mismatch.is_some());
     }
 
     #[test]
