@@ -271,6 +271,23 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
             rounds.last_written = key;
         }
     }
+    // With the state published, poke each migrated job the moment its
+    // begin time passes (2 s after its requeue at most).
+    if rounds.raised.values().any(|r| r.poke_after.is_some()) {
+        let _ = poll_until(
+            &STOP,
+            Duration::from_secs(5),
+            Duration::from_millis(100),
+            || {
+                poke_past_begin(&mut rounds.raised, now_unix());
+                rounds
+                    .raised
+                    .values()
+                    .all(|r| r.poke_after.is_none())
+                    .then_some(())
+            },
+        );
+    }
 }
 
 /// Writes what must survive a restart ([`compass_slurm::persist`]) to
@@ -382,7 +399,7 @@ fn migrate(plugin: &Plugin, order: &MigrationOrder) -> Option<Raised> {
                     ""
                 }
             ));
-            // The poke after the begin time comes from a later round
+            // The poke after the begin time comes at the end of the round
             // ([`poke_past_begin`]): waiting here kept the worker from
             // publishing its state for seconds per migration.
             raised.then_some(Raised {
@@ -419,8 +436,9 @@ fn raise_priority(id: u32) -> bool {
 /// Slurm starts a job whose begin time has passed only at its next
 /// scheduling pass (up to `sched_interval` later); a successful job update
 /// queues a pass at once (`_slurm_rpc_update_job`). So each migrated job
-/// still pending is raised once more in the first round after its begin
-/// time, and restarts then.
+/// still pending is raised once more as soon as its begin time has passed
+/// (polled at the end of the round that migrated it, after the state is
+/// published), and restarts then.
 fn poke_past_begin(raised: &mut std::collections::BTreeMap<u32, Raised>, now: u64) {
     for (id, r) in raised.iter_mut() {
         if r.poke_after.is_some_and(|begin| now > begin) {
