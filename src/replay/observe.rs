@@ -345,7 +345,7 @@ impl Observer {
             // a state the next second cannot. Runs are seen to the second,
             // so the first write after a start often falls in its second,
             // and a short run may end before the next one.
-            let written_after = state.updated_unix >= run.start_unix + 1;
+            let written_after = state.updated_unix > run.start_unix;
             let Some(v) = views.get(&id) else { continue };
             if v.foreign {
                 if written_after {
