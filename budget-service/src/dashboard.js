@@ -1,4 +1,6 @@
 // compass budget dashboard: renders the embedded data, refreshes every 30 s.
+// Every URL is relative to the page, so the dashboard works behind a reverse
+// proxy under a path prefix (https://host/compass/): never a leading "/".
 "use strict";
 const SVG = "http://www.w3.org/2000/svg";
 const fmt = (x, d) => (x === null || x === undefined) ? "-" : Number(x).toFixed(d);
@@ -72,7 +74,7 @@ function render(d) {
 async function refresh() {
   try {
     const [tree, queue, owed, actions] = await Promise.all(
-      ["/api/v1/tree", "/api/v1/queue", "/api/v1/reports/owed?days=30", "/api/v1/actions?limit=20"]
+      ["api/v1/tree", "api/v1/queue", "api/v1/reports/owed?days=30", "api/v1/actions?limit=20"]
         .map(u => fetch(u).then(r => r.json())));
     const d = JSON.parse(document.getElementById("data").textContent);
     d.tree = tree.nodes; d.window_s = tree.to - tree.from; d.capacity_gpus = tree.capacity_gpus;

@@ -3,7 +3,8 @@
 //! and refreshes from the API every 30 s: the tree with allocation against
 //! 7-day usage per node, the queue with its sort metric, and owed versus
 //! delivered GPU-hours per team over 30 days, and the latest enforcement
-//! actions (preemptions, drains) with their cause and rule.
+//! actions (preemptions, drains) with their cause and rule. Every URL the
+//! page uses is relative, so it works behind a proxy under a path prefix.
 
 use axum::extract::State;
 use axum::http::header;

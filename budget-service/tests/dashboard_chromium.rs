@@ -1,6 +1,9 @@
 //! The dashboard in headless Chromium (Debian `chromium`): the real daemon
 //! with seeded data (tree, ledger, demand, a file-backed Slurm snapshot), the
-//! page loaded (embedded data, then the API refresh path), the numbers shown
+//! page loaded under a reverse-proxy path prefix (`/compass/`, as behind
+//! nginx's `location /compass/ { proxy_pass http://daemon/; }`: a small proxy
+//! in this test strips the prefix and answers 404 outside it), first with its
+//! embedded data, then through the API refresh path, the numbers shown
 //! checked against hand-computed values, and a
 //! screenshot saved to `$CARGO_TARGET_TMPDIR/budget-dashboard.png`.
 
@@ -12,9 +15,85 @@ use compass_budget::db::Db;
 use compass_budget::slurm::{SlurmJob, SlurmSnapshot};
 use compass_core::fairshare::{Interval, Kind};
 use compass_core::model::JobId;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// A reverse proxy serving `upstream` under the path prefix `prefix`
+/// (e.g. `/compass/`), one request per connection (`Connection: close`),
+/// GET only. Requests outside the prefix get a 404 and are recorded in
+/// `outside` (what a page with absolute paths would ask for).
+struct PrefixProxy {
+    url: String,
+    outside: Arc<Mutex<Vec<String>>>,
+}
+
+impl PrefixProxy {
+    fn start(upstream: &str, prefix: &'static str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}{prefix}", listener.local_addr().unwrap());
+        let upstream = upstream.trim_start_matches("http://").to_string();
+        let outside = Arc::new(Mutex::new(Vec::new()));
+        let out = outside.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let (upstream, out) = (upstream.clone(), out.clone());
+                std::thread::spawn(move || {
+                    let _ = proxy_one(client, &upstream, prefix, &out);
+                });
+            }
+        });
+        PrefixProxy { url, outside }
+    }
+}
+
+fn proxy_one(
+    mut client: TcpStream,
+    upstream: &str,
+    prefix: &str,
+    outside: &Mutex<Vec<String>>,
+) -> std::io::Result<()> {
+    client.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut reader = BufReader::new(client.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 || h == "\r\n" {
+            break;
+        }
+        let name = h.split(':').next().unwrap_or("").to_ascii_lowercase();
+        if name != "connection" && name != "keep-alive" {
+            headers.push(h);
+        }
+    }
+    let mut parts = request_line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let Some(rest) = target.strip_prefix(prefix) else {
+        if target != "/favicon.ico" {
+            outside.lock().unwrap().push(target.to_string());
+        }
+        client.write_all(
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        )?;
+        return Ok(());
+    };
+    let mut up = TcpStream::connect(upstream)?;
+    let mut req = format!("{method} /{rest} HTTP/1.1\r\n");
+    for h in headers {
+        req.push_str(&h);
+    }
+    req.push_str("Connection: close\r\n\r\n");
+    up.write_all(req.as_bytes())?;
+    let mut resp = Vec::new();
+    up.read_to_end(&mut resp)?;
+    client.write_all(&resp)?;
+    Ok(())
+}
 
 fn chromium(profile: &Path, extra: &[String], url: &str) -> String {
     let out = Command::new("timeout")
@@ -180,12 +259,10 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         std::thread::sleep(Duration::from_millis(100));
     }
 
+    // The page as users reach it: behind a proxy, under `/compass/`.
+    let proxy = PrefixProxy::start(&d.url, "/compass/");
     let profile = TempDir::new("chromium-profile");
-    let embedded = chromium(
-        profile.path(),
-        &["--dump-dom".to_string()],
-        &format!("{}/", d.url),
-    );
+    let embedded = chromium(profile.path(), &["--dump-dom".to_string()], &proxy.url);
     // The same page re-rendered from the API (the 30 s refresh path).
     let dom = chromium(
         profile.path(),
@@ -193,11 +270,16 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
             "--dump-dom".to_string(),
             "--virtual-time-budget=10000".to_string(),
         ],
-        &format!("{}/#refresh", d.url),
+        &format!("{}#refresh", proxy.url),
     );
     assert!(
         dom.contains("data-refreshed=\"1\""),
         "the API refresh ran and rendered"
+    );
+    assert_eq!(
+        *proxy.outside.lock().unwrap(),
+        Vec::<String>::new(),
+        "the page asked for paths outside its prefix /compass/"
     );
     for id in ["node-team-nlp-a", "node-platform", "job-103", "owed-vision"] {
         assert_eq!(
@@ -260,7 +342,7 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
             "--window-size=1280,1800".to_string(),
             "--hide-scrollbars".to_string(),
         ],
-        &format!("{}/", d.url),
+        &proxy.url,
     );
     let png = std::fs::read(&shot).expect("screenshot written");
     assert!(

@@ -334,10 +334,7 @@ impl Observer {
                 continue;
             }
             let runs = &mut self.jobs[i].runs;
-            let previous_nodes = runs
-                .len()
-                .checked_sub(2)
-                .map(|k| runs[k].node_gpus.clone());
+            let previous_nodes = runs.len().checked_sub(2).map(|k| runs[k].node_gpus.clone());
             let Some(run) = runs.last_mut() else {
                 continue;
             };
