@@ -172,7 +172,7 @@ fn main() {
         "endpoint", "requests", "p50 ms", "p99 ms", "max ms", "bytes"
     );
     for path in [
-        "/api/v1/queue",
+        "/api/v1/queue?limit=1000",
         "/api/v1/tree",
         "/api/v1/queue/5000",
         "/healthz",

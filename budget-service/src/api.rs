@@ -787,29 +787,62 @@ fn weight_text(gpus: u32, weight: f64, lead: &str) -> String {
     )
 }
 
-/// `GET /api/v1/queue[?limit=N]`: the whole order (serialized once per
-/// cycle and then served from memory) or its first `N` rows.
+/// Default page size of `GET /api/v1/queue`.
+pub const QUEUE_PAGE_DEFAULT: usize = 100;
+/// Largest page `GET /api/v1/queue` returns, whatever `limit` asks for.
+pub const QUEUE_PAGE_MAX: usize = 1000;
+
+/// A page of the queue: `offset` and `limit` from the query, checked.
+fn queue_page(params: &HashMap<String, String>) -> Result<(usize, usize), BudgetError> {
+    let limit = match query_i64(params, "limit")? {
+        None => QUEUE_PAGE_DEFAULT,
+        Some(n) if (1..=QUEUE_PAGE_MAX as i64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(BudgetError::field(
+                "limit",
+                format!("{n} is outside 1..={QUEUE_PAGE_MAX} (the largest page)"),
+            ))
+        }
+    };
+    let offset = match query_i64(params, "offset")? {
+        None => 0,
+        Some(n) if n >= 0 => n as usize,
+        Some(_) => return Err(BudgetError::field("offset", "must not be negative")),
+    };
+    Ok((offset, limit))
+}
+
+/// `GET /api/v1/queue[?limit=N][&offset=M]`: one page of the order, rows
+/// `offset..offset+limit` (default the first [`QUEUE_PAGE_DEFAULT`], at
+/// most [`QUEUE_PAGE_MAX`]), with `total` and `next_offset` (null on the
+/// last page). The default page is serialized once per cycle and then
+/// served from memory.
 async fn get_queue(
     State(state): State<Arc<AppState>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     let q = state.queue();
-    let rows =
-        |n: usize| -> Vec<QueueRow> { q.order.iter().take(n).map(|p| queue_row(p, &q)).collect() };
-    let body = match query_i64(&params, "limit")? {
-        Some(n) if n >= 0 => axum::body::Bytes::from(
-            serde_json::to_vec(&json!({ "at": q.at, "jobs": rows(n as usize) }))
-                .map_err(|e| BudgetError::Http(e.to_string()))?,
-        ),
-        Some(_) => return Err(BudgetError::field("limit", "must not be negative").into()),
-        None => q
-            .json
-            .get_or_init(|| {
-                serde_json::to_vec(&json!({ "at": q.at, "jobs": rows(usize::MAX) }))
-                    .unwrap_or_default()
-                    .into()
-            })
-            .clone(),
+    let (offset, limit) = queue_page(&params)?;
+    let page = |offset: usize, limit: usize| -> Result<axum::body::Bytes, BudgetError> {
+        let total = q.order.len();
+        let rows: Vec<QueueRow> = (q.order.iter().skip(offset).take(limit))
+            .map(|p| queue_row(p, &q))
+            .collect();
+        let next = offset.saturating_add(limit);
+        let body = json!({
+            "at": q.at, "total": total, "offset": offset, "limit": limit,
+            "next_offset": (next < total).then_some(next), "jobs": rows,
+        });
+        serde_json::to_vec(&body)
+            .map(Into::into)
+            .map_err(|e| BudgetError::Http(e.to_string()))
+    };
+    let body = if (offset, limit) == (0, QUEUE_PAGE_DEFAULT) {
+        q.json
+            .get_or_init(|| page(0, QUEUE_PAGE_DEFAULT).unwrap_or_default())
+            .clone()
+    } else {
+        page(offset, limit)?
     };
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }

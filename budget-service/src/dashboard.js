@@ -3,6 +3,12 @@
 // proxy under a path prefix (https://host/compass/): never a leading "/".
 "use strict";
 const SVG = "http://www.w3.org/2000/svg";
+// The queue is shown one page at a time (the page's own query string
+// chooses: ?queue_page_size=50&queue_page=1); page 1 is embedded in the page,
+// the others come from api/v1/queue?limit=&offset=.
+const PARAMS = new URLSearchParams(location.search);
+const PAGE_SIZE = Math.min(1000, Math.max(1, parseInt(PARAMS.get("queue_page_size"), 10) || 50));
+let queuePage = Math.max(1, parseInt(PARAMS.get("queue_page"), 10) || 1);
 const fmt = (x, d) => (x === null || x === undefined) ? "-" : Number(x).toFixed(d);
 function el(tag, attrs, text) {
   const e = document.createElementNS(SVG, tag);
@@ -33,6 +39,35 @@ function bars(svg, items, series) {
     });
   });
 }
+// rows: the jobs of page `queuePage`; total: the whole queue's length.
+function renderQueue(rows, total) {
+  const qb = document.querySelector("#queue-table tbody"); qb.innerHTML = "";
+  for (const j of rows) {
+    row(qb, [j.rank + 1, j.job, j.team || `(${j.account}, unbudgeted)`, j.kind, j.gpus, j.priority, fmt(j.team_ratio, 3),
+      fmt(j.weight ?? 1, 2)], "job-" + j.job);
+  }
+  const first = (queuePage - 1) * PAGE_SIZE;
+  document.getElementById("queue-range").textContent = rows.length
+    ? `page ${queuePage}: jobs ${first + 1}\u2013${first + rows.length} of ${total}`
+    : `page ${queuePage}: no jobs (${total} pending)`;
+  document.getElementById("queue-prev").disabled = queuePage <= 1;
+  document.getElementById("queue-next").disabled = first + rows.length >= total;
+}
+// One page of the queue from the API.
+async function fetchQueue() {
+  const r = await fetch(`api/v1/queue?limit=${PAGE_SIZE}&offset=${(queuePage - 1) * PAGE_SIZE}`);
+  const q = await r.json();
+  renderQueue(q.jobs, q.total);
+  document.body.dataset.queuePage = String(queuePage);
+  return q;
+}
+function goToPage(p) {
+  queuePage = Math.max(1, p);
+  PARAMS.set("queue_page", String(queuePage));
+  if (PAGE_SIZE !== 50) PARAMS.set("queue_page_size", String(PAGE_SIZE));
+  history.replaceState(null, "", "?" + PARAMS.toString() + location.hash);
+  fetchQueue().catch(e => console.log("queue page failed", e));
+}
 function render(d) {
   const hours = d.window_s / 3600;
   const w = Object.entries(d.gpu_weights || {});
@@ -40,7 +75,7 @@ function render(d) {
     ? `capacity ${fmt(d.capacity_gpus, 1)} weighted GPUs (GPU weights: ${w.map(([t, x]) => `${t} x${x}`).join(", ")}; other GPUs x1)`
     : `capacity ${d.capacity_gpus} GPUs`;
   document.getElementById("meta").textContent =
-    `${cap}; window ${fmt(hours / 24, 1)} days; ${d.queue.length} pending jobs`;
+    `${cap}; window ${fmt(hours / 24, 1)} days; ${d.queue_total ?? d.queue.length} pending jobs`;
   const tb = document.querySelector("#tree-table tbody"); tb.innerHTML = "";
   for (const n of d.tree) {
     const name = "\u00a0\u00a0".repeat(n.depth) + n.name + (n.account ? ` (${n.account})` : "");
@@ -52,11 +87,7 @@ function render(d) {
     d.tree.map(n => ({ label: "\u00a0".repeat(2 * n.depth) + n.name,
       values: [n.allocation_gpus * hours, n.charged_gpu_hours, n.free_gpu_hours] })),
     [{ color: "#9bc" }, { color: "#d62" }, { color: "#ec9" }]);
-  const qb = document.querySelector("#queue-table tbody"); qb.innerHTML = "";
-  for (const j of d.queue) {
-    row(qb, [j.rank + 1, j.job, j.team || `(${j.account}, unbudgeted)`, j.kind, j.gpus, j.priority, fmt(j.team_ratio, 3),
-      fmt(j.weight ?? 1, 2)], "job-" + j.job);
-  }
+  renderQueue(d.queue, d.queue_total);
   const ob = document.querySelector("#owed-table tbody"); ob.innerHTML = "";
   for (const t of d.owed) {
     row(ob, [t.team, fmt(t.owed_gpu_hours, 1), fmt(t.delivered_gpu_hours, 1), fmt(t.delivered_fraction * 100, 1) + "%"], "owed-" + t.team);
@@ -73,17 +104,28 @@ function render(d) {
 }
 async function refresh() {
   try {
-    const [tree, queue, owed, actions] = await Promise.all(
-      ["api/v1/tree", "api/v1/queue", "api/v1/reports/owed?days=30", "api/v1/actions?limit=20"]
+    const [tree, owed, actions] = await Promise.all(
+      ["api/v1/tree", "api/v1/reports/owed?days=30", "api/v1/actions?limit=20"]
         .map(u => fetch(u).then(r => r.json())));
+    const queue = await fetchQueue();
     const d = JSON.parse(document.getElementById("data").textContent);
     d.tree = tree.nodes; d.window_s = tree.to - tree.from; d.capacity_gpus = tree.capacity_gpus;
     d.gpu_weights = tree.gpu_weights;
-    d.queue = queue.jobs; d.owed = owed.teams; d.actions = actions.rows;
+    d.queue = queue.jobs; d.queue_total = queue.total; d.owed = owed.teams; d.actions = actions.rows;
     render(d);
     document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
   } catch (e) { console.log("refresh failed", e); }
 }
-render(JSON.parse(document.getElementById("data").textContent));
-if (location.hash === "#refresh") refresh();
+document.getElementById("queue-prev").onclick = () => goToPage(queuePage - 1);
+document.getElementById("queue-next").onclick = () => goToPage(queuePage + 1);
+{
+  const d = JSON.parse(document.getElementById("data").textContent);
+  // The embedded rows are page 1 of the default size; else ask the API.
+  const embedded = queuePage === 1 && (PAGE_SIZE <= d.queue.length || d.queue.length === d.queue_total);
+  if (!embedded) d.queue = [];
+  else d.queue = d.queue.slice(0, PAGE_SIZE);
+  render(d);
+  if (location.hash === "#refresh") refresh();
+  else if (!embedded) fetchQueue().catch(e => console.log("queue page failed", e));
+}
 setInterval(refresh, 30000);

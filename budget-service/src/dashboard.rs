@@ -17,6 +17,11 @@ use crate::state::AppState;
 const PAGE: &str = include_str!("dashboard.html");
 const SCRIPT: &str = include_str!("dashboard.js");
 
+/// Queue rows embedded in the page: its first page. Further pages come
+/// from `GET /api/v1/queue?limit=&offset=` (the page's `queue_page_size`
+/// query parameter, default this, chooses the size).
+pub const QUEUE_PAGE: usize = 50;
+
 /// The data the page renders (same shapes as the API responses).
 pub fn data(state: &AppState) -> serde_json::Value {
     let now = state.now();
@@ -26,6 +31,7 @@ pub fn data(state: &AppState) -> serde_json::Value {
     let rows: Vec<_> = q
         .order
         .iter()
+        .take(QUEUE_PAGE)
         .map(|p| {
             json!({
                 "rank": p.rank, "job": p.job.job, "account": p.job.account, "team": p.team,
@@ -40,7 +46,7 @@ pub fn data(state: &AppState) -> serde_json::Value {
     json!({
         "now": now, "window_s": week, "capacity_gpus": state.capacity(),
         "gpu_weights": state.config.gpu_weights,
-        "tree": tree, "queue": rows, "owed": owed, "actions": actions,
+        "tree": tree, "queue": rows, "queue_total": q.order.len(), "owed": owed, "actions": actions,
     })
 }
 

@@ -402,6 +402,65 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
     assert_eq!(top["jobs"][1]["job"], 10);
     // The factor shown is the one Slurm holds.
     assert_eq!(top["jobs"][1]["site_factor"], slurm.factors()[&JobId(10)]);
+    // Pages: rows offset..offset+limit, the total and the next offset
+    // (null on the last page); a bounded page size.
+    assert_eq!(
+        (q["total"].as_u64(), q["offset"].as_u64()),
+        (Some(5), Some(0))
+    );
+    assert_eq!(
+        q["next_offset"],
+        serde_json::Value::Null,
+        "one default page"
+    );
+    assert_eq!(
+        (top["total"].as_u64(), top["next_offset"].as_u64()),
+        (Some(5), Some(2))
+    );
+    let page_ids = |v: &serde_json::Value| -> Vec<u64> {
+        v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["job"].as_u64().unwrap())
+            .collect()
+    };
+    let p2 = call(&r, "GET", "/api/v1/queue?limit=2&offset=2", None, None)
+        .await
+        .1;
+    assert_eq!(page_ids(&p2), vec![11, 40]);
+    assert_eq!(
+        (p2["next_offset"].as_u64(), p2["limit"].as_u64()),
+        (Some(4), Some(2))
+    );
+    let p3 = call(&r, "GET", "/api/v1/queue?limit=2&offset=4", None, None)
+        .await
+        .1;
+    assert_eq!(page_ids(&p3), vec![30]);
+    assert_eq!(p3["next_offset"], serde_json::Value::Null);
+    let past = call(&r, "GET", "/api/v1/queue?offset=99", None, None)
+        .await
+        .1;
+    assert_eq!(
+        (page_ids(&past).len(), past["total"].as_u64()),
+        (0, Some(5))
+    );
+    for (bad, field, status) in [
+        ("limit=0", "limit", StatusCode::UNPROCESSABLE_ENTITY),
+        ("limit=1001", "limit", StatusCode::UNPROCESSABLE_ENTITY),
+        ("limit=-1", "limit", StatusCode::UNPROCESSABLE_ENTITY),
+        ("offset=-1", "offset", StatusCode::UNPROCESSABLE_ENTITY),
+        ("offset=x", "offset", StatusCode::BAD_REQUEST),
+    ] {
+        let (st, v) = call(&r, "GET", &format!("/api/v1/queue?{bad}"), None, None).await;
+        assert_eq!(
+            (st, v["field"].as_str()),
+            (status, Some(field)),
+            "{bad}: {v}"
+        );
+    }
+    let max = call(&r, "GET", "/api/v1/queue?limit=1000", None, None).await;
+    assert_eq!(max.0, StatusCode::OK);
     let why = call(&r, "GET", "/api/v1/queue/11", None, None).await.1;
     let text = why["row"]["why"].as_str().unwrap();
     assert!(text.contains("Job 11 is 3rd of 5"), "{text}");

@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 struct PrefixProxy {
     url: String,
     outside: Arc<Mutex<Vec<String>>>,
+    /// Every path forwarded, prefix stripped.
+    seen: Arc<Mutex<Vec<String>>>,
 }
 
 impl PrefixProxy {
@@ -37,16 +39,17 @@ impl PrefixProxy {
         let url = format!("http://{}{prefix}", listener.local_addr().unwrap());
         let upstream = upstream.trim_start_matches("http://").to_string();
         let outside = Arc::new(Mutex::new(Vec::new()));
-        let out = outside.clone();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (out, sn) = (outside.clone(), seen.clone());
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
-                let (upstream, out) = (upstream.clone(), out.clone());
+                let (upstream, out, sn) = (upstream.clone(), out.clone(), sn.clone());
                 std::thread::spawn(move || {
-                    let _ = proxy_one(client, &upstream, prefix, &out);
+                    let _ = proxy_one(client, &upstream, prefix, &out, &sn);
                 });
             }
         });
-        PrefixProxy { url, outside }
+        PrefixProxy { url, outside, seen }
     }
 }
 
@@ -55,6 +58,7 @@ fn proxy_one(
     upstream: &str,
     prefix: &str,
     outside: &Mutex<Vec<String>>,
+    seen: &Mutex<Vec<String>>,
 ) -> std::io::Result<()> {
     client.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut reader = BufReader::new(client.try_clone()?);
@@ -82,6 +86,7 @@ fn proxy_one(
         )?;
         return Ok(());
     };
+    seen.lock().unwrap().push(format!("/{rest}"));
     let mut up = TcpStream::connect(upstream)?;
     let mut req = format!("{method} /{rest} HTTP/1.1\r\n");
     for h in headers {
@@ -280,6 +285,36 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         *proxy.outside.lock().unwrap(),
         Vec::<String>::new(),
         "the page asked for paths outside its prefix /compass/"
+    );
+    // The refresh asks for one page of the queue, never the whole of it.
+    let queue_reads: Vec<String> = (proxy.seen.lock().unwrap().iter())
+        .filter(|p| p.starts_with("/api/v1/queue"))
+        .cloned()
+        .collect();
+    assert_eq!(queue_reads, ["/api/v1/queue?limit=50&offset=0"]);
+
+    // Page 2 of a queue paged by 2: jobs 3 and 4 (101, 104), from the API.
+    let page2 = chromium(
+        profile.path(),
+        &[
+            "--dump-dom".to_string(),
+            "--virtual-time-budget=10000".to_string(),
+        ],
+        &format!("{}?queue_page_size=2&queue_page=2", proxy.url),
+    );
+    assert!(page2.contains("data-queue-page=\"2\""), "page 2 fetched");
+    assert!(page2.contains("page 2: jobs 3\u{2013}4 of 4"), "pager text");
+    assert_eq!(cells(&page2, "job-101")[..2], ["3", "101"]);
+    assert_eq!(cells(&page2, "job-104")[..2], ["4", "104"]);
+    for j in [103, 102] {
+        assert!(
+            !page2.contains(&format!("id=\"job-{j}\"")),
+            "job {j} is on page 1"
+        );
+    }
+    assert!(
+        (proxy.seen.lock().unwrap().iter()).any(|p| p == "/api/v1/queue?limit=2&offset=2"),
+        "page 2 read through the API's paging"
     );
     for id in ["node-team-nlp-a", "node-platform", "job-103", "owed-vision"] {
         assert_eq!(
