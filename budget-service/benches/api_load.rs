@@ -120,6 +120,7 @@ fn main() {
         slurm.put(SlurmJob {
             job: JobId(i + 1),
             account: accounts[(i as usize * 13) % accounts.len()].clone(),
+            user: String::new(),
             gpus: 1 << (i % 4),
             min_runtime_s: if i % 6 == 0 { 0 } else { 3600 },
             resumable: true,

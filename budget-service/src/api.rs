@@ -24,6 +24,7 @@ use std::sync::Arc;
 use crate::auth::{request_payload, Policy, SCHEME};
 use crate::error::BudgetError;
 use crate::localtime;
+use crate::privacy::{PrivateData, Viewer};
 use crate::state::AppState;
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -107,6 +108,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/import", post(import))
         .route("/api/v1/queue", get(get_queue))
         .route("/api/v1/queue/{job}", get(get_why))
+        .route("/api/v1/jobs", get(get_user_jobs))
         .route("/api/v1/reports/owed", get(owed))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/ledger", post(ingest))
@@ -263,20 +265,111 @@ fn authenticate<T: DeserializeOwned>(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| BudgetError::Unauthenticated(format!("writes need an `Authorization: {SCHEME} <credential>` header (use the `compass budget` CLI)")))?;
-    let cred = auth
-        .strip_prefix(SCHEME)
-        .and_then(|c| c.strip_prefix(' '))
-        .ok_or_else(|| {
-            BudgetError::Unauthenticated(format!(
-                "unsupported authorization scheme; expected `{SCHEME}`"
-            ))
-        })?;
+    let cred = credential(auth)?;
     let pq = uri.0.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     let user = state
         .auth
         .authenticate(cred, &request_payload(method.as_str(), pq, &body))?;
     let parsed = parse_json(&body)?;
     Ok((user, parsed))
+}
+
+/// The credential of an `Authorization: MUNGE <credential>` header value.
+fn credential(auth: &str) -> Result<&str, BudgetError> {
+    auth.strip_prefix(SCHEME)
+        .and_then(|c| c.strip_prefix(' '))
+        .ok_or_else(|| {
+            BudgetError::Unauthenticated(format!(
+                "unsupported authorization scheme; expected `{SCHEME}`"
+            ))
+        })
+}
+
+/// A read request's identity, resolved off the runtime ([`viewer_of`]):
+/// a MUNGE credential bound to the request (as for writes, with an empty
+/// body), else a trusted reverse proxy's identity header, else anonymous.
+pub struct Reader {
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    peer: Option<std::net::SocketAddr>,
+}
+
+impl axum::extract::FromRequestParts<Arc<AppState>> for Reader {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let uri = (parts.extensions.get::<OriginalUri>().cloned())
+            .unwrap_or_else(|| OriginalUri(parts.uri.clone()));
+        let peer = (parts.extensions)
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0);
+        Ok(Reader {
+            method: parts.method.clone(),
+            uri,
+            headers: parts.headers.clone(),
+            peer,
+        })
+    }
+}
+
+impl Reader {
+    /// Who reads (blocking: a credential is decoded through munged).
+    fn viewer(&self, state: &AppState) -> Result<Viewer, BudgetError> {
+        let policy = state.read_policy();
+        let user = match self.headers.get(header::AUTHORIZATION) {
+            Some(v) => {
+                let auth = v.to_str().map_err(|_| {
+                    BudgetError::Unauthenticated("the Authorization header is not text".into())
+                })?;
+                let pq = (self.uri.0.path_and_query()).map_or("/", |p| p.as_str());
+                let payload = request_payload(self.method.as_str(), pq, b"");
+                Some(state.auth.authenticate(credential(auth)?, &payload)?)
+            }
+            None => crate::privacy::proxy_user(&state.config, self.peer, &self.headers),
+        };
+        let all = (user.as_deref()).is_some_and(|u| policy.sees_all(&state.config, u));
+        Ok(Viewer {
+            user,
+            all,
+            private: policy.private,
+        })
+    }
+}
+
+/// The viewer of a read: everyone sees everything while nothing is private
+/// (no MUNGE round trip); else [`Reader::viewer`] off the runtime.
+pub async fn viewer_of(state: &Arc<AppState>, reader: Reader) -> ApiResult<Viewer> {
+    if state.read_policy().private == PrivateData::default() {
+        return Ok(Viewer::everything());
+    }
+    blocking(state, move |st| reader.viewer(st)).await
+}
+
+/// The owner of a pending (last order) or running (last snapshot) job.
+pub fn job_owner(state: &AppState, q: &crate::state::QueueView, job: u64) -> Option<String> {
+    (q.users.get(&JobId(job)).cloned()).or_else(|| state.running_job(job).map(|j| j.user))
+}
+
+/// The actions `viewer` may see: with `PrivateData=jobs`, those whose
+/// victim or requester is theirs, and those on no job (node drains).
+pub fn visible_actions(
+    state: &AppState,
+    viewer: &Viewer,
+    rows: Vec<crate::db::ActionRow>,
+) -> Vec<crate::db::ActionRow> {
+    if viewer.sees_job(None) {
+        return rows;
+    }
+    let q = state.queue();
+    let sees =
+        |j: Option<u64>| j.is_some_and(|j| viewer.sees_job(job_owner(state, &q, j).as_deref()));
+    rows.into_iter()
+        .filter(|a| (a.job.is_none() && a.cause_job.is_none()) || sees(a.job) || sees(a.cause_job))
+        .collect()
 }
 
 fn policy(state: &AppState) -> Policy<'_> {
@@ -744,6 +837,8 @@ pub struct QueueRow {
     pub rank: usize,
     pub job: JobId,
     pub account: String,
+    /// The job's owner (empty: the source does not say).
+    pub user: String,
     pub team: Option<String>,
     pub kind: fairshare::Kind,
     pub gpus: u32,
@@ -768,6 +863,7 @@ fn queue_row(p: &Placed, q: &crate::state::QueueView) -> QueueRow {
         rank: p.rank,
         job: p.job.job,
         account: p.job.account.clone(),
+        user: q.users.get(&p.job.job).cloned().unwrap_or_default(),
         team: p.team.clone(),
         kind: p.kind,
         gpus: p.job.gpus,
@@ -820,12 +916,22 @@ fn queue_page(params: &HashMap<String, String>) -> Result<(usize, usize), Budget
 async fn get_queue(
     State(state): State<Arc<AppState>>,
     Query(params): Query<HashMap<String, String>>,
+    reader: Reader,
 ) -> ApiResult<Response> {
-    let q = state.queue();
     let (offset, limit) = queue_page(&params)?;
+    let viewer = viewer_of(&state, reader).await?;
+    let q = state.queue();
+    // PrivateData=jobs: only the viewer's own jobs (ranks stay global).
+    let visible: Vec<&Placed> = if viewer.sees_job(None) {
+        q.order.iter().collect()
+    } else {
+        (q.order.iter())
+            .filter(|p| viewer.sees_job(q.users.get(&p.job.job).map(String::as_str)))
+            .collect()
+    };
     let page = |offset: usize, limit: usize| -> Result<axum::body::Bytes, BudgetError> {
-        let total = q.order.len();
-        let rows: Vec<QueueRow> = (q.order.iter().skip(offset).take(limit))
+        let total = visible.len();
+        let rows: Vec<QueueRow> = (visible.iter().skip(offset).take(limit))
             .map(|p| queue_row(p, &q))
             .collect();
         let next = offset.saturating_add(limit);
@@ -837,7 +943,7 @@ async fn get_queue(
             .map(Into::into)
             .map_err(|e| BudgetError::Http(e.to_string()))
     };
-    let body = if (offset, limit) == (0, QUEUE_PAGE_DEFAULT) {
+    let body = if (offset, limit) == (0, QUEUE_PAGE_DEFAULT) && viewer.sees_job(None) {
         q.json
             .get_or_init(|| page(0, QUEUE_PAGE_DEFAULT).unwrap_or_default())
             .clone()
@@ -847,15 +953,78 @@ async fn get_queue(
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
+/// `GET /api/v1/jobs?user=NAME`: a user's pending jobs (their queue rows,
+/// why each waits) and running jobs (protected until when, or why they may
+/// be preempted): what `compass why --me` prints. With `PrivateData=jobs`
+/// only the user themselves, admins and operators may ask.
+async fn get_user_jobs(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+    reader: Reader,
+) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
+    blocking(&state, move |state| {
+        let user = (params.get("user").map(|u| u.trim()))
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| {
+                BudgetError::field("user", "give the user whose jobs to show (`?user=NAME`)")
+            })?
+            .to_string();
+        if !viewer.sees_job(Some(&user)) {
+            return Err(BudgetError::Forbidden {
+                what: format!("user `{}` reading the jobs of `{user}`", viewer.name()),
+                why: "PrivateData=jobs: users see only their own jobs".into(),
+            });
+        }
+        let q = state.queue();
+        let pending: Vec<QueueRow> = (q.order.iter())
+            .filter(|p| q.users.get(&p.job.job) == Some(&user))
+            .map(|p| queue_row(p, &q))
+            .collect();
+        let mut running: Vec<crate::slurm::SlurmJob> = (state
+            .seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .running
+            .values())
+        .filter(|j| j.user == user)
+        .cloned()
+        .collect();
+        running.sort_by_key(|j| j.job);
+        let mut run_rows = Vec::new();
+        for j in &running {
+            let actions = state.db().actions(Some(j.job.0), 50)?;
+            run_rows.push(json!({
+                "job": j.job, "account": j.account, "gpus": j.gpus, "start": j.start,
+                "min_runtime_s": j.min_runtime_s,
+                "enforcement": enforcement_text(state, j.job.0, &actions),
+            }));
+        }
+        Ok(
+            Json(json!({ "at": q.at, "user": user, "pending": pending, "running": run_rows }))
+                .into_response(),
+        )
+    })
+    .await
+}
+
 async fn get_why(
     State(state): State<Arc<AppState>>,
     Path(job): Path<String>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
     let id: u64 = job
         .parse()
         .map_err(|_| BudgetError::field("job", format!("`{job}` is not a job id")))?;
     let q = state.queue();
+    if !viewer.sees_job(job_owner(state, &q, id).as_deref()) {
+        return Err(BudgetError::Forbidden {
+            what: format!("user `{}` reading job {id}", viewer.name()),
+            why: "PrivateData=jobs: only its owner, admins and operators may see it".into(),
+        });
+    }
     let actions = state.db().actions(Some(id), 50)?;
     let enforcement = enforcement_text(state, id, &actions);
     if let Some(p) = q.order.iter().find(|p| p.job.job == JobId(id)) {
@@ -986,7 +1155,9 @@ fn enforcement_text(state: &AppState, id: u64, actions: &[crate::db::ActionRow])
 async fn get_actions(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
         let limit = query_i64(&q, "limit")?.unwrap_or(100);
         if !(1..=10_000).contains(&limit) {
@@ -997,6 +1168,7 @@ async fn get_actions(
             return Err(BudgetError::field("job", "must not be negative"));
         }
         let rows = state.db().actions(job.map(|j| j as u64), limit as usize)?;
+        let rows = visible_actions(state, &viewer, rows);
         Ok(Json(json!({ "rows": rows })).into_response())
     })
     .await
@@ -1109,13 +1281,25 @@ async fn owed(
 async fn audit(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
         let limit = query_i64(&q, "limit")?.unwrap_or(100);
         if !(1..=10_000).contains(&limit) {
             return Err(BudgetError::field("limit", "must be between 1 and 10000"));
         }
-        Ok(Json(json!({ "rows": state.db().audit(limit as usize)? })).into_response())
+        let mut rows = state.db().audit(limit as usize)?;
+        if viewer.private.accounts && !viewer.all {
+            // PrivateData=accounts: managers see the edits of the teams
+            // they manage (or manage above); others see none.
+            let tree = state.db().load_tree().ok().flatten();
+            rows.retain(|r| match (&viewer.user, &tree) {
+                (Some(u), Some(t)) => t.find(&r.node).is_some_and(|ix| t.manages(u, ix)),
+                _ => false,
+            });
+        }
+        Ok(Json(json!({ "rows": rows })).into_response())
     })
     .await
 }

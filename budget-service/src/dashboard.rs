@@ -23,7 +23,9 @@ const SCRIPT: &str = include_str!("dashboard.js");
 pub const QUEUE_PAGE: usize = 50;
 
 /// The data the page renders (same shapes as the API responses).
-pub fn data(state: &AppState) -> serde_json::Value {
+/// With `PrivateData=jobs`, only the queue rows and actions `viewer` may
+/// see ([`crate::privacy`]).
+pub fn data(state: &AppState, viewer: &crate::privacy::Viewer) -> serde_json::Value {
     let now = state.now();
     let week = state.config.window_s;
     let tree = state.tree_view(now - week, now).unwrap_or_default();
@@ -31,10 +33,12 @@ pub fn data(state: &AppState) -> serde_json::Value {
     let rows: Vec<_> = q
         .order
         .iter()
+        .filter(|p| viewer.sees_job(q.users.get(&p.job.job).map(String::as_str)))
         .take(QUEUE_PAGE)
         .map(|p| {
             json!({
                 "rank": p.rank, "job": p.job.job, "account": p.job.account, "team": p.team,
+                "user": q.users.get(&p.job.job).cloned().unwrap_or_default(),
                 "kind": p.kind, "gpus": p.job.gpus, "priority": p.job.priority,
                 "weight": q.weights.get(&p.job.job).copied().unwrap_or(1.0),
                 "team_ratio": p.path.last().map(|l| l.ratio).filter(|r| r.is_finite()),
@@ -43,16 +47,28 @@ pub fn data(state: &AppState) -> serde_json::Value {
         .collect();
     let owed = state.owed_report(now - 30 * 86400, now).unwrap_or_default();
     let actions = state.db().actions(None, 20).unwrap_or_default();
+    let actions = crate::api::visible_actions(state, viewer, actions);
+    let queue_total = if viewer.sees_job(None) {
+        q.order.len()
+    } else {
+        (q.order.iter())
+            .filter(|p| viewer.sees_job(q.users.get(&p.job.job).map(String::as_str)))
+            .count()
+    };
     json!({
         "now": now, "window_s": week, "capacity_gpus": state.capacity(),
         "gpu_weights": state.config.gpu_weights,
-        "tree": tree, "queue": rows, "queue_total": q.order.len(), "owed": owed, "actions": actions,
+        "tree": tree, "queue": rows, "queue_total": queue_total, "owed": owed, "actions": actions,
     })
 }
 
-pub async fn page(State(state): State<Arc<AppState>>) -> Response {
+pub async fn page(State(state): State<Arc<AppState>>, reader: crate::api::Reader) -> Response {
+    let viewer = match crate::api::viewer_of(&state, reader).await {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
     // SQLite reads: off the runtime, bounded (see `api::blocking`).
-    match crate::api::blocking(&state, |state| Ok(data(state))).await {
+    match crate::api::blocking(&state, move |state| Ok(data(state, &viewer))).await {
         Ok(data) => {
             let data = data.to_string().replace("</", "<\\/");
             Html(PAGE.replace("__DATA__", &data)).into_response()

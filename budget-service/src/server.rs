@@ -112,6 +112,9 @@ pub async fn serve(state: Arc<AppState>) -> Result<()> {
         .is_some()
         .then(|| crate::select_state::spawn_reader(state.clone(), stop.clone()));
     let app = crate::api::router(state.clone());
+    tokio::spawn(reload_on_sighup(state.clone()));
+    // The peer address identifies trusted reverse proxies ([reads]).
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await
@@ -122,6 +125,19 @@ pub async fn serve(state: Arc<AppState>) -> Result<()> {
     }
     tracing::info!("compass-budgetd stopped");
     Ok(())
+}
+
+/// SIGHUP re-reads slurm.conf's `PrivateData` (run it after
+/// `scontrol reconfigure`; `systemctl reload compass-budgetd`).
+async fn reload_on_sighup(state: Arc<AppState>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hup.recv().await.is_some() {
+        let st = state.clone();
+        let _ = tokio::task::spawn_blocking(move || st.reload_reads()).await;
+    }
 }
 
 async fn shutdown_signal() {

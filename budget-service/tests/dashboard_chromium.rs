@@ -192,6 +192,7 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
     let job = |id: u64, acct: &str, min_rt: u64| SlurmJob {
         job: JobId(id),
         account: acct.into(),
+        user: String::new(),
         gpus: 1,
         min_runtime_s: min_rt,
         resumable: true,
