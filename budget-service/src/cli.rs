@@ -556,6 +556,11 @@ pub fn render_tree(v: &Value) -> String {
     out
 }
 
+/// Under `compass budget show`: where fair share lives under compass.
+pub const SSHARE_NOTE: &str = "\nThis is the fair share compass orders the queue by (ratio = charged usage / allocation over the window).\n\
+Slurm's sshare and sprio fair-share columns are not used; sprio's SITE column is compass's order.\n\
+Why one job waits: compass why JOBID; all of yours: compass why --me.\n";
+
 /// Under the tree table, when `[gpu_weights]` is set: GPU-hours and GPUs
 /// are weighted, and by what.
 fn weights_line(v: &Value) -> String {
@@ -658,7 +663,7 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
             if *json {
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             } else {
-                print!("{}", render_tree(&v));
+                print!("{}{SSHARE_NOTE}", render_tree(&v));
             }
         }
         BudgetCmd::SetShare {

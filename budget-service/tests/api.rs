@@ -619,6 +619,7 @@ async fn openapi_documents_every_route_and_dashboard_renders_data() {
         "/api/v1/import",
         "/api/v1/queue",
         "/api/v1/queue/{job}",
+        "/api/v1/jobs",
         "/api/v1/reports/owed",
         "/api/v1/audit",
         "/api/v1/ledger",
