@@ -88,6 +88,50 @@ impl IntoResponse for ApiError {
 
 type ApiResult<T> = std::result::Result<T, ApiError>;
 
+/// Keys whose numbers are times (Unix seconds inside the service).
+pub const TIME_KEYS: &[&str] = &[
+    "at",
+    "from",
+    "to",
+    "start",
+    "end",
+    "since",
+    "submit",
+    "run_start",
+    "last_ok",
+    "now",
+];
+
+/// The API's time convention (OpenAPI `info.version` 2): every time in a
+/// response is an ISO 8601 local date-time with its offset
+/// (`2026-12-01T03:10:00+00:00`, [`localtime::iso`]); durations stay
+/// numbers of seconds in keys ending in `_s`. Rewrites the numbers under
+/// [`TIME_KEYS`] at any depth; `null` stays `null`.
+pub fn iso_times(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                match x.as_i64() {
+                    Some(t) if TIME_KEYS.contains(&k.as_str()) => {
+                        *x = Value::String(localtime::iso(t))
+                    }
+                    _ => iso_times(x),
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(iso_times),
+        _ => {}
+    }
+}
+
+/// A JSON response body in the API's conventions ([`iso_times`]).
+pub fn api_json<T: Serialize>(body: T) -> Json<serde_json::Value> {
+    let mut v = serde_json::to_value(body).unwrap_or_else(|e| json!({ "error": e.to_string() }));
+    iso_times(&mut v);
+    Json(v)
+}
+
 /// Builds the router.
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_body_bytes;
@@ -429,12 +473,31 @@ fn bad_query(key: &str, why: String) -> BudgetError {
     }
 }
 
-/// `from`/`to` (Unix seconds, 0 to [`MAX_QUERY_TIME`]) or `window_s`
+/// `from`/`to` (Unix seconds or ISO 8601 with offset, 0 to
+/// [`MAX_QUERY_TIME`]) or `window_s`
 /// ending now; default: the configured window ending now. Out-of-range
 /// values are a 400 naming the parameter, never an overflow.
 fn window(state: &AppState, q: &HashMap<String, String>) -> Result<(i64, i64), BudgetError> {
+    // Unix seconds or an ISO 8601 date-time with offset (a `+` of the
+    // offset arrives as a space when the client did not escape it).
     let time = |key: &str| -> Result<Option<i64>, BudgetError> {
-        match query_i64(q, key)? {
+        let t = match q.get(key) {
+            None => None,
+            Some(v) => Some(
+                (v.parse::<i64>().ok())
+                    .or_else(|| localtime::parse_iso(&v.replace(' ', "+")))
+                    .ok_or_else(|| {
+                        bad_query(
+                            key,
+                            format!(
+                                "`{v}` is neither Unix seconds nor an ISO 8601 date-time with offset \
+                                 (2026-12-01T03:10:00+00:00)"
+                            ),
+                        )
+                    })?,
+            ),
+        };
+        match t {
             Some(t) if !(0..=MAX_QUERY_TIME).contains(&t) => Err(bad_query(
                 key,
                 format!("{t} is outside 0..={MAX_QUERY_TIME} (Unix seconds, 1970 to 9999)"),
@@ -511,7 +574,7 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     };
     (
         code,
-        Json(json!({ "status": status, "db_ok": db_ok, "cycle": st })),
+        api_json(json!({ "status": status, "db_ok": db_ok, "cycle": st })),
     )
         .into_response()
 }
@@ -538,8 +601,8 @@ async fn get_tree(
     blocking(&state, move |state| {
         let (from, to) = window(state, &q)?;
         let nodes = state.tree_view(from, to)?;
-        Ok(Json(
-            json!({ "from": from, "to": to, "capacity_gpus": state.capacity(),
+        Ok(api_json(
+            json!({ "from": from, "to": to, "window_s": to - from, "capacity_gpus": state.capacity(),
                     "gpu_weights": state.config.gpu_weights, "nodes": nodes }),
         )
         .into_response())
@@ -554,7 +617,7 @@ async fn get_usage(
     blocking(&state, move |state| {
     let (from, to) = window(state, &q)?;
     let Some((tree, usage, stats)) = state.stats(from, to)? else {
-        return Ok(Json(json!({ "from": from, "to": to, "nodes": [] })).into_response());
+        return Ok(api_json(json!({ "from": from, "to": to, "nodes": [] })).into_response());
     };
     let nodes: Vec<usize> = match q.get("account").or(q.get("node")) {
         Some(a) if q.contains_key("account") => {
@@ -579,7 +642,7 @@ async fn get_usage(
         })
         .collect();
     let unb = fairshare::unbudgeted_usage(&tree, &usage);
-    Ok(Json(json!({
+    Ok(api_json(json!({
         "from": from, "to": to, "nodes": rows,
         "unbudgeted": { "charged_gpu_hours": unb.charged_gpu_s / 3600.0, "free_gpu_hours": unb.free_gpu_s / 3600.0 }
     }))
@@ -599,7 +662,7 @@ async fn get_node(
             .into_iter()
             .find(|n| n.name == name)
             .ok_or_else(|| BudgetError::NotFound(format!("team `{name}`")))?;
-        Ok(Json(n).into_response())
+        Ok(api_json(n).into_response())
     })
     .await
 }
@@ -664,7 +727,7 @@ async fn create_node(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<
         } else {
             StatusCode::CREATED
         };
-        Ok((status, Json(edit_json(&changes, b.dry_run))).into_response())
+        Ok((status, api_json(edit_json(&changes, b.dry_run))).into_response())
     })
     .await
 }
@@ -724,7 +787,7 @@ async fn patch_node(
                     }
                     Ok(v)
                 })?;
-        Ok(Json(edit_json(&changes, b.dry_run)).into_response())
+        Ok(api_json(edit_json(&changes, b.dry_run)).into_response())
     })
     .await
 }
@@ -767,7 +830,7 @@ async fn delete_node(
         }
         Ok(old.iter().filter(|s| s.name != name).cloned().collect())
     })?;
-    Ok(Json(edit_json(&changes, b.dry_run)).into_response())
+    Ok(api_json(edit_json(&changes, b.dry_run)).into_response())
     })
     .await
 }
@@ -785,7 +848,7 @@ async fn export(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
             Some(t) => t.to_specs(),
             None => Vec::new(),
         };
-        Ok(Json(TreeDoc { nodes: specs }).into_response())
+        Ok(api_json(TreeDoc { nodes: specs }).into_response())
     })
     .await
 }
@@ -816,7 +879,7 @@ async fn import(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Respo
             pol.check_import(&user, stored_tree(&pol, &user, &old)?.as_ref(), &changes)?;
             let mut v = changes_json(&changes);
             v["applied"] = json!(false);
-            return Ok(Json(v).into_response());
+            return Ok(api_json(v).into_response());
         }
         let now = state.now();
         let changes = state.db().edit_tree(&user, "import", &b.why, now, |old| {
@@ -826,7 +889,7 @@ async fn import(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Respo
         })?;
         let mut v = changes_json(&changes);
         v["applied"] = json!(true);
-        Ok(Json(v).into_response())
+        Ok(api_json(v).into_response())
     })
     .await
 }
@@ -939,6 +1002,8 @@ async fn get_queue(
             "at": q.at, "total": total, "offset": offset, "limit": limit,
             "next_offset": (next < total).then_some(next), "jobs": rows,
         });
+        let mut body = body;
+        iso_times(&mut body);
         serde_json::to_vec(&body)
             .map(Into::into)
             .map_err(|e| BudgetError::Http(e.to_string()))
@@ -1001,7 +1066,7 @@ async fn get_user_jobs(
             }));
         }
         Ok(
-            Json(json!({ "at": q.at, "user": user, "pending": pending, "running": run_rows }))
+            api_json(json!({ "at": q.at, "user": user, "pending": pending, "running": run_rows }))
                 .into_response(),
         )
     })
@@ -1028,7 +1093,7 @@ async fn get_why(
     let actions = state.db().actions(Some(id), 50)?;
     let enforcement = enforcement_text(state, id, &actions);
     if let Some(p) = q.order.iter().find(|p| p.job.job == JobId(id)) {
-        return Ok(Json(
+        return Ok(api_json(
             json!({ "at": q.at, "state": "pending", "placed": p, "row": queue_row(p, &q),
                     "actions": actions, "enforcement": enforcement }),
         )
@@ -1056,13 +1121,13 @@ async fn get_why(
                 text.push_str(&weight_text(iv.gpus, iv.weight, "Its"));
             }
             let st = if iv.end.is_none() { "running" } else { "ended" };
-            Ok(Json(
+            Ok(api_json(
                 json!({ "at": q.at, "state": st, "interval": iv, "row": { "why": text },
                             "actions": actions, "enforcement": enforcement }),
             )
             .into_response())
         }
-        None if !actions.is_empty() => Ok(Json(json!({
+        None if !actions.is_empty() => Ok(api_json(json!({
             "at": q.at, "state": "unknown",
             "row": { "why": format!("Job {id} is neither pending nor in the ledger.\n") },
             "actions": actions, "enforcement": enforcement
@@ -1169,7 +1234,7 @@ async fn get_actions(
         }
         let rows = state.db().actions(job.map(|j| j as u64), limit as usize)?;
         let rows = visible_actions(state, &viewer, rows);
-        Ok(Json(json!({ "rows": rows })).into_response())
+        Ok(api_json(json!({ "rows": rows })).into_response())
     })
     .await
 }
@@ -1186,7 +1251,7 @@ async fn get_hosts(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
             json!({ "name": n.name, "gpus": n.gpus, "state": n.state, "reason": n.reason, "faulty": f })
         })
         .collect();
-    Ok(Json(json!({ "nodes": nodes, "faulty": faulty })).into_response())
+    Ok(api_json(json!({ "nodes": nodes, "faulty": faulty })).into_response())
     })
     .await
 }
@@ -1231,7 +1296,7 @@ async fn host_fault(
             )));
         }
         let change = crate::enforce::mark_faulty(state, &node, &b.reason, &user)?;
-        Ok(Json(change).into_response())
+        Ok(api_json(change).into_response())
     })
     .await
 }
@@ -1247,7 +1312,7 @@ async fn host_repaired(
         require_admin(state, &user, &format!("marking node `{node}` repaired"))?;
         check_node_name(&node)?;
         let change = crate::enforce::mark_repaired(state, &node, &user)?;
-        Ok(Json(change).into_response())
+        Ok(api_json(change).into_response())
     })
     .await
 }
@@ -1269,7 +1334,7 @@ async fn owed(
             .iter()
             .map(|r| r.delivered_fraction * r.owed_gpu_hours)
             .sum();
-        Ok(Json(json!({
+        Ok(api_json(json!({
             "from": from, "to": to, "teams": rows,
             "overall_delivered_fraction": if owed > 0.0 { capped / owed } else { 1.0 }
         }))
@@ -1299,7 +1364,7 @@ async fn audit(
                 _ => false,
             });
         }
-        Ok(Json(json!({ "rows": rows })).into_response())
+        Ok(api_json(json!({ "rows": rows })).into_response())
     })
     .await
 }
@@ -1332,7 +1397,7 @@ async fn ingest(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Respo
         }
         let now = state.now();
         let rep = state.db().ingest(&b.intervals, now)?;
-        Ok(Json(rep).into_response())
+        Ok(api_json(rep).into_response())
     })
     .await
 }

@@ -615,7 +615,7 @@ pub fn render_audit(v: &Value) -> String {
         };
         out.push_str(&format!(
             "{}  {:<8} {:<24} by {}: {}\n    before: {}\n    after:  {}\n",
-            crate::localtime::text(r["at"].as_i64().unwrap_or(0)),
+            crate::localtime::text(crate::localtime::from_json(&r["at"]).unwrap_or(0)),
             r["action"].as_str().unwrap_or("?"),
             r["node"].as_str().unwrap_or("?"),
             r["who"].as_str().unwrap_or("?"),
@@ -840,7 +840,7 @@ pub fn render_user_jobs(v: &Value) -> String {
         out.push_str(&format!(
             "Pending jobs of {user} ({}), in the order of {}:\n",
             pending.len(),
-            crate::localtime::text(v["at"].as_i64().unwrap_or(0))
+            crate::localtime::text(crate::localtime::from_json(&v["at"]).unwrap_or(0))
         ));
         for p in &pending {
             out.push_str(&format!(
@@ -858,7 +858,8 @@ pub fn render_user_jobs(v: &Value) -> String {
         }
         out.push_str(&format!("Running jobs of {user} ({}):\n", running.len()));
         for r in &running {
-            let since = (r["start"].as_i64()).map_or("?".into(), crate::localtime::text);
+            let since =
+                crate::localtime::from_json(&r["start"]).map_or("?".into(), crate::localtime::text);
             out.push_str(&format!(
                 "\njob {} ({} GPUs, account {}), running since {since}:\n{}",
                 r["job"],
@@ -878,7 +879,11 @@ pub fn render_hosts(v: &Value) -> String {
         let faulty = match n["faulty"].as_object() {
             Some(f) => format!(
                 "since {} by {}: {}",
-                crate::localtime::text(f.get("since").and_then(Value::as_i64).unwrap_or(0)),
+                crate::localtime::text(
+                    f.get("since")
+                        .and_then(crate::localtime::from_json)
+                        .unwrap_or(0)
+                ),
                 f.get("by").and_then(Value::as_str).unwrap_or("?"),
                 f.get("reason").and_then(Value::as_str).unwrap_or("")
             ),
@@ -907,7 +912,7 @@ pub fn render_hosts(v: &Value) -> String {
                 name,
                 "-",
                 "unknown",
-                crate::localtime::text(f["since"].as_i64().unwrap_or(0)),
+                crate::localtime::text(crate::localtime::from_json(&f["since"]).unwrap_or(0)),
                 f["by"].as_str().unwrap_or("?"),
                 f["reason"].as_str().unwrap_or("")
             ));
@@ -1035,7 +1040,9 @@ mod tests {
     #[test]
     fn audit_shows_when_who_why_and_the_values_before_and_after() {
         let v = json!({ "rows": [
-            { "id": 2, "at": 1_795_963_760_i64, "action": "update", "node": "team-a", "who": "lead-a",
+            // API version 2: ISO 8601 with the service's offset, shown in
+            // the reader's local time; version 1's Unix seconds still read.
+            { "id": 2, "at": "2026-11-29T19:49:20+05:00", "action": "update", "node": "team-a", "who": "lead-a",
               "why": "rebalance",
               "old": { "name": "team-a", "parent": "org", "share": 0.7, "account": "a", "managers": ["lead-a"] },
               "new": { "name": "team-a", "parent": "org", "share": 0.6, "account": "a", "managers": ["lead-a"] } },

@@ -97,7 +97,7 @@ function render(d) {
     [{ color: "#9bc" }, { color: "#2a6" }]);
   const ab = document.querySelector("#actions-table tbody"); ab.innerHTML = "";
   for (const a of (d.actions || [])) {
-    const tr = row(ab, [new Date(a.at * 1000).toISOString().replace("T", " ").slice(0, 19), a.action,
+    const tr = row(ab, [String(a.at).replace("T", " ").slice(0, 19), a.action,
       a.job ?? "-", a.node ?? "-", a.cause_job ?? "-", a.rule ?? "-", fmt(a.lost_gpu_s, 0), a.ok ? "yes" : "FAILED"], "action-" + a.id);
     tr.title = a.detail;
   }
@@ -109,7 +109,7 @@ async function refresh() {
         .map(u => fetch(u).then(r => r.json())));
     const queue = await fetchQueue();
     const d = JSON.parse(document.getElementById("data").textContent);
-    d.tree = tree.nodes; d.window_s = tree.to - tree.from; d.capacity_gpus = tree.capacity_gpus;
+    d.tree = tree.nodes; d.window_s = tree.window_s; d.capacity_gpus = tree.capacity_gpus;
     d.gpu_weights = tree.gpu_weights;
     d.queue = queue.jobs; d.queue_total = queue.total; d.owed = owed.teams; d.actions = actions.rows;
     render(d);

@@ -55,11 +55,14 @@ pub fn data(state: &AppState, viewer: &crate::privacy::Viewer) -> serde_json::Va
             .filter(|p| viewer.sees_job(q.users.get(&p.job.job).map(String::as_str)))
             .count()
     };
-    json!({
+    let mut v = json!({
         "now": now, "window_s": week, "capacity_gpus": state.capacity(),
         "gpu_weights": state.config.gpu_weights,
         "tree": tree, "queue": rows, "queue_total": queue_total, "owed": owed, "actions": actions,
-    })
+    });
+    // Times as the API gives them (ISO 8601 local with offset).
+    crate::api::iso_times(&mut v);
+    v
 }
 
 pub async fn page(State(state): State<Arc<AppState>>, reader: crate::api::Reader) -> Response {

@@ -654,6 +654,7 @@ async fn openapi_documents_every_route_and_dashboard_renders_data() {
 #[tokio::test]
 async fn query_windows_out_of_range_are_400_never_a_panic() {
     use compass_budget::api::MAX_QUERY_TIME;
+    use compass_budget::localtime::iso;
     let (_s, _c, r) = seeded().await;
     let (min, max) = (i64::MIN, i64::MAX);
     let cases: Vec<(String, &str)> = vec![
@@ -691,8 +692,8 @@ async fn query_windows_out_of_range_are_400_never_a_panic() {
         .await;
         assert_eq!(st, StatusCode::OK, "{v}");
         assert_eq!(
-            (v["from"].as_i64(), v["to"].as_i64()),
-            (Some(0), Some(MAX_QUERY_TIME))
+            (v["from"].as_str(), v["to"].as_str()),
+            (Some(iso(0).as_str()), Some(iso(MAX_QUERY_TIME).as_str()))
         );
     }
 }
@@ -1187,4 +1188,69 @@ async fn proxy_identity_header_is_trusted_only_from_trusted_proxies() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("trusted_proxies"), "{e}");
+}
+
+/// API version 2 (issue 14): every time in a response is an ISO 8601 local
+/// date-time with its offset, durations are seconds in `_s` keys; query
+/// windows take either form.
+#[tokio::test]
+async fn times_in_responses_are_iso_8601_with_offset() {
+    use compass_budget::localtime::{iso, parse_iso};
+    let is_iso = |v: &Value| -> bool {
+        let Some(s) = v.as_str() else { return false };
+        let b = s.as_bytes();
+        s.len() == 25
+            && [4, 7].iter().all(|&i| b[i] == b'-')
+            && b[10] == b'T'
+            && [13, 16, 22].iter().all(|&i| b[i] == b':')
+            && (b[19] == b'+' || b[19] == b'-')
+            && parse_iso(s).is_some()
+    };
+    let (s, r) = two_users("").await;
+    let (_, doc) = call(&r, "GET", "/openapi.json", None, None).await;
+    assert_eq!(doc["info"]["version"], "2");
+    let q = call(&r, "GET", "/api/v1/queue", None, None).await.1;
+    assert!(is_iso(&q["at"]), "{q}");
+    assert_eq!(q["at"], iso(clock_now(&s)));
+    let t = call(&r, "GET", "/api/v1/tree", None, None).await.1;
+    assert!(is_iso(&t["from"]) && is_iso(&t["to"]), "{t}");
+    assert_eq!(t["window_s"], 3600, "durations: seconds in `_s` keys");
+    let u = call(&r, "GET", "/api/v1/usage", None, None).await.1;
+    assert!(is_iso(&u["from"]) && is_iso(&u["to"]), "{u}");
+    let a = call(&r, "GET", "/api/v1/audit", None, None).await.1;
+    assert!(is_iso(&a["rows"][0]["at"]), "{a}");
+    let act = call(&r, "GET", "/api/v1/actions", None, None).await.1;
+    let row = &act["rows"][0];
+    assert!(is_iso(&row["at"]) && is_iso(&row["run_start"]), "{act}");
+    assert_eq!(row["lost_gpu_s"], 10.0);
+    let jobs = call(&r, "GET", "/api/v1/jobs?user=bob", None, None).await.1;
+    assert!(
+        is_iso(&jobs["at"]) && is_iso(&jobs["running"][0]["start"]),
+        "{jobs}"
+    );
+    assert_eq!(jobs["running"][0]["min_runtime_s"], 600);
+    let why = call(&r, "GET", "/api/v1/queue/2", None, None).await.1;
+    assert!(is_iso(&why["at"]), "{why}");
+    let owed = call(&r, "GET", "/api/v1/reports/owed?days=1", None, None)
+        .await
+        .1;
+    assert!(is_iso(&owed["from"]) && is_iso(&owed["to"]), "{owed}");
+    let h = call(&r, "GET", "/healthz", None, None).await.1;
+    assert!(is_iso(&h["cycle"]["last_ok"]), "{h}");
+    // Query windows: Unix seconds or ISO 8601 (`+` escaped or not).
+    let now = clock_now(&s);
+    let from = iso(now - 1800);
+    for f in [from.clone(), from.replace('+', "%2B")] {
+        let (st, v) = call(&r, "GET", &format!("/api/v1/tree?from={f}"), None, None).await;
+        assert_eq!(
+            (st, v["window_s"].as_i64()),
+            (StatusCode::OK, Some(1800)),
+            "{f}: {v}"
+        );
+    }
+    let (st, v) = call(&r, "GET", "/api/v1/tree?from=yesterday", None, None).await;
+    assert_eq!(
+        (st, v["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("from"))
+    );
 }
