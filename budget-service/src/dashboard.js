@@ -39,6 +39,35 @@ function bars(svg, items, series) {
     });
   });
 }
+// days: [{from, to, nodes: [{node, charged_gpu_hours, budget_gpu_hours}]}],
+// oldest first. One row per team: a bar per day (charged), a dashed tick
+// per day (budget); rect ids usage-TEAM-DAY carry the exact GPU-hours.
+function renderUsage(days) {
+  const svg = document.getElementById("usage-chart");
+  svg.innerHTML = "";
+  const teams = [...new Set(days.flatMap(d => d.nodes.map(n => n.node)))];
+  const h = 34, left = 220, slot = 80, barW = 56;
+  const max = Math.max(1e-9, ...days.flatMap(d => d.nodes.flatMap(n => [n.charged_gpu_hours, n.budget_gpu_hours])));
+  svg.setAttribute("height", teams.length * (h + 6) + 24);
+  days.forEach((d, k) => {
+    svg.appendChild(el("text", { x: left + k * slot, y: 12, "font-size": 11 }, String(d.to).slice(5, 10)));
+  });
+  teams.forEach((t, i) => {
+    const y0 = 20 + i * (h + 6);
+    svg.appendChild(el("text", { x: 0, y: y0 + h - 8, "font-size": 12 }, t));
+    days.forEach((d, k) => {
+      const n = d.nodes.find(n => n.node === t) || { charged_gpu_hours: 0, budget_gpu_hours: 0 };
+      const x = left + k * slot;
+      const bh = n.charged_gpu_hours / max * h;
+      const r = el("rect", { id: `usage-${t}-${k}`, x: x, y: y0 + h - bh, width: barW, height: bh, fill: "#d62",
+        "data-gpu-hours": String(n.charged_gpu_hours) });
+      r.appendChild(el("title", {}, `${t}, day to ${d.to}: ${fmt(n.charged_gpu_hours, 1)} GPU-h charged, budget ${fmt(n.budget_gpu_hours, 1)}`));
+      svg.appendChild(r);
+      const by = y0 + h - n.budget_gpu_hours / max * h;
+      svg.appendChild(el("line", { x1: x - 4, x2: x + barW + 4, y1: by, y2: by, stroke: "#36c", "stroke-width": 2, "stroke-dasharray": "4 3" }));
+    });
+  });
+}
 // rows: the jobs of page `queuePage`; total: the whole queue's length.
 function renderQueue(rows, total) {
   const qb = document.querySelector("#queue-table tbody"); qb.innerHTML = "";
@@ -87,6 +116,7 @@ function render(d) {
     d.tree.map(n => ({ label: "\u00a0".repeat(2 * n.depth) + n.name,
       values: [n.allocation_gpus * hours, n.charged_gpu_hours, n.free_gpu_hours] })),
     [{ color: "#9bc" }, { color: "#d62" }, { color: "#ec9" }]);
+  renderUsage(d.usage_days || []);
   renderQueue(d.queue, d.queue_total);
   const ob = document.querySelector("#owed-table tbody"); ob.innerHTML = "";
   for (const t of d.owed) {
@@ -108,7 +138,15 @@ async function refresh() {
       ["api/v1/tree", "api/v1/reports/owed?days=30", "api/v1/actions?limit=20"]
         .map(u => fetch(u).then(r => r.json())));
     const queue = await fetchQueue();
+    // The usage chart: one /api/v1/usage window per day, ending at the tree's `to`.
+    const end = Math.floor(Date.parse(tree.to) / 1000);
+    const days = [];
+    for (let k = 6; k >= 0; k--) days.push([end - (k + 1) * 86400, end - k * 86400]);
+    const usage = await Promise.all(days.map(([f, t]) =>
+      fetch(`api/v1/usage?from=${f}&to=${t}`).then(r => r.json())));
     const d = JSON.parse(document.getElementById("data").textContent);
+    d.usage_days = usage.map(u => ({ from: u.from, to: u.to,
+      nodes: u.nodes.filter(n => tree.nodes.some(t => t.name === n.node && t.account)) }));
     d.tree = tree.nodes; d.window_s = tree.window_s; d.capacity_gpus = tree.capacity_gpus;
     d.gpu_weights = tree.gpu_weights;
     d.queue = queue.jobs; d.queue_total = queue.total; d.owed = owed.teams; d.actions = actions.rows;

@@ -3,7 +3,8 @@
 //! and refreshes from the API every 30 s: the tree with allocation against
 //! 7-day usage per node, the queue with its sort metric, and owed versus
 //! delivered GPU-hours per team over 30 days, and the latest enforcement
-//! actions (preemptions, drains) with their cause and rule. Every URL the
+//! actions (preemptions, drains) with their cause and rule, and each
+//! team's charged usage per day over the last week against its budget. Every URL the
 //! page uses is relative, so it works behind a proxy under a path prefix.
 
 use axum::extract::State;
@@ -23,6 +24,35 @@ const SCRIPT: &str = include_str!("dashboard.js");
 pub const QUEUE_PAGE: usize = 50;
 
 /// The data the page renders (same shapes as the API responses).
+/// Days of the usage-over-time chart.
+pub const USAGE_DAYS: i64 = 7;
+
+/// Charged usage and budget per team (nodes with an account) for each of
+/// the last [`USAGE_DAYS`] days ending `now`, oldest first, in the shape of
+/// `GET /api/v1/usage?from=&to=` (which the page's refresh asks for).
+fn usage_days(state: &AppState, now: i64) -> Vec<serde_json::Value> {
+    (0..USAGE_DAYS)
+        .rev()
+        .map(|k| {
+            let (from, to) = (now - (k + 1) * 86400, now - k * 86400);
+            let nodes: Vec<_> = match state.stats(from, to) {
+                Ok(Some((tree, _usage, stats))) => (tree.subtree(tree.root()).into_iter())
+                    .filter(|ix| tree.node(*ix).account.is_some())
+                    .map(|ix| {
+                        json!({
+                            "node": tree.node(ix).name,
+                            "charged_gpu_hours": stats[ix].usage.charged_gpu_s / 3600.0,
+                            "budget_gpu_hours": stats[ix].budget_gpu_s / 3600.0,
+                        })
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            json!({ "from": from, "to": to, "nodes": nodes })
+        })
+        .collect()
+}
+
 /// With `PrivateData=jobs`, only the queue rows and actions `viewer` may
 /// see ([`crate::privacy`]).
 pub fn data(state: &AppState, viewer: &crate::privacy::Viewer) -> serde_json::Value {
@@ -55,10 +85,12 @@ pub fn data(state: &AppState, viewer: &crate::privacy::Viewer) -> serde_json::Va
             .filter(|p| viewer.sees_job(q.users.get(&p.job.job).map(String::as_str)))
             .count()
     };
+    let usage_days = usage_days(state, now);
     let mut v = json!({
         "now": now, "window_s": week, "capacity_gpus": state.capacity(),
         "gpu_weights": state.config.gpu_weights,
         "tree": tree, "queue": rows, "queue_total": queue_total, "owed": owed, "actions": actions,
+        "usage_days": usage_days,
     });
     // Times as the API gives them (ISO 8601 local with offset).
     crate::api::iso_times(&mut v);

@@ -4,8 +4,10 @@
 //! nginx's `location /compass/ { proxy_pass http://daemon/; }`: a small proxy
 //! in this test strips the prefix and answers 404 outside it), first with its
 //! embedded data, then through the API refresh path, the numbers shown
-//! checked against hand-computed values, and a
-//! screenshot saved to `$CARGO_TARGET_TMPDIR/budget-dashboard.png`.
+//! checked against hand-computed values, and screenshots (`dashboard.png`,
+//! `dashboard-queue-page-2.png`) saved to `$COMPASS_SCREENSHOT_DIR` if set
+//! (the docs' images in `docs/images/` come from there), else to
+//! `$CARGO_TARGET_TMPDIR`.
 
 mod common;
 
@@ -142,6 +144,21 @@ fn cells(dom: &str, id: &str) -> Vec<String> {
                 .replace('\u{a0}', " ")
                 .trim()
                 .to_string()
+        })
+        .collect()
+}
+
+/// The charged GPU-hours of the usage chart's bars of `team`, oldest day
+/// first (`data-gpu-hours` of `<rect id="usage-TEAM-K">`).
+fn usage_bars(dom: &str, team: &str) -> Vec<f64> {
+    (0..7)
+        .map(|k| {
+            let at = dom
+                .find(&format!("id=\"usage-{team}-{k}\""))
+                .unwrap_or_else(|| panic!("usage bar {team} {k} not drawn"));
+            let tag = &dom[at..at + dom[at..].find('>').unwrap()];
+            let v = &tag[tag.find("data-gpu-hours=\"").unwrap() + 16..];
+            v[..v.find('"').unwrap()].parse().unwrap()
         })
         .collect()
 }
@@ -368,21 +385,61 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
     );
     assert_eq!(cells(&dom, "owed-vision")[1..], ["96.0", "48.0", "50.0%"]);
     assert!(dom.contains("<rect"), "charts drawn");
-
-    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("budget-dashboard.png");
-    let _ = std::fs::remove_file(&shot);
-    chromium(
-        profile.path(),
-        &[
-            format!("--screenshot={}", shot.display()),
-            "--window-size=1280,1800".to_string(),
-            "--hide-scrollbars".to_string(),
-        ],
-        &proxy.url,
-    );
-    let png = std::fs::read(&shot).expect("screenshot written");
+    // Usage over time: one bar per day over the last 7 days; nlp-a's 47 h
+    // on 8 GPUs and vision's 24 h on 2 all fall inside them, whatever the
+    // day boundaries, in the embedded data and through /api/v1/usage.
+    for page in [&embedded, &dom] {
+        let nlp = usage_bars(page, "team-nlp-a");
+        assert!((nlp.iter().sum::<f64>() - 376.0).abs() < 0.01, "{nlp:?}");
+        assert!(
+            nlp[..4].iter().all(|h| *h == 0.0),
+            "older days are empty: {nlp:?}"
+        );
+        let vision = usage_bars(page, "vision");
+        assert!(
+            (vision.iter().sum::<f64>() - 48.0).abs() < 0.01,
+            "{vision:?}"
+        );
+        assert!(
+            usage_bars(page, "platform").iter().all(|h| *h == 0.0),
+            "free time is not charged"
+        );
+    }
     assert!(
-        png.len() > 10_000 && png.starts_with(b"\x89PNG"),
-        "screenshot is a real PNG"
+        (proxy.seen.lock().unwrap().iter()).any(|p| p.starts_with("/api/v1/usage?from=")),
+        "the refresh reads usage windows from the API"
     );
+
+    // Screenshots: into $COMPASS_SCREENSHOT_DIR when set (the docs'
+    // images, docs/images/, come from here), else the target's tmp dir.
+    let dir = std::env::var_os("COMPASS_SCREENSHOT_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).to_path_buf());
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, query, size) in [
+        ("dashboard.png", "", "1280,2000"),
+        (
+            "dashboard-queue-page-2.png",
+            "?queue_page_size=2&queue_page=2",
+            "1280,2000",
+        ),
+    ] {
+        let shot = dir.join(name);
+        let _ = std::fs::remove_file(&shot);
+        chromium(
+            profile.path(),
+            &[
+                format!("--screenshot={}", shot.display()),
+                format!("--window-size={size}"),
+                "--hide-scrollbars".to_string(),
+                "--virtual-time-budget=5000".to_string(),
+            ],
+            &format!("{}{query}", proxy.url),
+        );
+        let png = std::fs::read(&shot).expect("screenshot written");
+        assert!(
+            png.len() > 10_000 && png.starts_with(b"\x89PNG"),
+            "{name} is a real PNG"
+        );
+    }
 }
