@@ -78,7 +78,7 @@ pub async fn serve(state: Arc<AppState>) -> Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, db = %state.config.db.display(), "compass-budgetd listening");
     if !addr.ip().is_loopback() {
-        tracing::warn!(%addr, "listening beyond loopback; reads are unauthenticated");
+        tracing::warn!(%addr, "listening beyond loopback; reads are open to anyone unless PrivateData applies ([reads])");
     }
     let stop = Arc::new(AtomicBool::new(false));
     let cycle: Option<std::thread::JoinHandle<()>> = match state.config.slurm {
