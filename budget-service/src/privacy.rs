@@ -1,7 +1,8 @@
 //! Who may read what: Slurm's `PrivateData` applied to the API's reads.
 //!
 //! compass-budgetd follows the cluster's own rule (slurm.conf `PrivateData`,
-//! read at start and on SIGHUP, or `[reads] private_data` of its config):
+//! read at start, on SIGHUP and when the file changes, or `[reads]
+//! private_data` of its config):
 //!
 //! - `jobs`: a user sees only their own jobs in the queue, in
 //!   `GET /api/v1/queue/{job}`, in `GET /api/v1/jobs` and in the
@@ -74,6 +75,13 @@ pub struct SlurmReadConf {
     pub private: PrivateData,
     /// `SlurmUser` (Slurm's default: root).
     pub slurm_user: Option<String>,
+    /// The files read (slurm.conf and its includes) with their modification
+    /// times, to notice an edit ([`ReadPolicy::changed`]).
+    pub files: Vec<(PathBuf, Option<std::time::SystemTime>)>,
+}
+
+fn mtime(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 /// Reads `PrivateData` and `SlurmUser` from slurm.conf, following
@@ -86,6 +94,7 @@ pub fn read_slurm_conf(path: &Path) -> Result<SlurmReadConf> {
 }
 
 fn read_conf_into(path: &Path, out: &mut SlurmReadConf, depth: u32) -> Result<()> {
+    out.files.push((path.to_path_buf(), mtime(path)));
     let text = std::fs::read_to_string(path).map_err(|e| BudgetError::Config {
         path: path.display().to_string(),
         why: format!("reading PrivateData: {e}"),
@@ -125,8 +134,10 @@ fn read_conf_into(path: &Path, out: &mut SlurmReadConf, depth: u32) -> Result<()
 pub struct ReadPolicy {
     pub private: PrivateData,
     pub slurm_user: Option<String>,
-    /// Where `private` comes from (for the logs and `/healthz`).
+    /// Where `private` comes from (for the logs).
     pub source: String,
+    /// slurm.conf and its includes as read (empty when set in the config).
+    pub files: Vec<(PathBuf, Option<std::time::SystemTime>)>,
 }
 
 impl ReadPolicy {
@@ -147,6 +158,7 @@ impl ReadPolicy {
                 private: PrivateData::parse(&setting),
                 slurm_user: None,
                 source: "[reads] private_data".into(),
+                files: Vec::new(),
             };
         }
         let path = crate::slurm::libslurm::LibSlurm::new(config.slurm_conf.clone()).conf_path();
@@ -155,6 +167,7 @@ impl ReadPolicy {
                 private: c.private,
                 slurm_user: c.slurm_user,
                 source: path.display().to_string(),
+                files: c.files,
             },
             Err(e) => {
                 tracing::error!(error = %e, "cannot read PrivateData; jobs and the audit trail are private until it can be read (SIGHUP re-reads)");
@@ -165,9 +178,17 @@ impl ReadPolicy {
                     },
                     slurm_user: None,
                     source: format!("{} (unreadable)", path.display()),
+                    files: vec![(path.clone(), mtime(&path))],
                 }
             }
         }
+    }
+
+    /// Has slurm.conf (or an included file) changed since it was read?
+    /// The service re-reads it then, so an edit followed by `scontrol
+    /// reconfigure` takes effect without a restart.
+    pub fn changed(&self) -> bool {
+        self.files.iter().any(|(p, t)| mtime(p) != *t)
     }
 
     /// Does `user` see everything (admins, root, SlurmUser, operators)?
@@ -271,6 +292,26 @@ mod tests {
         assert_eq!(c.private.text(), "jobs,accounts", "the later line wins");
         assert_eq!(c.slurm_user.as_deref(), Some("slurm"));
         assert!(read_slurm_conf(&dir.join("missing.conf")).is_err());
+        // An edit of an included file is noticed.
+        let config = Config::parse(
+            &format!(
+                "db = \":memory:\"\ncapacity_gpus = 1\nslurm_conf = \"{}\"\n[reads]\nprivate_data = \"slurm\"\n",
+                dir.join("slurm.conf").display()
+            ),
+            "t",
+        )
+        .unwrap();
+        let p = ReadPolicy::load(&config);
+        assert_eq!(
+            (p.private.text(), p.files.len(), p.changed()),
+            ("jobs,accounts".into(), 2, false)
+        );
+        let f = std::fs::File::options()
+            .append(true)
+            .open(dir.join("extra.conf"))
+            .unwrap();
+        f.set_modified(std::time::SystemTime::UNIX_EPOCH).unwrap();
+        assert!(p.changed());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -127,18 +127,30 @@ pub async fn serve(state: Arc<AppState>) -> Result<()> {
     Ok(())
 }
 
-/// SIGHUP re-reads slurm.conf's `PrivateData` (run it after
-/// `scontrol reconfigure`; `systemctl reload compass-budgetd`).
+/// Re-reads slurm.conf's `PrivateData` on SIGHUP (`systemctl reload
+/// compass-budgetd`) and when slurm.conf or an included file changes
+/// (checked every [`READS_POLL`]), off the runtime.
 async fn reload_on_sighup(state: Arc<AppState>) {
     use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        return;
-    };
-    while hup.recv().await.is_some() {
+    let mut hup = signal(SignalKind::hangup()).ok();
+    let mut tick = tokio::time::interval(READS_POLL);
+    loop {
+        let forced = tokio::select! {
+            Some(()) = async { hup.as_mut()?.recv().await } => true,
+            _ = tick.tick() => false,
+        };
         let st = state.clone();
-        let _ = tokio::task::spawn_blocking(move || st.reload_reads()).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            if forced || st.read_policy().changed() {
+                st.reload_reads();
+            }
+        })
+        .await;
     }
 }
+
+/// How often slurm.conf's modification time is checked for `PrivateData`.
+const READS_POLL: std::time::Duration = std::time::Duration::from_secs(30);
 
 async fn shutdown_signal() {
     let ctrl_c = async {

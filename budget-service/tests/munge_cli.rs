@@ -768,3 +768,62 @@ fn why_me_lists_own_jobs_and_private_data_hides_others() {
     .unwrap();
     assert_eq!(v["total"], 0, "{v}");
 }
+
+/// `private_data = "slurm"`: the daemon follows slurm.conf's PrivateData,
+/// and re-reads it on SIGHUP (`systemctl reload`): jobs visible to an
+/// anonymous reader become private without a restart.
+#[test]
+fn private_data_from_slurm_conf_is_reread_on_sighup() {
+    use compass_budget::slurm::{SlurmJob, SlurmSnapshot};
+    use compass_core::model::JobId;
+    let dir = TempDir::new("reads-hup");
+    let snap = SlurmSnapshot {
+        pending: vec![SlurmJob {
+            user: "alice".into(),
+            ..SlurmJob::basic(JobId(7), "acct", 1, 600, false, 0, 1)
+        }],
+        ..SlurmSnapshot::default()
+    };
+    std::fs::write(
+        dir.path().join("slurm.json"),
+        serde_json::to_string(&snap).unwrap(),
+    )
+    .unwrap();
+    let slurm_conf = dir.path().join("slurm.conf");
+    std::fs::write(&slurm_conf, "ClusterName=lab\nPrivateData=usage\n").unwrap();
+    let cfg = dir.path().join("budgetd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "db = \"{}\"\ncapacity_gpus = 8\nslurm = \"file\"\nslurm_file = \"{}\"\ncycle_s = 1\n\
+             slurm_conf = \"{}\"\n[protection]\nenforce = false\n[reads]\nprivate_data = \"slurm\"\n",
+            dir.path().join("budget.db").display(),
+            dir.path().join("slurm.json").display(),
+            slurm_conf.display()
+        ),
+    )
+    .unwrap();
+    let mut d = Daemon::start(&cfg, free_port());
+    let total = || -> serde_json::Value {
+        let body = ureq::get(&format!("{}/api/v1/queue", d.url))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["total"].clone()
+    };
+    let wait = |want: u64, what: &str| {
+        let start = std::time::Instant::now();
+        while total() != want {
+            assert!(start.elapsed().as_secs() < 20, "{what}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    wait(1, "PrivateData=usage: an anonymous reader sees the job");
+    std::fs::write(&slurm_conf, "ClusterName=lab\nPrivateData=usage,jobs\n").unwrap();
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(d.child.id() as i32, libc::SIGHUP) };
+    wait(0, "after SIGHUP, PrivateData=jobs hides it");
+    assert!(d.terminate().success(), "SIGHUP did not stop the daemon");
+}
