@@ -270,6 +270,9 @@ impl Cycle {
             factors: factor_map,
             weights: job_weights,
             weighted: !weights.is_uniform(),
+            users: (snap.pending.iter())
+                .map(|j| (j.job, j.user.clone()))
+                .collect(),
             ..QueueView::default()
         });
         self.observe(&snap, tree.as_ref(), elapsed);

@@ -24,6 +24,11 @@ pub mod libslurm;
 pub struct SlurmJob {
     pub job: JobId,
     pub account: String,
+    /// The job's owner: Slurm's user name (from its `user_id` when Slurm
+    /// sends no name); empty when the source does not say. PrivateData
+    /// filters and `compass why --me` read it.
+    #[serde(default)]
+    pub user: String,
     /// Total GPUs of the job.
     pub gpus: u32,
     /// From the SPANK `--min-runtime` option (0: unallocated time).
@@ -90,6 +95,7 @@ impl SlurmJob {
         SlurmJob {
             job,
             account: account.to_string(),
+            user: String::new(),
             gpus,
             min_runtime_s,
             resumable,

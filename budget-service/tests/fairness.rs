@@ -92,6 +92,7 @@ fn seventy_thirty_budgets_get_seventy_thirty_of_charged_time() {
                 slurm.put(SlurmJob {
                     job: JobId(next_id),
                     account: acct.into(),
+                    user: String::new(),
                     gpus: 1,
                     min_runtime_s: 600,
                     resumable: true,

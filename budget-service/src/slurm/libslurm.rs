@@ -496,9 +496,22 @@ pub fn priority_offset(r: &RawJob) -> Option<i64> {
     (extra.abs() > 1).then_some(extra)
 }
 
+/// The owner of a job: Slurm's `user_name` when it sends one, else the
+/// passwd name of `user_id` (looked up once per UID per snapshot).
+fn job_user(r: &RawJob, names: &mut HashMap<u32, String>) -> String {
+    if !r.user_name.is_empty() {
+        return r.user_name.clone();
+    }
+    names
+        .entry(r.user_id)
+        .or_insert_with(|| crate::auth::user_name(r.user_id))
+        .clone()
+}
+
 /// Sorts the jobs of one `slurm_load_jobs` into pending, running and ended.
 pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
     let mut s = SlurmSnapshot::default();
+    let mut names = HashMap::new();
     for r in jobs {
         let pending = r.state == JOB_PENDING;
         let running = r.state == JOB_RUNNING || r.state == JOB_SUSPENDED;
@@ -554,6 +567,7 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
             gpu_types,
             tier: 0,
             account: r.account.clone(),
+            user: job_user(r, &mut names),
             gpus,
             min_runtime_s: flags.min_runtime_s,
             resumable: flags.resumable,
@@ -931,6 +945,18 @@ mod tests {
         // tres_req_str wins when it names GPUs.
         r.tres_req_str = "cpu=1,node=3,gres/gpu=4".into();
         assert_eq!(snapshot_of(&[r]).pending[0].gpus, 4);
+    }
+
+    #[test]
+    fn the_jobs_user_is_slurms_name_else_the_passwd_name_of_its_uid() {
+        let mut named = raw(1, JOB_PENDING);
+        (named.user_id, named.user_name) = (4242, "alice".into());
+        // 22.05 sends no user_name: the passwd name of user_id (0 is root).
+        let mut root = raw(2, JOB_PENDING);
+        root.user_id = 0;
+        let s = snapshot_of(&[named, root]);
+        let users: Vec<&str> = s.pending.iter().map(|j| j.user.as_str()).collect();
+        assert_eq!(users, ["alice", "root"]);
     }
 
     #[test]
