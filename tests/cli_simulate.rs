@@ -558,3 +558,40 @@ fn bad_node_specs_are_usage_errors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("mixed cluster"), "{err}");
 }
+
+/// `compass compare` shares the trace options: a mixed `--nodes` gives the
+/// per-pool table in compare.md and `pools` in compare.json.
+#[test]
+fn compare_on_a_mixed_cluster_writes_the_per_pool_table() {
+    let s = Scratch::new("mixedcmp");
+    let trace = s.file("t.csv", &site_trace());
+    let out_dir = s.0.join("out");
+    let out = compass(&[
+        "compare",
+        "--trace",
+        path(&trace),
+        "--nodes",
+        "8x8:a100,4x4:l40s,2x2",
+        "--policies",
+        "compass,best-fit",
+        "--out",
+        path(&out_dir),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = std::fs::read_to_string(out_dir.join("compare.md")).unwrap();
+    assert!(md.contains("mixed cluster 8x8:a100,4x4:l40s,2x2"), "{md}");
+    assert!(md.contains("Per pool:"), "{md}");
+    for row in ["| compass | 8xa100 | 8 |", "| best-fit | 2xgpu | 2 |"] {
+        assert!(md.contains(row), "{row}: {md}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("compare.json")).unwrap())
+            .unwrap();
+    for o in json.as_array().unwrap() {
+        assert_eq!(o["result"]["pools"].as_array().unwrap().len(), 3, "{o}");
+    }
+}
