@@ -527,6 +527,14 @@ pub fn simulate_mixed(
         };
         let mut r = simulate_named(name, jobs, &cfg, opts, obs)?;
         r.cluster = nodes.label();
+        // the pool's name as the select plugin names it (`8xa100`)
+        if let (Some(pool), Some(class)) = (r.pools.first_mut(), nodes.classes.first()) {
+            pool.name = format!(
+                "{}x{}",
+                class.gpus,
+                class.gpu_type.as_deref().unwrap_or("gpu")
+            );
+        }
         return Ok(r);
     }
     let mut policy = build_mixed(name, nodes, opts)?;

@@ -1179,6 +1179,11 @@ fn jobs_no_pool_can_hold_are_counted_and_oversized_instances_refused() {
         let r = simulate_mixed(name, &jobs, &nodes, &cfg, &opts, &mut NoObserver).unwrap();
         assert_eq!((r.jobs, r.unschedulable), (1, 1), "{name}");
     }
+    // one typed pool: replayed as identical nodes, named as the plugin does
+    let one = ClusterNodes::parse("3x8:h100", 8).unwrap();
+    let r = simulate_mixed("compass", &jobs, &one, &cfg, &opts, &mut NoObserver).unwrap();
+    assert_eq!((r.cluster.as_str(), r.pools.len()), ("3x8:h100", 1));
+    assert_eq!((r.pools[0].name.as_str(), r.jobs), ("8xh100", 2));
     // an instance larger than every node: a clear error naming the job
     let small = ClusterNodes::parse("2x4,1x2", 8).unwrap();
     let e = simulate_mixed(
