@@ -393,9 +393,13 @@ pub async fn viewer_of(state: &Arc<AppState>, reader: Reader) -> ApiResult<Viewe
     blocking(state, move |st| reader.viewer(st)).await
 }
 
-/// The owner of a pending (last order) or running (last snapshot) job.
+/// The owner of a pending (last order) or running (last snapshot) job, or
+/// of an ended one (the ledger's `user`, schema 5; `None` for runs recorded
+/// before it, which only admins and operators see).
 pub fn job_owner(state: &AppState, q: &crate::state::QueueView, job: u64) -> Option<String> {
-    (q.users.get(&JobId(job)).cloned()).or_else(|| state.running_job(job).map(|j| j.user))
+    (q.users.get(&JobId(job)).cloned())
+        .or_else(|| state.running_job(job).map(|j| j.user))
+        .or_else(|| state.db().job_user(JobId(job)).ok().flatten())
 }
 
 /// The actions `viewer` may see: with `PrivateData=jobs`, those whose
@@ -1018,9 +1022,13 @@ async fn get_queue(
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
+/// At most this many ended runs in `GET /api/v1/jobs`.
+const USER_ENDED_MAX: usize = 100;
+
 /// `GET /api/v1/jobs?user=NAME`: a user's pending jobs (their queue rows,
-/// why each waits) and running jobs (protected until when, or why they may
-/// be preempted): what `compass why --me` prints. With `PrivateData=jobs`
+/// why each waits), running jobs (protected until when, or why they may
+/// be preempted) and runs that ended within the usage window (newest first,
+/// at most [`USER_ENDED_MAX`]): what `compass why --me` prints. With `PrivateData=jobs`
 /// only the user themselves, admins and operators may ask.
 async fn get_user_jobs(
     State(state): State<Arc<AppState>>,
@@ -1065,10 +1073,21 @@ async fn get_user_jobs(
                 "enforcement": enforcement_text(state, j.job.0, &actions),
             }));
         }
-        Ok(
-            api_json(json!({ "at": q.at, "user": user, "pending": pending, "running": run_rows }))
-                .into_response(),
+        // Runs that ended within the usage window, from the ledger.
+        let since = state.now() - state.config.window_s;
+        let ended: Vec<_> = (state.db().ended_runs_of(&user, since, USER_ENDED_MAX)?)
+            .into_iter()
+            .map(|iv| {
+                json!({
+                    "job": iv.job, "account": iv.account, "gpus": iv.gpus, "start": iv.start,
+                    "end": iv.end, "kind": iv.kind, "weight": iv.weight,
+                })
+            })
+            .collect();
+        Ok(api_json(
+            json!({ "at": q.at, "user": user, "pending": pending, "running": run_rows, "ended": ended }),
         )
+        .into_response())
     })
     .await
 }

@@ -180,6 +180,7 @@ impl Cycle {
         let (tree, usage) = {
             let mut db = self.state.db();
             let r = db.ingest_observed(&observed, now)?;
+            db.record_job_users(&run_users(&snap))?;
             rep.ingested = r.inserted;
             rep.closed = r.closed + db.close_vanished(&running)?;
             let mut d: Vec<(String, f64)> = demand.into_iter().collect();
@@ -331,6 +332,14 @@ impl Cycle {
             }
         }
     }
+}
+
+/// `(job, run start, user)` of the snapshot's runs, for the ledger (who may
+/// read a job after it has ended under `PrivateData=jobs`).
+fn run_users(snap: &crate::slurm::SlurmSnapshot) -> Vec<(JobId, i64, String)> {
+    (snap.running.iter().chain(snap.ended.iter()))
+        .filter_map(|j| j.start.map(|s| (j.job, s, j.user.clone())))
+        .collect()
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0002_enforcement.sql"),
     include_str!("../../sql/0003_enforcement_identity.sql"),
     include_str!("../../sql/0004_gpu_weights.sql"),
+    include_str!("../../sql/0005_job_user.sql"),
 ];
 
 /// The newest schema version this build knows.
@@ -439,6 +440,56 @@ impl Db {
                 row_interval,
             )
             .optional()?)
+    }
+
+    /// Records the Slurm user of runs already in the ledger (from the same
+    /// snapshot as [`Db::ingest_observed`]): `(job, run start, user)`. The
+    /// first user recorded for a run is kept.
+    pub fn record_job_users(&mut self, runs: &[(JobId, UnixSecs, String)]) -> Result<usize> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut n = 0;
+        {
+            let mut st = tx.prepare(
+                "UPDATE intervals SET user = ?3 WHERE job = ?1 AND start = ?2 AND user IS NULL",
+            )?;
+            for (job, start, user) in runs.iter().filter(|r| !r.2.is_empty()) {
+                n += st.execute(params![job.0 as i64, start, user])?;
+            }
+        }
+        tx.commit()?;
+        Ok(n)
+    }
+
+    /// The user of a job's latest run, if the ledger knows it (`None` for
+    /// runs recorded before schema 5, or ingested through the API).
+    pub fn job_user(&self, job: JobId) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT user FROM intervals WHERE job = ?1 ORDER BY start DESC LIMIT 1",
+                params![job.0 as i64],
+                |r| r.get::<_, Option<String>>(0),
+            )
+            .optional()?
+            .flatten())
+    }
+
+    /// A user's ended runs that ended at or after `since`, newest first.
+    pub fn ended_runs_of(
+        &self,
+        user: &str,
+        since: UnixSecs,
+        limit: usize,
+    ) -> Result<Vec<Interval>> {
+        let mut st = self.conn.prepare(
+            "SELECT job, start, account, gpus, end_time, kind, weight FROM intervals
+             WHERE user = ?1 AND end_time IS NOT NULL AND end_time >= ?2
+             ORDER BY end_time DESC, job DESC LIMIT ?3",
+        )?;
+        let rows = st.query_map(params![user, since, limit as i64], row_interval)?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
     /// Number of intervals stored.
