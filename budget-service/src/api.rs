@@ -17,14 +17,14 @@ use compass_core::model::JobId;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::auth::{request_payload, Policy, SCHEME};
 use crate::error::BudgetError;
 use crate::localtime;
-use crate::privacy::{PrivateData, Viewer};
+use crate::privacy::{PrivateData, UsageScope, Viewer};
 use crate::state::AppState;
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -420,6 +420,53 @@ pub fn visible_actions(
         .collect()
 }
 
+/// Whose per-team usage `viewer` may see: all teams' unless
+/// `PrivateData=usage` applies to them; then the teams they manage and the
+/// teams of the accounts they have jobs under (pending, running, or ended
+/// in the ledger), none for an anonymous reader ([`UsageScope::of_user`]).
+pub fn usage_scope(state: &AppState, viewer: &Viewer) -> Result<UsageScope, BudgetError> {
+    if viewer.all || !viewer.private.usage {
+        return Ok(UsageScope::All);
+    }
+    let Some(user) = viewer.user.as_deref() else {
+        return Ok(UsageScope::Teams(Default::default()));
+    };
+    let Some(tree) = state.db().load_tree()? else {
+        return Ok(UsageScope::Teams(Default::default()));
+    };
+    let mut accounts: BTreeSet<String> = (state.db().accounts_of_user(user)?).into_iter().collect();
+    let q = state.queue();
+    for p in &q.order {
+        if q.users.get(&p.job.job).is_some_and(|u| u == user) {
+            accounts.insert(p.job.account.to_ascii_lowercase());
+        }
+    }
+    let seen = state.seen.lock().unwrap_or_else(|e| e.into_inner());
+    for j in seen.running.values().filter(|j| j.user == user) {
+        accounts.insert(j.account.to_ascii_lowercase());
+    }
+    drop(seen);
+    Ok(UsageScope::of_user(&tree, user, &accounts))
+}
+
+/// A tree node's usage hidden (`PrivateData=usage`): its GPU-hours and
+/// ratio are null, `usage_hidden` true.
+pub fn hide_usage(scope: &UsageScope, nodes: Vec<crate::state::NodeView>) -> serde_json::Value {
+    (nodes.into_iter())
+        .map(|n| {
+            let hidden = !scope.sees(&n.name);
+            let mut v = serde_json::to_value(n).unwrap_or_default();
+            if hidden {
+                for k in ["charged_gpu_hours", "free_gpu_hours", "ratio"] {
+                    v[k] = serde_json::Value::Null;
+                }
+                v["usage_hidden"] = json!(true);
+            }
+            v
+        })
+        .collect()
+}
+
 fn policy(state: &AppState) -> Policy<'_> {
     Policy {
         admins: &state.config.admins,
@@ -601,10 +648,12 @@ async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
 async fn get_tree(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
         let (from, to) = window(state, &q)?;
-        let nodes = state.tree_view(from, to)?;
+        let nodes = hide_usage(&usage_scope(state, &viewer)?, state.tree_view(from, to)?);
         Ok(api_json(
             json!({ "from": from, "to": to, "window_s": to - from, "capacity_gpus": state.capacity(),
                     "gpu_weights": state.config.gpu_weights, "nodes": nodes }),
@@ -617,9 +666,12 @@ async fn get_tree(
 async fn get_usage(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
     let (from, to) = window(state, &q)?;
+    let scope = usage_scope(state, &viewer)?;
     let Some((tree, usage, stats)) = state.stats(from, to)? else {
         return Ok(api_json(json!({ "from": from, "to": to, "nodes": [] })).into_response());
     };
@@ -632,8 +684,19 @@ async fn get_usage(
             .ok_or_else(|| BudgetError::field("node", format!("unknown team `{n}`")))?],
         None => tree.subtree(tree.root()),
     };
+    // PrivateData=usage: only the teams the reader may see; a team asked
+    // for by name that they may not see is refused.
+    if let [ix] = nodes[..] {
+        if (q.contains_key("account") || q.contains_key("node")) && !scope.sees(&tree.node(ix).name) {
+            return Err(BudgetError::Forbidden {
+                what: format!("user `{}` reading the usage of `{}`", viewer.name(), tree.node(ix).name),
+                why: "PrivateData=usage: usage is shown to admins, operators, the team's managers and users of its account".into(),
+            });
+        }
+    }
     let rows: Vec<_> = nodes
         .into_iter()
+        .filter(|ix| scope.sees(&tree.node(*ix).name))
         .map(|ix| {
             let s = &stats[ix];
             json!({
@@ -646,10 +709,10 @@ async fn get_usage(
         })
         .collect();
     let unb = fairshare::unbudgeted_usage(&tree, &usage);
-    Ok(api_json(json!({
-        "from": from, "to": to, "nodes": rows,
-        "unbudgeted": { "charged_gpu_hours": unb.charged_gpu_s / 3600.0, "free_gpu_hours": unb.free_gpu_s / 3600.0 }
-    }))
+    let unbudgeted = (scope == UsageScope::All).then(|| {
+        json!({ "charged_gpu_hours": unb.charged_gpu_s / 3600.0, "free_gpu_hours": unb.free_gpu_s / 3600.0 })
+    });
+    Ok(api_json(json!({ "from": from, "to": to, "nodes": rows, "unbudgeted": unbudgeted }))
     .into_response())
     })
     .await
@@ -658,7 +721,9 @@ async fn get_usage(
 async fn get_node(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
         let now = state.now();
         let nodes = state.tree_view(now - state.config.window_s, now)?;
@@ -666,7 +731,8 @@ async fn get_node(
             .into_iter()
             .find(|n| n.name == name)
             .ok_or_else(|| BudgetError::NotFound(format!("team `{name}`")))?;
-        Ok(api_json(n).into_response())
+        let n = hide_usage(&usage_scope(state, &viewer)?, vec![n]);
+        Ok(api_json(&n[0]).into_response())
     })
     .await
 }
@@ -1339,7 +1405,9 @@ async fn host_repaired(
 async fn owed(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
         let days = query_i64(&q, "days")?.unwrap_or(30);
         if !(1..=366).contains(&days) {
@@ -1347,7 +1415,10 @@ async fn owed(
         }
         let to = state.now();
         let from = to - days * 86400;
-        let rows = state.owed_report(from, to)?;
+        let mut rows = state.owed_report(from, to)?;
+        // PrivateData=usage: the teams the reader may see.
+        let scope = usage_scope(state, &viewer)?;
+        rows.retain(|r| scope.sees(&r.team));
         let owed: f64 = rows.iter().map(|r| r.owed_gpu_hours).sum();
         let capped: f64 = rows
             .iter()

@@ -476,6 +476,15 @@ impl Db {
             .flatten())
     }
 
+    /// The accounts (lower case) of every run of `user` in the ledger.
+    pub fn accounts_of_user(&self, user: &str) -> Result<Vec<String>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT DISTINCT lower(account) FROM intervals WHERE user = ?1")?;
+        let rows = st.query_map(params![user], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
     /// A user's ended runs that ended at or after `since`, newest first.
     pub fn ended_runs_of(
         &self,
