@@ -1055,6 +1055,47 @@ mod tests {
         assert_eq!(t.node(t.leaf_for_account("acct-a").unwrap()).name, "c");
     }
 
+    /// Schema 5 on a real file at schema 4: its runs keep a NULL user
+    /// (admins only) unless the service sees them again; new runs get
+    /// theirs, the first one recorded wins.
+    #[test]
+    fn schema_5_upgrade_leaves_old_runs_without_a_user() {
+        let dir = std::env::temp_dir().join(format!("compass-budget-db5-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("b.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            for (i, sql) in MIGRATIONS[..4].iter().enumerate() {
+                c.execute_batch(sql).unwrap();
+                c.execute_batch(&format!("PRAGMA user_version={}", i + 1))
+                    .unwrap();
+            }
+            c.execute_batch(
+                "INSERT INTO intervals (job, start, account, gpus, end_time, kind, last_seen)
+                 VALUES (7, 100, 'acct-a', 1, 200, 'allocated', 200),
+                        (8, 100, 'acct-a', 1, NULL, 'allocated', 200)",
+            )
+            .unwrap();
+        }
+        let mut db = Db::open(&path).unwrap();
+        assert_eq!(db.version().unwrap(), 5);
+        assert_eq!(db.job_user(JobId(7)).unwrap(), None);
+        // Job 8 still runs after the upgrade: it gets its user; a second
+        // report does not change it; job 7 (ended) stays without one.
+        let n = db
+            .record_job_users(&[(JobId(8), 100, "alice".into()), (JobId(9), 5, "x".into())])
+            .unwrap();
+        assert_eq!(n, 1, "only rows in the ledger");
+        db.record_job_users(&[(JobId(8), 100, "mallory".into())])
+            .unwrap();
+        assert_eq!(db.job_user(JobId(8)).unwrap().as_deref(), Some("alice"));
+        assert_eq!(db.accounts_of_user("alice").unwrap(), ["acct-a"]);
+        assert!(db.ended_runs_of("alice", 0, 10).unwrap().is_empty());
+        drop(db);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn refuses_newer_schema() {
         let dir = std::env::temp_dir().join(format!("compass-budget-db-{}", std::process::id()));
