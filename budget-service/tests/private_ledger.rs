@@ -126,6 +126,10 @@ fn owner_reads_ended_job_after_restart_and_old_rows_stay_admin_only() {
     assert_eq!(ended, [201], "{v}");
     assert_eq!(v["ended"][0]["gpus"], 2, "{v}");
     assert!(v["ended"][0]["end"].is_string(), "ISO 8601 time: {v}");
+    // As `compass why --me` prints it.
+    let text = compass_budget::cli::render_user_jobs(&v);
+    assert!(text.contains("Ended jobs of alice (1):"), "{text}");
+    assert!(text.contains("job 201 (2 GPUs, account nlp-a): "), "{text}");
     assert_eq!(
         get_as(&d.url, "/api/v1/jobs?user=alice", Some("bob")).0,
         403
