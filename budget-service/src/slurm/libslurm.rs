@@ -39,6 +39,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use super::ffi::{self, RawJob, RawNode, UpdateError, MEM_PER_CPU, NICE_OFFSET};
+use super::priority::{parse_qos_priorities, PriorityConf, QosPriorities};
 use super::{
     JobNeeds, NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSink, SlurmSnapshot, SlurmSource,
 };
@@ -72,7 +73,15 @@ pub struct LibSlurm {
     /// Admin comment of every job of the last snapshot (a cancel appends
     /// its reason to it, keeping the compass tag).
     comments: Mutex<HashMap<JobId, String>>,
+    /// The last successful read of QOS priorities from sacctmgr, and when.
+    qos: Mutex<Option<(std::time::Instant, BTreeMap<String, u32>)>>,
 }
+
+/// How often QOS priorities are read again from sacctmgr (they change only
+/// with `sacctmgr modify qos`).
+pub const QOS_REFRESH: std::time::Duration = std::time::Duration::from_secs(300);
+/// How long one `sacctmgr show qos` may take on the cycle's thread.
+pub const QOS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl LibSlurm {
     pub fn new(conf: Option<PathBuf>) -> Self {
@@ -80,6 +89,69 @@ impl LibSlurm {
             conf,
             nice: Mutex::new(HashMap::new()),
             comments: Mutex::new(HashMap::new()),
+            qos: Mutex::new(None),
+        }
+    }
+
+    /// QOS priorities for the order (issue 12). Only read when the site
+    /// weighs QOS; they live in slurmdbd, so without an accounting database
+    /// every QOS has priority 0 (Slurm's own view then, too). Read with
+    /// `sacctmgr show qos format=name,priority -P -n` every [`QOS_REFRESH`]
+    /// on the cycle's thread (never the async runtime's), stopped after
+    /// [`QOS_TIMEOUT`]; on failure the last read is kept.
+    fn qos_priorities(&self, conf: &PriorityConf) -> QosPriorities {
+        if !conf.qos_weighted() {
+            return QosPriorities {
+                by_name: BTreeMap::new(),
+                source: "not weighed (PriorityWeightQOS=0): QOS does not order jobs".into(),
+            };
+        }
+        if !conf.has_slurmdbd() {
+            return QosPriorities {
+                by_name: BTreeMap::new(),
+                source: format!(
+                    "none: no accounting database (AccountingStorageType={}), every QOS has priority 0",
+                    conf.accounting_storage_type
+                ),
+            };
+        }
+        let mut cache = self.qos.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, m)) = cache.as_ref().filter(|(at, _)| at.elapsed() < QOS_REFRESH) {
+            return QosPriorities {
+                by_name: m.clone(),
+                source: format!("sacctmgr, read {} s ago", at.elapsed().as_secs()),
+            };
+        }
+        let read = crate::sacctmgr::run_sacctmgr(
+            "sacctmgr",
+            &["show", "qos", "format=name,priority", "-P", "-n"],
+            QOS_TIMEOUT,
+        )
+        .and_then(|(text, _)| parse_qos_priorities(&text));
+        match read {
+            Ok(m) => {
+                *cache = Some((std::time::Instant::now(), m.clone()));
+                QosPriorities {
+                    by_name: m,
+                    source: "sacctmgr, read 0 s ago".into(),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read QOS priorities from sacctmgr");
+                match cache.as_ref() {
+                    Some((at, m)) => QosPriorities {
+                        by_name: m.clone(),
+                        source: format!(
+                            "sacctmgr failed ({e}); using its read of {} s ago",
+                            at.elapsed().as_secs()
+                        ),
+                    },
+                    None => QosPriorities {
+                        by_name: BTreeMap::new(),
+                        source: format!("sacctmgr failed ({e}); every QOS taken as priority 0"),
+                    },
+                }
+            }
         }
     }
 
@@ -105,6 +177,9 @@ impl SlurmSource for LibSlurm {
         snap.nodes = nodes.iter().map(node_of).collect();
         set_tiers(&mut snap, &tiers);
         types_from_nodes(&mut snap);
+        let conf = ffi::load_priority_conf()?;
+        snap.qos_priorities = self.qos_priorities(&conf);
+        snap.priority_conf = Some(conf);
         snap.capacity_gpus = Some(snap.nodes.iter().map(|n| n.gpus).sum());
         *self.comments.lock().unwrap_or_else(|e| e.into_inner()) = jobs
             .iter()
@@ -553,6 +628,8 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
             job: id,
             gpu_types,
             tier: 0,
+            qos: r.qos.clone(),
+            qos_priority: 0,
             account: r.account.clone(),
             gpus,
             min_runtime_s: flags.min_runtime_s,
@@ -577,6 +654,9 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
             }
             if let Some(x) = priority_offset(r) {
                 s.priority_offsets.push((job.job, x));
+            }
+            if r.priority > 0 {
+                s.priorities.push((job.job, r.priority));
             }
             s.pending.push(job);
         } else if job.start.is_none() {
