@@ -434,8 +434,10 @@ pub fn sparse_site_factors(previous: &HashMap<JobId, u32>, order: &[Placed]) -> 
 /// with `spacing` above the sum of those weights (the *margin*, see
 /// `compass-budgetd`'s cycle) no other factor can move a job past another:
 /// Slurm's priority order is the keys' order whatever the age, job size or
-/// QOS terms are. Past `(SITE_KEY_MAX - SITE_KEY_MIN) / spacing` jobs the
-/// keys no longer fit and the tail repeats [`SITE_KEY_MIN`].
+/// QOS terms are. The lowest key is at least `spacing` as well, so a job
+/// Slurm holds no key for sorts below every keyed one. Past
+/// `(SITE_KEY_MAX - SITE_KEY_MIN) / spacing` jobs the keys no longer fit
+/// and the tail repeats the lowest key.
 pub fn sparse_site_factors_spaced(
     previous: &HashMap<JobId, u32>,
     order: &[Placed],
@@ -466,7 +468,10 @@ pub fn sparse_keys_spaced(prev: &[Option<u32>], spacing: u32) -> Vec<u32> {
     // spacings apart, so a gap takes 16 insertions at any spacing.
     let stride = i64::from(SITE_KEY_STRIDE).saturating_mul(s);
     let n = prev.len();
-    let (lo_key, hi_key) = (i64::from(SITE_KEY_MIN), i64::from(SITE_KEY_MAX));
+    // The lowest key is at least the spacing too: a job Slurm has no key
+    // for yet (priority: the other terms only, below the spacing) never
+    // passes a keyed job.
+    let (lo_key, hi_key) = (i64::from(SITE_KEY_MIN).max(s), i64::from(SITE_KEY_MAX));
     let prev: Vec<Option<i64>> = prev
         .iter()
         .map(|k| k.map(i64::from).filter(|k| (lo_key..=hi_key).contains(k)))
@@ -512,7 +517,7 @@ pub fn sparse_keys_spaced(prev: &[Option<u32>], spacing: u32) -> Vec<u32> {
             let lo = (b < n).then(|| keys[b]);
             let whole = a == 0 && b == n;
             let spacing = if whole { s } else { min_spacing };
-            if let Some(k) = fill_gap(lo, hi, b - a, spacing, stride) {
+            if let Some(k) = fill_gap(lo, hi, b - a, spacing, stride, lo_key) {
                 keys[a..b].copy_from_slice(&k);
                 break;
             }
@@ -534,18 +539,19 @@ pub fn sparse_keys_spaced(prev: &[Option<u32>], spacing: u32) -> Vec<u32> {
 }
 
 /// `len` keys, strictly decreasing, strictly between `lo` and `hi` (`None`:
-/// the end of the key range), at least `min_spacing` apart (and from `lo`
-/// and `hi`), at most `stride` apart where a side is open; `None` if they
-/// do not fit.
+/// the end of the key range, `floor` ..= [`SITE_KEY_MAX`]), at least
+/// `min_spacing` apart (and from `lo` and `hi`), at most `stride` apart
+/// where a side is open; `None` if they do not fit.
 fn fill_gap(
     lo: Option<i64>,
     hi: Option<i64>,
     len: usize,
     min_spacing: i64,
     stride: i64,
+    floor: i64,
 ) -> Option<Vec<i64>> {
     let top = hi.unwrap_or(i64::from(SITE_KEY_MAX) + 1);
-    let bottom = lo.unwrap_or(i64::from(SITE_KEY_MIN) - 1);
+    let bottom = lo.unwrap_or(floor - 1);
     let len_i = i64::try_from(len).ok()?;
     let even = (top - bottom) / (len_i + 1);
     if even < min_spacing.max(1) {
@@ -777,10 +783,13 @@ mod tests {
             .filter(|(p, n)| p.is_some_and(|p| p != **n))
             .count();
         assert_eq!(changed, 0);
-        // More jobs than fit at this spacing: still decreasing, floored.
+        // More jobs than fit at this spacing: still decreasing, floored at
+        // the spacing (above what an unkeyed job's priority can reach).
         let huge = sparse_keys_spaced(&vec![None; 100], 100_000_000);
         assert!(huge.windows(2).all(|w| w[0] >= w[1]));
-        assert_eq!(*huge.last().unwrap(), SITE_KEY_MIN);
+        assert_eq!(*huge.last().unwrap(), 100_000_000);
+        let wide = sparse_keys_spaced(&[None; 3], 4_000_000);
+        assert!(wide.iter().all(|k| *k >= 4_000_000), "{wide:?}");
     }
 
     #[test]
@@ -1030,7 +1039,7 @@ mod tests {
             for w in k.windows(2) {
                 prop_assert!(u64::from(w[0]) >= u64::from(w[1]) + u64::from(spacing), "{:?}", w);
             }
-            prop_assert!(k.iter().all(|x| (SITE_KEY_MIN..=SITE_KEY_MAX).contains(x)));
+            prop_assert!(k.iter().all(|x| (SITE_KEY_MIN.max(spacing)..=SITE_KEY_MAX).contains(x)));
         }
     }
 
