@@ -999,8 +999,14 @@ mod tests {
         r.tres_per_node = "gres:gpu:2".into();
         r.num_nodes = 3;
         r.admin_comment = "hello;compass:min_runtime=5400,resumable=1".into();
+        r.qos = "high".into();
+        r.priority = 123_456;
         let s = snapshot_of(&[r.clone()]);
         assert_eq!(s.pending.len(), 1);
+        // Its QOS name and Slurm priority, for the QOS bands and the check
+        // that Slurm follows compass's order (issue 12).
+        assert_eq!(s.pending[0].qos, "high");
+        assert_eq!(s.priorities, [(JobId(7), 123_456)]);
         let j = &s.pending[0];
         assert_eq!((j.job, j.gpus, j.start, j.end), (JobId(7), 6, None, None));
         assert_eq!(
