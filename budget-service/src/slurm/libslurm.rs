@@ -73,8 +73,20 @@ pub struct LibSlurm {
     /// Admin comment of every job of the last snapshot (a cancel appends
     /// its reason to it, keeping the compass tag).
     comments: Mutex<HashMap<JobId, String>>,
-    /// The last successful read of QOS priorities from sacctmgr, and when.
-    qos: Mutex<Option<(std::time::Instant, BTreeMap<String, u32>)>>,
+    /// QOS priorities read from sacctmgr.
+    qos: Mutex<QosCache>,
+    /// The sacctmgr program (`sacctmgr` on the `PATH`).
+    sacctmgr: String,
+}
+
+/// The last read of QOS priorities, and the last attempt.
+#[derive(Default)]
+struct QosCache {
+    /// The last successful read, and when.
+    read: Option<(std::time::Instant, BTreeMap<String, u32>)>,
+    /// The last attempt, and its error if it failed: a failing sacctmgr is
+    /// tried again only after [`QOS_REFRESH`], not every cycle.
+    tried: Option<(std::time::Instant, Option<String>)>,
 }
 
 /// How often QOS priorities are read again from sacctmgr (they change only
@@ -89,8 +101,15 @@ impl LibSlurm {
             conf,
             nice: Mutex::new(HashMap::new()),
             comments: Mutex::new(HashMap::new()),
-            qos: Mutex::new(None),
+            qos: Mutex::new(QosCache::default()),
+            sacctmgr: "sacctmgr".into(),
         }
+    }
+
+    /// Reads QOS priorities with `program` instead of `sacctmgr`.
+    pub fn with_sacctmgr(mut self, program: &str) -> Self {
+        self.sacctmgr = program.into();
+        self
     }
 
     /// QOS priorities for the order (issue 12). Only read when the site
@@ -98,7 +117,8 @@ impl LibSlurm {
     /// every QOS has priority 0 (Slurm's own view then, too). Read with
     /// `sacctmgr show qos format=name,priority -P -n` every [`QOS_REFRESH`]
     /// on the cycle's thread (never the async runtime's), stopped after
-    /// [`QOS_TIMEOUT`]; on failure the last read is kept.
+    /// [`QOS_TIMEOUT`]; on failure the last read is kept, and the next
+    /// attempt waits [`QOS_REFRESH`] too.
     fn qos_priorities(&self, conf: &PriorityConf) -> QosPriorities {
         if !conf.qos_weighted() {
             return QosPriorities {
@@ -116,42 +136,49 @@ impl LibSlurm {
             };
         }
         let mut cache = self.qos.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, m)) = cache.as_ref().filter(|(at, _)| at.elapsed() < QOS_REFRESH) {
-            return QosPriorities {
+        let due = cache
+            .tried
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= QOS_REFRESH);
+        if due {
+            let read = crate::sacctmgr::run_sacctmgr(
+                &self.sacctmgr,
+                &["show", "qos", "format=name,priority", "-P", "-n"],
+                QOS_TIMEOUT,
+            )
+            .and_then(|(text, _)| parse_qos_priorities(&text));
+            let now = std::time::Instant::now();
+            match read {
+                Ok(m) => {
+                    cache.read = Some((now, m));
+                    cache.tried = Some((now, None));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read QOS priorities from sacctmgr");
+                    cache.tried = Some((now, Some(e.to_string())));
+                }
+            }
+        }
+        let failed = cache.tried.as_ref().and_then(|(_, e)| e.clone());
+        match (&cache.read, failed) {
+            (Some((at, m)), None) => QosPriorities {
                 by_name: m.clone(),
                 source: format!("sacctmgr, read {} s ago", at.elapsed().as_secs()),
-            };
-        }
-        let read = crate::sacctmgr::run_sacctmgr(
-            "sacctmgr",
-            &["show", "qos", "format=name,priority", "-P", "-n"],
-            QOS_TIMEOUT,
-        )
-        .and_then(|(text, _)| parse_qos_priorities(&text));
-        match read {
-            Ok(m) => {
-                *cache = Some((std::time::Instant::now(), m.clone()));
-                QosPriorities {
-                    by_name: m,
-                    source: "sacctmgr, read 0 s ago".into(),
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read QOS priorities from sacctmgr");
-                match cache.as_ref() {
-                    Some((at, m)) => QosPriorities {
-                        by_name: m.clone(),
-                        source: format!(
-                            "sacctmgr failed ({e}); using its read of {} s ago",
-                            at.elapsed().as_secs()
-                        ),
-                    },
-                    None => QosPriorities {
-                        by_name: BTreeMap::new(),
-                        source: format!("sacctmgr failed ({e}); every QOS taken as priority 0"),
-                    },
-                }
-            }
+            },
+            (Some((at, m)), Some(e)) => QosPriorities {
+                by_name: m.clone(),
+                source: format!(
+                    "sacctmgr failed ({e}); using its read of {} s ago",
+                    at.elapsed().as_secs()
+                ),
+            },
+            (None, e) => QosPriorities {
+                by_name: BTreeMap::new(),
+                source: format!(
+                    "sacctmgr failed ({}); every QOS taken as priority 0",
+                    e.unwrap_or_default()
+                ),
+            },
         }
     }
 
@@ -989,6 +1016,76 @@ mod tests {
             (s.job_needs[0].cpus_per_node, s.job_needs[0].mem_per_node_mb),
             (16, 32_000)
         );
+    }
+
+    /// QOS priorities: read only when weighted and with slurmdbd; a failing
+    /// sacctmgr is not run again every cycle, and the last read is kept.
+    #[test]
+    fn qos_priorities_come_from_sacctmgr_only_when_they_matter() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("compass-qos-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let calls = dir.join("calls");
+        let script = dir.join("sacctmgr");
+        let write = |body: &str| {
+            std::fs::write(
+                &script,
+                format!("#!/bin/sh\necho x >> {}\n{body}\n", calls.display()),
+            )
+            .unwrap();
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        let count = || {
+            std::fs::read_to_string(&calls)
+                .unwrap_or_default()
+                .lines()
+                .count()
+        };
+        write("printf 'normal|0\\nhigh|100\\n'");
+        let s = LibSlurm::new(None).with_sacctmgr(script.to_str().unwrap());
+        let mut conf = PriorityConf {
+            weight_qos: 0,
+            accounting_storage_type: "accounting_storage/slurmdbd".into(),
+            ..PriorityConf::default()
+        };
+        assert!(s.qos_priorities(&conf).source.starts_with("not weighed"));
+        conf.weight_qos = 1000;
+        conf.accounting_storage_type = "accounting_storage/none".into();
+        assert!(s
+            .qos_priorities(&conf)
+            .source
+            .starts_with("none: no accounting database"));
+        assert_eq!(count(), 0);
+        conf.accounting_storage_type = "accounting_storage/slurmdbd".into();
+        let q = s.qos_priorities(&conf);
+        assert_eq!(q.by_name["high"], 100);
+        assert!(q.source.starts_with("sacctmgr, read"), "{}", q.source);
+        // Cached: not run again within QOS_REFRESH.
+        s.qos_priorities(&conf);
+        assert_eq!(count(), 1);
+        // A failing sacctmgr (forced due now): the last read is kept, and it
+        // is not run again on the next cycle.
+        write("echo 'sacctmgr: error: slurmdbd: no connection' >&2; exit 1");
+        s.qos.lock().unwrap().tried = None;
+        let q = s.qos_priorities(&conf);
+        assert_eq!(q.by_name["high"], 100);
+        assert!(q.source.contains("sacctmgr failed"), "{}", q.source);
+        assert!(q.source.contains("no connection"), "{}", q.source);
+        s.qos_priorities(&conf);
+        assert_eq!(count(), 2);
+        // Never read: every QOS at 0, and why.
+        let fresh = LibSlurm::new(None).with_sacctmgr(script.to_str().unwrap());
+        let q = fresh.qos_priorities(&conf);
+        assert!(q.by_name.is_empty());
+        assert!(
+            q.source.contains("every QOS taken as priority 0"),
+            "{}",
+            q.source
+        );
+        // ... and a failing sacctmgr is not run every cycle.
+        fresh.qos_priorities(&conf);
+        assert_eq!(count(), 3);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
