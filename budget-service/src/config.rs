@@ -134,7 +134,7 @@ pub struct Protection {
     pub requeue_retry_for_s: i64,
     /// Preempt even though slurm.conf's `PreemptType` is not
     /// `preempt/none` (default `false`: with Slurm preempting on its own,
-    /// compass preempts no one, reports why in `/healthz`
+    /// compass preempts for no waiting job, reports why in `/healthz`
     /// `cycle.enforcement_held`, and still drains faulty nodes). Both then
     /// preempt, each by its own rule (`docs/admin-guide.md`, "Living with
     /// the site's Slurm setup").

@@ -137,7 +137,7 @@ impl Cycle {
                 if r.enforcement_held.is_some() && st.enforcement_held.is_none() {
                     tracing::warn!(
                         why = r.enforcement_held.as_deref().unwrap_or_default(),
-                        "compass preempts no one beside Slurm's own preemption"
+                        "compass preempts for no waiting job beside Slurm's own preemption"
                     );
                 }
                 st.priority_offset_jobs = r.priority_offsets as u64;
@@ -318,7 +318,7 @@ impl Cycle {
             // faulty nodes are still drained.
             rep.enforcement_held = match (&rep.slurm_preemption, prot.beside_slurm_preemption) {
                 (Some(t), false) => Some(format!(
-                    "PreemptType={t}: Slurm preempts on its own, so compass preempts no one \
+                    "PreemptType={t}: Slurm preempts on its own, so compass preempts for no waiting job \
                      (set [protection] beside_slurm_preemption = true to preempt as well)"
                 )),
                 _ => None,
@@ -688,8 +688,8 @@ mod tests {
         assert_eq!(state.status().priority_inversion_jobs, 1);
     }
 
-    /// `PreemptType=preempt/qos` beside compass: compass preempts no one
-    /// (and says why) unless `beside_slurm_preemption` is set.
+    /// `PreemptType=preempt/qos` beside compass: compass preempts for no
+    /// waiting job (and says why) unless `beside_slurm_preemption` is set.
     #[test]
     fn slurm_preemption_holds_compass_preemptions_unless_the_site_opts_in() {
         for (opt_in, preempt) in [

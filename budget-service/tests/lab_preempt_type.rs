@@ -7,7 +7,7 @@
 //! An unallocated resumable job holds the node and an allocated job of
 //! another team waits for it: with `preempt/none` compass requeues the
 //! unallocated job within one cycle (`lab_enforce.rs`, section 1). Here
-//! Slurm preempts on its own, so compass preempts no one: the job keeps
+//! Slurm preempts on its own, so compass preempts for no waiting job: the job keeps
 //! running through several cycles and `/healthz`'s cycle status says why
 //! (`enforcement_held`, `slurm_preemption`). Checked that it fails with
 //! `[protection] beside_slurm_preemption = true` (the job is requeued).
