@@ -371,6 +371,8 @@ fn sjob(id: u64, acct: &str, gpus: u32, min_rt: u64, prio: i64, submit: i64) -> 
         begin_after: None,
         gpu_types: Default::default(),
         tier: 0,
+        qos: String::new(),
+        qos_priority: 0,
     }
 }
 
