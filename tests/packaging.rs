@@ -257,6 +257,20 @@ fn deb_assets_exist_or_are_built_and_never_collide() {
         ),
         "build-debs.sh must generate what the packages ship"
     );
+    // Every schema migration is shipped with the service (the binary
+    // carries them too; the files are there for admins to read).
+    let budget = debs()
+        .into_iter()
+        .find(|d| d.name() == "compass-budget")
+        .expect("compass-budget package");
+    for e in std::fs::read_dir(root().join("sql")).unwrap() {
+        let file = e.unwrap().file_name().to_string_lossy().into_owned();
+        let dest = format!("usr/share/compass-budget/sql/{file}");
+        assert!(
+            budget.assets().iter().any(|(_, d, _)| *d == dest),
+            "compass-budget does not ship sql/{file}"
+        );
+    }
     let mut owner: BTreeMap<String, String> = BTreeMap::new();
     for deb in debs() {
         let name = deb.name();
