@@ -1,38 +1,158 @@
 #!/usr/bin/env bash
-# Builds the Debian packages of compass into out/debs (root, Debian 12):
+# Builds the Debian packages of compass into out/debs (root, Debian 12) for
+# ONE Slurm release:
 #   compass                the CLI (simulators, status, budget manager commands)
 #   compass-slurm-plugins  select/cons_tres_compass + the SPANK plugin, in the
 #                          private PluginDir /usr/lib/x86_64-linux-gnu/slurm-wlm-compass
 #   compass-budget         compass-budgetd, its systemd unit and default config
 # The package contents are the [package.metadata.deb] sections of Cargo.toml,
 # slurm-plugin/select/Cargo.toml and budget-service/Cargo.toml; cargo-deb
-# (installed from crates.io if missing) builds them. The plugins are built
-# against THIS machine's Slurm: build on the Slurm release you deploy.
+# (installed from crates.io if missing) builds them.
 #
-#   contrib/build-debs.sh            (OUT=dir to write elsewhere)
+# All three are bound to the release they are built for (the plugins by ABI,
+# the CLI and the service by libslurm's soname), so each package's version
+# names it: compass-slurm-plugins_0.1.0+slurm24.11_amd64.deb. The plugin
+# package depends on exactly that Slurm (`slurm-wlm-basic-plugins (>= V),
+# (<< V+1)`, V read from the headers). The releases:
+#   22.05  Debian 12's packages (/usr), the default
+#   24.11  the headers and libslurm of /opt/slurm-24.11 (contrib/build-slurm.sh);
+#          the packages are for Debian 13's Slurm 24.11 packages, which
+#          install to the same paths (their libslurm is libslurm42t64)
+#
+#   contrib/build-debs.sh [--slurm 22.05|24.11] [--dry-run]
+#     --slurm R    the release (default: the one in COMPASS_SLURM_PREFIX when
+#                  set, else 22.05)
+#     --dry-run    print the release, the prefix, the target directory and the
+#                  packages (file names, the plugins' Depends) and stop: no
+#                  root, nothing installed or built
+#   COMPASS_SLURM_PREFIX   where the release's headers and libslurm are
+#                          (default /usr for 22.05, /opt/slurm-R otherwise)
+#   OUT=dir                write the packages elsewhere (default out/debs)
+#   CARGO_TARGET_DIR       default target (22.05 from /usr), else target/slurm-R
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 OUT=${OUT:-out/debs}
 CARGO_DEB_VERSION=3.8.0
 
-./contrib/install-slurm-deps.sh          # Slurm headers, libslurm, dpkg-dev (dpkg-shlibdeps)
+usage() { sed -n '/^#   contrib\/build-debs.sh/,/^#   CARGO_TARGET_DIR/p' "$0" | sed 's/^# \{0,3\}//'; }
+die() { echo "build-debs.sh: $*" >&2; exit 2; }
+
+REL="" DRY=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --slurm) [ $# -ge 2 ] || die "--slurm needs a release (22.05 or 24.11)"; REL=$2; shift 2 ;;
+    --slurm=*) REL=${1#*=}; shift ;;
+    --dry-run) DRY=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument: $1" ;;
+    esac
+done
+
+# X.YY.Z of a prefix's slurm_version.h (SLURM_VERSION_NUMBER 0xXXYYZZ).
+slurm_version() {
+    local h=$1/include/slurm/slurm_version.h n
+    [ -f "$h" ] || return 1
+    n=$(awk '$1 == "#define" && $2 == "SLURM_VERSION_NUMBER" { print $3 }' "$h")
+    [ -n "$n" ] || return 1
+    printf '%d.%02d.%d\n' $(((n >> 16) & 0xff)) $(((n >> 8) & 0xff)) $((n & 0xff))
+}
+
+PREFIX=${COMPASS_SLURM_PREFIX:-}
+if [ -z "$REL" ]; then
+    if [ -n "$PREFIX" ]; then
+        V=$(slurm_version "$PREFIX") || die "no Slurm headers in COMPASS_SLURM_PREFIX=$PREFIX ($PREFIX/include/slurm/slurm_version.h)"
+        REL=${V%.*}
+    else
+        REL=22.05
+    fi
+fi
+case $REL in
+22.05) PREFIX=${PREFIX:-/usr} LIBSLURM_PKG=libslurm38 ;;
+24.11) PREFIX=${PREFIX:-/opt/slurm-24.11} LIBSLURM_PKG=libslurm42t64 ;;
+*) die "Slurm $REL is not a supported release (22.05, 24.11); see docs/admin-guide.md, \"Slurm releases\"" ;;
+esac
+if [ "$PREFIX" = /usr ]; then
+    TARGET=${CARGO_TARGET_DIR:-target}
+    how="contrib/install-slurm-deps.sh"
+else
+    TARGET=${CARGO_TARGET_DIR:-target/slurm-$REL}
+    how="contrib/build-slurm.sh $REL"
+fi
+if [ "$DRY" = 0 ] && [ "$REL" != 22.05 ] && [ "$PREFIX" = "/opt/slurm-$REL" ]; then
+    # Builds (or restores from /var/cache/compass) the release and its
+    # configured source tree, the internal headers of the select plugin.
+    ./contrib/build-slurm.sh "$REL"
+fi
+V=$(slurm_version "$PREFIX") || die "Slurm $REL: no headers in $PREFIX/include/slurm (run $how)"
+[ "${V%.*}" = "$REL" ] || die "--slurm $REL, but $PREFIX has Slurm $V (set COMPASS_SLURM_PREFIX to a $REL install)"
+
+CRATE_VERSION=$(awk -F'"' '/^\[workspace.package\]/ { w = 1 } w && $1 ~ /^version *= */ { print $2; exit }' Cargo.toml)
+VERSION=$CRATE_VERSION+slurm$REL
+ARCH=amd64
+IFS=. read -r VX VY VZ <<<"$V"
+PLUGIN_DEPENDS="libc6, slurm-wlm-basic-plugins (>= $V), slurm-wlm-basic-plugins (<< $VX.$VY.$((VZ + 1))), slurmctld | slurmd | slurm-client"
+# Built against Debian's own libslurm, dpkg-shlibdeps names its package;
+# against a private prefix it cannot, so the package is named here.
+LIBSLURM_DEPENDS=""
+[ "$PREFIX" = /usr ] || LIBSLURM_DEPENDS="$LIBSLURM_PKG (>= $V)"
+
+deb_name() { echo "${1}_${VERSION}_${ARCH}.deb"; }
+echo "release $REL: Slurm $V in $PREFIX, target directory $TARGET, packages in $OUT"
+for p in compass-slurm-plugins compass-budget compass; do
+    echo "  $(deb_name "$p")"
+done
+echo "  compass-slurm-plugins Depends: $PLUGIN_DEPENDS"
+[ -z "$LIBSLURM_DEPENDS" ] || echo "  compass-budget and compass Depends (libslurm): $LIBSLURM_DEPENDS"
+[ "$DRY" = 1 ] && exit 0
+
+./contrib/install-slurm-deps.sh          # dpkg-dev (dpkg-shlibdeps); Slurm 22.05's headers and libslurm
 ./contrib/install-deps.sh libmunge-dev
-./contrib/prepare-slurm-source.sh        # internal headers of the select plugin
+[ "$REL" = 22.05 ] && ./contrib/prepare-slurm-source.sh   # internal headers of the select plugin
 if ! cargo deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
     echo "build-debs: installing cargo-deb $CARGO_DEB_VERSION from crates.io"
     cargo install cargo-deb --version "$CARGO_DEB_VERSION" --locked
 fi
+export CARGO_TARGET_DIR=$TARGET
+[ "$PREFIX" = /usr ] || export COMPASS_SLURM_PREFIX=$PREFIX
 
-echo "== cargo build --release (compass, compass-budget, compass-select, compass-spank)"
+echo "== cargo build --release for Slurm $V (compass, compass-budget, compass-select, compass-spank)"
 cargo build --release --locked -p compass -p compass-budget -p compass-select -p compass-spank
 echo "== man pages and shell completions of the compass CLI"
-./contrib/generate-man-completions.sh target/release/compass target/release/generated
+./contrib/generate-man-completions.sh "$TARGET/release/compass" "$TARGET/release/generated"
+if [ "$TARGET" != target ]; then
+    # The CLI package's assets name target/release/generated literally.
+    mkdir -p target/release
+    rm -rf target/release/generated
+    cp -a "$TARGET/release/generated" target/release/generated
+fi
 mkdir -p "$OUT"
 rm -f "$OUT"/*.deb
+
+# control FIELD VALUE DEB: sets one field of a built package's control file.
+control() {
+    local tmp
+    tmp=$(mktemp -d)
+    dpkg-deb -R "$3" "$tmp/p"
+    sed -i "/^$1:/d" "$tmp/p/DEBIAN/control"
+    echo "$1: $2" >>"$tmp/p/DEBIAN/control"
+    dpkg-deb --root-owner-group -Zxz -b "$tmp/p" "$3" >/dev/null
+    rm -rf "$tmp"
+}
+
 for crate in compass compass-select compass-budget; do
     echo "== cargo deb -p $crate"
-    cargo deb --no-build --locked -p "$crate" -o "$OUT/"
+    cargo deb --no-build --locked -p "$crate" --deb-version "$VERSION" -o "$OUT/"
+done
+for p in compass-slurm-plugins compass-budget compass; do
+    deb=$OUT/$(deb_name "$p")
+    [ -f "$deb" ] || { ls -l "$OUT" >&2; die "cargo deb did not write $deb"; }
+    if [ "$p" = compass-slurm-plugins ]; then
+        control Depends "$PLUGIN_DEPENDS" "$deb"
+    elif [ -n "$LIBSLURM_DEPENDS" ]; then
+        deps=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/^ *//' | grep -v '^libslurm' | paste -sd, - | sed 's/,/, /g')
+        control Depends "${deps:+$deps, }$LIBSLURM_DEPENDS" "$deb"
+    fi
 done
 echo
 for deb in "$OUT"/*.deb; do
