@@ -9,9 +9,9 @@
 # slurm-plugin/select/Cargo.toml and budget-service/Cargo.toml; cargo-deb
 # (installed from crates.io if missing) builds them.
 #
-# All three are bound to the release they are built for (the plugins by ABI,
-# the CLI and the service by libslurm's soname), so each package's version
-# names it: compass-slurm-plugins_0.1.0+slurm24.11_amd64.deb. The plugin
+# All three are built for one release (the plugins are ABI-bound to it,
+# compass-budgetd links its libslurm, the CLI names it in --version), so
+# each package's version names it: compass-slurm-plugins_0.1.0+slurm24.11_amd64.deb. The plugin
 # package depends on exactly that Slurm (`slurm-wlm-basic-plugins (>= V),
 # (<< V+1)`, V read from the headers). The releases:
 #   22.05  Debian 12's packages (/usr), the default
@@ -19,12 +19,15 @@
 #          the packages are for Debian 13's Slurm 24.11 packages, which
 #          install to the same paths (their libslurm is libslurm42t64)
 #
-#   contrib/build-debs.sh [--slurm 22.05|24.11] [--dry-run]
+#   contrib/build-debs.sh [--slurm 22.05|24.11] [--dry-run] [--no-build]
 #     --slurm R    the release (default: the one in COMPASS_SLURM_PREFIX when
 #                  set, else 22.05)
 #     --dry-run    print the release, the prefix, the target directory and the
 #                  packages (file names, the plugins' Depends) and stop: no
 #                  root, nothing installed or built
+#     --no-build   package the release build already in the target directory
+#                  (cargo build --release of compass, compass-budget,
+#                  compass-select and compass-spank for this release)
 #   COMPASS_SLURM_PREFIX   where the release's headers and libslurm are
 #                          (default /usr for 22.05, /opt/slurm-R otherwise)
 #   OUT=dir                write the packages elsewhere (default out/debs)
@@ -38,12 +41,13 @@ CARGO_DEB_VERSION=3.8.0
 usage() { sed -n '/^#   contrib\/build-debs.sh/,/^#   CARGO_TARGET_DIR/p' "$0" | sed 's/^# \{0,3\}//'; }
 die() { echo "build-debs.sh: $*" >&2; exit 2; }
 
-REL="" DRY=0
+REL="" DRY=0 BUILD=1
 while [ $# -gt 0 ]; do
     case $1 in
     --slurm) [ $# -ge 2 ] || die "--slurm needs a release (22.05 or 24.11)"; REL=$2; shift 2 ;;
     --slurm=*) REL=${1#*=}; shift ;;
     --dry-run) DRY=1; shift ;;
+    --no-build) BUILD=0; shift ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument: $1" ;;
     esac
@@ -79,7 +83,7 @@ else
     TARGET=${CARGO_TARGET_DIR:-target/slurm-$REL}
     how="contrib/build-slurm.sh $REL"
 fi
-if [ "$DRY" = 0 ] && [ "$REL" != 22.05 ] && [ "$PREFIX" = "/opt/slurm-$REL" ]; then
+if [ "$DRY" = 0 ] && [ "$BUILD" = 1 ] && [ "$REL" != 22.05 ] && [ "$PREFIX" = "/opt/slurm-$REL" ]; then
     # Builds (or restores from /var/cache/compass) the release and its
     # configured source tree, the internal headers of the select plugin.
     ./contrib/build-slurm.sh "$REL"
@@ -92,8 +96,9 @@ VERSION=$CRATE_VERSION+slurm$REL
 ARCH=amd64
 IFS=. read -r VX VY VZ <<<"$V"
 PLUGIN_DEPENDS="libc6, slurm-wlm-basic-plugins (>= $V), slurm-wlm-basic-plugins (<< $VX.$VY.$((VZ + 1))), slurmctld | slurmd | slurm-client"
-# Built against Debian's own libslurm, dpkg-shlibdeps names its package;
-# against a private prefix it cannot, so the package is named here.
+# compass-budgetd links libslurm (the CLI does not): built against Debian's
+# own, dpkg-shlibdeps names its package; against a private prefix it
+# cannot, so the package is named here.
 LIBSLURM_DEPENDS=""
 [ "$PREFIX" = /usr ] || LIBSLURM_DEPENDS="$LIBSLURM_PKG (>= $V)"
 
@@ -103,12 +108,14 @@ for p in compass-slurm-plugins compass-budget compass; do
     echo "  $(deb_name "$p")"
 done
 echo "  compass-slurm-plugins Depends: $PLUGIN_DEPENDS"
-[ -z "$LIBSLURM_DEPENDS" ] || echo "  compass-budget and compass Depends (libslurm): $LIBSLURM_DEPENDS"
+[ -z "$LIBSLURM_DEPENDS" ] || echo "  compass-budget Depends (libslurm): $LIBSLURM_DEPENDS"
 [ "$DRY" = 1 ] && exit 0
 
-./contrib/install-slurm-deps.sh          # dpkg-dev (dpkg-shlibdeps); Slurm 22.05's headers and libslurm
-./contrib/install-deps.sh libmunge-dev
-[ "$REL" = 22.05 ] && ./contrib/prepare-slurm-source.sh   # internal headers of the select plugin
+if [ "$BUILD" = 1 ]; then
+    ./contrib/install-slurm-deps.sh      # dpkg-dev (dpkg-shlibdeps); Slurm 22.05's headers and libslurm
+    ./contrib/install-deps.sh libmunge-dev
+    [ "$REL" = 22.05 ] && ./contrib/prepare-slurm-source.sh   # internal headers of the select plugin
+fi
 if ! cargo deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
     echo "build-debs: installing cargo-deb $CARGO_DEB_VERSION from crates.io"
     cargo install cargo-deb --version "$CARGO_DEB_VERSION" --locked
@@ -116,8 +123,10 @@ fi
 export CARGO_TARGET_DIR=$TARGET
 [ "$PREFIX" = /usr ] || export COMPASS_SLURM_PREFIX=$PREFIX
 
-echo "== cargo build --release for Slurm $V (compass, compass-budget, compass-select, compass-spank)"
-cargo build --release --locked -p compass -p compass-budget -p compass-select -p compass-spank
+if [ "$BUILD" = 1 ]; then
+    echo "== cargo build --release for Slurm $V (compass, compass-budget, compass-select, compass-spank)"
+    cargo build --release --locked -p compass -p compass-budget -p compass-select -p compass-spank
+fi
 echo "== man pages and shell completions of the compass CLI"
 ./contrib/generate-man-completions.sh "$TARGET/release/compass" "$TARGET/release/generated"
 if [ "$TARGET" != target ]; then
@@ -149,7 +158,7 @@ for p in compass-slurm-plugins compass-budget compass; do
     [ -f "$deb" ] || { ls -l "$OUT" >&2; die "cargo deb did not write $deb"; }
     if [ "$p" = compass-slurm-plugins ]; then
         control Depends "$PLUGIN_DEPENDS" "$deb"
-    elif [ -n "$LIBSLURM_DEPENDS" ]; then
+    elif [ "$p" = compass-budget ] && [ -n "$LIBSLURM_DEPENDS" ]; then
         deps=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/^ *//' | grep -v '^libslurm' | paste -sd, - | sed 's/,/, /g')
         control Depends "${deps:+$deps, }$LIBSLURM_DEPENDS" "$deb"
     fi
