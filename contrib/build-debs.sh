@@ -138,15 +138,29 @@ fi
 mkdir -p "$OUT"
 rm -f "$OUT"/*.deb
 
-# control FIELD VALUE DEB: sets one field of a built package's control file.
+# control FIELD VALUE DEB: sets one field of a built package's control file
+# (after its Version line).
 control() {
     local tmp
     tmp=$(mktemp -d)
     dpkg-deb -R "$3" "$tmp/p"
-    sed -i "/^$1:/d" "$tmp/p/DEBIAN/control"
-    echo "$1: $2" >>"$tmp/p/DEBIAN/control"
+    awk -v f="$1" -v v="$2" 'index($0, f ":") == 1 { next }
+        { print } /^Version:/ { print f ": " v }' "$tmp/p/DEBIAN/control" >"$tmp/control"
+    cp "$tmp/control" "$tmp/p/DEBIAN/control"
     dpkg-deb --root-owner-group -Zxz -b "$tmp/p" "$3" >/dev/null
     rm -rf "$tmp"
+}
+
+# The shared libraries BIN needs but libslurm, as Debian packages
+# (dpkg-shlibdeps fails as a whole on a library no package owns).
+shlibdeps_but_slurm() {
+    local tmp out
+    tmp=$(mktemp -d)
+    mkdir "$tmp/debian"
+    printf 'Source: compass\n\nPackage: compass-budget\nArchitecture: any\n' >"$tmp/debian/control"
+    out=$(cd "$tmp" && dpkg-shlibdeps --ignore-missing-info -xlibgcc -O "$1" 2>/dev/null)
+    rm -rf "$tmp"
+    echo "$out" | sed -n 's/^shlibs:Depends=//p'
 }
 
 for crate in compass compass-select compass-budget; do
@@ -159,8 +173,13 @@ for p in compass-slurm-plugins compass-budget compass; do
     if [ "$p" = compass-slurm-plugins ]; then
         control Depends "$PLUGIN_DEPENDS" "$deb"
     elif [ "$p" = compass-budget ] && [ -n "$LIBSLURM_DEPENDS" ]; then
-        deps=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/^ *//' | grep -v '^libslurm' | paste -sd, - | sed 's/,/, /g')
-        control Depends "${deps:+$deps, }$LIBSLURM_DEPENDS" "$deb"
+        # cargo-deb's $auto came out empty (dpkg-shlibdeps refused the
+        # private libslurm): the other libraries, the declared packages
+        # (munge), and libslurm by name.
+        auto=$(shlibdeps_but_slurm "$TARGET/release/compass-budgetd")
+        [ -n "$auto" ] || die "dpkg-shlibdeps found no libraries for $TARGET/release/compass-budgetd"
+        declared=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/^ *//' | grep -v -e '^libslurm' -e '^libc6' -e '^$' | paste -sd, - | sed 's/,/, /g')
+        control Depends "$auto${declared:+, $declared}, $LIBSLURM_DEPENDS" "$deb"
     fi
 done
 echo
