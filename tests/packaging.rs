@@ -253,7 +253,7 @@ fn deb_assets_exist_or_are_built_and_never_collide() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(
         read(&root().join("contrib/build-debs.sh")).contains(
-            "./contrib/generate-man-completions.sh target/release/compass target/release/generated"
+            "./contrib/generate-man-completions.sh \"$TARGET/release/compass\" \"$TARGET/release/generated\""
         ),
         "build-debs.sh must generate what the packages ship"
     );
