@@ -316,6 +316,18 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
         );
     }
     assert!(c["spank"].as_bool().unwrap() && !s["spank"].as_bool().unwrap());
+    // The figures behind the margin, in the CI log (`--nocapture`) of a
+    // passing run too.
+    eprintln!(
+        "Slurm {}: AFR compass {} stock {}; compass: {} migrations, in flight {}, held {} s, over the bound by choice {} s",
+        release(),
+        c["afr"],
+        s["afr"],
+        c["migrations"],
+        c["causes"]["in_flight_share"],
+        c["causes"]["held_s"],
+        c["over_bound_by_choice_s"]
+    );
     assert!(
         c["afr"].as_f64().unwrap() < s["afr"].as_f64().unwrap(),
         "AFR compass {} stock {}",
