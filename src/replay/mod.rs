@@ -652,7 +652,9 @@ fn replay_once(
     .map_err(|e| CliError::Failed(e.to_string()))?;
     write(&out.join("report.json"), &(json + "\n"))?;
     println!("{}", report::table(&results, plan.compression.speedup));
-    println!("{}", report::sim_table(&results));
+    if results.iter().any(|r| r.simulated.is_some()) {
+        println!("{}", report::sim_table(&results));
+    }
     println!(
         "report: {} and report.json ({:.0} s)",
         out.join("report.md").display(),
