@@ -48,7 +48,9 @@ pub const DEFAULT_TRACE: &str = "../shared/traces/venus/venus_sample.csv";
 /// --out) and logs its completion once. The live status shows one line per
 /// cluster; the report compares AFR, N*SIF, AJCT, AGU, migrations,
 /// preemptions and the waits of the largest jobs, defined as the simulator
-/// defines them.
+/// defines them. A cluster may mix GPU nodes: the figures are then kept per
+/// pool of identical GPU nodes (same count and type), as the select plugin
+/// groups them.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Trace file (CSV): Helios/Venus sample or canonical.
@@ -130,9 +132,11 @@ pub struct Args {
 
     /// Assert: every job completed exactly once (jobs compass-budgetd
     /// cancelled as non-resumable preemption victims are counted apart);
-    /// on compass clusters no job ran on a node the engine did not choose and N*SIF <= 2 whenever WCC
-    /// held (settled instants); compass's AFR below every stock cluster's.
-    /// Exit non-zero with the reasons otherwise.
+    /// on compass clusters no job ran on a node the engine did not choose,
+    /// and in each pool of identical GPU nodes N*SIF <= 2 whenever WCC held
+    /// in that pool (settled instants), the engine active in every pool
+    /// jobs ran in, no run across pools; compass's AFR below every stock
+    /// cluster's. Exit non-zero with the reasons otherwise.
     #[arg(long)]
     pub check: bool,
 

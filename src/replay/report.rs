@@ -1208,7 +1208,7 @@ pub fn markdown(
         s.push('\n');
     }
     if checks.is_empty() {
-        s.push_str("Checks: all passed (every job completed exactly once, or was cancelled by compass-budgetd as a non-resumable preemption victim; compass jobs ran only on the engine's nodes; N*SIF <= 2 while WCC held; compass AFR below stock).\n\n");
+        s.push_str("Checks: all passed (every job completed exactly once, or was cancelled by compass-budgetd as a non-resumable preemption victim; compass jobs ran only on the engine's nodes; N*SIF <= 2 in each pool while WCC held there; compass AFR below stock).\n\n");
     } else {
         s.push_str("Checks FAILED:\n");
         for c in checks {
