@@ -12,7 +12,7 @@ use std::time::Instant;
 use clap::builder::PossibleValuesParser;
 use compass_core::model::{ClusterSpec, JobId, JobRequest};
 use compass_core::placement::compass::CompassConfig;
-use compass_core::placement::pools::{NodeGpus, PoolSet};
+use compass_core::placement::pools::{NodeGpus, PoolSet, PoolSpec};
 use compass_core::placement::{build, PlacementPolicy, PolicyOptions, POLICY_NAMES};
 use compass_core::sim::budgets::{assign_venus, run_budgets, scale_demand, BudgetSimConfig};
 use compass_core::sim::{simulate_named, size_cluster, Percentiles, QueuePolicy, SimConfig};
@@ -234,59 +234,181 @@ fn nanos(start: Instant) -> f64 {
     start.elapsed().as_nanos() as f64
 }
 
+/// What the churn loop ([`latency`]) drives: one policy on identical
+/// nodes ([`OnePolicy`]) or the select plugin's pool set on a mixed
+/// cluster ([`Pools`]), so both are measured by the same loop.
+trait Churn {
+    /// A job ready to place: everything the call needs, built before the
+    /// clock starts.
+    type Job;
+    fn total_gpus(&self) -> u64;
+    fn used_gpus(&self) -> u64;
+    /// Draws job `id` of `mix` from `rng`. `None`: nothing could ever take
+    /// it (no pool admits it); it is skipped, not tried.
+    fn draw(&self, rng: &mut Rng, id: u64, mix: Mix) -> Option<Self::Job>;
+    /// Places `job` (timed). `Some(migrations)` when admitted.
+    fn place(&mut self, job: &Self::Job) -> compass_core::Result<Option<u64>>;
+    fn id(job: &Self::Job) -> JobId;
+    /// Removes a job (timed); returns the migrations of the Compact after.
+    fn remove(&mut self, job: JobId) -> compass_core::Result<u64>;
+    fn tick_interval(&self) -> Option<f64> {
+        None
+    }
+    fn tick(&mut self, _now: f64) -> u64 {
+        0
+    }
+}
+
+/// One placement policy on identical nodes.
+struct OnePolicy<'a>(&'a mut dyn PlacementPolicy);
+
+impl Churn for OnePolicy<'_> {
+    type Job = JobRequest;
+    fn total_gpus(&self) -> u64 {
+        self.0.spec().total_gpus()
+    }
+    fn used_gpus(&self) -> u64 {
+        self.0.occupancy().used_gpus()
+    }
+    fn draw(&self, rng: &mut Rng, id: u64, mix: Mix) -> Option<JobRequest> {
+        let (w, g) = shape(rng, mix.shapes);
+        let w = w.min(self.0.spec().nodes);
+        let mut job = JobRequest::new(id, w, g);
+        job.movable = !(mix.pinned && id % 2 == 1);
+        Some(job)
+    }
+    fn place(&mut self, job: &JobRequest) -> compass_core::Result<Option<u64>> {
+        Ok(self.0.place(job, None)?.map(|a| a.migrations.len() as u64))
+    }
+    fn id(job: &JobRequest) -> JobId {
+        job.id
+    }
+    fn remove(&mut self, job: JobId) -> compass_core::Result<u64> {
+        Ok(self.0.remove(job)?.len() as u64)
+    }
+    fn tick_interval(&self) -> Option<f64> {
+        self.0.tick_interval()
+    }
+    fn tick(&mut self, now: f64) -> u64 {
+        self.0.tick(now).len() as u64
+    }
+}
+
+/// The pool set on a mixed cluster, as the select plugin drives it: a
+/// job's options are the pools its GPU type and instance size admit (a
+/// third of the jobs ask for a100, a sixth for l40s, the rest for any);
+/// Place is `PoolSet::place` (the choice among the options, then Place and
+/// Compact in the chosen pool).
+struct Pools {
+    set: PoolSet,
+    specs: Vec<PoolSpec>,
+    total: u64,
+}
+
+impl Pools {
+    fn new(nodes: &[NodeGpus]) -> Self {
+        let set = PoolSet::new(nodes, CompassConfig::default());
+        Self {
+            specs: set.pools().cloned().collect(),
+            total: nodes.iter().map(|x| u64::from(x.gpus)).sum(),
+            set,
+        }
+    }
+}
+
+impl Churn for Pools {
+    type Job = (JobId, Vec<(usize, JobRequest)>);
+    fn total_gpus(&self) -> u64 {
+        self.total
+    }
+    fn used_gpus(&self) -> u64 {
+        (0..self.specs.len())
+            .filter_map(|k| self.set.engine(k))
+            .map(|e| e.occupancy().used_gpus())
+            .sum()
+    }
+    fn draw(&self, rng: &mut Rng, id: u64, mix: Mix) -> Option<Self::Job> {
+        let (w, g) = shape(rng, mix.shapes);
+        let want = match rng.below(6) {
+            0 | 1 => Some("a100"),
+            2 => Some("l40s"),
+            _ => None,
+        };
+        let mut job = JobRequest::new(id, w, g);
+        job.movable = !(mix.pinned && id % 2 == 1);
+        let options: Vec<(usize, JobRequest)> = self
+            .specs
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.modelled && p.admits(want, g) && w <= p.nodes.len() as u32)
+            .map(|(k, _)| (k, job.clone()))
+            .collect();
+        (!options.is_empty()).then_some((job.id, options))
+    }
+    fn place(&mut self, job: &Self::Job) -> compass_core::Result<Option<u64>> {
+        Ok(self
+            .set
+            .place(&job.1, None)?
+            .map(|(_, a)| a.migrations.len() as u64))
+    }
+    fn id(job: &Self::Job) -> JobId {
+        job.0
+    }
+    fn remove(&mut self, job: JobId) -> compass_core::Result<u64> {
+        Ok(self.set.remove(job)?.len() as u64)
+    }
+}
+
 /// Steady-state churn at `load`: remove a random job, then place new ones
-/// until the load is back or the policy refuses one.
-fn latency(
-    policy: &mut dyn PlacementPolicy,
+/// until the load is back or the cluster refuses one.
+fn latency<C: Churn>(
+    cluster: &mut C,
     args: &Args,
     mix: Mix,
 ) -> compass_core::Result<(Micros, Micros, Option<Micros>, u64)> {
-    let spec = policy.spec();
-    let target = (spec.total_gpus() as f64 * args.load) as u64;
+    let target = (cluster.total_gpus() as f64 * args.load) as u64;
     let mut rng = Rng(7);
     let mut running: Vec<JobId> = Vec::new();
     let mut next_id = 0u64;
     let (mut place, mut remove, mut tick) = (Vec::new(), Vec::new(), Vec::new());
     let mut migrations = 0u64;
-    let mut refill = |policy: &mut dyn PlacementPolicy,
-                      running: &mut Vec<JobId>,
-                      times: Option<&mut Vec<f64>>,
-                      rng: &mut Rng| {
-        let mut times = times;
-        let mut refusals = 0;
-        let mut moved = 0u64;
-        while policy.occupancy().used_gpus() < target && refusals < 20 {
-            let (w, g) = shape(rng, mix.shapes);
-            let w = w.min(spec.nodes);
-            let mut job = JobRequest::new(next_id, w, g);
-            job.movable = !(mix.pinned && next_id % 2 == 1);
-            next_id += 1;
-            let t = Instant::now();
-            let r = policy.place(&job, None)?;
-            if let Some(v) = times.as_deref_mut() {
-                v.push(nanos(t));
-            }
-            match r {
-                Some(a) => {
-                    moved += a.migrations.len() as u64;
-                    running.push(job.id);
-                    refusals = 0;
+    let mut refill =
+        |cluster: &mut C, running: &mut Vec<JobId>, times: Option<&mut Vec<f64>>, rng: &mut Rng| {
+            let mut times = times;
+            let mut refusals = 0;
+            let mut moved = 0u64;
+            while cluster.used_gpus() < target && refusals < 20 {
+                let id = next_id;
+                next_id += 1;
+                let Some(job) = cluster.draw(rng, id, mix) else {
+                    continue;
+                };
+                let t = Instant::now();
+                let r = cluster.place(&job)?;
+                if let Some(v) = times.as_deref_mut() {
+                    v.push(nanos(t));
                 }
-                None => {
-                    refusals += 1;
-                    if times.is_some() {
-                        break;
+                match r {
+                    Some(m) => {
+                        moved += m;
+                        running.push(C::id(&job));
+                        refusals = 0;
+                    }
+                    None => {
+                        refusals += 1;
+                        if times.is_some() {
+                            break;
+                        }
                     }
                 }
             }
-        }
-        Ok::<u64, compass_core::CoreError>(moved)
-    };
-    migrations += refill(policy, &mut running, None, &mut rng)?;
-    let tick_every = policy.tick_interval();
+            Ok::<u64, compass_core::CoreError>(moved)
+        };
+    migrations += refill(cluster, &mut running, None, &mut rng)?;
+    let tick_every = cluster.tick_interval();
     for event in 0..args.events {
         if running.is_empty() {
-            migrations += refill(policy, &mut running, None, &mut rng)?;
+            migrations += refill(cluster, &mut running, None, &mut rng)?;
             if running.is_empty() {
                 break;
             }
@@ -294,16 +416,16 @@ fn latency(
         let k = rng.below(running.len() as u64) as usize;
         let job = running.swap_remove(k);
         let t = Instant::now();
-        let m = policy.remove(job)?;
+        let m = cluster.remove(job)?;
         remove.push(nanos(t));
-        migrations += m.len() as u64;
-        migrations += refill(policy, &mut running, Some(&mut place), &mut rng)?;
+        migrations += m;
+        migrations += refill(cluster, &mut running, Some(&mut place), &mut rng)?;
         if let Some(iv) = tick_every {
             if event % 100 == 99 {
                 let t = Instant::now();
-                let m = policy.tick(iv * (event / 100 + 1) as f64);
+                let m = cluster.tick(iv * (event / 100 + 1) as f64);
                 tick.push(nanos(t));
-                migrations += m.len() as u64;
+                migrations += m;
             }
         }
     }
@@ -325,95 +447,6 @@ fn mixed_nodes(n: u32) -> Vec<NodeGpus> {
     v.extend(std::iter::repeat_n(NodeGpus::new(2, None), small));
     v.extend(std::iter::repeat_n(NodeGpus::new(0, None), cpu));
     v
-}
-
-/// [`latency`] on a mixed cluster through the pool set, as the select
-/// plugin drives it: a job's options are the pools its GPU type and
-/// instance size admit; Place is `PoolSet::place` (the choice by trial on
-/// a copy of each candidate pool's engine, then Place and Compact there).
-fn latency_pools(
-    n: u32,
-    args: &Args,
-) -> compass_core::Result<(Micros, Micros, Option<Micros>, u64)> {
-    let nodes = mixed_nodes(n);
-    let mut pools = PoolSet::new(&nodes, CompassConfig::default());
-    let specs: Vec<_> = pools.pools().cloned().collect();
-    let total: u64 = nodes.iter().map(|x| u64::from(x.gpus)).sum();
-    let target = (total as f64 * args.load) as u64;
-    let used = |p: &PoolSet| -> u64 {
-        (0..specs.len())
-            .filter_map(|k| p.engine(k))
-            .map(|e| e.occupancy().used_gpus())
-            .sum()
-    };
-    let mut rng = Rng(7);
-    let mut running: Vec<JobId> = Vec::new();
-    let mut next_id = 0u64;
-    let (mut place, mut remove) = (Vec::new(), Vec::new());
-    let mut migrations = 0u64;
-    let mut refill = |pools: &mut PoolSet,
-                      running: &mut Vec<JobId>,
-                      times: Option<&mut Vec<f64>>,
-                      rng: &mut Rng| {
-        let mut times = times;
-        let mut refusals = 0;
-        let mut moved = 0u64;
-        while used(pools) < target && refusals < 20 {
-            let (w, g) = shape(rng, SHAPES);
-            let want = match rng.below(6) {
-                0 | 1 => Some("a100"),
-                2 => Some("l40s"),
-                _ => None,
-            };
-            let job = JobRequest::new(next_id, w, g);
-            next_id += 1;
-            let options: Vec<(usize, JobRequest)> = specs
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.modelled && p.admits(want, g) && w <= p.nodes.len() as u32)
-                .map(|(k, _)| (k, job.clone()))
-                .collect();
-            if options.is_empty() {
-                continue;
-            }
-            let t = Instant::now();
-            let r = pools.place(&options, None)?;
-            if let Some(v) = times.as_deref_mut() {
-                v.push(nanos(t));
-            }
-            match r {
-                Some((_, a)) => {
-                    moved += a.migrations.len() as u64;
-                    running.push(job.id);
-                    refusals = 0;
-                }
-                None => {
-                    refusals += 1;
-                    if times.is_some() {
-                        break;
-                    }
-                }
-            }
-        }
-        Ok::<u64, compass_core::CoreError>(moved)
-    };
-    migrations += refill(&mut pools, &mut running, None, &mut rng)?;
-    for _ in 0..args.events {
-        if running.is_empty() {
-            migrations += refill(&mut pools, &mut running, None, &mut rng)?;
-            if running.is_empty() {
-                break;
-            }
-        }
-        let k = rng.below(running.len() as u64) as usize;
-        let job = running.swap_remove(k);
-        let t = Instant::now();
-        let m = pools.remove(job)?;
-        remove.push(nanos(t));
-        migrations += m.len() as u64;
-        migrations += refill(&mut pools, &mut running, Some(&mut place), &mut rng)?;
-    }
-    Ok((Micros::of(place), Micros::of(remove), None, migrations))
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -440,9 +473,10 @@ pub fn run(args: Args) -> Result<()> {
                 let spec = ClusterSpec::new(n, 8)?;
                 let mix = Mix::named(mix_name);
                 let outcome = if mix_name == "mixed" {
-                    latency_pools(n, &args)
+                    latency(&mut Pools::new(&mixed_nodes(n)), &args, mix)
                 } else {
-                    build(policy, spec, &opts).and_then(|mut p| latency(p.as_mut(), &args, mix))
+                    build(policy, spec, &opts)
+                        .and_then(|mut p| latency(&mut OnePolicy(p.as_mut()), &args, mix))
                 };
                 let row = match outcome {
                     Ok((place, remove, tick, migrations)) => LatencyRow {

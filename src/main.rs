@@ -49,7 +49,7 @@ enum Command {
     /// Manage GPU budgets through compass-budgetd (show, set-share, add, move, remove, import, export, audit).
     #[command(after_help = compass_budget::cli::EXIT_HELP)]
     Budget(compass_budget::cli::BudgetArgs),
-    /// Explain a pending job's place in the fair-share queue.
+    /// Explain a job's place in the fair-share queue (or its protection), or all of yours (--me).
     #[command(after_help = compass_budget::cli::EXIT_HELP)]
     Why(compass_budget::cli::WhyArgs),
     Replay(replay::Args),

@@ -7,7 +7,7 @@ use std::time::Instant;
 use clap::builder::PossibleValuesParser;
 use compass_core::placement::POLICY_NAMES;
 use compass_core::sim::{
-    simulate_named, MigrationCharge, MoveWhen, QueuePolicy, RemainingRun, Sample, SimConfig,
+    simulate_mixed, MigrationCharge, MoveWhen, QueuePolicy, RemainingRun, Sample, SimConfig,
     SimResult, Sizing,
 };
 use serde::Serialize;
@@ -79,9 +79,10 @@ pub fn replay(
     let label = format!("{policy} ({})", queue.name());
     let mut progress = Progress::new(&label, loaded.trace.jobs.len() as u64, args.quiet);
     let started = Instant::now();
-    let result = simulate_named(
+    let result = simulate_mixed(
         policy,
         &loaded.trace.jobs,
+        &loaded.nodes,
         &cfg,
         &args.policy_options(),
         &mut progress,
@@ -98,6 +99,12 @@ pub fn run(args: Args) -> Result<()> {
     let queue = QueuePolicy::parse_name(&args.queue)?;
     let loaded = args.trace.load()?;
     if args.budgets.budgets.is_some() {
+        if loaded.mixed() {
+            return Err(CliError::Usage(format!(
+                "--budgets replays on identical nodes only; --nodes {} is a mixed cluster",
+                loaded.nodes.label()
+            )));
+        }
         return crate::policy::run(
             &loaded,
             &args.budgets,
@@ -148,6 +155,12 @@ pub fn write_timeseries(path: &PathBuf, samples: &[Sample]) -> Result<()> {
     std::fs::write(path, out).map_err(|e| CliError::io(path.display(), e))
 }
 
+/// The AFR Theorem 1 allows where WCC holds: `2/N`, and on a mixed cluster
+/// 2 per pool, `2 P / N`.
+pub fn bound_afr(x: &SimResult) -> f64 {
+    2.0 * x.pools.len().max(1) as f64 / f64::from(x.nodes)
+}
+
 /// The human-readable table of one replay.
 pub fn table(r: &Report<'_>) -> String {
     let x = r.result;
@@ -156,7 +169,17 @@ pub fn table(r: &Report<'_>) -> String {
         let _ = writeln!(s, "  {k:<28} {v}");
     };
     row("policy", format!("{} ({} queue)", x.policy, x.queue.name()));
-    row("nodes", format!("{} x {} GPUs", x.nodes, x.gpus_per_node));
+    if x.pools.len() > 1 {
+        row(
+            "nodes",
+            format!(
+                "{} ({} nodes, mixed: one engine per pool)",
+                x.cluster, x.nodes
+            ),
+        );
+    } else {
+        row("nodes", format!("{} x {} GPUs", x.nodes, x.gpus_per_node));
+    }
     let unsched = if x.unschedulable > 0 {
         format!(" ({} larger than the cluster, left out)", x.unschedulable)
     } else {
@@ -165,7 +188,16 @@ pub fn table(r: &Report<'_>) -> String {
     row("jobs", format!("{}{unsched}", x.jobs));
     row(
         "AFR",
-        format!("{:.5} (2/N = {:.5})", x.afr, 2.0 / f64::from(x.nodes)),
+        if x.pools.len() > 1 {
+            format!(
+                "{:.5} (2 per pool: 2*{}/N = {:.5})",
+                x.afr,
+                x.pools.len(),
+                bound_afr(x)
+            )
+        } else {
+            format!("{:.5} (2/N = {:.5})", x.afr, bound_afr(x))
+        },
     );
     row("AJCT", format!("{:.1} s", x.ajct_s));
     row("AGU", format!("{:.4}", x.agu));
@@ -232,6 +264,33 @@ pub fn table(r: &Report<'_>) -> String {
     }
     row("makespan", format!("{:.0} s", x.makespan_s));
     row("wall time", format!("{:.3} s", r.wall_s));
+    if x.pools.len() > 1 {
+        let _ = writeln!(
+            s,
+            "  per pool {:>19} {:>6} {:>7} {:>10} {:>9} {:>7} {:>7} {:>12} {:>11}",
+            "nodes", "jobs", "AJCT (s)", "AFR", "2/N_p", "AGU", "WCC", "max N*SIF", "over bound"
+        );
+        for p in &x.pools {
+            let wcc = p
+                .max_n_sif_under_wcc
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "-".into());
+            let _ = writeln!(
+                s,
+                "    {:<14} {:>9} {:>6} {:>8.1} {:>10.5} {:>9.5} {:>7.4} {:>7.4} {:>12} {:>11}",
+                p.name,
+                p.nodes,
+                p.jobs,
+                p.ajct_s,
+                p.afr,
+                2.0 / f64::from(p.nodes),
+                p.agu,
+                p.wcc_coverage,
+                format!("{} ({wcc})", p.max_n_sif),
+                p.over_bound_events
+            );
+        }
+    }
     let _ = writeln!(
         s,
         "  queue wait (s)               {:>8} {:>10} {:>10} {:>10} {:>10}",

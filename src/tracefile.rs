@@ -8,7 +8,9 @@ use clap::builder::PossibleValuesParser;
 use compass_core::model::ClusterSpec;
 use compass_core::placement::compass::SlottedPass;
 use compass_core::placement::PolicyOptions;
-use compass_core::sim::{size_cluster, MigrationCharge, MoveWhen, RemainingRun, Sizing};
+use compass_core::sim::{
+    size_cluster, ClusterNodes, MigrationCharge, MoveWhen, RemainingRun, Sizing,
+};
 use compass_core::trace::{self, ReadOptions, Trace, TraceFormat};
 
 use crate::error::{CliError, Result};
@@ -30,11 +32,18 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = 0.9, conflicts_with = "nodes")]
     pub eta: f64,
 
-    /// Use exactly N nodes instead of sizing by --eta.
-    #[arg(long, value_name = "N")]
-    pub nodes: Option<u32>,
+    /// Use exactly these nodes instead of sizing by --eta: a node count N
+    /// (N nodes of --gpus-per-node GPUs), or a mixed cluster as
+    /// COUNTxGPUS[:TYPE] items, comma separated, e.g. 8x8:a100,4x4:l40s,2x2
+    /// (8 nodes of 8 A100s, 4 of 4 L40S, 2 untyped 2-GPU nodes; GPUs per
+    /// node 1, 2, 4 or 8). Each GPU count and type is a pool with its own
+    /// engine, as in the select plugin; jobs are cut into instances of at
+    /// most the largest node and go to any pool whose nodes hold an
+    /// instance (docs/simulator.md, "Mixed clusters").
+    #[arg(long, value_name = "N|SPEC", value_parser = parse_nodes)]
+    pub nodes: Option<String>,
 
-    /// GPUs per node: 1, 2, 4 or 8.
+    /// GPUs per node: 1, 2, 4 or 8 (for --eta sizing and a bare --nodes N).
     #[arg(long, default_value_t = 8)]
     pub gpus_per_node: u32,
 
@@ -103,8 +112,20 @@ pub struct TraceArgs {
 pub struct Loaded {
     pub path: String,
     pub trace: Trace,
+    /// The cluster when its nodes are alike; on a mixed cluster, all its
+    /// nodes at the largest node's size (only the placement replays, which
+    /// take `nodes`, run on a mixed cluster: see [`Loaded::mixed`]).
     pub spec: ClusterSpec,
+    /// The cluster's nodes, pool by pool.
+    pub nodes: ClusterNodes,
     pub sizing: Option<Sizing>,
+}
+
+impl Loaded {
+    /// Is the cluster mixed (several pools)?
+    pub fn mixed(&self) -> bool {
+        self.nodes.as_homogeneous().is_none()
+    }
 }
 
 impl TraceArgs {
@@ -128,10 +149,18 @@ impl TraceArgs {
             .as_deref()
             .map(TraceFormat::parse_name)
             .transpose()?;
+        let given = self
+            .nodes
+            .as_deref()
+            .map(|n| ClusterNodes::parse(n, self.gpus_per_node))
+            .transpose()?;
         let file = File::open(&self.trace).map_err(|e| CliError::io(&path, e))?;
+        // Jobs are cut into instances of at most the largest node.
         let opts = ReadOptions {
             format,
-            gpus_per_node: self.gpus_per_node,
+            gpus_per_node: given
+                .as_ref()
+                .map_or(self.gpus_per_node, ClusterNodes::max_gpus),
         };
         let trace = trace::read(BufReader::new(file), &path, &opts)?;
         if trace.jobs.is_empty() {
@@ -139,26 +168,31 @@ impl TraceArgs {
                 "{path}: the trace has no jobs to replay"
             )));
         }
-        let (nodes, sizing) = match self.nodes {
+        let (nodes, sizing) = match given {
             Some(n) => (n, None),
             None => {
                 let s = size_cluster(&trace.jobs, self.eta, self.gpus_per_node)?;
-                (s.nodes, Some(s))
+                let spec = ClusterSpec::new(s.nodes, self.gpus_per_node)?;
+                (ClusterNodes::homogeneous(spec), Some(s))
             }
         };
-        let spec = ClusterSpec::new(nodes, self.gpus_per_node)?;
+        let spec = match nodes.as_homogeneous() {
+            Some(spec) => spec,
+            None => ClusterSpec::new(nodes.nodes(), nodes.max_gpus())?,
+        };
         tracing::info!(
             trace = %path,
             format = trace.format.name(),
             jobs = trace.jobs.len(),
             skipped = trace.skipped_total(),
-            nodes,
+            nodes = %nodes.label(),
             "trace loaded"
         );
         Ok(Loaded {
             path,
             trace,
             spec,
+            nodes,
             sizing,
         })
     }
@@ -186,6 +220,12 @@ pub fn describe(l: &Loaded) -> String {
         ));
     }
     match &l.sizing {
+        None if l.mixed() => s.push_str(&format!(
+            "; mixed cluster {} ({} nodes, {} GPUs, given)",
+            l.nodes.label(),
+            l.nodes.nodes(),
+            l.nodes.total_gpus()
+        )),
         Some(z) => s.push_str(&format!(
             "; cluster {} x {} GPUs sized by eta {} (p_eta {} GPUs, largest job {} nodes)",
             l.spec.nodes, l.spec.gpus_per_node, z.eta, z.p_eta_gpus, z.n_maxjob
@@ -196,6 +236,14 @@ pub fn describe(l: &Loaded) -> String {
         )),
     }
     s
+}
+
+/// `--nodes`: checked here so a bad spec is a usage error (exit 2); kept
+/// as text, read with `--gpus-per-node` by [`TraceArgs::load`].
+pub fn parse_nodes(s: &str) -> std::result::Result<String, String> {
+    ClusterNodes::parse(s, 8)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// A migration cost in seconds, `0` allowed: Slurm's forms through

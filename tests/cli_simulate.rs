@@ -387,3 +387,211 @@ fn duration_flags_refuse_bare_numbers_and_take_slurm_forms() {
         );
     }
 }
+
+/// A canonical trace for the site-shaped cluster: 1-, 2-, 4- and 8-GPU
+/// instances, and a 2 x 8 job only the A100 pool can hold.
+fn site_trace() -> String {
+    let mut t = String::from("job_id,submit_s,duration_s,num_inst,gpus_per_inst\n");
+    for i in 0..60u32 {
+        let (w, g) = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (2, 2), (1, 1)][i as usize % 7];
+        t.push_str(&format!("j{i},{},{},{w},{g}\n", i * 5, 40 + (i * 37) % 300));
+    }
+    t
+}
+
+/// `--nodes 8x8:a100,4x4:l40s,2x2`: a mixed cluster, every job done, and
+/// the figures of each pool in the JSON, which add up to the cluster's.
+#[test]
+fn simulate_on_a_mixed_cluster_reports_each_pool() {
+    let s = Scratch::new("mixed");
+    let trace = s.file("t.csv", &site_trace());
+    for policy in ["compass", "best-fit"] {
+        let out = compass(&[
+            "simulate",
+            "--trace",
+            path(&trace),
+            "--nodes",
+            "8x8:a100,4x4:l40s,2x2",
+            "--policy",
+            policy,
+            "--queue",
+            "backfill",
+            "--json",
+            "-q",
+        ]);
+        let v = json(&out);
+        assert_eq!(v["cluster"], "8x8:a100,4x4:l40s,2x2");
+        assert_eq!(
+            (v["nodes"].as_u64(), v["jobs"].as_u64()),
+            (Some(14), Some(60))
+        );
+        let pools = v["pools"].as_array().unwrap();
+        let names: Vec<(&str, u64, u64)> = pools
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap(),
+                    p["nodes"].as_u64().unwrap(),
+                    p["gpus_per_node"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [("8xa100", 8, 8), ("4xl40s", 4, 4), ("2xgpu", 2, 2)],
+            "{policy}"
+        );
+        let jobs: u64 = pools.iter().map(|p| p["jobs"].as_u64().unwrap()).sum();
+        assert_eq!(jobs, 60, "{policy}: every job ran in one pool");
+        for p in pools {
+            for k in ["afr", "agu", "wcc_coverage", "ajct_s"] {
+                assert!(
+                    p[k].as_f64().is_some_and(|x| x >= 0.0),
+                    "{policy}: {k}: {p}"
+                );
+            }
+            assert!(p["max_n_sif"].as_u64().is_some(), "{p}");
+        }
+        // AFR of the cluster: the pools' N_p * AFR_p summed, over all N
+        let summed: f64 = pools
+            .iter()
+            .map(|p| p["afr"].as_f64().unwrap() * p["nodes"].as_f64().unwrap())
+            .sum::<f64>()
+            / 14.0;
+        let afr = v["afr"].as_f64().unwrap();
+        assert!((afr - summed).abs() < 1e-9, "{policy}: {afr} vs {summed}");
+        // the table names the pools too
+        let out = compass(&[
+            "simulate",
+            "--trace",
+            path(&trace),
+            "--nodes",
+            "8x8:a100,4x4:l40s,2x2",
+            "--policy",
+            policy,
+            "-q",
+        ]);
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("mixed cluster 8x8:a100,4x4:l40s,2x2")
+                && text.contains("8xa100")
+                && text.contains("2xgpu"),
+            "{text}"
+        );
+    }
+    // a bare count keeps its meaning (with --gpus-per-node), and the
+    // same cluster written as a spec gives the same replay
+    let a = json(&compass(&[
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--nodes",
+        "6",
+        "--gpus-per-node",
+        "8",
+        "--json",
+        "-q",
+    ]));
+    let b = json(&compass(&[
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--nodes",
+        "6x8",
+        "--json",
+        "-q",
+    ]));
+    assert_eq!(
+        (a["cluster"].as_str(), a["nodes"].as_u64()),
+        (Some("6x8"), Some(6))
+    );
+    for k in ["afr", "ajct_s", "agu", "migrations", "max_n_sif", "pools"] {
+        assert_eq!(a[k], b[k], "{k}");
+    }
+}
+
+/// Bad node specs are usage errors (exit 2) that say what is wrong.
+#[test]
+fn bad_node_specs_are_usage_errors() {
+    let s = Scratch::new("badnodes");
+    let trace = s.file("t.csv", &site_trace());
+    for (spec, says) in [
+        ("8x6:h100", "6 GPUs per node"),
+        ("8x8,,2x2", "empty item"),
+        ("0x8", "node count of 0"),
+        ("8x8:a100:x", "not a GPU type"),
+        ("eight", "not a node count"),
+        ("8:a100", "needs COUNTxGPUS"),
+    ] {
+        let out = compass(&["simulate", "--trace", path(&trace), "--nodes", spec]);
+        assert_eq!(out.status.code(), Some(2), "{spec}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--nodes") && err.contains(says) && err.contains("COUNTxGPUS"),
+            "{spec}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // an instance larger than every node: refused when the trace is read,
+    // naming the row
+    let big = s.file(
+        "big.csv",
+        "job_id,submit_s,duration_s,num_inst,gpus_per_inst\nA,0,10,1,8\n",
+    );
+    let out = compass(&["simulate", "--trace", path(&big), "--nodes", "4x4,2x2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("8 GPUs do not fit a node of 4 GPUs"), "{err}");
+    // the policy simulator replays identical nodes only
+    let budgets = s.file("b.toml", "[[node]]\nname = \"org\"\nshare = 1.0\n");
+    let out = compass(&[
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--nodes",
+        "2x8,2x4",
+        "--budgets",
+        path(&budgets),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mixed cluster"), "{err}");
+}
+
+/// `compass compare` shares the trace options: a mixed `--nodes` gives the
+/// per-pool table in compare.md and `pools` in compare.json.
+#[test]
+fn compare_on_a_mixed_cluster_writes_the_per_pool_table() {
+    let s = Scratch::new("mixedcmp");
+    let trace = s.file("t.csv", &site_trace());
+    let out_dir = s.0.join("out");
+    let out = compass(&[
+        "compare",
+        "--trace",
+        path(&trace),
+        "--nodes",
+        "8x8:a100,4x4:l40s,2x2",
+        "--policies",
+        "compass,best-fit",
+        "--out",
+        path(&out_dir),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = std::fs::read_to_string(out_dir.join("compare.md")).unwrap();
+    assert!(md.contains("mixed cluster 8x8:a100,4x4:l40s,2x2"), "{md}");
+    assert!(md.contains("Per pool:"), "{md}");
+    for row in ["| compass | 8xa100 | 8 |", "| best-fit | 2xgpu | 2 |"] {
+        assert!(md.contains(row), "{row}: {md}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("compare.json")).unwrap())
+            .unwrap();
+    for o in json.as_array().unwrap() {
+        assert_eq!(o["result"]["pools"].as_array().unwrap().len(), 3, "{o}");
+    }
+}

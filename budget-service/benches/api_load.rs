@@ -120,6 +120,7 @@ fn main() {
         slurm.put(SlurmJob {
             job: JobId(i + 1),
             account: accounts[(i as usize * 13) % accounts.len()].clone(),
+            user: String::new(),
             gpus: 1 << (i % 4),
             min_runtime_s: if i % 6 == 0 { 0 } else { 3600 },
             resumable: true,
@@ -133,6 +134,8 @@ fn main() {
             begin_after: None,
             gpu_types: Default::default(),
             tier: 0,
+            qos: String::new(),
+            qos_priority: 0,
         });
     }
     let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
@@ -172,7 +175,7 @@ fn main() {
         "endpoint", "requests", "p50 ms", "p99 ms", "max ms", "bytes"
     );
     for path in [
-        "/api/v1/queue",
+        "/api/v1/queue?limit=1000",
         "/api/v1/tree",
         "/api/v1/queue/5000",
         "/healthz",

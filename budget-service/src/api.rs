@@ -24,6 +24,7 @@ use std::sync::Arc;
 use crate::auth::{request_payload, Policy, SCHEME};
 use crate::error::BudgetError;
 use crate::localtime;
+use crate::privacy::{PrivateData, Viewer};
 use crate::state::AppState;
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -87,6 +88,50 @@ impl IntoResponse for ApiError {
 
 type ApiResult<T> = std::result::Result<T, ApiError>;
 
+/// Keys whose numbers are times (Unix seconds inside the service).
+pub const TIME_KEYS: &[&str] = &[
+    "at",
+    "from",
+    "to",
+    "start",
+    "end",
+    "since",
+    "submit",
+    "run_start",
+    "last_ok",
+    "now",
+];
+
+/// The API's time convention (OpenAPI `info.version` 2): every time in a
+/// response is an ISO 8601 local date-time with its offset
+/// (`2026-12-01T03:10:00+00:00`, [`localtime::iso`]); durations stay
+/// numbers of seconds in keys ending in `_s`. Rewrites the numbers under
+/// [`TIME_KEYS`] at any depth; `null` stays `null`.
+pub fn iso_times(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                match x.as_i64() {
+                    Some(t) if TIME_KEYS.contains(&k.as_str()) => {
+                        *x = Value::String(localtime::iso(t))
+                    }
+                    _ => iso_times(x),
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(iso_times),
+        _ => {}
+    }
+}
+
+/// A JSON response body in the API's conventions ([`iso_times`]).
+pub fn api_json<T: Serialize>(body: T) -> Json<serde_json::Value> {
+    let mut v = serde_json::to_value(body).unwrap_or_else(|e| json!({ "error": e.to_string() }));
+    iso_times(&mut v);
+    Json(v)
+}
+
 /// Builds the router.
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_body_bytes;
@@ -107,6 +152,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/import", post(import))
         .route("/api/v1/queue", get(get_queue))
         .route("/api/v1/queue/{job}", get(get_why))
+        .route("/api/v1/jobs", get(get_user_jobs))
         .route("/api/v1/reports/owed", get(owed))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/ledger", post(ingest))
@@ -263,20 +309,111 @@ fn authenticate<T: DeserializeOwned>(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| BudgetError::Unauthenticated(format!("writes need an `Authorization: {SCHEME} <credential>` header (use the `compass budget` CLI)")))?;
-    let cred = auth
-        .strip_prefix(SCHEME)
-        .and_then(|c| c.strip_prefix(' '))
-        .ok_or_else(|| {
-            BudgetError::Unauthenticated(format!(
-                "unsupported authorization scheme; expected `{SCHEME}`"
-            ))
-        })?;
+    let cred = credential(auth)?;
     let pq = uri.0.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     let user = state
         .auth
         .authenticate(cred, &request_payload(method.as_str(), pq, &body))?;
     let parsed = parse_json(&body)?;
     Ok((user, parsed))
+}
+
+/// The credential of an `Authorization: MUNGE <credential>` header value.
+fn credential(auth: &str) -> Result<&str, BudgetError> {
+    auth.strip_prefix(SCHEME)
+        .and_then(|c| c.strip_prefix(' '))
+        .ok_or_else(|| {
+            BudgetError::Unauthenticated(format!(
+                "unsupported authorization scheme; expected `{SCHEME}`"
+            ))
+        })
+}
+
+/// A read request's identity, resolved off the runtime ([`viewer_of`]):
+/// a MUNGE credential bound to the request (as for writes, with an empty
+/// body), else a trusted reverse proxy's identity header, else anonymous.
+pub struct Reader {
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    peer: Option<std::net::SocketAddr>,
+}
+
+impl axum::extract::FromRequestParts<Arc<AppState>> for Reader {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let uri = (parts.extensions.get::<OriginalUri>().cloned())
+            .unwrap_or_else(|| OriginalUri(parts.uri.clone()));
+        let peer = (parts.extensions)
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0);
+        Ok(Reader {
+            method: parts.method.clone(),
+            uri,
+            headers: parts.headers.clone(),
+            peer,
+        })
+    }
+}
+
+impl Reader {
+    /// Who reads (blocking: a credential is decoded through munged).
+    fn viewer(&self, state: &AppState) -> Result<Viewer, BudgetError> {
+        let policy = state.read_policy();
+        let user = match self.headers.get(header::AUTHORIZATION) {
+            Some(v) => {
+                let auth = v.to_str().map_err(|_| {
+                    BudgetError::Unauthenticated("the Authorization header is not text".into())
+                })?;
+                let pq = (self.uri.0.path_and_query()).map_or("/", |p| p.as_str());
+                let payload = request_payload(self.method.as_str(), pq, b"");
+                Some(state.auth.authenticate(credential(auth)?, &payload)?)
+            }
+            None => crate::privacy::proxy_user(&state.config, self.peer, &self.headers),
+        };
+        let all = (user.as_deref()).is_some_and(|u| policy.sees_all(&state.config, u));
+        Ok(Viewer {
+            user,
+            all,
+            private: policy.private,
+        })
+    }
+}
+
+/// The viewer of a read: everyone sees everything while nothing is private
+/// (no MUNGE round trip); else [`Reader::viewer`] off the runtime.
+pub async fn viewer_of(state: &Arc<AppState>, reader: Reader) -> ApiResult<Viewer> {
+    if state.read_policy().private == PrivateData::default() {
+        return Ok(Viewer::everything());
+    }
+    blocking(state, move |st| reader.viewer(st)).await
+}
+
+/// The owner of a pending (last order) or running (last snapshot) job.
+pub fn job_owner(state: &AppState, q: &crate::state::QueueView, job: u64) -> Option<String> {
+    (q.users.get(&JobId(job)).cloned()).or_else(|| state.running_job(job).map(|j| j.user))
+}
+
+/// The actions `viewer` may see: with `PrivateData=jobs`, those whose
+/// victim or requester is theirs, and those on no job (node drains).
+pub fn visible_actions(
+    state: &AppState,
+    viewer: &Viewer,
+    rows: Vec<crate::db::ActionRow>,
+) -> Vec<crate::db::ActionRow> {
+    if viewer.sees_job(None) {
+        return rows;
+    }
+    let q = state.queue();
+    let sees =
+        |j: Option<u64>| j.is_some_and(|j| viewer.sees_job(job_owner(state, &q, j).as_deref()));
+    rows.into_iter()
+        .filter(|a| (a.job.is_none() && a.cause_job.is_none()) || sees(a.job) || sees(a.cause_job))
+        .collect()
 }
 
 fn policy(state: &AppState) -> Policy<'_> {
@@ -336,12 +473,31 @@ fn bad_query(key: &str, why: String) -> BudgetError {
     }
 }
 
-/// `from`/`to` (Unix seconds, 0 to [`MAX_QUERY_TIME`]) or `window_s`
+/// `from`/`to` (Unix seconds or ISO 8601 with offset, 0 to
+/// [`MAX_QUERY_TIME`]) or `window_s`
 /// ending now; default: the configured window ending now. Out-of-range
 /// values are a 400 naming the parameter, never an overflow.
 fn window(state: &AppState, q: &HashMap<String, String>) -> Result<(i64, i64), BudgetError> {
+    // Unix seconds or an ISO 8601 date-time with offset (a `+` of the
+    // offset arrives as a space when the client did not escape it).
     let time = |key: &str| -> Result<Option<i64>, BudgetError> {
-        match query_i64(q, key)? {
+        let t = match q.get(key) {
+            None => None,
+            Some(v) => Some(
+                (v.parse::<i64>().ok())
+                    .or_else(|| localtime::parse_iso(&v.replace(' ', "+")))
+                    .ok_or_else(|| {
+                        bad_query(
+                            key,
+                            format!(
+                                "`{v}` is neither Unix seconds nor an ISO 8601 date-time with offset \
+                                 (2026-12-01T03:10:00+00:00)"
+                            ),
+                        )
+                    })?,
+            ),
+        };
+        match t {
             Some(t) if !(0..=MAX_QUERY_TIME).contains(&t) => Err(bad_query(
                 key,
                 format!("{t} is outside 0..={MAX_QUERY_TIME} (Unix seconds, 1970 to 9999)"),
@@ -418,7 +574,7 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     };
     (
         code,
-        Json(json!({ "status": status, "db_ok": db_ok, "cycle": st })),
+        api_json(json!({ "status": status, "db_ok": db_ok, "cycle": st })),
     )
         .into_response()
 }
@@ -445,8 +601,8 @@ async fn get_tree(
     blocking(&state, move |state| {
         let (from, to) = window(state, &q)?;
         let nodes = state.tree_view(from, to)?;
-        Ok(Json(
-            json!({ "from": from, "to": to, "capacity_gpus": state.capacity(),
+        Ok(api_json(
+            json!({ "from": from, "to": to, "window_s": to - from, "capacity_gpus": state.capacity(),
                     "gpu_weights": state.config.gpu_weights, "nodes": nodes }),
         )
         .into_response())
@@ -461,7 +617,7 @@ async fn get_usage(
     blocking(&state, move |state| {
     let (from, to) = window(state, &q)?;
     let Some((tree, usage, stats)) = state.stats(from, to)? else {
-        return Ok(Json(json!({ "from": from, "to": to, "nodes": [] })).into_response());
+        return Ok(api_json(json!({ "from": from, "to": to, "nodes": [] })).into_response());
     };
     let nodes: Vec<usize> = match q.get("account").or(q.get("node")) {
         Some(a) if q.contains_key("account") => {
@@ -486,7 +642,7 @@ async fn get_usage(
         })
         .collect();
     let unb = fairshare::unbudgeted_usage(&tree, &usage);
-    Ok(Json(json!({
+    Ok(api_json(json!({
         "from": from, "to": to, "nodes": rows,
         "unbudgeted": { "charged_gpu_hours": unb.charged_gpu_s / 3600.0, "free_gpu_hours": unb.free_gpu_s / 3600.0 }
     }))
@@ -506,7 +662,7 @@ async fn get_node(
             .into_iter()
             .find(|n| n.name == name)
             .ok_or_else(|| BudgetError::NotFound(format!("team `{name}`")))?;
-        Ok(Json(n).into_response())
+        Ok(api_json(n).into_response())
     })
     .await
 }
@@ -571,7 +727,7 @@ async fn create_node(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<
         } else {
             StatusCode::CREATED
         };
-        Ok((status, Json(edit_json(&changes, b.dry_run))).into_response())
+        Ok((status, api_json(edit_json(&changes, b.dry_run))).into_response())
     })
     .await
 }
@@ -631,7 +787,7 @@ async fn patch_node(
                     }
                     Ok(v)
                 })?;
-        Ok(Json(edit_json(&changes, b.dry_run)).into_response())
+        Ok(api_json(edit_json(&changes, b.dry_run)).into_response())
     })
     .await
 }
@@ -674,7 +830,7 @@ async fn delete_node(
         }
         Ok(old.iter().filter(|s| s.name != name).cloned().collect())
     })?;
-    Ok(Json(edit_json(&changes, b.dry_run)).into_response())
+    Ok(api_json(edit_json(&changes, b.dry_run)).into_response())
     })
     .await
 }
@@ -692,7 +848,7 @@ async fn export(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
             Some(t) => t.to_specs(),
             None => Vec::new(),
         };
-        Ok(Json(TreeDoc { nodes: specs }).into_response())
+        Ok(api_json(TreeDoc { nodes: specs }).into_response())
     })
     .await
 }
@@ -723,7 +879,7 @@ async fn import(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Respo
             pol.check_import(&user, stored_tree(&pol, &user, &old)?.as_ref(), &changes)?;
             let mut v = changes_json(&changes);
             v["applied"] = json!(false);
-            return Ok(Json(v).into_response());
+            return Ok(api_json(v).into_response());
         }
         let now = state.now();
         let changes = state.db().edit_tree(&user, "import", &b.why, now, |old| {
@@ -733,7 +889,7 @@ async fn import(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Respo
         })?;
         let mut v = changes_json(&changes);
         v["applied"] = json!(true);
-        Ok(Json(v).into_response())
+        Ok(api_json(v).into_response())
     })
     .await
 }
@@ -744,6 +900,8 @@ pub struct QueueRow {
     pub rank: usize,
     pub job: JobId,
     pub account: String,
+    /// The job's owner (empty: the source does not say).
+    pub user: String,
     pub team: Option<String>,
     pub kind: fairshare::Kind,
     pub gpus: u32,
@@ -768,6 +926,7 @@ fn queue_row(p: &Placed, q: &crate::state::QueueView) -> QueueRow {
         rank: p.rank,
         job: p.job.job,
         account: p.job.account.clone(),
+        user: q.users.get(&p.job.job).cloned().unwrap_or_default(),
         team: p.team.clone(),
         kind: p.kind,
         gpus: p.job.gpus,
@@ -787,46 +946,154 @@ fn weight_text(gpus: u32, weight: f64, lead: &str) -> String {
     )
 }
 
-/// `GET /api/v1/queue[?limit=N]`: the whole order (serialized once per
-/// cycle and then served from memory) or its first `N` rows.
+/// Default page size of `GET /api/v1/queue`.
+pub const QUEUE_PAGE_DEFAULT: usize = 100;
+/// Largest page `GET /api/v1/queue` returns, whatever `limit` asks for.
+pub const QUEUE_PAGE_MAX: usize = 1000;
+
+/// A page of the queue: `offset` and `limit` from the query, checked.
+fn queue_page(params: &HashMap<String, String>) -> Result<(usize, usize), BudgetError> {
+    let limit = match query_i64(params, "limit")? {
+        None => QUEUE_PAGE_DEFAULT,
+        Some(n) if (1..=QUEUE_PAGE_MAX as i64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(BudgetError::field(
+                "limit",
+                format!("{n} is outside 1..={QUEUE_PAGE_MAX} (the largest page)"),
+            ))
+        }
+    };
+    let offset = match query_i64(params, "offset")? {
+        None => 0,
+        Some(n) if n >= 0 => n as usize,
+        Some(_) => return Err(BudgetError::field("offset", "must not be negative")),
+    };
+    Ok((offset, limit))
+}
+
+/// `GET /api/v1/queue[?limit=N][&offset=M]`: one page of the order, rows
+/// `offset..offset+limit` (default the first [`QUEUE_PAGE_DEFAULT`], at
+/// most [`QUEUE_PAGE_MAX`]), with `total` and `next_offset` (null on the
+/// last page). The default page is serialized once per cycle and then
+/// served from memory.
 async fn get_queue(
     State(state): State<Arc<AppState>>,
     Query(params): Query<HashMap<String, String>>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let (offset, limit) = queue_page(&params)?;
+    let viewer = viewer_of(&state, reader).await?;
     let q = state.queue();
-    let rows =
-        |n: usize| -> Vec<QueueRow> { q.order.iter().take(n).map(|p| queue_row(p, &q)).collect() };
-    let body = match query_i64(&params, "limit")? {
-        Some(n) if n >= 0 => axum::body::Bytes::from(
-            serde_json::to_vec(&json!({ "at": q.at, "jobs": rows(n as usize) }))
-                .map_err(|e| BudgetError::Http(e.to_string()))?,
-        ),
-        Some(_) => return Err(BudgetError::field("limit", "must not be negative").into()),
-        None => q
-            .json
-            .get_or_init(|| {
-                serde_json::to_vec(&json!({ "at": q.at, "jobs": rows(usize::MAX) }))
-                    .unwrap_or_default()
-                    .into()
-            })
-            .clone(),
+    // PrivateData=jobs: only the viewer's own jobs (ranks stay global).
+    let visible: Vec<&Placed> = if viewer.sees_job(None) {
+        q.order.iter().collect()
+    } else {
+        (q.order.iter())
+            .filter(|p| viewer.sees_job(q.users.get(&p.job.job).map(String::as_str)))
+            .collect()
+    };
+    let page = |offset: usize, limit: usize| -> Result<axum::body::Bytes, BudgetError> {
+        let total = visible.len();
+        let rows: Vec<QueueRow> = (visible.iter().skip(offset).take(limit))
+            .map(|p| queue_row(p, &q))
+            .collect();
+        let next = offset.saturating_add(limit);
+        let body = json!({
+            "at": q.at, "total": total, "offset": offset, "limit": limit,
+            "next_offset": (next < total).then_some(next), "jobs": rows,
+        });
+        let mut body = body;
+        iso_times(&mut body);
+        serde_json::to_vec(&body)
+            .map(Into::into)
+            .map_err(|e| BudgetError::Http(e.to_string()))
+    };
+    let body = if (offset, limit) == (0, QUEUE_PAGE_DEFAULT) && viewer.sees_job(None) {
+        q.json
+            .get_or_init(|| page(0, QUEUE_PAGE_DEFAULT).unwrap_or_default())
+            .clone()
+    } else {
+        page(offset, limit)?
     };
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// `GET /api/v1/jobs?user=NAME`: a user's pending jobs (their queue rows,
+/// why each waits) and running jobs (protected until when, or why they may
+/// be preempted): what `compass why --me` prints. With `PrivateData=jobs`
+/// only the user themselves, admins and operators may ask.
+async fn get_user_jobs(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+    reader: Reader,
+) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
+    blocking(&state, move |state| {
+        let user = (params.get("user").map(|u| u.trim()))
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| {
+                BudgetError::field("user", "give the user whose jobs to show (`?user=NAME`)")
+            })?
+            .to_string();
+        if !viewer.sees_job(Some(&user)) {
+            return Err(BudgetError::Forbidden {
+                what: format!("user `{}` reading the jobs of `{user}`", viewer.name()),
+                why: "PrivateData=jobs: users see only their own jobs".into(),
+            });
+        }
+        let q = state.queue();
+        let pending: Vec<QueueRow> = (q.order.iter())
+            .filter(|p| q.users.get(&p.job.job) == Some(&user))
+            .map(|p| queue_row(p, &q))
+            .collect();
+        let mut running: Vec<crate::slurm::SlurmJob> = (state
+            .seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .running
+            .values())
+        .filter(|j| j.user == user)
+        .cloned()
+        .collect();
+        running.sort_by_key(|j| j.job);
+        let mut run_rows = Vec::new();
+        for j in &running {
+            let actions = state.db().actions(Some(j.job.0), 50)?;
+            run_rows.push(json!({
+                "job": j.job, "account": j.account, "gpus": j.gpus, "start": j.start,
+                "min_runtime_s": j.min_runtime_s,
+                "enforcement": enforcement_text(state, j.job.0, &actions),
+            }));
+        }
+        Ok(
+            api_json(json!({ "at": q.at, "user": user, "pending": pending, "running": run_rows }))
+                .into_response(),
+        )
+    })
+    .await
 }
 
 async fn get_why(
     State(state): State<Arc<AppState>>,
     Path(job): Path<String>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
     let id: u64 = job
         .parse()
         .map_err(|_| BudgetError::field("job", format!("`{job}` is not a job id")))?;
     let q = state.queue();
+    if !viewer.sees_job(job_owner(state, &q, id).as_deref()) {
+        return Err(BudgetError::Forbidden {
+            what: format!("user `{}` reading job {id}", viewer.name()),
+            why: "PrivateData=jobs: only its owner, admins and operators may see it".into(),
+        });
+    }
     let actions = state.db().actions(Some(id), 50)?;
     let enforcement = enforcement_text(state, id, &actions);
     if let Some(p) = q.order.iter().find(|p| p.job.job == JobId(id)) {
-        return Ok(Json(
+        return Ok(api_json(
             json!({ "at": q.at, "state": "pending", "placed": p, "row": queue_row(p, &q),
                     "actions": actions, "enforcement": enforcement }),
         )
@@ -854,13 +1121,13 @@ async fn get_why(
                 text.push_str(&weight_text(iv.gpus, iv.weight, "Its"));
             }
             let st = if iv.end.is_none() { "running" } else { "ended" };
-            Ok(Json(
+            Ok(api_json(
                 json!({ "at": q.at, "state": st, "interval": iv, "row": { "why": text },
                             "actions": actions, "enforcement": enforcement }),
             )
             .into_response())
         }
-        None if !actions.is_empty() => Ok(Json(json!({
+        None if !actions.is_empty() => Ok(api_json(json!({
             "at": q.at, "state": "unknown",
             "row": { "why": format!("Job {id} is neither pending nor in the ledger.\n") },
             "actions": actions, "enforcement": enforcement
@@ -953,7 +1220,9 @@ fn enforcement_text(state: &AppState, id: u64, actions: &[crate::db::ActionRow])
 async fn get_actions(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
         let limit = query_i64(&q, "limit")?.unwrap_or(100);
         if !(1..=10_000).contains(&limit) {
@@ -964,7 +1233,8 @@ async fn get_actions(
             return Err(BudgetError::field("job", "must not be negative"));
         }
         let rows = state.db().actions(job.map(|j| j as u64), limit as usize)?;
-        Ok(Json(json!({ "rows": rows })).into_response())
+        let rows = visible_actions(state, &viewer, rows);
+        Ok(api_json(json!({ "rows": rows })).into_response())
     })
     .await
 }
@@ -981,7 +1251,7 @@ async fn get_hosts(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
             json!({ "name": n.name, "gpus": n.gpus, "state": n.state, "reason": n.reason, "faulty": f })
         })
         .collect();
-    Ok(Json(json!({ "nodes": nodes, "faulty": faulty })).into_response())
+    Ok(api_json(json!({ "nodes": nodes, "faulty": faulty })).into_response())
     })
     .await
 }
@@ -1026,7 +1296,7 @@ async fn host_fault(
             )));
         }
         let change = crate::enforce::mark_faulty(state, &node, &b.reason, &user)?;
-        Ok(Json(change).into_response())
+        Ok(api_json(change).into_response())
     })
     .await
 }
@@ -1042,7 +1312,7 @@ async fn host_repaired(
         require_admin(state, &user, &format!("marking node `{node}` repaired"))?;
         check_node_name(&node)?;
         let change = crate::enforce::mark_repaired(state, &node, &user)?;
-        Ok(Json(change).into_response())
+        Ok(api_json(change).into_response())
     })
     .await
 }
@@ -1064,7 +1334,7 @@ async fn owed(
             .iter()
             .map(|r| r.delivered_fraction * r.owed_gpu_hours)
             .sum();
-        Ok(Json(json!({
+        Ok(api_json(json!({
             "from": from, "to": to, "teams": rows,
             "overall_delivered_fraction": if owed > 0.0 { capped / owed } else { 1.0 }
         }))
@@ -1076,13 +1346,25 @@ async fn owed(
 async fn audit(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
         let limit = query_i64(&q, "limit")?.unwrap_or(100);
         if !(1..=10_000).contains(&limit) {
             return Err(BudgetError::field("limit", "must be between 1 and 10000"));
         }
-        Ok(Json(json!({ "rows": state.db().audit(limit as usize)? })).into_response())
+        let mut rows = state.db().audit(limit as usize)?;
+        if viewer.private.accounts && !viewer.all {
+            // PrivateData=accounts: managers see the edits of the teams
+            // they manage (or manage above); others see none.
+            let tree = state.db().load_tree().ok().flatten();
+            rows.retain(|r| match (&viewer.user, &tree) {
+                (Some(u), Some(t)) => t.find(&r.node).is_some_and(|ix| t.manages(u, ix)),
+                _ => false,
+            });
+        }
+        Ok(api_json(json!({ "rows": rows })).into_response())
     })
     .await
 }
@@ -1115,7 +1397,7 @@ async fn ingest(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Respo
         }
         let now = state.now();
         let rep = state.db().ingest(&b.intervals, now)?;
-        Ok(Json(rep).into_response())
+        Ok(api_json(rep).into_response())
     })
     .await
 }

@@ -278,13 +278,22 @@ pub enum BudgetCmd {
     },
 }
 
-/// `compass why JOBID`
+/// `compass why JOBID`, `compass why --me`
 #[derive(clap::Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["job", "me", "user"])))]
 pub struct WhyArgs {
     #[command(flatten)]
     pub conn: Connection,
     /// Slurm job id.
-    pub job: u64,
+    pub job: Option<u64>,
+    /// All your own jobs: why each pending one waits, and whether each
+    /// running one is protected or may be preempted.
+    #[arg(long)]
+    pub me: bool,
+    /// The jobs of another user, as --me shows yours (with Slurm's
+    /// `PrivateData=jobs`: admins and operators only).
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
     /// Print the API's JSON instead of the explanation.
     #[arg(long)]
     pub json: bool,
@@ -450,9 +459,19 @@ impl Client {
     }
 
     /// `GET path`; non-2xx statuses become errors carrying the API's message.
+    /// Signed with a MUNGE credential when munged's socket is there, so
+    /// that a service applying Slurm's `PrivateData` knows who reads;
+    /// anonymous otherwise.
     pub fn get(&self, path: &str) -> Result<Value> {
-        let r = self.agent.get(format!("{}{path}", self.base)).call();
-        self.finish(r)
+        let mut req = self.agent.get(format!("{}{path}", self.base));
+        let socket = (self.socket.as_deref()).unwrap_or(Path::new(DEFAULT_MUNGE_SOCKET));
+        if socket.exists() {
+            match munge_encode_payload(Some(socket), &request_payload("GET", path, b"")) {
+                Ok(cred) => req = req.header("Authorization", &format!("{SCHEME} {cred}")),
+                Err(e) => tracing::debug!(error = %e, "reading anonymously"),
+            }
+        }
+        self.finish(req.call())
     }
 
     /// An authenticated `POST`, `PATCH` or `DELETE` with a JSON body.
@@ -537,6 +556,11 @@ pub fn render_tree(v: &Value) -> String {
     out
 }
 
+/// Under `compass budget show`: where fair share lives under compass.
+pub const SSHARE_NOTE: &str = "\nThis is the fair share compass orders the queue by (ratio = charged usage / allocation over the window).\n\
+Slurm's sshare and sprio fair-share columns are not used; sprio's SITE column is compass's order.\n\
+Why one job waits: compass why JOBID; all of yours: compass why --me.\n";
+
 /// Under the tree table, when `[gpu_weights]` is set: GPU-hours and GPUs
 /// are weighted, and by what.
 fn weights_line(v: &Value) -> String {
@@ -591,7 +615,7 @@ pub fn render_audit(v: &Value) -> String {
         };
         out.push_str(&format!(
             "{}  {:<8} {:<24} by {}: {}\n    before: {}\n    after:  {}\n",
-            crate::localtime::text(r["at"].as_i64().unwrap_or(0)),
+            crate::localtime::text(crate::localtime::from_json(&r["at"]).unwrap_or(0)),
             r["action"].as_str().unwrap_or("?"),
             r["node"].as_str().unwrap_or("?"),
             r["who"].as_str().unwrap_or("?"),
@@ -639,7 +663,7 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
             if *json {
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             } else {
-                print!("{}", render_tree(&v));
+                print!("{}{SSHARE_NOTE}", render_tree(&v));
             }
         }
         BudgetCmd::SetShare {
@@ -758,25 +782,94 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
     Ok(())
 }
 
+/// libmunge's default socket.
+const DEFAULT_MUNGE_SOCKET: &str = "/run/munge/munge.socket.2";
+
 /// Runs `compass why JOBID`: its place in the queue (or its last run) and
-/// what enforcement did to it or for it.
+/// what enforcement did to it or for it; `compass why --me`: the same for
+/// each of the user's own pending and running jobs.
 pub fn run_why(args: &WhyArgs) -> Result<()> {
-    let c = Client::new(&args.conn)?;
-    let v = c.get(&format!("/api/v1/queue/{}", args.job))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-        return Ok(());
-    }
-    print!(
-        "{}",
-        v["row"]["why"]
-            .as_str()
-            .unwrap_or("no explanation returned\n")
-    );
-    if let Some(t) = v["enforcement"].as_str().filter(|t| !t.is_empty()) {
-        print!("{t}");
-    }
+    print!("{}", why_output(args)?);
     Ok(())
+}
+
+/// What `compass why` prints.
+pub fn why_output(args: &WhyArgs) -> Result<String> {
+    let c = Client::new(&args.conn)?;
+    let user = match (&args.user, args.me) {
+        (Some(u), _) => Some(u.clone()),
+        (None, true) => Some(crate::auth::current_user()),
+        (None, false) => None,
+    };
+    let v = match (user, args.job) {
+        (Some(u), _) => c.get(&format!("/api/v1/jobs?user={}", path_escape(&u)))?,
+        (None, Some(job)) => c.get(&format!("/api/v1/queue/{job}"))?,
+        (None, None) => {
+            return Err(BudgetError::field(
+                "job",
+                "give a job id, --me or --user USER",
+            ))
+        }
+    };
+    if args.json {
+        return Ok(serde_json::to_string_pretty(&v).unwrap_or_default() + "\n");
+    }
+    if v.get("pending").is_some() {
+        return Ok(render_user_jobs(&v));
+    }
+    let mut out = (v["row"]["why"].as_str())
+        .unwrap_or("no explanation returned\n")
+        .to_string();
+    if let Some(t) = v["enforcement"].as_str().filter(|t| !t.is_empty()) {
+        out.push_str(t);
+    }
+    Ok(out)
+}
+
+/// Renders `GET /api/v1/jobs?user=` (`compass why --me`): each pending job
+/// with why it waits, each running job with its protection.
+pub fn render_user_jobs(v: &Value) -> String {
+    let user = v["user"].as_str().unwrap_or("?");
+    let pending = v["pending"].as_array().cloned().unwrap_or_default();
+    let running = v["running"].as_array().cloned().unwrap_or_default();
+    if pending.is_empty() && running.is_empty() {
+        return format!("{user} has no pending or running jobs.\n");
+    }
+    let mut out = String::new();
+    if !pending.is_empty() {
+        out.push_str(&format!(
+            "Pending jobs of {user} ({}), in the order of {}:\n",
+            pending.len(),
+            crate::localtime::text(crate::localtime::from_json(&v["at"]).unwrap_or(0))
+        ));
+        for p in &pending {
+            out.push_str(&format!(
+                "\njob {} ({} GPUs, account {}):\n{}",
+                p["job"],
+                p["gpus"],
+                p["account"].as_str().unwrap_or("?"),
+                p["why"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    if !running.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&format!("Running jobs of {user} ({}):\n", running.len()));
+        for r in &running {
+            let since =
+                crate::localtime::from_json(&r["start"]).map_or("?".into(), crate::localtime::text);
+            out.push_str(&format!(
+                "\njob {} ({} GPUs, account {}), running since {since}:\n{}",
+                r["job"],
+                r["gpus"],
+                r["account"].as_str().unwrap_or("?"),
+                r["enforcement"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    out
 }
 
 /// Renders `GET /api/v1/hosts` as a table.
@@ -786,7 +879,11 @@ pub fn render_hosts(v: &Value) -> String {
         let faulty = match n["faulty"].as_object() {
             Some(f) => format!(
                 "since {} by {}: {}",
-                crate::localtime::text(f.get("since").and_then(Value::as_i64).unwrap_or(0)),
+                crate::localtime::text(
+                    f.get("since")
+                        .and_then(crate::localtime::from_json)
+                        .unwrap_or(0)
+                ),
                 f.get("by").and_then(Value::as_str).unwrap_or("?"),
                 f.get("reason").and_then(Value::as_str).unwrap_or("")
             ),
@@ -815,7 +912,7 @@ pub fn render_hosts(v: &Value) -> String {
                 name,
                 "-",
                 "unknown",
-                crate::localtime::text(f["since"].as_i64().unwrap_or(0)),
+                crate::localtime::text(crate::localtime::from_json(&f["since"]).unwrap_or(0)),
                 f["by"].as_str().unwrap_or("?"),
                 f["reason"].as_str().unwrap_or("")
             ));
@@ -943,7 +1040,9 @@ mod tests {
     #[test]
     fn audit_shows_when_who_why_and_the_values_before_and_after() {
         let v = json!({ "rows": [
-            { "id": 2, "at": 1_795_963_760_i64, "action": "update", "node": "team-a", "who": "lead-a",
+            // API version 2: ISO 8601 with the service's offset, shown in
+            // the reader's local time; version 1's Unix seconds still read.
+            { "id": 2, "at": "2026-11-29T19:49:20+05:00", "action": "update", "node": "team-a", "who": "lead-a",
               "why": "rebalance",
               "old": { "name": "team-a", "parent": "org", "share": 0.7, "account": "a", "managers": ["lead-a"] },
               "new": { "name": "team-a", "parent": "org", "share": 0.6, "account": "a", "managers": ["lead-a"] } },

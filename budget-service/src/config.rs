@@ -81,6 +81,27 @@ pub struct Config {
     /// by `/metrics` (`compass_select_*`). Unset: not read.
     #[serde(default)]
     pub select_state_file: Option<PathBuf>,
+    /// `[reads]`: who may read other users' jobs and the audit trail
+    /// (Slurm's `PrivateData`, [`crate::privacy`]).
+    #[serde(default)]
+    pub reads: Reads,
+}
+
+/// `[reads]`: Slurm's `PrivateData` for the API's reads ([`crate::privacy`]).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Reads {
+    /// A `PrivateData` value (`"jobs,accounts"`, `""` for none), or
+    /// `"slurm"`: slurm.conf's, read at start and on SIGHUP. Unset:
+    /// `"slurm"` with `slurm = "libslurm"`, `""` otherwise.
+    pub private_data: Option<String>,
+    /// Users who may read everything (as admins do) but edit nothing.
+    pub operators: Vec<String>,
+    /// Addresses of reverse proxies whose identity header is trusted.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// The proxy's header naming the authenticated user (`X-Remote-User`);
+    /// read only on connections from `trusted_proxies`.
+    pub proxy_user_header: Option<String>,
 }
 
 /// `[protection]`: how the cycle enforces protected and preemptible time
@@ -132,6 +153,13 @@ pub struct Protection {
     /// cancelling it instead.
     #[serde(deserialize_with = "secs::i64")]
     pub requeue_retry_for_s: i64,
+    /// Preempt even though slurm.conf's `PreemptType` is not
+    /// `preempt/none` (default `false`: with Slurm preempting on its own,
+    /// compass preempts for no waiting job, reports why in `/healthz`
+    /// `cycle.enforcement_held`, and still drains faulty nodes). Both then
+    /// preempt, each by its own rule (`docs/admin-guide.md`, "Living with
+    /// the site's Slurm setup").
+    pub beside_slurm_preemption: bool,
 }
 
 /// `[protection] enforce`: `true`, `false` or `"dry-run"`.
@@ -185,6 +213,7 @@ impl Default for Protection {
             start_grace_s: 120,
             fruitless_retry_after_s: 1800,
             requeue_retry_for_s: 60,
+            beside_slurm_preemption: false,
         }
     }
 }
@@ -326,6 +355,17 @@ impl Config {
         }
         if self.cycle_s == 0 {
             return bad("cycle_s must be at least 1");
+        }
+        if self.reads.proxy_user_header.is_some() == self.reads.trusted_proxies.is_empty() {
+            return bad(
+                "[reads] proxy_user_header and trusted_proxies go together: the header is \
+                 trusted only on connections from those addresses",
+            );
+        }
+        if let Some(h) = &self.reads.proxy_user_header {
+            if axum::http::HeaderName::try_from(h.as_str()).is_err() {
+                return bad("[reads] proxy_user_header is not a valid HTTP header name");
+            }
         }
         if self.slurm == SlurmMode::File && self.slurm_file.is_none() {
             return bad("slurm = \"file\" needs slurm_file");

@@ -1,6 +1,14 @@
 // compass budget dashboard: renders the embedded data, refreshes every 30 s.
+// Every URL is relative to the page, so the dashboard works behind a reverse
+// proxy under a path prefix (https://host/compass/): never a leading "/".
 "use strict";
 const SVG = "http://www.w3.org/2000/svg";
+// The queue is shown one page at a time (the page's own query string
+// chooses: ?queue_page_size=50&queue_page=1); page 1 is embedded in the page,
+// the others come from api/v1/queue?limit=&offset=.
+const PARAMS = new URLSearchParams(location.search);
+const PAGE_SIZE = Math.min(1000, Math.max(1, parseInt(PARAMS.get("queue_page_size"), 10) || 50));
+let queuePage = Math.max(1, parseInt(PARAMS.get("queue_page"), 10) || 1);
 const fmt = (x, d) => (x === null || x === undefined) ? "-" : Number(x).toFixed(d);
 function el(tag, attrs, text) {
   const e = document.createElementNS(SVG, tag);
@@ -31,6 +39,64 @@ function bars(svg, items, series) {
     });
   });
 }
+// days: [{from, to, nodes: [{node, charged_gpu_hours, budget_gpu_hours}]}],
+// oldest first. One row per team: a bar per day (charged), a dashed tick
+// per day (budget); rect ids usage-TEAM-DAY carry the exact GPU-hours.
+function renderUsage(days) {
+  const svg = document.getElementById("usage-chart");
+  svg.innerHTML = "";
+  const teams = [...new Set(days.flatMap(d => d.nodes.map(n => n.node)))];
+  const h = 34, left = 220, slot = 80, barW = 56;
+  const max = Math.max(1e-9, ...days.flatMap(d => d.nodes.flatMap(n => [n.charged_gpu_hours, n.budget_gpu_hours])));
+  svg.setAttribute("height", teams.length * (h + 6) + 24);
+  days.forEach((d, k) => {
+    svg.appendChild(el("text", { x: left + k * slot, y: 12, "font-size": 11 }, String(d.to).slice(5, 10)));
+  });
+  teams.forEach((t, i) => {
+    const y0 = 20 + i * (h + 6);
+    svg.appendChild(el("text", { x: 0, y: y0 + h - 8, "font-size": 12 }, t));
+    days.forEach((d, k) => {
+      const n = d.nodes.find(n => n.node === t) || { charged_gpu_hours: 0, budget_gpu_hours: 0 };
+      const x = left + k * slot;
+      const bh = n.charged_gpu_hours / max * h;
+      const r = el("rect", { id: `usage-${t}-${k}`, x: x, y: y0 + h - bh, width: barW, height: bh, fill: "#d62",
+        "data-gpu-hours": String(n.charged_gpu_hours) });
+      r.appendChild(el("title", {}, `${t}, day to ${d.to}: ${fmt(n.charged_gpu_hours, 1)} GPU-h charged, budget ${fmt(n.budget_gpu_hours, 1)}`));
+      svg.appendChild(r);
+      const by = y0 + h - n.budget_gpu_hours / max * h;
+      svg.appendChild(el("line", { x1: x - 4, x2: x + barW + 4, y1: by, y2: by, stroke: "#36c", "stroke-width": 2, "stroke-dasharray": "4 3" }));
+    });
+  });
+}
+// rows: the jobs of page `queuePage`; total: the whole queue's length.
+function renderQueue(rows, total) {
+  const qb = document.querySelector("#queue-table tbody"); qb.innerHTML = "";
+  for (const j of rows) {
+    row(qb, [j.rank + 1, j.job, j.team || `(${j.account}, unbudgeted)`, j.kind, j.gpus, j.priority, fmt(j.team_ratio, 3),
+      fmt(j.weight ?? 1, 2)], "job-" + j.job);
+  }
+  const first = (queuePage - 1) * PAGE_SIZE;
+  document.getElementById("queue-range").textContent = rows.length
+    ? `page ${queuePage}: jobs ${first + 1}\u2013${first + rows.length} of ${total}`
+    : `page ${queuePage}: no jobs (${total} pending)`;
+  document.getElementById("queue-prev").disabled = queuePage <= 1;
+  document.getElementById("queue-next").disabled = first + rows.length >= total;
+}
+// One page of the queue from the API.
+async function fetchQueue() {
+  const r = await fetch(`api/v1/queue?limit=${PAGE_SIZE}&offset=${(queuePage - 1) * PAGE_SIZE}`);
+  const q = await r.json();
+  renderQueue(q.jobs, q.total);
+  document.body.dataset.queuePage = String(queuePage);
+  return q;
+}
+function goToPage(p) {
+  queuePage = Math.max(1, p);
+  PARAMS.set("queue_page", String(queuePage));
+  if (PAGE_SIZE !== 50) PARAMS.set("queue_page_size", String(PAGE_SIZE));
+  history.replaceState(null, "", "?" + PARAMS.toString() + location.hash);
+  fetchQueue().catch(e => console.log("queue page failed", e));
+}
 function render(d) {
   const hours = d.window_s / 3600;
   const w = Object.entries(d.gpu_weights || {});
@@ -38,7 +104,7 @@ function render(d) {
     ? `capacity ${fmt(d.capacity_gpus, 1)} weighted GPUs (GPU weights: ${w.map(([t, x]) => `${t} x${x}`).join(", ")}; other GPUs x1)`
     : `capacity ${d.capacity_gpus} GPUs`;
   document.getElementById("meta").textContent =
-    `${cap}; window ${fmt(hours / 24, 1)} days; ${d.queue.length} pending jobs`;
+    `${cap}; window ${fmt(hours / 24, 1)} days; ${d.queue_total ?? d.queue.length} pending jobs`;
   const tb = document.querySelector("#tree-table tbody"); tb.innerHTML = "";
   for (const n of d.tree) {
     const name = "\u00a0\u00a0".repeat(n.depth) + n.name + (n.account ? ` (${n.account})` : "");
@@ -50,11 +116,8 @@ function render(d) {
     d.tree.map(n => ({ label: "\u00a0".repeat(2 * n.depth) + n.name,
       values: [n.allocation_gpus * hours, n.charged_gpu_hours, n.free_gpu_hours] })),
     [{ color: "#9bc" }, { color: "#d62" }, { color: "#ec9" }]);
-  const qb = document.querySelector("#queue-table tbody"); qb.innerHTML = "";
-  for (const j of d.queue) {
-    row(qb, [j.rank + 1, j.job, j.team || `(${j.account}, unbudgeted)`, j.kind, j.gpus, j.priority, fmt(j.team_ratio, 3),
-      fmt(j.weight ?? 1, 2)], "job-" + j.job);
-  }
+  renderUsage(d.usage_days || []);
+  renderQueue(d.queue, d.queue_total);
   const ob = document.querySelector("#owed-table tbody"); ob.innerHTML = "";
   for (const t of d.owed) {
     row(ob, [t.team, fmt(t.owed_gpu_hours, 1), fmt(t.delivered_gpu_hours, 1), fmt(t.delivered_fraction * 100, 1) + "%"], "owed-" + t.team);
@@ -64,24 +127,43 @@ function render(d) {
     [{ color: "#9bc" }, { color: "#2a6" }]);
   const ab = document.querySelector("#actions-table tbody"); ab.innerHTML = "";
   for (const a of (d.actions || [])) {
-    const tr = row(ab, [new Date(a.at * 1000).toISOString().replace("T", " ").slice(0, 19), a.action,
+    const tr = row(ab, [String(a.at).replace("T", " ").slice(0, 19), a.action,
       a.job ?? "-", a.node ?? "-", a.cause_job ?? "-", a.rule ?? "-", fmt(a.lost_gpu_s, 0), a.ok ? "yes" : "FAILED"], "action-" + a.id);
     tr.title = a.detail;
   }
 }
 async function refresh() {
   try {
-    const [tree, queue, owed, actions] = await Promise.all(
-      ["/api/v1/tree", "/api/v1/queue", "/api/v1/reports/owed?days=30", "/api/v1/actions?limit=20"]
+    const [tree, owed, actions] = await Promise.all(
+      ["api/v1/tree", "api/v1/reports/owed?days=30", "api/v1/actions?limit=20"]
         .map(u => fetch(u).then(r => r.json())));
+    const queue = await fetchQueue();
+    // The usage chart: one /api/v1/usage window per day, ending at the tree's `to`.
+    const end = Math.floor(Date.parse(tree.to) / 1000);
+    const days = [];
+    for (let k = 6; k >= 0; k--) days.push([end - (k + 1) * 86400, end - k * 86400]);
+    const usage = await Promise.all(days.map(([f, t]) =>
+      fetch(`api/v1/usage?from=${f}&to=${t}`).then(r => r.json())));
     const d = JSON.parse(document.getElementById("data").textContent);
-    d.tree = tree.nodes; d.window_s = tree.to - tree.from; d.capacity_gpus = tree.capacity_gpus;
+    d.usage_days = usage.map(u => ({ from: u.from, to: u.to,
+      nodes: u.nodes.filter(n => tree.nodes.some(t => t.name === n.node && t.account)) }));
+    d.tree = tree.nodes; d.window_s = tree.window_s; d.capacity_gpus = tree.capacity_gpus;
     d.gpu_weights = tree.gpu_weights;
-    d.queue = queue.jobs; d.owed = owed.teams; d.actions = actions.rows;
+    d.queue = queue.jobs; d.queue_total = queue.total; d.owed = owed.teams; d.actions = actions.rows;
     render(d);
     document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
   } catch (e) { console.log("refresh failed", e); }
 }
-render(JSON.parse(document.getElementById("data").textContent));
-if (location.hash === "#refresh") refresh();
+document.getElementById("queue-prev").onclick = () => goToPage(queuePage - 1);
+document.getElementById("queue-next").onclick = () => goToPage(queuePage + 1);
+{
+  const d = JSON.parse(document.getElementById("data").textContent);
+  // The embedded rows are page 1 of the default size; else ask the API.
+  const embedded = queuePage === 1 && (PAGE_SIZE <= d.queue.length || d.queue.length === d.queue_total);
+  if (!embedded) d.queue = [];
+  else d.queue = d.queue.slice(0, PAGE_SIZE);
+  render(d);
+  if (location.hash === "#refresh") refresh();
+  else if (!embedded) fetchQueue().catch(e => console.log("queue page failed", e));
+}
 setInterval(refresh, 30000);

@@ -35,6 +35,7 @@ pub mod error;
 pub mod localtime;
 pub mod logging;
 pub mod metrics;
+pub mod privacy;
 pub mod sacctmgr;
 pub mod select_state;
 pub mod server;

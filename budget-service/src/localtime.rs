@@ -58,9 +58,94 @@ pub fn iso(unix: i64) -> String {
     }
 }
 
+/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Unix seconds of an ISO 8601 date-time with an offset or `Z`
+/// (`2026-11-30T22:45:10+01:00`, what [`iso`] writes, also past year 9999);
+/// `None` otherwise.
+pub fn parse_iso(s: &str) -> Option<i64> {
+    let digits = |t: &str, n: usize| -> Option<i64> {
+        (t.len() >= n && t.bytes().all(|c| c.is_ascii_digit())).then(|| t.parse().ok())?
+    };
+    let (date, rest) = s.split_once('T')?;
+    let mut d = date.split('-');
+    let (y, mo, day) = (
+        digits(d.next()?, 4)?,
+        digits(d.next()?, 2)?,
+        digits(d.next()?, 2)?,
+    );
+    if d.next().is_some() || rest.len() < 9 || !rest.is_char_boundary(8) {
+        return None;
+    }
+    let (clock, zone) = rest.split_at(8);
+    let mut c = clock.split(':');
+    let (h, mi, se) = (
+        digits(c.next()?, 2)?,
+        digits(c.next()?, 2)?,
+        digits(c.next()?, 2)?,
+    );
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&day) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    let off = match zone {
+        "Z" => 0,
+        z if z.len() == 6 && z.is_char_boundary(1) && &z[3..4] == ":" => {
+            let v = digits(&z[1..3], 2)? * 3600 + digits(&z[4..6], 2)? * 60;
+            match &z[..1] {
+                "+" => v,
+                "-" => -v,
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    Some(days_from_civil(y, mo, day) * 86_400 + h * 3600 + mi * 60 + se - off)
+}
+
+/// A time of the API's JSON: an ISO 8601 string (API version 2), or Unix
+/// seconds (version 1).
+pub fn from_json(v: &serde_json::Value) -> Option<i64> {
+    v.as_i64().or_else(|| v.as_str().and_then(parse_iso))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parse_iso_reads_what_iso_writes_and_refuses_the_rest() {
+        for unix in [0_i64, 1_795_963_760, 1_700_000_000, 1_719_792_000] {
+            assert_eq!(parse_iso(&iso(unix)), Some(unix), "{}", iso(unix));
+        }
+        assert_eq!(parse_iso("2026-12-01T03:10:00+00:00"), Some(1_796_094_600));
+        assert_eq!(parse_iso("2026-12-01T04:10:00+01:00"), Some(1_796_094_600));
+        assert_eq!(parse_iso("2026-12-01T03:10:00Z"), Some(1_796_094_600));
+        for bad in [
+            "",
+            "2026-12-01",
+            "2026-12-01T03:10:00",
+            "2026-13-01T03:10:00Z",
+            "2026-12-01T03:10:00+0100",
+            "x026-12-01T03:10:00Z",
+        ] {
+            assert_eq!(parse_iso(bad), None, "{bad}");
+        }
+        assert_eq!(parse_iso("10000-01-01T00:00:00Z"), Some(253_402_300_800));
+        assert_eq!(from_json(&serde_json::json!(5)), Some(5));
+        assert_eq!(
+            from_json(&serde_json::json!("1970-01-01T00:00:05Z")),
+            Some(5)
+        );
+        assert_eq!(from_json(&serde_json::Value::Null), None);
+    }
 
     /// The offset printed is the one that maps the local fields back to
     /// the same instant, whatever the time zone the test runs in.

@@ -78,7 +78,7 @@ pub async fn serve(state: Arc<AppState>) -> Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, db = %state.config.db.display(), "compass-budgetd listening");
     if !addr.ip().is_loopback() {
-        tracing::warn!(%addr, "listening beyond loopback; reads are unauthenticated");
+        tracing::warn!(%addr, "listening beyond loopback; reads are open to anyone unless PrivateData applies ([reads])");
     }
     let stop = Arc::new(AtomicBool::new(false));
     let cycle: Option<std::thread::JoinHandle<()>> = match state.config.slurm {
@@ -112,6 +112,9 @@ pub async fn serve(state: Arc<AppState>) -> Result<()> {
         .is_some()
         .then(|| crate::select_state::spawn_reader(state.clone(), stop.clone()));
     let app = crate::api::router(state.clone());
+    tokio::spawn(reload_on_sighup(state.clone()));
+    // The peer address identifies trusted reverse proxies ([reads]).
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await
@@ -123,6 +126,31 @@ pub async fn serve(state: Arc<AppState>) -> Result<()> {
     tracing::info!("compass-budgetd stopped");
     Ok(())
 }
+
+/// Re-reads slurm.conf's `PrivateData` on SIGHUP (`systemctl reload
+/// compass-budgetd`) and when slurm.conf or an included file changes
+/// (checked every [`READS_POLL`]), off the runtime.
+async fn reload_on_sighup(state: Arc<AppState>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup()).ok();
+    let mut tick = tokio::time::interval(READS_POLL);
+    loop {
+        let forced = tokio::select! {
+            Some(()) = async { hup.as_mut()?.recv().await } => true,
+            _ = tick.tick() => false,
+        };
+        let st = state.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            if forced || st.read_policy().changed() {
+                st.reload_reads();
+            }
+        })
+        .await;
+    }
+}
+
+/// How often slurm.conf's modification time is checked for `PrivateData`.
+const READS_POLL: std::time::Duration = std::time::Duration::from_secs(30);
 
 async fn shutdown_signal() {
     let ctrl_c = async {

@@ -64,6 +64,9 @@ pub struct QueueView {
     /// The mean GPU weight (`[gpu_weights]`) of each job of `order`.
     #[serde(skip)]
     pub weights: HashMap<compass_core::model::JobId, f64>,
+    /// The owner of each job of `order` (empty: unknown).
+    #[serde(skip)]
+    pub users: HashMap<compass_core::model::JobId, String>,
     /// `[gpu_weights]` weighs some type other than 1.0.
     #[serde(skip)]
     pub weighted: bool,
@@ -88,8 +91,22 @@ pub struct CycleStatus {
     pub drained: u64,
     pub actions_failed: u64,
     /// Pending jobs of the last cycle whose Slurm priority is not compass's
-    /// factor (slurm.conf's other `PriorityWeight*` are not 0).
+    /// factor (slurm.conf's other `PriorityWeight*` are not 0: expected,
+    /// the margin keeps the order).
     pub priority_offset_jobs: u64,
+    /// Pending jobs of the last cycle that Slurm's priorities put out of
+    /// compass's order within their tier (should be 0; issue 12).
+    pub priority_inversion_jobs: u64,
+    /// The spacing of compass's site factors: above what slurm.conf's
+    /// other priority terms can add.
+    pub priority_margin: crate::slurm::priority::Margin,
+    /// Where the QOS priorities of the order came from.
+    pub qos_priorities: String,
+    /// slurm.conf's `PreemptType` when it is not `preempt/none`.
+    pub slurm_preemption: Option<String>,
+    /// Why compass preempted no one in the last cycle although enforcement
+    /// is on (Slurm preempts on its own).
+    pub enforcement_held: Option<String>,
 }
 
 pub struct AppState {
@@ -116,6 +133,8 @@ pub struct AppState {
     pub metrics: crate::metrics::Metrics,
     /// The last read of the select plugin's state file.
     pub select: Mutex<crate::select_state::SelectRead>,
+    /// Who may read what (Slurm's `PrivateData`; [`crate::privacy`]).
+    pub reads: RwLock<crate::privacy::ReadPolicy>,
 }
 
 /// Requests that may do blocking work at the same time.
@@ -167,7 +186,10 @@ impl AppState {
         auth: Arc<dyn Authenticator>,
         clock: SharedClock,
     ) -> Arc<Self> {
+        let reads = crate::privacy::ReadPolicy::load(&config);
+        tracing::info!(private_data = %reads.private.text(), source = %reads.source, "PrivateData for reads");
         Arc::new(Self {
+            reads: RwLock::new(reads),
             config,
             db: Mutex::new(db),
             auth,
@@ -181,6 +203,18 @@ impl AppState {
             metrics: crate::metrics::Metrics::default(),
             select: Mutex::new(crate::select_state::SelectRead::default()),
         })
+    }
+
+    /// The read policy in force.
+    pub fn read_policy(&self) -> crate::privacy::ReadPolicy {
+        self.reads.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Re-reads `PrivateData` (SIGHUP, after Slurm's reconfigure).
+    pub fn reload_reads(&self) {
+        let new = crate::privacy::ReadPolicy::load(&self.config);
+        tracing::info!(private_data = %new.private.text(), source = %new.source, "PrivateData re-read");
+        *self.reads.write().unwrap_or_else(|e| e.into_inner()) = new;
     }
 
     /// The Slurm actions, if this service acts on Slurm.

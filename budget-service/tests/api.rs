@@ -37,9 +37,10 @@ fn clock_now(s: &AppState) -> i64 {
     s.now()
 }
 
-fn setup() -> (Arc<AppState>, Arc<TestClock>, Router) {
+/// `extra`: more config (e.g. a `[reads]` section).
+fn setup_with(extra: &str) -> (Arc<AppState>, Arc<TestClock>, Router) {
     let config = Config::parse(
-        "db = \":memory:\"\nadmins = [\"root\"]\ncapacity_gpus = 10\nwindow_s = 3600\nmax_body_bytes = 4096\n",
+        &format!("db = \":memory:\"\nadmins = [\"root\"]\ncapacity_gpus = 10\nwindow_s = 3600\nmax_body_bytes = 4096\n{extra}"),
         "test",
     )
     .unwrap();
@@ -94,7 +95,11 @@ fn tree_doc() -> Value {
 }
 
 async fn seeded() -> (Arc<AppState>, Arc<TestClock>, Router) {
-    let (s, c, r) = setup();
+    seeded_with("").await
+}
+
+async fn seeded_with(extra: &str) -> (Arc<AppState>, Arc<TestClock>, Router) {
+    let (s, c, r) = setup_with(extra);
     let mut dry = tree_doc();
     dry["dry_run"] = json!(true);
     let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(dry)).await;
@@ -352,6 +357,7 @@ fn sjob(id: u64, acct: &str, gpus: u32, min_rt: u64, prio: i64, submit: i64) -> 
     SlurmJob {
         job: JobId(id),
         account: acct.into(),
+        user: String::new(),
         gpus,
         min_runtime_s: min_rt,
         resumable: true,
@@ -365,6 +371,8 @@ fn sjob(id: u64, acct: &str, gpus: u32, min_rt: u64, prio: i64, submit: i64) -> 
         begin_after: None,
         gpu_types: Default::default(),
         tier: 0,
+        qos: String::new(),
+        qos_priority: 0,
     }
 }
 
@@ -402,6 +410,65 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
     assert_eq!(top["jobs"][1]["job"], 10);
     // The factor shown is the one Slurm holds.
     assert_eq!(top["jobs"][1]["site_factor"], slurm.factors()[&JobId(10)]);
+    // Pages: rows offset..offset+limit, the total and the next offset
+    // (null on the last page); a bounded page size.
+    assert_eq!(
+        (q["total"].as_u64(), q["offset"].as_u64()),
+        (Some(5), Some(0))
+    );
+    assert_eq!(
+        q["next_offset"],
+        serde_json::Value::Null,
+        "one default page"
+    );
+    assert_eq!(
+        (top["total"].as_u64(), top["next_offset"].as_u64()),
+        (Some(5), Some(2))
+    );
+    let page_ids = |v: &serde_json::Value| -> Vec<u64> {
+        v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["job"].as_u64().unwrap())
+            .collect()
+    };
+    let p2 = call(&r, "GET", "/api/v1/queue?limit=2&offset=2", None, None)
+        .await
+        .1;
+    assert_eq!(page_ids(&p2), vec![11, 40]);
+    assert_eq!(
+        (p2["next_offset"].as_u64(), p2["limit"].as_u64()),
+        (Some(4), Some(2))
+    );
+    let p3 = call(&r, "GET", "/api/v1/queue?limit=2&offset=4", None, None)
+        .await
+        .1;
+    assert_eq!(page_ids(&p3), vec![30]);
+    assert_eq!(p3["next_offset"], serde_json::Value::Null);
+    let past = call(&r, "GET", "/api/v1/queue?offset=99", None, None)
+        .await
+        .1;
+    assert_eq!(
+        (page_ids(&past).len(), past["total"].as_u64()),
+        (0, Some(5))
+    );
+    for (bad, field, status) in [
+        ("limit=0", "limit", StatusCode::UNPROCESSABLE_ENTITY),
+        ("limit=1001", "limit", StatusCode::UNPROCESSABLE_ENTITY),
+        ("limit=-1", "limit", StatusCode::UNPROCESSABLE_ENTITY),
+        ("offset=-1", "offset", StatusCode::UNPROCESSABLE_ENTITY),
+        ("offset=x", "offset", StatusCode::BAD_REQUEST),
+    ] {
+        let (st, v) = call(&r, "GET", &format!("/api/v1/queue?{bad}"), None, None).await;
+        assert_eq!(
+            (st, v["field"].as_str()),
+            (status, Some(field)),
+            "{bad}: {v}"
+        );
+    }
+    let max = call(&r, "GET", "/api/v1/queue?limit=1000", None, None).await;
+    assert_eq!(max.0, StatusCode::OK);
     let why = call(&r, "GET", "/api/v1/queue/11", None, None).await.1;
     let text = why["row"]["why"].as_str().unwrap();
     assert!(text.contains("Job 11 is 3rd of 5"), "{text}");
@@ -554,6 +621,7 @@ async fn openapi_documents_every_route_and_dashboard_renders_data() {
         "/api/v1/import",
         "/api/v1/queue",
         "/api/v1/queue/{job}",
+        "/api/v1/jobs",
         "/api/v1/reports/owed",
         "/api/v1/audit",
         "/api/v1/ledger",
@@ -588,6 +656,7 @@ async fn openapi_documents_every_route_and_dashboard_renders_data() {
 #[tokio::test]
 async fn query_windows_out_of_range_are_400_never_a_panic() {
     use compass_budget::api::MAX_QUERY_TIME;
+    use compass_budget::localtime::iso;
     let (_s, _c, r) = seeded().await;
     let (min, max) = (i64::MIN, i64::MAX);
     let cases: Vec<(String, &str)> = vec![
@@ -625,8 +694,8 @@ async fn query_windows_out_of_range_are_400_never_a_panic() {
         .await;
         assert_eq!(st, StatusCode::OK, "{v}");
         assert_eq!(
-            (v["from"].as_i64(), v["to"].as_i64()),
-            (Some(0), Some(MAX_QUERY_TIME))
+            (v["from"].as_str(), v["to"].as_str()),
+            (Some(iso(0).as_str()), Some(iso(MAX_QUERY_TIME).as_str()))
         );
     }
 }
@@ -903,4 +972,287 @@ fn a_stuck_database_never_hangs_healthz_or_the_server() {
     assert_eq!(get("/healthz").0, 200);
     assert_eq!(get("/api/v1/tree").0, 200);
     rt.shutdown_timeout(Duration::from_secs(1));
+}
+
+/// Jobs of alice and bob, ordered by one cycle: alice 10 and 11 pending,
+/// bob 20 pending and 2 running; an action requeued bob's 3 for alice's 10.
+async fn two_users(extra: &str) -> (Arc<AppState>, Router) {
+    let (s, _clock, r) = seeded_with(extra).await;
+    let slurm = Arc::new(FakeSlurm::new());
+    let owned = |user: &str, job: SlurmJob| SlurmJob {
+        user: user.into(),
+        ..job
+    };
+    slurm.put(owned("alice", sjob(10, "acct-a", 1, 600, 0, T0 - 100)));
+    slurm.put(owned("alice", sjob(11, "acct-a", 1, 600, 0, T0 - 90)));
+    slurm.put(owned("bob", sjob(20, "acct-b", 1, 600, 0, T0 - 80)));
+    slurm.put(SlurmJob {
+        start: Some(T0 - 60),
+        ..owned("bob", sjob(2, "acct-b", 1, 600, 0, T0 - 100))
+    });
+    Cycle::new(s.clone(), slurm.clone(), slurm.clone())
+        .step()
+        .unwrap();
+    s.db()
+        .log_action(&compass_budget::db::ActionRow {
+            id: 0,
+            at: T0,
+            action: "requeue".into(),
+            job: Some(3),
+            run_start: Some(T0 - 500),
+            node: Some("n1".into()),
+            cause_job: Some(10),
+            rule: Some("unallocated".into()),
+            lost_gpu_s: 10.0,
+            ok: true,
+            detail: String::new(),
+            submit: None,
+            dry_run: false,
+        })
+        .unwrap();
+    (s, r)
+}
+
+/// Job ids of a queue page, as `GET /api/v1/queue` returns them to `user`.
+async fn queue_as(r: &Router, user: Option<&str>) -> Vec<u64> {
+    let (st, v) = call(r, "GET", "/api/v1/queue", user, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let ids: Vec<u64> = (v["jobs"].as_array().unwrap().iter())
+        .map(|j| j["job"].as_u64().unwrap())
+        .collect();
+    assert_eq!(v["total"].as_u64(), Some(ids.len() as u64), "{v}");
+    ids
+}
+
+/// Slurm's `PrivateData=jobs` for reads (issue 14): users see their own
+/// jobs only; admins, operators and root see all; without PrivateData
+/// everyone sees everything. `accounts`: the audit trail goes to admins
+/// and to managers for their teams.
+#[tokio::test]
+async fn private_data_jobs_hides_other_users_jobs_from_reads() {
+    let (_s, open) = two_users("").await;
+    for who in [Some("alice"), Some("bob"), None] {
+        let mut ids = queue_as(&open, who).await;
+        ids.sort();
+        assert_eq!(ids, vec![10, 11, 20], "no PrivateData: {who:?} sees all");
+    }
+    assert_eq!(
+        call(&open, "GET", "/api/v1/queue/20", Some("alice"), None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        audit_len(&open).await,
+        5,
+        "no PrivateData: the audit is open"
+    );
+
+    let (_s, r) =
+        two_users("[reads]\nprivate_data = \"jobs,accounts\"\noperators = [\"ops\"]\n").await;
+    let mut alice = queue_as(&r, Some("alice")).await;
+    alice.sort();
+    assert_eq!(alice, vec![10, 11]);
+    assert_eq!(queue_as(&r, Some("bob")).await, vec![20]);
+    assert_eq!(queue_as(&r, None).await, Vec::<u64>::new(), "anonymous");
+    for who in ["root", "ops"] {
+        assert_eq!(queue_as(&r, Some(who)).await.len(), 3, "{who} sees all");
+    }
+    // Rows carry their owner.
+    let (_, v) = call(&r, "GET", "/api/v1/queue", Some("bob"), None).await;
+    assert_eq!(v["jobs"][0]["user"], "bob");
+    // One job: pending (20) and running (2) jobs of bob refused to alice.
+    for job in [20, 2] {
+        let (st, v) = call(
+            &r,
+            "GET",
+            &format!("/api/v1/queue/{job}"),
+            Some("alice"),
+            None,
+        )
+        .await;
+        assert_eq!(st, StatusCode::FORBIDDEN, "{job}: {v}");
+        assert!(
+            v["error"].as_str().unwrap().contains("PrivateData=jobs"),
+            "{v}"
+        );
+        let (st, v) = call(
+            &r,
+            "GET",
+            &format!("/api/v1/queue/{job}"),
+            Some("bob"),
+            None,
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK, "{job}: {v}");
+    }
+    // A user's jobs: their own, or anyone's for admins.
+    let (st, _) = call(&r, "GET", "/api/v1/jobs?user=bob", Some("alice"), None).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    let (st, v) = call(&r, "GET", "/api/v1/jobs?user=bob", Some("root"), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (
+            v["pending"][0]["job"].as_u64(),
+            v["running"][0]["job"].as_u64()
+        ),
+        (Some(20), Some(2))
+    );
+    // Actions: the requeue of job 3 made room for alice's 10.
+    let actions = |v: Value| v["rows"].as_array().unwrap().len();
+    assert_eq!(
+        actions(
+            call(&r, "GET", "/api/v1/actions", Some("alice"), None)
+                .await
+                .1
+        ),
+        1
+    );
+    assert_eq!(
+        actions(
+            call(&r, "GET", "/api/v1/actions", Some("bob"), None)
+                .await
+                .1
+        ),
+        0
+    );
+    // The dashboard page embeds only what its reader may see.
+    let (_, page) = call(&r, "GET", "/", Some("bob"), None).await;
+    let page = page.as_str().unwrap();
+    assert!(
+        page.contains("\"job\":20") && !page.contains("\"job\":10"),
+        "bob's page"
+    );
+    // accounts: the audit trail to admins, and to `pi` for research and
+    // the teams under it; not to users nor to anonymous readers.
+    let audit_nodes = |v: Value| -> Vec<String> {
+        let mut n: Vec<String> = (v["rows"].as_array().unwrap().iter())
+            .map(|r| r["node"].as_str().unwrap().to_string())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(
+        audit_nodes(call(&r, "GET", "/api/v1/audit", Some("root"), None).await.1).len(),
+        5
+    );
+    assert_eq!(
+        audit_nodes(call(&r, "GET", "/api/v1/audit", Some("pi"), None).await.1),
+        ["research", "team-a", "team-b"]
+    );
+    assert!(audit_nodes(
+        call(&r, "GET", "/api/v1/audit", Some("alice"), None)
+            .await
+            .1
+    )
+    .is_empty());
+    assert!(audit_nodes(call(&r, "GET", "/api/v1/audit", None, None).await.1).is_empty());
+}
+
+/// Behind a reverse proxy: its identity header counts only on connections
+/// from `trusted_proxies`.
+#[tokio::test]
+async fn proxy_identity_header_is_trusted_only_from_trusted_proxies() {
+    let (_s, r) = two_users(
+        "[reads]\nprivate_data = \"jobs\"\ntrusted_proxies = [\"127.0.0.1\"]\nproxy_user_header = \"X-Remote-User\"\n",
+    )
+    .await;
+    let from = |peer: &str| {
+        let mut req = Request::builder()
+            .uri("/api/v1/queue")
+            .header("X-Remote-User", "bob")
+            .body(Body::empty())
+            .unwrap();
+        req.extensions_mut()
+            .insert(axum::extract::ConnectInfo::<std::net::SocketAddr>(
+                peer.parse().unwrap(),
+            ));
+        req
+    };
+    for (peer, want) in [("127.0.0.1:40000", vec![20]), ("10.0.0.9:40000", vec![])] {
+        let resp = r.clone().oneshot(from(peer)).await.unwrap();
+        let v: Value = serde_json::from_slice(
+            &axum::body::to_bytes(resp.into_body(), 1 << 20)
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        let ids: Vec<u64> = (v["jobs"].as_array().unwrap().iter())
+            .map(|j| j["job"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ids, want, "from {peer}");
+    }
+    // The two settings go together.
+    let e = Config::parse(
+        "db = \":memory:\"\ncapacity_gpus = 1\n[reads]\nproxy_user_header = \"X-Remote-User\"\n",
+        "t",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("trusted_proxies"), "{e}");
+}
+
+/// API version 2 (issue 14): every time in a response is an ISO 8601 local
+/// date-time with its offset, durations are seconds in `_s` keys; query
+/// windows take either form.
+#[tokio::test]
+async fn times_in_responses_are_iso_8601_with_offset() {
+    use compass_budget::localtime::{iso, parse_iso};
+    let is_iso = |v: &Value| -> bool {
+        let Some(s) = v.as_str() else { return false };
+        let b = s.as_bytes();
+        s.len() == 25
+            && [4, 7].iter().all(|&i| b[i] == b'-')
+            && b[10] == b'T'
+            && [13, 16, 22].iter().all(|&i| b[i] == b':')
+            && (b[19] == b'+' || b[19] == b'-')
+            && parse_iso(s).is_some()
+    };
+    let (s, r) = two_users("").await;
+    let (_, doc) = call(&r, "GET", "/openapi.json", None, None).await;
+    assert_eq!(doc["info"]["version"], "2");
+    let q = call(&r, "GET", "/api/v1/queue", None, None).await.1;
+    assert!(is_iso(&q["at"]), "{q}");
+    assert_eq!(q["at"], iso(clock_now(&s)));
+    let t = call(&r, "GET", "/api/v1/tree", None, None).await.1;
+    assert!(is_iso(&t["from"]) && is_iso(&t["to"]), "{t}");
+    assert_eq!(t["window_s"], 3600, "durations: seconds in `_s` keys");
+    let u = call(&r, "GET", "/api/v1/usage", None, None).await.1;
+    assert!(is_iso(&u["from"]) && is_iso(&u["to"]), "{u}");
+    let a = call(&r, "GET", "/api/v1/audit", None, None).await.1;
+    assert!(is_iso(&a["rows"][0]["at"]), "{a}");
+    let act = call(&r, "GET", "/api/v1/actions", None, None).await.1;
+    let row = &act["rows"][0];
+    assert!(is_iso(&row["at"]) && is_iso(&row["run_start"]), "{act}");
+    assert_eq!(row["lost_gpu_s"], 10.0);
+    let jobs = call(&r, "GET", "/api/v1/jobs?user=bob", None, None).await.1;
+    assert!(
+        is_iso(&jobs["at"]) && is_iso(&jobs["running"][0]["start"]),
+        "{jobs}"
+    );
+    assert_eq!(jobs["running"][0]["min_runtime_s"], 600);
+    let why = call(&r, "GET", "/api/v1/queue/2", None, None).await.1;
+    assert!(is_iso(&why["at"]), "{why}");
+    let owed = call(&r, "GET", "/api/v1/reports/owed?days=1", None, None)
+        .await
+        .1;
+    assert!(is_iso(&owed["from"]) && is_iso(&owed["to"]), "{owed}");
+    let h = call(&r, "GET", "/healthz", None, None).await.1;
+    assert!(is_iso(&h["cycle"]["last_ok"]), "{h}");
+    // Query windows: Unix seconds or ISO 8601 (`+` escaped or not).
+    let now = clock_now(&s);
+    let from = iso(now - 1800);
+    for f in [from.clone(), from.replace('+', "%2B")] {
+        let (st, v) = call(&r, "GET", &format!("/api/v1/tree?from={f}"), None, None).await;
+        assert_eq!(
+            (st, v["window_s"].as_i64()),
+            (StatusCode::OK, Some(1800)),
+            "{f}: {v}"
+        );
+    }
+    let (st, v) = call(&r, "GET", "/api/v1/tree?from=yesterday", None, None).await;
+    assert_eq!(
+        (st, v["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("from"))
+    );
 }

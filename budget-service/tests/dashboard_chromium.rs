@@ -1,8 +1,13 @@
 //! The dashboard in headless Chromium (Debian `chromium`): the real daemon
 //! with seeded data (tree, ledger, demand, a file-backed Slurm snapshot), the
-//! page loaded (embedded data, then the API refresh path), the numbers shown
-//! checked against hand-computed values, and a
-//! screenshot saved to `$CARGO_TARGET_TMPDIR/budget-dashboard.png`.
+//! page loaded under a reverse-proxy path prefix (`/compass/`, as behind
+//! nginx's `location /compass/ { proxy_pass http://daemon/; }`: a small proxy
+//! in this test strips the prefix and answers 404 outside it), first with its
+//! embedded data, then through the API refresh path, the numbers shown
+//! checked against hand-computed values, and screenshots (`dashboard.png`,
+//! `dashboard-queue-page-2.png`) saved to `$COMPASS_SCREENSHOT_DIR` if set
+//! (the docs' images in `docs/images/` come from there), else to
+//! `$CARGO_TARGET_TMPDIR`.
 
 mod common;
 
@@ -12,9 +17,90 @@ use compass_budget::db::Db;
 use compass_budget::slurm::{SlurmJob, SlurmSnapshot};
 use compass_core::fairshare::{Interval, Kind};
 use compass_core::model::JobId;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// A reverse proxy serving `upstream` under the path prefix `prefix`
+/// (e.g. `/compass/`), one request per connection (`Connection: close`),
+/// GET only. Requests outside the prefix get a 404 and are recorded in
+/// `outside` (what a page with absolute paths would ask for).
+struct PrefixProxy {
+    url: String,
+    outside: Arc<Mutex<Vec<String>>>,
+    /// Every path forwarded, prefix stripped.
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl PrefixProxy {
+    fn start(upstream: &str, prefix: &'static str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}{prefix}", listener.local_addr().unwrap());
+        let upstream = upstream.trim_start_matches("http://").to_string();
+        let outside = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (out, sn) = (outside.clone(), seen.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let (upstream, out, sn) = (upstream.clone(), out.clone(), sn.clone());
+                std::thread::spawn(move || {
+                    let _ = proxy_one(client, &upstream, prefix, &out, &sn);
+                });
+            }
+        });
+        PrefixProxy { url, outside, seen }
+    }
+}
+
+fn proxy_one(
+    mut client: TcpStream,
+    upstream: &str,
+    prefix: &str,
+    outside: &Mutex<Vec<String>>,
+    seen: &Mutex<Vec<String>>,
+) -> std::io::Result<()> {
+    client.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut reader = BufReader::new(client.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 || h == "\r\n" {
+            break;
+        }
+        let name = h.split(':').next().unwrap_or("").to_ascii_lowercase();
+        if name != "connection" && name != "keep-alive" {
+            headers.push(h);
+        }
+    }
+    let mut parts = request_line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let Some(rest) = target.strip_prefix(prefix) else {
+        if target != "/favicon.ico" {
+            outside.lock().unwrap().push(target.to_string());
+        }
+        client.write_all(
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        )?;
+        return Ok(());
+    };
+    seen.lock().unwrap().push(format!("/{rest}"));
+    let mut up = TcpStream::connect(upstream)?;
+    let mut req = format!("{method} /{rest} HTTP/1.1\r\n");
+    for h in headers {
+        req.push_str(&h);
+    }
+    req.push_str("Connection: close\r\n\r\n");
+    up.write_all(req.as_bytes())?;
+    let mut resp = Vec::new();
+    up.read_to_end(&mut resp)?;
+    client.write_all(&resp)?;
+    Ok(())
+}
 
 fn chromium(profile: &Path, extra: &[String], url: &str) -> String {
     let out = Command::new("timeout")
@@ -58,6 +144,21 @@ fn cells(dom: &str, id: &str) -> Vec<String> {
                 .replace('\u{a0}', " ")
                 .trim()
                 .to_string()
+        })
+        .collect()
+}
+
+/// The charged GPU-hours of the usage chart's bars of `team`, oldest day
+/// first (`data-gpu-hours` of `<rect id="usage-TEAM-K">`).
+fn usage_bars(dom: &str, team: &str) -> Vec<f64> {
+    (0..7)
+        .map(|k| {
+            let at = dom
+                .find(&format!("id=\"usage-{team}-{k}\""))
+                .unwrap_or_else(|| panic!("usage bar {team} {k} not drawn"));
+            let tag = &dom[at..at + dom[at..].find('>').unwrap()];
+            let v = &tag[tag.find("data-gpu-hours=\"").unwrap() + 16..];
+            v[..v.find('"').unwrap()].parse().unwrap()
         })
         .collect()
 }
@@ -108,6 +209,7 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
     let job = |id: u64, acct: &str, min_rt: u64| SlurmJob {
         job: JobId(id),
         account: acct.into(),
+        user: String::new(),
         gpus: 1,
         min_runtime_s: min_rt,
         resumable: true,
@@ -121,6 +223,8 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         begin_after: None,
         gpu_types: Default::default(),
         tier: 0,
+        qos: String::new(),
+        qos_priority: 0,
     };
     // The vision job asks for an a100, weighted 2.5 by `[gpu_weights]`.
     let mut vision = job(103, "vision", 600);
@@ -139,6 +243,7 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         site_factors: vec![],
         job_needs: vec![],
         priority_offsets: vec![],
+        ..SlurmSnapshot::default()
     };
     let snap_path = dir.path().join("slurm.json");
     std::fs::write(&snap_path, serde_json::to_string(&snap).unwrap()).unwrap();
@@ -180,12 +285,10 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         std::thread::sleep(Duration::from_millis(100));
     }
 
+    // The page as users reach it: behind a proxy, under `/compass/`.
+    let proxy = PrefixProxy::start(&d.url, "/compass/");
     let profile = TempDir::new("chromium-profile");
-    let embedded = chromium(
-        profile.path(),
-        &["--dump-dom".to_string()],
-        &format!("{}/", d.url),
-    );
+    let embedded = chromium(profile.path(), &["--dump-dom".to_string()], &proxy.url);
     // The same page re-rendered from the API (the 30 s refresh path).
     let dom = chromium(
         profile.path(),
@@ -193,11 +296,46 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
             "--dump-dom".to_string(),
             "--virtual-time-budget=10000".to_string(),
         ],
-        &format!("{}/#refresh", d.url),
+        &format!("{}#refresh", proxy.url),
     );
     assert!(
         dom.contains("data-refreshed=\"1\""),
         "the API refresh ran and rendered"
+    );
+    assert_eq!(
+        *proxy.outside.lock().unwrap(),
+        Vec::<String>::new(),
+        "the page asked for paths outside its prefix /compass/"
+    );
+    // The refresh asks for one page of the queue, never the whole of it.
+    let queue_reads: Vec<String> = (proxy.seen.lock().unwrap().iter())
+        .filter(|p| p.starts_with("/api/v1/queue"))
+        .cloned()
+        .collect();
+    assert_eq!(queue_reads, ["/api/v1/queue?limit=50&offset=0"]);
+
+    // Page 2 of a queue paged by 2: jobs 3 and 4 (101, 104), from the API.
+    let page2 = chromium(
+        profile.path(),
+        &[
+            "--dump-dom".to_string(),
+            "--virtual-time-budget=10000".to_string(),
+        ],
+        &format!("{}?queue_page_size=2&queue_page=2", proxy.url),
+    );
+    assert!(page2.contains("data-queue-page=\"2\""), "page 2 fetched");
+    assert!(page2.contains("page 2: jobs 3\u{2013}4 of 4"), "pager text");
+    assert_eq!(cells(&page2, "job-101")[..2], ["3", "101"]);
+    assert_eq!(cells(&page2, "job-104")[..2], ["4", "104"]);
+    for j in [103, 102] {
+        assert!(
+            !page2.contains(&format!("id=\"job-{j}\"")),
+            "job {j} is on page 1"
+        );
+    }
+    assert!(
+        (proxy.seen.lock().unwrap().iter()).any(|p| p == "/api/v1/queue?limit=2&offset=2"),
+        "page 2 read through the API's paging"
     );
     for id in ["node-team-nlp-a", "node-platform", "job-103", "owed-vision"] {
         assert_eq!(
@@ -250,21 +388,61 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
     );
     assert_eq!(cells(&dom, "owed-vision")[1..], ["96.0", "48.0", "50.0%"]);
     assert!(dom.contains("<rect"), "charts drawn");
-
-    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("budget-dashboard.png");
-    let _ = std::fs::remove_file(&shot);
-    chromium(
-        profile.path(),
-        &[
-            format!("--screenshot={}", shot.display()),
-            "--window-size=1280,1800".to_string(),
-            "--hide-scrollbars".to_string(),
-        ],
-        &format!("{}/", d.url),
-    );
-    let png = std::fs::read(&shot).expect("screenshot written");
+    // Usage over time: one bar per day over the last 7 days; nlp-a's 47 h
+    // on 8 GPUs and vision's 24 h on 2 all fall inside them, whatever the
+    // day boundaries, in the embedded data and through /api/v1/usage.
+    for page in [&embedded, &dom] {
+        let nlp = usage_bars(page, "team-nlp-a");
+        assert!((nlp.iter().sum::<f64>() - 376.0).abs() < 0.01, "{nlp:?}");
+        assert!(
+            nlp[..4].iter().all(|h| *h == 0.0),
+            "older days are empty: {nlp:?}"
+        );
+        let vision = usage_bars(page, "vision");
+        assert!(
+            (vision.iter().sum::<f64>() - 48.0).abs() < 0.01,
+            "{vision:?}"
+        );
+        assert!(
+            usage_bars(page, "platform").iter().all(|h| *h == 0.0),
+            "free time is not charged"
+        );
+    }
     assert!(
-        png.len() > 10_000 && png.starts_with(b"\x89PNG"),
-        "screenshot is a real PNG"
+        (proxy.seen.lock().unwrap().iter()).any(|p| p.starts_with("/api/v1/usage?from=")),
+        "the refresh reads usage windows from the API"
     );
+
+    // Screenshots: into $COMPASS_SCREENSHOT_DIR when set (the docs'
+    // images, docs/images/, come from here), else the target's tmp dir.
+    let dir = std::env::var_os("COMPASS_SCREENSHOT_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).to_path_buf());
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, query, size) in [
+        ("dashboard.png", "", "1280,2000"),
+        (
+            "dashboard-queue-page-2.png",
+            "?queue_page_size=2&queue_page=2",
+            "1280,2000",
+        ),
+    ] {
+        let shot = dir.join(name);
+        let _ = std::fs::remove_file(&shot);
+        chromium(
+            profile.path(),
+            &[
+                format!("--screenshot={}", shot.display()),
+                format!("--window-size={size}"),
+                "--hide-scrollbars".to_string(),
+                "--virtual-time-budget=5000".to_string(),
+            ],
+            &format!("{}{query}", proxy.url),
+        );
+        let png = std::fs::read(&shot).expect("screenshot written");
+        assert!(
+            png.len() > 10_000 && png.starts_with(b"\x89PNG"),
+            "{name} is a real PNG"
+        );
+    }
 }

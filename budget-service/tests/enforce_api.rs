@@ -366,7 +366,10 @@ async fn dry_run_actions_and_accounts_outside_the_tree_in_the_api() {
         assert_eq!(r["cause_job"], json!(3), "{r}");
     }
     let ghost = rows.iter().find(|r| r["job"] == json!(2)).unwrap();
-    assert_eq!(ghost["submit"], json!(T0 - 90));
+    assert_eq!(
+        ghost["submit"],
+        json!(compass_budget::localtime::iso(T0 - 90))
+    );
     assert_eq!(ghost["rule"], json!("unallocated"));
     let (_, v) = call(&router, "GET", "/api/v1/queue/1", None, None).await;
     let text = v["enforcement"].as_str().unwrap();

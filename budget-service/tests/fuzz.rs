@@ -259,7 +259,8 @@ proptest! {
             let (st, v) = call(&router, "GET", &format!("{p}?{q}"), "x", Vec::new());
             prop_assert!(st == StatusCode::OK || st == StatusCode::BAD_REQUEST, "{p}?{q} -> {st} {v}");
             if st == StatusCode::OK {
-                let (f, t) = (v["from"].as_i64().unwrap(), v["to"].as_i64().unwrap());
+                let time = |k: &str| compass_budget::localtime::from_json(&v[k]).unwrap();
+                let (f, t) = (time("from"), time("to"));
                 prop_assert!(0 <= f && f < t && t <= 253_402_300_799, "{p}?{q}: {f}..{t}");
             } else {
                 prop_assert!(v["field"].is_string(), "{p}?{q}: {v}");

@@ -168,6 +168,8 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
     for j in &snap.pending {
         assert_eq!((j.gpus, j.min_runtime_s, j.resumable), (4, 3600, false));
         assert!(j.account == BIG || j.account == SMALL);
+        // The job's owner, from libslurm's job info (issue 14).
+        assert_eq!(j.user, "root", "{j:?}");
     }
     let nice_job = snap
         .pending

@@ -296,7 +296,9 @@ fn cli_manages_the_tree_through_the_daemon() {
     // `compass why` for a job that is not pending says so.
     let e = run_why(&WhyArgs {
         conn: c.clone(),
-        job: 42,
+        job: Some(42),
+        me: false,
+        user: None,
         json: false,
     })
     .unwrap_err();
@@ -606,7 +608,9 @@ fn cli_errors_tell_not_found_not_allowed_and_service_down() {
     let why = |c: &Connection, job: u64| {
         run_why(&WhyArgs {
             conn: c.clone(),
-            job,
+            job: Some(job),
+            me: false,
+            user: None,
             json: true,
         })
     };
@@ -621,4 +625,205 @@ fn cli_errors_tell_not_found_not_allowed_and_service_down() {
             .starts_with("cannot reach compass-budgetd at http://127.0.0.1:"),
         "{e}"
     );
+}
+
+/// A credential of user `nobody` (65534) for `payload`, from the `munge`
+/// command run through `setpriv` (Debian util-linux, munge).
+fn nobody_credential(socket: &std::path::Path, dir: &std::path::Path, payload: &[u8]) -> String {
+    let file = dir.join("nobody-payload");
+    std::fs::write(&file, payload).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "munge",
+            "-S",
+        ])
+        .arg(socket)
+        .arg("-i")
+        .arg(&file)
+        .output()
+        .expect("setpriv and munge");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// `compass why --me` (issue 14) against the real daemon with a
+/// file-backed Slurm: the jobs' users come in with the snapshot, the CLI's
+/// reads are signed with MUNGE, and with `PrivateData=jobs` another user
+/// (nobody) sees only their own job and is refused root's.
+#[test]
+fn why_me_lists_own_jobs_and_private_data_hides_others() {
+    use compass_budget::slurm::{SlurmJob, SlurmSnapshot};
+    use compass_core::model::JobId;
+    let m = Munged::start();
+    let dir = TempDir::new("why-me");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    {
+        let mut db = compass_budget::db::Db::open(&dir.path().join("budget.db")).unwrap();
+        let doc = parse_budgets_toml(&std::fs::read_to_string(example()).unwrap()).unwrap();
+        db.edit_tree("root", "import", "seed", now, |_| Ok(doc.nodes.clone()))
+            .unwrap();
+    }
+    let job = |id: u64, user: &str| SlurmJob {
+        user: user.into(),
+        ..SlurmJob::basic(JobId(id), "nlp-a", 1, 600, true, 0, now - 100)
+    };
+    let running = SlurmJob {
+        start: Some(now - 60),
+        ..job(103, "root")
+    };
+    let snap = SlurmSnapshot {
+        pending: vec![job(101, "root"), job(102, "nobody")],
+        running: vec![running],
+        ..SlurmSnapshot::default()
+    };
+    let snap_path = dir.path().join("slurm.json");
+    std::fs::write(&snap_path, serde_json::to_string(&snap).unwrap()).unwrap();
+    let cfg = write_config(dir.path(), &["root"], 64, &m.socket);
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str(&format!(
+        "slurm = \"file\"\nslurm_file = \"{}\"\ncycle_s = 1\n[protection]\nenforce = false\n\
+         [reads]\nprivate_data = \"jobs\"\n",
+        snap_path.display()
+    ));
+    std::fs::write(&cfg, text).unwrap();
+    let d = Daemon::start(&cfg, free_port());
+    let c = conn(&d.url, &m.socket);
+    let client = Client::new(&c).unwrap();
+    let start = std::time::Instant::now();
+    while client.get("/api/v1/queue").unwrap()["total"] != 2 {
+        assert!(start.elapsed().as_secs() < 20, "no cycle ran");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let why = |me: bool, user: Option<&str>| {
+        compass_budget::cli::why_output(&WhyArgs {
+            conn: c.clone(),
+            job: None,
+            me,
+            user: user.map(Into::into),
+            json: false,
+        })
+    };
+    // root's own jobs: 101 pending, 103 running and protected; not 102.
+    let out = why(true, None).unwrap();
+    assert!(out.contains("Pending jobs of root (1)"), "{out}");
+    assert!(out.contains("job 101 (1 GPUs, account nlp-a)"), "{out}");
+    assert!(out.contains("Running jobs of root (1)"), "{out}");
+    assert!(
+        out.contains("job 103") && out.contains("protected from preemption until"),
+        "{out}"
+    );
+    assert!(!out.contains("job 102"), "{out}");
+    // An admin may look at another user's jobs.
+    let out = why(false, Some("nobody")).unwrap();
+    assert!(
+        out.contains("Pending jobs of nobody (1)") && out.contains("job 102"),
+        "{out}"
+    );
+
+    // nobody, identified by MUNGE, sees only job 102 and is refused 101.
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let get_as_nobody = |path: &str| {
+        let cred = nobody_credential(&m.socket, dir.path(), &request_payload("GET", path, b""));
+        let mut r = agent
+            .get(format!("{}{path}", d.url))
+            .header("Authorization", format!("MUNGE {cred}"))
+            .call()
+            .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        (r.status().as_u16(), v)
+    };
+    let (st, v) = get_as_nobody("/api/v1/queue");
+    assert_eq!(st, 200, "{v}");
+    let ids: Vec<u64> = (v["jobs"].as_array().unwrap().iter())
+        .map(|j| j["job"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, [102]);
+    assert_eq!(get_as_nobody("/api/v1/queue/101").0, 403);
+    assert_eq!(get_as_nobody("/api/v1/jobs?user=root").0, 403);
+    // Anonymous: nothing.
+    let v: serde_json::Value = serde_json::from_str(
+        &agent
+            .get(format!("{}/api/v1/queue", d.url))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(v["total"], 0, "{v}");
+}
+
+/// `private_data = "slurm"`: the daemon follows slurm.conf's PrivateData,
+/// and re-reads it on SIGHUP (`systemctl reload`): jobs visible to an
+/// anonymous reader become private without a restart.
+#[test]
+fn private_data_from_slurm_conf_is_reread_on_sighup() {
+    use compass_budget::slurm::{SlurmJob, SlurmSnapshot};
+    use compass_core::model::JobId;
+    let dir = TempDir::new("reads-hup");
+    let snap = SlurmSnapshot {
+        pending: vec![SlurmJob {
+            user: "alice".into(),
+            ..SlurmJob::basic(JobId(7), "acct", 1, 600, false, 0, 1)
+        }],
+        ..SlurmSnapshot::default()
+    };
+    std::fs::write(
+        dir.path().join("slurm.json"),
+        serde_json::to_string(&snap).unwrap(),
+    )
+    .unwrap();
+    let slurm_conf = dir.path().join("slurm.conf");
+    std::fs::write(&slurm_conf, "ClusterName=lab\nPrivateData=usage\n").unwrap();
+    let cfg = dir.path().join("budgetd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "db = \"{}\"\ncapacity_gpus = 8\nslurm = \"file\"\nslurm_file = \"{}\"\ncycle_s = 1\n\
+             slurm_conf = \"{}\"\n[protection]\nenforce = false\n[reads]\nprivate_data = \"slurm\"\n",
+            dir.path().join("budget.db").display(),
+            dir.path().join("slurm.json").display(),
+            slurm_conf.display()
+        ),
+    )
+    .unwrap();
+    let mut d = Daemon::start(&cfg, free_port());
+    let total = || -> serde_json::Value {
+        let body = ureq::get(&format!("{}/api/v1/queue", d.url))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["total"].clone()
+    };
+    let wait = |want: u64, what: &str| {
+        let start = std::time::Instant::now();
+        while total() != want {
+            assert!(start.elapsed().as_secs() < 20, "{what}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    wait(1, "PrivateData=usage: an anonymous reader sees the job");
+    std::fs::write(&slurm_conf, "ClusterName=lab\nPrivateData=usage,jobs\n").unwrap();
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(d.child.id() as i32, libc::SIGHUP) };
+    wait(0, "after SIGHUP, PrivateData=jobs hides it");
+    assert!(d.terminate().success(), "SIGHUP did not stop the daemon");
 }

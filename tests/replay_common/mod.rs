@@ -148,7 +148,7 @@ impl Drop for Lab {
                 eprintln!("lab down: {}", String::from_utf8_lossy(&o.stderr));
             }
         }
-        if std::thread::panicking() && std::env::var_os("COMPASS_KEEP_LAB").is_some() {
+        if keep() {
             eprintln!("lab kept (COMPASS_KEEP_LAB): {}", self.dir.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
@@ -156,8 +156,16 @@ impl Drop for Lab {
     }
 }
 
-/// Removes a directory when dropped unless the test failed and
-/// COMPASS_KEEP_LAB is set.
+/// Keep the labs and the replay's output: `COMPASS_KEEP_LAB=1` when the
+/// test fails, `COMPASS_KEEP_LAB=always` also when it passes.
+pub fn keep() -> bool {
+    match std::env::var("COMPASS_KEEP_LAB") {
+        Ok(v) => v == "always" || std::thread::panicking(),
+        Err(_) => false,
+    }
+}
+
+/// Removes a directory when dropped unless [`keep`] says to keep it.
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {
@@ -168,7 +176,7 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        if std::thread::panicking() && std::env::var_os("COMPASS_KEEP_LAB").is_some() {
+        if keep() {
             eprintln!("replay output kept: {}", self.0.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.0);

@@ -98,6 +98,26 @@ pub struct BudgetSimConfig {
     pub preempt_exempt_s: Seconds,
     /// `PriorityDecayHalfLife` of [`TeamOrder::FairTree`].
     pub decay_half_life_s: Seconds,
+    /// How teams are ordered for unallocated (free) work ([`FreeOrder`]);
+    /// allocated work always follows `team_order`.
+    pub free_order: FreeOrder,
+}
+
+/// The team order of the unallocated queue. It applies under any
+/// [`TeamOrder`] (not in the one queue of Fair Tree without preemption);
+/// the anchors of `docs/results.md` run with `SameAsAllocated`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FreeOrder {
+    /// The order of allocated work ([`TeamOrder`]): with
+    /// under-allocation-first, "under" counts allocated GPUs only, so a team
+    /// that already fills its allocation with free work still goes first.
+    #[default]
+    SameAsAllocated,
+    /// Teams whose running GPUs, allocated and free together, are below
+    /// their allocation first (in the order of allocated work), then the
+    /// others: free capacity goes to the teams furthest from their share.
+    UnderTotalFirst,
 }
 
 /// Preemption rules of the enforcement cycle.
@@ -191,6 +211,7 @@ impl BudgetSimConfig {
             preemption: Preemption::default(),
             preempt_exempt_s: 600.0,
             decay_half_life_s: fair_tree::DEFAULT_HALF_LIFE_S,
+            free_order: FreeOrder::default(),
         }
     }
 }
@@ -208,6 +229,13 @@ pub struct TeamReport {
     pub delivered_gpu_h: f64,
     /// `delivered / owed` (1 when nothing was owed).
     pub owed_delivered: f64,
+    /// Allocation capped hourly at the team's *allocated* demand (jobs with
+    /// min runtime > 0), GPU-hours.
+    #[serde(default)]
+    pub owed_allocated_gpu_h: f64,
+    /// Of those, what its allocated (charged) jobs received.
+    #[serde(default)]
+    pub delivered_allocated_gpu_h: f64,
     /// All GPU-hours the team used (charged and free).
     pub used_gpu_h: f64,
     pub charged_gpu_h: f64,
@@ -234,6 +262,15 @@ pub struct BudgetReport {
     /// Teams owed anything that received at least 95% of it.
     pub teams_at_95: usize,
     pub teams_owed: usize,
+    /// The same three figures for allocated work only: owed = allocation
+    /// capped hourly at the team's allocated demand, delivered = its
+    /// charged use (unallocated time delivers nothing owed).
+    #[serde(default)]
+    pub owed_allocated_delivered: f64,
+    #[serde(default)]
+    pub worst_team_owed_allocated_delivered: f64,
+    #[serde(default)]
+    pub teams_at_95_allocated: usize,
     /// Used GPU-time over capacity while jobs were waiting.
     pub occupancy: f64,
     /// Unallocated share of the delivered GPU-time.
@@ -248,6 +285,16 @@ pub struct BudgetReport {
     pub largest_started: usize,
     pub largest_p50_wait_s: f64,
     pub largest_p90_wait_s: f64,
+    /// The same for the largest jobs that ask protected time (min runtime
+    /// > 0): unallocated ones get no promise, by design.
+    #[serde(default)]
+    pub largest_allocated_jobs: usize,
+    #[serde(default)]
+    pub largest_allocated_started: usize,
+    #[serde(default)]
+    pub largest_allocated_p50_wait_s: f64,
+    #[serde(default)]
+    pub largest_allocated_p90_wait_s: f64,
     pub wait: Percentiles,
     pub preemptions: u64,
     pub preemptions_per_job: f64,
@@ -431,11 +478,15 @@ struct Team {
     /// GPUs of the team's running jobs, by kind.
     run_charged: u64,
     run_free: u64,
-    /// GPUs of the team's jobs waiting or running.
+    /// GPUs of the team's jobs waiting or running: all, allocated.
     demand: u64,
-    /// Hourly integrals: demand, use (GPU-seconds).
+    demand_alloc: u64,
+    /// Hourly integrals: demand, use, allocated demand, charged use
+    /// (GPU-seconds).
     demand_h: Vec<f64>,
     used_h: Vec<f64>,
+    demand_alloc_h: Vec<f64>,
+    charged_h: Vec<f64>,
     charged_total: f64,
     free_total: f64,
     jobs: usize,
@@ -681,6 +732,8 @@ impl<'a> Sim<'a> {
             add_hourly(&mut team.demand_h, from, t, team.demand as f64);
             let run = (team.run_charged + team.run_free) as f64;
             add_hourly(&mut team.used_h, from, t, run);
+            add_hourly(&mut team.demand_alloc_h, from, t, team.demand_alloc as f64);
+            add_hourly(&mut team.charged_h, from, t, team.run_charged as f64);
             team.charged_total += team.run_charged as f64 * (t - from);
             team.free_total += team.run_free as f64 * (t - from);
         }
@@ -698,7 +751,7 @@ impl<'a> Sim<'a> {
             match ev {
                 Ev::Arrive(i) => {
                     self.enqueue(i);
-                    self.teams[self.live[i].team].demand += self.gpus(i);
+                    self.add_demand(i, true);
                     if !self.cycle_pending {
                         self.cycle_pending = true;
                         self.push(t + self.cfg.cycle_s, Ev::Cycle);
@@ -880,6 +933,22 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// Teams in the order their unallocated jobs are served now
+    /// ([`FreeOrder`]), from the order of allocated work.
+    fn free_team_order(&self, order: &[usize]) -> Vec<usize> {
+        match self.cfg.free_order {
+            FreeOrder::SameAsAllocated => order.to_vec(),
+            FreeOrder::UnderTotalFirst => {
+                let cap = self.capacity as f64;
+                let (under, over): (Vec<usize>, Vec<usize>) = order.iter().partition(|&&t| {
+                    let team = &self.teams[t];
+                    ((team.run_charged + team.run_free) as f64) < team.share * cap
+                });
+                under.into_iter().chain(over).collect()
+            }
+        }
+    }
+
     /// One scheduling pass: waiting jobs in queue order (every allocated job,
     /// teams in [`Self::team_order`], priority then FIFO within a team; then
     /// every unallocated job) are started while they fit. Jobs needing more
@@ -892,6 +961,7 @@ impl<'a> Sim<'a> {
         // as large in both GPUs and instances fails too.
         let mut failed: Vec<(u32, u32)> = Vec::new();
         let order = self.team_order();
+        let free_order = self.free_team_order(&order);
         // Allocated jobs first, then unallocated ones; or one queue.
         let kinds: &[Option<bool>] = if self.one_queue() {
             &[None]
@@ -899,7 +969,12 @@ impl<'a> Sim<'a> {
             &[Some(true), Some(false)]
         };
         for &kind in kinds {
-            for &t in &order {
+            let teams = if kind == Some(false) {
+                &free_order
+            } else {
+                &order
+            };
+            for &t in teams {
                 // Shapes of this team that failed only because drains held
                 // nodes (other teams' jobs may be allowed there).
                 let mut team_failed: Vec<(u32, u32)> = Vec::new();
@@ -1107,8 +1182,26 @@ impl<'a> Sim<'a> {
             job: self.jobs[i].id,
         });
         self.live[i].done = true;
-        self.teams[self.live[i].team].demand -= self.gpus(i);
+        self.add_demand(i, false);
         Ok(())
+    }
+
+    /// A job joins (`true`) or leaves its team's demand.
+    fn add_demand(&mut self, i: usize, joins: bool) {
+        let gpus = self.gpus(i);
+        let alloc = self.allocated(i);
+        let team = &mut self.teams[self.live[i].team];
+        if joins {
+            team.demand += gpus;
+            if alloc {
+                team.demand_alloc += gpus;
+            }
+        } else {
+            team.demand -= gpus;
+            if alloc {
+                team.demand_alloc -= gpus;
+            }
+        }
     }
 
     /// Preempts `victims` for `for_job`: they leave the placement policy
@@ -1148,7 +1241,7 @@ impl<'a> Sim<'a> {
         } else {
             l.done = true;
             l.cancelled = true;
-            self.teams[l.team].demand -= job.shape.total_gpus();
+            self.add_demand(i, false);
         }
         Ok(())
     }
@@ -1463,16 +1556,25 @@ impl<'a> Sim<'a> {
         let cap = self.capacity as f64;
         let mut teams = Vec::new();
         let (mut owed_all, mut delivered_all) = (0.0, 0.0);
-        for t in &self.teams {
-            let alloc_h = t.share * cap * hour;
+        let (mut owed_alloc_all, mut delivered_alloc_all) = (0.0, 0.0);
+        // Sum over hours of min(used, min(allocation, demand)).
+        let owed_of = |alloc_h: f64, demand_h: &[f64], used_h: &[f64]| {
             let (mut owed, mut delivered) = (0.0, 0.0);
-            for (h, d) in t.demand_h.iter().enumerate() {
+            for (h, d) in demand_h.iter().enumerate() {
                 let o = alloc_h.min(*d);
                 owed += o;
-                delivered += t.used_h.get(h).copied().unwrap_or(0.0).min(o);
+                delivered += used_h.get(h).copied().unwrap_or(0.0).min(o);
             }
+            (owed, delivered)
+        };
+        for t in &self.teams {
+            let alloc_h = t.share * cap * hour;
+            let (owed, delivered) = owed_of(alloc_h, &t.demand_h, &t.used_h);
+            let (owed_a, delivered_a) = owed_of(alloc_h, &t.demand_alloc_h, &t.charged_h);
             owed_all += owed;
             delivered_all += delivered;
+            owed_alloc_all += owed_a;
+            delivered_alloc_all += delivered_a;
             teams.push(TeamReport {
                 account: t.account.clone(),
                 share: t.share,
@@ -1480,12 +1582,19 @@ impl<'a> Sim<'a> {
                 owed_gpu_h: owed / hour,
                 delivered_gpu_h: delivered / hour,
                 owed_delivered: if owed > 0.0 { delivered / owed } else { 1.0 },
+                owed_allocated_gpu_h: owed_a / hour,
+                delivered_allocated_gpu_h: delivered_a / hour,
                 used_gpu_h: t.used_h.iter().sum::<f64>() / hour,
                 charged_gpu_h: t.charged_total / hour,
             });
         }
         teams.sort_by(|a, b| a.account.cmp(&b.account));
         let owed_teams: Vec<&TeamReport> = teams.iter().filter(|t| t.owed_gpu_h > 0.0).collect();
+        let alloc_ratios: Vec<f64> = teams
+            .iter()
+            .filter(|t| t.owed_allocated_gpu_h > 0.0)
+            .map(|t| t.delivered_allocated_gpu_h / t.owed_allocated_gpu_h)
+            .collect();
         let charged: f64 = self.teams.iter().map(|t| t.charged_total).sum();
         let free: f64 = self.teams.iter().map(|t| t.free_total).sum();
 
@@ -1520,6 +1629,18 @@ impl<'a> Sim<'a> {
             .iter()
             .filter(|&&i| self.live[i].first_start.is_some())
             .count();
+        let largest_alloc_ix: Vec<usize> = largest_ix
+            .iter()
+            .copied()
+            .filter(|&i| self.allocated(i))
+            .collect();
+        let largest_allocated_started = largest_alloc_ix
+            .iter()
+            .filter(|&&i| self.live[i].first_start.is_some())
+            .count();
+        let largest_alloc: Vec<f64> = largest_alloc_ix.into_iter().map(wait_of).collect();
+        let largest_alloc_n = largest_alloc.len();
+        let largest_alloc = Percentiles::of(largest_alloc);
         let largest: Vec<f64> = largest_ix.into_iter().map(wait_of).collect();
         let debug = Percentiles::of(debug);
         let largest_n = largest.len();
@@ -1551,6 +1672,13 @@ impl<'a> Sim<'a> {
                 .filter(|t| t.owed_delivered >= 0.95)
                 .count(),
             teams_owed: owed_teams.len(),
+            owed_allocated_delivered: if owed_alloc_all > 0.0 {
+                delivered_alloc_all / owed_alloc_all
+            } else {
+                1.0
+            },
+            worst_team_owed_allocated_delivered: alloc_ratios.iter().copied().fold(1.0, f64::min),
+            teams_at_95_allocated: alloc_ratios.iter().filter(|&&r| r >= 0.95).count(),
             occupancy: if self.peak_s > 0.0 {
                 self.peak_used_gpu_s / (cap * self.peak_s)
             } else {
@@ -1568,6 +1696,10 @@ impl<'a> Sim<'a> {
             largest_started,
             largest_p50_wait_s: largest.p50,
             largest_p90_wait_s: largest.p90,
+            largest_allocated_jobs: largest_alloc_n,
+            largest_allocated_started,
+            largest_allocated_p50_wait_s: largest_alloc.p50,
+            largest_allocated_p90_wait_s: largest_alloc.p90,
             wait: Percentiles::of(all),
             preemptions: self.preemptions,
             preemptions_per_job: self.preemptions as f64 / self.jobs.len().max(1) as f64,

@@ -426,3 +426,55 @@ fn fair_tree_serves_the_team_that_used_less() {
     // First come first served within the ratio order would differ only by
     // the window; the FIFO order of a single queue would start job 2 first.
 }
+
+/// `FreeOrder::UnderTotalFirst`: a freed node goes to the free job of the
+/// team running less than its allocation in all, not to the team that
+/// already fills its share with free work (which goes first when only
+/// allocated GPUs count: both run none, and `a` sorts first by name).
+#[test]
+fn free_work_goes_to_the_team_below_its_share_in_all() {
+    let tree = tree(&[("a", 0.5), ("b", 0.5)]);
+    let jobs = vec![
+        // a fills both nodes with free work; one ends at 1 h.
+        job(1, "a", 0.0, 1.0, 1, 8, 0.0),
+        job(2, "a", 0.0, 10.0, 1, 8, 0.0),
+        // Both teams then wait with free work.
+        job(3, "a", 0.1, 5.0, 1, 8, 0.0),
+        job(4, "b", 0.2, 5.0, 1, 8, 0.0),
+    ];
+    let mut starts = Vec::new();
+    for order in [FreeOrder::SameAsAllocated, FreeOrder::UnderTotalFirst] {
+        let mut cfg = config(2);
+        cfg.free_order = order;
+        cfg.horizon_s = Some(3.0 * H);
+        let r = run_budgets(&jobs, &tree, &cfg).unwrap();
+        starts.push((start_of(&r.events, 3), start_of(&r.events, 4)));
+    }
+    assert_eq!(starts[0], (Some(H), None), "same order: a first by name");
+    assert_eq!(starts[1], (None, Some(H)), "under-total-first: b first");
+}
+
+/// The allocated-only owed figures count charged use against the
+/// allocation capped at allocated demand: a team whose only work is
+/// unallocated is owed nothing there, though it is owed its share of
+/// all work and receives it.
+#[test]
+fn owed_allocated_counts_only_allocated_work() {
+    let tree = tree(&[("a", 0.5), ("b", 0.5)]);
+    let jobs = vec![
+        job(1, "a", 0.0, 4.0, 1, 8, 4.0),
+        job(2, "b", 0.0, 4.0, 1, 8, 0.0),
+    ];
+    let mut cfg = config(2);
+    cfg.horizon_s = Some(2.0 * H);
+    let r = run_budgets(&jobs, &tree, &cfg).unwrap();
+    let team = |n: &str| r.teams.iter().find(|t| t.account == n).unwrap();
+    let (a, b) = (team("a"), team("b"));
+    assert!((a.owed_allocated_gpu_h - 16.0).abs() < 1e-6, "{a:?}");
+    assert!((a.delivered_allocated_gpu_h - 16.0).abs() < 1e-6, "{a:?}");
+    assert_eq!(b.owed_allocated_gpu_h, 0.0, "{b:?}");
+    assert!((b.owed_gpu_h - 16.0).abs() < 1e-6, "{b:?}");
+    assert!((b.delivered_gpu_h - 16.0).abs() < 1e-6, "{b:?}");
+    assert!((r.owed_allocated_delivered - 1.0).abs() < 1e-9);
+    assert_eq!(r.teams_at_95_allocated, 1);
+}

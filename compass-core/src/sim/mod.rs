@@ -22,6 +22,7 @@
 //! event, and the events and seconds over it are reported.
 
 pub mod budgets;
+pub mod cluster;
 pub mod sizing;
 pub mod stats;
 
@@ -34,10 +35,12 @@ use crate::clock::Seconds;
 use crate::error::{CoreError, Result};
 use crate::metric;
 use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration};
+use crate::placement::pools::PoolSpec;
 use crate::placement::worth::{MigrationRule, MoveCandidate};
-use crate::placement::{self, Occupancy, PlacementPolicy, PolicyOptions};
+use crate::placement::{self, PlacementPolicy, PolicyOptions};
 use crate::trace::TraceJob;
 
+pub use cluster::{build_mixed, ClusterNodes, ClusterPolicy, NodeClass, PooledPolicy, Single};
 pub use sizing::{nodes_for_job, size_cluster, Sizing};
 pub use stats::{size_class, Percentiles, SizeWaits, WaitStats, SIZE_CLASSES};
 
@@ -221,6 +224,9 @@ pub fn time_limit_for(duration_s: Seconds) -> Seconds {
 /// Simulation settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimConfig {
+    /// The cluster of a homogeneous replay ([`simulate`]). A mixed replay
+    /// ([`simulate_mixed`]) takes its nodes from its [`ClusterPolicy`] and
+    /// does not use this.
     pub spec: ClusterSpec,
     pub queue: QueuePolicy,
     /// `c`: seconds added to a job's completion per migration, charged as
@@ -289,8 +295,13 @@ pub struct Event<'a> {
 /// Hooks into a replay: property tests check the policy after every event;
 /// the CLI draws a progress bar.
 pub trait Observer {
-    /// Called after every policy call that changed its state.
+    /// Called after every policy call that changed its state, on a
+    /// homogeneous cluster (one policy).
     fn after_event(&mut self, _event: &Event<'_>, _policy: &dyn PlacementPolicy) {}
+    /// Called after every policy call that changed its state, on any
+    /// cluster (after [`Observer::after_event`] on a homogeneous one): each
+    /// pool's state is `cluster.pool_occupancy(p)`.
+    fn after_cluster_event(&mut self, _event: &Event<'_>, _cluster: &dyn ClusterPolicy) {}
     /// Called after each batch of simultaneous events.
     fn progress(&mut self, _finished_jobs: u64, _total_jobs: u64) {}
 }
@@ -326,8 +337,13 @@ pub struct Sample {
 pub struct SimResult {
     pub policy: String,
     pub queue: QueuePolicy,
+    /// Nodes of the whole cluster.
     pub nodes: u32,
+    /// GPUs per node; on a mixed cluster, of its largest nodes.
     pub gpus_per_node: u32,
+    /// The cluster as a node-spec list: `51x8`, `8x8:a100,4x4:l40s,2x2`.
+    #[serde(default)]
+    pub cluster: String,
     pub migration_cost_s: Seconds,
     /// How `c` was charged.
     #[serde(default)]
@@ -427,9 +443,53 @@ pub struct SimResult {
     /// Total seconds those slips moved reservations later.
     pub reservation_slip_s: Seconds,
     pub waits: WaitStats,
+    /// The figures of each pool of interchangeable nodes (one for a
+    /// homogeneous cluster). On a mixed cluster the cluster-wide figures
+    /// above combine them: `N * SIF` is the sum over pools and AFR its time
+    /// average divided by all `N` nodes; AGU is over all GPUs; WCC holds
+    /// when it holds in every pool; `max_n_sif_under_wcc` is the largest
+    /// sum at events where every pool has WCC; an event or second is over
+    /// Theorem 1's bound when some pool has WCC and `N_p * SIF_p > 2`
+    /// (Theorem 1 per pool).
+    #[serde(default)]
+    pub pools: Vec<PoolResult>,
     /// One sample per event instant when [`SimConfig::record_timeseries`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeseries: Vec<Sample>,
+}
+
+/// One pool's figures (issue 12): paper Section 5.5's metrics with `N` the
+/// pool's nodes, and Theorem 1 checked in the pool alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolResult {
+    /// `8xa100`, `2xgpu` (GPUs per node and type, untyped: `gpu`).
+    pub name: String,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    /// Jobs that ran in the pool.
+    pub jobs: u64,
+    /// Their mean completion time (0 when none).
+    pub ajct_s: Seconds,
+    /// Time average of `SIF_p = (Phi_pi - Phi*)_p / N_p` over the replay's
+    /// metric window (eq. 15 in the pool).
+    pub afr: f64,
+    /// Used / total GPUs of the pool, time average over the metric window.
+    pub agu: f64,
+    /// Fraction of the metric window with WCC (eq. 9) holding in the pool.
+    pub wcc_coverage: f64,
+    /// Largest `N_p * SIF_p` after any job event.
+    pub max_n_sif: u64,
+    /// Largest `N_p * SIF_p` after job events where WCC held in the pool.
+    pub max_n_sif_under_wcc: Option<u64>,
+    /// Job events after which WCC held in the pool and `N_p * SIF_p > 2`.
+    pub over_bound_events: u64,
+    /// Of those, while the cost rule held a resumable job still.
+    pub over_bound_events_held: u64,
+    /// Seconds (any job running or waiting) with WCC holding in the pool
+    /// and `N_p * SIF_p > 2`.
+    pub over_bound_s: Seconds,
+    /// Instances moved in the pool.
+    pub migrations: u64,
 }
 
 /// Builds the policy `name` (see [`placement::POLICY_NAMES`]) and replays.
@@ -442,6 +502,45 @@ pub fn simulate_named(
 ) -> Result<SimResult> {
     let mut policy = placement::build(name, cfg.spec, opts)?;
     simulate(jobs, policy.as_mut(), cfg, obs)
+}
+
+/// Replays `jobs` under the policy `name` on the cluster `nodes`, mixed or
+/// not (issue 12). A cluster of alike nodes is replayed exactly as
+/// [`simulate_named`] on its [`ClusterSpec`]; otherwise `compass` runs as a
+/// [`crate::placement::pools::PoolSet`] (the select plugin's code) and a
+/// baseline once per pool ([`cluster`] says how a pool is chosen).
+/// `cfg.spec` is not used. Jobs are cut into instances of at most the
+/// largest node's GPUs by the trace reader; a job goes to any pool whose
+/// nodes hold one of its instances.
+pub fn simulate_mixed(
+    name: &str,
+    jobs: &[TraceJob],
+    nodes: &ClusterNodes,
+    cfg: &SimConfig,
+    opts: &PolicyOptions,
+    obs: &mut dyn Observer,
+) -> Result<SimResult> {
+    if let Some(spec) = nodes.as_homogeneous() {
+        let cfg = SimConfig {
+            spec,
+            ..cfg.clone()
+        };
+        let mut r = simulate_named(name, jobs, &cfg, opts, obs)?;
+        r.cluster = nodes.label();
+        // the pool's name as the select plugin names it (`8xa100`)
+        if let (Some(pool), Some(class)) = (r.pools.first_mut(), nodes.classes.first()) {
+            pool.name = format!(
+                "{}x{}",
+                class.gpus,
+                class.gpu_type.as_deref().unwrap_or("gpu")
+            );
+        }
+        return Ok(r);
+    }
+    let mut policy = build_mixed(name, nodes, opts)?;
+    let mut r = simulate_cluster(jobs, policy.as_mut(), cfg, obs)?;
+    r.cluster = nodes.label();
+    Ok(r)
 }
 
 /// Replays `jobs` (any order; replayed by submission time, ties in slice
@@ -462,7 +561,25 @@ pub fn simulate(
             cfg.spec.gpus_per_node
         )));
     }
-    if policy.occupancy().running_jobs() != 0 {
+    let mut r = simulate_cluster(jobs, &mut Single::new(policy), cfg, obs)?;
+    r.cluster = format!("{}x{}", cfg.spec.nodes, cfg.spec.gpus_per_node);
+    Ok(r)
+}
+
+/// Replays `jobs` through `cluster`, a fresh policy over a homogeneous or
+/// mixed cluster (its pools give the nodes; `cfg.spec` is not used). Job
+/// `k` of the slice is `JobId(k)` for the policy.
+pub fn simulate_cluster(
+    jobs: &[TraceJob],
+    cluster: &mut dyn ClusterPolicy,
+    cfg: &SimConfig,
+    obs: &mut dyn Observer,
+) -> Result<SimResult> {
+    let pools = cluster.pools();
+    if pools.is_empty() {
+        return Err(CoreError::NoNodes);
+    }
+    if (0..pools.len()).any(|p| cluster.pool_occupancy(p).running_jobs() != 0) {
         return Err(CoreError::Invalid(
             "the policy must start on an empty cluster".into(),
         ));
@@ -479,7 +596,7 @@ pub fn simulate(
             cfg.payback
         )));
     }
-    let mut sim = Sim::new(jobs, policy, cfg)?;
+    let mut sim = Sim::new(jobs, cluster, pools, cfg)?;
     sim.run(obs)?;
     Ok(sim.finish())
 }
@@ -560,6 +677,26 @@ struct EventState {
     wcc: bool,
 }
 
+/// One pool's fragmentation and metric integrals.
+#[derive(Clone, Debug, Default)]
+struct PoolTrack {
+    nodes: u32,
+    gpus_per_node: u32,
+    total_gpus: u64,
+    last_counts: Option<[u64; 9]>,
+    last_phi: u64,
+    /// The state after the last policy call.
+    now: EventState,
+    snap: Snapshot,
+    peak: Window,
+    busy: Window,
+    max_n_sif: u64,
+    max_n_sif_wcc: Option<u64>,
+    over_events: u64,
+    over_events_held: u64,
+    migrations: u64,
+}
+
 /// A blocked head's reservation (see [`QueuePolicy::Backfill`]).
 #[derive(Clone, Copy, Debug)]
 struct Reservation {
@@ -570,8 +707,17 @@ struct Reservation {
 
 struct Sim<'a> {
     jobs: &'a [TraceJob],
-    policy: &'a mut dyn PlacementPolicy,
+    policy: &'a mut dyn ClusterPolicy,
     cfg: &'a SimConfig,
+    /// The pools of the cluster (one when homogeneous) and their tracks.
+    pools: Vec<PoolSpec>,
+    tracks: Vec<PoolTrack>,
+    nodes: u32,
+    total_gpus: u64,
+    /// GPUs of the largest node.
+    max_gpus: u32,
+    /// The pool each job ran in.
+    job_pool: Vec<Option<usize>>,
     /// Job indices by (submission, index).
     order: Vec<usize>,
     /// Queue of waiting jobs, as positions in `order` (FIFO order).
@@ -590,9 +736,8 @@ struct Sim<'a> {
     last_t: Seconds,
     first_submit: Seconds,
     snap: Snapshot,
-    last_counts: Option<[u64; 9]>,
-    last_phi: u64,
-    /// The state after the last policy call.
+    /// The state after the last policy call, summed over pools (WCC: in
+    /// every pool).
     now: EventState,
     /// The cost rule; `None` when off (`payback = 0`) or when the policy
     /// does not act on movability (it then never migrates a job held still
@@ -632,12 +777,40 @@ struct Sim<'a> {
 impl<'a> Sim<'a> {
     fn new(
         jobs: &'a [TraceJob],
-        policy: &'a mut dyn PlacementPolicy,
+        policy: &'a mut dyn ClusterPolicy,
+        pools: Vec<PoolSpec>,
         cfg: &'a SimConfig,
     ) -> Result<Self> {
         let honours_movable = policy.honours_movable();
         let forkable = policy.fork().is_some();
-        let spec = cfg.spec;
+        let nodes: u32 = pools.iter().map(|p| p.nodes.len() as u32).sum();
+        // Global node id -> pool: each node in exactly one pool.
+        let mut node_pool = vec![usize::MAX; nodes as usize];
+        let mut tracks = Vec::with_capacity(pools.len());
+        for (p, pool) in pools.iter().enumerate() {
+            for &n in &pool.nodes {
+                match node_pool.get_mut(n as usize) {
+                    Some(slot) if *slot == usize::MAX => *slot = p,
+                    _ => {
+                        return Err(CoreError::Invalid(format!(
+                            "pool {}: node {n} is not a node of the cluster or is in two pools",
+                            pool.name
+                        )))
+                    }
+                }
+            }
+            let spec = ClusterSpec::new(pool.nodes.len() as u32, pool.gpus_per_node)?;
+            tracks.push(PoolTrack {
+                nodes: spec.nodes,
+                gpus_per_node: spec.gpus_per_node,
+                total_gpus: spec.total_gpus(),
+                ..PoolTrack::default()
+            });
+        }
+        let max_gpus = pools.iter().map(|p| p.gpus_per_node).max().unwrap_or(0);
+        // The shape check of the largest node: a job whose instances need
+        // more GPUs than any node has is refused with the job named.
+        let largest = ClusterSpec::new(1, max_gpus)?;
         let mut order: Vec<usize> = Vec::with_capacity(jobs.len());
         let mut unschedulable = 0;
         for (i, j) in jobs.iter().enumerate() {
@@ -647,11 +820,19 @@ impl<'a> Sim<'a> {
                     j.name
                 )));
             }
-            spec.check_job(&request(i, j))?;
-            if nodes_for_job(j.shape.instances, j.shape.gpus, spec.gpus_per_node) > spec.nodes {
-                unschedulable += 1;
-            } else {
+            largest.check_job(&request(i, j)).map_err(|e| {
+                CoreError::Invalid(format!("job `{}` (line {}): {e}", j.name, j.line))
+            })?;
+            // Some pool must hold every instance at once.
+            let fits = pools.iter().any(|p| {
+                p.admits(None, j.shape.gpus)
+                    && nodes_for_job(j.shape.instances, j.shape.gpus, p.gpus_per_node)
+                        <= p.nodes.len() as u32
+            });
+            if fits {
                 order.push(i);
+            } else {
+                unschedulable += 1;
             }
         }
         order.sort_by(|&a, &b| {
@@ -661,10 +842,17 @@ impl<'a> Sim<'a> {
                 .then(a.cmp(&b))
         });
         let first_submit = order.first().map(|&i| jobs[i].submit_s).unwrap_or(0.0);
+        let total_gpus = tracks.iter().map(|t| t.total_gpus).sum();
         Ok(Self {
             jobs,
             policy,
             cfg,
+            pools,
+            tracks,
+            nodes,
+            total_gpus,
+            max_gpus,
+            job_pool: vec![None; jobs.len()],
             schedulable: order.len() as u64,
             order,
             queue: BTreeSet::new(),
@@ -679,8 +867,6 @@ impl<'a> Sim<'a> {
             last_t: first_submit,
             first_submit,
             snap: Snapshot::default(),
-            last_counts: None,
-            last_phi: 0,
             now: EventState::default(),
             rule: (cfg.payback > 0.0 && honours_movable).then_some(MigrationRule {
                 default_cost_s: cfg.migration_cost_s,
@@ -801,73 +987,123 @@ impl<'a> Sim<'a> {
     fn integrate(&mut self, t: Seconds) {
         let dt = t - self.last_t;
         if dt > 0.0 {
-            if !self.queue.is_empty() {
+            let waiting = !self.queue.is_empty();
+            let busy = waiting || self.running > 0;
+            if waiting {
                 self.peak.add(dt, &self.snap);
             }
-            if !self.queue.is_empty() || self.running > 0 {
+            if busy {
                 self.busy.add(dt, &self.snap);
+            }
+            for tr in &mut self.tracks {
+                if waiting {
+                    tr.peak.add(dt, &tr.snap);
+                }
+                if busy {
+                    tr.busy.add(dt, &tr.snap);
+                }
             }
         }
         self.last_t = t;
     }
 
     /// Measures the state after a policy call: `N * SIF` and WCC, per event
-    /// (Theorem 1 is stated per event, not per instant).
+    /// (Theorem 1 is stated per event, not per instant), in each pool and
+    /// summed (see [`SimResult::pools`]).
     fn measure_event(&mut self) {
-        let occ = self.policy.occupancy();
-        let spec = self.cfg.spec;
-        let counts = *occ.instance_counts();
-        let phi = match self.last_counts {
-            Some(c) if c == counts => self.last_phi,
-            _ => metric::phi_star(&counts, spec.gpus_per_node),
+        let held = self.held > 0 || self.holding_for_head;
+        let mut sum = EventState {
+            wcc: true,
+            ..EventState::default()
         };
-        self.last_counts = Some(counts);
-        self.last_phi = phi;
-        let partial = occ.partial_nodes();
-        let n_sif = u64::from(partial).saturating_sub(phi);
-        let wcc = metric::wcc_holds(&counts, spec.gpus_per_node);
-        self.now = EventState {
-            n_sif,
-            partial,
-            phi,
-            wcc,
-        };
-        self.max_n_sif = self.max_n_sif.max(n_sif);
-        if wcc {
-            self.max_n_sif_wcc = Some(self.max_n_sif_wcc.unwrap_or(0).max(n_sif));
-            if n_sif > 2 {
-                self.over_events += 1;
-                if self.held > 0 || self.holding_for_head {
-                    self.over_events_held += 1;
+        let mut over = false;
+        for (p, tr) in self.tracks.iter_mut().enumerate() {
+            let occ = self.policy.pool_occupancy(p);
+            let counts = *occ.instance_counts();
+            let phi = match tr.last_counts {
+                Some(c) if c == counts => tr.last_phi,
+                _ => metric::phi_star(&counts, tr.gpus_per_node),
+            };
+            tr.last_counts = Some(counts);
+            tr.last_phi = phi;
+            let partial = occ.partial_nodes();
+            let n_sif = u64::from(partial).saturating_sub(phi);
+            let wcc = metric::wcc_holds(&counts, tr.gpus_per_node);
+            tr.now = EventState {
+                n_sif,
+                partial,
+                phi,
+                wcc,
+            };
+            tr.max_n_sif = tr.max_n_sif.max(n_sif);
+            if wcc {
+                tr.max_n_sif_wcc = Some(tr.max_n_sif_wcc.unwrap_or(0).max(n_sif));
+                if n_sif > 2 {
+                    over = true;
+                    tr.over_events += 1;
+                    if held {
+                        tr.over_events_held += 1;
+                    }
                 }
+            }
+            sum.n_sif += n_sif;
+            sum.partial += partial;
+            sum.phi += phi;
+            sum.wcc &= wcc;
+        }
+        self.now = sum;
+        self.max_n_sif = self.max_n_sif.max(sum.n_sif);
+        if sum.wcc {
+            self.max_n_sif_wcc = Some(self.max_n_sif_wcc.unwrap_or(0).max(sum.n_sif));
+        }
+        if over {
+            self.over_events += 1;
+            if held {
+                self.over_events_held += 1;
             }
         }
     }
 
     /// The state after the last event of instant `t`, held until the next.
     fn snapshot(&mut self, t: Seconds) {
-        let occ = self.policy.occupancy();
-        let spec = self.cfg.spec;
+        let held = self.held > 0 || self.holding_for_head;
+        let mut used = 0;
+        let mut empty = 0;
+        let mut any_over = false;
+        for (p, tr) in self.tracks.iter_mut().enumerate() {
+            let occ = self.policy.pool_occupancy(p);
+            let now = tr.now;
+            let over_bound = now.wcc && now.n_sif > 2;
+            any_over |= over_bound;
+            tr.snap = Snapshot {
+                sif: now.n_sif as f64 / f64::from(tr.nodes),
+                utilisation: occ.used_gpus() as f64 / tr.total_gpus as f64,
+                wcc: now.wcc,
+                over_bound,
+                over_bound_held: over_bound && held,
+            };
+            used += occ.used_gpus();
+            empty += occ.empty_nodes();
+        }
         let EventState {
             n_sif,
             partial,
-            phi,
             wcc,
+            ..
         } = self.now;
-        let over_bound = wcc && n_sif > 2;
         self.snap = Snapshot {
-            sif: metric::sif(partial, phi, spec.nodes),
-            utilisation: occ.used_gpus() as f64 / spec.total_gpus() as f64,
+            sif: n_sif as f64 / f64::from(self.nodes),
+            utilisation: used as f64 / self.total_gpus as f64,
             wcc,
-            over_bound,
-            over_bound_held: over_bound && (self.held > 0 || self.holding_for_head),
+            over_bound: any_over,
+            over_bound_held: any_over && held,
         };
         if self.cfg.record_timeseries {
             let sample = Sample {
                 t_s: t,
                 n_sif,
                 utilisation: self.snap.utilisation,
-                empty_nodes: occ.empty_nodes(),
+                empty_nodes: empty,
                 partial_nodes: partial,
                 queued: self.queue.len() as u64,
                 running: self.running as u64,
@@ -953,7 +1189,10 @@ impl<'a> Sim<'a> {
             queued: self.queue.len(),
             running: self.running,
         };
-        obs.after_event(&event, &*self.policy);
+        if let Some(policy) = self.policy.as_single() {
+            obs.after_event(&event, policy);
+        }
+        obs.after_cluster_event(&event, &*self.policy);
     }
 
     fn finish_job(&mut self, j: usize, t: Seconds, obs: &mut dyn Observer) -> Result<()> {
@@ -1031,7 +1270,7 @@ impl<'a> Sim<'a> {
             let ends = self.ends_with(&charges, Some(j));
             let start = self
                 .projected_start(&*fork, &ends, head, t)?
-                .max(reservation_in(fork.occupancy(), &ends, shape, t).t_res);
+                .max(self.reservation_in(&*fork, &ends, shape, t).t_res);
             let unheld = *unheld.get_or_insert(start);
             if charges.is_empty() || start <= t_res {
                 return Ok(if start < unheld { hold } else { Vec::new() });
@@ -1080,7 +1319,7 @@ impl<'a> Sim<'a> {
     /// never fits.
     fn projected_start(
         &self,
-        policy: &dyn PlacementPolicy,
+        policy: &dyn ClusterPolicy,
         ends: &[(T, usize)],
         head: usize,
         t: Seconds,
@@ -1093,7 +1332,7 @@ impl<'a> Sim<'a> {
     /// moves in it.
     fn project(
         &self,
-        policy: &dyn PlacementPolicy,
+        policy: &dyn ClusterPolicy,
         ends: &[(T, usize)],
         head: usize,
         t: Seconds,
@@ -1109,11 +1348,13 @@ impl<'a> Sim<'a> {
         }
         let req = self.request_now(head, t);
         let need = self.jobs[head].shape.total_gpus();
-        let total = self.cfg.spec.total_gpus();
         let mut at = t;
         let mut i = 0;
         loop {
-            if total - fork.occupancy().used_gpus() >= need && fork.place(&req, None)?.is_some() {
+            let used: u64 = (0..self.tracks.len())
+                .map(|p| fork.pool_occupancy(p).used_gpus())
+                .sum();
+            if self.total_gpus - used >= need && fork.place(&req)?.is_some() {
                 return Ok(at);
             }
             let Some(&(T(e), _)) = ends.get(i) else {
@@ -1166,6 +1407,11 @@ impl<'a> Sim<'a> {
             return Ok(());
         }
         self.migrations += migrations.len() as u64;
+        for m in migrations {
+            if let Some(p) = self.policy.job_pool(m.job) {
+                self.tracks[p].migrations += 1;
+            }
+        }
         for (j, count) in self.charges_of(migrations, starting) {
             let name = self.policy.name();
             let Some(s) = self.state.get(j).filter(|s| s.running) else {
@@ -1204,8 +1450,10 @@ impl<'a> Sim<'a> {
     /// Could job `j` fit in the free GPUs at all? (No policy could place it
     /// otherwise.)
     fn has_room(&self, j: usize) -> bool {
-        let free = self.cfg.spec.total_gpus() - self.policy.occupancy().used_gpus();
-        free >= self.jobs[j].shape.total_gpus()
+        let used: u64 = (0..self.tracks.len())
+            .map(|p| self.policy.pool_occupancy(p).used_gpus())
+            .sum();
+        self.total_gpus - used >= self.jobs[j].shape.total_gpus()
     }
 
     /// The request for job `j` starting at `t`: movable when resumable and,
@@ -1225,9 +1473,10 @@ impl<'a> Sim<'a> {
         }
         self.apply_rule(t)?;
         let req = self.request_now(j, t);
-        let Some(Admission { migrations, .. }) = self.policy.place(&req, None)? else {
+        let Some(Admission { migrations, .. }) = self.policy.place(&req)? else {
             return Ok(false);
         };
+        self.job_pool[j] = self.policy.job_pool(req.id);
         let end = t + self.jobs[j].duration_s;
         self.state[j] = JobState {
             start: Some(t),
@@ -1271,7 +1520,7 @@ impl<'a> Sim<'a> {
             return Ok(None);
         };
         let req = self.request_now(j, t);
-        let Some(admission) = trial.place(&req, None)? else {
+        let Some(admission) = trial.place(&req)? else {
             return Ok(Some(false));
         };
         let charges = self.charges_of(&admission.migrations, Some(j));
@@ -1292,7 +1541,7 @@ impl<'a> Sim<'a> {
         }
         ends.push((T(t + self.jobs[j].duration_s), j));
         ends.sort_unstable();
-        let next = reservation_in(trial.occupancy(), &ends, self.jobs[head].shape, t);
+        let next = self.reservation_in(&*trial, &ends, self.jobs[head].shape, t);
         Ok(Some(next.t_res > res.t_res))
     }
 
@@ -1379,12 +1628,12 @@ impl<'a> Sim<'a> {
     /// physically, with its fit count then.
     fn reservation(&self, head: usize, t: Seconds) -> Reservation {
         let ends: Vec<(T, usize)> = self.by_end.iter().copied().collect();
-        reservation_in(self.policy.occupancy(), &ends, self.jobs[head].shape, t)
+        self.reservation_in(&*self.policy, &ends, self.jobs[head].shape, t)
     }
 
     fn finish(self) -> SimResult {
-        let spec = self.cfg.spec;
         let mut jct = 0.0;
+        let mut pool_jct: Vec<(u64, f64)> = vec![(0, 0.0); self.tracks.len()];
         let mut all = Vec::new();
         let mut whole = Vec::new();
         let mut sub = Vec::new();
@@ -1396,9 +1645,13 @@ impl<'a> Sim<'a> {
             let start = s.start.unwrap_or(job.submit_s);
             let wait = start - job.submit_s;
             jct += s.end - job.submit_s;
+            if let Some(p) = self.job_pool[i] {
+                pool_jct[p].0 += 1;
+                pool_jct[p].1 += s.end - job.submit_s;
+            }
             last_end = last_end.max(s.end);
             all.push(wait);
-            if job.shape.gpus == spec.gpus_per_node {
+            if job.shape.gpus == self.max_gpus {
                 whole.push(wait);
             } else {
                 sub.push(wait);
@@ -1424,11 +1677,38 @@ impl<'a> Sim<'a> {
                 0.0
             }
         };
+        let peak = self.peak.time > 0.0;
+        let pools = self
+            .pools
+            .iter()
+            .zip(&self.tracks)
+            .zip(pool_jct)
+            .map(|((spec, tr), (jobs, jct))| {
+                let w = if peak { tr.peak } else { tr.busy };
+                PoolResult {
+                    name: spec.name.clone(),
+                    nodes: tr.nodes,
+                    gpus_per_node: tr.gpus_per_node,
+                    jobs,
+                    ajct_s: if jobs > 0 { jct / jobs as f64 } else { 0.0 },
+                    afr: avg(w.sif),
+                    agu: avg(w.util),
+                    wcc_coverage: avg(w.wcc),
+                    max_n_sif: tr.max_n_sif,
+                    max_n_sif_under_wcc: tr.max_n_sif_wcc,
+                    over_bound_events: tr.over_events,
+                    over_bound_events_held: tr.over_events_held,
+                    over_bound_s: tr.busy.over_bound,
+                    migrations: tr.migrations,
+                }
+            })
+            .collect();
         SimResult {
             policy: self.policy.name().to_string(),
             queue: self.cfg.queue,
-            nodes: spec.nodes,
-            gpus_per_node: spec.gpus_per_node,
+            nodes: self.nodes,
+            gpus_per_node: self.max_gpus,
+            cluster: String::new(),
             migration_cost_s: self.cfg.migration_cost_s,
             migration_charge: self.cfg.charge,
             payback: self.cfg.payback,
@@ -1477,47 +1757,67 @@ impl<'a> Sim<'a> {
                     })
                     .collect(),
             },
+            pools,
             timeseries: self.timeseries,
         }
     }
-}
 
-/// The reservation of a head of `shape` at `t` (see
-/// [`QueuePolicy::Backfill`]): running jobs of `occ` end at the times given
-/// by `ends` (sorted) and free their GPUs on their current nodes.
-fn reservation_in(
-    occ: &Occupancy,
-    ends: &[(T, usize)],
-    shape: crate::model::JobShape,
-    t: Seconds,
-) -> Reservation {
-    let g = shape.gpus;
-    let w = i64::from(shape.instances);
-    let mut free: Vec<u32> = (0..occ.spec().nodes).map(|n| occ.free(n)).collect();
-    let mut fit: i64 = free.iter().map(|f| i64::from(f / g)).sum();
-    let mut t_res = if fit >= w { Some(t) } else { None };
-    for &(end, j) in ends {
-        if let Some(tr) = t_res {
-            if end.0 > tr {
-                break;
+    /// The reservation of a head of `shape` at `t` on `cluster` (see
+    /// [`QueuePolicy::Backfill`]): running jobs end at the times given by
+    /// `ends` (sorted) and free their GPUs on their current nodes. On a
+    /// mixed cluster the head fits when one pool that admits its instances
+    /// holds all of them (a job runs in one pool); `fit` is the largest fit
+    /// count of such a pool then.
+    fn reservation_in(
+        &self,
+        cluster: &dyn ClusterPolicy,
+        ends: &[(T, usize)],
+        shape: crate::model::JobShape,
+        t: Seconds,
+    ) -> Reservation {
+        let g = shape.gpus;
+        let w = i64::from(shape.instances);
+        let admits: Vec<bool> = self.pools.iter().map(|p| p.admits(None, g)).collect();
+        let mut free: Vec<Vec<u32>> = Vec::with_capacity(self.pools.len());
+        let mut fit: Vec<i64> = Vec::with_capacity(self.pools.len());
+        for (p, tr) in self.tracks.iter().enumerate() {
+            let occ = cluster.pool_occupancy(p);
+            let f: Vec<u32> = (0..tr.nodes).map(|n| occ.free(n)).collect();
+            fit.push(if admits[p] {
+                f.iter().map(|x| i64::from(x / g)).sum()
+            } else {
+                i64::MIN
+            });
+            free.push(f);
+        }
+        let best = |fit: &[i64]| fit.iter().copied().max().unwrap_or(i64::MIN);
+        let mut t_res = if best(&fit) >= w { Some(t) } else { None };
+        for &(end, j) in ends {
+            if let Some(tr) = t_res {
+                if end.0 > tr {
+                    break;
+                }
+            }
+            let id = JobId(j as u64);
+            if let Some(p) = cluster.job_pool(id).filter(|&p| admits[p]) {
+                if let Some(running) = cluster.pool_occupancy(p).job(id) {
+                    let gj = running.request.shape.gpus;
+                    for &n in &running.nodes {
+                        let f = &mut free[p][n as usize];
+                        fit[p] -= i64::from(*f / g);
+                        *f += gj;
+                        fit[p] += i64::from(*f / g);
+                    }
+                }
+            }
+            if t_res.is_none() && best(&fit) >= w {
+                t_res = Some(end.0.max(t));
             }
         }
-        if let Some(running) = occ.job(JobId(j as u64)) {
-            let gj = running.request.shape.gpus;
-            for &n in &running.nodes {
-                let f = &mut free[n as usize];
-                fit -= i64::from(*f / g);
-                *f += gj;
-                fit += i64::from(*f / g);
-            }
+        Reservation {
+            t_res: t_res.unwrap_or(f64::INFINITY),
+            fit: best(&fit).max(0),
         }
-        if t_res.is_none() && fit >= w {
-            t_res = Some(end.0.max(t));
-        }
-    }
-    Reservation {
-        t_res: t_res.unwrap_or(f64::INFINITY),
-        fit,
     }
 }
 

@@ -99,6 +99,9 @@ struct Rounds {
 struct Raised {
     since: u64,
     nice: u32,
+    /// Its begin time: once past, the job is updated once more
+    /// ([`poke_past_begin`]), which queues a scheduling pass.
+    poke_after: Option<u64>,
 }
 
 /// Priority of a migrated job until it restarts: above any computed
@@ -209,6 +212,7 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
     };
     // Handed-out orders are in flight (pinned) now: save before requeueing.
     save_state(plugin, rounds, now);
+    let carried_out = !orders.is_empty();
     let mut orders = orders.into_iter();
     for order in orders.by_ref() {
         if STOP.load(Ordering::SeqCst) {
@@ -230,11 +234,26 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
             }
         }
     }
-    lower_restarted(&mut rounds.raised, now);
     // Orders left when a stop came: never requeued, the job runs on.
     for order in orders {
         not_carried_out(plugin, &order);
     }
+    let now = now_unix();
+    poke_past_begin(&mut rounds.raised, now);
+    lower_restarted(&mut rounds.raised, now);
+    // Migrations take seconds (requeue, wait for PENDING): publish what the
+    // engine holds now, not what it held before them, so jobs that started
+    // meanwhile are in the state file at once.
+    let snapshot = if carried_out {
+        plugin
+            .ctl
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|ctl| ctl.snapshot(now, true))
+    } else {
+        snapshot
+    };
     if let Some(mut s) = snapshot {
         s.job_test = crate::stats::job_test();
         let mut key = s.clone();
@@ -251,6 +270,23 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
             }
             rounds.last_written = key;
         }
+    }
+    // With the state published, poke each migrated job the moment its
+    // begin time passes (2 s after its requeue at most).
+    if rounds.raised.values().any(|r| r.poke_after.is_some()) {
+        let _ = poll_until(
+            &STOP,
+            Duration::from_secs(5),
+            Duration::from_millis(100),
+            || {
+                poke_past_begin(&mut rounds.raised, now_unix());
+                rounds
+                    .raised
+                    .values()
+                    .all(|r| r.poke_after.is_none())
+                    .then_some(())
+            },
+        );
     }
 }
 
@@ -363,25 +399,13 @@ fn migrate(plugin: &Plugin, order: &MigrationOrder) -> Option<Raised> {
                     ""
                 }
             ));
-            if raised {
-                // Slurm starts a job whose begin time has passed only at its
-                // next scheduling pass (up to sched_interval later). A
-                // successful job update queues a pass at once
-                // (`_slurm_rpc_update_job`): raise it again once the begin
-                // time is past, so the job restarts then.
-                let past = poll_until(
-                    &STOP,
-                    Duration::from_secs(5),
-                    Duration::from_millis(100),
-                    || (now_unix() > begin).then_some(()),
-                );
-                if past == Waited::Done(()) {
-                    raise_priority(id);
-                }
-            }
+            // The poke after the begin time comes at the end of the round
+            // ([`poke_past_begin`]): waiting here kept the worker from
+            // publishing its state for seconds per migration.
             raised.then_some(Raised {
                 since: now_unix(),
                 nice,
+                poke_after: Some(begin),
             })
         }
         Waited::Stopped => {
@@ -407,6 +431,23 @@ fn migrate(plugin: &Plugin, order: &MigrationOrder) -> Option<Raised> {
 /// by `compass replay`: holds of 8-620 s per run).
 fn raise_priority(id: u32) -> bool {
     update_job(id, |d| d.priority = MIGRATION_PRIORITY) == 0
+}
+
+/// Slurm starts a job whose begin time has passed only at its next
+/// scheduling pass (up to `sched_interval` later); a successful job update
+/// queues a pass at once (`_slurm_rpc_update_job`). So each migrated job
+/// still pending is raised once more as soon as its begin time has passed
+/// (polled at the end of the round that migrated it, after the state is
+/// published), and restarts then.
+fn poke_past_begin(raised: &mut std::collections::BTreeMap<u32, Raised>, now: u64) {
+    for (id, r) in raised.iter_mut() {
+        if r.poke_after.is_some_and(|begin| now > begin) {
+            r.poke_after = None;
+            if job_pending_since(*id).is_some() {
+                raise_priority(*id);
+            }
+        }
+    }
 }
 
 /// Gives every raised job that restarted (or is gone, or waited longer than
