@@ -27,7 +27,7 @@
 
 mod replay_common;
 
-use replay_common::{cluster, port, repo_root, Lab, TempDir};
+use replay_common::{cluster, port, release, repo_root, Lab, TempDir};
 
 const NODES: u32 = 16;
 const GPUS: u32 = 8;
