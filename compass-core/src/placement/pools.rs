@@ -15,7 +15,7 @@
 //! - A job is placed in one pool among those the caller allows
 //!   ([`PoolSet::choose`]); when several can take it now, the one left with
 //!   the least fragmentation after the placement its engine plans wins: the
-//!   least `N * SIF` added, then the fewest partial nodes added, then the
+//!   least `N * SIF` added, then the pool of the smallest nodes, then the
 //!   pool the caller lists first.
 //!
 //! Node ids here are the cluster's (global) ids; each engine works on its
@@ -320,9 +320,11 @@ impl PoolSet {
     /// every option whose engine can place the job now is scored by the
     /// fragmentation its plan leaves in that pool ([`stats_after`]: the
     /// pool's state right after Place, before the Compact that follows in
-    /// either pool); the least `N * SIF` added wins, then the fewest
-    /// partial nodes added (a job that closes an open node beats one that
-    /// opens a node), then the first option.
+    /// either pool); the least `N * SIF` added wins, then the pool of the
+    /// smallest nodes (what sites ask of Slurm with node `Weight`: a small
+    /// job on a small node keeps the large nodes for the jobs only they
+    /// can hold; measured in docs/results.md, "Mixed clusters in the
+    /// simulator"), then the first option.
     ///
     /// The trial is computed from the plan, not on a copy of the engine:
     /// a copy costs the pool's size on every `select_p_job_test` call
@@ -355,7 +357,7 @@ impl PoolSet {
             let after = stats_after(engine, &local, job.shape.gpus);
             let added = (
                 after.n_sif as i64 - before.n_sif as i64,
-                i64::from(after.partial_nodes) - i64::from(before.partial_nodes),
+                i64::from(self.pools[*p].spec.gpus_per_node),
             );
             if best.is_none_or(|(b, _)| added < b) {
                 best = Some((added, k));
@@ -714,34 +716,44 @@ mod tests {
     }
 
     #[test]
-    fn choose_prefers_the_pool_left_least_fragmented() {
+    fn choose_prefers_the_least_fragmentation_then_the_smallest_nodes() {
         let mut s = PoolSet::new(&site(), CompassConfig::default());
         // a100 pool: one node holds a 4-GPU job (4 free); l40s: empty.
         s.adopt(&req(1, 1, 4), &[0]).unwrap();
-        // A 4-GPU job closes the open a100 node (partial nodes -1) or fills
-        // an l40s node exactly (+0): N*SIF stays 0 in both, so the partial
-        // nodes decide, whatever the order of the options.
+        // A 4-GPU job closes the open a100 node or fills an l40s node
+        // exactly: N*SIF stays 0 in both, so the smaller nodes win (the
+        // a100 node's 4 free GPUs stay for a job only it can take),
+        // whatever the order of the options.
         for options in [
             vec![(1, req(2, 1, 4)), (0, req(2, 1, 4))],
             vec![(0, req(2, 1, 4)), (1, req(2, 1, 4))],
         ] {
-            let (p, nodes) = s.choose(&options, None).unwrap().unwrap();
-            assert_eq!((p, nodes), (0, vec![0]), "{options:?}");
+            let (p, _) = s.choose(&options, None).unwrap().unwrap();
+            assert_eq!(p, 1, "{options:?}");
         }
-        // A 2-GPU job, the l40s pool listed first: it would open an l40s
-        // node (+1 partial) but shares the open a100 node (+0): a100.
-        let (p, nodes) = s
-            .choose(&[(1, req(3, 1, 2)), (0, req(3, 1, 2))], None)
-            .unwrap()
-            .unwrap();
-        assert_eq!((p, nodes), (0, vec![0]));
-        // ties go to the first option
+        // An 8-GPU job has one pool that can hold it: a100, on an empty node.
+        let (p, nodes) = s.choose(&[(0, req(3, 1, 8))], None).unwrap().unwrap();
+        assert_eq!(p, 0);
+        assert_ne!(nodes, vec![0], "node 0 holds a 4-GPU job");
+        // the smaller nodes win whatever the order of the options
         let mut t = PoolSet::new(&site(), CompassConfig::default());
-        let (p, _) = t
-            .choose(&[(2, req(5, 1, 2)), (1, req(5, 1, 2))], None)
-            .unwrap()
-            .unwrap();
-        assert_eq!(p, 2);
+        for options in [
+            vec![(2, req(5, 1, 2)), (1, req(5, 1, 2))],
+            vec![(1, req(5, 1, 2)), (2, req(5, 1, 2))],
+        ] {
+            let (p, _) = t.choose(&options, None).unwrap().unwrap();
+            assert_eq!(p, 2, "{options:?}");
+        }
+        // ties (same fragmentation, same node size) go to the first option
+        let two_types: Vec<NodeGpus> = (0..4)
+            .map(|i| NodeGpus::new(8, Some(if i < 2 { "a100" } else { "h100" })))
+            .collect();
+        let mut t = PoolSet::new(&two_types, CompassConfig::default());
+        for first in [0, 1] {
+            let options = [(first, req(6, 1, 4)), (1 - first, req(6, 1, 4))];
+            let (p, _) = t.choose(&options, None).unwrap().unwrap();
+            assert_eq!(p, first);
+        }
         // nothing fits: None, state unchanged
         let full = NodeSet::from_nodes(18, [15, 16]);
         assert_eq!(s.choose(&[(0, req(6, 1, 1))], Some(&full)).unwrap(), None);

@@ -7,8 +7,8 @@
 //! - `compass` on a mixed cluster is a [`PoolSet`], the same code the select
 //!   plugin runs in slurmctld: one COMPASS-ABS engine per pool, and the pool
 //!   of a job chosen by [`PoolSet::choose`] (among the pools that admit its
-//!   instances, the least `N * SIF` added, then the fewest partial nodes
-//!   added, then the pool listed first).
+//!   instances, the least `N * SIF` added, then the pool of the smallest
+//!   nodes, then the pool listed first).
 //! - The baselines on a mixed cluster ([`PooledPolicy`]) run one instance
 //!   of the baseline per pool, and a job goes to the pool holding the
 //!   tightest node for one of its instances (the fewest free GPUs that still
