@@ -76,7 +76,8 @@ pub struct TraceArgs {
     /// With the cost rule on: move jobs whenever a move pays (`always`), or
     /// only while some job waits in the queue (`waiting`: a move when nobody
     /// waits lets no job start sooner; Compact repairs the layout at the
-    /// next event with a waiting job).
+    /// next event with a waiting job; the Slurm plugin's default), or only
+    /// while a waiting job asks for no more GPUs than are free (`fits`).
     #[arg(long, default_value = "always", value_parser = PossibleValuesParser::new(MoveWhen::NAMES))]
     pub move_when: String,
 

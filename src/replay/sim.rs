@@ -9,7 +9,7 @@
 
 use compass_core::model::{ClusterSpec, JobId};
 use compass_core::placement::{PlacementPolicy, PolicyOptions};
-use compass_core::sim::{self, EventKind, Percentiles, QueuePolicy, SimConfig};
+use compass_core::sim::{self, EventKind, MoveWhen, Percentiles, QueuePolicy, SimConfig};
 use compass_core::trace::TraceJob;
 use serde::Serialize;
 
@@ -102,6 +102,9 @@ pub fn simulate(
     let cfg = SimConfig {
         queue: QueuePolicy::Backfill,
         migration_cost_s: cost_s,
+        // The plugin's default `select.move_when` (a cluster configured
+        // otherwise is simulated with the default all the same).
+        move_when: MoveWhen::SELECT_DEFAULT,
         ..SimConfig::new(spec)
     };
     let mut starts = Starts(vec![None; jobs.len()]);

@@ -19,6 +19,73 @@
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Seconds;
+use crate::error::CoreError;
+
+/// When the rule lets any job move at all (the gate before
+/// [`MigrationRule::worth_moving`]; `select.move_when` in the plugin,
+/// `--move-when` in the simulator). Beyond the paper: Algorithm 1 runs
+/// Compact after every event, which keeps Theorem 1's bound but pays for
+/// moves that let no job start sooner.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MoveWhen {
+    /// Whenever the move pays for itself (Compact after every event keeps
+    /// Theorem 1's bound for the movable jobs).
+    #[default]
+    Always,
+    /// Only while some job waits in the queue (the Slurm plugin's default,
+    /// [`MoveWhen::SELECT_DEFAULT`]): a move made while nobody
+    /// waits lets no job start sooner, so it is deferred to the first event
+    /// with a waiting job (Compact then repairs the layout). The bound is
+    /// then exceeded by choice while the queue is empty.
+    Waiting,
+    /// Only while some waiting job asks for no more GPUs than are free: it
+    /// waits on fragmentation, which moves can repair, not on capacity,
+    /// which they cannot. The bound is exceeded by choice while every
+    /// waiting job is larger than the free GPUs (or none waits).
+    Fits,
+}
+
+impl MoveWhen {
+    /// The Slurm plugin's default (`select.move_when`), chosen by the
+    /// simulation of seven Venus windows (docs/results.md, "When to move"):
+    /// level with `Always` at a 2 s migration cost, ahead at 4 s and 8 s.
+    /// The simulator's own default stays `Always` (the paper's Algorithm 1).
+    pub const SELECT_DEFAULT: MoveWhen = MoveWhen::Waiting;
+
+    pub const NAMES: &'static [&'static str] = &["always", "waiting", "fits"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Always => "always",
+            Self::Waiting => "waiting",
+            Self::Fits => "fits",
+        }
+    }
+
+    pub fn parse_name(name: &str) -> crate::error::Result<Self> {
+        match name {
+            "always" => Ok(Self::Always),
+            "waiting" => Ok(Self::Waiting),
+            "fits" => Ok(Self::Fits),
+            other => Err(CoreError::Invalid(format!(
+                "unknown move-when `{other}`; expected always, waiting or fits"
+            ))),
+        }
+    }
+
+    /// May any job move now? `waiting_gpus`: the GPUs each waiting job asks
+    /// for (all instances); `free_gpus`: the cluster's idle GPUs. The
+    /// simulator and the Slurm plugin both ask this before each Compact.
+    pub fn allows(self, waiting_gpus: impl IntoIterator<Item = u64>, free_gpus: u64) -> bool {
+        let mut waiting = waiting_gpus.into_iter();
+        match self {
+            Self::Always => true,
+            Self::Waiting => waiting.next().is_some(),
+            Self::Fits => waiting.any(|g| g <= free_gpus),
+        }
+    }
+}
 
 /// The site's migration policy.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -79,6 +146,8 @@ pub enum KeepReason {
     StartingUp,
     CoolingDown,
     EndsSoon,
+    /// The gate [`MoveWhen`] is closed: no waiting job would gain.
+    NoGain,
 }
 
 impl KeepReason {
@@ -89,6 +158,7 @@ impl KeepReason {
             Self::StartingUp => "starting-up",
             Self::CoolingDown => "cooling-down",
             Self::EndsSoon => "ends-soon",
+            Self::NoGain => "no-gain",
         }
     }
 }
@@ -146,6 +216,24 @@ impl MigrationRule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn move_when_gates_every_move_on_the_queue() {
+        for when in [MoveWhen::Always, MoveWhen::Waiting, MoveWhen::Fits] {
+            assert_eq!(MoveWhen::parse_name(when.name()).unwrap(), when);
+        }
+        assert!(MoveWhen::parse_name("never").is_err());
+        let none: [u64; 0] = [];
+        assert!(MoveWhen::Always.allows(none, 0));
+        assert!(!MoveWhen::Waiting.allows(none, 64));
+        assert!(!MoveWhen::Fits.allows(none, 64));
+        // A 16-GPU job waits with 12 GPUs free: no move lets it start.
+        assert!(MoveWhen::Waiting.allows([16], 12));
+        assert!(!MoveWhen::Fits.allows([16], 12));
+        // With 16 free (scattered) it waits on fragmentation: moves may help.
+        assert!(MoveWhen::Fits.allows([16], 16));
+        assert!(MoveWhen::Fits.allows([32, 8], 12));
+    }
 
     fn long_job() -> MoveCandidate {
         MoveCandidate {

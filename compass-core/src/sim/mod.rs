@@ -36,6 +36,7 @@ use crate::error::{CoreError, Result};
 use crate::metric;
 use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration};
 use crate::placement::pools::PoolSpec;
+pub use crate::placement::worth::MoveWhen;
 use crate::placement::worth::{MigrationRule, MoveCandidate};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
 use crate::trace::TraceJob;
@@ -162,42 +163,6 @@ impl RemainingRun {
             "oracle" => Ok(Self::Oracle),
             other => Err(CoreError::Invalid(format!(
                 "unknown remaining-run estimate `{other}`; expected time-limit or oracle"
-            ))),
-        }
-    }
-}
-
-/// When the cost rule lets a job move at all.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum MoveWhen {
-    /// Whenever the move pays for itself (Compact after every event keeps
-    /// Theorem 1's bound for the movable jobs).
-    #[default]
-    Always,
-    /// Only while some job waits in the queue: a move made while nobody
-    /// waits lets no job start sooner, so it is deferred to the first event
-    /// with a waiting job (Compact then repairs the layout). The bound is
-    /// then exceeded by choice while the queue is empty.
-    Waiting,
-}
-
-impl MoveWhen {
-    pub const NAMES: &'static [&'static str] = &["always", "waiting"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Always => "always",
-            Self::Waiting => "waiting",
-        }
-    }
-
-    pub fn parse_name(name: &str) -> Result<Self> {
-        match name {
-            "always" => Ok(Self::Always),
-            "waiting" => Ok(Self::Waiting),
-            other => Err(CoreError::Invalid(format!(
-                "unknown --move-when `{other}`; expected always or waiting"
             ))),
         }
     }
@@ -938,7 +903,7 @@ impl<'a> Sim<'a> {
             }
             let ticked = self.next_tick == Some(t);
             if ticked {
-                self.apply_rule(t)?;
+                self.apply_rule(t, 0)?;
                 let migrations = self.policy.tick(t);
                 self.charge(&migrations, None, t)?;
                 self.holding_for_head = false;
@@ -1117,12 +1082,19 @@ impl<'a> Sim<'a> {
 
     /// Applies the cost rule ([`MigrationRule::worth_moving`]) to every
     /// running resumable job at time `t`, telling the policy of each change.
-    fn apply_rule(&mut self, t: Seconds) -> Result<()> {
+    /// `freeing`: GPUs of a job departing now (free when Compact runs).
+    fn apply_rule(&mut self, t: Seconds, freeing: u64) -> Result<()> {
         let Some(rule) = self.rule else {
             return Ok(());
         };
-        // No job waits: with `MoveWhen::Waiting` no move can let one start.
-        let idle = self.cfg.move_when == MoveWhen::Waiting && self.queue.is_empty();
+        // The gate ([`MoveWhen::allows`]): e.g. no job waits, so no move can
+        // let one start.
+        let free = self.cfg.spec.total_gpus() - self.policy.occupancy().used_gpus() + freeing;
+        let waiting = self
+            .queue
+            .iter()
+            .map(|&r| self.jobs[self.order[r]].shape.total_gpus());
+        let idle = !self.cfg.move_when.allows(waiting, free);
         let mut changes = Vec::new();
         let mut held = 0;
         for &(_, j) in &self.by_end {
@@ -1196,7 +1168,7 @@ impl<'a> Sim<'a> {
     }
 
     fn finish_job(&mut self, j: usize, t: Seconds, obs: &mut dyn Observer) -> Result<()> {
-        self.apply_rule(t)?;
+        self.apply_rule(t, self.jobs[j].shape.total_gpus())?;
         // Backfill never delays the head, and neither does the Compact that
         // follows a departure: the jobs whose moves would are held still for
         // this one event.
@@ -1471,7 +1443,7 @@ impl<'a> Sim<'a> {
         if !self.has_room(j) {
             return Ok(false);
         }
-        self.apply_rule(t)?;
+        self.apply_rule(t, 0)?;
         let req = self.request_now(j, t);
         let Some(Admission { migrations, .. }) = self.policy.place(&req)? else {
             return Ok(false);
@@ -1515,7 +1487,7 @@ impl<'a> Sim<'a> {
         head: usize,
         res: &Reservation,
     ) -> Result<Option<bool>> {
-        self.apply_rule(t)?;
+        self.apply_rule(t, 0)?;
         let Some(mut trial) = self.policy.fork() else {
             return Ok(None);
         };

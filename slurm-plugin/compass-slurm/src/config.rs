@@ -22,12 +22,15 @@
 //!                              # (`--resumable` without a value)
 //! payback = 2                  # move a job only if its remaining run
 //!                              # (time limit) is >= payback x its cost
+//! move_when = "waiting"        # move jobs only while a GPU job waits
+//!                              # (always | waiting | fits)
 //! log_decisions = false        # each job_test decision at verbose level
 //!                              # without DebugFlags=SelectType
 //! ```
 
 use std::path::Path;
 
+use compass_core::placement::worth::MoveWhen;
 use serde::Deserialize;
 
 use crate::duration;
@@ -66,6 +69,10 @@ pub struct SelectConfig {
     /// A job moves only when its expected remaining run after the move is
     /// at least `payback` times its migration cost (default 2, `>= 1`).
     pub payback: f64,
+    /// When any job may move at all ([`MoveWhen::allows`], the simulator's
+    /// `--move-when`): default [`MoveWhen::SELECT_DEFAULT`], only while a
+    /// GPU job waits.
+    pub move_when: MoveWhen,
     /// Log each job_test decision at verbose level even without
     /// `DebugFlags=SelectType` (which also turns on cons_tres's own, far
     /// more numerous lines). Default false; the lab clusters and the demo
@@ -90,6 +97,7 @@ impl Default for Config {
                 min_run_before_migration_s: 300,
                 migration_cost_s: 60,
                 payback: 2.0,
+                move_when: MoveWhen::SELECT_DEFAULT,
                 log_decisions: false,
             },
         }
@@ -117,6 +125,7 @@ const KNOWN: &[(&str, &[&str])] = &[
             "min_run_before_migration",
             "migration_cost",
             "payback",
+            "move_when",
             "log_decisions",
         ],
     ),
@@ -150,6 +159,7 @@ struct RawSelect {
     min_run_before_migration: Option<String>,
     migration_cost: Option<String>,
     payback: Option<f64>,
+    move_when: Option<String>,
     log_decisions: Option<bool>,
 }
 
@@ -279,6 +289,13 @@ impl Config {
             }
             c.select.payback = p;
         }
+        if let Some(w) = s.move_when {
+            c.select.move_when = MoveWhen::parse_name(&w).map_err(|_| {
+                cfg_err(format!(
+                    "select.move_when = \"{w}\": expected \"always\" (whenever a move pays), \"waiting\" (only while a GPU job waits) or \"fits\" (only while a waiting job asks for no more GPUs than are free)"
+                ))
+            })?;
+        }
         Ok(c)
     }
 
@@ -340,6 +357,20 @@ mod tests {
         let c = Config::parse("x", "[select]\nmigration_cost = \"5m\"\npayback = 3.5\n").unwrap();
         assert_eq!(c.select.migration_cost_s, 300);
         assert_eq!(c.select.payback, 3.5);
+        assert_eq!(c.select.move_when, MoveWhen::Waiting);
+        let c = Config::parse("x", "[select]\nmove_when = \"always\"\n").unwrap();
+        assert_eq!(c.select.move_when, MoveWhen::Always);
+    }
+
+    #[test]
+    fn a_bad_move_when_is_refused() {
+        let e = Config::parse("c", "[select]\nmove_when = \"sometimes\"\n").unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("select.move_when") && msg.contains("\"waiting\""),
+            "{msg}"
+        );
+        assert!(Config::parse("c", "[select]\nmove_when = 1\n").is_err());
     }
 
     #[test]

@@ -28,6 +28,7 @@ use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, N
 use compass_core::placement::compass::{AdoptOutcome, CompassConfig};
 use compass_core::placement::pools::{NodeGpus, PoolSet};
 use compass_core::placement::worth::{KeepReason, MigrationRule, MoveCandidate};
+use compass_core::placement::PlacementPolicy;
 
 use crate::config::SelectConfig;
 use crate::flags::JobFlags;
@@ -41,6 +42,21 @@ const MAX_PLANS_KEPT: usize = 100_000;
 
 /// A pin older than this is dropped (the job plans normally again), seconds.
 pub const PIN_TIMEOUT_S: u64 = 60;
+
+/// A pending GPU job that Slurm has not offered to `narrow` for this long
+/// no longer counts as waiting for `select.move_when` (it was cancelled, or
+/// is held), seconds. Slurm tries every pending job at each backfill pass
+/// (`bf_interval`, 30 s by default).
+pub const WAITING_TTL_S: u64 = 120;
+
+/// A pending GPU job as `narrow` last saw it (for `select.move_when`).
+#[derive(Clone, Copy, Debug)]
+struct Waiting {
+    /// GPUs it asks for, all instances.
+    gpus: u64,
+    /// The tick that first saw this offer (`None`: since the last tick).
+    seen: Option<u64>,
+}
 
 /// What the plugin knows about a job when it asks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,6 +139,11 @@ pub struct Controller {
     /// starts, so a plan made among restricted candidates (partition,
     /// `--exclude`) is not counted as a divergence.
     planned: BTreeMap<u64, Vec<NodeId>>,
+    /// Pending GPU jobs Slurm offered to `narrow` lately, for the gate
+    /// `select.move_when` ([`compass_core::placement::worth::MoveWhen`]).
+    waiting: BTreeMap<u64, Waiting>,
+    /// Whether the gate let jobs move at the last tick.
+    gate_open: bool,
     pub counters: Counters,
 }
 
@@ -160,6 +181,8 @@ impl Controller {
             unusable: BTreeSet::new(),
             compact_due: false,
             planned: BTreeMap::new(),
+            waiting: BTreeMap::new(),
+            gate_open: true,
             counters: Counters::default(),
         }
     }
@@ -271,8 +294,18 @@ impl Controller {
         else {
             return Ok(None);
         };
-        if job.required_nodes || self.jobs.contains_key(&job.id) || self.migrating.contains(&job.id)
-        {
+        if self.jobs.contains_key(&job.id) || self.migrating.contains(&job.id) {
+            return Ok(None);
+        }
+        // It waits (until it starts) for the gate `select.move_when`.
+        self.waiting.insert(
+            job.id,
+            Waiting {
+                gpus: shape.total_gpus(),
+                seen: None,
+            },
+        );
+        if job.required_nodes {
             return Ok(None);
         }
         // Slurm offers only nodes that can take work now: a candidate marked
@@ -410,6 +443,7 @@ impl Controller {
         now: u64,
     ) -> Option<String> {
         self.pins.remove(&job.id);
+        self.waiting.remove(&job.id);
         let mut log = None;
         let shape = match job.mapping {
             Mapping::Model { shape, .. } => Some(shape),
@@ -519,6 +553,7 @@ impl Controller {
     /// Slurm ended (or requeued) `job`.
     pub fn fini(&mut self, job: u64) -> Option<String> {
         self.planned.remove(&job);
+        self.waiting.remove(&job);
         let rec = self.jobs.remove(&job);
         if self.migrating.contains(&job) {
             return None; // requeued by us: the engine keeps it at its target
@@ -583,13 +618,23 @@ impl Controller {
     /// flight (pinned); the caller reports a failed requeue with
     /// [`Controller::requeue_failed`].
     pub fn tick(&mut self, now: u64) -> Vec<MigrationOrder> {
+        let open = self.gate(now);
+        if open && !self.gate_open {
+            // A job waits again: Compact repairs the layout the closed
+            // gate let drift (as the simulator does at its next event).
+            self.compact_due = true;
+        }
+        self.gate_open = open;
         let ids: Vec<u64> = self.jobs.keys().copied().collect();
         for id in ids {
             let rec = &self.jobs[&id];
             if !rec.in_engine || rec.shape.is_none() {
                 continue;
             }
-            let verdict = self.eligible(id, rec, now);
+            let verdict = match self.eligible(id, rec, now) {
+                Ok(()) if !open => Err(KeepReason::NoGain),
+                v => v,
+            };
             let want = verdict.is_ok();
             let moved_ok = want == rec.movable || self.engine.set_movable(JobId(id), want).is_ok();
             if let Some(r) = self.jobs.get_mut(&id) {
@@ -627,6 +672,31 @@ impl Controller {
             self.mark_migrating(o, now);
         }
         orders
+    }
+
+    /// The gate `select.move_when` at `now` ([`MoveWhen::allows`], the
+    /// simulator's `--move-when`): may any job move? Waiting jobs are the
+    /// pending GPU jobs Slurm offered to `narrow` within [`WAITING_TTL_S`];
+    /// free GPUs are those of the modelled pools. Nothing here blocks.
+    ///
+    /// [`MoveWhen::allows`]: compass_core::placement::worth::MoveWhen::allows
+    fn gate(&mut self, now: u64) -> bool {
+        for w in self.waiting.values_mut() {
+            w.seen.get_or_insert(now);
+        }
+        self.waiting
+            .retain(|_, w| now.saturating_sub(w.seen.unwrap_or(now)) <= WAITING_TTL_S);
+        let free: u64 = (0..self.engine.pools().count())
+            .filter_map(|p| {
+                let spec = self.engine.pool(p)?;
+                let used = self.engine.engine(p)?.occupancy().used_gpus();
+                let total = spec.nodes.len() as u64 * u64::from(spec.gpus_per_node);
+                Some(total.saturating_sub(used))
+            })
+            .sum();
+        self.config
+            .move_when
+            .allows(self.waiting.values().map(|w| w.gpus), free)
     }
 
     /// Marks an order in flight as [`Controller::tick`] hands it out, before
@@ -1008,14 +1078,24 @@ fn sorted(per_node: &[(NodeId, u32)]) -> Vec<(NodeId, u32)> {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use compass_core::placement::worth::MoveWhen;
+
+    /// The site defaults, but jobs move whenever a move pays (most tests
+    /// exercise Compact with no job waiting).
+    fn always() -> SelectConfig {
+        SelectConfig {
+            move_when: MoveWhen::Always,
+            ..Config::default().select
+        }
+    }
 
     fn ctl() -> Controller {
+        ctl_with(always())
+    }
+
+    fn ctl_with(config: SelectConfig) -> Controller {
         let names = (1..=4).map(|i| format!("n{i}")).collect();
-        Controller::new(
-            Config::default().select,
-            ClusterSpec::new(4, 8).unwrap(),
-            names,
-        )
+        Controller::new(config, ClusterSpec::new(4, 8).unwrap(), names)
     }
 
     fn job(id: u64, w: u32, g: u32) -> JobInfo {
@@ -1235,6 +1315,83 @@ mod tests {
         let s = c.snapshot(1000, true);
         assert_eq!((s.migrations_failed, s.migrations_done), (1, 0));
         assert!(s.pending_migrations.is_empty(), "{s:?}");
+    }
+
+    /// Jobs 1, 2 (4 GPUs each) share a node and 3 (4 GPUs) sits alone;
+    /// job 1 ends at 1000: Compact would move 2 or 3 next to the other.
+    fn one_move_due(config: SelectConfig) -> Controller {
+        let mut c = ctl_with(config);
+        for id in 1..=3 {
+            run(&mut c, &job(id, 1, 4), 0);
+        }
+        assert!(c.tick(1000).is_empty());
+        c.fini(1);
+        c
+    }
+
+    #[test]
+    fn move_when_waiting_moves_nobody_while_no_job_waits() {
+        let waiting = Config::default().select;
+        assert_eq!(waiting.move_when, MoveWhen::Waiting, "the site default");
+        let mut c = one_move_due(waiting.clone());
+        assert!(c.tick(1000).is_empty(), "nobody waits: no move pays");
+        let s = c.snapshot(1000, true);
+        assert_eq!(s.kept_still.get("no-gain"), Some(&2), "{}", s.render(1000));
+        assert_eq!(s.partial_nodes, 2);
+        // The same departure with `always` moves job 3.
+        assert_eq!(one_move_due(always()).tick(1000).len(), 1);
+
+        // A 32-GPU job waits (Slurm offered it to narrow; no room): the gate
+        // opens and Compact, due again, makes the move.
+        let mut c = one_move_due(waiting.clone());
+        assert!(c.tick(1000).is_empty());
+        let all = NodeSet::full(4);
+        assert_eq!(c.narrow(&job(9, 4, 8), &all), Ok(None), "no room for 4 x 8");
+        let orders = c.tick(1001);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert!([2, 3].contains(&orders[0].job), "{orders:?}");
+    }
+
+    #[test]
+    fn a_waiting_job_stops_counting_when_it_starts_or_is_not_offered_again() {
+        let mut c = one_move_due(Config::default().select);
+        let all = NodeSet::full(4);
+        // The waiting job starts: nobody waits again.
+        let small = job(8, 1, 8);
+        assert!(c.narrow(&small, &all).unwrap().is_some());
+        let n = c
+            .narrow(&small, &all)
+            .unwrap()
+            .unwrap()
+            .iter()
+            .next()
+            .unwrap();
+        assert_eq!(c.begin(&small, &[(n, 8)], 1000), None);
+        assert!(c.tick(1000).is_empty(), "the only waiting job started");
+        // One offered at 1000 and never again stops counting after the TTL.
+        assert_eq!(c.narrow(&job(9, 4, 8), &all), Ok(None));
+        let mut c2 = one_move_due(Config::default().select);
+        assert_eq!(c2.narrow(&job(9, 4, 8), &all), Ok(None));
+        assert!(c2.gate(1000));
+        assert!(c2.gate(1000 + WAITING_TTL_S));
+        assert!(!c2.gate(1001 + WAITING_TTL_S), "not offered for too long");
+    }
+
+    #[test]
+    fn move_when_fits_moves_only_for_a_job_the_free_gpus_could_hold() {
+        let fits = SelectConfig {
+            move_when: MoveWhen::Fits,
+            ..Config::default().select
+        };
+        let all = NodeSet::full(4);
+        // 20 GPUs free after the departure: a 4 x 8 job waits on capacity,
+        // which no move repairs.
+        let mut c = one_move_due(fits.clone());
+        assert_eq!(c.narrow(&job(9, 4, 8), &all), Ok(None));
+        assert!(c.tick(1000).is_empty());
+        // A 2 x 8 job could use the 20 free GPUs if they were whole nodes.
+        assert_eq!(c.narrow(&job(10, 3, 8), &all), Ok(None));
+        assert_eq!(c.tick(1001).len(), 1);
     }
 
     #[test]
@@ -1624,7 +1781,7 @@ mod tests {
             });
         }
         let names = (1..=18).map(|i| format!("n{i}")).collect();
-        Controller::with_nodes(Config::default().select, &nodes, names)
+        Controller::with_nodes(always(), &nodes, names)
     }
 
     fn typed(id: u64, w: u32, g: u32, t: Option<&str>) -> JobInfo {
@@ -1766,7 +1923,7 @@ mod tests {
             NodeGpus::new(8, None),
         ];
         let names = (1..=4).map(|i| format!("n{i}")).collect();
-        let mut c = Controller::with_nodes(Config::default().select, &nodes, names);
+        let mut c = Controller::with_nodes(always(), &nodes, names);
         let all = NodeSet::full(4);
         assert_eq!(c.narrow(&typed(1, 1, 2, Some("h100")), &all), Ok(None));
         assert_eq!(

@@ -685,6 +685,56 @@ fn a_job_about_to_end_is_not_migrated_while_a_long_one_is() {
 }
 
 #[test]
+fn with_move_when_waiting_jobs_move_only_while_a_job_waits() {
+    // select.move_when = "waiting" (the site default). A and B (1 x 4
+    // GPUs) share a node, C (1 x 4) is alone. When A ends nobody waits:
+    // no job moves, and the state file counts B and C as `no-gain`. Then D
+    // (7 whole nodes, 8 nodes in all) waits: Compact moves B or C next to
+    // the other, and D starts on the 7 empty nodes.
+    let lab = Lab::start(
+        "move-when-waiting",
+        LabOptions {
+            conf: "lab-compass-waiting.conf",
+            ..COMPASS
+        },
+    );
+    let args = ["-n1", "--gpus-per-task=4", "--resumable"];
+    let a = lab.submit(&args);
+    let b = lab.submit(&args);
+    let c = lab.submit(&args);
+    lab.wait_running(&[a, b, c], Duration::from_secs(15));
+    let (na, nb, nc) = (lab.job(a).1, lab.job(b).1, lab.job(c).1);
+    assert_eq!(na, nb, "{}", lab.debug());
+    assert_ne!(nb, nc);
+    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    lab.wait_until(
+        "the state file counts B and C as held by move_when",
+        Duration::from_secs(15),
+        || lab.state_json()["kept_still"]["no-gain"].as_u64() == Some(2),
+    );
+    // Compact ran after A's departure (the state file is rewritten after
+    // it) and moved nobody: both still run where they started, never
+    // requeued.
+    for (id, node) in [(b, &nb), (c, &nc)] {
+        assert_eq!(lab.job(id), ("RUNNING".to_string(), node.clone()));
+        assert!(lab.show_job(id).contains("Restarts=0"), "{}", lab.debug());
+    }
+    assert_eq!(lab.partial_nodes(8), 2, "{}", lab.debug());
+    let d = lab.submit(&["-N7", "--gres=gpu:8", "--ntasks-per-node=1"]);
+    lab.wait_running(&[d], Duration::from_secs(40));
+    let restarts = [b, c]
+        .iter()
+        .filter(|id| lab.show_job(**id).contains("Restarts=1"))
+        .count();
+    assert_eq!(restarts, 1, "one move let D start\n{}", lab.debug());
+    lab.wait_until("B and C run on one node", Duration::from_secs(30), || {
+        let (jb, jc) = (lab.job(b), lab.job(c));
+        jb.0 == "RUNNING" && jb == jc
+    });
+    assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
+}
+
+#[test]
 fn a_failing_plugin_thread_falls_back_to_plain_cons_tres() {
     // Test-only hook (debug builds): every round of the plugin's thread
     // panics. It gives up after 3 rounds, with one line in slurmctld's log,
