@@ -1089,7 +1089,10 @@ impl<'a> Sim<'a> {
         };
         // The gate ([`MoveWhen::allows`]): e.g. no job waits, so no move can
         // let one start.
-        let free = self.cfg.spec.total_gpus() - self.policy.occupancy().used_gpus() + freeing;
+        let used: u64 = (0..self.tracks.len())
+            .map(|p| self.policy.pool_occupancy(p).used_gpus())
+            .sum();
+        let free = self.total_gpus - used + freeing;
         let waiting = self
             .queue
             .iter()
