@@ -223,6 +223,7 @@ pub enum FreeOrder {
     /// under-allocation-first, "under" counts allocated GPUs only, so a team
     /// that already fills its allocation with free work still goes first.
     #[default]
+    #[serde(alias = "same")]
     SameAsAllocated,
     /// Teams whose running GPUs, allocated and free together, are below
     /// their allocation first (in the order of allocated work), then the
