@@ -16,7 +16,7 @@ use compass_budget::db::Db;
 use compass_budget::slurm::{FakeSlurm, SlurmJob};
 use compass_budget::state::{AppState, TestClock};
 use compass_budget::{BudgetError, Result};
-use compass_core::fairshare::{NodeSpec, OrgTree, TeamOrder};
+use compass_core::fairshare::{FreeOrder, NodeSpec, OrgTree, QueueOrder, TeamOrder};
 use compass_core::model::{ClusterSpec, JobId, JobShape};
 use compass_core::sim::budgets::{run_budgets, BudgetJob, BudgetSimConfig, Record, SimEvent};
 use std::sync::Arc;
@@ -69,7 +69,7 @@ fn workload() -> Vec<Row> {
 }
 
 /// The pending jobs in the order the simulator starts them at `FREE_AT`.
-fn simulator_order(team_order: TeamOrder) -> Vec<u64> {
+fn simulator_order(order: QueueOrder) -> Vec<u64> {
     let tree = OrgTree::build(&specs()).unwrap();
     let jobs: Vec<BudgetJob> = workload()
         .into_iter()
@@ -86,7 +86,8 @@ fn simulator_order(team_order: TeamOrder) -> Vec<u64> {
         .collect();
     let mut cfg = BudgetSimConfig::new(ClusterSpec::new(5, 4).unwrap());
     cfg.record = Record::Events;
-    cfg.team_order = team_order;
+    cfg.team_order = order.team_order;
+    cfg.free_order = order.free_order;
     cfg.horizon_s = Some(FREE_AT as f64 + 1.0);
     let rep = run_budgets(&jobs, &tree, &cfg).unwrap();
     // Nothing is preempted: every running job is protected.
@@ -105,12 +106,10 @@ fn simulator_order(team_order: TeamOrder) -> Vec<u64> {
 
 /// The queue order the service computes and pushes at `FREE_AT`, after
 /// ingesting the same history from the fake Slurm.
-fn service_order(team_order: &str) -> (Vec<u64>, Vec<u64>) {
-    let config = Config::parse(
-        &format!("db = \":memory:\"\ncapacity_gpus = 1\n[order]\nteam_order = \"{team_order}\"\n"),
-        "twin",
-    )
-    .unwrap();
+fn service_order(order: QueueOrder) -> (Vec<u64>, Vec<u64>) {
+    let mut config = Config::parse("db = \":memory:\"\ncapacity_gpus = 1\n", "twin").unwrap();
+    // The defaults are the simulator's (config's own tests); set both.
+    config.order = order;
     let clock = Arc::new(TestClock::new(T0));
     let state = AppState::new(
         config,
@@ -164,17 +163,27 @@ fn service_order(team_order: &str) -> (Vec<u64>, Vec<u64>) {
 
 #[test]
 fn simulator_and_service_order_the_same_state_the_same_way() {
-    // Default: under-allocation-first. b is under its allocation now, a is
-    // over it: b's jobs go first, although a has the better lookback ratio.
-    let sim = simulator_order(TeamOrder::UnderAllocationFirst);
-    assert_eq!(sim, vec![23, 21, 24, 22]);
-    let (order, pushed) = service_order("under-allocation-first");
-    assert_eq!(order, sim);
-    assert_eq!(pushed, sim);
-    // The tree walk by ratio alone: a first, in both.
-    let sim = simulator_order(TeamOrder::Ratio);
-    assert_eq!(sim, vec![21, 23, 22, 24]);
-    let (order, pushed) = service_order("ratio");
-    assert_eq!(order, sim);
-    assert_eq!(pushed, sim);
+    let cases = [
+        // The defaults (under-allocation-first, under-total-first): b is
+        // under its allocation now, a is over it: b's jobs go first in both
+        // queues, although a has the better lookback ratio.
+        (QueueOrder::default(), vec![23, 21, 24, 22]),
+        // The tree walk by ratio alone: a first, in both queues.
+        (QueueOrder::RATIO, vec![21, 23, 22, 24]),
+        // Ratio for allocated work, under-total-first for free work.
+        (
+            QueueOrder {
+                team_order: TeamOrder::Ratio,
+                free_order: FreeOrder::UnderTotalFirst,
+            },
+            vec![21, 23, 24, 22],
+        ),
+    ];
+    for (order, want) in cases {
+        let sim = simulator_order(order);
+        assert_eq!(sim, want, "simulator, {order:?}");
+        let (service, pushed) = service_order(order);
+        assert_eq!(service, sim, "service, {order:?}");
+        assert_eq!(pushed, sim, "pushed to Slurm, {order:?}");
+    }
 }

@@ -215,19 +215,21 @@ pub enum TeamOrder {
 
 /// The team order of the unallocated queue. It applies under any
 /// [`TeamOrder`] (in the simulator, not in the one queue of Fair Tree
-/// without preemption).
+/// without preemption). The default, `UnderTotalFirst`, is the one measured
+/// better (docs/results.md, issue 15 section); the simulator and the budget
+/// service both take it from here.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FreeOrder {
     /// The order of allocated work ([`TeamOrder`]): with
     /// under-allocation-first, "under" counts allocated GPUs only, so a team
     /// that already fills its allocation with free work still goes first.
-    #[default]
     #[serde(alias = "same")]
     SameAsAllocated,
     /// Teams whose running GPUs, allocated and free together, are below
     /// their allocation first (in the order of allocated work), then the
     /// others: free capacity goes to the teams furthest from their share.
+    #[default]
     UnderTotalFirst,
 }
 
