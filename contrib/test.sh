@@ -4,7 +4,8 @@
 # integration tests) against Debian 12's Slurm 22.05, and the Slurm-facing
 # tests again against Slurm 24.11 (built from Debian 13's source by
 # contrib/build-slurm.sh, cached under /var/cache/compass): the select
-# plugin's lab tests (SPANK options included) and each release's plugins
+# plugin's lab tests (SPANK options included), the budget service's
+# enforcement lab test, the replay lab test, and each release's plugins
 # refused by the other release. Prints each step's duration.
 #
 #   COMPASS_TEST_RELEASES="22.05 24.11"   the releases to test (default both)
@@ -51,22 +52,24 @@ if has 24.11; then
     # differs, so a target directory of its own (else every switch of
     # release rebuilds everything that depends on slurm-sys).
     T24=$TARGET/slurm-24.11
+    # The packages of every 24.11 build and test step but clippy's: cargo
+    # unifies the features of the packages it builds together, so another
+    # set would build the shared dependencies again.
+    P24=(-p compass-select -p compass-budget -p compass)
     run24() { COMPASS_SLURM_PREFIX=/opt/slurm-24.11 CARGO_TARGET_DIR=$T24 "$@"; }
     # Only the crates whose code differs by release (their lints too: a
     # field's type can differ, e.g. state_reason).
     step "cargo clippy (Slurm 24.11)" run24 cargo clippy --locked --all-targets \
         -p slurm-sys -p compass-select -p compass-spank -p compass-budget -- -D warnings
-    # The select plugin's lab tests (SPANK options included) and the budget
-    # service's enforcement on a live cluster. Not yet the replay lab test
-    # (tests/replay_lab.rs): on 24.11 every check passes but one, compass's
-    # AFR is not below stock's (0.115 against 0.112 in two runs, while 22.05
-    # passes on the same host); see docs/admin-guide.md, "Slurm releases".
-    # Not yet the budget service's lab_enforce either: on 24.11 it failed
-    # once in four runs (a requeued job kept its BeginTime past the 30 s the
-    # test waits); run it by hand with
-    #   COMPASS_SLURM_PREFIX=/opt/slurm-24.11 CARGO_TARGET_DIR=target/slurm-24.11 \
-    #     cargo test -p compass-budget --test lab_enforce
-    step "lab tests (Slurm 24.11)" run24 cargo test --locked -p compass-select --test lab
+    # The select plugin's lab tests (SPANK options included), the budget
+    # service's enforcement on a live cluster, and the replay of a window
+    # on a compass and a stock cluster (tests/replay_lab.rs, with its AFRs
+    # in the log).
+    step "build the lab tests (Slurm 24.11)" run24 cargo test --locked --no-run "${P24[@]}" \
+        --test lab --test lab_enforce --test replay_lab
+    step "lab tests (Slurm 24.11)" run24 cargo test --locked "${P24[@]}" --test lab
+    step "budget enforcement lab test (Slurm 24.11)" run24 cargo test --locked "${P24[@]}" --test lab_enforce
+    step "replay lab test (Slurm 24.11)" run24 cargo test --locked "${P24[@]}" --test replay_lab -- --nocapture
 fi
 
 if has 22.05 && has 24.11; then
@@ -76,6 +79,6 @@ if has 22.05 && has 24.11; then
         cargo test --locked -p compass-select --test release_mismatch -- --ignored
     step "plugins of 22.05 in a 24.11 lab" env COMPASS_OTHER_RELEASE_PLUGINS="$TARGET/debug/deps" \
         COMPASS_SLURM_PREFIX=/opt/slurm-24.11 CARGO_TARGET_DIR="$TARGET/slurm-24.11" \
-        cargo test --locked -p compass-select --test release_mismatch -- --ignored
+        cargo test --locked "${P24[@]}" --test release_mismatch -- --ignored
 fi
 echo "== all tests passed ($(( $(date +%s) - T_ALL )) s)"

@@ -253,10 +253,24 @@ fn deb_assets_exist_or_are_built_and_never_collide() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(
         read(&root().join("contrib/build-debs.sh")).contains(
-            "./contrib/generate-man-completions.sh target/release/compass target/release/generated"
+            "./contrib/generate-man-completions.sh \"$TARGET/release/compass\" \"$TARGET/release/generated\""
         ),
         "build-debs.sh must generate what the packages ship"
     );
+    // Every schema migration is shipped with the service (the binary
+    // carries them too; the files are there for admins to read).
+    let budget = debs()
+        .into_iter()
+        .find(|d| d.name() == "compass-budget")
+        .expect("compass-budget package");
+    for e in std::fs::read_dir(root().join("sql")).unwrap() {
+        let file = e.unwrap().file_name().to_string_lossy().into_owned();
+        let dest = format!("usr/share/compass-budget/sql/{file}");
+        assert!(
+            budget.assets().iter().any(|(_, d, _)| *d == dest),
+            "compass-budget does not ship sql/{file}"
+        );
+    }
     let mut owner: BTreeMap<String, String> = BTreeMap::new();
     for deb in debs() {
         let name = deb.name();
@@ -355,6 +369,158 @@ fn plugin_package_depends_on_the_slurm_it_is_built_for() {
     );
 }
 
+// ------------------------------------------------------------ build-debs.sh releases
+
+/// A Slurm prefix holding only the `slurm_version.h` of `version` (what
+/// build-debs.sh reads to choose and name the release).
+fn fake_prefix(dir: &Path, version: (u32, u32, u32)) -> PathBuf {
+    let inc = dir.join("include/slurm");
+    std::fs::create_dir_all(&inc).unwrap();
+    let (x, y, z) = version;
+    std::fs::write(
+        inc.join("slurm_version.h"),
+        format!(
+            "#ifndef _SLURM_VERSION_H_\n#define SLURM_VERSION_NUMBER 0x{:02x}{:02x}{:02x}\n#endif\n",
+            x, y, z
+        ),
+    )
+    .unwrap();
+    dir.to_path_buf()
+}
+
+/// `contrib/build-debs.sh --dry-run ARGS` with `COMPASS_SLURM_PREFIX` set
+/// (or removed when `None`).
+fn build_debs_plan(prefix: Option<&Path>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(root().join("contrib/build-debs.sh"));
+    cmd.arg("--dry-run")
+        .args(args)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("OUT");
+    match prefix {
+        Some(p) => cmd.env("COMPASS_SLURM_PREFIX", p),
+        None => cmd.env_remove("COMPASS_SLURM_PREFIX"),
+    };
+    cmd.output().expect("run contrib/build-debs.sh")
+}
+
+fn plan_line<'a>(out: &'a str, prefix: &str) -> &'a str {
+    out.lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{out}"))
+}
+
+#[test]
+fn build_debs_chooses_the_release_and_names_the_packages_by_it() {
+    let v = env!("CARGO_PKG_VERSION");
+    let dir = Scratch::new("debs-release");
+    let p24 = fake_prefix(&dir.0.join("s24"), (24, 11, 5));
+    let p22 = fake_prefix(&dir.0.join("s22"), (22, 5, 8));
+
+    // The release from the prefix's headers, or named: same plan.
+    for args in [&[][..], &["--slurm", "24.11"][..], &["--slurm=24.11"][..]] {
+        let o = build_debs_plan(Some(&p24), args);
+        let out = text(&o.stdout);
+        assert!(o.status.success(), "{args:?}: {out}{}", text(&o.stderr));
+        assert!(
+            plan_line(&out, "release ").starts_with(&format!(
+                "release 24.11: Slurm 24.11.5 in {}, target directory target/slurm-24.11,",
+                p24.display()
+            )),
+            "{out}"
+        );
+        for p in ["compass-slurm-plugins", "compass-budget", "compass"] {
+            plan_line(&out, &format!("{p}_{v}+slurm24.11_amd64.deb"));
+        }
+        assert_eq!(
+            plan_line(&out, "compass-slurm-plugins Depends:"),
+            "compass-slurm-plugins Depends: libc6, slurm-wlm-basic-plugins (>= 24.11.5), \
+             slurm-wlm-basic-plugins (<< 24.11.6), slurmctld | slurmd | slurm-client"
+        );
+        // Built against a private prefix: Debian 13's libslurm by name.
+        assert!(
+            plan_line(&out, "compass-budget Depends (libslurm):")
+                .ends_with("libslurm42t64 (>= 24.11.5)"),
+            "{out}"
+        );
+    }
+    // 22.05 from another prefix: its own range and libslurm38.
+    let o = build_debs_plan(Some(&p22), &[]);
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}{}", text(&o.stderr));
+    plan_line(
+        &out,
+        &format!("compass-slurm-plugins_{v}+slurm22.05_amd64.deb"),
+    );
+    assert!(plan_line(&out, "compass-slurm-plugins Depends:")
+        .contains("(>= 22.05.8), slurm-wlm-basic-plugins (<< 22.05.9)"));
+    assert!(
+        plan_line(&out, "compass-budget Depends (libslurm):").ends_with("libslurm38 (>= 22.05.8)")
+    );
+
+    // Refused, with one line that says why: an unknown release, a prefix
+    // of another release than the one named, a prefix without headers.
+    let empty = dir.0.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    for (prefix, args, want) in [
+        (
+            Some(p24.as_path()),
+            &["--slurm", "25.05"][..],
+            "Slurm 25.05 is not a supported release (22.05, 24.11)",
+        ),
+        (
+            Some(p24.as_path()),
+            &["--slurm", "22.05"][..],
+            "--slurm 22.05, but",
+        ),
+        (
+            Some(empty.as_path()),
+            &["--slurm", "24.11"][..],
+            "Slurm 24.11: no headers in",
+        ),
+        (Some(empty.as_path()), &[][..], "no Slurm headers in"),
+        (None, &["--slurm"][..], "--slurm needs a release"),
+        (None, &["--bogus"][..], "unknown argument: --bogus"),
+    ] {
+        let o = build_debs_plan(prefix, args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: want `{want}` in:\n{err}");
+        assert!(text(&o.stdout).is_empty() || !text(&o.stdout).contains(".deb"));
+    }
+}
+
+/// With no release named, the packages are Debian 12's 22.05 from `/usr`:
+/// the plan's plugin Depends is the `depends` of the crate's
+/// `[package.metadata.deb]` (one range, in both places).
+#[test]
+fn build_debs_defaults_to_debian_12s_slurm_and_its_depends() {
+    if !Path::new("/usr/include/slurm/slurm_version.h").exists() {
+        // The workspace cannot build without them either.
+        panic!("/usr/include/slurm missing: run contrib/install-slurm-deps.sh");
+    }
+    let o = build_debs_plan(None, &[]);
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}{}", text(&o.stderr));
+    assert!(
+        plan_line(&out, "release ").starts_with("release 22.05: Slurm 22.05."),
+        "{out}"
+    );
+    assert!(plan_line(&out, "release ").contains(" in /usr, target directory target,"));
+    let deb = Deb::load("slurm-plugin/select");
+    assert_eq!(
+        plan_line(&out, "compass-slurm-plugins Depends:"),
+        format!(
+            "compass-slurm-plugins Depends: {}",
+            deb.meta["depends"].as_str().unwrap()
+        )
+    );
+    assert!(
+        !out.contains("compass-budget Depends (libslurm):"),
+        "from /usr, dpkg-shlibdeps names libslurm: {out}"
+    );
+}
+
 // ------------------------------------------------------------ fragments
 
 /// `Key=Value` lines of a slurm.conf fragment (first `=` splits).
@@ -419,13 +585,16 @@ fn slurm_conf_fragment_matches_the_plugins_and_the_package() {
     assert_eq!(conf["GresTypes"], "gpu");
 
     // The budget lines are included from the file the package ships, which
-    // is etc/slurm-budget.conf: priority/multifactor, site factor only.
+    // is etc/slurm-budget.conf: priority/multifactor. It ships every other
+    // weight at 0 (compass then needs the smallest margin between its site
+    // factors, so the most distinct keys); a site may keep its own weights
+    // (admin guide, "Living with the site's Slurm setup").
     assert_eq!(conf["Include"], plugins.dest_of("etc/slurm-budget.conf"));
     let budget = slurm_conf(&root().join("etc/slurm-budget.conf"));
     assert_eq!(budget["PriorityType"], "priority/multifactor");
     for (k, v) in &budget {
         if k.starts_with("PriorityWeight") {
-            assert_eq!(v, "0", "{k}: every weight but the site factor must be 0");
+            assert_eq!(v, "0", "{k}: the shipped file sets every other weight to 0");
         }
     }
 

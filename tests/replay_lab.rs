@@ -25,19 +25,9 @@
 //! this build (`cargo test --workspace` builds them; alone:
 //! `cargo build -p compass-select -p compass-spank`).
 
-use std::path::{Path, PathBuf};
+mod replay_common;
 
-/// `default`, or `COMPASS_REPLAY_LAB_PORT_BASE + default % 1000` when set
-/// (e.g. 23000: 23300 and 23400), for a machine where 18300+ are taken.
-fn port(default: u32) -> u32 {
-    std::env::var("COMPASS_REPLAY_LAB_PORT_BASE")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .map_or(default, |b| b + default % 1000)
-}
-use std::process::Command;
-
-use serde_json::Value;
+use replay_common::{cluster, port, release, repo_root, Lab, TempDir};
 
 const NODES: u32 = 16;
 const GPUS: u32 = 8;
@@ -72,224 +62,48 @@ const WINDOW: &[&str] = &[
     "40s",
 ];
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The Slurm release this build is for ("22.05", "24.11"; build.rs reads
-/// it from the headers): the labs run it (`LAB_SLURM`).
-fn release() -> &'static str {
-    let v = env!("COMPASS_SLURM_VERSION");
-    v.get(..5).unwrap_or(v)
-}
-
-/// Where that release is installed: `None` for Debian 12's 22.05 (`/usr`),
-/// else `LAB_SLURM_PREFIX` or `/opt/slurm-<release>` (contrib/build-slurm.sh).
-fn prefix() -> Option<PathBuf> {
-    (release() != "22.05").then(|| {
-        std::env::var_os("LAB_SLURM_PREFIX")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(format!("/opt/slurm-{}", release())))
-    })
-}
-
-/// A plugin library built by this cargo invocation: the newest copy next to
-/// the test executable (deps/ or the profile directory).
-fn artifact(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe path");
-    let deps = exe.parent().expect("deps dir");
-    let mut found: Vec<(std::time::SystemTime, PathBuf)> = [
-        deps.to_path_buf(),
-        deps.parent().expect("profile dir").to_path_buf(),
-    ]
-    .into_iter()
-    .map(|d| d.join(name))
-    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-    .collect();
-    found.sort();
-    found.pop().map(|(_, p)| p).unwrap_or_else(|| {
-        panic!(
-            "{name} is not built next to {}: run `cargo build -p compass-select -p compass-spank` \
-             (cargo test --workspace builds it)",
-            exe.display()
-        )
-    })
-}
-
-/// One lab cluster; `slurm-lab.sh down` when dropped (panics included).
-struct Lab {
-    dir: PathBuf,
-}
-
-impl Lab {
-    fn up(name: &str, port_base: u32, compass: bool) -> Lab {
-        let dir =
-            std::env::temp_dir().join(format!("compass-replay-lab-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("lab dir");
-        let lab = Lab { dir };
-        let root = repo_root();
-        let mut cmd = Command::new(root.join("contrib/slurm-lab.sh"));
-        cmd.arg("up")
-            .arg(&lab.dir)
-            .env("LAB_SLURM", release())
-            .env("LAB_PORT_BASE", port_base.to_string())
-            .env("LAB_NODES", NODES.to_string())
-            .env("LAB_GPUS", GPUS.to_string());
-        if compass {
-            cmd.env(
-                "COMPASS_SELECT_SO",
-                artifact("libselect_cons_tres_compass.so"),
-            )
-            .env("COMPASS_SPANK_SO", artifact("libcompass_spank.so"))
-            .env("COMPASS_JOB_SUBMIT_LUA", root.join("etc/job_submit.lua"))
-            .env("COMPASS_CONF", root.join("tests/replay-compass.conf"));
-        }
-        let out = cmd.output().expect("run contrib/slurm-lab.sh");
-        assert!(
-            out.status.success(),
-            "lab {name} up failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        lab
-    }
-
-    fn conf(&self) -> PathBuf {
-        self.dir.join("etc/slurm.conf")
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let out = Command::new(repo_root().join("contrib/slurm-lab.sh"))
-            .arg("down")
-            .arg(&self.dir)
-            .output();
-        if let Ok(o) = &out {
-            if !o.status.success() {
-                eprintln!("lab down: {}", String::from_utf8_lossy(&o.stderr));
-            }
-        }
-        if keep() {
-            eprintln!("lab kept (COMPASS_KEEP_LAB): {}", self.dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-/// Removes a directory when dropped unless the test failed and
-/// COMPASS_KEEP_LAB is set.
-struct TempDir(PathBuf);
-
-/// Keep the labs and the replay's output: `COMPASS_KEEP_LAB=1` when the
-/// test fails, `COMPASS_KEEP_LAB=always` also when it passes.
-fn keep() -> bool {
-    match std::env::var("COMPASS_KEEP_LAB") {
-        Ok(v) => v == "always" || std::thread::panicking(),
-        Err(_) => false,
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if keep() {
-            eprintln!("replay output kept: {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn geteuid() -> u32 {
-    extern "C" {
-        fn geteuid() -> u32;
-    }
-    // SAFETY: geteuid has no preconditions.
-    unsafe { geteuid() }
-}
-
-fn cluster<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["clusters"]
-        .as_array()
-        .expect("clusters")
-        .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("cluster {name} in report.json"))
-}
-
 #[test]
 fn replay_on_compass_and_stock_clusters_passes_the_checks() {
-    assert!(
-        geteuid() == 0,
-        "the replay lab test needs root (it starts munge, slurmctld and slurmd)"
-    );
-    match prefix() {
-        None => assert!(
-            Path::new("/usr/sbin/slurmctld-wlm").exists(),
-            "Slurm is not installed: run contrib/install-slurm-deps.sh"
-        ),
-        Some(p) => assert!(
-            p.join("sbin/slurmctld").exists(),
-            "Slurm {} is not in {}: run contrib/build-slurm.sh {}",
-            release(),
-            p.display(),
-            release()
-        ),
-    }
+    replay_common::require_lab();
     let trace = repo_root().join("tests/fixtures/venus-window.csv");
-    let out =
-        TempDir(std::env::temp_dir().join(format!("compass-replay-out-{}", std::process::id())));
-    let compass = Lab::up("compass", port(18_300), true);
-    let stock = Lab::up("stock", port(18_400), false);
-    let state = compass.dir.join("run/compass-state.json");
+    let out = TempDir::new("compass-replay-out");
+    let lab_env = [
+        ("LAB_NODES", NODES.to_string()),
+        ("LAB_GPUS", GPUS.to_string()),
+    ];
+    let lab_env: Vec<(&str, &str)> = lab_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let compass = Lab::up("compass", port(18_300), true, &lab_env);
+    let stock = Lab::up("stock", port(18_400), false, &lab_env);
 
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_compass"));
-    if let Some(p) = prefix() {
-        // `compass replay` runs sbatch, squeue, ... of the release's prefix.
-        let path = std::env::var("PATH").unwrap_or_default();
-        cmd.env("PATH", format!("{}:{path}", p.join("bin").display()));
-    }
-    cmd.arg("replay")
-        .arg("--trace")
-        .arg(&trace)
-        .arg("--budgets")
-        .arg(repo_root().join("etc/budgets.venus.toml"))
-        .arg("--cluster")
-        .arg(format!(
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "--trace".into(),
+        trace.into(),
+        "--budgets".into(),
+        repo_root().join("etc/budgets.venus.toml").into(),
+        "--cluster".into(),
+        format!(
             "compass={}:{}",
             compass.conf().display(),
-            state.display()
-        ))
-        .arg("--cluster")
-        .arg(format!("stock={}", stock.conf().display()))
-        .args(WINDOW)
-        .args(["--label", "placement only (lab test)"])
-        .args(["--timeout", "6m", "--check", "--out"])
-        .arg(&out.0);
-    let run = cmd.output().expect("run compass replay");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        run.status.success(),
-        "compass replay --check failed\nstdout:\n{stdout}\nstderr (tail):\n{}",
-        stderr
-            .lines()
-            .rev()
-            .take(40)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n")
+            compass.state_file().display()
+        )
+        .into(),
+        "--cluster".into(),
+        format!("stock={}", stock.conf().display()).into(),
+    ];
+    args.extend(WINDOW.iter().map(Into::into));
+    args.extend(
+        [
+            "--label",
+            "placement only (lab test)",
+            "--timeout",
+            "6m",
+            "--check",
+        ]
+        .map(Into::into),
     );
+    let (stdout, report) = replay_common::replay(&args, &out.0);
     assert!(stdout.contains("--check: all checks passed"), "{stdout}");
 
-    let report: Value = serde_json::from_str(
-        &std::fs::read_to_string(out.0.join("report.json")).expect("report.json"),
-    )
-    .expect("report.json is JSON");
     assert!(report["checks"].as_array().is_some_and(|c| c.is_empty()));
     let jobs = report["plan"]["jobs"].as_array().expect("plan jobs");
     assert_eq!(jobs.len(), 60, "the window's 60 jobs all fit 16 x 8 GPUs");
@@ -316,6 +130,18 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
         );
     }
     assert!(c["spank"].as_bool().unwrap() && !s["spank"].as_bool().unwrap());
+    // The figures behind the margin, in the CI log (`--nocapture`) of a
+    // passing run too.
+    eprintln!(
+        "Slurm {}: AFR compass {} stock {}; compass: {} migrations, in flight {}, held {} s, over the bound by choice {} s",
+        release(),
+        c["afr"],
+        s["afr"],
+        c["migrations"],
+        c["causes"]["in_flight_share"],
+        c["causes"]["held_s"],
+        c["over_bound_by_choice_s"]
+    );
     assert!(
         c["afr"].as_f64().unwrap() < s["afr"].as_f64().unwrap(),
         "AFR compass {} stock {}",

@@ -134,6 +134,8 @@ fn main() {
             begin_after: None,
             gpu_types: Default::default(),
             tier: 0,
+            qos: String::new(),
+            qos_priority: 0,
         });
     }
     let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());

@@ -17,14 +17,14 @@ use compass_core::model::JobId;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::auth::{request_payload, Policy, SCHEME};
 use crate::error::BudgetError;
 use crate::localtime;
-use crate::privacy::{PrivateData, Viewer};
+use crate::privacy::{PrivateData, UsageScope, Viewer};
 use crate::state::AppState;
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -393,9 +393,13 @@ pub async fn viewer_of(state: &Arc<AppState>, reader: Reader) -> ApiResult<Viewe
     blocking(state, move |st| reader.viewer(st)).await
 }
 
-/// The owner of a pending (last order) or running (last snapshot) job.
+/// The owner of a pending (last order) or running (last snapshot) job, or
+/// of an ended one (the ledger's `user`, schema 5; `None` for runs recorded
+/// before it, which only admins and operators see).
 pub fn job_owner(state: &AppState, q: &crate::state::QueueView, job: u64) -> Option<String> {
-    (q.users.get(&JobId(job)).cloned()).or_else(|| state.running_job(job).map(|j| j.user))
+    (q.users.get(&JobId(job)).cloned())
+        .or_else(|| state.running_job(job).map(|j| j.user))
+        .or_else(|| state.db().job_user(JobId(job)).ok().flatten())
 }
 
 /// The actions `viewer` may see: with `PrivateData=jobs`, those whose
@@ -413,6 +417,53 @@ pub fn visible_actions(
         |j: Option<u64>| j.is_some_and(|j| viewer.sees_job(job_owner(state, &q, j).as_deref()));
     rows.into_iter()
         .filter(|a| (a.job.is_none() && a.cause_job.is_none()) || sees(a.job) || sees(a.cause_job))
+        .collect()
+}
+
+/// Whose per-team usage `viewer` may see: all teams' unless
+/// `PrivateData=usage` applies to them; then the teams they manage and the
+/// teams of the accounts they have jobs under (pending, running, or ended
+/// in the ledger), none for an anonymous reader ([`UsageScope::of_user`]).
+pub fn usage_scope(state: &AppState, viewer: &Viewer) -> Result<UsageScope, BudgetError> {
+    if viewer.all || !viewer.private.usage {
+        return Ok(UsageScope::All);
+    }
+    let Some(user) = viewer.user.as_deref() else {
+        return Ok(UsageScope::Teams(Default::default()));
+    };
+    let Some(tree) = state.db().load_tree()? else {
+        return Ok(UsageScope::Teams(Default::default()));
+    };
+    let mut accounts: BTreeSet<String> = (state.db().accounts_of_user(user)?).into_iter().collect();
+    let q = state.queue();
+    for p in &q.order {
+        if q.users.get(&p.job.job).is_some_and(|u| u == user) {
+            accounts.insert(p.job.account.to_ascii_lowercase());
+        }
+    }
+    let seen = state.seen.lock().unwrap_or_else(|e| e.into_inner());
+    for j in seen.running.values().filter(|j| j.user == user) {
+        accounts.insert(j.account.to_ascii_lowercase());
+    }
+    drop(seen);
+    Ok(UsageScope::of_user(&tree, user, &accounts))
+}
+
+/// A tree node's usage hidden (`PrivateData=usage`): its GPU-hours and
+/// ratio are null, `usage_hidden` true.
+pub fn hide_usage(scope: &UsageScope, nodes: Vec<crate::state::NodeView>) -> serde_json::Value {
+    (nodes.into_iter())
+        .map(|n| {
+            let hidden = !scope.sees(&n.name);
+            let mut v = serde_json::to_value(n).unwrap_or_default();
+            if hidden {
+                for k in ["charged_gpu_hours", "free_gpu_hours", "ratio"] {
+                    v[k] = serde_json::Value::Null;
+                }
+                v["usage_hidden"] = json!(true);
+            }
+            v
+        })
         .collect()
 }
 
@@ -597,10 +648,12 @@ async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
 async fn get_tree(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
         let (from, to) = window(state, &q)?;
-        let nodes = state.tree_view(from, to)?;
+        let nodes = hide_usage(&usage_scope(state, &viewer)?, state.tree_view(from, to)?);
         Ok(api_json(
             json!({ "from": from, "to": to, "window_s": to - from, "capacity_gpus": state.capacity(),
                     "gpu_weights": state.config.gpu_weights, "nodes": nodes }),
@@ -613,9 +666,12 @@ async fn get_tree(
 async fn get_usage(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
     let (from, to) = window(state, &q)?;
+    let scope = usage_scope(state, &viewer)?;
     let Some((tree, usage, stats)) = state.stats(from, to)? else {
         return Ok(api_json(json!({ "from": from, "to": to, "nodes": [] })).into_response());
     };
@@ -628,8 +684,19 @@ async fn get_usage(
             .ok_or_else(|| BudgetError::field("node", format!("unknown team `{n}`")))?],
         None => tree.subtree(tree.root()),
     };
+    // PrivateData=usage: only the teams the reader may see; a team asked
+    // for by name that they may not see is refused.
+    if let [ix] = nodes[..] {
+        if (q.contains_key("account") || q.contains_key("node")) && !scope.sees(&tree.node(ix).name) {
+            return Err(BudgetError::Forbidden {
+                what: format!("user `{}` reading the usage of `{}`", viewer.name(), tree.node(ix).name),
+                why: "PrivateData=usage: usage is shown to admins, operators, the team's managers and users of its account".into(),
+            });
+        }
+    }
     let rows: Vec<_> = nodes
         .into_iter()
+        .filter(|ix| scope.sees(&tree.node(*ix).name))
         .map(|ix| {
             let s = &stats[ix];
             json!({
@@ -642,10 +709,10 @@ async fn get_usage(
         })
         .collect();
     let unb = fairshare::unbudgeted_usage(&tree, &usage);
-    Ok(api_json(json!({
-        "from": from, "to": to, "nodes": rows,
-        "unbudgeted": { "charged_gpu_hours": unb.charged_gpu_s / 3600.0, "free_gpu_hours": unb.free_gpu_s / 3600.0 }
-    }))
+    let unbudgeted = (scope == UsageScope::All).then(|| {
+        json!({ "charged_gpu_hours": unb.charged_gpu_s / 3600.0, "free_gpu_hours": unb.free_gpu_s / 3600.0 })
+    });
+    Ok(api_json(json!({ "from": from, "to": to, "nodes": rows, "unbudgeted": unbudgeted }))
     .into_response())
     })
     .await
@@ -654,7 +721,9 @@ async fn get_usage(
 async fn get_node(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
         let now = state.now();
         let nodes = state.tree_view(now - state.config.window_s, now)?;
@@ -662,7 +731,8 @@ async fn get_node(
             .into_iter()
             .find(|n| n.name == name)
             .ok_or_else(|| BudgetError::NotFound(format!("team `{name}`")))?;
-        Ok(api_json(n).into_response())
+        let n = hide_usage(&usage_scope(state, &viewer)?, vec![n]);
+        Ok(api_json(&n[0]).into_response())
     })
     .await
 }
@@ -1018,9 +1088,13 @@ async fn get_queue(
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
+/// At most this many ended runs in `GET /api/v1/jobs`.
+const USER_ENDED_MAX: usize = 100;
+
 /// `GET /api/v1/jobs?user=NAME`: a user's pending jobs (their queue rows,
-/// why each waits) and running jobs (protected until when, or why they may
-/// be preempted): what `compass why --me` prints. With `PrivateData=jobs`
+/// why each waits), running jobs (protected until when, or why they may
+/// be preempted) and runs that ended within the usage window (newest first,
+/// at most [`USER_ENDED_MAX`]): what `compass why --me` prints. With `PrivateData=jobs`
 /// only the user themselves, admins and operators may ask.
 async fn get_user_jobs(
     State(state): State<Arc<AppState>>,
@@ -1065,10 +1139,21 @@ async fn get_user_jobs(
                 "enforcement": enforcement_text(state, j.job.0, &actions),
             }));
         }
-        Ok(
-            api_json(json!({ "at": q.at, "user": user, "pending": pending, "running": run_rows }))
-                .into_response(),
+        // Runs that ended within the usage window, from the ledger.
+        let since = state.now() - state.config.window_s;
+        let ended: Vec<_> = (state.db().ended_runs_of(&user, since, USER_ENDED_MAX)?)
+            .into_iter()
+            .map(|iv| {
+                json!({
+                    "job": iv.job, "account": iv.account, "gpus": iv.gpus, "start": iv.start,
+                    "end": iv.end, "kind": iv.kind, "weight": iv.weight,
+                })
+            })
+            .collect();
+        Ok(api_json(
+            json!({ "at": q.at, "user": user, "pending": pending, "running": run_rows, "ended": ended }),
         )
+        .into_response())
     })
     .await
 }
@@ -1320,7 +1405,9 @@ async fn host_repaired(
 async fn owed(
     State(state): State<Arc<AppState>>,
     Query(q): Query<HashMap<String, String>>,
+    reader: Reader,
 ) -> ApiResult<Response> {
+    let viewer = viewer_of(&state, reader).await?;
     blocking(&state, move |state| {
         let days = query_i64(&q, "days")?.unwrap_or(30);
         if !(1..=366).contains(&days) {
@@ -1328,7 +1415,10 @@ async fn owed(
         }
         let to = state.now();
         let from = to - days * 86400;
-        let rows = state.owed_report(from, to)?;
+        let mut rows = state.owed_report(from, to)?;
+        // PrivateData=usage: the teams the reader may see.
+        let scope = usage_scope(state, &viewer)?;
+        rows.retain(|r| scope.sees(&r.team));
         let owed: f64 = rows.iter().map(|r| r.owed_gpu_hours).sum();
         let capped: f64 = rows
             .iter()

@@ -827,12 +827,14 @@ pub fn why_output(args: &WhyArgs) -> Result<String> {
 }
 
 /// Renders `GET /api/v1/jobs?user=` (`compass why --me`): each pending job
-/// with why it waits, each running job with its protection.
+/// with why it waits, each running job with its protection, then the runs
+/// that ended within the usage window.
 pub fn render_user_jobs(v: &Value) -> String {
     let user = v["user"].as_str().unwrap_or("?");
     let pending = v["pending"].as_array().cloned().unwrap_or_default();
     let running = v["running"].as_array().cloned().unwrap_or_default();
-    if pending.is_empty() && running.is_empty() {
+    let ended = v["ended"].as_array().cloned().unwrap_or_default();
+    if pending.is_empty() && running.is_empty() && ended.is_empty() {
         return format!("{user} has no pending or running jobs.\n");
     }
     let mut out = String::new();
@@ -866,6 +868,24 @@ pub fn render_user_jobs(v: &Value) -> String {
                 r["gpus"],
                 r["account"].as_str().unwrap_or("?"),
                 r["enforcement"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    if !ended.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&format!("Ended jobs of {user} ({}):\n", ended.len()));
+        let t =
+            |x: &Value| crate::localtime::from_json(x).map_or("?".into(), crate::localtime::text);
+        for r in &ended {
+            out.push_str(&format!(
+                "job {} ({} GPUs, account {}): {} to {}\n",
+                r["job"],
+                r["gpus"],
+                r["account"].as_str().unwrap_or("?"),
+                t(&r["start"]),
+                t(&r["end"])
             ));
         }
     }

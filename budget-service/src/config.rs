@@ -158,6 +158,13 @@ pub struct Protection {
     /// cancelling it instead.
     #[serde(deserialize_with = "secs::i64")]
     pub requeue_retry_for_s: i64,
+    /// Preempt even though slurm.conf's `PreemptType` is not
+    /// `preempt/none` (default `false`: with Slurm preempting on its own,
+    /// compass preempts for no waiting job, reports why in `/healthz`
+    /// `cycle.enforcement_held`, and still drains faulty nodes). Both then
+    /// preempt, each by its own rule (`docs/admin-guide.md`, "Living with
+    /// the site's Slurm setup").
+    pub beside_slurm_preemption: bool,
 }
 
 /// `[protection] enforce`: `true`, `false` or `"dry-run"`.
@@ -211,6 +218,7 @@ impl Default for Protection {
             start_grace_s: 120,
             fruitless_retry_after_s: 1800,
             requeue_retry_for_s: 60,
+            beside_slurm_preemption: false,
         }
     }
 }

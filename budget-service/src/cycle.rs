@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
+use crate::slurm::priority::{self, Margin};
 use crate::slurm::{SlurmActions, SlurmSink, SlurmSnapshot, SlurmSource};
 use crate::state::{AppState, QueueView, Seen};
 use compass_core::preempt::TeamTable;
@@ -37,8 +38,20 @@ pub struct StepReport {
     pub closed: usize,
     pub pending: usize,
     pub pushed: usize,
-    /// Pending jobs whose Slurm priority is not compass's factor.
+    /// Pending jobs whose Slurm priority is not compass's factor (what the
+    /// site's other `PriorityWeight*` add; expected when they are not 0).
     pub priority_offsets: usize,
+    /// Pending jobs Slurm's priorities put out of compass's order
+    /// ([`crate::slurm::priority::inversions`]): should be 0.
+    pub priority_inversions: usize,
+    /// The spacing of the pushed site factors, and how it was found.
+    pub margin: Margin,
+    /// Where QOS priorities came from (empty: the source says nothing).
+    pub qos_priorities: String,
+    /// Slurm's own `PreemptType`, when it is not `preempt/none`.
+    pub slurm_preemption: Option<String>,
+    /// Why compass preempted no one this cycle although enforcement is on.
+    pub enforcement_held: Option<String>,
     /// What enforcement did (all zero when it is off or has no actions).
     pub enforced: crate::enforce::EnforceReport,
 }
@@ -131,14 +144,26 @@ impl Cycle {
         let mut st = self.state.status();
         match &res {
             Ok(r) => {
-                if r.priority_offsets > 0 && st.priority_offset_jobs == 0 {
+                if r.priority_inversions > 0 && st.priority_inversion_jobs == 0 {
                     tracing::warn!(
-                        jobs = r.priority_offsets,
-                        "Slurm adds other priority factors to pending jobs (a PriorityWeight* of slurm.conf is not 0): \
-                         they reorder compass's queue within a partition tier; set them to 0 (docs/admin-guide.md)"
+                        jobs = r.priority_inversions,
+                        margin = r.margin.spacing,
+                        "Slurm's priorities put pending jobs out of compass's order within a partition tier \
+                         (a priority set by hand, or a PriorityFlags=NO_NORMAL_* term above the margin; docs/admin-guide.md)"
+                    );
+                }
+                if r.enforcement_held.is_some() && st.enforcement_held.is_none() {
+                    tracing::warn!(
+                        why = r.enforcement_held.as_deref().unwrap_or_default(),
+                        "compass preempts for no waiting job beside Slurm's own preemption"
                     );
                 }
                 st.priority_offset_jobs = r.priority_offsets as u64;
+                st.priority_inversion_jobs = r.priority_inversions as u64;
+                st.priority_margin = r.margin.clone();
+                st.qos_priorities = r.qos_priorities.clone();
+                st.slurm_preemption = r.slurm_preemption.clone();
+                st.enforcement_held = r.enforcement_held.clone();
                 st.slurm_connected = true;
                 st.last_ok = Some(self.state.now());
                 st.last_error = None;
@@ -198,6 +223,7 @@ impl Cycle {
         let (tree, usage) = {
             let mut db = self.state.db();
             let r = db.ingest_observed(&observed, now)?;
+            db.record_job_users(&run_users(&snap))?;
             rep.ingested = r.inserted;
             rep.closed = r.closed + db.close_vanished(&running)?;
             let mut d: Vec<(String, f64)> = demand.into_iter().collect();
@@ -210,9 +236,39 @@ impl Cycle {
             }
             (db.load_tree()?, db.usage_between(now - window, now)?)
         };
-        let pending: Vec<_> = snap.pending.iter().map(|j| j.as_pending()).collect();
+        // Issue 12: within a tier, QOS priority bands (when the site weighs
+        // QOS), then fair share; site factors spaced by the margin so the
+        // site's other priority terms cannot reorder them.
+        let conf = snap.priority_conf.as_ref();
+        let qos_weighted = conf.is_some_and(|c| c.qos_weighted());
+        let qos = &snap.qos_priorities;
+        let pending: Vec<_> = snap
+            .pending
+            .iter()
+            .map(|j| {
+                let mut p = j.as_pending();
+                p.qos_priority = if qos_weighted {
+                    qos.by_name.get(&j.qos).copied().unwrap_or(0)
+                } else {
+                    0
+                };
+                p
+            })
+            .collect();
         rep.pending = pending.len();
         rep.priority_offsets = snap.priority_offsets.len();
+        rep.margin = match conf {
+            Some(c) => c.margin(
+                qos.by_name.values().copied().max().unwrap_or(0),
+                snap.priority_offsets.iter().map(|o| o.1).max().unwrap_or(0),
+            ),
+            None => Margin {
+                spacing: 1,
+                ..Margin::default()
+            },
+        };
+        rep.qos_priorities = qos.source.clone();
+        rep.slurm_preemption = conf.and_then(|c| c.slurm_preemption()).map(str::to_string);
         let mut ratios = TeamTable::default();
         let order = match &tree {
             Some(tree) => {
@@ -246,7 +302,7 @@ impl Cycle {
         // restart, or a factor set behind our back); else what we pushed.
         let mut held = std::mem::take(&mut self.pushed);
         held.extend(snap.site_factors.iter().copied());
-        let factors = fairshare::sparse_site_factors(&held, &order);
+        let factors = fairshare::sparse_site_factors_spaced(&held, &order, rep.margin.spacing);
         let changed = if self.resync {
             factors.clone()
         } else {
@@ -264,6 +320,13 @@ impl Cycle {
             }
         }
         rep.pushed = changed.len();
+        rep.priority_inversions = priority::inversions(
+            &order,
+            &snap.site_factors.iter().copied().collect(),
+            &factor_map,
+            &snap.priorities.iter().copied().collect(),
+        )
+        .len();
         self.resync = false;
         self.pushed = factor_map.clone();
         self.state.set_capacity(capacity);
@@ -273,11 +336,27 @@ impl Cycle {
         });
         let prot = &self.state.config.protection;
         if let (true, Some(actions)) = (prot.enforce.runs(), &self.actions) {
+            // Slurm preempting on its own beside compass: two rules would
+            // pick victims for the same waiting jobs. compass then frees
+            // room for no one (an empty queue) unless the site opted in;
+            // faulty nodes are still drained.
+            rep.enforcement_held = match (&rep.slurm_preemption, prot.beside_slurm_preemption) {
+                (Some(t), false) => Some(format!(
+                    "PreemptType={t}: Slurm preempts on its own, so compass preempts for no waiting job \
+                     (set [protection] beside_slurm_preemption = true to preempt as well)"
+                )),
+                _ => None,
+            };
+            let queue: &[fairshare::Placed] = if rep.enforcement_held.is_some() {
+                &[]
+            } else {
+                &order
+            };
             rep.enforced = crate::enforce::enforce(
                 &self.state,
                 actions.as_ref(),
                 &snap,
-                &order,
+                queue,
                 &ratios,
                 &prot.core(),
             )?;
@@ -354,6 +433,14 @@ impl Cycle {
             }
         }
     }
+}
+
+/// `(job, run start, user)` of the snapshot's runs, for the ledger (who may
+/// read a job after it has ended under `PrivateData=jobs`).
+fn run_users(snap: &crate::slurm::SlurmSnapshot) -> Vec<(JobId, i64, String)> {
+    (snap.running.iter().chain(snap.ended.iter()))
+        .filter_map(|j| j.start.map(|s| (j.job, s, j.user.clone())))
+        .collect()
 }
 
 #[cfg(test)]
@@ -473,6 +560,220 @@ mod tests {
         let q = state.queue();
         assert_eq!(q.weights[&JobId(3)], 2.0);
         assert!(q.weighted);
+    }
+
+    /// A state with teams `ta` and `tb` (halves) whose `ta` has used 8 GPUs
+    /// for 1000 s (over-served), and its clock.
+    fn two_teams(config: &str) -> (Arc<AppState>, Arc<TestClock>) {
+        let t0 = 1_000_000;
+        let config = Config::parse(config, "t").unwrap();
+        let clock = Arc::new(TestClock::new(t0));
+        let state = AppState::new(
+            config,
+            Db::open_in_memory().unwrap(),
+            Arc::new(NoAuth),
+            clock.clone(),
+        );
+        let spec = |name: &str, parent: Option<&str>| NodeSpec {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            share: if parent.is_some() { 0.5 } else { 1.0 },
+            managers: vec![],
+            account: parent.map(|_| name.to_string()),
+        };
+        state
+            .db()
+            .edit_tree("root", "import", "halves", t0, |_| {
+                Ok(vec![
+                    spec("org", None),
+                    spec("ta", Some("org")),
+                    spec("tb", Some("org")),
+                ])
+            })
+            .unwrap();
+        state
+            .db()
+            .ingest_observed(
+                &[compass_core::fairshare::Interval {
+                    job: JobId(999),
+                    account: "ta".into(),
+                    gpus: 8,
+                    start: t0 - 1000,
+                    end: Some(t0),
+                    kind: Kind::Allocated,
+                    weight: 1.0,
+                }],
+                t0,
+            )
+            .unwrap();
+        (state, clock)
+    }
+
+    fn weights(qos: u32) -> crate::slurm::PriorityConf {
+        crate::slurm::PriorityConf {
+            priority_type: "priority/multifactor".into(),
+            weight_age: 5000,
+            weight_job_size: 3000,
+            weight_qos: qos,
+            preempt_type: "preempt/none".into(),
+            accounting_storage_type: "accounting_storage/slurmdbd".into(),
+            ..Default::default()
+        }
+    }
+
+    fn pending(id: u64, account: &str, tier: u16, qos: &str, submit: i64) -> SlurmJob {
+        let mut j = SlurmJob::basic(JobId(id), account, 1, 3600, true, 0, submit);
+        j.tier = tier;
+        j.qos = qos.into();
+        j
+    }
+
+    /// Issue 12: with non-zero age and job-size weights, jobs in two
+    /// partition tiers and three QOS, Slurm's scheduling order (tier, then
+    /// priority = site factor + what the other terms add) is compass's
+    /// order: tier, then QOS priority, then fair share. The new jobs land
+    /// between two old ones again and again, so their keys would end up
+    /// closer than the 8,100 an old job's age and size add (checked: with
+    /// keys one apart, as before the margin, job 5 passes the new jobs).
+    #[test]
+    fn slurm_order_is_tier_then_qos_then_fair_share_with_nonzero_weights() {
+        let (state, _clock) = two_teams("db = \":memory:\"\ncapacity_gpus = 8\n");
+        let t0 = 1_000_000;
+        let slurm = Arc::new(FakeSlurm::new());
+        slurm.set_priority_conf(Some(weights(1000)));
+        slurm.set_qos_priorities(&[("high", 100), ("normal", 10), ("scavenger", 0)]);
+        for j in [
+            pending(1, "ta", 1, "normal", t0 - 500),
+            pending(2, "tb", 1, "normal", t0 - 400),
+            pending(3, "ta", 0, "high", t0 - 300),
+            pending(4, "tb", 0, "normal", t0 - 200),
+            pending(5, "ta", 0, "normal", t0 - 100),
+            pending(6, "tb", 0, "scavenger", t0 - 50),
+        ] {
+            slurm.put(j);
+        }
+        // Job 5 is old and large: age and job size add 5000 + 3000 and
+        // its QOS 10/100 x 1000; the others add little.
+        slurm.set_extra_priority(JobId(5), 8100);
+        let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
+        let ids = |state: &AppState| -> Vec<u64> {
+            state.queue().order.iter().map(|p| p.job.job.0).collect()
+        };
+        cycle.step().unwrap();
+        // Tier 1 (tb before the over-served ta); tier 0: QOS high (even of
+        // ta), normal (tb before ta), scavenger.
+        assert_eq!(ids(&state), [2, 1, 3, 4, 5, 6]);
+        // New tb jobs of QOS normal go between 4 and 5, one per cycle.
+        for k in 0..8 {
+            let id = 10 + k;
+            slurm.put(pending(id, "tb", 0, "normal", t0 + k as i64));
+            cycle.step().unwrap();
+            let slurm_order: Vec<u64> = slurm.scheduling_order().iter().map(|j| j.0).collect();
+            assert_eq!(slurm_order, ids(&state), "after job {id}");
+        }
+        assert_eq!(&ids(&state)[..5], [2, 1, 3, 4, 10]);
+        assert_eq!(&ids(&state)[12..], [5, 6]);
+        let st = state.status();
+        assert_eq!(st.priority_inversion_jobs, 0);
+        assert_eq!(st.priority_offset_jobs, 1);
+        assert_eq!(st.priority_margin.spacing, 16_384);
+        assert_eq!(st.qos_priorities, "fake");
+        // The keys really are a margin apart.
+        let f = slurm.factors();
+        let order = state.queue().order.clone();
+        for w in order.windows(2) {
+            assert!(f[&w[0].job.job] >= f[&w[1].job.job] + 16_384, "{w:?}");
+        }
+    }
+
+    /// A site that does not weigh QOS (`PriorityWeightQOS=0`): QOS
+    /// priorities do not order jobs, in Slurm or in compass.
+    #[test]
+    fn qos_does_not_order_jobs_when_the_site_does_not_weigh_it() {
+        let (state, _clock) = two_teams("db = \":memory:\"\ncapacity_gpus = 8\n");
+        let t0 = 1_000_000;
+        let slurm = Arc::new(FakeSlurm::new());
+        slurm.set_priority_conf(Some(weights(0)));
+        slurm.set_qos_priorities(&[("high", 100)]);
+        slurm.put(pending(3, "ta", 0, "high", t0 - 300));
+        slurm.put(pending(4, "tb", 0, "normal", t0 - 200));
+        let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
+        cycle.step().unwrap();
+        let ids: Vec<u64> = state.queue().order.iter().map(|p| p.job.job.0).collect();
+        assert_eq!(ids, [4, 3]);
+        assert_eq!(state.status().priority_margin.spacing, 8192);
+    }
+
+    /// A job whose priority an admin set by hand sits out of compass's
+    /// order: it is counted in `priority_inversion_jobs`.
+    #[test]
+    fn jobs_out_of_compass_order_in_slurm_are_counted() {
+        let (state, _clock) = two_teams("db = \":memory:\"\ncapacity_gpus = 8\n");
+        let t0 = 1_000_000;
+        let slurm = Arc::new(FakeSlurm::new());
+        slurm.set_priority_conf(Some(weights(0)));
+        slurm.put(pending(1, "tb", 0, "", t0));
+        slurm.put(pending(2, "ta", 0, "", t0));
+        let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
+        cycle.step().unwrap();
+        cycle.step().unwrap();
+        assert_eq!(state.status().priority_inversion_jobs, 0);
+        slurm.set_extra_priority(JobId(2), 1_500_000_000);
+        cycle.step().unwrap();
+        assert_eq!(state.status().priority_inversion_jobs, 1);
+    }
+
+    /// `PreemptType=preempt/qos` beside compass: compass preempts for no
+    /// waiting job (and says why) unless `beside_slurm_preemption` is set.
+    #[test]
+    fn slurm_preemption_holds_compass_preemptions_unless_the_site_opts_in() {
+        for (opt_in, preempt) in [
+            (false, "preempt/qos"),
+            (true, "preempt/qos"),
+            (false, "preempt/none"),
+        ] {
+            let config = format!(
+                "db = \":memory:\"\ncapacity_gpus = 8\n[protection]\nbeside_slurm_preemption = {opt_in}\n"
+            );
+            let (state, clock) = two_teams(&config);
+            let t0 = 1_000_000;
+            let slurm = Arc::new(FakeSlurm::new());
+            slurm.set_now(t0);
+            slurm.set_priority_conf(Some(crate::slurm::PriorityConf {
+                preempt_type: preempt.into(),
+                ..weights(0)
+            }));
+            slurm.add_node("n1", 8);
+            // tb's unallocated job holds the node; ta's allocated job waits.
+            let mut free = SlurmJob::basic(JobId(1), "tb", 8, 0, true, 0, t0 - 100);
+            free.start = Some(t0 - 100);
+            free.alloc = vec![("n1".into(), 8)];
+            slurm.put(free);
+            slurm.put(SlurmJob::basic(JobId(2), "ta", 8, 3600, true, 0, t0));
+            let mut cycle =
+                Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+            clock.set(t0 + 10);
+            cycle.step().unwrap();
+            let held = state.status().enforcement_held.clone();
+            let requeued = slurm
+                .actions()
+                .contains(&crate::slurm::FakeAction::Requeue(JobId(1)));
+            if preempt == "preempt/qos" && !opt_in {
+                assert!(
+                    held.as_deref()
+                        .is_some_and(|h| h.contains("PreemptType=preempt/qos")),
+                    "{held:?}"
+                );
+                assert!(!requeued, "{:?}", slurm.actions());
+                assert_eq!(
+                    state.status().slurm_preemption.as_deref(),
+                    Some("preempt/qos")
+                );
+            } else {
+                assert_eq!(held, None);
+                assert!(requeued, "{preempt} opt-in {opt_in}: {:?}", slurm.actions());
+            }
+        }
     }
 
     #[test]

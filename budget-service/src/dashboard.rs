@@ -30,14 +30,20 @@ pub const USAGE_DAYS: i64 = 7;
 /// Charged usage and budget per team (nodes with an account) for each of
 /// the last [`USAGE_DAYS`] days ending `now`, oldest first, in the shape of
 /// `GET /api/v1/usage?from=&to=` (which the page's refresh asks for).
-fn usage_days(state: &AppState, now: i64) -> Vec<serde_json::Value> {
+fn usage_days(
+    state: &AppState,
+    now: i64,
+    scope: &crate::privacy::UsageScope,
+) -> Vec<serde_json::Value> {
     (0..USAGE_DAYS)
         .rev()
         .map(|k| {
             let (from, to) = (now - (k + 1) * 86400, now - k * 86400);
             let nodes: Vec<_> = match state.stats(from, to) {
                 Ok(Some((tree, _usage, stats))) => (tree.subtree(tree.root()).into_iter())
-                    .filter(|ix| tree.node(*ix).account.is_some())
+                    .filter(|ix| {
+                        tree.node(*ix).account.is_some() && scope.sees(&tree.node(*ix).name)
+                    })
                     .map(|ix| {
                         json!({
                             "node": tree.node(ix).name,
@@ -58,7 +64,10 @@ fn usage_days(state: &AppState, now: i64) -> Vec<serde_json::Value> {
 pub fn data(state: &AppState, viewer: &crate::privacy::Viewer) -> serde_json::Value {
     let now = state.now();
     let week = state.config.window_s;
-    let tree = state.tree_view(now - week, now).unwrap_or_default();
+    // PrivateData=usage: other teams' usage hidden (as the API does).
+    let scope = crate::api::usage_scope(state, viewer)
+        .unwrap_or(crate::privacy::UsageScope::Teams(Default::default()));
+    let tree = crate::api::hide_usage(&scope, state.tree_view(now - week, now).unwrap_or_default());
     let q = state.queue();
     let rows: Vec<_> = q
         .order
@@ -75,7 +84,8 @@ pub fn data(state: &AppState, viewer: &crate::privacy::Viewer) -> serde_json::Va
             })
         })
         .collect();
-    let owed = state.owed_report(now - 30 * 86400, now).unwrap_or_default();
+    let mut owed = state.owed_report(now - 30 * 86400, now).unwrap_or_default();
+    owed.retain(|r| scope.sees(&r.team));
     let actions = state.db().actions(None, 20).unwrap_or_default();
     let actions = crate::api::visible_actions(state, viewer, actions);
     let queue_total = if viewer.sees_job(None) {
@@ -85,7 +95,7 @@ pub fn data(state: &AppState, viewer: &crate::privacy::Viewer) -> serde_json::Va
             .filter(|p| viewer.sees_job(q.users.get(&p.job.job).map(String::as_str)))
             .count()
     };
-    let usage_days = usage_days(state, now);
+    let usage_days = usage_days(state, now, &scope);
     let mut v = json!({
         "now": now, "window_s": week, "capacity_gpus": state.capacity(),
         "gpu_weights": state.config.gpu_weights,

@@ -22,6 +22,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0002_enforcement.sql"),
     include_str!("../../sql/0003_enforcement_identity.sql"),
     include_str!("../../sql/0004_gpu_weights.sql"),
+    include_str!("../../sql/0005_job_user.sql"),
 ];
 
 /// The newest schema version this build knows.
@@ -439,6 +440,65 @@ impl Db {
                 row_interval,
             )
             .optional()?)
+    }
+
+    /// Records the Slurm user of runs already in the ledger (from the same
+    /// snapshot as [`Db::ingest_observed`]): `(job, run start, user)`. The
+    /// first user recorded for a run is kept.
+    pub fn record_job_users(&mut self, runs: &[(JobId, UnixSecs, String)]) -> Result<usize> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut n = 0;
+        {
+            let mut st = tx.prepare(
+                "UPDATE intervals SET user = ?3 WHERE job = ?1 AND start = ?2 AND user IS NULL",
+            )?;
+            for (job, start, user) in runs.iter().filter(|r| !r.2.is_empty()) {
+                n += st.execute(params![job.0 as i64, start, user])?;
+            }
+        }
+        tx.commit()?;
+        Ok(n)
+    }
+
+    /// The user of a job's latest run, if the ledger knows it (`None` for
+    /// runs recorded before schema 5, or ingested through the API).
+    pub fn job_user(&self, job: JobId) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT user FROM intervals WHERE job = ?1 ORDER BY start DESC LIMIT 1",
+                params![job.0 as i64],
+                |r| r.get::<_, Option<String>>(0),
+            )
+            .optional()?
+            .flatten())
+    }
+
+    /// The accounts (lower case) of every run of `user` in the ledger.
+    pub fn accounts_of_user(&self, user: &str) -> Result<Vec<String>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT DISTINCT lower(account) FROM intervals WHERE user = ?1")?;
+        let rows = st.query_map(params![user], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// A user's ended runs that ended at or after `since`, newest first.
+    pub fn ended_runs_of(
+        &self,
+        user: &str,
+        since: UnixSecs,
+        limit: usize,
+    ) -> Result<Vec<Interval>> {
+        let mut st = self.conn.prepare(
+            "SELECT job, start, account, gpus, end_time, kind, weight FROM intervals
+             WHERE user = ?1 AND end_time IS NOT NULL AND end_time >= ?2
+             ORDER BY end_time DESC, job DESC LIMIT ?3",
+        )?;
+        let rows = st.query_map(params![user, since, limit as i64], row_interval)?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
     /// Number of intervals stored.
@@ -993,6 +1053,47 @@ mod tests {
         let t = db.load_tree().unwrap().unwrap();
         assert_eq!(t.node(t.leaf_for_account("acct-b").unwrap()).name, "a");
         assert_eq!(t.node(t.leaf_for_account("acct-a").unwrap()).name, "c");
+    }
+
+    /// Schema 5 on a real file at schema 4: its runs keep a NULL user
+    /// (admins only) unless the service sees them again; new runs get
+    /// theirs, the first one recorded wins.
+    #[test]
+    fn schema_5_upgrade_leaves_old_runs_without_a_user() {
+        let dir = std::env::temp_dir().join(format!("compass-budget-db5-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("b.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            for (i, sql) in MIGRATIONS[..4].iter().enumerate() {
+                c.execute_batch(sql).unwrap();
+                c.execute_batch(&format!("PRAGMA user_version={}", i + 1))
+                    .unwrap();
+            }
+            c.execute_batch(
+                "INSERT INTO intervals (job, start, account, gpus, end_time, kind, last_seen)
+                 VALUES (7, 100, 'acct-a', 1, 200, 'allocated', 200),
+                        (8, 100, 'acct-a', 1, NULL, 'allocated', 200)",
+            )
+            .unwrap();
+        }
+        let mut db = Db::open(&path).unwrap();
+        assert_eq!(db.version().unwrap(), 5);
+        assert_eq!(db.job_user(JobId(7)).unwrap(), None);
+        // Job 8 still runs after the upgrade: it gets its user; a second
+        // report does not change it; job 7 (ended) stays without one.
+        let n = db
+            .record_job_users(&[(JobId(8), 100, "alice".into()), (JobId(9), 5, "x".into())])
+            .unwrap();
+        assert_eq!(n, 1, "only rows in the ledger");
+        db.record_job_users(&[(JobId(8), 100, "mallory".into())])
+            .unwrap();
+        assert_eq!(db.job_user(JobId(8)).unwrap().as_deref(), Some("alice"));
+        assert_eq!(db.accounts_of_user("alice").unwrap(), ["acct-a"]);
+        assert!(db.ended_runs_of("alice", 0, 10).unwrap().is_empty());
+        drop(db);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -58,7 +58,8 @@ use crate::state::AppState;
 /// A requeued job whose begin time is at most this far ahead is left alone
 /// (the real sink restarts victims 2 s after now, see
 /// [`crate::slurm::libslurm::RESTART_DELAY_S`]); further ahead it is Slurm's
-/// 121 s hold and is reset.
+/// 121 s hold and is reset; one that has passed while Slurm still shows the
+/// job waiting for it is updated again (a scheduling pass looks at it).
 pub const RESTART_SLACK_S: i64 = 5;
 
 /// What one enforcement pass did.
@@ -637,12 +638,20 @@ pub fn enforce(
     }
 
     // Requeued victims still waiting for Slurm's begin time: start them now.
+    // Two cases: Slurm's own 121 s hold (reset it), and a begin time that
+    // has passed while Slurm still shows the job waiting for it (`BeginTime`):
+    // Slurm looks at it again only at its next scheduling pass, which
+    // nothing may trigger for up to `sched_interval` (a lab test waited 30 s
+    // on 24.11). A successful update queues a pass at once, as the select
+    // plugin does after a migration; once Slurm has looked, the job waits
+    // for another reason (or runs) and is no longer touched.
     for j in snap.pending.iter().filter(|_| !dry) {
         let Some(begin) = j.begin_after else { continue };
+        let stale = begin <= now;
         let ours = history.get(&j.job.0).is_some_and(|h| {
             same_job(h.victim_submit, h.at, j.submit)
                 && now - h.at <= 600
-                && begin > now + RESTART_SLACK_S
+                && (begin > now + RESTART_SLACK_S || stale)
         });
         if ours {
             match actions.start_now(j.job) {
@@ -651,7 +660,12 @@ pub fn enforce(
                     tracing::info!(
                         job = j.job.0,
                         begin,
-                        "reset the begin time of a requeued job to now"
+                        "{}",
+                        if stale {
+                            "updated a requeued job whose begin time has passed, so Slurm schedules it now"
+                        } else {
+                            "reset the begin time of a requeued job to now"
+                        }
                     );
                 }
                 Err(e) => {
@@ -1231,6 +1245,34 @@ mod tests {
             w.slurm.actions().last(),
             Some(&FakeAction::StartNow(JobId(1)))
         );
+    }
+
+    #[test]
+    fn requeued_job_still_shown_waiting_for_a_passed_begin_time_is_updated_again() {
+        let mut w = World::plain();
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 3600, true, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        w.at(T0);
+        // Our own 2 s begin time, still ahead: left alone.
+        let mut j = w.slurm.job(JobId(1)).unwrap();
+        j.begin_after = Some(T0 + 2);
+        w.slurm.put(j.clone());
+        assert_eq!(w.at(T0 + 1).restarted, 0);
+        // Passed, but Slurm has not looked at the job since (its reason is
+        // still BeginTime): updated again, which queues a scheduling pass.
+        assert_eq!(w.at(T0 + 3).restarted, 1);
+        assert_eq!(
+            w.slurm.actions().last(),
+            Some(&FakeAction::StartNow(JobId(1)))
+        );
+        // Slurm looked (the job waits for room now): not touched again.
+        assert_eq!(w.at(T0 + 4).restarted, 0);
+        // Someone else's job waiting for a passed begin time: never touched.
+        let mut other = w.slurm.job(JobId(3)).unwrap();
+        other.begin_after = Some(T0 + 1);
+        w.slurm.put(other);
+        assert_eq!(w.at(T0 + 5).restarted, 0);
     }
 
     /// Slurm refuses the first `refusals` requeues (of job `only`, if set),

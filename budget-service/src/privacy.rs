@@ -11,9 +11,18 @@
 //! - `accounts`: the audit trail of budget edits is shown to admins and
 //!   operators, and to managers for the teams they manage (Slurm shows
 //!   account definitions to their coordinators).
-//! - Other words (`usage`, `users`, `nodes`, `events`, ...) guard nothing
-//!   compass serves differently: per-team usage against allocation is what
-//!   the budgets are about and stays visible to all.
+//! - `usage`: per-team usage (the tree's and `/api/v1/usage`'s GPU-hours
+//!   and ratios, the owed-versus-delivered report, the dashboard's usage)
+//!   is shown to admins and operators for every team, to a manager for the
+//!   teams they manage and everything below them, and to a user for the
+//!   teams of the accounts they have jobs under (pending, running, or in
+//!   the ledger with their user); other teams' usage is hidden ([`UsageScope`]).
+//!   Slurm hides other users' usage from `sshare` and shows coordinators
+//!   their accounts; compass keeps usage per team, not per user.
+//!   `/metrics` is not filtered: it is for Prometheus, behind the access
+//!   control of the scrape.
+//! - Other words (`users`, `nodes`, `events`, ...) guard nothing compass
+//!   serves differently.
 //!
 //! Readers are identified by a MUNGE credential bound to the request (the
 //! CLI sends one with every read, see [`crate::auth`]) or, behind a reverse
@@ -33,6 +42,7 @@ use crate::error::{BudgetError, Result};
 pub struct PrivateData {
     pub jobs: bool,
     pub accounts: bool,
+    pub usage: bool,
 }
 
 impl PrivateData {
@@ -46,9 +56,11 @@ impl PrivateData {
                 "all" => {
                     p.jobs = true;
                     p.accounts = true;
+                    p.usage = true;
                 }
                 "jobs" => p.jobs = true,
                 "accounts" => p.accounts = true,
+                "usage" => p.usage = true,
                 _ => {}
             }
         }
@@ -57,10 +69,14 @@ impl PrivateData {
 
     /// The words in force, as Slurm writes them (`none` for nothing).
     pub fn text(&self) -> String {
-        let words: Vec<&str> = [(self.jobs, "jobs"), (self.accounts, "accounts")]
-            .into_iter()
-            .filter_map(|(on, w)| on.then_some(w))
-            .collect();
+        let words: Vec<&str> = [
+            (self.jobs, "jobs"),
+            (self.accounts, "accounts"),
+            (self.usage, "usage"),
+        ]
+        .into_iter()
+        .filter_map(|(on, w)| on.then_some(w))
+        .collect();
         if words.is_empty() {
             "none".into()
         } else {
@@ -170,11 +186,12 @@ impl ReadPolicy {
                 files: c.files,
             },
             Err(e) => {
-                tracing::error!(error = %e, "cannot read PrivateData; jobs and the audit trail are private until it can be read (SIGHUP re-reads)");
+                tracing::error!(error = %e, "cannot read PrivateData; jobs, the audit trail and usage are private until it can be read (SIGHUP re-reads)");
                 ReadPolicy {
                     private: PrivateData {
                         jobs: true,
                         accounts: true,
+                        usage: true,
                     },
                     slurm_user: None,
                     source: format!("{} (unreadable)", path.display()),
@@ -238,6 +255,45 @@ impl Viewer {
     }
 }
 
+/// Whose per-team usage a viewer may see (`PrivateData=usage`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UsageScope {
+    /// Every team's (nothing private, or an admin or operator).
+    All,
+    /// Only these teams' (tree node names).
+    Teams(std::collections::BTreeSet<String>),
+}
+
+impl UsageScope {
+    pub fn sees(&self, team: &str) -> bool {
+        match self {
+            UsageScope::All => true,
+            UsageScope::Teams(t) => t.contains(team),
+        }
+    }
+
+    /// The teams of `tree` whose usage `user` may see: those they manage
+    /// (and everything below), and the teams of `accounts` (the accounts
+    /// they have jobs under). Ancestors of these stay hidden: their usage
+    /// sums other teams'.
+    pub fn of_user(
+        tree: &compass_core::fairshare::OrgTree,
+        user: &str,
+        accounts: &std::collections::BTreeSet<String>,
+    ) -> Self {
+        let teams = (tree.subtree(tree.root()).into_iter())
+            .filter(|ix| {
+                let n = tree.node(*ix);
+                tree.manages(user, *ix)
+                    || (n.account.as_ref())
+                        .is_some_and(|a| accounts.contains(&a.to_ascii_lowercase()))
+            })
+            .map(|ix| tree.node(ix).name.clone())
+            .collect();
+        UsageScope::Teams(teams)
+    }
+}
+
 /// The identity header's user, if the peer is a trusted proxy and the
 /// header is configured and present.
 pub fn proxy_user(
@@ -269,10 +325,11 @@ mod tests {
             p,
             PrivateData {
                 jobs: true,
-                accounts: false
+                accounts: false,
+                usage: true,
             }
         );
-        assert_eq!(PrivateData::parse("all").text(), "jobs,accounts");
+        assert_eq!(PrivateData::parse("all").text(), "jobs,accounts,usage");
         assert_eq!(PrivateData::parse("").text(), "none");
         assert_eq!(PrivateData::parse("cloud,nodes").text(), "none");
     }
@@ -319,7 +376,7 @@ mod tests {
     fn jobs_of_others_and_of_unknown_owners_are_hidden_under_private_jobs() {
         let private = PrivateData {
             jobs: true,
-            accounts: false,
+            ..PrivateData::default()
         };
         let alice = Viewer {
             user: Some("alice".into()),

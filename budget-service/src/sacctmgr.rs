@@ -71,7 +71,7 @@ pub const SACCTMGR_TIMEOUT_S: u64 = 30;
 
 /// Runs `program args` (`sacctmgr` [`SACCTMGR_ARGS`]) and returns its
 /// output; stopped after `timeout`.
-fn run_sacctmgr(
+pub(crate) fn run_sacctmgr(
     program: &str,
     args: &[&str],
     timeout: std::time::Duration,

@@ -18,6 +18,9 @@ use crate::error::{BudgetError, Result};
 
 mod ffi;
 pub mod libslurm;
+pub mod priority;
+
+pub use priority::PriorityConf;
 
 /// State of one job as the service needs it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,6 +73,15 @@ pub struct SlurmJob {
     /// schedules, and by fair share within a tier.
     #[serde(default)]
     pub tier: u16,
+    /// The job's QOS name (empty: none or unknown).
+    #[serde(default)]
+    pub qos: String,
+    /// Pending jobs: the priority of its QOS when the site weighs QOS
+    /// (`PriorityWeightQOS` > 0), else 0; set by the cycle from
+    /// [`SlurmSnapshot::qos_priorities`]. Within a tier the order is by QOS
+    /// priority, then fair share.
+    #[serde(default)]
+    pub qos_priority: u32,
 }
 
 fn yes() -> bool {
@@ -109,6 +121,8 @@ impl SlurmJob {
             begin_after: None,
             gpu_types: BTreeMap::new(),
             tier: 0,
+            qos: String::new(),
+            qos_priority: 0,
         }
     }
 
@@ -158,6 +172,7 @@ impl SlurmJob {
             priority: self.priority,
             submit: self.submit,
             tier: self.tier,
+            qos_priority: self.qos_priority,
         }
     }
 
@@ -207,6 +222,19 @@ pub struct SlurmSnapshot {
     /// it. The cycle warns: such weights reorder compass's queue.
     #[serde(default)]
     pub priority_offsets: Vec<(JobId, i64)>,
+    /// Pending jobs: Slurm's priority (held jobs, priority 0, are left
+    /// out), when the source knows it. The cycle checks it follows
+    /// compass's order ([`priority::inversions`]).
+    #[serde(default)]
+    pub priorities: Vec<(JobId, u32)>,
+    /// slurm.conf's priority weights and `PreemptType`, when the source
+    /// knows them (libslurm does). `None`: the site factors are one apart
+    /// (all other weights taken as 0) and enforcement is not held.
+    #[serde(default)]
+    pub priority_conf: Option<PriorityConf>,
+    /// QOS priorities by QOS name, and where they came from.
+    #[serde(default)]
+    pub qos_priorities: priority::QosPriorities,
 }
 
 impl SlurmSnapshot {
@@ -368,6 +396,13 @@ struct FakeInner {
     traits: HashMap<String, NodeTraits>,
     /// Needs and holdings by job.
     needs: BTreeMap<JobId, JobNeeds>,
+    /// What slurm.conf's other priority terms add to each pending job
+    /// (age, job size, QOS...; issue 12).
+    extra: HashMap<JobId, i64>,
+    /// slurm.conf's priority settings, reported when set.
+    conf: Option<PriorityConf>,
+    /// QOS priorities by name.
+    qos: BTreeMap<String, u32>,
 }
 
 impl FakeSlurm {
@@ -416,6 +451,19 @@ impl FakeSlurm {
     /// What a job needs (pending) or holds (running) besides GPUs.
     pub fn set_needs(&self, needs: JobNeeds) {
         self.lock().needs.insert(needs.job, needs);
+    }
+    /// The priority settings the fake reports (`None`: none, as before
+    /// issue 12).
+    pub fn set_priority_conf(&self, conf: Option<PriorityConf>) {
+        self.lock().conf = conf;
+    }
+    /// QOS priorities by QOS name, as sacctmgr would report them.
+    pub fn set_qos_priorities(&self, qos: &[(&str, u32)]) {
+        self.lock().qos = qos.iter().map(|(n, p)| (n.to_string(), *p)).collect();
+    }
+    /// What the other priority terms add to a job's Slurm priority.
+    pub fn set_extra_priority(&self, job: JobId, extra: i64) {
+        self.lock().extra.insert(job, extra);
     }
     /// Marks a node down (or up again).
     pub fn set_node_down(&self, name: &str, down: bool) {
@@ -469,6 +517,27 @@ impl FakeSlurm {
         v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         v.into_iter().map(|(_, j)| j).collect()
     }
+    /// A pending job's Slurm priority: its factor plus what the other terms
+    /// add ([`Self::set_extra_priority`]), floored at 1 as Slurm does.
+    fn slurm_priority(g: &FakeInner, job: JobId) -> u32 {
+        let p = i64::from(g.factors.get(&job).copied().unwrap_or(0))
+            + g.extra.get(&job).copied().unwrap_or(0);
+        p.clamp(1, i64::from(u32::MAX)) as u32
+    }
+    /// Pending jobs in the order Slurm's scheduler takes them: partition
+    /// tier first, then priority (factor plus the other terms), then job
+    /// id.
+    pub fn scheduling_order(&self) -> Vec<JobId> {
+        let g = self.lock();
+        let mut v: Vec<(u16, u32, JobId)> = g
+            .jobs
+            .values()
+            .filter(|j| j.start.is_none())
+            .map(|j| (j.tier, Self::slurm_priority(&g, j.job), j.job))
+            .collect();
+        v.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+        v.into_iter().map(|(_, _, j)| j).collect()
+    }
 }
 
 impl SlurmSource for FakeSlurm {
@@ -521,6 +590,27 @@ impl SlurmSource for FakeSlurm {
             .filter(|n| g.jobs.contains_key(&n.job))
             .cloned()
             .collect();
+        s.priorities = s
+            .pending
+            .iter()
+            .map(|j| (j.job, Self::slurm_priority(&g, j.job)))
+            .collect();
+        s.priority_offsets = s
+            .pending
+            .iter()
+            .filter(|j| g.factors.contains_key(&j.job))
+            .filter_map(|j| {
+                let x = g.extra.get(&j.job).copied().unwrap_or(0);
+                (x.abs() > 1).then_some((j.job, x))
+            })
+            .collect();
+        s.priority_conf = g.conf.clone();
+        if g.conf.is_some() {
+            s.qos_priorities = priority::QosPriorities {
+                by_name: g.qos.clone(),
+                source: "fake".into(),
+            };
+        }
         Ok(s)
     }
 }

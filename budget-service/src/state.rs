@@ -91,8 +91,22 @@ pub struct CycleStatus {
     pub drained: u64,
     pub actions_failed: u64,
     /// Pending jobs of the last cycle whose Slurm priority is not compass's
-    /// factor (slurm.conf's other `PriorityWeight*` are not 0).
+    /// factor (slurm.conf's other `PriorityWeight*` are not 0: expected,
+    /// the margin keeps the order).
     pub priority_offset_jobs: u64,
+    /// Pending jobs of the last cycle that Slurm's priorities put out of
+    /// compass's order within their tier (should be 0; issue 12).
+    pub priority_inversion_jobs: u64,
+    /// The spacing of compass's site factors: above what slurm.conf's
+    /// other priority terms can add.
+    pub priority_margin: crate::slurm::priority::Margin,
+    /// Where the QOS priorities of the order came from.
+    pub qos_priorities: String,
+    /// slurm.conf's `PreemptType` when it is not `preempt/none`.
+    pub slurm_preemption: Option<String>,
+    /// Why compass preempted no one in the last cycle although enforcement
+    /// is on (Slurm preempts on its own).
+    pub enforcement_held: Option<String>,
 }
 
 pub struct AppState {

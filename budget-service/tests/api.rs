@@ -371,6 +371,8 @@ fn sjob(id: u64, acct: &str, gpus: u32, min_rt: u64, prio: i64, submit: i64) -> 
         begin_after: None,
         gpu_types: Default::default(),
         tier: 0,
+        qos: String::new(),
+        qos_priority: 0,
     }
 }
 
@@ -1253,4 +1255,155 @@ async fn times_in_responses_are_iso_8601_with_offset() {
         (st, v["field"].as_str()),
         (StatusCode::BAD_REQUEST, Some("from"))
     );
+}
+
+/// The teams whose usage `user` sees: in `/api/v1/tree` (usage not
+/// hidden), `/api/v1/usage` and the owed report.
+async fn usage_teams(r: &Router, user: Option<&str>) -> [Vec<String>; 3] {
+    let names = |v: &Value, list: &str, key: &str| -> Vec<String> {
+        let mut n: Vec<String> = (v[list].as_array().unwrap().iter())
+            .filter(|n| n["usage_hidden"] != json!(true))
+            .map(|n| n[key].as_str().unwrap().to_string())
+            .collect();
+        n.sort();
+        n
+    };
+    let (st, tree) = call(r, "GET", "/api/v1/tree", user, None).await;
+    assert_eq!(st, StatusCode::OK, "{tree}");
+    for n in tree["nodes"].as_array().unwrap() {
+        if n["usage_hidden"] == json!(true) {
+            assert!(
+                n["charged_gpu_hours"].is_null() && n["ratio"].is_null(),
+                "{n}"
+            );
+        }
+    }
+    let (st, usage) = call(r, "GET", "/api/v1/usage", user, None).await;
+    assert_eq!(st, StatusCode::OK, "{usage}");
+    let (st, owed) = call(r, "GET", "/api/v1/reports/owed", user, None).await;
+    assert_eq!(st, StatusCode::OK, "{owed}");
+    [
+        names(&tree, "nodes", "name"),
+        names(&usage, "nodes", "node"),
+        names(&owed, "teams", "team"),
+    ]
+}
+
+/// Slurm's `PrivateData=usage` (issue 14): admins, root and operators see
+/// every team's usage; a manager the teams they manage (and below); a user
+/// the teams of the accounts they have jobs under (pending, running, or
+/// ended with their user in the ledger); anonymous none. Without it
+/// everyone sees all.
+#[tokio::test]
+async fn private_data_usage_shows_teams_to_their_users_managers_and_admins() {
+    use compass_core::fairshare::{Interval, Kind};
+    use compass_core::model::JobId;
+    let all: Vec<String> = ["ops", "org", "research", "team-a", "team-b"]
+        .map(String::from)
+        .to_vec();
+    let leaves = vec!["ops".to_string(), "team-a".into(), "team-b".into()];
+    let (_s, open) = two_users("").await;
+    for who in [Some("alice"), None] {
+        let [tree, usage, owed] = usage_teams(&open, who).await;
+        assert_eq!(
+            (tree, usage, &owed),
+            (all.clone(), all.clone(), &leaves),
+            "{who:?}"
+        );
+    }
+
+    let (s, r) = two_users("[reads]\nprivate_data = \"usage\"\noperators = [\"helpdesk\"]\n").await;
+    // carol's run under acct-ops has ended: the ledger keeps her user.
+    {
+        let mut db = s.db();
+        let iv = Interval {
+            job: JobId(40),
+            account: "acct-ops".into(),
+            gpus: 1,
+            start: T0 - 900,
+            end: Some(T0 - 300),
+            kind: Kind::Allocated,
+            weight: 1.0,
+        };
+        db.ingest(&[iv], T0 - 300).unwrap();
+        db.record_job_users(&[(JobId(40), T0 - 900, "carol".into())])
+            .unwrap();
+    }
+    let teams = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let cases: [(Option<&str>, Vec<String>); 8] = [
+        (Some("root"), all.clone()),
+        (Some("helpdesk"), all.clone()),
+        (Some("ceo"), all.clone()),
+        (Some("pi"), teams(&["research", "team-a", "team-b"])),
+        (Some("alice"), teams(&["team-a"])),
+        (Some("bob"), teams(&["team-b"])),
+        (Some("carol"), teams(&["ops"])),
+        (None, vec![]),
+    ];
+    for (who, want) in cases {
+        let [tree, usage, owed] = usage_teams(&r, who).await;
+        assert_eq!(tree, want, "tree for {who:?}");
+        assert_eq!(usage, want, "usage for {who:?}");
+        let want_leaves: Vec<String> = want
+            .iter()
+            .filter(|t| leaves.contains(t))
+            .cloned()
+            .collect();
+        assert_eq!(owed, want_leaves, "owed for {who:?}");
+    }
+    // Asking by name for a team one may not see is refused; one's own is not.
+    let (st, v) = call(&r, "GET", "/api/v1/usage?node=team-b", Some("alice"), None).await;
+    assert_eq!(st, StatusCode::FORBIDDEN, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("PrivateData=usage"),
+        "{v}"
+    );
+    let (st, v) = call(
+        &r,
+        "GET",
+        "/api/v1/usage?account=acct-a",
+        Some("alice"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, v["nodes"][0]["node"].as_str()),
+        (StatusCode::OK, Some("team-a")),
+        "{v}"
+    );
+    // Unbudgeted usage is everyone's: only for those who see all.
+    let (_, v) = call(&r, "GET", "/api/v1/usage", Some("alice"), None).await;
+    assert!(v["unbudgeted"].is_null(), "{v}");
+    let (_, v) = call(&r, "GET", "/api/v1/usage", Some("root"), None).await;
+    assert!(v["unbudgeted"]["charged_gpu_hours"].is_number(), "{v}");
+    // One team: its budget, not its usage.
+    let (st, v) = call(&r, "GET", "/api/v1/nodes/team-b", Some("alice"), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert!(
+        v["charged_gpu_hours"].is_null() && v["allocation_gpus"].is_number(),
+        "{v}"
+    );
+    let (_, v) = call(&r, "GET", "/api/v1/nodes/team-b", Some("bob"), None).await;
+    assert!(v["charged_gpu_hours"].is_number(), "{v}");
+    // The dashboard's data likewise.
+    let alice = compass_budget::privacy::Viewer {
+        user: Some("alice".into()),
+        all: false,
+        private: s.read_policy().private,
+    };
+    let d = compass_budget::dashboard::data(&s, &alice);
+    let shown: Vec<&str> = (d["tree"].as_array().unwrap().iter())
+        .filter(|n| n["usage_hidden"] != json!(true))
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(shown, ["team-a"], "{d}");
+    let owed: Vec<&str> = (d["owed"].as_array().unwrap().iter())
+        .map(|t| t["team"].as_str().unwrap())
+        .collect();
+    assert_eq!(owed, ["team-a"]);
+    for day in d["usage_days"].as_array().unwrap() {
+        for n in day["nodes"].as_array().unwrap() {
+            assert_eq!(n["node"], "team-a", "{day}");
+        }
+    }
 }

@@ -223,6 +223,8 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         begin_after: None,
         gpu_types: Default::default(),
         tier: 0,
+        qos: String::new(),
+        qos_priority: 0,
     };
     // The vision job asks for an a100, weighted 2.5 by `[gpu_weights]`.
     let mut vision = job(103, "vision", 600);
@@ -241,6 +243,7 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         site_factors: vec![],
         job_needs: vec![],
         priority_offsets: vec![],
+        ..SlurmSnapshot::default()
     };
     let snap_path = dir.path().join("slurm.json");
     std::fs::write(&snap_path, serde_json::to_string(&snap).unwrap()).unwrap();

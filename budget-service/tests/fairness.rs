@@ -106,6 +106,8 @@ fn seventy_thirty_budgets_get_seventy_thirty_of_charged_time() {
                     begin_after: None,
                     gpu_types: Default::default(),
                     tier: 0,
+                    qos: String::new(),
+                    qos_priority: 0,
                 });
                 next_id += 1;
             }

@@ -260,6 +260,10 @@ fn lab_enforcement_preempts_protects_and_drains() {
             Duration::from_secs(30),
             || lab.job_state(a) == "RUNNING",
         );
+        // The service counts a start at its first snapshot showing the job
+        // running, which may come after the squeue above (it failed once
+        // on 24.11 with the count still 0): one more cycle sees it.
+        cycle.step().expect("cycle");
         // /metrics: both preemptions by rule and outcome, and the wait of
         // job a (16 GPUs) from submit to start.
         let m = prom::parse(&compass_budget::metrics::encode(&state).expect("metrics"));

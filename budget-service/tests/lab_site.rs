@@ -75,21 +75,35 @@ fn lab_site_layout_capacities_and_jobs_through_libslurm() {
     let slurm = Arc::new(LibSlurm::new(Some(lab.conf.clone())));
 
     // --- 1. sinfo: GRES socket-bound on every GPU node --------------------
-    let sinfo = lab.ok("sinfo", &["-h", "-N", "-p", "gpu,cpu", "-o", "%N %G"]);
-    let gres: std::collections::BTreeMap<String, String> = sinfo
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(n, g)| (n.to_string(), g.trim().to_string()))
-        .collect();
+    let want = |i: u32| match i {
+        1..=8 => "gpu:a100:8(S:0-1)",
+        9..=12 => "gpu:l40s:4(S:0-1)",
+        13..=14 => "gpu:2(S:0-1)",
+        _ => "(null)",
+    };
+    let read_gres = || {
+        let sinfo = lab.ok("sinfo", &["-h", "-N", "-p", "gpu,cpu", "-o", "%N %G"]);
+        let gres: std::collections::BTreeMap<String, String> = sinfo
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(n, g)| (n.to_string(), g.trim().to_string()))
+            .collect();
+        (sinfo, gres)
+    };
+    // A slurmd's socket-bound GRES shows once it has registered; on a
+    // loaded host the last of 18 may take a while after the lab is up.
+    let t0 = std::time::Instant::now();
+    let (sinfo, gres) = loop {
+        let (sinfo, gres) = read_gres();
+        let all = (1..=18).all(|i| gres.get(&format!("n{i}")).map(String::as_str) == Some(want(i)));
+        if all || t0.elapsed() > std::time::Duration::from_secs(60) {
+            break (sinfo, gres);
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    };
     assert_eq!(gres.len(), 18, "{sinfo}");
     for i in 1..=18 {
-        let want = match i {
-            1..=8 => "gpu:a100:8(S:0-1)",
-            9..=12 => "gpu:l40s:4(S:0-1)",
-            13..=14 => "gpu:2(S:0-1)",
-            _ => "(null)",
-        };
-        assert_eq!(gres[&format!("n{i}")], want, "n{i}: {sinfo}");
+        assert_eq!(gres[&format!("n{i}")], want(i), "n{i}: {sinfo}");
     }
     let parts = lab.ok("sinfo", &["-h", "-o", "%P %N"]);
     assert!(parts.contains("gpu* n[1-14]"), "{parts}");

@@ -78,7 +78,7 @@ proptest! {
                         job: JobId(next), account: ACCOUNTS[account].into(), user: String::new(), gpus: 1 + (next % 4) as u32,
                         min_runtime_s: if min_rt { 600 } else { 0 }, resumable: true, priority: prio,
                         submit: now, start: None, end: None,
- alloc: Vec::new(), instances: 0, eligible: true, begin_after: None, gpu_types: Default::default(), tier: 0,
+ alloc: Vec::new(), instances: 0, eligible: true, begin_after: None, gpu_types: Default::default(), tier: 0, qos: String::new(), qos_priority: 0,
                     });
                     next += 1;
                 }

@@ -35,6 +35,9 @@ enum Event {
     Foreign { gpus: u32, seed: u64 },
     /// A node drained (or resumed), then Compact.
     Usable { node: u32, usable: bool },
+    /// A job that may run only on the first half of the nodes (a partition
+    /// over part of the pool): `place_within`.
+    Within { gpus: u32, instances: u32 },
 }
 
 /// Sizes the trace mix has (paper Table 1), scaled to nodes of `cap` GPUs.
@@ -54,6 +57,8 @@ struct Mix {
     adopt: bool,
     foreign: bool,
     drain: bool,
+    /// Jobs restricted to half the nodes (`Event::Within`).
+    within: bool,
 }
 
 fn events(cap: u32, nodes: u32, mix: Mix) -> impl Strategy<Value = Vec<Event>> {
@@ -80,6 +85,8 @@ fn events(cap: u32, nodes: u32, mix: Mix) -> impl Strategy<Value = Vec<Event>> {
     let usable = (0..nodes, proptest::bool::weighted(0.6))
         .prop_map(|(node, usable)| Event::Usable { node, usable });
     let depart = (0usize..64).prop_map(Event::Depart);
+    let within =
+        (gpus(cap), 1u32..=2).prop_map(|(gpus, instances)| Event::Within { gpus, instances });
     let w = |on: bool| if on { 1 } else { 0 };
     proptest::collection::vec(
         prop_oneof![
@@ -88,6 +95,7 @@ fn events(cap: u32, nodes: u32, mix: Mix) -> impl Strategy<Value = Vec<Event>> {
             w(mix.adopt) => adopt,
             w(mix.foreign) => foreign,
             w(mix.drain) => usable,
+            w(mix.within) => within,
         ],
         1..150,
     )
@@ -217,8 +225,13 @@ fn check_theorem1(
         return Ok(());
     }
     let snap = e.snapshot();
-    let all_movable =
-        running.values().all(|j| j.movable) && !any_foreign && snap.nodes.iter().all(|v| v.usable);
+    // Restricted jobs the last Compact held still (it would have moved them
+    // outside their nodes) were pinned for it: exactly those are exempt.
+    let held = e.held_in_last_compact();
+    let all_movable = running.values().all(|j| j.movable)
+        && held.is_empty()
+        && !any_foreign
+        && snap.nodes.iter().all(|v| v.usable);
     if all_movable {
         let (slotted, pool) = e.non_full_by_kind();
         prop_assert!(
@@ -233,7 +246,7 @@ fn check_theorem1(
         prop_assert!(n_sif <= 2, "step {}: N*SIF = {}", step, n_sif);
         return Ok(());
     }
-    let movable = |j: JobId| running.get(&j).is_some_and(|r| r.movable);
+    let movable = |j: JobId| running.get(&j).is_some_and(|r| r.movable) && !held.contains(&j);
     let (mut slotted, mut pool) = (0, 0);
     for v in &snap.nodes {
         let (_, all) = movable_units(v, &movable);
@@ -319,6 +332,8 @@ fn replay(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<(), Tes
     let mut e = CompassEngine::new(spec, CompassConfig::default());
     let mut running: BTreeMap<JobId, JobRequest> = BTreeMap::new();
     let mut foreign: Vec<JobId> = Vec::new();
+    let mut within: std::collections::BTreeSet<JobId> = Default::default();
+    let half = compass_core::model::NodeSet::from_nodes(nodes, 0..nodes.div_ceil(2));
     let mut next = 1u64;
     let check_moves = |moves: &[compass_core::model::Migration],
                        running: &BTreeMap<JobId, JobRequest>,
@@ -402,6 +417,24 @@ fn replay(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<(), Tes
                     );
                 }
             }
+            Event::Within { gpus, instances } => {
+                let job = JobRequest::new(next, instances, gpus);
+                next += 1;
+                let before = e.snapshot();
+                match e.place_within(&job, &half).unwrap() {
+                    Some(adm) => {
+                        check_moves(&adm.migrations, &running, Some(&job), step)?;
+                        within.insert(job.id);
+                        running.insert(job.id, job);
+                    }
+                    None => prop_assert_eq!(
+                        e.snapshot(),
+                        before,
+                        "step {}: failed admission changed state",
+                        step
+                    ),
+                }
+            }
             Event::Depart(k) => {
                 let total = running.len() + foreign.len();
                 if total == 0 {
@@ -415,9 +448,22 @@ fn replay(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<(), Tes
                 } else {
                     foreign.remove(k - running.len())
                 };
+                within.remove(&id);
                 let migrations = e.remove(id).unwrap();
                 check_moves(&migrations, &running, None, step)?;
             }
+        }
+        // Restricted jobs never leave their nodes.
+        for j in &within {
+            let nodes = &e.occupancy().job(*j).expect("running").nodes;
+            prop_assert!(
+                nodes.iter().all(|&n| half.contains(n)),
+                "step {}: job {} restricted to the first half runs on {:?}: {}",
+                step,
+                j,
+                nodes,
+                layout(&e)
+            );
         }
         // Proposition 1 and exact accounting.
         if let Err(why) = e.check_invariants() {
@@ -445,13 +491,18 @@ fn replay(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<(), Tes
             );
         }
         // Movable guests (instances outside the ABS) exist only while no
-        // usable empty node does.
+        // usable empty node does. A restricted job the last Compact held
+        // still (its home would be outside its nodes) counts as pinned.
         let snap = e.snapshot();
+        let held = e.held_in_last_compact();
         let movable_guests = snap
             .nodes
             .iter()
             .flat_map(|n| n.state.guests.iter())
-            .filter(|g| running.get(&g.instance.job).is_some_and(|j| j.movable))
+            .filter(|g| {
+                running.get(&g.instance.job).is_some_and(|j| j.movable)
+                    && !held.contains(&g.instance.job)
+            })
             .count();
         if movable_guests > 0 {
             let usable_empty = snap
@@ -462,8 +513,10 @@ fn replay(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<(), Tes
             prop_assert_eq!(
                 usable_empty,
                 0,
-                "step {}: guest left with empty nodes: {}",
+                "step {}: guest left with empty nodes (held {:?}, restricted {:?}): {}",
                 step,
+                held,
+                within,
                 layout(&e)
             );
         }
@@ -513,7 +566,18 @@ proptest! {
     /// over the movable part.
     #[test]
     fn pinned_foreign_and_drained(
-        (nodes, cap, evs) in cluster().prop_flat_map(|(n, c)| (Just(n), Just(c), events(c, n, Mix { pinned: 0.3, adopt: true, foreign: true, drain: true })))
+        (nodes, cap, evs) in cluster().prop_flat_map(|(n, c)| (Just(n), Just(c), events(c, n, Mix { pinned: 0.3, adopt: true, foreign: true, drain: true, within: false })))
+    ) {
+        replay(nodes, cap, &evs)?;
+    }
+
+    /// Jobs restricted to half the nodes (a partition over part of the
+    /// pool), with every other kind of event: they never leave their half,
+    /// and the bound holds exactly where the last Compact held none of them
+    /// still (over the movable part otherwise).
+    #[test]
+    fn restricted_jobs_stay_inside_their_nodes(
+        (nodes, cap, evs) in cluster().prop_flat_map(|(n, c)| (Just(n), Just(c), events(c, n, Mix { within: true, adopt: true, ..Mix::default() })))
     ) {
         replay(nodes, cap, &evs)?;
     }
@@ -813,7 +877,7 @@ proptest! {
     /// pool.
     #[test]
     fn theorem1_holds_per_pool_with_pinned_foreign_and_drained(
-        (nodes, evs) in mixed_cluster().prop_flat_map(|n| { let len = n.len() as u32; (Just(n), pool_events(len, Mix { pinned: 0.3, adopt: false, foreign: true, drain: true })) })
+        (nodes, evs) in mixed_cluster().prop_flat_map(|n| { let len = n.len() as u32; (Just(n), pool_events(len, Mix { pinned: 0.3, adopt: false, foreign: true, drain: true, within: false })) })
     ) {
         replay_pools(&nodes, &evs)?;
     }

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::builder::PossibleValuesParser;
+use compass_core::placement::pools::NodeGpus;
 use compass_core::trace::{self, ReadOptions, TraceFormat};
 
 use crate::error::{CliError, Result};
@@ -47,7 +48,9 @@ pub const DEFAULT_TRACE: &str = "../shared/traces/venus/venus_sample.csv";
 /// --out) and logs its completion once. The live status shows one line per
 /// cluster; the report compares AFR, N*SIF, AJCT, AGU, migrations,
 /// preemptions and the waits of the largest jobs, defined as the simulator
-/// defines them.
+/// defines them. A cluster may mix GPU nodes: the figures are then kept per
+/// pool of identical GPU nodes (same count and type), as the select plugin
+/// groups them.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Trace file (CSV): Helios/Venus sample or canonical.
@@ -129,9 +132,11 @@ pub struct Args {
 
     /// Assert: every job completed exactly once (jobs compass-budgetd
     /// cancelled as non-resumable preemption victims are counted apart);
-    /// on compass clusters no job ran on a node the engine did not choose and N*SIF <= 2 whenever WCC
-    /// held (settled instants); compass's AFR below every stock cluster's.
-    /// Exit non-zero with the reasons otherwise.
+    /// on compass clusters no job ran on a node the engine did not choose,
+    /// and in each pool of identical GPU nodes N*SIF <= 2 whenever WCC held
+    /// in that pool (settled instants), the engine active in every pool
+    /// jobs ran in, no run across pools; compass's AFR below every stock
+    /// cluster's. Exit non-zero with the reasons otherwise.
     #[arg(long)]
     pub check: bool,
 
@@ -381,14 +386,56 @@ fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-/// A cluster as found at the start: its nodes, GPUs and SPANK support.
+/// A cluster as found at the start: its nodes with their GPUs (CPU-only
+/// nodes with 0) and SPANK support.
 #[derive(Clone)]
 struct Connected {
     arg: ClusterArg,
     client: Client,
-    nodes: Vec<String>,
-    gpus: u32,
+    nodes: Vec<(String, NodeGpus)>,
     spank: bool,
+}
+
+impl Connected {
+    /// The plan's fit on this cluster: the GPUs per node of its largest GPU
+    /// nodes and how many nodes have that many (on a mixed cluster a job
+    /// larger than the largest pool's nodes would never start).
+    fn fit(&self) -> Fit {
+        let max = self.nodes.iter().map(|(_, g)| g.gpus).max().unwrap_or(0);
+        Fit {
+            nodes: self.nodes.iter().filter(|(_, g)| g.gpus == max).count() as u32,
+            gpus_per_node: max,
+        }
+    }
+
+    /// `16 nodes x 8 GPUs`, or the pools of a mixed cluster
+    /// (`8xa100: 8 nodes, 4xl40s: 4 nodes, ...`).
+    fn describe(&self) -> String {
+        let pools = observe::pools_of(&self.nodes);
+        let cpu_only = self.nodes.iter().filter(|(_, g)| g.gpus == 0).count();
+        match pools.as_slice() {
+            [p] if cpu_only == 0 && p.gpu_type.is_none() => {
+                format!("{} nodes x {} GPUs", p.nodes.len(), p.gpus_per_node)
+            }
+            _ => {
+                let mut parts: Vec<String> = pools
+                    .iter()
+                    .map(|p| {
+                        format!(
+                            "pool {}: {} nodes{}",
+                            p.name,
+                            p.nodes.len(),
+                            if p.modelled { "" } else { " (pass-through)" }
+                        )
+                    })
+                    .collect();
+                if cpu_only > 0 {
+                    parts.push(format!("{cpu_only} CPU-only nodes"));
+                }
+                parts.join(", ")
+            }
+        }
+    }
 }
 
 /// Connects to every cluster.
@@ -414,13 +461,12 @@ fn connect(args: &Args) -> Result<Vec<Connected>> {
         let client = Client {
             conf: c.slurm_conf.clone(),
         };
-        let (nodes, gpus) = client.shape()?;
+        let nodes = client.shape()?;
         let spank = client.has_spank()?;
         out.push(Connected {
             arg: c.clone(),
             client,
             nodes,
-            gpus,
             spank,
         });
     }
@@ -431,13 +477,10 @@ pub fn run(args: Args) -> Result<()> {
     let t_wall = Instant::now();
     check_window_args(&args)?;
     let clusters = connect(&args)?;
+    let fits: Vec<Fit> = clusters.iter().map(Connected::fit).collect();
     let fit = Fit {
-        nodes: clusters
-            .iter()
-            .map(|c| c.nodes.len() as u32)
-            .min()
-            .unwrap_or(0),
-        gpus_per_node: clusters.iter().map(|c| c.gpus).min().unwrap_or(8),
+        nodes: fits.iter().map(|f| f.nodes).min().unwrap_or(0),
+        gpus_per_node: fits.iter().map(|f| f.gpus_per_node).min().unwrap_or(8),
     };
     if !matches!(fit.gpus_per_node, 1 | 2 | 4 | 8) {
         return Err(CliError::Usage(format!(
@@ -465,18 +508,12 @@ pub fn run(args: Args) -> Result<()> {
         plan.offered_load(fit)
     );
     eprintln!("{summary}");
-    for Connected {
-        arg: c,
-        nodes,
-        gpus,
-        spank,
-        ..
-    } in &clusters
-    {
+    for cl in &clusters {
+        let (c, spank) = (&cl.arg, &cl.spank);
         eprintln!(
-            "  cluster {}: {} nodes x {gpus} GPUs, SLURM_CONF={}, SPANK options {}, {}",
+            "  cluster {}: {}, SLURM_CONF={}, SPANK options {}, {}",
             c.name,
-            nodes.len(),
+            cl.describe(),
             c.slurm_conf.display(),
             if *spank { "yes" } else { "no" },
             match &c.state_file {
@@ -619,7 +656,9 @@ fn replay_once(
     .map_err(|e| CliError::Failed(e.to_string()))?;
     write(&out.join("report.json"), &(json + "\n"))?;
     println!("{}", report::table(&results, plan.compression.speedup));
-    println!("{}", report::sim_table(&results));
+    if results.iter().any(|r| r.simulated.is_some()) {
+        println!("{}", report::sim_table(&results));
+    }
     println!(
         "report: {} and report.json ({:.0} s)",
         out.join("report.md").display(),
@@ -730,7 +769,6 @@ fn prepare(out: &Path, plan: &Plan, clusters: Vec<Connected>) -> Result<Vec<Live
         arg,
         client,
         nodes,
-        gpus,
         spank,
     } in clusters
     {
@@ -749,7 +787,7 @@ fn prepare(out: &Path, plan: &Plan, clusters: Vec<Connected>) -> Result<Vec<Live
             (p, len)
         });
         live.push(Live {
-            obs: Observer::new(&plan.jobs, nodes, gpus, arg.state_file.clone()),
+            obs: Observer::with_nodes(&plan.jobs, &nodes, arg.state_file.clone()),
             arg,
             client,
             spank,
@@ -928,6 +966,12 @@ fn attach_simulations(plan: &Plan, results: &mut [ClusterResult]) {
         ),
     };
     for r in results.iter_mut() {
+        if r.gpus_per_node == 0 {
+            // The simulator models one pool of identical nodes.
+            r.simulated_skipped =
+                Some("a mixed cluster: the simulator models one pool of identical nodes".into());
+            continue;
+        }
         let policy = sim::model_of(r.is_compass());
         match sim::simulate(plan, r.nodes, r.gpus_per_node, policy, cost) {
             Ok(mut s) => {

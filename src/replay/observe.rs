@@ -4,11 +4,19 @@
 //! allocation, WCC, utilisation), integrated over time exactly as the
 //! simulator integrates them (`compass_core::sim`, paper eqs. 14-17); and,
 //! on the compass cluster, the engine's published state for the node check.
+//!
+//! On a mixed cluster the figures are kept per pool of interchangeable GPU
+//! nodes (same GPU count and type, grouped as the select plugin groups them:
+//! `compass_core::placement::pools`; CPU-only nodes in no pool), since
+//! Theorem 1 holds per pool (issue 12); the cluster's figures are the sums
+//! over the modelled pools. A homogeneous cluster is one pool.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use compass_core::metric::{self, InstanceCounts, PhiStarCache};
+use compass_core::placement::compass::CompassConfig;
+use compass_core::placement::pools::{NodeGpus, PoolSet};
 use compass_slurm::state::PublishedState;
 use serde::Serialize;
 
@@ -104,11 +112,13 @@ pub struct Window {
 }
 
 impl Window {
-    fn add(&mut self, dt: f64, sif: f64, s: &Sample) {
+    /// `sif`, `utilisation` and `wcc` held for `dt` seconds, with the
+    /// cluster's `in_flight` and `settled` of that time.
+    fn add(&mut self, dt: f64, sif: f64, utilisation: f64, wcc: bool, s: &Sample) {
         self.time_s += dt;
         self.sif_s += sif * dt;
-        self.util_s += s.utilisation * dt;
-        if s.wcc {
+        self.util_s += utilisation * dt;
+        if wcc {
             self.wcc_s += dt;
         }
         if s.in_flight {
@@ -120,10 +130,85 @@ impl Window {
     }
 }
 
+/// One pool of interchangeable GPU nodes (same GPU count and type), the
+/// unit Theorem 1 is stated for on a mixed cluster (issue 12).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PoolDef {
+    /// `8xa100`, `4xl40s`, `2xgpu` (untyped): the names of the select
+    /// plugin's published `pools`.
+    pub name: String,
+    pub gpus_per_node: u32,
+    pub gpu_type: Option<String>,
+    pub nodes: Vec<String>,
+    /// 1, 2, 4 or 8 GPUs of one type per node: `Phi*`, `N*SIF` and WCC are
+    /// defined (the engine's model). Otherwise only utilisation is kept.
+    pub modelled: bool,
+}
+
+/// The pools of a node table (name, GPUs), grouped exactly as the select
+/// plugin groups them ([`PoolSet::new`]), in order of each pool's first node.
+pub fn pools_of(nodes: &[(String, NodeGpus)]) -> Vec<PoolDef> {
+    let table: Vec<NodeGpus> = nodes.iter().map(|(_, g)| g.clone()).collect();
+    let set = PoolSet::new(&table, CompassConfig::default());
+    set.pools()
+        .map(|p| PoolDef {
+            name: p.name.clone(),
+            gpus_per_node: p.gpus_per_node,
+            gpu_type: p.gpu_type.clone(),
+            nodes: p
+                .nodes
+                .iter()
+                .map(|&i| nodes[i as usize].0.clone())
+                .collect(),
+            modelled: p.modelled,
+        })
+        .collect()
+}
+
+/// One pool at one poll.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct PoolSample {
+    pub n_sif: u64,
+    pub partial: u32,
+    pub phi_star: u64,
+    /// WCC in this pool (always true in a pool that is not modelled).
+    pub wcc: bool,
+    pub used_gpus: u64,
+    pub utilisation: f64,
+    /// Waiting jobs that would fit this pool's free GPUs alone.
+    pub fit_waiting: u64,
+}
+
+/// What the replay observed in one pool, integrated over time as the
+/// cluster's figures are.
+#[derive(Clone, Debug, Default)]
+pub struct PoolTrack {
+    pub def: PoolDef,
+    pub peak: Window,
+    pub busy: Window,
+    pub max_n_sif: u64,
+    pub max_n_sif_wcc: Option<u64>,
+    /// Max `N*SIF` of this pool at settled instants where WCC held in the
+    /// pool and the engine kept no job still (Theorem 1, per pool).
+    pub max_n_sif_wcc_settled: Option<u64>,
+    pub max_n_sif_wcc_settled_kept: Option<u64>,
+    pub over_bound_by_choice_s: f64,
+    pub fit_wait_s: f64,
+    last: Option<PoolSample>,
+}
+
 /// Everything observed on one cluster.
 pub struct Observer {
+    /// The GPU nodes (CPU-only nodes are left out of every figure).
     pub nodes: Vec<String>,
+    /// GPUs per node of a homogeneous cluster; 0 on a mixed one (see
+    /// `pools`).
     pub gpus_per_node: u32,
+    /// One per pool of interchangeable GPU nodes; one on a homogeneous
+    /// cluster.
+    pub pools: Vec<PoolTrack>,
+    /// GPUs of each GPU node, and its pool (index into `pools`).
+    node_cap: BTreeMap<String, (u32, usize)>,
     pub state_file: Option<PathBuf>,
     pub jobs: Vec<JobTrack>,
     live: Vec<bool>,
@@ -154,15 +239,55 @@ pub struct Observer {
 }
 
 impl Observer {
+    /// A homogeneous cluster: `nodes` of `gpus_per_node` untyped GPUs.
+    #[cfg(test)]
     pub fn new(
         plan: &[PlannedJob],
         nodes: Vec<String>,
         gpus_per_node: u32,
         state_file: Option<PathBuf>,
     ) -> Self {
+        let table: Vec<(String, NodeGpus)> = nodes
+            .into_iter()
+            .map(|n| (n, NodeGpus::new(gpus_per_node, None)))
+            .collect();
+        Self::with_nodes(plan, &table, state_file)
+    }
+
+    /// Any cluster: every node with its GPUs (CPU-only nodes with 0), as
+    /// `Client::shape` reads them.
+    pub fn with_nodes(
+        plan: &[PlannedJob],
+        nodes: &[(String, NodeGpus)],
+        state_file: Option<PathBuf>,
+    ) -> Self {
+        let defs = pools_of(nodes);
+        let mut node_cap = BTreeMap::new();
+        for (p, d) in defs.iter().enumerate() {
+            for n in &d.nodes {
+                node_cap.insert(n.clone(), (d.gpus_per_node, p));
+            }
+        }
+        let gpu_nodes: Vec<String> = nodes
+            .iter()
+            .filter(|(n, _)| node_cap.contains_key(n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        let gpus_per_node = match defs.as_slice() {
+            [one] => one.gpus_per_node,
+            _ => 0,
+        };
         Self {
-            nodes,
+            nodes: gpu_nodes,
             gpus_per_node,
+            pools: defs
+                .into_iter()
+                .map(|def| PoolTrack {
+                    def,
+                    ..Default::default()
+                })
+                .collect(),
+            node_cap,
             state_file,
             jobs: vec![JobTrack::default(); plan.len()],
             live: vec![false; plan.len()],
@@ -374,10 +499,18 @@ impl Observer {
         }
     }
 
+    /// The nodes of the modelled pools (the `N` of the cluster's SIF).
+    pub fn modelled_nodes(&self) -> u32 {
+        self.pools
+            .iter()
+            .filter(|p| p.def.modelled)
+            .map(|p| p.def.nodes.len() as u32)
+            .sum()
+    }
+
     fn sample(&mut self, t_s: f64, now_unix: u64) -> Sample {
-        let cap = self.gpus_per_node;
         let mut used: BTreeMap<&str, u32> = BTreeMap::new();
-        let mut counts: InstanceCounts = [0; 9];
+        let mut counts: Vec<InstanceCounts> = vec![[0; 9]; self.pools.len()];
         let mut placement: BTreeMap<u64, BTreeMap<String, u32>> = BTreeMap::new();
         let (mut pending, mut running, mut done, mut requeued_waiting) = (0, 0, 0, false);
         let mut waiting_shapes: Vec<(u32, u32)> = Vec::new();
@@ -390,11 +523,14 @@ impl Observer {
             if self.live[i] {
                 running += 1;
                 let run = j.runs.last().expect("a live job has a run");
-                for (n, g) in &run.node_gpus {
+                // One instance per node (`--ntasks-per-node=1`), of the GPUs
+                // Slurm allocated there, counted in that node's pool.
+                for (n, &g) in &run.node_gpus {
                     *used.entry(n.as_str()).or_default() += g;
+                    if let Some(&(_, p)) = self.node_cap.get(n) {
+                        counts[p][g.min(8) as usize] += 1;
+                    }
                 }
-                let (w, g) = self.shapes[i];
-                counts[g.min(8) as usize] += u64::from(w);
                 placement.insert(id, run.node_gpus.clone());
             } else {
                 pending += 1;
@@ -404,22 +540,69 @@ impl Observer {
                 }
             }
         }
-        let partial = used.values().filter(|&&u| u > 0 && u < cap).count() as u32;
-        let free: Vec<u32> = self
-            .nodes
-            .iter()
-            .map(|n| cap.saturating_sub(used.get(n.as_str()).copied().unwrap_or(0)))
-            .collect();
+        // free GPUs of each GPU node, by pool
+        let mut free: Vec<Vec<u32>> = vec![Vec::new(); self.pools.len()];
+        for (n, &(cap, p)) in &self.node_cap {
+            free[p].push(cap.saturating_sub(used.get(n.as_str()).copied().unwrap_or(0)));
+        }
+        let fits =
+            |free: &[u32], (w, g): (u32, u32)| free.iter().filter(|&&f| f >= g).count() as u32 >= w;
+        let all_free: Vec<u32> = free.iter().flatten().copied().collect();
         let fit_waiting = waiting_shapes
             .iter()
-            .filter(|(w, g)| free.iter().filter(|&&f| f >= *g).count() as u32 >= *w)
+            .filter(|&&s| fits(&all_free, s))
             .count() as u64;
-        let used_gpus: u64 = used.values().map(|&u| u64::from(u)).sum();
-        let phi = self.cache.phi_star(&counts, cap);
-        let n_sif = u64::from(partial).saturating_sub(phi);
-        let wcc = metric::wcc_holds(&counts, cap);
-        let nodes = self.nodes.len() as u32;
-        let utilisation = used_gpus as f64 / f64::from(nodes * cap).max(1.0);
+        let mut pool_samples = Vec::with_capacity(self.pools.len());
+        for (p, track) in self.pools.iter().enumerate() {
+            let d = &track.def;
+            let cap = d.gpus_per_node;
+            let used_p: Vec<u32> = d
+                .nodes
+                .iter()
+                .map(|n| used.get(n.as_str()).copied().unwrap_or(0))
+                .collect();
+            let partial = used_p.iter().filter(|&&u| u > 0 && u < cap).count() as u32;
+            let used_gpus: u64 = used_p.iter().map(|&u| u64::from(u)).sum();
+            let (phi, wcc) = if d.modelled {
+                (
+                    self.cache.phi_star(&counts[p], cap),
+                    metric::wcc_holds(&counts[p], cap),
+                )
+            } else {
+                (0, true)
+            };
+            pool_samples.push(PoolSample {
+                n_sif: if d.modelled {
+                    u64::from(partial).saturating_sub(phi)
+                } else {
+                    0
+                },
+                partial,
+                phi_star: phi,
+                wcc,
+                used_gpus,
+                utilisation: used_gpus as f64 / f64::from(d.nodes.len() as u32 * cap).max(1.0),
+                fit_waiting: waiting_shapes
+                    .iter()
+                    .filter(|&&s| fits(&free[p], s))
+                    .count() as u64,
+            });
+        }
+        let modelled = |k: usize| self.pools[k].def.modelled;
+        let partial: u32 = (0..self.pools.len())
+            .filter(|&k| modelled(k))
+            .map(|k| pool_samples[k].partial)
+            .sum();
+        let phi: u64 = (0..self.pools.len())
+            .filter(|&k| modelled(k))
+            .map(|k| pool_samples[k].phi_star)
+            .sum();
+        let n_sif: u64 = pool_samples.iter().map(|x| x.n_sif).sum();
+        let wcc = pool_samples.iter().all(|x| x.wcc);
+        let used_gpus: u64 = pool_samples.iter().map(|x| x.used_gpus).sum();
+        let all_gpus: u64 = self.node_cap.values().map(|&(c, _)| u64::from(c)).sum();
+        let nodes = self.modelled_nodes();
+        let utilisation = used_gpus as f64 / (all_gpus as f64).max(1.0);
         let in_flight = self
             .state
             .as_ref()
@@ -454,34 +637,77 @@ impl Observer {
         if let Some(prev) = self.last {
             let dt = t_s - prev.t_s;
             if dt > 0.0 {
-                let sif = metric::sif(prev.partial, prev.phi_star, nodes);
+                let sif = prev.n_sif as f64 / f64::from(nodes.max(1));
                 if prev.pending > 0 {
-                    self.peak.add(dt, sif, &prev);
+                    self.peak.add(dt, sif, prev.utilisation, prev.wcc, &prev);
                 }
                 if prev.pending > 0 || prev.running > 0 {
-                    self.busy.add(dt, sif, &prev);
+                    self.busy.add(dt, sif, prev.utilisation, prev.wcc, &prev);
                 }
                 self.fit_wait_s += dt * prev.fit_waiting as f64;
                 if prev.wcc && prev.n_sif > 2 && prev.kept_still > 0 {
                     self.over_bound_by_choice_s += dt;
                 }
+                for track in &mut self.pools {
+                    let Some(ps) = track.last else { continue };
+                    let n = track.def.nodes.len() as u32;
+                    let sif = ps.n_sif as f64 / f64::from(n.max(1));
+                    if prev.pending > 0 {
+                        track.peak.add(dt, sif, ps.utilisation, ps.wcc, &prev);
+                    }
+                    if prev.pending > 0 || prev.running > 0 {
+                        track.busy.add(dt, sif, ps.utilisation, ps.wcc, &prev);
+                    }
+                    track.fit_wait_s += dt * ps.fit_waiting as f64;
+                    if ps.wcc && ps.n_sif > 2 && prev.kept_still > 0 {
+                        track.over_bound_by_choice_s += dt;
+                    }
+                }
             }
         }
         self.max_n_sif = self.max_n_sif.max(n_sif);
-        if wcc {
-            self.max_n_sif_wcc = Some(self.max_n_sif_wcc.unwrap_or(0).max(n_sif));
-            if settled && kept_still == 0 {
-                self.max_n_sif_wcc_settled =
-                    Some(self.max_n_sif_wcc_settled.unwrap_or(0).max(n_sif));
-            } else if settled {
-                self.max_n_sif_wcc_settled_kept =
-                    Some(self.max_n_sif_wcc_settled_kept.unwrap_or(0).max(n_sif));
+        record_max(
+            (n_sif, wcc, settled, kept_still),
+            &mut self.max_n_sif_wcc,
+            &mut self.max_n_sif_wcc_settled,
+            &mut self.max_n_sif_wcc_settled_kept,
+        );
+        for (track, ps) in self.pools.iter_mut().zip(pool_samples) {
+            if track.def.modelled {
+                track.max_n_sif = track.max_n_sif.max(ps.n_sif);
+                record_max(
+                    (ps.n_sif, ps.wcc, settled, kept_still),
+                    &mut track.max_n_sif_wcc,
+                    &mut track.max_n_sif_wcc_settled,
+                    &mut track.max_n_sif_wcc_settled_kept,
+                );
             }
+            track.last = Some(ps);
         }
         self.last_placement = placement;
         self.last = Some(s);
         self.samples.push(s);
         s
+    }
+}
+
+/// Updates the maxima of `N*SIF` under WCC: at all instants, at settled
+/// instants with every job movable (Theorem 1's), and at settled instants
+/// where the engine kept some job still (`kept_still > 0`).
+fn record_max(
+    (n_sif, wcc, settled, kept_still): (u64, bool, bool, u64),
+    wcc_max: &mut Option<u64>,
+    settled_max: &mut Option<u64>,
+    kept_max: &mut Option<u64>,
+) {
+    if !wcc {
+        return;
+    }
+    *wcc_max = Some(wcc_max.unwrap_or(0).max(n_sif));
+    if settled && kept_still == 0 {
+        *settled_max = Some(settled_max.unwrap_or(0).max(n_sif));
+    } else if settled {
+        *kept_max = Some(kept_max.unwrap_or(0).max(n_sif));
     }
 }
 
@@ -602,6 +828,86 @@ mod tests {
         // both waiting jobs fitted from 3 s to 4 s
         assert_eq!(o.fit_wait_s, 2.0);
         assert_eq!(o.peak.in_flight_s, 1.0);
+        // a homogeneous cluster is one pool with the cluster's figures
+        assert_eq!(o.pools.len(), 1);
+        let p = &o.pools[0];
+        assert_eq!((p.def.name.as_str(), p.def.nodes.len()), ("8xgpu", 2));
+        assert_eq!((p.max_n_sif, p.max_n_sif_wcc_settled), (2, Some(2)));
+        assert_eq!((p.peak.time_s, p.peak.sif_s), (2.0, 1.0));
+        assert_eq!(p.fit_wait_s, 2.0);
+    }
+
+    #[test]
+    fn a_mixed_cluster_is_measured_per_pool() {
+        let nodes: Vec<(String, NodeGpus)> = [
+            ("a1", 8, Some("a100")),
+            ("a2", 8, Some("a100")),
+            ("l1", 4, Some("l40s")),
+            ("l2", 4, Some("l40s")),
+            ("s1", 6, None),
+            ("c1", 0, None),
+        ]
+        .into_iter()
+        .map(|(n, g, t)| (n.to_string(), NodeGpus::new(g, t)))
+        .collect();
+        let plan = [
+            planned(0, 1, 1),
+            planned(1, 1, 1),
+            planned(2, 1, 2),
+            planned(3, 1, 4),
+        ];
+        let mut o = Observer::with_nodes(&plan, &nodes, None);
+        let names: Vec<&str> = o.pools.iter().map(|p| p.def.name.as_str()).collect();
+        assert_eq!(names, ["8xa100", "4xl40s", "6xgpu"]);
+        assert!(!o.pools[2].def.modelled, "6 GPUs per node: pass-through");
+        assert_eq!(
+            o.nodes,
+            ["a1", "a2", "l1", "l2", "s1"],
+            "CPU-only nodes left out"
+        );
+        assert_eq!(o.gpus_per_node, 0, "mixed");
+        for (i, id) in [(0, 1), (1, 2), (2, 3), (3, 4)] {
+            o.submitted(i, id, 0.0);
+        }
+        let s = o.poll(
+            &[
+                job(1, "RUNNING", 0, 0, &[("a1", 1)]),
+                job(2, "RUNNING", 0, 0, &[("a2", 1)]),
+                job(3, "RUNNING", 0, 0, &[("l1", 2)]),
+                job(4, "PENDING", 0, 0, &[]),
+            ],
+            1.0,
+            1000,
+        );
+        // a100: 2 partial, Phi* 1 -> 1; l40s: 1 partial, Phi* 1 -> 0; the
+        // 6-GPU pool is not modelled
+        assert_eq!((s.partial, s.phi_star, s.n_sif), (3, 2, 1));
+        // the waiting 4-GPU job fits free GPUs of every pool
+        assert_eq!(s.fit_waiting, 1);
+        o.poll(
+            &[
+                job(1, "RUNNING", 0, 1, &[("a1", 1)]),
+                job(2, "RUNNING", 0, 1, &[("a2", 1)]),
+                job(3, "RUNNING", 0, 1, &[("l1", 2)]),
+                job(4, "RUNNING", 0, 0, &[("s1", 4)]),
+            ],
+            3.0,
+            1002,
+        );
+        let (a, l, x) = (&o.pools[0], &o.pools[1], &o.pools[2]);
+        assert_eq!((a.max_n_sif, a.max_n_sif_wcc), (1, Some(1)));
+        assert_eq!(a.max_n_sif_wcc_settled, None, "a job started each poll");
+        assert_eq!((l.max_n_sif, l.max_n_sif_wcc), (0, Some(0)));
+        assert_eq!(x.max_n_sif_wcc, None, "no N*SIF in a pass-through pool");
+        // the queue waited from 1 s to 3 s; a100's SIF was 1/2 meanwhile
+        assert_eq!((a.peak.time_s, a.peak.sif_s), (2.0, 1.0));
+        assert_eq!(l.peak.sif_s, 0.0);
+        // the l40s pool could have taken the waiting job; the a100 one too
+        assert_eq!((a.fit_wait_s, l.fit_wait_s, x.fit_wait_s), (2.0, 2.0, 2.0));
+        // the cluster's SIF: N*SIF summed over the modelled pools, over
+        // their 4 nodes
+        assert_eq!(o.peak.sif_s, 2.0 * 1.0 / 4.0);
+        assert!((x.peak.util_s - 0.0).abs() < 1e-12);
     }
 
     fn state_at(updated_unix: u64, id: u64, nodes: &[&str], g: u32) -> PublishedState {

@@ -374,6 +374,51 @@ pub struct ClusterResult {
     /// The simulator on the jobs this replay submitted (`jobs.csv`), with
     /// the migration cost measured on the live compass cluster.
     pub simulated: Option<super::sim::Simulated>,
+    /// Why there is no simulation (a mixed cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated_skipped: Option<String>,
+    /// The figures of each pool of interchangeable GPU nodes (one on a
+    /// homogeneous cluster): Theorem 1 is checked per pool (issue 12).
+    pub pools: Vec<PoolResult>,
+    /// Runs whose nodes lie in more than one pool (cons_tres may spread a
+    /// job so; compass places each job in one pool).
+    pub runs_across_pools: u64,
+}
+
+/// One pool's figures, defined as the cluster's over the same metric
+/// window, with `N` the pool's nodes.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PoolResult {
+    /// `8xa100`, `4xl40s`, `2xgpu`: as the select plugin names its pools.
+    pub name: String,
+    pub gpus_per_node: u32,
+    pub gpu_type: Option<String>,
+    pub nodes: u32,
+    pub node_names: Vec<String>,
+    /// 1, 2, 4 or 8 GPUs of one type per node; otherwise pass-through and
+    /// the `N*SIF` figures are absent.
+    pub modelled: bool,
+    /// Compass clusters: the engine's last published state lists this pool
+    /// on the same nodes, with an engine, and the engine is active.
+    pub engine: Option<bool>,
+    /// Why `engine` is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_note: Option<String>,
+    /// Runs (starts) whose every node lies in this pool.
+    pub runs: u64,
+    pub afr: Option<f64>,
+    pub mean_n_sif: Option<f64>,
+    pub agu: f64,
+    pub wcc_coverage: Option<f64>,
+    pub max_n_sif: Option<u64>,
+    pub max_n_sif_under_wcc: Option<u64>,
+    /// Settled instants where WCC held in this pool and the engine kept no
+    /// job still: Theorem 1 promises at most 2 (checked on compass).
+    pub max_n_sif_under_wcc_settled: Option<u64>,
+    pub max_n_sif_under_wcc_settled_kept: Option<u64>,
+    pub over_bound_by_choice_s: f64,
+    /// Job-seconds waiting jobs would have fitted this pool's free GPUs.
+    pub fit_wait_s: f64,
 }
 
 impl ClusterResult {
@@ -527,7 +572,106 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
     if obs.state_file.is_some() {
         r.node_check = Some(node_check(obs, info.log.as_ref(), &ours));
     }
+    (r.pools, r.runs_across_pools) = pool_results(obs, name == "peak");
     r
+}
+
+/// Each pool's figures, and the runs that spanned pools. `peak`: the
+/// cluster's metric window is `T_peak` (else busy time).
+fn pool_results(obs: &Observer, peak: bool) -> (Vec<PoolResult>, u64) {
+    let pool_of: BTreeMap<&str, usize> = obs
+        .pools
+        .iter()
+        .enumerate()
+        .flat_map(|(p, t)| t.def.nodes.iter().map(move |n| (n.as_str(), p)))
+        .collect();
+    let mut runs = vec![0u64; obs.pools.len()];
+    let mut across = 0;
+    for run in obs.jobs.iter().flat_map(|j| &j.runs) {
+        let pools: BTreeSet<usize> = run
+            .node_gpus
+            .keys()
+            .filter_map(|n| pool_of.get(n.as_str()).copied())
+            .collect();
+        match pools.len() {
+            0 => {}
+            1 => runs[*pools.iter().next().expect("one pool")] += 1,
+            _ => across += 1,
+        }
+    }
+    let out = obs
+        .pools
+        .iter()
+        .zip(runs)
+        .map(|(t, runs)| {
+            let d = &t.def;
+            let w = if peak { t.peak } else { t.busy };
+            let avg = |x: f64| if w.time_s > 0.0 { x / w.time_s } else { 0.0 };
+            let m = d.modelled;
+            let afr = avg(w.sif_s);
+            let (engine, engine_note) = engine_in_pool(obs, d);
+            PoolResult {
+                name: d.name.clone(),
+                gpus_per_node: d.gpus_per_node,
+                gpu_type: d.gpu_type.clone(),
+                nodes: d.nodes.len() as u32,
+                node_names: d.nodes.clone(),
+                modelled: m,
+                engine,
+                engine_note,
+                runs,
+                afr: m.then_some(afr),
+                mean_n_sif: m.then_some(afr * d.nodes.len() as f64),
+                agu: avg(w.util_s),
+                wcc_coverage: m.then(|| avg(w.wcc_s)),
+                max_n_sif: m.then_some(t.max_n_sif),
+                max_n_sif_under_wcc: t.max_n_sif_wcc,
+                max_n_sif_under_wcc_settled: t.max_n_sif_wcc_settled,
+                max_n_sif_under_wcc_settled_kept: t.max_n_sif_wcc_settled_kept,
+                over_bound_by_choice_s: t.over_bound_by_choice_s,
+                fit_wait_s: t.fit_wait_s,
+            }
+        })
+        .collect();
+    (out, across)
+}
+
+/// Compass clusters: is the engine active in pool `d`, per its last
+/// published state (the pool listed on the same nodes, with an engine)?
+fn engine_in_pool(obs: &Observer, d: &super::observe::PoolDef) -> (Option<bool>, Option<String>) {
+    if obs.state_file.is_none() {
+        return (None, None);
+    }
+    let Some(st) = &obs.state else {
+        return (
+            Some(false),
+            Some("the engine's published state was never read".into()),
+        );
+    };
+    let note = if !st.engine_active {
+        Some(format!(
+            "the engine is inactive (plain cons_tres){}",
+            st.engine_error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        ))
+    } else {
+        match st.pools.iter().find(|p| p.name == d.name) {
+            None => Some(format!(
+                "the engine publishes no pool {} (its pools: {:?})",
+                d.name,
+                st.pools.iter().map(|p| p.name.as_str()).collect::<Vec<_>>()
+            )),
+            Some(p) if p.node_names != d.nodes => Some(format!(
+                "the engine's pool {} has the nodes {:?}, Slurm's node table {:?}",
+                d.name, p.node_names, d.nodes
+            )),
+            Some(p) if !p.modelled => Some(format!("pool {} is pass-through", d.name)),
+            Some(_) => None,
+        }
+    };
+    (Some(note.is_none()), note)
 }
 
 /// The requeue cost of [`RequeueCost`], from the observed runs. `migrated`:
@@ -708,10 +852,36 @@ pub fn check(results: &[ClusterResult]) -> Vec<String> {
             }
         }
         if r.is_compass() {
-            if let Some(n) = r.max_n_sif_under_wcc_settled.filter(|&n| n > 2) {
+            // Theorem 1 per pool (issue 12): N*SIF <= 2 in each pool at
+            // settled instants where WCC held in that pool.
+            if r.pools.is_empty() {
+                if let Some(n) = r.max_n_sif_under_wcc_settled.filter(|&n| n > 2) {
+                    f.push(format!(
+                        "{}: N*SIF reached {n} > 2 at a settled instant where WCC held and every job was movable",
+                        r.name
+                    ));
+                }
+            }
+            for p in &r.pools {
+                if let Some(n) = p.max_n_sif_under_wcc_settled.filter(|&n| n > 2) {
+                    f.push(format!(
+                        "{}: pool {}: N*SIF reached {n} > 2 at a settled instant where WCC held in the pool and every job was movable",
+                        r.name, p.name
+                    ));
+                }
+                if p.modelled && p.runs > 0 && p.engine == Some(false) {
+                    f.push(format!(
+                        "{}: pool {}: jobs ran there but the engine is not active in it: {}",
+                        r.name,
+                        p.name,
+                        p.engine_note.as_deref().unwrap_or("")
+                    ));
+                }
+            }
+            if r.runs_across_pools > 0 {
                 f.push(format!(
-                    "{}: N*SIF reached {n} > 2 at a settled instant where WCC held and every job was movable",
-                    r.name
+                    "{}: {} run(s) spanned several pools (the engine places each job in one pool)",
+                    r.name, r.runs_across_pools
                 ));
             }
         }
@@ -853,6 +1023,52 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
     out
 }
 
+/// One row per cluster and pool (markdown).
+pub fn pool_table(results: &[ClusterResult]) -> String {
+    let opt = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or("-".into());
+    let mut out = String::from(
+        "| cluster | pool | nodes | engine | runs | AFR | N*SIF, time average | max N*SIF | max N*SIF while WCC held (all / settled, every job movable) | WCC coverage | AGU | waited while it fit (job-s) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in results {
+        for p in &r.pools {
+            let _ = writeln!(
+                out,
+                "| {} | {}{} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {:.1}% | {:.0} |",
+                r.name,
+                p.name,
+                if p.modelled { "" } else { " (pass-through)" },
+                p.nodes,
+                match p.engine {
+                    Some(true) => "active",
+                    Some(false) => "NOT active",
+                    None => "-",
+                },
+                p.runs,
+                p.afr.map(|a| format!("{a:.4}")).unwrap_or("-".into()),
+                p.mean_n_sif
+                    .map(|a| format!("{a:.2}"))
+                    .unwrap_or("-".into()),
+                opt(p.max_n_sif),
+                opt(p.max_n_sif_under_wcc),
+                opt(p.max_n_sif_under_wcc_settled),
+                p.wcc_coverage
+                    .map(|w| format!("{:.0}%", 100.0 * w))
+                    .unwrap_or("-".into()),
+                100.0 * p.agu,
+                p.fit_wait_s
+            );
+        }
+        if r.runs_across_pools > 0 {
+            let _ = writeln!(
+                out,
+                "| {} | (across pools) | | | {} | | | | | | | |",
+                r.name, r.runs_across_pools
+            );
+        }
+    }
+    out
+}
+
 /// Live against simulated, per cluster: the simulator on the jobs this
 /// replay submitted (markdown).
 pub fn sim_table(results: &[ClusterResult]) -> String {
@@ -971,6 +1187,14 @@ pub fn markdown(
     );
     s.push_str(&table(results, c.speedup));
     s.push('\n');
+    if results.iter().any(|r| r.pools.len() > 1) {
+        let _ = writeln!(
+            s,
+            "## Pools\n\nEach pool of interchangeable GPU nodes (same GPU count and type) on its own, `N` its nodes, over the cluster's metric window; the cluster's N*SIF above is the sum over the modelled pools. Theorem 1 is per pool: `N*SIF <= 2` where WCC held in the pool (checked on compass clusters at settled instants).\n"
+        );
+        s.push_str(&pool_table(results));
+        s.push('\n');
+    }
     if let Some(sim) = results.iter().find_map(|r| r.simulated.as_ref()) {
         let _ = writeln!(
             s,
@@ -984,7 +1208,7 @@ pub fn markdown(
         s.push('\n');
     }
     if checks.is_empty() {
-        s.push_str("Checks: all passed (every job completed exactly once, or was cancelled by compass-budgetd as a non-resumable preemption victim; compass jobs ran only on the engine's nodes; N*SIF <= 2 while WCC held; compass AFR below stock).\n\n");
+        s.push_str("Checks: all passed (every job completed exactly once, or was cancelled by compass-budgetd as a non-resumable preemption victim; compass jobs ran only on the engine's nodes; N*SIF <= 2 in each pool while WCC held there; compass AFR below stock).\n\n");
     } else {
         s.push_str("Checks FAILED:\n");
         for c in checks {
@@ -1187,6 +1411,121 @@ mod tests {
         assert_eq!(c.wall_cost_s, 5.0);
         assert_eq!(c.trace_cost_s, 300.0);
         assert_eq!(started_ahead(&o), 0);
+    }
+
+    #[test]
+    fn the_bound_is_checked_per_pool_and_names_the_pool_that_broke_it() {
+        use super::super::plan::{Compression, PlannedJob};
+        use super::super::slurm::JobObs;
+        use compass_core::placement::pools::NodeGpus;
+        use compass_slurm::state::{PoolView, PublishedState};
+        let planned = |index: usize, g: u32| PlannedJob {
+            index,
+            name: format!("j{index}"),
+            instances: 1,
+            gpus: g,
+            account: None,
+            trace_offset_s: 0.0,
+            trace_duration_s: 10.0,
+            submit_s: 0.0,
+            run_s: 10.0,
+            min_runtime_s: 0,
+            resumable: true,
+            time_limit_min: 2,
+        };
+        // four 1-GPU jobs on four a100 nodes (partial 4, Phi* 1: N*SIF 3
+        // under WCC); two 2-GPU jobs on two l40s nodes (partial 2, Phi* 0:
+        // N*SIF 2, the bound)
+        let plan = Plan {
+            jobs: (0..4)
+                .map(|i| planned(i, 1))
+                .chain((4..6).map(|i| planned(i, 2)))
+                .collect(),
+            skipped_too_large: 0,
+            raised_to_min_run: 0,
+            cut_to_max_run: 0,
+            window_trace_start_s: 0.0,
+            window_trace_end_s: 0.0,
+            compression: Compression {
+                speedup: 60.0,
+                min_run_s: 1.0,
+                max_run_s: None,
+            },
+        };
+        let mut nodes: Vec<(String, NodeGpus)> = (1..=4)
+            .map(|k| (format!("a{k}"), NodeGpus::new(8, Some("a100"))))
+            .collect();
+        nodes.extend((1..=3).map(|k| (format!("l{k}"), NodeGpus::new(4, Some("l40s")))));
+        nodes.push(("c1".into(), NodeGpus::new(0, None)));
+        let dir = std::env::temp_dir().join(format!("compass-replay-pools-{}", std::process::id()));
+        let mut o = Observer::with_nodes(&plan.jobs, &nodes, Some(dir.join("state.json")));
+        let pool_view = |name: &str, g: u32, names: &[&str]| PoolView {
+            name: name.into(),
+            gpus_per_node: g,
+            nodes: names.len() as u32,
+            node_names: names.iter().map(|n| n.to_string()).collect(),
+            modelled: true,
+            ..Default::default()
+        };
+        o.state = Some(PublishedState {
+            engine_active: true,
+            pools: vec![
+                pool_view("8xa100", 8, &["a1", "a2", "a3", "a4"]),
+                pool_view("4xl40s", 4, &["l1", "l2", "l3"]),
+            ],
+            ..Default::default()
+        });
+        let at = ["a1", "a2", "a3", "a4", "l1", "l2"];
+        for (i, _) in at.iter().enumerate() {
+            o.submitted(i, i as u64 + 1, 0.0);
+        }
+        let running = |run: u64| -> Vec<JobObs> {
+            at.iter()
+                .enumerate()
+                .map(|(i, n)| JobObs {
+                    id: i as u64 + 1,
+                    state: "RUNNING".into(),
+                    run_time_s: run,
+                    node_gpus: BTreeMap::from([(n.to_string(), plan.jobs[i].gpus)]),
+                    ..Default::default()
+                })
+                .collect()
+        };
+        // the second poll sees the same placement: settled
+        o.poll(&running(0), 1.0, 1);
+        o.poll(&running(1), 2.0, 2);
+        let r = summarise(
+            &plan,
+            &o,
+            &ClusterInfo {
+                name: "compass",
+                slurm_conf: Path::new("/nonexistent/slurm.conf"),
+                spank: true,
+                completion_log: &dir.join("completed.log"),
+                log: None,
+                poll_errors: 0,
+            },
+        );
+        let names: Vec<&str> = r.pools.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["8xa100", "4xl40s"]);
+        assert_eq!(r.pools[0].max_n_sif_under_wcc_settled, Some(3));
+        assert_eq!(r.pools[1].max_n_sif_under_wcc_settled, Some(2));
+        assert_eq!((r.pools[0].runs, r.pools[1].runs), (4, 2));
+        assert!(
+            r.pools.iter().all(|p| p.engine == Some(true)),
+            "{:?}",
+            r.pools
+        );
+        let f = check(std::slice::from_ref(&r));
+        let bound: Vec<&String> = f.iter().filter(|m| m.contains("N*SIF reached")).collect();
+        assert_eq!(bound.len(), 1, "{f:?}");
+        assert!(
+            bound[0].starts_with("compass: pool 8xa100: N*SIF reached 3 > 2"),
+            "{f:?}"
+        );
+        let md = markdown("t", "", &plan, std::slice::from_ref(&r), &f, 1.0);
+        assert!(md.contains("## Pools"), "{md}");
+        assert!(md.contains("| compass | 8xa100 | 4 | active | 4 |"), "{md}");
     }
 
     #[test]

@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use compass_core::placement::pools::NodeGpus;
+use compass_slurm::shape::node_gpus;
+
 use crate::error::{CliError, Result};
 
 /// One `--cluster NAME=SLURM_CONF[:STATE_FILE]`.
@@ -79,37 +82,25 @@ impl Client {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// Nodes and GPUs per node of the cluster (`sinfo`); every node must
-    /// have the same GPU count.
-    pub fn shape(&self) -> Result<(Vec<String>, u32)> {
+    /// Every node of the cluster (`sinfo`) with its GPUs (count and type,
+    /// as the select plugin reads them: `compass_slurm::shape::node_gpus`),
+    /// in natural name order (`n2` before `n10`). CPU-only nodes have 0.
+    pub fn shape(&self) -> Result<Vec<(String, NodeGpus)>> {
         let text = self.text("sinfo", &["-h", "-N", "-o", "%N %G"])?;
-        let mut nodes: BTreeMap<String, u32> = BTreeMap::new();
-        for line in text.lines() {
-            let mut it = line.split_whitespace();
-            let (Some(n), g) = (it.next(), it.next().unwrap_or("")) else {
-                continue;
-            };
-            nodes.insert(n.to_string(), gres_gpus(g));
-        }
-        let mut caps: Vec<u32> = nodes.values().copied().collect();
-        caps.dedup();
-        caps.sort_unstable();
-        caps.dedup();
-        match caps.as_slice() {
-            [g] if *g > 0 => {
-                let mut names: Vec<String> = nodes.into_keys().collect();
-                names.sort_by_key(|n| natural_key(n));
-                Ok((names, *g))
-            }
-            [] => Err(CliError::Failed(format!(
+        let nodes = parse_sinfo_nodes(&text);
+        if nodes.is_empty() {
+            return Err(CliError::Failed(format!(
                 "sinfo (SLURM_CONF={}) lists no nodes",
                 self.conf.display()
-            ))),
-            _ => Err(CliError::Failed(format!(
-                "nodes of SLURM_CONF={} have different or no GPU counts ({caps:?}): the replay needs identical GPU nodes",
-                self.conf.display()
-            ))),
+            )));
         }
+        if nodes.iter().all(|(_, g)| g.gpus == 0) {
+            return Err(CliError::Failed(format!(
+                "no node of SLURM_CONF={} has GPUs: the replay needs GPU nodes",
+                self.conf.display()
+            )));
+        }
+        Ok(nodes)
     }
 
     /// Does `sbatch` know the SPANK options (`--min-runtime`, `--resumable`)?
@@ -136,6 +127,22 @@ impl Client {
         let text = self.text("scontrol", &["show", "job", "-d", "--oneliner"])?;
         Ok(parse_jobs(&text))
     }
+}
+
+/// `sinfo -h -N -o '%N %G'`: each node once (sinfo lists a node once per
+/// partition), with its GPUs, in natural name order.
+pub fn parse_sinfo_nodes(text: &str) -> Vec<(String, NodeGpus)> {
+    let mut nodes: BTreeMap<String, NodeGpus> = BTreeMap::new();
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(n), g) = (it.next(), it.next().unwrap_or("")) else {
+            continue;
+        };
+        nodes.insert(n.to_string(), node_gpus(g));
+    }
+    let mut out: Vec<(String, NodeGpus)> = nodes.into_iter().collect();
+    out.sort_by_key(|(n, _)| natural_key(n));
+    out
 }
 
 /// Sort key putting `n2` before `n10`.
@@ -317,6 +324,19 @@ mod tests {
         assert_eq!(slurm_secs("1-00:00:02"), Some(86_402));
         assert_eq!(slurm_secs("5:07"), Some(307));
         assert!(natural_key("n2") < natural_key("n10"));
+    }
+
+    #[test]
+    fn sinfo_nodes_of_a_mixed_cluster() {
+        // a node in two partitions is listed twice; CPU-only nodes say (null)
+        let text = "n10 gpu:l40s:4(S:0-1)\nn9 gpu:l40s:4(S:0-1)\nn9 gpu:l40s:4(S:0-1)\nn1 gpu:a100:8(S:0-1)\nn13 gpu:2(S:0-1)\nn15 (null)\n";
+        let nodes = parse_sinfo_nodes(text);
+        let names: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["n1", "n9", "n10", "n13", "n15"]);
+        assert_eq!(nodes[0].1, NodeGpus::new(8, Some("a100")));
+        assert_eq!(nodes[1].1, NodeGpus::new(4, Some("l40s")));
+        assert_eq!(nodes[3].1, NodeGpus::new(2, None));
+        assert_eq!(nodes[4].1, NodeGpus::new(0, None));
     }
 
     #[test]

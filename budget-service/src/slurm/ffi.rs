@@ -2,6 +2,7 @@
 //! (the only `unsafe` of this crate's Slurm I/O). Public API only
 //! (`slurm.h` through `slurm-sys`): `slurm_init`, `slurm_load_jobs`,
 //! `slurm_load_node` with `slurm_load_partitions` (node partitions),
+//! `slurm_load_ctl_conf` (priority weights, `PreemptType`),
 //! `slurm_update_job`. Everything libslurm allocates is copied into owned
 //! Rust values and freed before returning; errors become
 //! [`BudgetError::Slurm`] with libslurm's own message.
@@ -74,6 +75,8 @@ pub struct RawJob {
     pub pn_min_cpus: u32,
     /// `pn_min_memory`: MB per node, or per CPU with the `MEM_PER_CPU` bit.
     pub pn_min_memory: u64,
+    /// `qos`: the job's QOS name (empty without one).
+    pub qos: String,
 }
 
 /// `MEM_PER_CPU` of slurm.h: `pn_min_memory` is per CPU when set.
@@ -237,8 +240,50 @@ pub fn load_jobs() -> Result<Vec<RawJob>> {
             num_cpus: j.num_cpus,
             pn_min_cpus: u32::from(j.pn_min_cpus),
             pn_min_memory: j.pn_min_memory,
+            qos: text(j.qos),
         })
         .collect())
+}
+
+struct ConfMsg(*mut sys::slurm_conf_t);
+
+impl Drop for ConfMsg {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: allocated by slurm_load_ctl_conf, freed exactly once.
+            unsafe { sys::slurm_free_ctl_conf(self.0) };
+        }
+    }
+}
+
+/// slurmctld's priority and preemption settings (`slurm_load_ctl_conf`):
+/// what compass's order must live beside (issue 12).
+pub fn load_priority_conf() -> Result<super::priority::PriorityConf> {
+    let _g = call_lock();
+    let mut msg = ConfMsg(std::ptr::null_mut());
+    // SAFETY: libslurm fills `msg.0` with a message we own (freed by ConfMsg).
+    let rc = unsafe { sys::slurm_load_ctl_conf(0, &mut msg.0) };
+    if rc != 0 || msg.0.is_null() {
+        let (errno, why) = last_error();
+        return Err(BudgetError::Slurm(format!(
+            "slurm_load_ctl_conf failed: {why} (errno {errno}; is slurmctld up?)"
+        )));
+    }
+    // SAFETY: a valid message, read before it is freed.
+    let c = unsafe { &*msg.0 };
+    Ok(super::priority::PriorityConf {
+        priority_type: text(c.priority_type),
+        weight_age: c.priority_weight_age,
+        weight_assoc: c.priority_weight_assoc,
+        weight_fairshare: c.priority_weight_fs,
+        weight_job_size: c.priority_weight_js,
+        weight_partition: c.priority_weight_part,
+        weight_qos: c.priority_weight_qos,
+        weight_tres: text(c.priority_weight_tres),
+        flags: c.priority_flags,
+        preempt_type: text(c.preempt_type),
+        accounting_storage_type: text(c.accounting_storage_type),
+    })
 }
 
 struct NodeMsg(*mut sys::node_info_msg_t);

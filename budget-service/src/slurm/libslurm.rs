@@ -39,6 +39,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use super::ffi::{self, RawJob, RawNode, UpdateError, MEM_PER_CPU, NICE_OFFSET};
+use super::priority::{parse_qos_priorities, PriorityConf, QosPriorities};
 use super::{
     JobNeeds, NodeState, SlurmActions, SlurmJob, SlurmNode, SlurmSink, SlurmSnapshot, SlurmSource,
 };
@@ -72,7 +73,27 @@ pub struct LibSlurm {
     /// Admin comment of every job of the last snapshot (a cancel appends
     /// its reason to it, keeping the compass tag).
     comments: Mutex<HashMap<JobId, String>>,
+    /// QOS priorities read from sacctmgr.
+    qos: Mutex<QosCache>,
+    /// The sacctmgr program (`sacctmgr` on the `PATH`).
+    sacctmgr: String,
 }
+
+/// The last read of QOS priorities, and the last attempt.
+#[derive(Default)]
+struct QosCache {
+    /// The last successful read, and when.
+    read: Option<(std::time::Instant, BTreeMap<String, u32>)>,
+    /// The last attempt, and its error if it failed: a failing sacctmgr is
+    /// tried again only after [`QOS_REFRESH`], not every cycle.
+    tried: Option<(std::time::Instant, Option<String>)>,
+}
+
+/// How often QOS priorities are read again from sacctmgr (they change only
+/// with `sacctmgr modify qos`).
+pub const QOS_REFRESH: std::time::Duration = std::time::Duration::from_secs(300);
+/// How long one `sacctmgr show qos` may take on the cycle's thread.
+pub const QOS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl LibSlurm {
     pub fn new(conf: Option<PathBuf>) -> Self {
@@ -80,6 +101,84 @@ impl LibSlurm {
             conf,
             nice: Mutex::new(HashMap::new()),
             comments: Mutex::new(HashMap::new()),
+            qos: Mutex::new(QosCache::default()),
+            sacctmgr: "sacctmgr".into(),
+        }
+    }
+
+    /// Reads QOS priorities with `program` instead of `sacctmgr`.
+    pub fn with_sacctmgr(mut self, program: &str) -> Self {
+        self.sacctmgr = program.into();
+        self
+    }
+
+    /// QOS priorities for the order (issue 12). Only read when the site
+    /// weighs QOS; they live in slurmdbd, so without an accounting database
+    /// every QOS has priority 0 (Slurm's own view then, too). Read with
+    /// `sacctmgr show qos format=name,priority -P -n` every [`QOS_REFRESH`]
+    /// on the cycle's thread (never the async runtime's), stopped after
+    /// [`QOS_TIMEOUT`]; on failure the last read is kept, and the next
+    /// attempt waits [`QOS_REFRESH`] too.
+    fn qos_priorities(&self, conf: &PriorityConf) -> QosPriorities {
+        if !conf.qos_weighted() {
+            return QosPriorities {
+                by_name: BTreeMap::new(),
+                source: "not weighed (PriorityWeightQOS=0): QOS does not order jobs".into(),
+            };
+        }
+        if !conf.has_slurmdbd() {
+            return QosPriorities {
+                by_name: BTreeMap::new(),
+                source: format!(
+                    "none: no accounting database (AccountingStorageType={}), every QOS has priority 0",
+                    conf.accounting_storage_type
+                ),
+            };
+        }
+        let mut cache = self.qos.lock().unwrap_or_else(|e| e.into_inner());
+        let due = cache
+            .tried
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= QOS_REFRESH);
+        if due {
+            let read = crate::sacctmgr::run_sacctmgr(
+                &self.sacctmgr,
+                &["show", "qos", "format=name,priority", "-P", "-n"],
+                QOS_TIMEOUT,
+            )
+            .and_then(|(text, _)| parse_qos_priorities(&text));
+            let now = std::time::Instant::now();
+            match read {
+                Ok(m) => {
+                    cache.read = Some((now, m));
+                    cache.tried = Some((now, None));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read QOS priorities from sacctmgr");
+                    cache.tried = Some((now, Some(e.to_string())));
+                }
+            }
+        }
+        let failed = cache.tried.as_ref().and_then(|(_, e)| e.clone());
+        match (&cache.read, failed) {
+            (Some((at, m)), None) => QosPriorities {
+                by_name: m.clone(),
+                source: format!("sacctmgr, read {} s ago", at.elapsed().as_secs()),
+            },
+            (Some((at, m)), Some(e)) => QosPriorities {
+                by_name: m.clone(),
+                source: format!(
+                    "sacctmgr failed ({e}); using its read of {} s ago",
+                    at.elapsed().as_secs()
+                ),
+            },
+            (None, e) => QosPriorities {
+                by_name: BTreeMap::new(),
+                source: format!(
+                    "sacctmgr failed ({}); every QOS taken as priority 0",
+                    e.unwrap_or_default()
+                ),
+            },
         }
     }
 
@@ -105,6 +204,9 @@ impl SlurmSource for LibSlurm {
         snap.nodes = nodes.iter().map(node_of).collect();
         set_tiers(&mut snap, &tiers);
         types_from_nodes(&mut snap);
+        let conf = ffi::load_priority_conf()?;
+        snap.qos_priorities = self.qos_priorities(&conf);
+        snap.priority_conf = Some(conf);
         snap.capacity_gpus = Some(snap.nodes.iter().map(|n| n.gpus).sum());
         *self.comments.lock().unwrap_or_else(|e| e.into_inner()) = jobs
             .iter()
@@ -566,6 +668,8 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
             job: id,
             gpu_types,
             tier: 0,
+            qos: r.qos.clone(),
+            qos_priority: 0,
             account: r.account.clone(),
             user: job_user(r, &mut names),
             gpus,
@@ -591,6 +695,9 @@ pub fn snapshot_of(jobs: &[RawJob]) -> SlurmSnapshot {
             }
             if let Some(x) = priority_offset(r) {
                 s.priority_offsets.push((job.job, x));
+            }
+            if r.priority > 0 {
+                s.priorities.push((job.job, r.priority));
             }
             s.pending.push(job);
         } else if job.start.is_none() {
@@ -925,6 +1032,76 @@ mod tests {
         );
     }
 
+    /// QOS priorities: read only when weighted and with slurmdbd; a failing
+    /// sacctmgr is not run again every cycle, and the last read is kept.
+    #[test]
+    fn qos_priorities_come_from_sacctmgr_only_when_they_matter() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("compass-qos-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let calls = dir.join("calls");
+        let script = dir.join("sacctmgr");
+        let write = |body: &str| {
+            std::fs::write(
+                &script,
+                format!("#!/bin/sh\necho x >> {}\n{body}\n", calls.display()),
+            )
+            .unwrap();
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        let count = || {
+            std::fs::read_to_string(&calls)
+                .unwrap_or_default()
+                .lines()
+                .count()
+        };
+        write("printf 'normal|0\\nhigh|100\\n'");
+        let s = LibSlurm::new(None).with_sacctmgr(script.to_str().unwrap());
+        let mut conf = PriorityConf {
+            weight_qos: 0,
+            accounting_storage_type: "accounting_storage/slurmdbd".into(),
+            ..PriorityConf::default()
+        };
+        assert!(s.qos_priorities(&conf).source.starts_with("not weighed"));
+        conf.weight_qos = 1000;
+        conf.accounting_storage_type = "accounting_storage/none".into();
+        assert!(s
+            .qos_priorities(&conf)
+            .source
+            .starts_with("none: no accounting database"));
+        assert_eq!(count(), 0);
+        conf.accounting_storage_type = "accounting_storage/slurmdbd".into();
+        let q = s.qos_priorities(&conf);
+        assert_eq!(q.by_name["high"], 100);
+        assert!(q.source.starts_with("sacctmgr, read"), "{}", q.source);
+        // Cached: not run again within QOS_REFRESH.
+        s.qos_priorities(&conf);
+        assert_eq!(count(), 1);
+        // A failing sacctmgr (forced due now): the last read is kept, and it
+        // is not run again on the next cycle.
+        write("echo 'sacctmgr: error: slurmdbd: no connection' >&2; exit 1");
+        s.qos.lock().unwrap().tried = None;
+        let q = s.qos_priorities(&conf);
+        assert_eq!(q.by_name["high"], 100);
+        assert!(q.source.contains("sacctmgr failed"), "{}", q.source);
+        assert!(q.source.contains("no connection"), "{}", q.source);
+        s.qos_priorities(&conf);
+        assert_eq!(count(), 2);
+        // Never read: every QOS at 0, and why.
+        let fresh = LibSlurm::new(None).with_sacctmgr(script.to_str().unwrap());
+        let q = fresh.qos_priorities(&conf);
+        assert!(q.by_name.is_empty());
+        assert!(
+            q.source.contains("every QOS taken as priority 0"),
+            "{}",
+            q.source
+        );
+        // ... and a failing sacctmgr is not run every cycle.
+        fresh.qos_priorities(&conf);
+        assert_eq!(count(), 3);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn pending_job_reads_request_flags_and_nice() {
         let mut r = raw(7, JOB_PENDING);
@@ -933,8 +1110,14 @@ mod tests {
         r.tres_per_node = "gres:gpu:2".into();
         r.num_nodes = 3;
         r.admin_comment = "hello;compass:min_runtime=5400,resumable=1".into();
+        r.qos = "high".into();
+        r.priority = 123_456;
         let s = snapshot_of(&[r.clone()]);
         assert_eq!(s.pending.len(), 1);
+        // Its QOS name and Slurm priority, for the QOS bands and the check
+        // that Slurm follows compass's order (issue 12).
+        assert_eq!(s.pending[0].qos, "high");
+        assert_eq!(s.priorities, [(JobId(7), 123_456)]);
         let j = &s.pending[0];
         assert_eq!((j.job, j.gpus, j.start, j.end), (JobId(7), 6, None, None));
         assert_eq!(

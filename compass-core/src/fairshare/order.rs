@@ -136,6 +136,13 @@ pub struct PendingJob {
     /// order holds within each tier.
     #[serde(default)]
     pub tier: u16,
+    /// Priority of the job's QOS (`sacctmgr show qos format=name,priority`)
+    /// when the site weighs QOS (`PriorityWeightQOS` > 0), else 0. Within a
+    /// tier, a job of a higher QOS priority goes before every job of a lower
+    /// one; compass's fair-share order holds within a (tier, QOS) band
+    /// (`docs/admin-guide.md`, "Living with the site's Slurm setup").
+    #[serde(default)]
+    pub qos_priority: u32,
 }
 
 /// One level of the tree walk that placed a job.
@@ -175,7 +182,9 @@ pub struct Placed {
 
 /// The queue order: see the module doc; jobs of a higher partition
 /// `PriorityTier` go before every job of a lower one, as Slurm schedules
-/// them, and the fair-share order holds within a tier. Deterministic: ties between siblings
+/// them; within a tier, jobs of a higher QOS priority go before every job
+/// of a lower one ([`PendingJob::qos_priority`]), and the fair-share order
+/// holds within each (tier, QOS priority) band. Deterministic: ties between siblings
 /// of equal ratio go by name; ties between jobs of equal priority by submit
 /// time, then job id. `stats` comes from [`node_stats`] for the same tree.
 ///
@@ -332,7 +341,8 @@ pub struct QueueState<'a> {
 }
 
 /// The queue order of the budget service (and of `order_queue` with
-/// [`QueueOrder::RATIO`]): by partition tier (higher first), then allocated
+/// [`QueueOrder::RATIO`]): by partition tier (higher first), then QOS
+/// priority (higher first, [`PendingJob::qos_priority`]), then allocated
 /// before unallocated jobs, budgeted teams before accounts outside the tree,
 /// teams in the order of [`team_orders`] (base: the tree walk with siblings
 /// by (ratio, name)), then job priority (higher first), submit time, job id.
@@ -432,6 +442,7 @@ pub fn order_queue_by(
         b.job
             .tier
             .cmp(&a.job.tier)
+            .then_with(|| b.job.qos_priority.cmp(&a.job.qos_priority))
             .then_with(|| ka.cmp(&kb))
             .then_with(|| b.job.priority.cmp(&a.job.priority))
             .then_with(|| a.job.submit.cmp(&b.job.submit))
@@ -520,6 +531,12 @@ pub fn explain(p: &Placed, queue_len: usize) -> String {
         s.push_str(&format!(
             "Its partition has PriorityTier {}: Slurm starts jobs of higher tiers first, whatever their budget; the order below holds among the jobs of its tier.\n",
             p.job.tier
+        ));
+    }
+    if p.job.qos_priority > 0 {
+        s.push_str(&format!(
+            "Its QOS has priority {}: it goes before every job of its tier with a lower QOS priority, whatever their budget; the order below holds among the jobs of its tier and QOS priority.\n",
+            p.job.qos_priority
         ));
     }
     match p.kind {
@@ -632,13 +649,31 @@ pub const SITE_KEY_MIN_SPACING: i64 = 1 << 10;
 /// past that the last keys repeat [`SITE_KEY_MIN`] (never reached: Slurm's
 /// `MaxJobCount` is far smaller).
 pub fn sparse_site_factors(previous: &HashMap<JobId, u32>, order: &[Placed]) -> Vec<(JobId, u32)> {
+    sparse_site_factors_spaced(previous, order, 1)
+}
+
+/// [`sparse_site_factors`] with consecutive keys at least `spacing` apart
+/// (a previous key is kept only where that holds). Slurm adds the other
+/// multifactor terms to the site factor; each lies in `[0, weight]`, so
+/// with `spacing` above the sum of those weights (the *margin*, see
+/// `compass-budgetd`'s cycle) no other factor can move a job past another:
+/// Slurm's priority order is the keys' order whatever the age, job size or
+/// QOS terms are. The lowest key is at least `spacing` as well, so a job
+/// Slurm holds no key for sorts below every keyed one. Past
+/// `(SITE_KEY_MAX - SITE_KEY_MIN) / spacing` jobs the keys no longer fit
+/// and the tail repeats the lowest key.
+pub fn sparse_site_factors_spaced(
+    previous: &HashMap<JobId, u32>,
+    order: &[Placed],
+    spacing: u32,
+) -> Vec<(JobId, u32)> {
     let prev: Vec<Option<u32>> = order
         .iter()
         .map(|p| previous.get(&p.job.job).copied())
         .collect();
     order
         .iter()
-        .zip(sparse_keys(&prev))
+        .zip(sparse_keys_spaced(&prev, spacing))
         .map(|(p, k)| (p.job.job, k))
         .collect()
 }
@@ -646,24 +681,39 @@ pub fn sparse_site_factors(previous: &HashMap<JobId, u32>, order: &[Placed]) -> 
 /// The keys of [`sparse_site_factors`] for a queue whose `i`-th job held
 /// `prev[i]` (`None`: new, or unknown).
 pub fn sparse_keys(prev: &[Option<u32>]) -> Vec<u32> {
+    sparse_keys_spaced(prev, 1)
+}
+
+/// [`sparse_keys`] with consecutive keys at least `spacing` apart (see
+/// [`sparse_site_factors_spaced`]).
+pub fn sparse_keys_spaced(prev: &[Option<u32>], spacing: u32) -> Vec<u32> {
+    let s = i64::from(spacing.max(1));
+    // Keys of a fresh queue and of jobs added at either end: STRIDE
+    // spacings apart, so a gap takes 16 insertions at any spacing.
+    let stride = i64::from(SITE_KEY_STRIDE).saturating_mul(s);
     let n = prev.len();
-    let (lo_key, hi_key) = (i64::from(SITE_KEY_MIN), i64::from(SITE_KEY_MAX));
+    // The lowest key is at least the spacing too: a job Slurm has no key
+    // for yet (priority: the other terms only, below the spacing) never
+    // passes a keyed job.
+    let (lo_key, hi_key) = (i64::from(SITE_KEY_MIN).max(s), i64::from(SITE_KEY_MAX));
     let prev: Vec<Option<i64>> = prev
         .iter()
         .map(|k| k.map(i64::from).filter(|k| (lo_key..=hi_key).contains(k)))
         .collect();
-    // Keep a longest strictly decreasing subsequence of the known keys.
+    // Keep a longest subsequence of the known keys decreasing by at least
+    // `s` at each step (patience sorting: `tails[l]` ends the chain of
+    // length l + 1 with the highest last key).
     let known: Vec<usize> = (0..n).filter(|&i| prev[i].is_some()).collect();
     let key = |p: usize| prev[known[p]].unwrap_or(0);
     let mut tails: Vec<usize> = Vec::new();
     let mut parent: Vec<Option<usize>> = vec![None; known.len()];
     for (p, up) in parent.iter_mut().enumerate() {
         let v = key(p);
-        let at = tails.partition_point(|&t| key(t) > v);
+        let at = tails.partition_point(|&t| key(t) >= v + s);
         *up = at.checked_sub(1).map(|a| tails[a]);
         if at == tails.len() {
             tails.push(p);
-        } else {
+        } else if v > key(tails[at]) {
             tails[at] = p;
         }
     }
@@ -685,26 +735,27 @@ pub fn sparse_keys(prev: &[Option<u32>]) -> Vec<u32> {
         }
         // Window [a, b): a - 1 is final (kept or already placed), b is kept.
         let (mut a, mut b) = (i, next_kept(i));
-        let mut min_spacing = 1;
+        let mut min_spacing = s;
         loop {
             let hi = a.checked_sub(1).map(|x| keys[x]);
             let lo = (b < n).then(|| keys[b]);
             let whole = a == 0 && b == n;
-            if let Some(k) = fill_gap(lo, hi, b - a, if whole { 1 } else { min_spacing }) {
+            let spacing = if whole { s } else { min_spacing };
+            if let Some(k) = fill_gap(lo, hi, b - a, spacing, stride, lo_key) {
                 keys[a..b].copy_from_slice(&k);
                 break;
             }
             if whole {
                 // More jobs than keys: dense from the top, saturating.
                 for (r, k) in keys.iter_mut().enumerate() {
-                    *k = (hi_key - r as i64).max(lo_key);
+                    *k = (hi_key - (r as i64).saturating_mul(s)).max(lo_key);
                 }
                 break;
             }
             let grow = (b - a).max(1);
             a = a.saturating_sub(grow);
             b = next_kept((b + grow).min(n));
-            min_spacing = SITE_KEY_MIN_SPACING;
+            min_spacing = SITE_KEY_MIN_SPACING.max(s);
         }
         i = b;
     }
@@ -712,17 +763,25 @@ pub fn sparse_keys(prev: &[Option<u32>]) -> Vec<u32> {
 }
 
 /// `len` keys, strictly decreasing, strictly between `lo` and `hi` (`None`:
-/// the end of the key range), at least `min_spacing` apart; `None` if they
-/// do not fit.
-fn fill_gap(lo: Option<i64>, hi: Option<i64>, len: usize, min_spacing: i64) -> Option<Vec<i64>> {
+/// the end of the key range, `floor` ..= [`SITE_KEY_MAX`]), at least
+/// `min_spacing` apart (and from `lo` and `hi`), at most `stride` apart
+/// where a side is open; `None` if they do not fit.
+fn fill_gap(
+    lo: Option<i64>,
+    hi: Option<i64>,
+    len: usize,
+    min_spacing: i64,
+    stride: i64,
+    floor: i64,
+) -> Option<Vec<i64>> {
     let top = hi.unwrap_or(i64::from(SITE_KEY_MAX) + 1);
-    let bottom = lo.unwrap_or(i64::from(SITE_KEY_MIN) - 1);
+    let bottom = lo.unwrap_or(floor - 1);
     let len_i = i64::try_from(len).ok()?;
     let even = (top - bottom) / (len_i + 1);
     if even < min_spacing.max(1) {
         return None;
     }
-    let stride = even.min(i64::from(SITE_KEY_STRIDE));
+    let stride = even.min(stride.max(min_spacing));
     let first = match (lo, hi) {
         (Some(_), Some(_)) => top - even,
         (None, Some(_)) => top - stride,
@@ -772,6 +831,7 @@ mod tests {
             priority: prio,
             submit,
             tier: 0,
+            qos_priority: 0,
         }
     }
 
@@ -879,6 +939,81 @@ mod tests {
         let why = explain(&o[1], o.len());
         assert!(why.contains("PriorityTier 10"), "{why}");
         assert!(!explain(&o[4], o.len()).contains("PriorityTier"));
+    }
+
+    #[test]
+    fn higher_qos_priorities_go_first_within_a_tier_and_fair_share_within_a_band() {
+        let t = two_teams();
+        let mut l = Ledger::new();
+        // acct-a is over-served, acct-b is not.
+        l.ingest(Interval {
+            job: JobId(99),
+            account: "acct-a".into(),
+            gpus: 8,
+            start: 0,
+            end: Some(100),
+            kind: Kind::Allocated,
+            weight: 1.0,
+        })
+        .unwrap();
+        let s = stats_at(&t, &l, 100, 100, 10.0);
+        let j = |id, acct: &str, min_rt, tier, qos_priority| PendingJob {
+            tier,
+            qos_priority,
+            ..job(id, acct, min_rt, 0, id as i64)
+        };
+        let jobs = vec![
+            j(1, "acct-b", 60, 0, 0),
+            j(2, "acct-a", 60, 0, 100),
+            j(3, "acct-a", 0, 0, 100),
+            j(4, "acct-b", 60, 0, 100),
+            j(5, "acct-a", 60, 1, 0),
+            j(6, "acct-b", 60, 0, 10),
+            j(7, "acct-a", 60, 0, 10),
+        ];
+        let o = order_queue(&t, &s, &jobs);
+        let ids: Vec<u64> = o.iter().map(|p| p.job.job.0).collect();
+        // Tier 1 first, whatever its QOS; then in tier 0 the QOS-100 band
+        // (b before a, unallocated last), the QOS-10 band (b before a),
+        // and QOS 0.
+        assert_eq!(ids, vec![5, 4, 2, 3, 6, 7, 1]);
+        let why = explain(&o[2], o.len());
+        assert!(why.contains("QOS has priority 100"), "{why}");
+        assert!(!explain(&o[0], o.len()).contains("QOS"));
+    }
+
+    #[test]
+    fn spaced_keys_keep_the_spacing_and_reuse_what_they_can() {
+        let spacing = 50_000u32;
+        let ok = |k: &[u32]| k.windows(2).all(|w| w[0] >= w[1] + spacing);
+        let fresh = sparse_keys_spaced(&vec![None; 1_000], spacing);
+        assert!(ok(&fresh));
+        // Keys pushed with spacing 1 (before the weights were raised) that
+        // are too close are renumbered; far enough ones are kept.
+        let close: Vec<Option<u32>> = (0..10).map(|i| Some(2_000_000 - i * 10)).collect();
+        let k = sparse_keys_spaced(&close, spacing);
+        assert!(ok(&k), "{k:?}");
+        assert_eq!(k.iter().filter(|x| close.contains(&Some(**x))).count(), 1);
+        // The same queue again changes nothing; an insertion only its key.
+        let prev: Vec<Option<u32>> = fresh.iter().copied().map(Some).collect();
+        assert_eq!(sparse_keys_spaced(&prev, spacing), fresh);
+        let mut with_new = prev.clone();
+        with_new.insert(500, None);
+        let k = sparse_keys_spaced(&with_new, spacing);
+        assert!(ok(&k));
+        let changed = with_new
+            .iter()
+            .zip(&k)
+            .filter(|(p, n)| p.is_some_and(|p| p != **n))
+            .count();
+        assert_eq!(changed, 0);
+        // More jobs than fit at this spacing: still decreasing, floored at
+        // the spacing (above what an unkeyed job's priority can reach).
+        let huge = sparse_keys_spaced(&vec![None; 100], 100_000_000);
+        assert!(huge.windows(2).all(|w| w[0] >= w[1]));
+        assert_eq!(*huge.last().unwrap(), 100_000_000);
+        let wide = sparse_keys_spaced(&[None; 3], 4_000_000);
+        assert!(wide.iter().all(|k| *k >= 4_000_000), "{wide:?}");
     }
 
     #[test]
@@ -1252,6 +1387,24 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// With a spacing, the keys of any queue built from any previous
+        /// keys are at least that far apart (while they fit: at most
+        /// 300 jobs here, far below (max - min) / spacing).
+        #[test]
+        fn spaced_keys_are_always_spaced(
+            prev in proptest::collection::vec(proptest::option::of(SITE_KEY_MIN - 10..SITE_KEY_MAX + 10), 0..300),
+            spacing in 1u32..2_000_000,
+        ) {
+            let k = sparse_keys_spaced(&prev, spacing);
+            prop_assert_eq!(k.len(), prev.len());
+            for w in k.windows(2) {
+                prop_assert!(u64::from(w[0]) >= u64::from(w[1]) + u64::from(spacing), "{:?}", w);
+            }
+            prop_assert!(k.iter().all(|x| (SITE_KEY_MIN.max(spacing)..=SITE_KEY_MAX).contains(x)));
+        }
+    }
+
     #[test]
     fn sparse_site_factors_follow_order_queue() {
         // A new job of the under-served team goes to the head of the queue:
@@ -1342,6 +1495,7 @@ mod tests {
                                 priority: prio,
                                 submit,
                                 tier: 0,
+                                qos_priority: 0,
                             })
                             .collect();
                         (specs, u, jobs)

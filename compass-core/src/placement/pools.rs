@@ -489,6 +489,23 @@ impl PoolSet {
         Ok(())
     }
 
+    /// Remembers the nodes (global ids) a job in the model may use, when
+    /// Slurm's candidates for it cover only part of its pool (a partition,
+    /// `--exclude`, features): Compact then keeps it inside them
+    /// ([`CompassEngine::set_allowed`]). `None`: any node of its pool. Jobs
+    /// outside the model (or in a pass-through pool) never move: no-op.
+    pub fn set_allowed(&mut self, job: JobId, allowed: Option<&NodeSet>) -> Result<()> {
+        let pools = self.jobs.get(&job).ok_or(CoreError::UnknownJob(job))?;
+        let &[p] = pools.as_slice() else {
+            return Ok(());
+        };
+        let local = allowed.map(|a| self.local_set(p, a));
+        match self.pools[p].engine.as_mut() {
+            Some(e) if !e.is_foreign(job) => e.set_allowed(job, local.as_ref()),
+            _ => Ok(()),
+        }
+    }
+
     /// A job in the model as its pool holds it (global ids).
     pub fn job(&self, job: JobId) -> Option<PooledJob> {
         let &[p] = self.jobs.get(&job)?.as_slice() else {

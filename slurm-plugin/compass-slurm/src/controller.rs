@@ -375,7 +375,26 @@ impl Controller {
     /// layout Slurm chose differently from the plan). Returns a log message
     /// when the engine could not record it as planned.
     pub fn begin(&mut self, job: &JobInfo, per_node: &[(NodeId, u32)], now: u64) -> Option<String> {
+        self.begin_within(job, per_node, None, now)
+    }
+
+    /// [`Controller::begin`] for a job that may only run on `allowed`
+    /// (its partition's nodes less `--exclude`): when that covers part of
+    /// its pool, the engine remembers it, so Compact never migrates the job
+    /// to a node Slurm could not start it on (`CompassEngine::set_allowed`,
+    /// docs/compass-corrections.md section 8). `None`: no restriction.
+    pub fn begin_within(
+        &mut self,
+        job: &JobInfo,
+        per_node: &[(NodeId, u32)],
+        allowed: Option<&NodeSet>,
+        now: u64,
+    ) -> Option<String> {
         let log = self.adopt_running(job, per_node, now);
+        if allowed.is_some() && self.engine.job(JobId(job.id)).is_some() {
+            // A job in the model; foreign use never moves.
+            let _ = self.engine.set_allowed(JobId(job.id), allowed);
+        }
         self.compact();
         log
     }
@@ -1265,6 +1284,34 @@ mod tests {
             assert!(!rec.request.movable, "migrated job left movable");
             c.fini(if o.job == 2 { 3 } else { 2 });
             assert!(c.tick(1002).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_job_restricted_to_part_of_the_pool_is_never_migrated_outside_it() {
+        // Two resumable 1x4 jobs on n1 and n2: Compact merges them onto one
+        // node. Whichever node the engine would empty, the job restricted
+        // to its own node (its partition) is never the one sent away; the
+        // other one moves to it. Unrestricted, the same layout migrates the
+        // job on n1 to n2 (the control): restricting that job to n1 is the
+        // case the guard decides.
+        for restricted in [None, Some(0), Some(1)] {
+            let mut c = ctl();
+            for (id, node) in [(1u64, 0), (2, 1)] {
+                let allowed = (restricted == Some(node)).then(|| NodeSet::from_nodes(4, [node]));
+                c.begin_within(&job(id, 1, 4), &[(node, 4)], allowed.as_ref(), 0);
+            }
+            let orders = c.tick(1000);
+            assert_eq!(orders.len(), 1, "{restricted:?}: {orders:?}");
+            let o = &orders[0];
+            match restricted {
+                Some(node) => {
+                    let kept = u64::from(node) + 1;
+                    assert_ne!(o.job, kept, "{orders:?}");
+                    assert_eq!(o.to_nodes, vec![node], "{orders:?}");
+                }
+                None => assert_eq!((o.job, &o.to_nodes[..]), (1, &[1][..]), "{orders:?}"),
+            }
         }
     }
 

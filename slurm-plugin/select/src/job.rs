@@ -180,6 +180,34 @@ unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
     }
 }
 
+/// The nodes a job may ever run on, as far as Slurm's job record says it
+/// for good: the nodes of the partition it runs in, less its `--exclude`
+/// (`exc_node_bitmap`). Features (`--constraint`) are not read. `None` when
+/// the record has no partition bitmap. Compact keeps the job inside them
+/// (`Controller::begin_within`).
+///
+/// # Safety
+/// `job` is a live job record (its `part_ptr` and `details` NULL or valid).
+unsafe fn partition_nodes(job: &sys::job_record_t) -> Option<NodeSet> {
+    // SAFETY: NULL or a valid partition record.
+    let part = unsafe { job.part_ptr.as_ref() }?;
+    if part.node_bitmap.is_null() {
+        return None;
+    }
+    // SAFETY: valid bitmaps (checked non-NULL).
+    let size = unsafe { sys::bit_size(part.node_bitmap) } as u32;
+    let mut set = NodeSet::from_nodes(size, unsafe { bits(part.node_bitmap) });
+    // SAFETY: details is NULL or valid.
+    if let Some(d) = unsafe { job.details.as_ref() } {
+        if !d.exc_node_bitmap.is_null() {
+            for n in unsafe { bits(d.exc_node_bitmap) } {
+                set.remove(n);
+            }
+        }
+    }
+    Some(set)
+}
+
 /// Slurm's `time_limit` (minutes; INFINITE or NO_VAL: none) in seconds.
 fn time_limit_s(minutes: u32) -> Option<u64> {
     const NO_VAL: u32 = 0xffff_fffe;
@@ -520,7 +548,8 @@ pub unsafe extern "C" fn select_p_select_nodeinfo_set(job_ptr: *mut sys::job_rec
             }
             let info = unsafe { job_info(job, ctl.max_gpus_per_node()) };
             let alloc = unsafe { allocated_gpus(job) };
-            ctl.begin(&info, &alloc, now_unix())
+            let allowed = unsafe { partition_nodes(job) };
+            ctl.begin_within(&info, &alloc, allowed.as_ref(), now_unix())
         });
         if let Some(Some(m)) = msg {
             log::verbose(&m);

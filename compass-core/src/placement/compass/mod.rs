@@ -43,7 +43,7 @@ mod state;
 pub use observe::{LayoutSnapshot, NodeView};
 pub use state::{Guest, NodeKind, NodeState, Slot};
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -129,6 +129,14 @@ pub struct CompassEngine {
     migrations_total: u64,
     /// Admissions that the resource manager placed differently from the plan.
     divergences: u64,
+    /// Jobs the resource manager may run only on part of this engine's
+    /// nodes (a partition, `--exclude`, features covering part of the
+    /// pool), with those nodes: Compact never leaves a job outside its set
+    /// ([`CompassEngine::compact`]). Empty in the common case.
+    restricted: BTreeMap<JobId, NodeSet>,
+    /// Restricted jobs the last Compact held still because its passes
+    /// would have left them outside their nodes.
+    held_last: Vec<JobId>,
 }
 
 impl CompassEngine {
@@ -145,6 +153,8 @@ impl CompassEngine {
             ix: Index::new(cap),
             migrations_total: 0,
             divergences: 0,
+            restricted: BTreeMap::new(),
+            held_last: Vec::new(),
         };
         for n in 0..spec.nodes {
             e.reindex(n);
@@ -218,6 +228,49 @@ impl CompassEngine {
         Ok(())
     }
 
+    /// Remembers the nodes a running job may use when they are fewer than
+    /// the engine's (`None`, or a set with every node: no restriction), so
+    /// Compact moves it only inside them; the plugin passes the candidate
+    /// nodes Slurm gave at placement (partition, exclusions, features).
+    pub fn set_allowed(&mut self, job: JobId, allowed: Option<&NodeSet>) -> Result<()> {
+        match self.meta.get(&job) {
+            None => return Err(CoreError::UnknownJob(job)),
+            // foreign use never moves
+            Some(m) if m.foreign => return Ok(()),
+            Some(_) => {}
+        }
+        match allowed.filter(|a| a.count() < self.occ.spec().nodes) {
+            Some(a) => {
+                self.restricted.insert(job, a.clone());
+            }
+            None => {
+                self.restricted.remove(&job);
+            }
+        }
+        Ok(())
+    }
+
+    /// The restricted jobs the last Compact held still (its passes would
+    /// have moved them outside their nodes): that Compact ran as if they were
+    /// pinned, so Theorem 1's bound is promised only over the movable part
+    /// then (docs/compass-corrections.md, restricted jobs). Empty after a
+    /// Compact that held none.
+    pub fn held_in_last_compact(&self) -> &[JobId] {
+        &self.held_last
+    }
+
+    /// A job the engine holds as foreign GPU use (outside the model).
+    pub fn is_foreign(&self, job: JobId) -> bool {
+        self.meta.get(&job).is_some_and(|m| m.foreign)
+    }
+
+    /// The running jobs restricted to part of the engine's nodes: Compact
+    /// keeps each inside its set, which can keep it from Theorem 1's bound
+    /// (docs/compass-corrections.md, correction on restricted jobs).
+    pub fn restricted_jobs(&self) -> impl Iterator<Item = (JobId, &NodeSet)> {
+        self.restricted.iter().map(|(&j, s)| (j, s))
+    }
+
     /// Re-indexes every node of `job` (its movability changed).
     fn reindex_job(&mut self, job: JobId) {
         let mut nodes = self
@@ -230,6 +283,57 @@ impl CompassEngine {
         for n in nodes {
             self.reindex(n);
         }
+    }
+
+    /// [`PlacementPolicy::place`] for a job that may only ever run within
+    /// `allowed` (its partition, exclusions, features): it is placed there
+    /// and every Compact from this one on keeps it there
+    /// ([`CompassEngine::set_allowed`]).
+    pub fn place_within(
+        &mut self,
+        job: &JobRequest,
+        allowed: &NodeSet,
+    ) -> Result<Option<Admission>> {
+        self.place_impl(job, Some(allowed), true)
+    }
+
+    fn place_impl(
+        &mut self,
+        job: &JobRequest,
+        allowed: Option<&NodeSet>,
+        keep_within: bool,
+    ) -> Result<Option<Admission>> {
+        self.check_new(job)?;
+        let mut undo = Undo::default();
+        let Some(nodes) = self.place_instances(job, allowed, &mut undo) else {
+            self.rollback(undo);
+            return Ok(None);
+        };
+        self.occ.add(job, nodes.clone())?;
+        self.meta.insert(
+            job.id,
+            JobMeta {
+                gpus: job.shape.gpus,
+                movable: job.movable,
+                foreign: false,
+            },
+        );
+        self.reindex_job(job.id);
+        if keep_within {
+            self.set_allowed(job.id, allowed)?;
+        }
+        let migrations = if self.config.compact {
+            self.compact()
+        } else {
+            Vec::new()
+        };
+        // Compact may move the new job's own instances too.
+        let nodes = self
+            .occ
+            .job(job.id)
+            .map(|j| j.nodes.clone())
+            .unwrap_or(nodes);
+        Ok(Some(Admission { nodes, migrations }))
     }
 
     fn movable(&self, inst: InstanceRef) -> bool {
@@ -277,36 +381,11 @@ impl PlacementPolicy for CompassEngine {
     }
 
     /// Algorithm 1, lines 3-9: Place every instance (all-or-nothing), then
-    /// Compact.
+    /// Compact. `allowed` only narrows this placement (callers pass
+    /// transient limits too, such as nodes held for a draining job); to keep
+    /// the job there through later Compacts, [`CompassEngine::place_within`].
     fn place(&mut self, job: &JobRequest, allowed: Option<&NodeSet>) -> Result<Option<Admission>> {
-        self.check_new(job)?;
-        let mut undo = Undo::default();
-        let Some(nodes) = self.place_instances(job, allowed, &mut undo) else {
-            self.rollback(undo);
-            return Ok(None);
-        };
-        self.occ.add(job, nodes.clone())?;
-        self.meta.insert(
-            job.id,
-            JobMeta {
-                gpus: job.shape.gpus,
-                movable: job.movable,
-                foreign: false,
-            },
-        );
-        self.reindex_job(job.id);
-        let migrations = if self.config.compact {
-            self.compact()
-        } else {
-            Vec::new()
-        };
-        // Compact may move the new job's own instances too.
-        let nodes = self
-            .occ
-            .job(job.id)
-            .map(|j| j.nodes.clone())
-            .unwrap_or(nodes);
-        Ok(Some(Admission { nodes, migrations }))
+        self.place_impl(job, allowed, false)
     }
 
     /// Algorithm 1, lines 10-16: Remove every instance, then Compact.

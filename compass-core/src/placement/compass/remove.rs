@@ -109,6 +109,7 @@ impl CompassEngine {
     pub(super) fn detach_job(&mut self, job: JobId) -> Result<()> {
         let running = self.occ.remove(job)?;
         self.meta.remove(&job);
+        self.restricted.remove(&job);
         let mut touched = BTreeSet::new();
         for (k, &n) in running.nodes.iter().enumerate() {
             self.detach(

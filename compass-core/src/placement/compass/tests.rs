@@ -484,3 +484,73 @@ fn an_immovable_job_fills_a_partial_node_rather_than_open_an_empty_one() {
         .unwrap();
     assert_eq!(adm.nodes, vec![1]);
 }
+
+/// A job restricted to half the nodes (a partition over part of the pool)
+/// never ends a Compact outside them, under random arrivals and departures
+/// of unrestricted jobs and of other restricted ones; the invariants hold
+/// throughout, and restricted jobs still move inside their half.
+#[test]
+fn compact_keeps_restricted_jobs_inside_their_nodes_under_churn() {
+    let half = NodeSet::from_nodes(8, 0..4);
+    let mut moved_inside = 0;
+    for seed in 1..=40u64 {
+        let mut e = engine(8);
+        let mut x = seed;
+        let mut rnd = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let mut live: Vec<(u64, bool)> = Vec::new();
+        for id in 1..=120u64 {
+            let g = [1, 1, 1, 2, 2, 4, 3, 8][rnd(8) as usize];
+            let restricted = rnd(3) == 0;
+            let req = JobRequest::new(id, 1, g);
+            // (the plugin's path: adopt, then set_allowed, then Compact)
+            let placed = if restricted {
+                e.place_within(&req, &half)
+            } else {
+                e.place(&req, None)
+            };
+            if let Ok(Some(_)) = placed {
+                live.push((id, restricted));
+            }
+            if rnd(2) == 0 && !live.is_empty() {
+                let (gone, _) = live.remove(rnd(live.len() as u64) as usize);
+                e.remove(JobId(gone)).unwrap();
+            }
+            e.check_invariants().unwrap();
+            for &(j, r) in &live {
+                let nodes = &e.occupancy().job(JobId(j)).unwrap().nodes;
+                if r {
+                    assert!(
+                        nodes.iter().all(|&n| half.contains(n)),
+                        "seed {seed}, after job {id}: restricted job {j} on {nodes:?}"
+                    );
+                }
+            }
+            assert_eq!(
+                e.restricted_jobs().count(),
+                live.iter().filter(|l| l.1).count(),
+                "a departed job's restriction is forgotten"
+            );
+        }
+        moved_inside += e.migrations_total();
+    }
+    assert!(moved_inside > 0, "Compact still migrates");
+}
+
+#[test]
+fn a_restriction_to_every_node_is_none() {
+    let mut e = engine(4);
+    arrive(&mut e, 1, &[2]);
+    e.set_allowed(JobId(1), Some(&NodeSet::full(4))).unwrap();
+    assert_eq!(e.restricted_jobs().count(), 0);
+    e.set_allowed(JobId(1), Some(&NodeSet::from_nodes(4, [0, 1])))
+        .unwrap();
+    assert_eq!(e.restricted_jobs().count(), 1);
+    e.set_allowed(JobId(1), None).unwrap();
+    assert_eq!(e.restricted_jobs().count(), 0);
+    assert!(e.set_allowed(JobId(9), None).is_err(), "unknown job");
+}

@@ -6,8 +6,10 @@ mod pool;
 mod saturate;
 mod slotted;
 
+use std::collections::BTreeSet;
+
 use super::{CompassEngine, Dest, SlottedPass};
-use crate::model::{InstanceRef, Migration, NodeId};
+use crate::model::{InstanceRef, JobId, Migration, NodeId};
 
 impl CompassEngine {
     // ----- Compact (Section 4.3.4, corrected) ----------------------------
@@ -15,7 +17,56 @@ impl CompassEngine {
     /// Runs Compact now and returns the migrations it applied: bring guests
     /// home, saturate slot vacancies (Lemma A.2), the pool pass (Lemma A.3)
     /// and the corrected slotted pass (Lemma A.4 as it should be).
+    ///
+    /// Jobs restricted to part of the nodes ([`CompassEngine::set_allowed`])
+    /// end every Compact inside their set: when the passes would leave one
+    /// outside, the engine is restored as it was and the passes run again
+    /// with that job held still for this Compact (at most one rerun per
+    /// restricted job; none when no job is restricted, the common case,
+    /// which costs one emptiness test). A restricted job may still move
+    /// inside its set.
     pub fn compact(&mut self) -> Vec<Migration> {
+        self.held_last.clear();
+        if self.restricted.is_empty() {
+            return self.compact_passes();
+        }
+        let mut held: Vec<JobId> = Vec::new();
+        let out = loop {
+            let before = self.clone();
+            let out = self.compact_passes();
+            let outside: BTreeSet<JobId> = out
+                .iter()
+                .map(|m| m.job)
+                .filter(|j| !self.inside_allowed(*j))
+                .collect();
+            if outside.is_empty() {
+                break out;
+            }
+            *self = before;
+            for j in outside {
+                // Only movable jobs migrate, so each is held once.
+                let _ = self.set_movable(j, false);
+                held.push(j);
+            }
+        };
+        for &j in &held {
+            let _ = self.set_movable(j, true);
+        }
+        self.held_last = held;
+        out
+    }
+
+    /// Every instance of `job` sits on a node it may use.
+    fn inside_allowed(&self, job: JobId) -> bool {
+        let (Some(set), Some(run)) = (self.restricted.get(&job), self.occ.job(job)) else {
+            return true;
+        };
+        run.nodes.iter().all(|&n| set.contains(n))
+    }
+
+    /// The passes of [`CompassEngine::compact`], with no regard to
+    /// restrictions.
+    fn compact_passes(&mut self) -> Vec<Migration> {
         let mut out = Vec::new();
         // A pass can enable an earlier one (the pool pass empties a node a
         // guest can use, or turns a guest into an anchor with a vacancy): run
