@@ -72,9 +72,11 @@ pub struct PolicyArgs {
     /// Team order of unallocated (free) work under compass's rules: as for
     /// allocated work, or teams running fewer GPUs in all (allocated and
     /// free) than their allocation first (docs/policy-simulator.md).
-    #[arg(long, default_value = "same",
-          value_parser = PossibleValuesParser::new(["same", "under-total-first"]))]
-    pub free_order: String,
+    /// Default: `compass_core::fairshare::FreeOrder::default()`
+    /// (under-total-first), as in the budget service; `same` with
+    /// `--team-order fair-tree` (Slurm's Fair Tree has no such rule).
+    #[arg(long, value_parser = PossibleValuesParser::new(["same", "under-total-first"]))]
+    pub free_order: Option<String>,
 
     /// Slurm `PreemptExemptTime` of the scavenger QOS (`--preempt scavenger`).
     #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
@@ -219,9 +221,11 @@ pub fn run(
         _ => Preemption::Compass,
     };
     cfg.preempt_exempt_s = args.preempt_exempt_time;
-    cfg.free_order = match args.free_order.as_str() {
-        "under-total-first" => FreeOrder::UnderTotalFirst,
-        _ => FreeOrder::SameAsAllocated,
+    cfg.free_order = match args.free_order.as_deref() {
+        None if cfg.team_order == TeamOrder::FairTree => FreeOrder::SameAsAllocated,
+        None => FreeOrder::default(),
+        Some("under-total-first") => FreeOrder::UnderTotalFirst,
+        Some(_) => FreeOrder::SameAsAllocated,
     };
     cfg.decay_half_life_s = args.decay_half_life;
     if !args.sweep_window.is_empty() || !args.sweep_cap.is_empty() {

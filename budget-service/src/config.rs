@@ -1,6 +1,6 @@
 //! The service's configuration file (`etc/compass-budgetd.toml`).
 
-use compass_core::fairshare::GpuWeights;
+use compass_core::fairshare::{GpuWeights, QueueOrder, TeamOrder};
 use compass_core::preempt::ProtectionConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -85,6 +85,11 @@ pub struct Config {
     /// (Slurm's `PrivateData`, [`crate::privacy`]).
     #[serde(default)]
     pub reads: Reads,
+    /// `[order]`: how teams are ordered in the queue, the same settings and
+    /// defaults as the policy simulator's `--team-order`/`--free-order`
+    /// ([`compass_core::fairshare::QueueOrder`]).
+    #[serde(default)]
+    pub order: QueueOrder,
 }
 
 /// `[reads]`: Slurm's `PrivateData` for the API's reads ([`crate::privacy`]).
@@ -398,6 +403,13 @@ impl Config {
         if self.max_body_bytes < 1024 {
             return bad("max_body_bytes must be at least 1024");
         }
+        if self.order.team_order == TeamOrder::FairTree {
+            return bad(
+                "order.team_order = \"fair-tree\" is Slurm's own order (priority/multifactor \
+                 with PriorityFlags=FAIR_TREE), a baseline of the policy simulator; the service \
+                 runs \"under-allocation-first\" (default) or \"ratio\"",
+            );
+        }
         if let Err(e) = self.try_weights() {
             return bad(&e.to_string());
         }
@@ -476,6 +488,37 @@ mod secs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn order_section_defaults_to_the_simulators_and_refuses_fair_tree() {
+        use compass_core::fairshare::FreeOrder;
+        let c = Config::parse("db = \"x.db\"\ncapacity_gpus = 8\n", "t").unwrap();
+        assert_eq!(c.order, QueueOrder::default());
+        // The simulator's defaults (one pair of defaults for both).
+        let sim = compass_core::sim::budgets::BudgetSimConfig::new(
+            compass_core::model::ClusterSpec::new(1, 8).unwrap(),
+        );
+        assert_eq!(c.order.team_order, sim.team_order);
+        assert_eq!(c.order.free_order, sim.free_order);
+        let ex = Config::parse(include_str!("../../etc/compass-budgetd.toml"), "example").unwrap();
+        assert_eq!(ex.order, QueueOrder::default());
+        let c = Config::parse(
+            "db = \"x.db\"\ncapacity_gpus = 8\n[order]\nteam_order = \"ratio\"\nfree_order = \"under-total-first\"\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.order.team_order, TeamOrder::Ratio);
+        assert_eq!(c.order.free_order, FreeOrder::UnderTotalFirst);
+        for (bad, why) in [
+            ("team_order = \"fair-tree\"", "Slurm's own order"),
+            ("team_order = \"fifo\"", "unknown variant"),
+            ("free_ordr = \"same\"", "unknown field"),
+        ] {
+            let text = format!("db = \"x.db\"\ncapacity_gpus = 8\n[order]\n{bad}\n");
+            let e = Config::parse(&text, "t").unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn parses_example_and_defaults() {

@@ -68,6 +68,24 @@ pub fn next_wait(period: Duration, failures_in_a_row: u32) -> Duration {
     period.saturating_mul(factor).min(MAX_BACKOFF).max(period)
 }
 
+/// GPUs each account runs now (weighted, as charged), allocated and in
+/// total: what the team order of `[order]` compares with allocations.
+pub fn running_gpus(
+    running: &[crate::slurm::SlurmJob],
+    weights: &fairshare::GpuWeights,
+) -> HashMap<String, fairshare::RunningGpus> {
+    let mut out: HashMap<String, fairshare::RunningGpus> = HashMap::new();
+    for j in running {
+        let rate = j.charge_rate(weights);
+        let r = out.entry(j.account.clone()).or_default();
+        r.total += rate;
+        if j.kind() == Kind::Allocated {
+            r.allocated += rate;
+        }
+    }
+    out
+}
+
 pub struct Cycle {
     state: Arc<AppState>,
     source: Arc<dyn SlurmSource>,
@@ -257,7 +275,12 @@ impl Cycle {
                 let stats = fairshare::node_stats(tree, &usage, capacity, window);
                 ratios =
                     crate::enforce::team_table(tree, &stats, &snap.running, capacity, &weights);
-                fairshare::order_queue(tree, &stats, &pending)
+                let run = running_gpus(&snap.running, &weights);
+                let now = fairshare::QueueState {
+                    capacity_gpus: capacity,
+                    running: &run,
+                };
+                fairshare::order_queue_by(tree, &stats, &now, self.state.config.order, &pending)
             }
             None => {
                 let empty = compass_core::fairshare::OrgTree::build(&[

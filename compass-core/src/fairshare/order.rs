@@ -172,6 +172,12 @@ pub struct Placed {
     pub team_jobs: usize,
     /// GPUs requested by the jobs ahead of this one.
     pub gpus_ahead: u64,
+    /// Whether the team ran below its allocation when the queue was ordered
+    /// (allocated GPUs for allocated jobs, all GPUs for unallocated ones
+    /// under [`FreeOrder::UnderTotalFirst`]); `None` when the team order
+    /// does not look at it ([`TeamOrder::Ratio`], or no team).
+    #[serde(default)]
+    pub under_allocation: Option<bool>,
 }
 
 /// The queue order: see the module doc; jobs of a higher partition
@@ -181,7 +187,176 @@ pub struct Placed {
 /// holds within each (tier, QOS priority) band. Deterministic: ties between siblings
 /// of equal ratio go by name; ties between jobs of equal priority by submit
 /// time, then job id. `stats` comes from [`node_stats`] for the same tree.
+///
+/// This is the tree walk by ratio alone ([`TeamOrder::Ratio`]); the budget
+/// service and the policy simulator order by [`order_queue_by`].
 pub fn order_queue(tree: &OrgTree, stats: &[NodeStats], jobs: &[PendingJob]) -> Vec<Placed> {
+    let now = QueueState {
+        capacity_gpus: 0.0,
+        running: &HashMap::new(),
+    };
+    order_queue_by(tree, stats, &now, QueueOrder::RATIO, jobs)
+}
+
+/// How teams are ordered for allocated work: the simulator's
+/// `--team-order`, the budget service's `[order] team_order`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TeamOrder {
+    /// The published design: the fair-share tree walk by lookback ratio.
+    Ratio,
+    /// Ours: teams running less allocated time than their allocation right
+    /// now go first (in ratio order), then the others (in ratio order). The
+    /// lookback ratio alone hands all freed capacity to one team at a time,
+    /// so a team's hourly use swings around its budget; this keeps each team
+    /// near its allocation hour by hour, which is what "owed GPU-hours" counts.
+    #[default]
+    UnderAllocationFirst,
+    /// Slurm's Fair Tree (`priority/multifactor`, `PriorityFlags=FAIR_TREE`,
+    /// [`crate::sim::fair_tree`]): teams by Level Fairshare of usage decayed
+    /// with `PriorityDecayHalfLife`, from the root down; fair share dominant,
+    /// age (submit time) the tie-breaker within a team. An anchor of the
+    /// policy simulator (issue 15): the simulator passes its Fair Tree rank
+    /// as the base order of [`team_orders`]; the budget service does not
+    /// run it (Slurm does, with `priority/multifactor`).
+    FairTree,
+}
+
+/// The team order of the unallocated queue. It applies under any
+/// [`TeamOrder`] (in the simulator, not in the one queue of Fair Tree
+/// without preemption). The default, `UnderTotalFirst`, is the one measured
+/// better (docs/results.md, issue 15 section); the simulator and the budget
+/// service both take it from here.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FreeOrder {
+    /// The order of allocated work ([`TeamOrder`]): with
+    /// under-allocation-first, "under" counts allocated GPUs only, so a team
+    /// that already fills its allocation with free work still goes first.
+    #[serde(alias = "same")]
+    SameAsAllocated,
+    /// Teams whose running GPUs, allocated and free together, are below
+    /// their allocation first (in the order of allocated work), then the
+    /// others: free capacity goes to the teams furthest from their share.
+    #[default]
+    UnderTotalFirst,
+}
+
+/// The team orders of the queue: one setting shared by the policy simulator
+/// and the budget service, so the live service runs the order the simulator
+/// measured.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueOrder {
+    pub team_order: TeamOrder,
+    pub free_order: FreeOrder,
+}
+
+impl QueueOrder {
+    /// The tree walk by ratio alone, for allocated and unallocated work.
+    pub const RATIO: QueueOrder = QueueOrder {
+        team_order: TeamOrder::Ratio,
+        free_order: FreeOrder::SameAsAllocated,
+    };
+}
+
+/// What one team runs right now against its allocation, in (weighted) GPUs.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct TeamNow {
+    /// `abs_share x capacity`.
+    pub allocation_gpus: f64,
+    /// GPUs of its running allocated jobs (min runtime > 0).
+    pub running_allocated_gpus: f64,
+    /// GPUs of all its running jobs, allocated and unallocated.
+    pub running_total_gpus: f64,
+}
+
+impl TeamNow {
+    fn under_allocated(&self) -> bool {
+        self.running_allocated_gpus < self.allocation_gpus
+    }
+    fn under_total(&self) -> bool {
+        self.running_total_gpus < self.allocation_gpus
+    }
+}
+
+/// Teams in the order their allocated and their unallocated jobs are served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TeamOrders<T> {
+    pub allocated: Vec<T>,
+    pub free: Vec<T>,
+}
+
+/// The team orders of [`QueueOrder`] from `base`, the teams in fair-share
+/// order (the ratio walk; Slurm's Fair Tree rank for [`TeamOrder::FairTree`]):
+/// - allocated work: `base` for `Ratio` and `FairTree`; for
+///   `UnderAllocationFirst` the teams whose running allocated GPUs are below
+///   their allocation first, then the others, each part in `base` order;
+/// - unallocated work: the allocated order for `SameAsAllocated`; for
+///   `UnderTotalFirst` the teams whose running GPUs (all kinds) are below
+///   their allocation first, then the others, each part in the allocated
+///   order.
+///
+/// The one implementation of these rules: the policy simulator calls it per
+/// scheduling pass, [`order_queue_by`] per cycle of the budget service.
+pub fn team_orders<T: Copy>(
+    base: &[T],
+    now: impl Fn(T) -> TeamNow,
+    cfg: QueueOrder,
+) -> TeamOrders<T> {
+    let allocated: Vec<T> = match cfg.team_order {
+        TeamOrder::Ratio | TeamOrder::FairTree => base.to_vec(),
+        TeamOrder::UnderAllocationFirst => {
+            let (under, over): (Vec<T>, Vec<T>) =
+                base.iter().partition(|&&t| now(t).under_allocated());
+            under.into_iter().chain(over).collect()
+        }
+    };
+    let free = match cfg.free_order {
+        FreeOrder::SameAsAllocated => allocated.clone(),
+        FreeOrder::UnderTotalFirst => {
+            let (under, over): (Vec<T>, Vec<T>) =
+                allocated.iter().partition(|&&t| now(t).under_total());
+            under.into_iter().chain(over).collect()
+        }
+    };
+    TeamOrders { allocated, free }
+}
+
+/// GPUs an account runs right now (weighted, as its charges).
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct RunningGpus {
+    /// Of its allocated jobs (min runtime > 0).
+    pub allocated: f64,
+    /// Of all its jobs.
+    pub total: f64,
+}
+
+/// What the queue order needs besides the ratios: the cluster's capacity
+/// (weighted GPUs) and the GPUs each account runs now.
+#[derive(Copy, Clone, Debug)]
+pub struct QueueState<'a> {
+    pub capacity_gpus: f64,
+    pub running: &'a HashMap<String, RunningGpus>,
+}
+
+/// The queue order of the budget service (and of `order_queue` with
+/// [`QueueOrder::RATIO`]): by partition tier (higher first), then QOS
+/// priority (higher first, [`PendingJob::qos_priority`]), then allocated
+/// before unallocated jobs, budgeted teams before accounts outside the tree,
+/// teams in the order of [`team_orders`] (base: the tree walk with siblings
+/// by (ratio, name)), then job priority (higher first), submit time, job id.
+/// A team's allocation is `abs_share x now.capacity_gpus`; its running GPUs
+/// are summed over the accounts of `now.running` that map to it.
+/// [`TeamOrder::FairTree`] orders like `Ratio` here (the base is the ratio
+/// walk); the simulator passes its own Fair Tree rank to [`team_orders`].
+pub fn order_queue_by(
+    tree: &OrgTree,
+    stats: &[NodeStats],
+    now: &QueueState<'_>,
+    cfg: QueueOrder,
+    jobs: &[PendingJob],
+) -> Vec<Placed> {
     // Position of every node among its siblings, and a DFS index of leaves
     // with siblings visited in (ratio, name) order.
     let mut level_pos: Vec<(usize, usize)> = vec![(0, 1); tree.len()];
@@ -203,6 +378,43 @@ pub fn order_queue(tree: &OrgTree, stats: &[NodeStats], jobs: &[PendingJob]) -> 
         }
         stack.extend(kids.iter().rev());
     }
+    // Every node in walk order (accounts may sit on inner nodes too).
+    let mut leaves: Vec<NodeIx> = (0..tree.len()).collect();
+    leaves.sort_by_key(|&n| dfs_index[n]);
+    let mut team_now = vec![TeamNow::default(); tree.len()];
+    for &l in &leaves {
+        team_now[l].allocation_gpus = tree.node(l).abs_share * now.capacity_gpus.max(0.0);
+    }
+    for (acct, r) in now.running {
+        if let Ok(l) = tree.leaf_for_account(acct) {
+            team_now[l].running_allocated_gpus += r.allocated;
+            team_now[l].running_total_gpus += r.total;
+        }
+    }
+    let orders = team_orders(&leaves, |l| team_now[l], cfg);
+    let mut alloc_pos = vec![usize::MAX; tree.len()];
+    let mut free_pos = vec![usize::MAX; tree.len()];
+    for (i, &l) in orders.allocated.iter().enumerate() {
+        alloc_pos[l] = i;
+    }
+    for (i, &l) in orders.free.iter().enumerate() {
+        free_pos[l] = i;
+    }
+    let under = |leaf: Option<NodeIx>, kind: Kind| -> Option<bool> {
+        let l = leaf?;
+        match (kind, cfg.team_order, cfg.free_order) {
+            (Kind::Unallocated, _, FreeOrder::UnderTotalFirst) => Some(team_now[l].under_total()),
+            (_, TeamOrder::UnderAllocationFirst, _) => Some(team_now[l].under_allocated()),
+            _ => None,
+        }
+    };
+    let team_pos = |leaf: Option<NodeIx>, kind: Kind| -> usize {
+        match (leaf, kind) {
+            (None, _) => 0,
+            (Some(l), Kind::Allocated) => alloc_pos[l],
+            (Some(l), Kind::Unallocated) => free_pos[l],
+        }
+    };
     struct Keyed<'a> {
         job: &'a PendingJob,
         kind: Kind,
@@ -220,12 +432,12 @@ pub fn order_queue(tree: &OrgTree, stats: &[NodeStats], jobs: &[PendingJob]) -> 
         let ka = (
             a.kind == Kind::Unallocated,
             a.leaf.is_none(),
-            a.leaf.map_or(0, |l| dfs_index[l]),
+            team_pos(a.leaf, a.kind),
         );
         let kb = (
             b.kind == Kind::Unallocated,
             b.leaf.is_none(),
-            b.leaf.map_or(0, |l| dfs_index[l]),
+            team_pos(b.leaf, b.kind),
         );
         b.job
             .tier
@@ -278,6 +490,7 @@ pub fn order_queue(tree: &OrgTree, stats: &[NodeStats], jobs: &[PendingJob]) -> 
                 team_position,
                 team_jobs: team_total[&(k.leaf, k.kind)],
                 gpus_ahead,
+                under_allocation: under(k.leaf, k.kind),
             };
             gpus_ahead += u64::from(k.job.gpus);
             placed
@@ -349,6 +562,17 @@ pub fn explain(p: &Placed, queue_len: usize) -> String {
                     ordinal(l.position + 1),
                     l.siblings
                 ));
+            }
+            if let Some(under) = p.under_allocation {
+                let what = match p.kind {
+                    Kind::Allocated => "allocated GPUs",
+                    Kind::Unallocated => "GPUs (allocated and free)",
+                };
+                s.push_str(&if under {
+                    format!("- `{team}` runs fewer {what} than its allocation right now, so it goes ahead of every team at or over its allocation.\n")
+                } else {
+                    format!("- `{team}` runs at least its allocation in {what} right now, so it goes after every team under its allocation.\n")
+                });
             }
             s.push_str(&format!(
                 "Within team `{team}` it is {} of {} by job priority ({}; higher first, then earlier submit).\n",
@@ -824,6 +1048,144 @@ mod tests {
         let ids: Vec<u64> = o.iter().map(|p| p.job.job.0).collect();
         assert_eq!(ids, vec![3, 1, 2]);
         assert_eq!((o[1].team_position, o[1].team_jobs), (1, 2));
+    }
+
+    /// Two teams of 4 of 8 GPUs; `acct-a` has the lower lookback ratio.
+    fn a_ahead_by_ratio() -> (OrgTree, Vec<NodeStats>) {
+        let t = OrgTree::build(&[
+            spec("org", None, 1.0, None),
+            spec("a", Some("org"), 0.5, Some("acct-a")),
+            spec("b", Some("org"), 0.5, Some("acct-b")),
+        ])
+        .unwrap();
+        let usage: HashMap<String, Usage> = [("acct-a", 100.0), ("acct-b", 300.0)]
+            .into_iter()
+            .map(|(a, c)| {
+                (
+                    a.to_string(),
+                    Usage {
+                        charged_gpu_s: c,
+                        free_gpu_s: 0.0,
+                    },
+                )
+            })
+            .collect();
+        let s = node_stats(&t, &usage, 8.0, 100);
+        assert!(s[1].ratio < s[2].ratio);
+        (t, s)
+    }
+
+    fn running(rows: &[(&str, f64, f64)]) -> HashMap<String, RunningGpus> {
+        rows.iter()
+            .map(|(a, alloc, total)| {
+                (
+                    a.to_string(),
+                    RunningGpus {
+                        allocated: *alloc,
+                        total: *total,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn ids(o: &[Placed]) -> Vec<u64> {
+        o.iter().map(|p| p.job.job.0).collect()
+    }
+
+    #[test]
+    fn under_allocation_first_puts_a_team_under_its_allocation_now_ahead() {
+        let (t, s) = a_ahead_by_ratio();
+        // a runs 6 allocated GPUs (allocation 4), b none.
+        let run = running(&[("acct-a", 6.0, 6.0)]);
+        let now = QueueState {
+            capacity_gpus: 8.0,
+            running: &run,
+        };
+        let jobs = vec![job(1, "acct-a", 60, 0, 0), job(2, "acct-b", 60, 0, 0)];
+        let by_ratio = order_queue_by(&t, &s, &now, QueueOrder::RATIO, &jobs);
+        assert_eq!(ids(&by_ratio), vec![1, 2]);
+        assert_eq!(by_ratio, order_queue(&t, &s, &jobs));
+        let uaf = order_queue_by(&t, &s, &now, QueueOrder::default(), &jobs);
+        assert_eq!(ids(&uaf), vec![2, 1]);
+        assert_eq!(uaf[0].under_allocation, Some(true));
+        assert_eq!(uaf[1].under_allocation, Some(false));
+        assert!(explain(&uaf[1], 2).contains("goes after every team under its allocation"));
+        // Exactly at the allocation is not under: a at 4 of 4 stays behind b.
+        let run = running(&[("acct-a", 4.0, 4.0), ("acct-b", 3.0, 3.0)]);
+        let now = QueueState {
+            capacity_gpus: 8.0,
+            running: &run,
+        };
+        let o = order_queue_by(&t, &s, &now, QueueOrder::default(), &jobs);
+        assert_eq!(ids(&o), vec![2, 1]);
+        // Both under: ratio order again.
+        let run = running(&[("acct-a", 3.0, 3.0)]);
+        let now = QueueState {
+            capacity_gpus: 8.0,
+            running: &run,
+        };
+        let o = order_queue_by(&t, &s, &now, QueueOrder::default(), &jobs);
+        assert_eq!(ids(&o), vec![1, 2]);
+    }
+
+    #[test]
+    fn free_order_under_total_first_counts_free_gpus_too() {
+        let (t, s) = a_ahead_by_ratio();
+        // a: no allocated GPUs but 6 free ones; b: 2 allocated.
+        let run = running(&[("acct-a", 0.0, 6.0), ("acct-b", 2.0, 2.0)]);
+        let now = QueueState {
+            capacity_gpus: 8.0,
+            running: &run,
+        };
+        let jobs = vec![
+            job(1, "acct-a", 0, 0, 0),
+            job(2, "acct-b", 0, 0, 0),
+            job(3, "acct-a", 60, 0, 0),
+            job(4, "acct-b", 60, 0, 0),
+        ];
+        let same = QueueOrder {
+            team_order: TeamOrder::UnderAllocationFirst,
+            free_order: FreeOrder::SameAsAllocated,
+        };
+        assert_eq!(
+            ids(&order_queue_by(&t, &s, &now, same, &jobs)),
+            vec![3, 4, 1, 2]
+        );
+        let total = QueueOrder {
+            free_order: FreeOrder::UnderTotalFirst,
+            ..same
+        };
+        let o = order_queue_by(&t, &s, &now, total, &jobs);
+        assert_eq!(ids(&o), vec![3, 4, 2, 1]);
+        assert_eq!(o[3].under_allocation, Some(false));
+    }
+
+    #[test]
+    fn team_orders_partition_keeps_the_base_order() {
+        let base = [0usize, 1, 2, 3];
+        let now = |t: usize| TeamNow {
+            allocation_gpus: 2.0,
+            running_allocated_gpus: [3.0, 0.0, 2.0, 1.0][t],
+            running_total_gpus: [3.0, 4.0, 2.0, 1.0][t],
+        };
+        let o = team_orders(&base, now, QueueOrder::RATIO);
+        assert_eq!(
+            (o.allocated.clone(), o.free),
+            (base.to_vec(), base.to_vec())
+        );
+        let cfg = QueueOrder {
+            team_order: TeamOrder::UnderAllocationFirst,
+            free_order: FreeOrder::UnderTotalFirst,
+        };
+        let o = team_orders(&base, now, cfg);
+        assert_eq!(o.allocated, vec![1, 3, 0, 2]);
+        assert_eq!(o.free, vec![3, 1, 0, 2]);
+        let fair_tree = QueueOrder {
+            team_order: TeamOrder::FairTree,
+            ..cfg
+        };
+        assert_eq!(team_orders(&base, now, fair_tree).allocated, base.to_vec());
     }
 
     #[test]

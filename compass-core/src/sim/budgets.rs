@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Seconds;
 use crate::error::{CoreError, Result};
 use crate::fairshare::ledger::Usage;
-use crate::fairshare::order::node_stats;
+use crate::fairshare::order::{node_stats, team_orders, QueueOrder, TeamNow, TeamOrders};
 use crate::fairshare::tree::{NodeIx, OrgTree};
 use crate::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeSet};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
@@ -103,23 +103,6 @@ pub struct BudgetSimConfig {
     pub free_order: FreeOrder,
 }
 
-/// The team order of the unallocated queue. It applies under any
-/// [`TeamOrder`] (not in the one queue of Fair Tree without preemption);
-/// the anchors of `docs/results.md` run with `SameAsAllocated`.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FreeOrder {
-    /// The order of allocated work ([`TeamOrder`]): with
-    /// under-allocation-first, "under" counts allocated GPUs only, so a team
-    /// that already fills its allocation with free work still goes first.
-    #[default]
-    SameAsAllocated,
-    /// Teams whose running GPUs, allocated and free together, are below
-    /// their allocation first (in the order of allocated work), then the
-    /// others: free capacity goes to the teams furthest from their share.
-    UnderTotalFirst,
-}
-
 /// Preemption rules of the enforcement cycle.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -139,25 +122,7 @@ pub enum Preemption {
     Scavenger,
 }
 
-/// How the scheduler orders teams.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TeamOrder {
-    /// The published design: the fair-share tree walk by lookback ratio.
-    Ratio,
-    /// Ours: teams running less allocated time than their allocation right
-    /// now go first (in ratio order), then the others (in ratio order). The
-    /// lookback ratio alone hands all freed capacity to one team at a time,
-    /// so a team's hourly use swings around its budget; this keeps each team
-    /// near its allocation hour by hour, which is what "owed GPU-hours" counts.
-    #[default]
-    UnderAllocationFirst,
-    /// Slurm's Fair Tree (`priority/multifactor`, `PriorityFlags=FAIR_TREE`,
-    /// [`fair_tree`]): teams by Level Fairshare of usage decayed with
-    /// `PriorityDecayHalfLife`, from the root down; fair share dominant, age
-    /// (submit time) the tie-breaker within a team. An anchor (issue 15).
-    FairTree,
-}
+pub use crate::fairshare::order::{FreeOrder, TeamOrder};
 
 /// Whether the report carries the event log.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -919,38 +884,32 @@ impl<'a> Sim<'a> {
             .collect();
     }
 
-    /// Teams in the order their jobs are served now (see [`TeamOrder`]).
-    fn team_order(&self) -> Vec<usize> {
-        match self.cfg.team_order {
-            TeamOrder::Ratio | TeamOrder::FairTree => self.order.clone(),
-            TeamOrder::UnderAllocationFirst => {
-                let cap = self.capacity as f64;
-                let (under, over): (Vec<usize>, Vec<usize>) = self.order.iter().partition(|&&t| {
-                    (self.teams[t].run_charged as f64) < self.teams[t].share * cap
-                });
-                under.into_iter().chain(over).collect()
-            }
-        }
-    }
-
-    /// Teams in the order their unallocated jobs are served now
-    /// ([`FreeOrder`]), from the order of allocated work.
-    fn free_team_order(&self, order: &[usize]) -> Vec<usize> {
-        match self.cfg.free_order {
-            FreeOrder::SameAsAllocated => order.to_vec(),
-            FreeOrder::UnderTotalFirst => {
-                let cap = self.capacity as f64;
-                let (under, over): (Vec<usize>, Vec<usize>) = order.iter().partition(|&&t| {
-                    let team = &self.teams[t];
-                    ((team.run_charged + team.run_free) as f64) < team.share * cap
-                });
-                under.into_iter().chain(over).collect()
-            }
-        }
+    /// Teams in the order their allocated and their unallocated jobs are
+    /// served now ([`TeamOrder`], [`FreeOrder`]): the rules of
+    /// [`crate::fairshare::order::team_orders`], which the budget service
+    /// runs too, over the fair-share order of [`Self::refresh_order`].
+    fn team_orders(&self) -> TeamOrders<usize> {
+        let cap = self.capacity as f64;
+        let cfg = QueueOrder {
+            team_order: self.cfg.team_order,
+            free_order: self.cfg.free_order,
+        };
+        team_orders(
+            &self.order,
+            |t| {
+                let team = &self.teams[t];
+                TeamNow {
+                    allocation_gpus: team.share * cap,
+                    running_allocated_gpus: team.run_charged as f64,
+                    running_total_gpus: (team.run_charged + team.run_free) as f64,
+                }
+            },
+            cfg,
+        )
     }
 
     /// One scheduling pass: waiting jobs in queue order (every allocated job,
-    /// teams in [`Self::team_order`], priority then FIFO within a team; then
+    /// teams in [`Self::team_orders`], priority then FIFO within a team; then
     /// every unallocated job) are started while they fit. Jobs needing more
     /// GPUs than are free are skipped without an attempt; at most
     /// `queue_depth` start attempts per pass.
@@ -960,8 +919,10 @@ impl<'a> Sim<'a> {
         // Shapes that failed to place since the last start: any job at least
         // as large in both GPUs and instances fails too.
         let mut failed: Vec<(u32, u32)> = Vec::new();
-        let order = self.team_order();
-        let free_order = self.free_team_order(&order);
+        let TeamOrders {
+            allocated: order,
+            free: free_order,
+        } = self.team_orders();
         // Allocated jobs first, then unallocated ones; or one queue.
         let kinds: &[Option<bool>] = if self.one_queue() {
             &[None]
@@ -1384,7 +1345,7 @@ impl<'a> Sim<'a> {
             return Ok(());
         }
         let mut pending: Vec<usize> = Vec::new();
-        for &t in &self.team_order() {
+        for &t in &self.team_orders().allocated {
             let mut keys: Vec<WaitKey> = self.teams[t]
                 .wait_alloc
                 .values()
