@@ -143,6 +143,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi.json", get(openapi))
         .route("/api/v1/tree", get(get_tree))
         .route("/api/v1/usage", get(get_usage))
+        // Teams and groups of the budget tree. `/api/v1/nodes` is the same
+        // resource under its first name (kept so older clients work): "node"
+        // means a host to every Slurm user.
+        .route("/api/v1/teams", post(create_node))
+        .route(
+            "/api/v1/teams/{name}",
+            get(get_node).patch(patch_node).delete(delete_node),
+        )
         .route("/api/v1/nodes", post(create_node))
         .route(
             "/api/v1/nodes/{name}",
@@ -675,7 +683,7 @@ async fn get_usage(
     let Some((tree, usage, stats)) = state.stats(from, to)? else {
         return Ok(api_json(json!({ "from": from, "to": to, "nodes": [] })).into_response());
     };
-    let nodes: Vec<usize> = match q.get("account").or(q.get("node")) {
+    let nodes: Vec<usize> = match q.get("account").or(q.get("team")).or(q.get("node")) {
         Some(a) if q.contains_key("account") => {
             vec![tree.leaf_for_account(&a.to_ascii_lowercase())?]
         }
@@ -687,7 +695,9 @@ async fn get_usage(
     // PrivateData=usage: only the teams the reader may see; a team asked
     // for by name that they may not see is refused.
     if let [ix] = nodes[..] {
-        if (q.contains_key("account") || q.contains_key("node")) && !scope.sees(&tree.node(ix).name) {
+        if (q.contains_key("account") || q.contains_key("team") || q.contains_key("node"))
+            && !scope.sees(&tree.node(ix).name)
+        {
             return Err(BudgetError::Forbidden {
                 what: format!("user `{}` reading the usage of `{}`", viewer.name(), tree.node(ix).name),
                 why: "PrivateData=usage: usage is shown to admins, operators, the team's managers and users of its account".into(),

@@ -674,7 +674,7 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
         } => {
             let v = c.write(
                 "PATCH",
-                &format!("/api/v1/nodes/{}", path_escape(node)),
+                &format!("/api/v1/teams/{}", path_escape(node)),
                 &json!({ "share": share, "why": why, "dry_run": dry_run }),
             )?;
             print_edit(&v, *dry_run);
@@ -690,7 +690,7 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
         } => {
             let v = c.write(
                 "POST",
-                "/api/v1/nodes",
+                "/api/v1/teams",
                 &json!({ "name": name, "parent": parent, "share": share, "account": account,
                          "managers": managers, "why": why, "dry_run": dry_run }),
             )?;
@@ -704,7 +704,7 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
         } => {
             let v = c.write(
                 "PATCH",
-                &format!("/api/v1/nodes/{}", path_escape(node)),
+                &format!("/api/v1/teams/{}", path_escape(node)),
                 &json!({ "parent": to, "why": why, "dry_run": dry_run }),
             )?;
             print_edit(&v, *dry_run);
@@ -712,7 +712,7 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
         BudgetCmd::Remove { node, why, dry_run } => {
             let v = c.write(
                 "DELETE",
-                &format!("/api/v1/nodes/{}", path_escape(node)),
+                &format!("/api/v1/teams/{}", path_escape(node)),
                 &json!({ "why": why, "dry_run": dry_run }),
             )?;
             print_edit(&v, *dry_run);

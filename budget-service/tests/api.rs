@@ -193,15 +193,23 @@ async fn managers_edit_only_their_subtree_and_refusals_say_why() {
     let (s, _c, r) = seeded().await;
     let before = audit_len(&r).await;
     // pi manages research: may re-share team-a/team-b, not research itself nor ops.
+    // Teams live at /api/v1/teams (and /api/v1/nodes, their first name).
     let (st, v) = call(
         &r,
         "PATCH",
-        "/api/v1/nodes/team-a",
+        "/api/v1/teams/team-a",
         Some("pi"),
         j(json!({ "share": 0.6, "why": "rebalance" })),
     )
     .await;
     assert_eq!(st, StatusCode::OK, "{v}");
+    let (st, by_team) = call(&r, "GET", "/api/v1/teams/team-a", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{by_team}");
+    let (_, by_node) = call(&r, "GET", "/api/v1/nodes/team-a", None, None).await;
+    assert_eq!(by_team, by_node);
+    let (st, u) = call(&r, "GET", "/api/v1/usage?team=team-a", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{u}");
+    assert_eq!(u["nodes"].as_array().map(Vec::len), Some(1), "{u}");
     assert_eq!(v["summary"][0], "~ modify team-a: share 0.7 -> 0.6");
     let (st, v) = call(
         &r,
@@ -229,7 +237,7 @@ async fn managers_edit_only_their_subtree_and_refusals_say_why() {
     // Adding under a node they manage is fine; under ops is not.
     let body = json!({ "name": "team-c", "parent": "research", "share": 0.1, "account": "acct-c", "why": "new team" });
     assert_eq!(
-        call(&r, "POST", "/api/v1/nodes", Some("pi"), j(body))
+        call(&r, "POST", "/api/v1/teams", Some("pi"), j(body))
             .await
             .0,
         StatusCode::CREATED
@@ -615,6 +623,8 @@ async fn openapi_documents_every_route_and_dashboard_renders_data() {
         "/openapi.json",
         "/api/v1/tree",
         "/api/v1/usage",
+        "/api/v1/teams",
+        "/api/v1/teams/{name}",
         "/api/v1/nodes",
         "/api/v1/nodes/{name}",
         "/api/v1/export",
