@@ -71,14 +71,15 @@ function renderUsage(days) {
 // A line chart of one series of the cycle history over [from, to]:
 // points [{at, value}] (null values left out). The path's id is `id`-line;
 // data-points / data-values carry what it draws (the tests read them).
-function lineChart(id, from, to, points, unit, color) {
+// The y axis runs from 0 to `topValue` when given, else to the largest value.
+function lineChart(id, from, to, points, unit, color, topValue) {
   const svg = document.getElementById(id);
   svg.innerHTML = "";
   const left = 60, width = 780, top = 10, h = 100;
   svg.setAttribute("height", top + h + 24);
   const t0 = Date.parse(from), t1 = Math.max(t0 + 1, Date.parse(to));
   const pts = points.filter(p => p.value !== null && p.value !== undefined);
-  const max = Math.max(1e-9, ...pts.map(p => p.value));
+  const max = topValue || Math.max(1e-9, ...pts.map(p => p.value));
   const x = t => left + (Date.parse(t) - t0) / (t1 - t0) * width;
   const y = v => top + h - v / max * h;
   svg.appendChild(el("line", { x1: left, x2: left + width, y1: top + h, y2: top + h, stroke: "#999" }));
@@ -103,7 +104,7 @@ function renderHistory(h) {
   const pts = h.points || [];
   const s = f => pts.map(p => ({ at: p.at, value: f(p) }));
   lineChart("history-occupancy", h.from, h.to,
-    s(p => p.capacity_gpus > 0 ? 100 * p.gpus_allocated / p.capacity_gpus : null), "%", "#d62");
+    s(p => p.capacity_gpus > 0 ? 100 * p.gpus_allocated / p.capacity_gpus : null), "%", "#d62", 100);
   lineChart("history-pending", h.from, h.to, s(p => p.pending_jobs), "jobs", "#36c");
   lineChart("history-wait", h.from, h.to,
     s(p => p.longest_wait_s === null ? null : p.longest_wait_s / 3600), "h", "#a3a");
