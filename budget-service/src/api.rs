@@ -165,6 +165,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/ledger", post(ingest))
         .route("/api/v1/actions", get(get_actions))
+        .route("/api/v1/history", get(get_history))
         .route("/api/v1/hosts", get(get_hosts))
         .route("/api/v1/hosts/{node}/fault", post(host_fault))
         .route("/api/v1/hosts/{node}/repaired", post(host_repaired))
@@ -1330,6 +1331,25 @@ async fn get_actions(
         let rows = state.db().actions(job.map(|j| j as u64), limit as usize)?;
         let rows = visible_actions(state, &viewer, rows);
         Ok(api_json(json!({ "rows": rows })).into_response())
+    })
+    .await
+}
+
+/// `GET /api/v1/history?from=&to=`: the cycle history (occupancy,
+/// pending jobs, waits, N*SIF) over the window, at most
+/// [`crate::db::HISTORY_MAX_POINTS`] points. Cluster-wide figures, no
+/// per-user data: readable by everyone.
+async fn get_history(
+    State(state): State<Arc<AppState>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    blocking(&state, move |state| {
+        let (from, to) = window(state, &q)?;
+        let (points, bucket_s) = state.db().history(from, to)?;
+        Ok(
+            api_json(json!({ "from": from, "to": to, "bucket_s": bucket_s, "points": points }))
+                .into_response(),
+        )
     })
     .await
 }

@@ -377,7 +377,8 @@ impl Cycle {
                 .collect(),
             ..QueueView::default()
         });
-        self.observe(&snap, tree.as_ref(), elapsed);
+        let started_waits = self.observe(&snap, tree.as_ref(), elapsed);
+        self.record_sample(&snap, now, capacity, &weights, started_waits);
         self.last_ok = Some(now);
         Ok(rep)
     }
@@ -385,8 +386,10 @@ impl Cycle {
     /// Counts for `/metrics` what this snapshot shows: the GPU-seconds of
     /// each team's running jobs over the last `elapsed` seconds, and the
     /// wait of each job seen pending last time and started since.
-    fn observe(&mut self, snap: &SlurmSnapshot, tree: Option<&OrgTree>, elapsed: f64) {
+    /// Returns the waits (seconds) of the jobs started since.
+    fn observe(&mut self, snap: &SlurmSnapshot, tree: Option<&OrgTree>, elapsed: f64) -> Vec<f64> {
         let m = &self.state.metrics;
+        let mut waits = Vec::new();
         for j in &snap.running {
             let team = tree
                 .and_then(|t| Some(t.node(t.leaf_for_account(&j.account).ok()?).name.clone()))
@@ -396,9 +399,52 @@ impl Cycle {
         for j in snap.running.iter().chain(snap.ended.iter()) {
             if let (true, Some(start)) = (self.was_pending.contains(&j.job), j.start) {
                 m.job_started(j.gpus, (start - j.submit) as f64);
+                waits.push((start - j.submit).max(0) as f64);
             }
         }
         self.was_pending = snap.pending.iter().map(|j| j.job).collect();
+        waits
+    }
+
+    /// Records this cycle's cluster-wide figures in the cycle history
+    /// (issue 14: the dashboard's occupancy, wait and fragmentation
+    /// charts): GPUs allocated against capacity, pending jobs, the longest
+    /// wait so far, the median wait of `started_waits`, and the select
+    /// plugin's N*SIF and partial nodes when its state file is read. A
+    /// failed write is logged, never fails the cycle.
+    fn record_sample(
+        &self,
+        snap: &SlurmSnapshot,
+        now: i64,
+        capacity: f64,
+        weights: &fairshare::GpuWeights,
+        started_waits: Vec<f64>,
+    ) {
+        let select = self.state.select_read().state.map(|s| {
+            let pools = s.pools();
+            (
+                pools.iter().map(|p| p.n_sif).sum::<f64>(),
+                pools
+                    .iter()
+                    .map(|p| f64::from(p.partial_nodes))
+                    .sum::<f64>(),
+            )
+        });
+        let sample = crate::db::CycleSample {
+            at: now,
+            gpus_allocated: snap.running.iter().map(|j| j.charge_rate(weights)).sum(),
+            capacity_gpus: capacity,
+            pending_jobs: snap.pending.len() as f64,
+            longest_wait_s: (snap.pending.iter())
+                .map(|j| (now - j.submit).max(0) as f64)
+                .reduce(f64::max),
+            median_wait_s: median(started_waits),
+            n_sif: select.map(|s| s.0),
+            partial_nodes: select.map(|s| s.1),
+        };
+        if let Err(e) = self.state.db().record_cycle_sample(&sample) {
+            tracing::warn!(error = %e, "cannot record the cycle history sample");
+        }
     }
 
     /// Runs [`Cycle::run`] on its own thread.
@@ -433,6 +479,20 @@ impl Cycle {
             }
         }
     }
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
 }
 
 /// `(job, run start, user)` of the snapshot's runs, for the ledger (who may
@@ -774,6 +834,79 @@ mod tests {
                 assert!(requeued, "{preempt} opt-in {opt_in}: {:?}", slurm.actions());
             }
         }
+    }
+
+    /// Issue 14: each cycle records one sample of the cycle history (GPUs
+    /// allocated, capacity, pending jobs, longest and median wait, the
+    /// select plugin's N*SIF); a later cycle of the same minute replaces
+    /// the earlier one; samples older than `retain_days` are pruned.
+    #[test]
+    fn cycles_record_history_one_row_per_minute_pruned_with_retention() {
+        let (state, clock) = two_teams("db = \":memory:\"\ncapacity_gpus = 8\nretain_days = 366\n");
+        // t0 = 1_000_000 is 40 s into its minute.
+        let t0 = 1_000_000;
+        let slurm = Arc::new(FakeSlurm::new());
+        slurm.add_node("n1", 8);
+        slurm.put(SlurmJob::basic(JobId(1), "ta", 2, 600, true, 0, t0 - 600));
+        slurm.put(SlurmJob::basic(JobId(2), "tb", 1, 600, true, 0, t0 - 300));
+        let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
+        let history = |from: i64, to: i64| state.db().history(from, to).unwrap().0;
+        cycle.step().unwrap();
+        let h = history(t0 - 60, t0 + 60);
+        assert_eq!(h.len(), 1);
+        assert_eq!(
+            (h[0].gpus_allocated, h[0].capacity_gpus, h[0].pending_jobs),
+            (0.0, 8.0, 2.0)
+        );
+        assert_eq!(
+            (h[0].longest_wait_s, h[0].median_wait_s),
+            (Some(600.0), None)
+        );
+        assert_eq!((h[0].n_sif, h[0].partial_nodes), (None, None));
+        // Same minute: job 1 started at t0 + 5 (waited 605 s); the row is
+        // replaced by this cycle's values.
+        clock.set(t0 + 10);
+        slurm.start_on(JobId(1), t0 + 5, &[("n1", 2)]);
+        cycle.step().unwrap();
+        let h = history(t0 - 60, t0 + 60);
+        assert_eq!(h.len(), 1, "one row per minute: {h:?}");
+        assert_eq!((h[0].gpus_allocated, h[0].pending_jobs), (2.0, 1.0));
+        assert_eq!(
+            (h[0].longest_wait_s, h[0].median_wait_s),
+            (Some(310.0), Some(605.0))
+        );
+        assert_eq!(state.db().cycle_history_rows().unwrap(), 1);
+        // The next minute, with the select plugin's state read: a second row.
+        state.set_select_read(crate::select_state::SelectRead {
+            state: Some(crate::select_state::SelectFigures {
+                format: crate::select_state::FORMAT,
+                gpus_per_node: 8,
+                partial_nodes: 1,
+                n_sif: 1.0,
+                ..Default::default()
+            }),
+            error: None,
+        });
+        clock.set(t0 + 30);
+        cycle.step().unwrap();
+        let h = history(t0 - 60, t0 + 120);
+        assert_eq!(h.len(), 2, "{h:?}");
+        assert_eq!((h[1].n_sif, h[1].partial_nodes), (Some(1.0), Some(1.0)));
+        assert_eq!(h[1].median_wait_s, None, "no job started since");
+        // 367 days later: the old rows are pruned (retain_days = 366).
+        let later = t0 + 367 * 86400;
+        clock.set(later);
+        cycle.step().unwrap();
+        assert!(history(t0 - 60, t0 + 120).is_empty());
+        assert_eq!(history(later - 60, later + 60).len(), 1);
+    }
+
+    #[test]
+    fn median_of_waits() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![5.0]), Some(5.0));
+        assert_eq!(median(vec![9.0, 1.0, 4.0]), Some(4.0));
+        assert_eq!(median(vec![9.0, 1.0, 4.0, 2.0]), Some(3.0));
     }
 
     #[test]

@@ -68,6 +68,52 @@ function renderUsage(days) {
     });
   });
 }
+// A line chart of one series of the cycle history over [from, to]:
+// points [{at, value}] (null values left out). The path's id is `id`-line;
+// data-points / data-values carry what it draws (the tests read them).
+// The y axis runs from 0 to `topValue` when given, else to the largest value.
+function lineChart(id, from, to, points, unit, color, topValue) {
+  const svg = document.getElementById(id);
+  svg.innerHTML = "";
+  const left = 60, width = 780, top = 10, h = 100;
+  svg.setAttribute("height", top + h + 24);
+  const t0 = Date.parse(from), t1 = Math.max(t0 + 1, Date.parse(to));
+  const pts = points.filter(p => p.value !== null && p.value !== undefined);
+  const max = topValue || Math.max(1e-9, ...pts.map(p => p.value));
+  const x = t => left + (Date.parse(t) - t0) / (t1 - t0) * width;
+  const y = v => top + h - v / max * h;
+  svg.appendChild(el("line", { x1: left, x2: left + width, y1: top + h, y2: top + h, stroke: "#999" }));
+  svg.appendChild(el("line", { x1: left, x2: left, y1: top, y2: top + h, stroke: "#999" }));
+  svg.appendChild(el("text", { x: 0, y: top + 10, "font-size": 11 }, `${fmt(max, 1)} ${unit}`));
+  svg.appendChild(el("text", { x: 0, y: top + h, "font-size": 11 }, `0 ${unit}`));
+  svg.appendChild(el("text", { x: left, y: top + h + 16, "font-size": 11 }, String(from).replace("T", " ").slice(0, 16)));
+  svg.appendChild(el("text", { x: left + width - 110, y: top + h + 16, "font-size": 11 }, String(to).replace("T", " ").slice(0, 16)));
+  if (!pts.length) {
+    svg.appendChild(el("text", { id: id + "-empty", x: left + 10, y: top + h / 2, "font-size": 12 }, "no samples in this window"));
+    return;
+  }
+  const dpath = pts.map((p, i) => `${i ? "L" : "M"}${x(p.at).toFixed(1)},${y(p.value).toFixed(1)}`).join(" ");
+  const path = el("path", { id: id + "-line", d: dpath, fill: "none", stroke: color, "stroke-width": 1.5,
+    "data-points": String(pts.length), "data-values": pts.map(p => Number(p.value.toFixed(3))).join(",") });
+  svg.appendChild(path);
+  if (pts.length === 1) svg.appendChild(el("circle", { cx: x(pts[0].at), cy: y(pts[0].value), r: 2, fill: color }));
+}
+// h: {from, to, points: [{at, gpus_allocated, capacity_gpus, pending_jobs,
+// longest_wait_s, median_wait_s, n_sif, partial_nodes}]} (GET api/v1/history).
+function renderHistory(h) {
+  const pts = h.points || [];
+  const s = f => pts.map(p => ({ at: p.at, value: f(p) }));
+  lineChart("history-occupancy", h.from, h.to,
+    s(p => p.capacity_gpus > 0 ? 100 * p.gpus_allocated / p.capacity_gpus : null), "%", "#d62", 100);
+  lineChart("history-pending", h.from, h.to, s(p => p.pending_jobs), "jobs", "#36c");
+  lineChart("history-wait", h.from, h.to,
+    s(p => p.longest_wait_s === null ? null : p.longest_wait_s / 3600), "h", "#a3a");
+  lineChart("history-median-wait", h.from, h.to,
+    s(p => p.median_wait_s === null ? null : p.median_wait_s / 3600), "h", "#2a6");
+  const frag = pts.some(p => p.n_sif !== null);
+  document.getElementById("history-frag").style.display = frag ? "" : "none";
+  if (frag) lineChart("history-nsif", h.from, h.to, s(p => p.n_sif), "N*SIF", "#c80");
+}
 // rows: the jobs of page `queuePage`; total: the whole queue's length.
 function renderQueue(rows, total) {
   const qb = document.querySelector("#queue-table tbody"); qb.innerHTML = "";
@@ -117,6 +163,7 @@ function render(d) {
       values: [n.allocation_gpus * hours, n.charged_gpu_hours, n.free_gpu_hours] })),
     [{ color: "#9bc" }, { color: "#d62" }, { color: "#ec9" }]);
   renderUsage(d.usage_days || []);
+  renderHistory(d.history || { points: [] });
   renderQueue(d.queue, d.queue_total);
   const ob = document.querySelector("#owed-table tbody"); ob.innerHTML = "";
   for (const t of d.owed) {
@@ -144,7 +191,10 @@ async function refresh() {
     for (let k = 6; k >= 0; k--) days.push([end - (k + 1) * 86400, end - k * 86400]);
     const usage = await Promise.all(days.map(([f, t]) =>
       fetch(`api/v1/usage?from=${f}&to=${t}`).then(r => r.json())));
+    // The cycle history over the same 7 days (to: exclusive, so + 1 s).
+    const history = await fetch(`api/v1/history?from=${end - 7 * 86400}&to=${end + 1}`).then(r => r.json());
     const d = JSON.parse(document.getElementById("data").textContent);
+    d.history = history;
     d.usage_days = usage.map(u => ({ from: u.from, to: u.to,
       nodes: u.nodes.filter(n => tree.nodes.some(t => t.name === n.node && t.account)) }));
     d.tree = tree.nodes; d.window_s = tree.window_s; d.capacity_gpus = tree.capacity_gpus;

@@ -4,7 +4,9 @@
 //! 7-day usage per node, the queue with its sort metric, and owed versus
 //! delivered GPU-hours per team over 30 days, and the latest enforcement
 //! actions (preemptions, drains) with their cause and rule, and each
-//! team's charged usage per day over the last week against its budget. Every URL the
+//! team's charged usage per day over the last week against its budget, and
+//! the cycle history of the last week (occupancy, pending jobs and the
+//! longest wait, the select plugin's N*SIF, from `GET /api/v1/history`). Every URL the
 //! page uses is relative, so it works behind a proxy under a path prefix.
 
 use axum::extract::State;
@@ -96,11 +98,18 @@ pub fn data(state: &AppState, viewer: &crate::privacy::Viewer) -> serde_json::Va
             .count()
     };
     let usage_days = usage_days(state, now, &scope);
+    // The cycle history over the same days (cluster-wide: everyone sees it).
+    let (history_from, history_to) = (now - USAGE_DAYS * 86400, now + 1);
+    let history = state
+        .db()
+        .history(history_from, history_to)
+        .map(|(points, bucket_s)| json!({ "from": history_from, "to": history_to, "bucket_s": bucket_s, "points": points }))
+        .unwrap_or_else(|e| json!({ "from": history_from, "to": history_to, "points": [], "error": e.to_string() }));
     let mut v = json!({
         "now": now, "window_s": week, "capacity_gpus": state.capacity(),
         "gpu_weights": state.config.gpu_weights,
         "tree": tree, "queue": rows, "queue_total": queue_total, "owed": owed, "actions": actions,
-        "usage_days": usage_days,
+        "usage_days": usage_days, "history": history,
     });
     // Times as the API gives them (ISO 8601 local with offset).
     crate::api::iso_times(&mut v);

@@ -23,6 +23,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0003_enforcement_identity.sql"),
     include_str!("../../sql/0004_gpu_weights.sql"),
     include_str!("../../sql/0005_job_user.sql"),
+    include_str!("../../sql/0006_cycle_history.sql"),
 ];
 
 /// The newest schema version this build knows.
@@ -874,15 +875,107 @@ impl Db {
         Ok(())
     }
 
-    /// Deletes actions and settled preemption records older than `cutoff`.
+    /// Deletes actions, settled preemption records and cycle-history
+    /// samples older than `cutoff`.
     pub fn prune_actions_before(&mut self, cutoff: i64) -> Result<()> {
         self.conn
             .execute("DELETE FROM actions WHERE at < ?1", params![cutoff])?;
+        self.conn
+            .execute("DELETE FROM cycle_history WHERE at < ?1", params![cutoff])?;
         self.conn.execute(
             "DELETE FROM preemptions WHERE at < ?1 AND owes = 0",
             params![cutoff],
         )?;
         Ok(())
+    }
+}
+
+/// One cycle's cluster-wide figures (a row of `cycle_history`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CycleSample {
+    /// The cycle's time (Unix seconds; a point of the history: its bucket's start).
+    pub at: i64,
+    /// GPUs of running jobs (weighted as charged).
+    pub gpus_allocated: f64,
+    /// The cluster's GPUs (weighted).
+    pub capacity_gpus: f64,
+    pub pending_jobs: f64,
+    /// Wait so far of the longest-waiting pending job (`None`: no job waits).
+    pub longest_wait_s: Option<f64>,
+    /// Median wait of the jobs started since the previous cycle.
+    pub median_wait_s: Option<f64>,
+    /// The select plugin's N*SIF (`None`: no state file configured or readable).
+    pub n_sif: Option<f64>,
+    pub partial_nodes: Option<f64>,
+}
+
+/// Most points [`Db::history`] returns over any window.
+pub const HISTORY_MAX_POINTS: i64 = 500;
+
+impl Db {
+    /// Records one cycle's sample; a later sample of the same minute
+    /// replaces it (at most one row per minute).
+    pub fn record_cycle_sample(&mut self, s: &CycleSample) -> Result<()> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO cycle_history (minute, at, gpus_allocated, capacity_gpus,
+                 pending_jobs, longest_wait_s, median_wait_s, n_sif, partial_nodes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                s.at.div_euclid(60),
+                s.at,
+                s.gpus_allocated,
+                s.capacity_gpus,
+                s.pending_jobs.round() as i64,
+                s.longest_wait_s.map(|w| w.round() as i64),
+                s.median_wait_s,
+                s.n_sif,
+                s.partial_nodes.map(|p| p.round() as i64),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Rows of the cycle history (tests).
+    #[cfg(test)]
+    pub(crate) fn cycle_history_rows(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("SELECT COUNT(*) FROM cycle_history", [], |r| r.get(0))?)
+    }
+
+    /// The history over `[from, to)`, oldest first, in buckets of whole
+    /// minutes, at least `(to - from) / (HISTORY_MAX_POINTS - 1)` seconds
+    /// long and aligned on multiples of their size since 1970 (the same
+    /// buckets from one call to the next), so at most
+    /// [`HISTORY_MAX_POINTS`] points whatever the window; and the bucket
+    /// size. A point is its bucket's averages (the longest wait: its
+    /// maximum; NULL samples left out), `at` its bucket's start (not
+    /// before `from`); buckets without samples are left out.
+    pub fn history(&self, from: i64, to: i64) -> Result<(Vec<CycleSample>, i64)> {
+        let span = (to - from).max(1);
+        let per = (span + HISTORY_MAX_POINTS - 2) / (HISTORY_MAX_POINTS - 1);
+        let bucket = ((per + 59) / 60).max(1) * 60;
+        let mut st = self.conn.prepare(
+            "SELECT at / ?3 AS k, AVG(gpus_allocated), AVG(capacity_gpus), AVG(pending_jobs),
+                    MAX(longest_wait_s), AVG(median_wait_s), AVG(n_sif), AVG(partial_nodes)
+             FROM cycle_history WHERE at >= ?1 AND at < ?2
+             GROUP BY k ORDER BY k",
+        )?;
+        let rows = st
+            .query_map(params![from, to, bucket], |r| {
+                Ok(CycleSample {
+                    at: (r.get::<_, i64>(0)? * bucket).max(from),
+                    gpus_allocated: r.get(1)?,
+                    capacity_gpus: r.get(2)?,
+                    pending_jobs: r.get(3)?,
+                    longest_wait_s: r.get::<_, Option<i64>>(4)?.map(|w| w as f64),
+                    median_wait_s: r.get(5)?,
+                    n_sif: r.get(6)?,
+                    partial_nodes: r.get(7)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok((rows, bucket))
     }
 }
 
@@ -1079,7 +1172,7 @@ mod tests {
             .unwrap();
         }
         let mut db = Db::open(&path).unwrap();
-        assert_eq!(db.version().unwrap(), 5);
+        assert_eq!(db.version().unwrap(), 6);
         assert_eq!(db.job_user(JobId(7)).unwrap(), None);
         // Job 8 still runs after the upgrade: it gets its user; a second
         // report does not change it; job 7 (ended) stays without one.

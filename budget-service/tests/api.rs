@@ -636,6 +636,7 @@ async fn openapi_documents_every_route_and_dashboard_renders_data() {
         "/api/v1/audit",
         "/api/v1/ledger",
         "/api/v1/actions",
+        "/api/v1/history",
         "/api/v1/hosts",
         "/api/v1/hosts/{node}/fault",
         "/api/v1/hosts/{node}/repaired",
@@ -1416,4 +1417,105 @@ async fn private_data_usage_shows_teams_to_their_users_managers_and_admins() {
             assert_eq!(n["node"], "team-a", "{day}");
         }
     }
+}
+
+/// Issue 14: `GET /api/v1/history` returns the cycle history over the
+/// window, at most 500 points (buckets of at least a minute: averages,
+/// the longest wait their maximum), times in ISO 8601, to anyone.
+#[tokio::test]
+async fn history_is_bounded_aggregated_and_public() {
+    use compass_budget::db::CycleSample;
+    let (s, _c, r) = setup_with("");
+    // 2000 samples, one a minute from T0 (a multiple of 300 s).
+    assert_eq!(T0 % 300, 0);
+    for k in 0..2000i64 {
+        s.db()
+            .record_cycle_sample(&CycleSample {
+                at: T0 + k * 60,
+                gpus_allocated: (k % 5) as f64,
+                capacity_gpus: 10.0,
+                pending_jobs: 3.0,
+                longest_wait_s: Some(k as f64),
+                median_wait_s: None,
+                n_sif: (k % 2 == 0).then_some(2.0),
+                partial_nodes: None,
+            })
+            .unwrap();
+    }
+    // The whole span: 120,000 s / 499 = 241 s, in buckets of whole
+    // minutes: 300 s (5 samples each, T0 is a multiple of 300).
+    let to = T0 + 2000 * 60;
+    let (st, v) = call(
+        &r,
+        "GET",
+        &format!("/api/v1/history?from={T0}&to={to}"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["bucket_s"], 300);
+    let p = v["points"].as_array().unwrap();
+    assert_eq!(p.len(), 400);
+    // Each bucket: allocated 0,1,2,3,4 -> 2; waits k..k+4 -> max k+4.
+    assert_eq!(p[0]["gpus_allocated"], 2.0);
+    assert_eq!(p[0]["capacity_gpus"], 10.0);
+    assert_eq!(p[0]["pending_jobs"], 3.0);
+    assert_eq!(p[0]["longest_wait_s"], 4.0);
+    assert_eq!(p[399]["longest_wait_s"], 1999.0);
+    assert_eq!(p[0]["n_sif"], 2.0, "NULL samples are left out of the mean");
+    assert_eq!(p[0]["median_wait_s"], Value::Null);
+    assert_eq!(
+        p[1]["at"],
+        json!(compass_budget::localtime::iso(T0 + 300)),
+        "a point is its bucket's start, in ISO 8601"
+    );
+    // A 10-minute window, ISO bounds: buckets of a minute, the samples as stored.
+    let (st, v) = call(
+        &r,
+        "GET",
+        &format!(
+            "/api/v1/history?from={}&to={}",
+            compass_budget::localtime::iso(T0 + 60).replace('+', "%2B"),
+            T0 + 660
+        ),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["bucket_s"], 60);
+    let waits: Vec<f64> = (v["points"].as_array().unwrap().iter())
+        .map(|p| p["longest_wait_s"].as_f64().unwrap())
+        .collect();
+    assert_eq!(waits, (1..=10).map(f64::from).collect::<Vec<_>>());
+    // A year of history: still at most 500 points.
+    let (st, v) = call(
+        &r,
+        "GET",
+        &format!("/api/v1/history?from={}&to={to}", to - 366 * 86400),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert!(
+        v["points"].as_array().unwrap().len() <= 500,
+        "{}",
+        v["points"].as_array().unwrap().len()
+    );
+    // A bad window is a 400 naming the parameter.
+    let (st, v) = call(
+        &r,
+        "GET",
+        &format!("/api/v1/history?from={to}&to={T0}"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, &v["field"]),
+        (StatusCode::BAD_REQUEST, &json!("from")),
+        "{v}"
+    );
 }

@@ -4,7 +4,8 @@
 //! nginx's `location /compass/ { proxy_pass http://daemon/; }`: a small proxy
 //! in this test strips the prefix and answers 404 outside it), first with its
 //! embedded data, then through the API refresh path, the numbers shown
-//! checked against hand-computed values, and screenshots (`dashboard.png`,
+//! checked against hand-computed values (the cluster-over-time charts drawn
+//! from seeded cycle-history rows), and screenshots (`dashboard.png`,
 //! `dashboard-queue-page-2.png`) saved to `$COMPASS_SCREENSHOT_DIR` if set
 //! (the docs' images in `docs/images/` come from there), else to
 //! `$CARGO_TARGET_TMPDIR`.
@@ -13,7 +14,7 @@ mod common;
 
 use common::{free_port, Daemon, TempDir};
 use compass_budget::cli::parse_budgets_toml;
-use compass_budget::db::Db;
+use compass_budget::db::{CycleSample, Db};
 use compass_budget::slurm::{SlurmJob, SlurmSnapshot};
 use compass_core::fairshare::{Interval, Kind};
 use compass_core::model::JobId;
@@ -163,6 +164,26 @@ fn usage_bars(dom: &str, team: &str) -> Vec<f64> {
         .collect()
 }
 
+/// The values a history line chart draws (`data-values` of `<path
+/// id="ID-line">`), oldest first; checks `data-points` counts them.
+fn line_values(dom: &str, id: &str) -> Vec<f64> {
+    let at = dom
+        .find(&format!("id=\"{id}-line\""))
+        .unwrap_or_else(|| panic!("line chart {id} not drawn"));
+    let tag = &dom[at..at + dom[at..].find('>').unwrap()];
+    let attr = |name: &str| {
+        let v = &tag[tag.find(&format!("{name}=\"")).unwrap() + name.len() + 2..];
+        v[..v.find('"').unwrap()].to_string()
+    };
+    let values: Vec<f64> = attr("data-values")
+        .split(',')
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert_eq!(attr("data-points"), values.len().to_string(), "{id}");
+    assert!(tag.contains(" d=\"M"), "{id}: a path is drawn");
+    values
+}
+
 #[test]
 fn dashboard_shows_seeded_numbers_in_headless_chromium() {
     let dir = TempDir::new("dash");
@@ -204,6 +225,26 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         for h in 0..24 {
             db.add_demand(base + h * 3600, &[("vision".into(), 4.0 * 3600.0)])
                 .unwrap();
+        }
+        // The cycle history: three days of the past week, a minute each
+        // (the running daemon adds its own samples, now: 0 GPUs allocated,
+        // 4 pending, no N*SIF as no select state file is configured).
+        for (days_ago, alloc, pending, wait, median, n_sif) in [
+            (3, 32.0, 10.0, 3600.0, Some(600.0), 1.5),
+            (2, 16.0, 20.0, 7200.0, Some(1800.0), 0.5),
+            (1, 48.0, 5.0, 1800.0, None, 2.0),
+        ] {
+            db.record_cycle_sample(&CycleSample {
+                at: now - days_ago * 86400,
+                gpus_allocated: alloc,
+                capacity_gpus: 64.0,
+                pending_jobs: pending,
+                longest_wait_s: Some(wait),
+                median_wait_s: median,
+                n_sif: Some(n_sif),
+                partial_nodes: Some(1.0),
+            })
+            .unwrap();
         }
     }
     let job = |id: u64, acct: &str, min_rt: u64| SlurmJob {
@@ -413,6 +454,30 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         "the refresh reads usage windows from the API"
     );
 
+    // The cluster over time (issue 14): the seeded days, then the running
+    // daemon's own samples (0% allocated, 4 pending jobs waiting about a
+    // minute, no N*SIF), in the embedded data and through /api/v1/history.
+    for page in [&embedded, &dom] {
+        let occ = line_values(page, "history-occupancy");
+        assert_eq!(occ[..3], [50.0, 25.0, 75.0], "{occ:?}");
+        assert!(
+            occ.len() >= 4 && occ[3..].iter().all(|x| *x == 0.0),
+            "{occ:?}"
+        );
+        let pending = line_values(page, "history-pending");
+        assert_eq!(pending[..3], [10.0, 20.0, 5.0], "{pending:?}");
+        assert!(pending[3..].iter().all(|x| *x == 4.0), "{pending:?}");
+        let wait = line_values(page, "history-wait");
+        assert_eq!(wait[..3], [1.0, 2.0, 0.5], "hours: {wait:?}");
+        assert!(wait[3..].iter().all(|x| *x < 0.1), "{wait:?}");
+        assert_eq!(line_values(page, "history-median-wait"), [0.167, 0.5]);
+        assert_eq!(line_values(page, "history-nsif"), [1.5, 0.5, 2.0]);
+    }
+    assert!(
+        (proxy.seen.lock().unwrap().iter()).any(|p| p.starts_with("/api/v1/history?from=")),
+        "the refresh reads the history from the API"
+    );
+
     // Screenshots: into $COMPASS_SCREENSHOT_DIR when set (the docs'
     // images, docs/images/, come from here), else the target's tmp dir.
     let dir = std::env::var_os("COMPASS_SCREENSHOT_DIR")
@@ -420,7 +485,7 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).to_path_buf());
     std::fs::create_dir_all(&dir).unwrap();
     for (name, query, size) in [
-        ("dashboard.png", "", "1280,2000"),
+        ("dashboard.png", "", "1280,2900"),
         (
             "dashboard-queue-page-2.png",
             "?queue_page_size=2&queue_page=2",
