@@ -27,7 +27,7 @@
 
 mod replay_common;
 
-use replay_common::{cluster, port, release, repo_root, Lab, TempDir};
+use replay_common::{cluster, port, release, Lab, TempDir};
 
 const NODES: u32 = 16;
 const GPUS: u32 = 8;
@@ -65,7 +65,6 @@ const WINDOW: &[&str] = &[
 #[test]
 fn replay_on_compass_and_stock_clusters_passes_the_checks() {
     replay_common::require_lab();
-    let trace = repo_root().join("tests/fixtures/venus-window.csv");
     let out = TempDir::new("compass-replay-out");
     let lab_env = [
         ("LAB_NODES", NODES.to_string()),
@@ -75,36 +74,16 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
     let compass = Lab::up("compass", port(18_300), true, &lab_env);
     let stock = Lab::up("stock", port(18_400), false, &lab_env);
 
-    let mut args: Vec<std::ffi::OsString> = vec![
-        "--trace".into(),
-        trace.into(),
-        "--budgets".into(),
-        repo_root().join("etc/budgets.venus.toml").into(),
-        "--cluster".into(),
+    let clusters = [
         format!(
             "compass={}:{}",
             compass.conf().display(),
             compass.state_file().display()
-        )
-        .into(),
-        "--cluster".into(),
-        format!("stock={}", stock.conf().display()).into(),
+        ),
+        format!("stock={}", stock.conf().display()),
     ];
-    args.extend(WINDOW.iter().map(Into::into));
-    args.extend(
-        [
-            "--label",
-            "placement only (lab test)",
-            "--timeout",
-            "6m",
-            "--check",
-        ]
-        .map(Into::into),
-    );
-    let (stdout, report) = replay_common::replay(&args, &out.0);
-    assert!(stdout.contains("--check: all checks passed"), "{stdout}");
-
-    assert!(report["checks"].as_array().is_some_and(|c| c.is_empty()));
+    let (_, report) =
+        replay_common::replay_checked(&clusters, WINDOW, "placement only (lab test)", &out.0);
     let jobs = report["plan"]["jobs"].as_array().expect("plan jobs");
     assert_eq!(jobs.len(), 60, "the window's 60 jobs all fit 16 x 8 GPUs");
     let has = |w: u64, g: u64| {

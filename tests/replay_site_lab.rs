@@ -29,7 +29,7 @@
 
 mod replay_common;
 
-use replay_common::{cluster, port, repo_root, Lab, TempDir};
+use replay_common::{cluster, port, Lab, TempDir};
 
 /// The first 48 jobs of `tests/fixtures/venus-window.csv` (the homogeneous
 /// replay lab's window), as compressed there. Offered load about 1 on the
@@ -55,33 +55,13 @@ fn replay_on_the_site_lab_passes_the_checks_in_every_pool() {
     replay_common::require_lab();
     let out = TempDir::new("compass-replay-site-out");
     let lab = Lab::up("site", port(18_700), true, &[("LAB_LAYOUT", "site")]);
-    let mut args: Vec<std::ffi::OsString> = vec![
-        "--trace".into(),
-        repo_root().join("tests/fixtures/venus-window.csv").into(),
-        "--budgets".into(),
-        repo_root().join("etc/budgets.venus.toml").into(),
-        "--cluster".into(),
-        format!(
-            "compass={}:{}",
-            lab.conf().display(),
-            lab.state_file().display()
-        )
-        .into(),
-    ];
-    args.extend(WINDOW.iter().map(Into::into));
-    args.extend(
-        [
-            "--label",
-            "site lab (lab test)",
-            "--timeout",
-            "6m",
-            "--check",
-        ]
-        .map(Into::into),
+    let compass = format!(
+        "compass={}:{}",
+        lab.conf().display(),
+        lab.state_file().display()
     );
-    let (stdout, report) = replay_common::replay(&args, &out.0);
-    assert!(stdout.contains("--check: all checks passed"), "{stdout}");
-    assert!(report["checks"].as_array().is_some_and(|c| c.is_empty()));
+    let (_, report) =
+        replay_common::replay_checked(&[compass], WINDOW, "site lab (lab test)", &out.0);
 
     let jobs = report["plan"]["jobs"].as_array().expect("plan jobs");
     assert_eq!(jobs.len(), 48, "the window's 48 jobs all fit the A100 pool");

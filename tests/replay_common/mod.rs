@@ -219,6 +219,32 @@ pub fn replay(args: &[std::ffi::OsString], out: &Path) -> (String, Value) {
     (stdout, report)
 }
 
+/// `compass replay --check` of the Venus window fixture (`WINDOW` args
+/// pick the jobs) on `clusters` (`name=slurm.conf[:state file]`), labelled
+/// `label`: every check must pass. Returns stdout and report.json.
+pub fn replay_checked(
+    clusters: &[String],
+    window: &[&str],
+    label: &str,
+    out: &Path,
+) -> (String, Value) {
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "--trace".into(),
+        repo_root().join("tests/fixtures/venus-window.csv").into(),
+        "--budgets".into(),
+        repo_root().join("etc/budgets.venus.toml").into(),
+    ];
+    for c in clusters {
+        args.extend(["--cluster".into(), c.into()]);
+    }
+    args.extend(window.iter().map(Into::into));
+    args.extend(["--label", label, "--timeout", "6m", "--check"].map(Into::into));
+    let (stdout, report) = replay(&args, out);
+    assert!(stdout.contains("--check: all checks passed"), "{stdout}");
+    assert!(report["checks"].as_array().is_some_and(|c| c.is_empty()));
+    (stdout, report)
+}
+
 /// The cluster `name` of a report.
 pub fn cluster<'a>(report: &'a Value, name: &str) -> &'a Value {
     report["clusters"]
