@@ -353,7 +353,22 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
     lab.wait("the queue to drain", Duration::from_secs(60), || {
         lab.ok("squeue", &["-h", "-o", "%i"]).trim().is_empty()
     });
-    let state = service(&lab);
+    // The published design's order (teams by lookback ratio alone): over
+    // one minute it must converge to the shares. The default order
+    // (under-allocation-first, issue 15) keeps each team near its
+    // allocation *now*; with 2-GPU jobs on 16 GPUs it delivered 0.60-0.72
+    // of the time to the 70% team in five runs here (docs/results.md,
+    // issue 15), so it is not held to this band; the twin test holds it to
+    // the simulator's order.
+    let state = service_state(
+        &lab,
+        "[order]\nteam_order = \"ratio\"\nfree_order = \"same-as-allocated\"\n",
+        vec![
+            spec("org", None, 1.0, None),
+            spec("big", Some("org"), 0.7, Some(BIG)),
+            spec("small", Some("org"), 0.3, Some(SMALL)),
+        ],
+    );
     let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
     let mut jobs = Vec::new();
     for i in 0..120 {
