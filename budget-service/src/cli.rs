@@ -327,11 +327,14 @@ pub enum NodeCmd {
     },
 }
 
-/// The TOML file format of import/export (`etc/budgets.example.toml`).
+/// The TOML file format of import/export (`etc/budgets.example.toml`): one
+/// `[[team]]` table per team or group of the tree. `[[node]]`, the first
+/// name of these tables, is still read ("node" means a host to Slurm users,
+/// so it is no longer written).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetsToml {
-    #[serde(default, rename = "node")]
+    #[serde(default, rename = "team", alias = "node")]
     pub nodes: Vec<NodeSpec>,
 }
 
@@ -1105,6 +1108,12 @@ mod tests {
     #[test]
     fn malformed_toml_and_unknown_keys_are_errors() {
         assert!(parse_budgets_toml("[[node]]\nname = \"x\"\nshare = ").is_err());
+        // [[team]] is the name written; [[node]], the first one, is read too.
+        let team = parse_budgets_toml("[[team]]\nname = \"x\"\nshare = 1.0\n").unwrap();
+        let node = parse_budgets_toml("[[node]]\nname = \"x\"\nshare = 1.0\n").unwrap();
+        assert_eq!(team, node);
+        assert_eq!(team.nodes.len(), 1);
+        assert!(budgets_to_toml(&team.nodes).unwrap().contains("[[team]]"));
         let e = parse_budgets_toml("[[node]]\nname = \"x\"\nshare = 1.0\nacount = \"a\"\n")
             .unwrap_err();
         assert!(e.to_string().contains("acount"), "{e}");
