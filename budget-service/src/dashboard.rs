@@ -1,7 +1,7 @@
 //! The dashboard: one HTML page with inline SVG charts, no build step.
 //! The page embeds the current data (so it renders without a round trip)
 //! and refreshes from the API every 30 s: the tree with allocation against
-//! 7-day usage per node, the queue with its sort metric, and owed versus
+//! 7-day usage per team, the queue with its sort metric, and owed versus
 //! delivered GPU-hours per team over 30 days, and the latest enforcement
 //! actions (preemptions, drains) with their cause and rule, and each
 //! team's charged usage per day over the last week against its budget, and
