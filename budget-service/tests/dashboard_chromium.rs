@@ -326,6 +326,29 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         std::thread::sleep(Duration::from_millis(100));
     }
 
+    // The cycle records its history sample after it publishes the queue:
+    // wait for the daemon's own sample too (beside the three seeded days).
+    loop {
+        let v: serde_json::Value = serde_json::from_str(
+            &agent
+                .get(format!("{}/api/v1/history?window_s=604800", d.url))
+                .call()
+                .unwrap()
+                .body_mut()
+                .read_to_string()
+                .unwrap(),
+        )
+        .unwrap();
+        if v["points"].as_array().is_some_and(|p| p.len() >= 4) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no history sample of the daemon: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
     // The page as users reach it: behind a proxy, under `/compass/`.
     let proxy = PrefixProxy::start(&d.url, "/compass/");
     let profile = TempDir::new("chromium-profile");
