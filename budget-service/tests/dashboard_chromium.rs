@@ -304,11 +304,12 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         .http_status_as_error(false)
         .build()
         .into();
+    // GETs `path` until `done` holds of its JSON (20 s at most in all).
     let start = Instant::now();
-    loop {
+    let wait_for = |path: &str, what: &str, done: &dyn Fn(&serde_json::Value) -> bool| loop {
         let v: serde_json::Value = serde_json::from_str(
             &agent
-                .get(format!("{}/api/v1/queue", d.url))
+                .get(format!("{}{path}", d.url))
                 .call()
                 .unwrap()
                 .body_mut()
@@ -316,38 +317,22 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
                 .unwrap(),
         )
         .unwrap();
-        if v["jobs"].as_array().is_some_and(|j| j.len() == 4) {
+        if done(&v) {
             break;
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no cycle ran: {v}"
-        );
+        assert!(start.elapsed() < Duration::from_secs(20), "{what}: {v}");
         std::thread::sleep(Duration::from_millis(100));
-    }
-
+    };
+    wait_for("/api/v1/queue", "no cycle ran", &|v| {
+        v["jobs"].as_array().is_some_and(|j| j.len() == 4)
+    });
     // The cycle records its history sample after it publishes the queue:
     // wait for the daemon's own sample too (beside the three seeded days).
-    loop {
-        let v: serde_json::Value = serde_json::from_str(
-            &agent
-                .get(format!("{}/api/v1/history?window_s=604800", d.url))
-                .call()
-                .unwrap()
-                .body_mut()
-                .read_to_string()
-                .unwrap(),
-        )
-        .unwrap();
-        if v["points"].as_array().is_some_and(|p| p.len() >= 4) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no history sample of the daemon: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for(
+        "/api/v1/history?window_s=604800",
+        "no history sample of the daemon",
+        &|v| v["points"].as_array().is_some_and(|p| p.len() >= 4),
+    );
 
     // The page as users reach it: behind a proxy, under `/compass/`.
     let proxy = PrefixProxy::start(&d.url, "/compass/");
