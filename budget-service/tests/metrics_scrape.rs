@@ -373,6 +373,9 @@ fn select_figures_are_what_the_plugin_logic_publishes() {
     let names: Vec<String> = (1..=4).map(|i| format!("n{i}")).collect();
     let mut config = compass_slurm::config::Config::default().select;
     config.min_run_before_migration_s = 0;
+    // Compact after a departure with no job waiting: the paper's rule (the
+    // plugin's default moves nobody then, `select.move_when = waiting`).
+    config.move_when = compass_core::placement::worth::MoveWhen::Always;
     let mut ctl = Controller::new(config, ClusterSpec::new(4, 8).unwrap(), names);
     let job = |id: u64, g: u32| JobInfo {
         id,
