@@ -412,11 +412,29 @@ impl Controller {
     }
 
     /// [`Controller::begin`] for a job that may only run on `allowed`
-    /// (its partition's nodes less `--exclude`): when that covers part of
-    /// its pool, the engine remembers it, so Compact never migrates the job
-    /// to a node Slurm could not start it on (`CompassEngine::set_allowed`,
-    /// docs/compass-corrections.md section 8). `None`: no restriction.
+    /// (its partition's nodes less `--exclude`, with its `--constraint`
+    /// features: [`crate::restriction::allowed_nodes`]): when that covers
+    /// part of its pool, the engine remembers it, so Compact never migrates
+    /// the job to a node Slurm could not start it on
+    /// (`CompassEngine::set_allowed`, docs/compass-corrections.md section
+    /// 8). `None`: no restriction.
     pub fn begin_within(
+        &mut self,
+        job: &JobInfo,
+        per_node: &[(NodeId, u32)],
+        allowed: Option<&NodeSet>,
+        now: u64,
+    ) -> Option<String> {
+        let log = self.adopt_running_within(job, per_node, allowed, now);
+        self.compact();
+        log
+    }
+
+    /// [`Controller::adopt_running`] for a job that may only run on
+    /// `allowed`, as [`Controller::begin_within`] restricts it: the rebuild
+    /// after a slurmctld restart or a reconfigure gives each running job
+    /// the restriction its job record says, as at its start.
+    pub fn adopt_running_within(
         &mut self,
         job: &JobInfo,
         per_node: &[(NodeId, u32)],
@@ -428,7 +446,6 @@ impl Controller {
             // A job in the model; foreign use never moves.
             let _ = self.engine.set_allowed(JobId(job.id), allowed);
         }
-        self.compact();
         log
     }
 
@@ -1469,6 +1486,35 @@ mod tests {
                 }
                 None => assert_eq!((o.job, &o.to_nodes[..]), (1, &[1][..]), "{orders:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_rebuild_keeps_each_adopted_job_inside_its_nodes() {
+        // After a slurmctld restart (or a reconfigure) the plugin adopts the
+        // running jobs into a fresh controller. Two resumable 1x4 jobs on n1
+        // and n2; the job on n1 may only use n1 (its constraint's nodes).
+        // Adopted without its restriction (as before this was read at the
+        // rebuild), Compact sends it to n2; adopted with it, the job on n2
+        // comes to n1 instead.
+        for restrict in [false, true] {
+            let mut c = ctl();
+            let only_n1 = NodeSet::from_nodes(4, [0]);
+            let allowed = restrict.then_some(&only_n1);
+            assert_eq!(
+                c.adopt_running_within(&job(1, 1, 4), &[(0, 4)], allowed, 0),
+                None
+            );
+            assert_eq!(
+                c.adopt_running_within(&job(2, 1, 4), &[(1, 4)], None, 0),
+                None
+            );
+            c.compact();
+            let orders = c.tick(1000);
+            let moves: Vec<(u64, Vec<NodeId>)> =
+                orders.iter().map(|o| (o.job, o.to_nodes.clone())).collect();
+            let want = if restrict { (2, vec![0]) } else { (1, vec![1]) };
+            assert_eq!(moves, vec![want], "restricted: {restrict}");
         }
     }
 

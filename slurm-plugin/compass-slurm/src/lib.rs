@@ -11,6 +11,8 @@
 //! - [`shape`]: mapping a Slurm GPU request onto the `w x g` model.
 //! - [`state`]: the live state the select plugin publishes.
 //! - [`persist`]: what the select plugin keeps across reconfigure and restart.
+//! - [`restriction`]: the nodes a job may ever use (partition, `--exclude`,
+//!   `--constraint`), which Compact keeps it inside.
 //! - [`wait`]: sleeps and polls a stop request ends promptly.
 
 pub mod config;
@@ -19,6 +21,7 @@ pub mod duration;
 pub mod error;
 pub mod flags;
 pub mod persist;
+pub mod restriction;
 pub mod shape;
 pub mod state;
 pub mod wait;

@@ -10,6 +10,7 @@ use compass_core::placement::pools::NodeGpus;
 use compass_slurm::controller::{Controller, JobInfo};
 use compass_slurm::flags;
 use compass_slurm::persist::{Saved, FILE_NAME};
+use compass_slurm::restriction::{allowed_nodes as allowed_nodes_among, Constraint, JobPlaces};
 use compass_slurm::shape::{map_request, node_gpus, requested_gpu_type, SlurmRequest};
 use slurm_sys as sys;
 
@@ -180,32 +181,50 @@ unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
     }
 }
 
-/// The nodes a job may ever run on, as far as Slurm's job record says it
-/// for good: the nodes of the partition it runs in, less its `--exclude`
-/// (`exc_node_bitmap`). Features (`--constraint`) are not read. `None` when
-/// the record has no partition bitmap. Compact keeps the job inside them
-/// (`Controller::begin_within`).
+/// The nodes a running job may ever use, from its job record
+/// ([`compass_slurm::restriction::allowed_nodes`]): the nodes of the
+/// partition it runs in (`part_ptr`), less its `--exclude` (`exc_nodes`,
+/// read by name: after a restart slurmctld rebuilds `exc_node_bitmap` only
+/// after `select_p_job_init`), among those whose active features
+/// (`features_act`, else `features`) satisfy its `--constraint`
+/// (`details->features`); for a constraint form not read, the nodes it
+/// runs on (held still, logged). `None`: nothing restricts it. Compact
+/// keeps the job inside them (`Controller::begin_within`).
 ///
 /// # Safety
-/// `job` is a live job record (its `part_ptr` and `details` NULL or valid).
-unsafe fn partition_nodes(job: &sys::job_record_t) -> Option<NodeSet> {
-    // SAFETY: NULL or a valid partition record.
-    let part = unsafe { job.part_ptr.as_ref() }?;
-    if part.node_bitmap.is_null() {
+/// `job` is a live job record (its `part_ptr` and `details` NULL or
+/// valid); slurmctld's node table is live.
+unsafe fn allowed_nodes(job: &sys::job_record_t, current: &[NodeId]) -> Option<NodeSet> {
+    // SAFETY: NULL or a valid partition record / details.
+    let part = unsafe { job.part_ptr.as_ref() }.filter(|p| !p.node_bitmap.is_null());
+    let d = unsafe { job.details.as_ref() };
+    let excluded = match d {
+        Some(d) if !d.exc_nodes.is_null() => unsafe { nodes_from_names(d.exc_nodes) },
+        Some(d) => unsafe { bits(d.exc_node_bitmap) },
+        None => vec![],
+    };
+    let places = JobPlaces {
+        partition: part.map(|p| unsafe { bits(p.node_bitmap) }),
+        excluded,
+        features: d.and_then(|d| unsafe { opt_str(d.features) }),
+        current: current.to_vec(),
+    };
+    if let Constraint::Unread(expr) = Constraint::parse(places.features) {
+        log::verbose(&format!(
+            "job {}: constraint {expr} is not read (counts, brackets, parentheses, & with |): Compact holds it on its nodes",
+            job.job_id
+        ));
+    }
+    // SAFETY: slurmctld globals, read under its locks by the caller.
+    let (table, count) = unsafe { (sys::node_record_table_ptr, sys::node_record_count) };
+    if table.is_null() || count <= 0 {
         return None;
     }
-    // SAFETY: valid bitmaps (checked non-NULL).
-    let size = unsafe { sys::bit_size(part.node_bitmap) } as u32;
-    let mut set = NodeSet::from_nodes(size, unsafe { bits(part.node_bitmap) });
-    // SAFETY: details is NULL or valid.
-    if let Some(d) = unsafe { job.details.as_ref() } {
-        if !d.exc_node_bitmap.is_null() {
-            for n in unsafe { bits(d.exc_node_bitmap) } {
-                set.remove(n);
-            }
-        }
-    }
-    Some(set)
+    allowed_nodes_among(&places, count as u32, |n| {
+        // SAFETY: n < node_record_count; holes are NULL.
+        let node = unsafe { (*table.add(n as usize)).as_ref() }?;
+        unsafe { opt_str(node.features_act).or_else(|| opt_str(node.features)) }
+    })
 }
 
 /// Slurm's `time_limit` (minutes; INFINITE or NO_VAL: none) in seconds.
@@ -400,7 +419,12 @@ pub unsafe extern "C" fn select_p_job_init(job_list: *mut c_void) -> c_int {
                 let info = unsafe { job_info(job, cap) };
                 let alloc = unsafe { allocated_gpus(job) };
                 let start = u64::try_from(job.start_time).unwrap_or(now);
-                if let Some(msg) = ctl.adopt_running(&info, &alloc, start) {
+                // The same restriction as at its start (partition,
+                // --exclude, --constraint), from the job record.
+                let on: Vec<NodeId> = alloc.iter().map(|&(n, _)| n).collect();
+                let allowed = unsafe { allowed_nodes(job, &on) };
+                if let Some(msg) = ctl.adopt_running_within(&info, &alloc, allowed.as_ref(), start)
+                {
                     log::verbose(&msg);
                 }
             }
@@ -548,7 +572,8 @@ pub unsafe extern "C" fn select_p_select_nodeinfo_set(job_ptr: *mut sys::job_rec
             }
             let info = unsafe { job_info(job, ctl.max_gpus_per_node()) };
             let alloc = unsafe { allocated_gpus(job) };
-            let allowed = unsafe { partition_nodes(job) };
+            let on: Vec<NodeId> = alloc.iter().map(|&(n, _)| n).collect();
+            let allowed = unsafe { allowed_nodes(job, &on) };
             ctl.begin_within(&info, &alloc, allowed.as_ref(), now_unix())
         });
         if let Some(Some(m)) = msg {
