@@ -155,7 +155,8 @@ write_conf() {
         sed -i -e '/^NodeName=/d' -e '/^PartitionName=/d' -e '/^SelectTypeParameters=/d' \
             -e "1s#.*#\# Lab cluster of contrib/slurm-lab.sh, LAB_LAYOUT=site: 18 nodes on ONE host#" \
             "$LAB/etc/slurm.conf"
-        sed -e "s#@PORTS_A100@#$((base + 1))-$((base + 8))#g" \
+        sed -e "s#@PORTS_A100_LO@#$((base + 1))-$((base + 4))#g" \
+            -e "s#@PORTS_A100_HI@#$((base + 5))-$((base + 8))#g" \
             -e "s#@PORTS_L40S@#$((base + 9))-$((base + 12))#g" \
             -e "s#@PORTS_SMALL@#$((base + 13))-$((base + 14))#g" \
             -e "s#@PORTS_CPU@#$((base + 15))-$((base + 18))#g" \

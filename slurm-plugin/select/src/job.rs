@@ -198,9 +198,14 @@ unsafe fn allowed_nodes(job: &sys::job_record_t, current: &[NodeId]) -> Option<N
     // SAFETY: NULL or a valid partition record / details.
     let part = unsafe { job.part_ptr.as_ref() }.filter(|p| !p.node_bitmap.is_null());
     let d = unsafe { job.details.as_ref() };
+    // The user's --exclude by name, never `exc_node_bitmap`: backfill's
+    // `_start_job` ORs into it, for the call that starts the job, every
+    // node reserved for other jobs or lacking the job's features right
+    // then (sched/backfill/backfill.c), which would hold the job still on
+    // what was free at that instant; and after a restart slurmctld
+    // rebuilds the bitmap only after `select_p_job_init`.
     let excluded = match d {
-        Some(d) if !d.exc_nodes.is_null() => unsafe { nodes_from_names(d.exc_nodes) },
-        Some(d) => unsafe { bits(d.exc_node_bitmap) },
+        Some(d) => unsafe { nodes_from_names(d.exc_nodes) },
         None => vec![],
     };
     let places = JobPlaces {

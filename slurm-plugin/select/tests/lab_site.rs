@@ -471,3 +471,90 @@ fn site_lab_compact_migrates_inside_each_pool() {
         },
     );
 }
+
+/// Compact keeps a job inside its `--constraint` features, and still does
+/// after a slurmctld restart (docs/compass-corrections.md, section 8). The
+/// site lab gives `nvme` to n5-n8 only, part of the a100 pool. Two jobs
+/// that never move (not resumable, `-w`) hold half of n1 and of n2; a
+/// `--resumable --constraint=nvme` job starts beside a third one on n5,
+/// which then ends. Three half-used nodes are more than Theorem 1 allows,
+/// and only the constrained job may move: a Compact that ignores its
+/// features pins it onto n1 or n2, where Slurm never starts it. Checked:
+/// with the features not read, this test fails at its first check (the
+/// job requeued, pinned to n1); with the restriction given at the job's
+/// start only (before this test), after the restart. Each check waits
+/// until the plugin has run two rounds (1 s each) with the job adopted,
+/// read from the state file's clock.
+#[test]
+fn site_lab_compact_keeps_constraint_features_across_a_restart() {
+    if std::env::var_os("COMPASS_LAB_PORT_BASE").is_none() {
+        std::env::set_var("COMPASS_LAB_PORT_BASE", "20500");
+    }
+    let lab = Lab::start("site-features", SITE);
+    let still: Vec<u32> = ["n1", "n2"]
+        .iter()
+        .map(|n| lab.submit(&["--gres=gpu:a100:4", "-w", n]))
+        .collect();
+    lab.wait_running(&still, Duration::from_secs(30));
+    let partner = lab.submit(&["--gres=gpu:a100:4", "-w", "n5"]);
+    lab.wait_running(&[partner], Duration::from_secs(30));
+    let held = lab.submit(&["--resumable", "--gres=gpu:a100:4", "--constraint=nvme"]);
+    lab.wait_running(&[held], Duration::from_secs(30));
+    let home = lab.job(held).1;
+    assert_eq!(home, "n5", "planned beside its partner\n{}", lab.debug());
+    assert!(lab.run("scancel", &[&partner.to_string()]).status.success());
+    lab.wait_until("the partner ended", Duration::from_secs(30), || {
+        lab.job(partner).0 == "GONE"
+    });
+    let unix = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let check = |when: &str| {
+        let since = unix();
+        lab.wait_until(
+            &format!("{when}: the plugin ran two rounds with job {held} adopted"),
+            Duration::from_secs(40),
+            || {
+                let s = lab.state_json();
+                s["updated_unix"].as_u64().is_some_and(|t| t >= since + 2)
+                    && s["jobs"]
+                        .as_array()
+                        .is_some_and(|j| j.iter().any(|j| j["id"] == u64::from(held)))
+            },
+        );
+        let (state, at) = lab.job(held);
+        assert_eq!(
+            (state.as_str(), at.as_str()),
+            ("RUNNING", home.as_str()),
+            "{when}: the nvme job left its node\n{}",
+            lab.debug()
+        );
+        assert!((5..=8).contains(&num(&at)), "{when}: on {at}, without nvme");
+        assert!(
+            lab.show_job(held).contains("Restarts=0"),
+            "{when}: the nvme job was requeued\n{}",
+            lab.show_job(held)
+        );
+        let s = lab.state_json();
+        assert_eq!(
+            s["pending_migrations"],
+            serde_json::json!([]),
+            "{when}: {s}"
+        );
+        assert_eq!(s["pools"][0]["partial_nodes"], 3, "{when}: {s}");
+    };
+    check("after its start");
+    let rebuilt = |log: &str| log.matches("engine rebuilt from").count();
+    let before = rebuilt(&lab.ctld_log());
+    lab.restart_ctld();
+    lab.wait_until(
+        "the engine rebuilt after the restart",
+        Duration::from_secs(60),
+        || rebuilt(&lab.ctld_log()) > before,
+    );
+    check("after a slurmctld restart");
+    lab.wait_running(&still, Duration::from_secs(5));
+}
