@@ -1,7 +1,8 @@
 //! The select plugin on a cluster shaped like a real site (issue 12):
-//! `contrib/slurm-lab.sh` with `LAB_LAYOUT=site` (n1-n8 `gpu:a100:8`,
-//! n9-n12 `gpu:l40s:4`, n13-n14 `gpu:2`, n15-n18 CPU-only; partitions gpu,
-//! cpu and debug; socket-bound GRES) with `select/cons_tres_compass`.
+//! `contrib/slurm-lab.sh` with `LAB_LAYOUT=site` (n1-n8 `gpu:a100:8`, of
+//! which n5-n8 have feature `nvme`, n9-n12 `gpu:l40s:4`, n13-n14 `gpu:2`,
+//! n15-n18 CPU-only; partitions gpu, cpu and debug; socket-bound GRES) with
+//! `select/cons_tres_compass`.
 //!
 //! 1. The engine is active in each GPU pool: the published state lists the
 //!    pools 8xa100 (8 nodes), 4xl40s (4) and 2xgpu (2), CPU-only nodes in
@@ -20,10 +21,12 @@
 //!    never narrowed, the out-of-model one recorded as foreign GPU use.
 //! 4. `scontrol reconfigure` rebuilds the same pools from the node table.
 //! 5. Compact migrates `--resumable` jobs inside each pool, never across.
+//! 6. Compact keeps a `--constraint` job on nodes with its features, also
+//!    after a slurmctld restart.
 //!
-//! Ports 20500-20519 (`COMPASS_LAB_PORT_BASE`, unless set): clear of the
-//! other labs (17100-17900, 18300-18500, 19100-19500, the budget service's
-//! site lab 20100-20118). Needs root, like every lab test.
+//! Ports 20500-20578 (`COMPASS_LAB_PORT_BASE`, unless set; 20 per lab):
+//! clear of the other labs (17100-17900, 18300-18500, 19100-19500, the
+//! budget service's site lab 20100-20118). Needs root, like every lab test.
 
 mod common;
 
