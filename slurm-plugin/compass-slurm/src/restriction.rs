@@ -13,9 +13,10 @@
 //! into it), and alternatives of which a node needs one (`a100|l40s`:
 //! without brackets, each node on its own). Anything else (counts
 //! `nvme*2`, brackets `[a|b]` that make all nodes match the same one,
-//! parentheses, `&` mixed with `|`, `!`, blanks) is [`Constraint::Unread`]:
-//! the job is then restricted to the nodes it runs on, so Compact holds it
-//! still rather than guess where Slurm would start it.
+//! parentheses, `&` mixed with `|`, `!`, blanks, bytes that are not UTF-8)
+//! is [`Constraint::Unread`]: the job is then restricted to the nodes it
+//! runs on, so Compact holds it still rather than guess where Slurm would
+//! start it.
 
 use compass_core::model::{NodeId, NodeSet};
 
@@ -39,9 +40,10 @@ impl Constraint {
             return Constraint::None;
         };
         let unread = || Constraint::Unread(expr.to_string());
+        // U+FFFD: the plugin read bytes that were not UTF-8.
         if expr
             .chars()
-            .any(|c| c.is_whitespace() || "[]()*!".contains(c))
+            .any(|c| c.is_whitespace() || "[]()*!\u{fffd}".contains(c))
         {
             return unread();
         }
@@ -164,6 +166,7 @@ mod tests {
             "a100||ib",
             "!nvme",
             "a100 & ib",
+            "nv\u{fffd}me",
         ] {
             assert_eq!(
                 Constraint::parse(Some(unread)),

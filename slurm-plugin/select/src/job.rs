@@ -65,6 +65,16 @@ unsafe fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {
     }
 }
 
+/// A C string as text, bytes that are not UTF-8 replaced by U+FFFD (which
+/// no `--constraint` reading accepts); `None` for NULL.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn lossy_str(p: *const c_char) -> Option<String> {
+    // SAFETY: caller contract.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
 /// Node names and each node's GPUs (count and type), from slurmctld's node
 /// table: the pools of interchangeable nodes are built from it (issue 12).
 unsafe fn cluster() -> Result<(Vec<NodeGpus>, Vec<String>), String> {
@@ -208,10 +218,11 @@ unsafe fn allowed_nodes(job: &sys::job_record_t, current: &[NodeId]) -> Option<N
         Some(d) => unsafe { nodes_from_names(d.exc_nodes) },
         None => vec![],
     };
+    let features = d.and_then(|d| unsafe { lossy_str(d.features) });
     let places = JobPlaces {
         partition: part.map(|p| unsafe { bits(p.node_bitmap) }),
         excluded,
-        features: d.and_then(|d| unsafe { opt_str(d.features) }),
+        features: features.as_deref(),
         current: current.to_vec(),
     };
     if let Constraint::Unread(expr) = Constraint::parse(places.features) {
@@ -230,6 +241,25 @@ unsafe fn allowed_nodes(job: &sys::job_record_t, current: &[NodeId]) -> Option<N
         let node = unsafe { (*table.add(n as usize)).as_ref() }?;
         unsafe { opt_str(node.features_act).or_else(|| opt_str(node.features)) }
     })
+}
+
+/// What [`allowed_nodes`] reads besides the job's own nodes (partition,
+/// `--exclude`, `--constraint`): jobs with the same key have the same
+/// allowed nodes. `None` for a constraint form not read (its nodes are the
+/// job's own).
+///
+/// # Safety
+/// As [`allowed_nodes`].
+unsafe fn restriction_key(job: &sys::job_record_t) -> Option<(usize, String, String)> {
+    // SAFETY: NULL or valid details; NULL or NUL-terminated strings.
+    let d = unsafe { job.details.as_ref() };
+    let text = |p: *mut c_char| unsafe { lossy_str(p) }.unwrap_or_default();
+    let features = d.map_or(String::new(), |d| text(d.features));
+    if let Constraint::Unread(_) = Constraint::parse(Some(&features)) {
+        return None;
+    }
+    let excluded = d.map_or(String::new(), |d| text(d.exc_nodes));
+    Some((job.part_ptr as usize, excluded, features))
 }
 
 /// Slurm's `time_limit` (minutes; INFINITE or NO_VAL: none) in seconds.
@@ -418,6 +448,9 @@ pub unsafe extern "C" fn select_p_job_init(job_list: *mut c_void) -> c_int {
             log::info(&format!("pools: {}", pools_line(ctl)));
             ctl.restore(&saved, now);
             let cap = ctl.max_gpus_per_node();
+            // Jobs of one partition, --exclude and --constraint share their
+            // nodes: computed once (O(nodes) each) rather than per job.
+            let mut allowed_by_key = std::collections::HashMap::new();
             for &p in &jobs {
                 // SAFETY: live job records under slurmctld's job lock.
                 let job = unsafe { &*p };
@@ -427,7 +460,13 @@ pub unsafe extern "C" fn select_p_job_init(job_list: *mut c_void) -> c_int {
                 // The same restriction as at its start (partition,
                 // --exclude, --constraint), from the job record.
                 let on: Vec<NodeId> = alloc.iter().map(|&(n, _)| n).collect();
-                let allowed = unsafe { allowed_nodes(job, &on) };
+                let allowed = match unsafe { restriction_key(job) } {
+                    Some(key) => allowed_by_key
+                        .entry(key)
+                        .or_insert_with(|| unsafe { allowed_nodes(job, &on) })
+                        .clone(),
+                    None => unsafe { allowed_nodes(job, &on) },
+                };
                 if let Some(msg) = ctl.adopt_running_within(&info, &alloc, allowed.as_ref(), start)
                 {
                     log::verbose(&msg);
