@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::builder::PossibleValuesParser;
 use compass_core::model::ClusterSpec;
-use compass_core::placement::compass::SlottedPass;
+use compass_core::placement::compass::{EndTies, SlottedPass};
 use compass_core::placement::PolicyOptions;
 use compass_core::sim::{
     size_cluster, ClusterNodes, MigrationCharge, MoveWhen, RemainingRun, Sizing,
@@ -104,6 +104,18 @@ pub struct TraceArgs {
     #[arg(long)]
     pub compass_no_pinned_fill: bool,
 
+    /// COMPASS experiments: break Place's ties between equally good nodes by
+    /// node index (the paper) instead of by the jobs' expected ends
+    /// (co-termination, correction 13; the ends are start plus time limit,
+    /// or the true end with --remaining-run oracle).
+    #[arg(long)]
+    pub compass_index_ties: bool,
+
+    /// COMPASS experiments: compare expected ends over every partial level
+    /// that fits, not only the best one (unless the best fills the node).
+    #[arg(long, conflicts_with = "compass_index_ties")]
+    pub compass_wide_end_ties: bool,
+
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -137,6 +149,12 @@ impl TraceArgs {
         };
         opts.compass.overflow = !self.compass_no_overflow;
         opts.compass.pinned_fill = !self.compass_no_pinned_fill;
+        if self.compass_index_ties {
+            opts.compass.end_ties = EndTies::Index;
+        }
+        if self.compass_wide_end_ties {
+            opts.compass.end_ties = EndTies::CoEndWide;
+        }
         if self.compass_paper_compact {
             opts.compass.slotted_pass = SlottedPass::Paper;
         }

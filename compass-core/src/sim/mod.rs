@@ -1329,6 +1329,8 @@ impl<'a> Sim<'a> {
             let used: u64 = (0..self.tracks.len())
                 .map(|p| fork.pool_occupancy(p).used_gpus())
                 .sum();
+            let end = self.expected_end(head, at + self.jobs[head].duration_s);
+            fork.set_expected_end(req.id, end);
             if self.total_gpus - used >= need && fork.place(&req)?.is_some() {
                 return Ok(at);
             }
@@ -1417,6 +1419,8 @@ impl<'a> Sim<'a> {
                 self.by_end.remove(&(T(old), j));
                 self.by_end.insert((T(new), j));
                 self.ends.push(Reverse((T(new), j)));
+                let e = self.expected_end(j, new);
+                self.policy.set_expected_end(JobId(j as u64), e);
             }
         }
         Ok(())
@@ -1441,6 +1445,18 @@ impl<'a> Sim<'a> {
         r
     }
 
+    /// When job `j`, ending in truth at `end`, is expected to end as a
+    /// scheduler sees it ([`SimConfig::remaining`]: its start plus its time
+    /// limit, or the oracle's true end): what the policy's Place ties use
+    /// ([`PlacementPolicy::set_expected_end`]).
+    fn expected_end(&self, j: usize, end: Seconds) -> Seconds {
+        let d = self.jobs[j].duration_s;
+        match self.cfg.remaining {
+            RemainingRun::Oracle => end,
+            RemainingRun::TimeLimit => end + time_limit_for(d) - d,
+        }
+    }
+
     /// Tries to start job `j` now. `Ok(false)`: the policy has no room.
     fn try_start(&mut self, j: usize, t: Seconds, obs: &mut dyn Observer) -> Result<bool> {
         if !self.has_room(j) {
@@ -1448,6 +1464,8 @@ impl<'a> Sim<'a> {
         }
         self.apply_rule(t, 0)?;
         let req = self.request_now(j, t);
+        let e = self.expected_end(j, t + self.jobs[j].duration_s);
+        self.policy.set_expected_end(req.id, e);
         let Some(Admission { migrations, .. }) = self.policy.place(&req)? else {
             return Ok(false);
         };
@@ -1495,6 +1513,7 @@ impl<'a> Sim<'a> {
             return Ok(None);
         };
         let req = self.request_now(j, t);
+        trial.set_expected_end(req.id, self.expected_end(j, t + self.jobs[j].duration_s));
         let Some(admission) = trial.place(&req)? else {
             return Ok(Some(false));
         };
