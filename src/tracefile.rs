@@ -105,15 +105,15 @@ pub struct TraceArgs {
     pub compass_no_pinned_fill: bool,
 
     /// COMPASS experiments: break Place's ties between equally good nodes by
-    /// node index (the paper) instead of by the jobs' expected ends
-    /// (co-termination, correction 13; the ends are start plus time limit,
-    /// or the true end with --remaining-run oracle).
+    /// the jobs' expected ends (co-termination, correction 10; the ends are
+    /// start plus time limit, or the true end with --remaining-run oracle)
+    /// instead of by node index (the paper, the default).
     #[arg(long)]
-    pub compass_index_ties: bool,
+    pub compass_end_ties: bool,
 
-    /// COMPASS experiments: compare expected ends over every partial level
+    /// COMPASS experiments: as --compass-end-ties, over every partial level
     /// that fits, not only the best one (unless the best fills the node).
-    #[arg(long, conflicts_with = "compass_index_ties")]
+    #[arg(long, conflicts_with = "compass_end_ties")]
     pub compass_wide_end_ties: bool,
 
     /// No progress bar.
@@ -149,8 +149,8 @@ impl TraceArgs {
         };
         opts.compass.overflow = !self.compass_no_overflow;
         opts.compass.pinned_fill = !self.compass_no_pinned_fill;
-        if self.compass_index_ties {
-            opts.compass.end_ties = EndTies::Index;
+        if self.compass_end_ties {
+            opts.compass.end_ties = EndTies::CoEnd;
         }
         if self.compass_wide_end_ties {
             opts.compass.end_ties = EndTies::CoEndWide;

@@ -72,26 +72,27 @@ pub struct CompassConfig {
     /// rather than open an empty node for it (correction 5).
     pub pinned_fill: bool,
     /// How Place breaks ties between nodes that take an instance equally
-    /// well (correction 13): by node index (the paper), or by the expected
+    /// well (correction 10): by node index (the paper), or by the expected
     /// ends of the jobs already there ([`CompassEngine::set_expected_end`]).
     #[serde(default)]
     pub end_ties: EndTies,
 }
 
-/// How Place breaks ties between equally good nodes (correction 13, beyond
+/// How Place breaks ties between equally good nodes (correction 10, beyond
 /// the paper). Place picks the best level first (Section 4.3.2: best fit
 /// over `D(n)`, the fullest pool node, any vacancy, the fewest free GPUs for
 /// a guest); every node at that level adds the same `N*SIF` (eq. 2).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum EndTies {
-    /// The lowest node index (the paper's order).
+    /// The lowest node index (the paper's order; the default, chosen by
+    /// measurement: docs/compass-corrections.md, section 10).
+    #[default]
     Index,
     /// The node whose jobs are expected to end closest to the new job's
     /// expected end (co-termination), so whole nodes free together; nodes
     /// whose jobs' ends are unknown come last, then the lowest index. Acts
     /// only when the caller gave expected ends; without them it is `Index`.
-    #[default]
     CoEnd,
     /// As `CoEnd`, over every partial level that fits rather than the best
     /// one alone, unless the best level fills the node (measured, see
@@ -123,7 +124,7 @@ impl Default for CompassConfig {
             compact: true,
             slotted_pass: SlottedPass::Corrected,
             pinned_fill: true,
-            end_ties: EndTies::CoEnd,
+            end_ties: EndTies::Index,
         }
     }
 }

@@ -68,7 +68,7 @@ impl CompassEngine {
             .reduce(f64::max)
     }
 
-    /// Correction 13: of `nodes` (equally good for Place), the one whose
+    /// Correction 10: of `nodes` (equally good for Place), the one whose
     /// jobs are expected to end closest to `end`; unknown ends last; the
     /// first on ties.
     fn closest_end(&self, nodes: impl Iterator<Item = NodeId>, end: Seconds) -> Option<NodeId> {
@@ -84,7 +84,7 @@ impl CompassEngine {
         end.filter(|_| self.config.end_ties != EndTies::Index)
     }
 
-    /// [`Self::first_in`] with correction 13: at the first level holding a
+    /// [`Self::first_in`] with correction 10: at the first level holding a
     /// node that passes `ok`, the closest end among its first
     /// [`END_TIE_WINDOW`] such nodes. With [`EndTies::CoEndWide`], unless
     /// that level is `exact` (the instance fills the node), the candidates
@@ -113,7 +113,7 @@ impl CompassEngine {
         self.closest_end(partial.flat_map(at).take(END_TIE_WINDOW), end)
     }
 
-    /// Of `nodes`, those at the lowest `key`, then correction 13's tie.
+    /// Of `nodes`, those at the lowest `key`, then correction 10's tie.
     fn best_among(
         &self,
         nodes: impl Iterator<Item = NodeId>,
@@ -176,7 +176,7 @@ impl CompassEngine {
     }
 
     /// [`Self::choose`] over the nodes of `allowed` only, with the same
-    /// rules and ties (the best level, then correction 13, then the lowest
+    /// rules and ties (the best level, then correction 10, then the lowest
     /// node index).
     pub(super) fn choose_among(
         &self,
@@ -228,7 +228,7 @@ impl CompassEngine {
     }
 
     /// The node of `allowed` with the fewest physically free GPUs that still
-    /// fit `g` (correction 13, then the lowest index, on ties); empty nodes
+    /// fit `g` (correction 10, then the lowest index, on ties); empty nodes
     /// only with `empty_ok`.
     fn guest_among(
         &self,

@@ -582,7 +582,7 @@ fn lands(e: &mut CompassEngine, id: u64, g: u32, end: Option<Seconds>) -> NodeId
     adm.unwrap().nodes[0]
 }
 
-/// Correction 13: two slotted nodes with the same room `D(n) = 4`; the new
+/// Correction 10: two slotted nodes with the same room `D(n) = 4`; the new
 /// 2-GPU job goes where the jobs end closest to its own end (co-termination),
 /// and by node index when ends are off or unknown.
 #[test]
