@@ -1467,6 +1467,7 @@ impl<'a> Sim<'a> {
         let e = self.expected_end(j, t + self.jobs[j].duration_s);
         self.policy.set_expected_end(req.id, e);
         let Some(Admission { migrations, .. }) = self.policy.place(&req)? else {
+            self.policy.set_expected_end(req.id, f64::INFINITY);
             return Ok(false);
         };
         self.job_pool[j] = self.policy.job_pool(req.id);

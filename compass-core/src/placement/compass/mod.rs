@@ -300,19 +300,14 @@ impl CompassEngine {
     /// its start plus its time limit), for Place's ties
     /// ([`EndTies::CoEnd`]). May be called before the job is placed (its
     /// own placement then uses it) and again when the estimate changes; the
-    /// engine forgets it when the job departs. A job never placed must be
-    /// forgotten by the caller with [`CompassEngine::forget_expected_end`].
+    /// engine forgets it when the job departs, or when given a non-finite
+    /// end (a job that will not be placed after all).
     pub fn set_expected_end(&mut self, job: JobId, end_s: Seconds) {
         if end_s.is_finite() {
             self.expected_end.insert(job, end_s);
         } else {
             self.expected_end.remove(&job);
         }
-    }
-
-    /// Drops the expected end of `job` (a job that will not be placed).
-    pub fn forget_expected_end(&mut self, job: JobId) {
-        self.expected_end.remove(&job);
     }
 
     /// The expected end the caller gave for `job`, if any.

@@ -641,7 +641,8 @@ fn co_end_ties_apply_to_pool_nodes_and_small_candidate_sets() {
     assert_eq!(adm.unwrap().nodes, vec![9]);
 }
 
-/// The engine forgets a job's expected end when it departs.
+/// The engine forgets a job's expected end when it departs or is told an
+/// infinite one.
 #[test]
 fn expected_ends_are_forgotten_on_departure() {
     let mut e = place_only(4, EndTies::CoEnd);
@@ -649,4 +650,8 @@ fn expected_ends_are_forgotten_on_departure() {
     assert_eq!(e.expected_end(JobId(1)), Some(100.0));
     e.remove(JobId(1)).unwrap();
     assert_eq!(e.expected_end(JobId(1)), None);
+    // A job that will not be placed after all.
+    e.set_expected_end(JobId(2), 50.0);
+    e.set_expected_end(JobId(2), f64::INFINITY);
+    assert_eq!(e.expected_end(JobId(2)), None);
 }
