@@ -68,8 +68,11 @@ pub struct TraceArgs {
 
     /// What the cost rule takes as a job's remaining run: its time limit
     /// (duration rounded up to 15m, 30m, 1h, 2h, 4h, 8h, 12h, 1d, 2d, 3d,
-    /// 7d) minus its run so far, as a scheduler would know it; or `oracle`,
-    /// the true remaining run from the trace.
+    /// 7d) minus its run so far, as a scheduler would know it; `oracle`,
+    /// the true remaining run from the trace; or `replay-limit`, the limit
+    /// `compass replay` submits with (twice the run plus a minute, whole
+    /// minutes), for a replay's `jobs.csv`. Also the expected ends of
+    /// --compass-end-ties.
     #[arg(long, default_value = "time-limit", value_parser = PossibleValuesParser::new(RemainingRun::NAMES))]
     pub remaining_run: String,
 

@@ -145,15 +145,23 @@ pub enum RemainingRun {
     TimeLimit,
     /// An oracle: the job's true remaining run (duration from the trace).
     Oracle,
+    /// The time limit `compass replay` gives each job it submits
+    /// ([`replay_time_limit_for`]: twice the run plus a minute, in whole
+    /// minutes, at least 2), minus its elapsed run: what the live plugin
+    /// sees when the replay's `jobs.csv` runs on Slurm. For simulating a
+    /// compressed replay, whose runs of seconds the ladder of `TimeLimit`
+    /// rounds up to 15 minutes.
+    ReplayLimit,
 }
 
 impl RemainingRun {
-    pub const NAMES: &'static [&'static str] = &["time-limit", "oracle"];
+    pub const NAMES: &'static [&'static str] = &["time-limit", "oracle", "replay-limit"];
 
     pub fn name(self) -> &'static str {
         match self {
             Self::TimeLimit => "time-limit",
             Self::Oracle => "oracle",
+            Self::ReplayLimit => "replay-limit",
         }
     }
 
@@ -161,8 +169,9 @@ impl RemainingRun {
         match name {
             "time-limit" => Ok(Self::TimeLimit),
             "oracle" => Ok(Self::Oracle),
+            "replay-limit" => Ok(Self::ReplayLimit),
             other => Err(CoreError::Invalid(format!(
-                "unknown remaining-run estimate `{other}`; expected time-limit or oracle"
+                "unknown remaining-run estimate `{other}`; expected time-limit, oracle or replay-limit"
             ))),
         }
     }
@@ -184,6 +193,14 @@ pub fn time_limit_for(duration_s: Seconds) -> Seconds {
         .copied()
         .find(|&l| duration_s <= l)
         .unwrap_or_else(|| (duration_s / WEEK).ceil() * WEEK)
+}
+
+/// The time limit `compass replay` gives a job of `duration_s` wall
+/// seconds ([`RemainingRun::ReplayLimit`]; `sbatch --time` of the replay's
+/// plan, `time_limit_min` in `src/replay/plan.rs`): twice the run plus a
+/// minute, in whole minutes, at least 2.
+pub fn replay_time_limit_for(duration_s: Seconds) -> Seconds {
+    ((2.0 * duration_s + 60.0) / 60.0).ceil().max(2.0) * 60.0
 }
 
 /// Simulation settings.
@@ -1132,6 +1149,9 @@ impl<'a> Sim<'a> {
         let remaining = match self.cfg.remaining {
             RemainingRun::Oracle => end - t,
             RemainingRun::TimeLimit => end - t + time_limit_for(job.duration_s) - job.duration_s,
+            RemainingRun::ReplayLimit => {
+                end - t + replay_time_limit_for(job.duration_s) - job.duration_s
+            }
         };
         // As the Slurm plugin counts it: protected time (`--min-runtime`)
         // runs from the job's last (re)start, so a migrated job is
@@ -1454,6 +1474,7 @@ impl<'a> Sim<'a> {
         match self.cfg.remaining {
             RemainingRun::Oracle => end,
             RemainingRun::TimeLimit => end + time_limit_for(d) - d,
+            RemainingRun::ReplayLimit => end + replay_time_limit_for(d) - d,
         }
     }
 
