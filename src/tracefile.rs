@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::builder::PossibleValuesParser;
 use compass_core::model::ClusterSpec;
-use compass_core::placement::compass::SlottedPass;
+use compass_core::placement::compass::{EndTies, SlottedPass};
 use compass_core::placement::PolicyOptions;
 use compass_core::sim::{
     size_cluster, ClusterNodes, MigrationCharge, MoveWhen, RemainingRun, Sizing,
@@ -68,8 +68,11 @@ pub struct TraceArgs {
 
     /// What the cost rule takes as a job's remaining run: its time limit
     /// (duration rounded up to 15m, 30m, 1h, 2h, 4h, 8h, 12h, 1d, 2d, 3d,
-    /// 7d) minus its run so far, as a scheduler would know it; or `oracle`,
-    /// the true remaining run from the trace.
+    /// 7d) minus its run so far, as a scheduler would know it; `oracle`,
+    /// the true remaining run from the trace; or `replay-limit`, the limit
+    /// `compass replay` submits with (twice the run plus a minute, whole
+    /// minutes), for a replay's `jobs.csv`. Also the expected ends of
+    /// --compass-end-ties.
     #[arg(long, default_value = "time-limit", value_parser = PossibleValuesParser::new(RemainingRun::NAMES))]
     pub remaining_run: String,
 
@@ -104,6 +107,18 @@ pub struct TraceArgs {
     #[arg(long)]
     pub compass_no_pinned_fill: bool,
 
+    /// COMPASS experiments: break Place's ties between equally good nodes by
+    /// the jobs' expected ends (co-termination, correction 10; the ends are
+    /// start plus time limit, or the true end with --remaining-run oracle)
+    /// instead of by node index (the paper, the default).
+    #[arg(long)]
+    pub compass_end_ties: bool,
+
+    /// COMPASS experiments: as --compass-end-ties, over every partial level
+    /// that fits, not only the best one (unless the best fills the node).
+    #[arg(long, conflicts_with = "compass_end_ties")]
+    pub compass_wide_end_ties: bool,
+
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -137,6 +152,12 @@ impl TraceArgs {
         };
         opts.compass.overflow = !self.compass_no_overflow;
         opts.compass.pinned_fill = !self.compass_no_pinned_fill;
+        if self.compass_end_ties {
+            opts.compass.end_ties = EndTies::CoEnd;
+        }
+        if self.compass_wide_end_ties {
+            opts.compass.end_ties = EndTies::CoEndWide;
+        }
         if self.compass_paper_compact {
             opts.compass.slotted_pass = SlottedPass::Paper;
         }

@@ -144,4 +144,10 @@ pub trait PlacementPolicy {
     fn fork(&self) -> Option<Box<dyn PlacementPolicy>> {
         None
     }
+
+    /// When `job` (running, or about to be placed) is expected to end, in
+    /// the caller's clock: Slurm's start plus time limit. COMPASS breaks
+    /// Place's ties by it ([`compass::EndTies`]); a non-finite end forgets
+    /// it (a job that will not be placed). The default ignores it.
+    fn set_expected_end(&mut self, _job: JobId, _end_s: Seconds) {}
 }

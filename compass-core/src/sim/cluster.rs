@@ -220,6 +220,10 @@ pub trait ClusterPolicy {
 
     fn set_movable(&mut self, job: JobId, movable: bool) -> Result<()>;
 
+    /// See [`PlacementPolicy::set_expected_end`]; ignored by default (mixed
+    /// clusters).
+    fn set_expected_end(&mut self, _job: JobId, _end_s: Seconds) {}
+
     fn honours_movable(&self) -> bool;
 
     /// An independent copy in the current state (`None`: cannot be copied).
@@ -304,6 +308,10 @@ impl ClusterPolicy for Single<'_> {
 
     fn set_movable(&mut self, job: JobId, movable: bool) -> Result<()> {
         self.get_mut().set_movable(job, movable)
+    }
+
+    fn set_expected_end(&mut self, job: JobId, end_s: Seconds) {
+        self.get_mut().set_expected_end(job, end_s)
     }
 
     fn honours_movable(&self) -> bool {

@@ -145,15 +145,23 @@ pub enum RemainingRun {
     TimeLimit,
     /// An oracle: the job's true remaining run (duration from the trace).
     Oracle,
+    /// The time limit `compass replay` gives each job it submits
+    /// ([`replay_time_limit_for`]: twice the run plus a minute, in whole
+    /// minutes, at least 2), minus its elapsed run: what the live plugin
+    /// sees when the replay's `jobs.csv` runs on Slurm. For simulating a
+    /// compressed replay, whose runs of seconds the ladder of `TimeLimit`
+    /// rounds up to 15 minutes.
+    ReplayLimit,
 }
 
 impl RemainingRun {
-    pub const NAMES: &'static [&'static str] = &["time-limit", "oracle"];
+    pub const NAMES: &'static [&'static str] = &["time-limit", "oracle", "replay-limit"];
 
     pub fn name(self) -> &'static str {
         match self {
             Self::TimeLimit => "time-limit",
             Self::Oracle => "oracle",
+            Self::ReplayLimit => "replay-limit",
         }
     }
 
@@ -161,8 +169,9 @@ impl RemainingRun {
         match name {
             "time-limit" => Ok(Self::TimeLimit),
             "oracle" => Ok(Self::Oracle),
+            "replay-limit" => Ok(Self::ReplayLimit),
             other => Err(CoreError::Invalid(format!(
-                "unknown remaining-run estimate `{other}`; expected time-limit or oracle"
+                "unknown remaining-run estimate `{other}`; expected time-limit, oracle or replay-limit"
             ))),
         }
     }
@@ -184,6 +193,14 @@ pub fn time_limit_for(duration_s: Seconds) -> Seconds {
         .copied()
         .find(|&l| duration_s <= l)
         .unwrap_or_else(|| (duration_s / WEEK).ceil() * WEEK)
+}
+
+/// The time limit `compass replay` gives a job of `duration_s` wall
+/// seconds ([`RemainingRun::ReplayLimit`]; `sbatch --time` of the replay's
+/// plan, `time_limit_min` in `src/replay/plan.rs`): twice the run plus a
+/// minute, in whole minutes, at least 2.
+pub fn replay_time_limit_for(duration_s: Seconds) -> Seconds {
+    ((2.0 * duration_s + 60.0) / 60.0).ceil().max(2.0) * 60.0
 }
 
 /// Simulation settings.
@@ -1132,6 +1149,9 @@ impl<'a> Sim<'a> {
         let remaining = match self.cfg.remaining {
             RemainingRun::Oracle => end - t,
             RemainingRun::TimeLimit => end - t + time_limit_for(job.duration_s) - job.duration_s,
+            RemainingRun::ReplayLimit => {
+                end - t + replay_time_limit_for(job.duration_s) - job.duration_s
+            }
         };
         // As the Slurm plugin counts it: protected time (`--min-runtime`)
         // runs from the job's last (re)start, so a migrated job is
@@ -1329,6 +1349,8 @@ impl<'a> Sim<'a> {
             let used: u64 = (0..self.tracks.len())
                 .map(|p| fork.pool_occupancy(p).used_gpus())
                 .sum();
+            let end = self.expected_end(head, at + self.jobs[head].duration_s);
+            fork.set_expected_end(req.id, end);
             if self.total_gpus - used >= need && fork.place(&req)?.is_some() {
                 return Ok(at);
             }
@@ -1417,6 +1439,8 @@ impl<'a> Sim<'a> {
                 self.by_end.remove(&(T(old), j));
                 self.by_end.insert((T(new), j));
                 self.ends.push(Reverse((T(new), j)));
+                let e = self.expected_end(j, new);
+                self.policy.set_expected_end(JobId(j as u64), e);
             }
         }
         Ok(())
@@ -1441,6 +1465,19 @@ impl<'a> Sim<'a> {
         r
     }
 
+    /// When job `j`, ending in truth at `end`, is expected to end as a
+    /// scheduler sees it ([`SimConfig::remaining`]: its start plus its time
+    /// limit, or the oracle's true end): what the policy's Place ties use
+    /// ([`PlacementPolicy::set_expected_end`]).
+    fn expected_end(&self, j: usize, end: Seconds) -> Seconds {
+        let d = self.jobs[j].duration_s;
+        match self.cfg.remaining {
+            RemainingRun::Oracle => end,
+            RemainingRun::TimeLimit => end + time_limit_for(d) - d,
+            RemainingRun::ReplayLimit => end + replay_time_limit_for(d) - d,
+        }
+    }
+
     /// Tries to start job `j` now. `Ok(false)`: the policy has no room.
     fn try_start(&mut self, j: usize, t: Seconds, obs: &mut dyn Observer) -> Result<bool> {
         if !self.has_room(j) {
@@ -1448,7 +1485,10 @@ impl<'a> Sim<'a> {
         }
         self.apply_rule(t, 0)?;
         let req = self.request_now(j, t);
+        let e = self.expected_end(j, t + self.jobs[j].duration_s);
+        self.policy.set_expected_end(req.id, e);
         let Some(Admission { migrations, .. }) = self.policy.place(&req)? else {
+            self.policy.set_expected_end(req.id, f64::INFINITY);
             return Ok(false);
         };
         self.job_pool[j] = self.policy.job_pool(req.id);
@@ -1495,6 +1535,7 @@ impl<'a> Sim<'a> {
             return Ok(None);
         };
         let req = self.request_now(j, t);
+        trial.set_expected_end(req.id, self.expected_end(j, t + self.jobs[j].duration_s));
         let Some(admission) = trial.place(&req)? else {
             return Ok(Some(false));
         };

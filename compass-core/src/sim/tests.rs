@@ -765,6 +765,7 @@ fn every_compass_migration_pays_for_itself() {
                     let d = match remaining {
                         RemainingRun::Oracle => d,
                         RemainingRun::TimeLimit => time_limit_for(d),
+                        RemainingRun::ReplayLimit => replay_time_limit_for(d),
                     };
                     let left = starts[&j] + d + costs - e.time;
                     if left - 60.0 < payback.max(1.0) * 60.0 {
@@ -1197,4 +1198,17 @@ fn jobs_no_pool_can_hold_are_counted_and_oversized_instances_refused() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("job `huge`") && e.contains('8'), "{e}");
+}
+
+/// `compass replay`'s `sbatch --time` rule, in seconds: twice the run plus a
+/// minute, whole minutes, at least 2 (the live runs' limits).
+#[test]
+fn replay_time_limits_match_the_replays_sbatch_time() {
+    assert_eq!(replay_time_limit_for(5.0), 120.0);
+    assert_eq!(replay_time_limit_for(90.0), 240.0);
+    assert_eq!(replay_time_limit_for(400.0), 900.0);
+    assert_eq!(
+        RemainingRun::parse_name("replay-limit").unwrap(),
+        RemainingRun::ReplayLimit
+    );
 }

@@ -47,6 +47,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::Seconds;
 use crate::error::{CoreError, Result};
 use crate::model::{
     Admission, ClusterSpec, InstanceRef, JobId, JobRequest, Migration, NodeId, NodeSet,
@@ -70,7 +71,39 @@ pub struct CompassConfig {
     /// Place an immovable instance as a guest on a partial node (best fit)
     /// rather than open an empty node for it (correction 5).
     pub pinned_fill: bool,
+    /// How Place breaks ties between nodes that take an instance equally
+    /// well (correction 10): by node index (the paper), or by the expected
+    /// ends of the jobs already there ([`CompassEngine::set_expected_end`]).
+    #[serde(default)]
+    pub end_ties: EndTies,
 }
+
+/// How Place breaks ties between equally good nodes (correction 10, beyond
+/// the paper). Place picks the best level first (Section 4.3.2: best fit
+/// over `D(n)`, the fullest pool node, any vacancy, the fewest free GPUs for
+/// a guest); every node at that level adds the same `N*SIF` (eq. 2).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EndTies {
+    /// The lowest node index (the paper's order; the default, chosen by
+    /// measurement: docs/compass-corrections.md, section 10).
+    #[default]
+    Index,
+    /// The node whose jobs are expected to end closest to the new job's
+    /// expected end (co-termination), so whole nodes free together; nodes
+    /// whose jobs' ends are unknown come last, then the lowest index. Acts
+    /// only when the caller gave expected ends; without them it is `Index`.
+    CoEnd,
+    /// As `CoEnd`, over every partial level that fits rather than the best
+    /// one alone, unless the best level fills the node (measured, see
+    /// docs/results.md).
+    CoEndWide,
+}
+
+/// How many equally good candidates Place compares by expected end, so an
+/// arrival's cost stays bounded on large clusters (docs/compass-corrections.md,
+/// section 7).
+pub const END_TIE_WINDOW: usize = 16;
 
 /// The slotted pass of Compact.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +124,7 @@ impl Default for CompassConfig {
             compact: true,
             slotted_pass: SlottedPass::Corrected,
             pinned_fill: true,
+            end_ties: EndTies::Index,
         }
     }
 }
@@ -137,6 +171,8 @@ pub struct CompassEngine {
     /// Restricted jobs the last Compact held still because its passes
     /// would have left them outside their nodes.
     held_last: Vec<JobId>,
+    /// Expected end of each job the caller told ([`CompassEngine::set_expected_end`]).
+    expected_end: HashMap<JobId, Seconds>,
 }
 
 impl CompassEngine {
@@ -155,6 +191,7 @@ impl CompassEngine {
             divergences: 0,
             restricted: BTreeMap::new(),
             held_last: Vec::new(),
+            expected_end: HashMap::new(),
         };
         for n in 0..spec.nodes {
             e.reindex(n);
@@ -257,6 +294,25 @@ impl CompassEngine {
     /// Compact that held none.
     pub fn held_in_last_compact(&self) -> &[JobId] {
         &self.held_last
+    }
+
+    /// Records when `job` is expected to end, in the caller's clock (Slurm:
+    /// its start plus its time limit), for Place's ties
+    /// ([`EndTies::CoEnd`]). May be called before the job is placed (its
+    /// own placement then uses it) and again when the estimate changes; the
+    /// engine forgets it when the job departs, or when given a non-finite
+    /// end (a job that will not be placed after all).
+    pub fn set_expected_end(&mut self, job: JobId, end_s: Seconds) {
+        if end_s.is_finite() {
+            self.expected_end.insert(job, end_s);
+        } else {
+            self.expected_end.remove(&job);
+        }
+    }
+
+    /// The expected end the caller gave for `job`, if any.
+    pub fn expected_end(&self, job: JobId) -> Option<Seconds> {
+        self.expected_end.get(&job).copied()
     }
 
     /// A job the engine holds as foreign GPU use (outside the model).
@@ -421,6 +477,10 @@ impl PlacementPolicy for CompassEngine {
 
     fn fork(&self) -> Option<Box<dyn PlacementPolicy>> {
         Some(Box::new(self.clone()))
+    }
+
+    fn set_expected_end(&mut self, job: JobId, end_s: Seconds) {
+        CompassEngine::set_expected_end(self, job, end_s)
     }
 }
 

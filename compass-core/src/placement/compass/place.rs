@@ -1,9 +1,10 @@
 //! Place (paper Section 4.3.2, Algorithm 1 lines 3-9): where an arriving
 //! instance goes, and the tentative install / rollback of a whole job.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::{CompassEngine, Dest, Guest, NodeKind, NodeState, Slot};
+use super::{CompassEngine, Dest, EndTies, Guest, NodeKind, NodeState, Slot, END_TIE_WINDOW};
+use crate::clock::Seconds;
 use crate::error::{CoreError, Result};
 use crate::model::{slot_width, InstanceRef, JobRequest, NodeId, NodeSet};
 
@@ -16,13 +17,20 @@ pub(super) struct Undo {
 impl CompassEngine {
     // ----- Place (Section 4.3.2) -----------------------------------------
     /// Where one arriving instance of `g` GPUs goes (without installing it).
-    pub(super) fn choose(&self, g: u32, movable: bool, allowed: Option<&NodeSet>) -> Option<Dest> {
+    /// `end`: the job's expected end, for the ties of [`EndTies::CoEnd`].
+    pub(super) fn choose(
+        &self,
+        g: u32,
+        movable: bool,
+        allowed: Option<&NodeSet>,
+        end: Option<Seconds>,
+    ) -> Option<Dest> {
         // A small candidate set (a partition, a feature): look at its nodes
         // rather than skip the rest of the cluster in the indexes.
         let small = allowed.filter(|a| (a.count() as usize) * 8 < self.nodes.len());
         let dest = match small {
-            Some(a) => self.choose_among(g, a),
-            None => self.choose_indexed(g, allowed),
+            Some(a) => self.choose_among(g, a, end),
+            None => self.choose_indexed(g, allowed, end),
         }?;
         if movable
             || !self.config.pinned_fill
@@ -34,45 +42,148 @@ impl CompassEngine {
         // move would open an empty node that no later move can close; it
         // takes physically free GPUs on a partial node instead, best fit.
         let guest = match small {
-            Some(a) => self.guest_among(g, a, false),
-            None => Self::first_in(&self.ix.phys, g..self.cap, |n| self.ok_dest(n, allowed)),
+            Some(a) => self.guest_among(g, a, false, end),
+            None => {
+                let ok = |n| self.ok_dest(n, allowed);
+                self.pick_in(&self.ix.phys, g..self.cap, ok, end, g)
+            }
         };
         Some(guest.map(Dest::Guest).unwrap_or(dest))
     }
 
+    /// The expected end of a node's last job (when it would be empty if
+    /// nothing else came), over the jobs whose ends the caller gave; `None`
+    /// when it knows none of them.
+    pub(super) fn node_end(&self, n: NodeId) -> Option<Seconds> {
+        let st = &self.nodes[n as usize];
+        let slots = st
+            .slots
+            .iter()
+            .flat_map(|s| std::iter::once(s.anchor).chain(s.fillers.iter().copied()));
+        let guests = st.guests.iter().map(|g| g.instance);
+        slots
+            .chain(st.pool.iter().copied())
+            .chain(guests)
+            .filter_map(|i| self.expected_end.get(&i.job).copied())
+            .reduce(f64::max)
+    }
+
+    /// Correction 10: of `nodes` (equally good for Place), the one whose
+    /// jobs are expected to end closest to `end`; unknown ends last; the
+    /// first on ties.
+    fn closest_end(&self, nodes: impl Iterator<Item = NodeId>, end: Seconds) -> Option<NodeId> {
+        let gap = |n: NodeId| self.node_end(n).map_or(f64::INFINITY, |e| (e - end).abs());
+        nodes
+            .map(|n| (gap(n), n))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, n)| n)
+    }
+
+    /// The tie rule in force for a job expected to end at `end`.
+    fn end_rule(&self, end: Option<Seconds>) -> Option<Seconds> {
+        end.filter(|_| self.config.end_ties != EndTies::Index)
+    }
+
+    /// [`Self::first_in`] with correction 10: at the first level holding a
+    /// node that passes `ok`, the closest end among its first
+    /// [`END_TIE_WINDOW`] such nodes. With [`EndTies::CoEndWide`], unless
+    /// that level is `exact` (the instance fills the node), the candidates
+    /// are the first [`END_TIE_WINDOW`] nodes of every partial level from
+    /// there on (each keeps the node partial, so each adds the same
+    /// `N*SIF`).
+    fn pick_in(
+        &self,
+        index: &[BTreeSet<NodeId>],
+        levels: impl IntoIterator<Item = u32>,
+        ok: impl Fn(NodeId) -> bool,
+        end: Option<Seconds>,
+        exact: u32,
+    ) -> Option<NodeId> {
+        let Some(end) = self.end_rule(end) else {
+            return Self::first_in(index, levels, ok);
+        };
+        let levels: Vec<u32> = levels.into_iter().collect();
+        let at = |l: u32| index[l as usize].iter().copied().filter(|&n| ok(n));
+        let first = levels.iter().position(|&l| at(l).next().is_some())?;
+        let top = levels[first];
+        if self.config.end_ties != EndTies::CoEndWide || top == exact || top >= self.cap {
+            return self.closest_end(at(top).take(END_TIE_WINDOW), end);
+        }
+        let partial = levels[first..].iter().copied().filter(|&l| l < self.cap);
+        self.closest_end(partial.flat_map(at).take(END_TIE_WINDOW), end)
+    }
+
+    /// Of `nodes`, those at the lowest `key`, then correction 10's tie.
+    fn best_among(
+        &self,
+        nodes: impl Iterator<Item = NodeId>,
+        key: impl Fn(NodeId) -> u32,
+        end: Option<Seconds>,
+    ) -> Option<NodeId> {
+        let nodes: Vec<NodeId> = nodes.collect();
+        let best = nodes.iter().map(|&n| key(n)).min()?;
+        let at = nodes.into_iter().filter(|&n| key(n) == best);
+        match self.end_rule(end) {
+            Some(end) => self.closest_end(at, end),
+            None => at.min(),
+        }
+    }
+
     /// [`Self::choose`] through the indexes.
-    pub(super) fn choose_indexed(&self, g: u32, allowed: Option<&NodeSet>) -> Option<Dest> {
+    pub(super) fn choose_indexed(
+        &self,
+        g: u32,
+        allowed: Option<&NodeSet>,
+        end: Option<Seconds>,
+    ) -> Option<Dest> {
         let cap = self.cap;
         let ok = |n: NodeId| self.ok_dest(n, allowed);
         let empty = || self.ix.empty.iter().copied().find(|&n| ok(n));
         if g >= 2 {
             // Best fit over slotted nodes with D(n) >= w (Place, lines 4-5),
             // else open an empty node (line 6).
-            let slotted = Self::first_in(&self.ix.slotted, slot_width(g)..cap, ok);
+            let w = slot_width(g);
+            let slotted = self.pick_in(&self.ix.slotted, w..cap, ok, end, w);
             if let Some(n) = slotted.or_else(empty) {
                 return Some(Dest::NewSlot(n));
             }
         } else {
             // Slot vacancy first (line 11), then the fullest non-full pool
             // node (line 12), then a new pool node (line 13).
-            if let Some(&(n, a)) = self.ix.vacant.iter().find(|(n, _)| ok(*n)) {
+            let mut vacant = self.ix.vacant.iter().filter(|(n, _)| ok(*n));
+            let vacancy = match self.end_rule(end) {
+                None => vacant.next().copied(),
+                Some(e) => {
+                    let first: Vec<_> = vacant.take(END_TIE_WINDOW).copied().collect();
+                    self.closest_end(first.iter().map(|&(n, _)| n), e)
+                        .and_then(|n| first.into_iter().find(|&(m, _)| m == n))
+                }
+            };
+            if let Some((n, a)) = vacancy {
                 return Some(Dest::Filler(n, a));
             }
-            if let Some(n) = Self::first_in(&self.ix.pools, (1..cap).rev(), ok).or_else(empty) {
+            let pool = self.pick_in(&self.ix.pools, (1..cap).rev(), ok, end, cap - 1);
+            if let Some(n) = pool.or_else(empty) {
                 return Some(Dest::Pool(n));
             }
         }
         // Correction 3: any physically free GPUs, best fit.
         self.config
             .overflow
-            .then(|| Self::first_in(&self.ix.phys, g..=cap, ok))
+            .then(|| self.pick_in(&self.ix.phys, g..=cap, ok, end, g))
             .flatten()
             .map(Dest::Guest)
     }
 
     /// [`Self::choose`] over the nodes of `allowed` only, with the same
-    /// rules and ties (lowest node index at the best level).
-    pub(super) fn choose_among(&self, g: u32, allowed: &NodeSet) -> Option<Dest> {
+    /// rules and ties (the best level, then correction 10, then the lowest
+    /// node index).
+    pub(super) fn choose_among(
+        &self,
+        g: u32,
+        allowed: &NodeSet,
+        end: Option<Seconds>,
+    ) -> Option<Dest> {
         let cap = self.cap;
         let nodes = || allowed.iter().filter(|&n| self.keys[n as usize].usable);
         let kind = |n: NodeId| self.keys[n as usize].kind;
@@ -80,28 +191,32 @@ impl CompassEngine {
         let empty = || nodes().find(|&n| kind(n) == Some(NodeKind::Empty));
         if g >= 2 {
             let w = slot_width(g);
-            let slotted = nodes()
-                .filter(|&n| kind(n) == Some(NodeKind::Slotted))
-                .filter(|&n| (w..cap).contains(&level(n)))
-                .min_by_key(|&n| (level(n), n));
+            let slotted = self.best_among(
+                nodes()
+                    .filter(|&n| kind(n) == Some(NodeKind::Slotted))
+                    .filter(|&n| (w..cap).contains(&level(n))),
+                level,
+                end,
+            );
             if let Some(n) = slotted.or_else(empty) {
                 return Some(Dest::NewSlot(n));
             }
         } else {
-            let vacancy = nodes().find_map(|n| {
-                self.keys[n as usize]
-                    .vacant
-                    .iter()
-                    .min()
-                    .map(|&a| Dest::Filler(n, a))
+            let vacant = nodes().filter(|&n| !self.keys[n as usize].vacant.is_empty());
+            let vacancy = self.best_among(vacant, |_| 0, end).and_then(|n| {
+                let a = self.keys[n as usize].vacant.iter().min()?;
+                Some(Dest::Filler(n, *a))
             });
             if vacancy.is_some() {
                 return vacancy;
             }
-            let pool = nodes()
-                .filter(|&n| kind(n) == Some(NodeKind::Pool))
-                .filter(|&n| (1..cap).contains(&level(n)))
-                .min_by_key(|&n| (std::cmp::Reverse(level(n)), n));
+            let pool = self.best_among(
+                nodes()
+                    .filter(|&n| kind(n) == Some(NodeKind::Pool))
+                    .filter(|&n| (1..cap).contains(&level(n))),
+                |n| cap - level(n),
+                end,
+            );
             if let Some(n) = pool.or_else(empty) {
                 return Some(Dest::Pool(n));
             }
@@ -109,18 +224,25 @@ impl CompassEngine {
         if !self.config.overflow {
             return None;
         }
-        self.guest_among(g, allowed, true).map(Dest::Guest)
+        self.guest_among(g, allowed, true, end).map(Dest::Guest)
     }
 
     /// The node of `allowed` with the fewest physically free GPUs that still
-    /// fit `g` (lowest index on ties); empty nodes only with `empty_ok`.
-    fn guest_among(&self, g: u32, allowed: &NodeSet, empty_ok: bool) -> Option<NodeId> {
+    /// fit `g` (correction 10, then the lowest index, on ties); empty nodes
+    /// only with `empty_ok`.
+    fn guest_among(
+        &self,
+        g: u32,
+        allowed: &NodeSet,
+        empty_ok: bool,
+        end: Option<Seconds>,
+    ) -> Option<NodeId> {
         let free = |n: NodeId| self.keys[n as usize].phys_free;
-        allowed
+        let fits = allowed
             .iter()
             .filter(|&n| self.keys[n as usize].usable)
-            .filter(|&n| free(n) >= g && (empty_ok || free(n) < self.cap))
-            .min_by_key(|&n| (free(n), n))
+            .filter(|&n| free(n) >= g && (empty_ok || free(n) < self.cap));
+        self.best_among(fits, free, end)
     }
 
     pub(super) fn save(&self, undo: &mut Undo, n: NodeId) {
@@ -172,9 +294,10 @@ impl CompassEngine {
         undo: &mut Undo,
     ) -> Option<Vec<NodeId>> {
         let g = job.shape.gpus;
+        let end = self.expected_end.get(&job.id).copied();
         let mut nodes = Vec::with_capacity(job.shape.instances as usize);
         for k in 0..job.shape.instances {
-            let dest = self.choose(g, job.movable, allowed)?;
+            let dest = self.choose(g, job.movable, allowed, end)?;
             self.save(undo, dest.node());
             nodes.push(self.install(
                 InstanceRef {

@@ -110,6 +110,7 @@ impl CompassEngine {
         let running = self.occ.remove(job)?;
         self.meta.remove(&job);
         self.restricted.remove(&job);
+        self.expected_end.remove(&job);
         let mut touched = BTreeSet::new();
         for (k, &n) in running.nodes.iter().enumerate() {
             self.detach(

@@ -438,8 +438,8 @@ fn small_candidate_sets_choose_like_the_indexes() {
         let allowed = NodeSet::from_nodes(40, (0..4).map(|_| rnd(40) as NodeId));
         for g in [1, 2, 3, 4, 5, 8] {
             assert_eq!(
-                e.choose_among(g, &allowed),
-                e.choose_indexed(g, Some(&allowed)),
+                e.choose_among(g, &allowed, None),
+                e.choose_indexed(g, Some(&allowed), None),
                 "round {round}, {g} GPUs, allowed {:?}",
                 allowed.iter().collect::<Vec<_>>()
             );
@@ -553,4 +553,105 @@ fn a_restriction_to_every_node_is_none() {
     e.set_allowed(JobId(1), None).unwrap();
     assert_eq!(e.restricted_jobs().count(), 0);
     assert!(e.set_allowed(JobId(9), None).is_err(), "unknown job");
+}
+
+/// An engine without Compact (Place alone decides) with the given ties.
+fn place_only(nodes: u32, end_ties: EndTies) -> CompassEngine {
+    let config = CompassConfig {
+        compact: false,
+        end_ties,
+        ..CompassConfig::default()
+    };
+    CompassEngine::new(ClusterSpec::new(nodes, 8).unwrap(), config)
+}
+
+/// Places job `id` (one instance of `g` GPUs) on node `n`, ending at `end`.
+fn seat(e: &mut CompassEngine, id: u64, g: u32, n: NodeId, end: Seconds) {
+    e.set_expected_end(JobId(id), end);
+    let only = NodeSet::from_nodes(e.spec().nodes, [n]);
+    let adm = e.place(&JobRequest::new(id, 1, g), Some(&only)).unwrap();
+    assert_eq!(adm.unwrap().nodes, vec![n]);
+}
+
+/// The node a new single-instance job of `g` GPUs ending at `end` lands on.
+fn lands(e: &mut CompassEngine, id: u64, g: u32, end: Option<Seconds>) -> NodeId {
+    if let Some(end) = end {
+        e.set_expected_end(JobId(id), end);
+    }
+    let adm = e.place(&JobRequest::new(id, 1, g), None).unwrap();
+    adm.unwrap().nodes[0]
+}
+
+/// Correction 10: two slotted nodes with the same room `D(n) = 4`; the new
+/// 2-GPU job goes where the jobs end closest to its own end (co-termination),
+/// and by node index when ends are off or unknown.
+#[test]
+fn co_end_ties_pick_the_node_whose_jobs_end_closest() {
+    for (ties, end, want) in [
+        (EndTies::CoEnd, Some(950.0), 1),
+        (EndTies::CoEnd, Some(120.0), 0),
+        (EndTies::CoEnd, None, 0),
+        (EndTies::Index, Some(950.0), 0),
+    ] {
+        let mut e = place_only(4, ties);
+        seat(&mut e, 1, 4, 0, 100.0);
+        seat(&mut e, 2, 4, 1, 1000.0);
+        assert_eq!(lands(&mut e, 3, 2, end), want, "{ties:?}, end {end:?}");
+        e.check_invariants().unwrap();
+    }
+}
+
+/// The tie stays inside the best level: a node with more room is not taken
+/// even when its jobs end closer (`CoEnd`), unless the tie is wide
+/// (`CoEndWide`: both nodes stay partial, so both add the same `N*SIF`).
+/// A slot that fills its node exactly is always taken.
+#[test]
+fn co_end_ties_keep_the_best_level_unless_wide() {
+    for (ties, want) in [(EndTies::CoEnd, 0), (EndTies::CoEndWide, 1)] {
+        let mut e = place_only(4, ties);
+        seat(&mut e, 1, 4, 0, 100.0); // D = 4
+        seat(&mut e, 2, 2, 1, 1000.0); // D = 6
+        assert_eq!(lands(&mut e, 3, 2, Some(990.0)), want, "{ties:?}");
+        // n0 has D = 4 (or 2): a 4-GPU slot there fills it when D = 4.
+        let mut f = place_only(4, ties);
+        seat(&mut f, 1, 4, 0, 100.0);
+        seat(&mut f, 2, 2, 1, 1000.0);
+        assert_eq!(lands(&mut f, 3, 4, Some(990.0)), 0, "{ties:?} exact fill");
+    }
+}
+
+/// 1-GPU jobs: two pool nodes equally full; the filler goes to the one whose
+/// members end closest to it. The candidate-set path (a few allowed nodes of
+/// a large cluster) breaks the tie the same way.
+#[test]
+fn co_end_ties_apply_to_pool_nodes_and_small_candidate_sets() {
+    for (end, want) in [(4000.0, 3), (600.0, 2)] {
+        let mut e = place_only(4, EndTies::CoEnd);
+        seat(&mut e, 1, 1, 2, 500.0);
+        seat(&mut e, 2, 1, 3, 5000.0);
+        assert_eq!(lands(&mut e, 3, 1, Some(end)), want, "end {end}");
+    }
+
+    let mut big = place_only(40, EndTies::CoEnd);
+    seat(&mut big, 1, 4, 5, 100.0);
+    seat(&mut big, 2, 4, 9, 1000.0);
+    let among = NodeSet::from_nodes(40, [5, 9]);
+    big.set_expected_end(JobId(3), 900.0);
+    let adm = big.place(&JobRequest::new(3, 1, 2), Some(&among)).unwrap();
+    assert_eq!(adm.unwrap().nodes, vec![9]);
+}
+
+/// The engine forgets a job's expected end when it departs or is told an
+/// infinite one.
+#[test]
+fn expected_ends_are_forgotten_on_departure() {
+    let mut e = place_only(4, EndTies::CoEnd);
+    seat(&mut e, 1, 4, 0, 100.0);
+    assert_eq!(e.expected_end(JobId(1)), Some(100.0));
+    e.remove(JobId(1)).unwrap();
+    assert_eq!(e.expected_end(JobId(1)), None);
+    // A job that will not be placed after all.
+    e.set_expected_end(JobId(2), 50.0);
+    e.set_expected_end(JobId(2), f64::INFINITY);
+    assert_eq!(e.expected_end(JobId(2)), None);
 }
