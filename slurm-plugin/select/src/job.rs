@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 use compass_core::model::{NodeId, NodeSet};
 use compass_core::placement::pools::NodeGpus;
-use compass_slurm::controller::{Controller, JobInfo};
+use compass_slurm::controller::{Controller, Hold, JobInfo};
 use compass_slurm::flags;
 use compass_slurm::persist::{Saved, FILE_NAME};
 use compass_slurm::shape::{map_request, node_gpus, requested_gpu_type, SlurmRequest};
@@ -500,9 +500,7 @@ fn select_p_job_test_narrowed(
                 want.count()
             ));
         } else if rule == ModeRule::RunNow && !may_widen {
-            log::detail(&format!(
-                "job_test job {id}: planned nodes not free yet (migrations in flight); job waits"
-            ));
+            rc = hold_or_release(id, orig, bitmap, call);
         } else {
             unsafe { sys::bit_copybits(bitmap, orig) };
             rc = call(bitmap);
@@ -512,6 +510,39 @@ fn select_p_job_test_narrowed(
         unsafe { sys::slurm_bit_free(&mut o) };
         rc
     })
+}
+
+/// A RUN_NOW test refused on the planned nodes while migrations are in
+/// flight: the job waits for them ([`Controller::hold`]), at most
+/// `HOLD_LIMIT_S`; then Slurm's candidates (`orig`) less the other
+/// migrations' targets are tried, and cons_tres places the job (the
+/// plugin's thread logs the release). Returns the test's result.
+fn hold_or_release(
+    id: u32,
+    orig: *mut sys::bitstr_t,
+    bitmap: *mut sys::bitstr_t,
+    call: &dyn Fn(*mut sys::bitstr_t) -> c_int,
+) -> c_int {
+    let verdict = with_ctl(|ctl| ctl.hold(u64::from(id), now_unix()));
+    let Some(Hold::Release { keep_off }) = verdict else {
+        log::detail(&format!(
+            "job_test job {id}: planned nodes not free yet (migrations in flight); job waits"
+        ));
+        return SLURM_ERROR;
+    };
+    // SAFETY: both bitmaps valid and of the same size.
+    unsafe { sys::bit_copybits(bitmap, orig) };
+    let size = unsafe { sys::bit_size(bitmap) };
+    for n in keep_off.into_iter().map(sys::bitoff_t::from) {
+        if n < size {
+            unsafe { sys::bit_clear(bitmap, n) };
+        }
+    }
+    let rc = call(bitmap);
+    log::detail(&format!(
+        "job_test job {id}: hold released, tried on Slurm's candidates (rc {rc})"
+    ));
+    rc
 }
 
 fn bits_count(b: *mut sys::bitstr_t) -> i32 {
