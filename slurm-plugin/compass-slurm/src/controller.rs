@@ -892,6 +892,11 @@ impl Controller {
         Some(keep_off.into_iter().collect())
     }
 
+    /// Whether `job`'s hold was released (Slurm places it).
+    pub fn released(&self, job: u64) -> bool {
+        self.holds.get(&job).is_some_and(|h| h.released.is_some())
+    }
+
     /// Holds released since the last call, for the plugin's log.
     pub fn take_releases(&mut self) -> Vec<Released> {
         std::mem::take(&mut self.releases)
@@ -1414,7 +1419,7 @@ mod tests {
         assert!(!c.may_widen(9));
         assert_eq!(c.hold(9, 101), Hold::Wait);
         assert_eq!(c.hold(9, 101 + HOLD_LIMIT_S - 1), Hold::Wait);
-        assert!(c.take_releases().is_empty());
+        assert!(c.take_releases().is_empty() && !c.released(9));
         let released = Hold::Release { keep_off: vec![0] };
         assert_eq!(c.hold(9, 101 + HOLD_LIMIT_S), released);
         assert_eq!(
@@ -1425,6 +1430,7 @@ mod tests {
                 pin_dropped: false
             }]
         );
+        assert!(c.released(9));
         // Released once: later refusals and plans leave it to Slurm, off
         // the migration's target (backfill's plans too).
         assert_eq!(c.hold(9, 102 + HOLD_LIMIT_S), released);

@@ -436,29 +436,40 @@ pub(crate) fn job_test(
     call: &dyn Fn(*mut sys::bitstr_t) -> c_int,
 ) -> c_int {
     let t_engine = std::time::Instant::now();
-    let narrowed: Option<(NodeSet, bool)> = guard("select_p_job_test (engine)", None, || {
+    // The engine's nodes (and whether the plan may widen), and whether the
+    // job's hold was released (`Controller::hold`: Slurm places it).
+    type Decision = (Option<(NodeSet, bool)>, bool);
+    let (narrowed, released): Decision = guard("select_p_job_test (engine)", (None, false), || {
         if job_ptr.is_null() || bitmap.is_null() {
-            return None;
+            return (None, false);
         }
         // SAFETY: live job record and bitmap.
         let (job, size) = unsafe { (&*job_ptr, sys::bit_size(bitmap)) };
         let candidates = NodeSet::from_nodes(size as u32, unsafe { bits(bitmap) });
         with_ctl(|ctl| {
             let info = unsafe { job_info(job, ctl.max_gpus_per_node()) };
-            match ctl.narrow(&info, &candidates) {
+            let narrowed = match ctl.narrow(&info, &candidates) {
                 Ok(n) => n.map(|set| (set, ctl.may_widen(info.id))),
                 Err(msg) => {
                     log::error(&format!("{msg}; job {} goes to plain cons_tres", info.id));
                     None
                 }
-            }
+            };
+            (narrowed, ctl.released(info.id))
         })
-        .flatten()
+        .unwrap_or((None, false))
     });
     let engine_ns = t_engine.elapsed().as_nanos() as u64;
     let t_stock = std::time::Instant::now();
     let rc = select_p_job_test_narrowed(narrowed, bitmap, job_ptr, mode, call);
     crate::stats::record_job_test(engine_ns, t_stock.elapsed().as_nanos() as u64);
+    if released && rc == SLURM_SUCCESS && mode_rule(mode) == ModeRule::RunNow {
+        // SAFETY: job_ptr is non-null when `released` is set.
+        let id = unsafe { (*job_ptr).job_id };
+        log::detail(&format!(
+            "job_test job {id} mode {mode}: hold released, placed by Slurm"
+        ));
+    }
     rc
 }
 
