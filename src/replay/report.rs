@@ -31,6 +31,9 @@ pub struct LogFacts {
     pub migrations: BTreeMap<u64, u32>,
     /// `job_test job N mode 0: narrowed` lines (RUN_NOW on the engine's nodes), by job.
     pub narrowed_run_now: BTreeMap<u64, u32>,
+    /// `job_test job N mode 0: hold released` lines: started where Slurm
+    /// put it after the plugin held it `HOLD_LIMIT_S` (by design), by job.
+    pub released_run_now: BTreeMap<u64, u32>,
     /// Jobs retried on all of Slurm's candidates, or sent to plain cons_tres.
     pub widened: BTreeSet<u64>,
     /// `job_test job N: planned nodes not free yet (migrations in flight)`
@@ -83,7 +86,12 @@ impl LogFacts {
                 let Some(id) = id.filter(|i| ours.contains(i)) else {
                     continue;
                 };
-                if rest.contains(" mode 0: narrowed") {
+                if rest.contains(" mode 0: hold released") {
+                    *f.released_run_now.entry(id).or_default() += 1;
+                    if let (Some(t0), Some(t)) = (held_since.remove(&id), log_time(line)) {
+                        f.held_s += if t >= t0 { t - t0 } else { t + 86_400.0 - t0 };
+                    }
+                } else if rest.contains(" mode 0: narrowed") {
                     *f.narrowed_run_now.entry(id).or_default() += 1;
                     if let (Some(t0), Some(t)) = (held_since.remove(&id), log_time(line)) {
                         // across midnight the clock wraps once
@@ -800,7 +808,8 @@ fn node_check(obs: &Observer, log: Option<&LogFacts>, ours: &BTreeSet<u64>) -> N
             }
         }
         if let Some(l) = log.filter(|l| l.path.is_some()) {
-            let narrowed = l.narrowed_run_now.get(&id).copied().unwrap_or(0) as usize;
+            let narrowed = l.narrowed_run_now.get(&id).copied().unwrap_or(0) as usize
+                + l.released_run_now.get(&id).copied().unwrap_or(0) as usize;
             if narrowed < j.runs.len() {
                 c.not_narrowed.push(id);
             }
@@ -1310,15 +1319,19 @@ mod tests {
             "[2026-11-30T10:00:01.500] compass: job_test job 5: planned nodes not free yet (migrations in flight); job waits\n\
 [2026-11-30T10:00:03.000] compass: job_test job 5: planned nodes not free yet (migrations in flight); job waits\n\
 [2026-11-30T10:00:04.000] compass: job_test job 6: planned nodes not free yet (migrations in flight); job waits\n\
-[2026-11-30T10:00:05.500] compass: job_test job 5 mode 0: narrowed 16 -> 1 nodes\n",
+[2026-11-30T10:00:05.500] compass: job_test job 5 mode 0: narrowed 16 -> 1 nodes\n\
+[2026-11-30T10:00:06.000] compass: job_test job 7: planned nodes not free yet (migrations in flight); job waits\n\
+[2026-11-30T10:00:17.000] compass: job_test job 7 mode 0: hold released, placed by Slurm\n",
         )
         .unwrap();
-        let f = LogFacts::read(&p, 0, &BTreeSet::from([5, 6]));
-        assert_eq!(f.held_tests, BTreeMap::from([(5, 2), (6, 1)]));
+        let f = LogFacts::read(&p, 0, &BTreeSet::from([5, 6, 7]));
+        assert_eq!(f.held_tests, BTreeMap::from([(5, 2), (6, 1), (7, 1)]));
         assert_eq!(
-            f.held_s, 4.0,
-            "job 5 from 10:00:01.5 to its start; job 6 never started"
+            f.held_s, 15.0,
+            "job 5 from 10:00:01.5 to its start, job 7 until Slurm placed it; job 6 never started"
         );
+        assert_eq!(f.released_run_now, BTreeMap::from([(7, 1)]));
+        assert!(!f.narrowed_run_now.contains_key(&7));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

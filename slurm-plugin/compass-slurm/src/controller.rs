@@ -43,6 +43,14 @@ const MAX_PLANS_KEPT: usize = 100_000;
 /// A pin older than this is dropped (the job plans normally again), seconds.
 pub const PIN_TIMEOUT_S: u64 = 60;
 
+/// A job that `job_test` keeps from starting because its planned nodes are
+/// not free yet (migrations in flight, or its own pinned target) waits at
+/// most this long, counted from the first refusal, seconds. Then the hold
+/// is dropped and Slurm's own placement (cons_tres) takes over, away from
+/// the targets of the other migrations in flight ([`Controller::hold`];
+/// issue 10: "held for a migration target").
+pub const HOLD_LIMIT_S: u64 = 10;
+
 /// A pending GPU job that Slurm has not offered to `narrow` for this long
 /// no longer counts as waiting for `select.move_when` (it was cancelled, or
 /// is held), seconds. Slurm tries every pending job at each backfill pass
@@ -103,6 +111,41 @@ struct Pin {
     since: u64,
 }
 
+/// A job `job_test` keeps from starting (its planned nodes are not free).
+#[derive(Clone, Copy, Debug)]
+struct HoldRec {
+    /// The first refusal of this episode.
+    since: u64,
+    /// The last refusal: a gap longer than [`HOLD_LIMIT_S`] starts a new
+    /// episode.
+    last: u64,
+    /// When the limit passed: from then on Slurm places the job, for
+    /// [`WAITING_TTL_S`] or until it starts.
+    released: Option<u64>,
+}
+
+/// What `job_test` does with a job whose narrowed nodes cons_tres refused
+/// while migrations are in flight ([`Controller::hold`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// Wait for the migrations in flight to land (within [`HOLD_LIMIT_S`]).
+    Wait,
+    /// The hold is over: Slurm places the job among its own candidates less
+    /// `keep_off` (the targets of the other migrations in flight).
+    Release { keep_off: Vec<NodeId> },
+}
+
+/// A hold that reached [`HOLD_LIMIT_S`], for the plugin's log
+/// ([`Controller::take_releases`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Released {
+    pub job: u64,
+    /// Seconds from the first refusal to the release.
+    pub held_s: u64,
+    /// The job's own migration could not land: its pin was dropped.
+    pub pin_dropped: bool,
+}
+
 /// Counters of what happened, for the published state and tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -144,6 +187,10 @@ pub struct Controller {
     waiting: BTreeMap<u64, Waiting>,
     /// Whether the gate let jobs move at the last tick.
     gate_open: bool,
+    /// Jobs `job_test` holds back for planned nodes not yet free.
+    holds: BTreeMap<u64, HoldRec>,
+    /// Holds released since the last [`Controller::take_releases`].
+    releases: Vec<Released>,
     pub counters: Counters,
 }
 
@@ -183,6 +230,8 @@ impl Controller {
             planned: BTreeMap::new(),
             waiting: BTreeMap::new(),
             gate_open: true,
+            holds: BTreeMap::new(),
+            releases: Vec::new(),
             counters: Counters::default(),
         }
     }
@@ -307,6 +356,18 @@ impl Controller {
         );
         if job.required_nodes {
             return Ok(None);
+        }
+        if let Some(keep_off) = self.released_keep_off(job.id) {
+            // Held past HOLD_LIMIT_S: Slurm places it, off the targets of
+            // the migrations in flight.
+            if keep_off.iter().all(|n| !candidates.contains(*n)) {
+                return Ok(None);
+            }
+            let mut set = candidates.clone();
+            for n in keep_off {
+                set.remove(n);
+            }
+            return Ok(Some(set));
         }
         // Slurm offers only nodes that can take work now: a candidate marked
         // unusable by the last (5 s old) node poll was resumed since.
@@ -461,6 +522,7 @@ impl Controller {
     ) -> Option<String> {
         self.pins.remove(&job.id);
         self.waiting.remove(&job.id);
+        self.holds.remove(&job.id);
         let mut log = None;
         let shape = match job.mapping {
             Mapping::Model { shape, .. } => Some(shape),
@@ -571,6 +633,7 @@ impl Controller {
     pub fn fini(&mut self, job: u64) -> Option<String> {
         self.planned.remove(&job);
         self.waiting.remove(&job);
+        self.holds.remove(&job);
         let rec = self.jobs.remove(&job);
         if self.migrating.contains(&job) {
             return None; // requeued by us: the engine keeps it at its target
@@ -663,9 +726,12 @@ impl Controller {
         }
         // Cool-downs of jobs that are gone or past them are dropped.
         let cooldown = self.config.migration_cooldown_s;
-        let (jobs, migrating) = (&self.jobs, &self.migrating);
+        // (A job whose migration did not land keeps its cool-down while it
+        // waits to restart elsewhere: `drop_pin`.)
+        let (jobs, migrating, holds) = (&self.jobs, &self.migrating, &self.holds);
         self.last_migrated.retain(|j, t| {
-            now.saturating_sub(*t) < cooldown && (jobs.contains_key(j) || migrating.contains(j))
+            now.saturating_sub(*t) < cooldown
+                && (jobs.contains_key(j) || migrating.contains(j) || holds.contains_key(j))
         });
         let stale: Vec<u64> = self
             .pins
@@ -674,11 +740,9 @@ impl Controller {
             .map(|(j, _)| *j)
             .collect();
         for j in stale {
-            self.pins.remove(&j);
-            if self.migrating.remove(&j) {
-                let _ = self.engine.remove(JobId(j));
-            }
+            self.drop_pin(j, now);
         }
+        self.expire_holds(now);
         if self.compact_due && !self.in_flight() {
             self.compact_due = false;
             let m = self.engine.compact();
@@ -765,6 +829,106 @@ impl Controller {
     /// on a migrating job's pinned target), and widening would take them.
     pub fn may_widen(&self, job: u64) -> bool {
         self.pins.is_empty() && self.orders.is_empty() && !self.migrating.contains(&job)
+    }
+
+    /// `job_test` could not start `job` on its narrowed nodes and
+    /// [`Controller::may_widen`] said no: wait for the migrations in flight,
+    /// but for at most [`HOLD_LIMIT_S`] from the first refusal (checked here
+    /// and at each [`Controller::tick`]). Then the hold is released: Slurm
+    /// places the job (cons_tres) among its candidates less the targets of
+    /// the other migrations in flight, in `job_test` and in
+    /// [`Controller::narrow`] (backfill too); a migrating job whose pinned
+    /// target is still not free loses its pin (the engine drops it from the
+    /// target, its cool-down starts as for a move). A target can stay busy
+    /// for reasons the engine does not model (CPUs or memory taken on the
+    /// node, a chain of moves not landed, a job started there by hand), and
+    /// a held job first in the queue holds the queue: nothing waits
+    /// unboundedly.
+    pub fn hold(&mut self, job: u64, now: u64) -> Hold {
+        let h = self.holds.entry(job).or_insert(HoldRec {
+            since: now,
+            last: now,
+            released: None,
+        });
+        if h.released.is_none() && now.saturating_sub(h.last) > HOLD_LIMIT_S {
+            h.since = now;
+        }
+        h.last = now;
+        if h.released.is_none() && now.saturating_sub(h.since) >= HOLD_LIMIT_S {
+            self.release(job, now);
+        }
+        match self.released_keep_off(job) {
+            Some(keep_off) => Hold::Release { keep_off },
+            None => Hold::Wait,
+        }
+    }
+
+    /// Releases every hold past [`HOLD_LIMIT_S`] (from [`Controller::tick`]:
+    /// a held job may not be offered to a RUN_NOW test again, backfill only
+    /// plans it on its narrowed nodes), and forgets holds that ended.
+    fn expire_holds(&mut self, now: u64) {
+        let due: Vec<u64> = self
+            .holds
+            .iter()
+            .filter(|(_, h)| h.released.is_none() && now.saturating_sub(h.since) >= HOLD_LIMIT_S)
+            .map(|(j, _)| *j)
+            .collect();
+        for j in due {
+            self.release(j, now);
+        }
+        self.holds.retain(|_, h| match h.released {
+            None => now.saturating_sub(h.last) <= HOLD_LIMIT_S,
+            Some(t) => now.saturating_sub(t) <= WAITING_TTL_S,
+        });
+    }
+
+    fn release(&mut self, job: u64, now: u64) {
+        let Some(h) = self.holds.get_mut(&job) else {
+            return;
+        };
+        h.released = Some(now);
+        let held_s = now.saturating_sub(h.since);
+        let pin_dropped = self.drop_pin(job, now);
+        self.releases.push(Released {
+            job,
+            held_s,
+            pin_dropped,
+        });
+    }
+
+    /// For a job whose hold was released: the nodes it must stay off (the
+    /// targets of the migrations in flight); `None` when it is not released.
+    fn released_keep_off(&self, job: u64) -> Option<Vec<NodeId>> {
+        self.holds.get(&job)?.released?;
+        let keep_off: BTreeSet<NodeId> = self
+            .pins
+            .iter()
+            .filter(|(j, _)| **j != job)
+            .flat_map(|(_, p)| p.nodes.iter().copied())
+            .collect();
+        Some(keep_off.into_iter().collect())
+    }
+
+    /// Whether `job`'s hold was released (Slurm places it).
+    pub fn released(&self, job: u64) -> bool {
+        self.holds.get(&job).is_some_and(|h| h.released.is_some())
+    }
+
+    /// Holds released since the last call, for the plugin's log.
+    pub fn take_releases(&mut self) -> Vec<Released> {
+        std::mem::take(&mut self.releases)
+    }
+
+    /// Drops `job`'s pin; a migration in flight that did not land leaves the
+    /// engine (the job plans normally again) and starts its cool-down, as
+    /// a move does. Returns whether there was a pin.
+    fn drop_pin(&mut self, job: u64, now: u64) -> bool {
+        let pinned = self.pins.remove(&job).is_some();
+        if self.migrating.remove(&job) {
+            let _ = self.engine.remove(JobId(job));
+            self.last_migrated.insert(job, now);
+        }
+        pinned
     }
 
     /// The engine's structural invariants (paper Proposition 1 and the GPU
@@ -1248,6 +1412,145 @@ mod tests {
             Ok(Some(NodeSet::empty(4))),
             "the engine's GPUs are promised to a migration: wait"
         );
+    }
+
+    #[test]
+    fn a_job_held_for_a_migration_is_released_to_slurm_after_the_limit() {
+        // The cluster is full; job 1's migration to n1 is in flight. Job 9
+        // is narrowed to nothing (the engine's GPUs are promised): it waits
+        // HOLD_LIMIT_S from its first refusal, then Slurm places it, away
+        // from the migration's target.
+        let mut c = ctl();
+        for id in 1..=4 {
+            run(&mut c, &job(id, 1, 8), 100);
+        }
+        c.mark_migrating(
+            &MigrationOrder {
+                job: 1,
+                to_nodes: vec![0],
+            },
+            100,
+        );
+        let all = NodeSet::full(4);
+        assert_eq!(c.narrow(&job(9, 1, 8), &all), Ok(Some(NodeSet::empty(4))));
+        assert!(!c.may_widen(9));
+        assert_eq!(c.hold(9, 101), Hold::Wait);
+        assert_eq!(c.hold(9, 101 + HOLD_LIMIT_S - 1), Hold::Wait);
+        assert!(c.take_releases().is_empty() && !c.released(9));
+        let released = Hold::Release { keep_off: vec![0] };
+        assert_eq!(c.hold(9, 101 + HOLD_LIMIT_S), released);
+        assert_eq!(
+            c.take_releases(),
+            vec![Released {
+                job: 9,
+                held_s: HOLD_LIMIT_S,
+                pin_dropped: false
+            }]
+        );
+        assert!(c.released(9));
+        // Released once: later refusals and plans leave it to Slurm, off
+        // the migration's target (backfill's plans too).
+        assert_eq!(c.hold(9, 102 + HOLD_LIMIT_S), released);
+        assert!(c.take_releases().is_empty());
+        assert_eq!(
+            c.narrow(&job(9, 1, 8), &all),
+            Ok(Some(NodeSet::from_nodes(4, [1, 2, 3])))
+        );
+        assert_eq!(c.pinned(1), Some(&[0][..]), "the migration keeps its pin");
+        // Starting ends it: a new refusal is a new episode.
+        c.begin(&job(9, 1, 8), &[(3, 8)], 200);
+        assert_eq!(c.hold(9, 200), Hold::Wait);
+    }
+
+    #[test]
+    fn a_hold_is_released_by_the_clock_even_if_slurm_does_not_ask_again() {
+        // Refused once at a RUN_NOW test, then only planned by backfill on
+        // its narrowed nodes (which it sees free later): the tick releases it.
+        let mut c = ctl();
+        for id in 1..=4 {
+            run(&mut c, &job(id, 1, 8), 100);
+        }
+        c.mark_migrating(
+            &MigrationOrder {
+                job: 1,
+                to_nodes: vec![0],
+            },
+            100,
+        );
+        let all = NodeSet::full(4);
+        assert_eq!(c.hold(9, 101), Hold::Wait);
+        c.tick(100 + HOLD_LIMIT_S);
+        assert_eq!(c.narrow(&job(9, 1, 8), &all), Ok(Some(NodeSet::empty(4))));
+        c.tick(101 + HOLD_LIMIT_S);
+        assert_eq!(c.take_releases().len(), 1);
+        assert_eq!(
+            c.narrow(&job(9, 1, 8), &all),
+            Ok(Some(NodeSet::from_nodes(4, [1, 2, 3])))
+        );
+        // A release lasts WAITING_TTL_S: then the job is narrowed again.
+        let later = 102 + HOLD_LIMIT_S + WAITING_TTL_S;
+        c.tick(later);
+        c.mark_migrating(
+            &MigrationOrder {
+                job: 1,
+                to_nodes: vec![0],
+            },
+            later,
+        );
+        assert_ne!(
+            c.narrow(&job(9, 1, 8), &all),
+            Ok(Some(NodeSet::from_nodes(4, [1, 2, 3])))
+        );
+        assert_eq!(c.hold(9, later), Hold::Wait);
+    }
+
+    #[test]
+    fn a_migration_whose_target_stays_busy_loses_its_pin_after_the_limit() {
+        // Jobs 1-3 (4 GPUs each); 1 ends, Compact moves one of the others.
+        // Slurm cannot start it on its target (taken by what the engine does
+        // not model: CPUs, memory, a job started by hand): after HOLD_LIMIT_S
+        // the pin goes, the engine forgets the target, and the job restarts
+        // where Slurm puts it, cooling down like a moved job.
+        let mut c = one_move_due(SelectConfig {
+            min_run_before_migration_s: 0,
+            ..always()
+        });
+        let orders = c.tick(1000);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        let moved = orders[0].job;
+        c.fini(moved); // the requeue
+        assert!(c.pinned(moved).is_some());
+        assert_eq!(c.hold(moved, 1003), Hold::Wait);
+        c.tick(1003 + HOLD_LIMIT_S);
+        assert_eq!(
+            c.take_releases(),
+            vec![Released {
+                job: moved,
+                held_s: HOLD_LIMIT_S,
+                pin_dropped: true
+            }]
+        );
+        assert_eq!(c.pinned(moved), None);
+        assert!(c.may_widen(moved) && c.may_widen(99), "nothing in flight");
+        assert!(c.pools().job(JobId(moved)).is_none(), "target forgotten");
+        assert_eq!(c.self_check(), None);
+        // Slurm places it (no narrowing) and it restarts on an empty node.
+        assert_eq!(c.narrow(&job(moved, 1, 4), &NodeSet::full(4)), Ok(None));
+        assert_eq!(c.hold(moved, 1014), Hold::Release { keep_off: vec![] });
+        assert_eq!(c.begin(&job(moved, 1, 4), &[(3, 4)], 1015), None);
+        let orders = c.tick(1016);
+        assert!(
+            orders.iter().all(|o| o.job != moved),
+            "cooling down: {orders:?}"
+        );
+        let s = c.snapshot(1016, true);
+        assert_eq!(
+            s.kept_still.get("cooling-down"),
+            Some(&1),
+            "{}",
+            s.render(1016)
+        );
+        assert_eq!(c.self_check(), None);
     }
 
     /// Submit through the controller as the plugin does: narrow, then Slurm

@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 use compass_core::model::{NodeId, NodeSet};
 use compass_core::placement::pools::NodeGpus;
-use compass_slurm::controller::{Controller, JobInfo};
+use compass_slurm::controller::{Controller, Hold, JobInfo};
 use compass_slurm::flags;
 use compass_slurm::persist::{Saved, FILE_NAME};
 use compass_slurm::restriction::{allowed_nodes as allowed_nodes_among, Constraint, JobPlaces};
@@ -504,29 +504,40 @@ pub(crate) fn job_test(
     call: &dyn Fn(*mut sys::bitstr_t) -> c_int,
 ) -> c_int {
     let t_engine = std::time::Instant::now();
-    let narrowed: Option<(NodeSet, bool)> = guard("select_p_job_test (engine)", None, || {
+    // The engine's nodes (and whether the plan may widen), and whether the
+    // job's hold was released (`Controller::hold`: Slurm places it).
+    type Decision = (Option<(NodeSet, bool)>, bool);
+    let (narrowed, released): Decision = guard("select_p_job_test (engine)", (None, false), || {
         if job_ptr.is_null() || bitmap.is_null() {
-            return None;
+            return (None, false);
         }
         // SAFETY: live job record and bitmap.
         let (job, size) = unsafe { (&*job_ptr, sys::bit_size(bitmap)) };
         let candidates = NodeSet::from_nodes(size as u32, unsafe { bits(bitmap) });
         with_ctl(|ctl| {
             let info = unsafe { job_info(job, ctl.max_gpus_per_node()) };
-            match ctl.narrow(&info, &candidates) {
+            let narrowed = match ctl.narrow(&info, &candidates) {
                 Ok(n) => n.map(|set| (set, ctl.may_widen(info.id))),
                 Err(msg) => {
                     log::error(&format!("{msg}; job {} goes to plain cons_tres", info.id));
                     None
                 }
-            }
+            };
+            (narrowed, ctl.released(info.id))
         })
-        .flatten()
+        .unwrap_or((None, false))
     });
     let engine_ns = t_engine.elapsed().as_nanos() as u64;
     let t_stock = std::time::Instant::now();
     let rc = select_p_job_test_narrowed(narrowed, bitmap, job_ptr, mode, call);
     crate::stats::record_job_test(engine_ns, t_stock.elapsed().as_nanos() as u64);
+    if released && rc == SLURM_SUCCESS && mode_rule(mode) == ModeRule::RunNow {
+        // SAFETY: job_ptr is non-null when `released` is set.
+        let id = unsafe { (*job_ptr).job_id };
+        log::detail(&format!(
+            "job_test job {id} mode {mode}: hold released, placed by Slurm"
+        ));
+    }
     rc
 }
 
@@ -568,9 +579,7 @@ fn select_p_job_test_narrowed(
                 want.count()
             ));
         } else if rule == ModeRule::RunNow && !may_widen {
-            log::detail(&format!(
-                "job_test job {id}: planned nodes not free yet (migrations in flight); job waits"
-            ));
+            rc = hold_or_release(id, orig, bitmap, call);
         } else {
             unsafe { sys::bit_copybits(bitmap, orig) };
             rc = call(bitmap);
@@ -580,6 +589,39 @@ fn select_p_job_test_narrowed(
         unsafe { sys::slurm_bit_free(&mut o) };
         rc
     })
+}
+
+/// A RUN_NOW test refused on the planned nodes while migrations are in
+/// flight: the job waits for them ([`Controller::hold`]), at most
+/// `HOLD_LIMIT_S`; then Slurm's candidates (`orig`) less the other
+/// migrations' targets are tried, and cons_tres places the job (the
+/// plugin's thread logs the release). Returns the test's result.
+fn hold_or_release(
+    id: u32,
+    orig: *mut sys::bitstr_t,
+    bitmap: *mut sys::bitstr_t,
+    call: &dyn Fn(*mut sys::bitstr_t) -> c_int,
+) -> c_int {
+    let verdict = with_ctl(|ctl| ctl.hold(u64::from(id), now_unix()));
+    let Some(Hold::Release { keep_off }) = verdict else {
+        log::detail(&format!(
+            "job_test job {id}: planned nodes not free yet (migrations in flight); job waits"
+        ));
+        return SLURM_ERROR;
+    };
+    // SAFETY: both bitmaps valid and of the same size.
+    unsafe { sys::bit_copybits(bitmap, orig) };
+    let size = unsafe { sys::bit_size(bitmap) };
+    for n in keep_off.into_iter().map(sys::bitoff_t::from) {
+        if n < size {
+            unsafe { sys::bit_clear(bitmap, n) };
+        }
+    }
+    let rc = call(bitmap);
+    log::detail(&format!(
+        "job_test job {id}: hold released, tried on Slurm's candidates (rc {rc})"
+    ));
+    rc
 }
 
 fn bits_count(b: *mut sys::bitstr_t) -> i32 {

@@ -203,13 +203,29 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
             }
         }
     }
-    let (orders, snapshot) = {
+    let (orders, snapshot, released) = {
         let mut g = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner());
         match g.as_mut() {
-            Some(ctl) => (ctl.tick(now), Some(ctl.snapshot(now, true))),
-            None => (vec![], None),
+            Some(ctl) => (
+                ctl.tick(now),
+                Some(ctl.snapshot(now, true)),
+                ctl.take_releases(),
+            ),
+            None => (vec![], None, vec![]),
         }
     };
+    for r in released {
+        log::info(&format!(
+            "job {}: held {} s for planned nodes that are not free; hold dropped{}, Slurm places it",
+            r.job,
+            r.held_s,
+            if r.pin_dropped {
+                " with its migration's pin"
+            } else {
+                ""
+            }
+        ));
+    }
     // Handed-out orders are in flight (pinned) now: save before requeueing.
     save_state(plugin, rounds, now);
     let carried_out = !orders.is_empty();

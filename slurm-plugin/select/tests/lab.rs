@@ -548,6 +548,63 @@ fn departure_requeues_a_resumable_job_onto_the_planned_node_within_5s() {
 }
 
 #[test]
+fn a_migration_whose_target_has_no_cpus_left_restarts_elsewhere_within_the_hold_limit() {
+    // A (1 CPU), B and C (4 CPUs each), 4 GPUs each, resumable: A and B
+    // share a node, C is alone. CPU-only jobs take every other CPU of both
+    // nodes. When A ends, Compact (which models GPUs only) moves B or C
+    // next to the other, but Slurm cannot start it there: no CPUs left.
+    // Before the hold limit the moved job waited for its pin to expire
+    // (60 s), first in the queue; now its pin is dropped after
+    // HOLD_LIMIT_S (10 s) of refusals and Slurm places it.
+    let lab = Lab::start("busy-target", COMPASS);
+    let gpu = ["-n1", "--gpus-per-task=4", "--resumable"];
+    let a = lab.submit(&[&gpu[..], &["-c1"]].concat());
+    let b = lab.submit(&[&gpu[..], &["-c4"]].concat());
+    let c = lab.submit(&[&gpu[..], &["-c4"]].concat());
+    lab.wait_running(&[a, b, c], Duration::from_secs(15));
+    let (na, nb, nc) = (lab.job(a).1, lab.job(b).1, lab.job(c).1);
+    assert_eq!(na, nb, "{}", lab.debug());
+    assert_ne!(nb, nc);
+    let x1 = lab.submit(&["-w", &nb, "-n27"]);
+    let x2 = lab.submit(&["-w", &nc, "-n28"]);
+    lab.wait_running(&[x1, x2], Duration::from_secs(15));
+    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    let mut moved = 0;
+    lab.wait_until(
+        "B or C requeued for a migration",
+        Duration::from_secs(20),
+        || {
+            let log = lab.ctld_log();
+            moved = [b, c]
+                .into_iter()
+                .find(|j| log.contains(&format!("migration of job {j}: requeued")))
+                .unwrap_or(0);
+            moved != 0
+        },
+    );
+    let t0 = Instant::now();
+    lab.wait_until(
+        "the moved job runs again (before the fix: its pin expired after 60 s)",
+        Duration::from_secs(45),
+        || lab.job(moved).0 == "RUNNING",
+    );
+    assert!(
+        lab.ctld_log().contains(&format!("job {moved}: held ")),
+        "{:?} after its requeue\n{}",
+        t0.elapsed(),
+        lab.debug()
+    );
+    assert!(lab
+        .ctld_log()
+        .contains("for planned nodes that are not free; hold dropped with its migration's pin"));
+    assert!(
+        lab.show_job(moved).contains("Restarts=1"),
+        "{}",
+        lab.show_job(moved)
+    );
+}
+
+#[test]
 fn departure_never_touches_a_job_that_is_not_resumable() {
     let lab = Lab::start("no-migrate", COMPASS);
     let (b, c, nb, nc) = departure(&lab, false);
