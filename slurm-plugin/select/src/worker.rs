@@ -203,13 +203,19 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
             }
         }
     }
-    let (orders, snapshot) = {
+    let (orders, snapshot, head_hold) = {
         let mut g = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner());
         match g.as_mut() {
-            Some(ctl) => (ctl.tick(now), Some(ctl.snapshot(now, true))),
-            None => (vec![], None),
+            Some(ctl) => {
+                let orders = ctl.tick(now);
+                (orders, Some(ctl.snapshot(now, true)), ctl.take_head_hold())
+            }
+            None => (vec![], None, None),
         }
     };
+    if let Some(h) = head_hold {
+        log::info(&head_hold_line(&h));
+    }
     // Handed-out orders are in flight (pinned) now: save before requeueing.
     save_state(plugin, rounds, now);
     let carried_out = !orders.is_empty();
@@ -287,6 +293,23 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
                     .then_some(())
             },
         );
+    }
+}
+
+/// Slurm's log line for a Compact the waiting head's guard restrained.
+fn head_hold_line(h: &compass_slurm::controller::HeadHold) -> String {
+    if h.held.is_empty() {
+        format!(
+            "Compact skipped: its moves would delay the waiting head, job {}",
+            h.head
+        )
+    } else {
+        let held: Vec<String> = h.held.iter().map(|j| j.to_string()).collect();
+        format!(
+            "Compact held job(s) {} still: moving them would delay the waiting head, job {}",
+            held.join(","),
+            h.head
+        )
     }
 }
 
