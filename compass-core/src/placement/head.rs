@@ -14,7 +14,7 @@
 //!   guard (`docs/simulator.md`, "Queue policies"), on what the plugin knows
 //!   (time limits, not the trace's run times).
 
-use crate::model::{JobId, JobShape, NodeId};
+use crate::model::{JobId, JobShape, Migration, NodeId};
 use crate::placement::pools::PoolSet;
 use crate::placement::{Occupancy, PlacementPolicy};
 
@@ -115,18 +115,41 @@ pub enum HeadVerdict {
     Skip,
 }
 
-/// Which jobs Compact must hold still so that its moves do not make the
-/// waiting head's reservation ([`reservation`], in the pools that admit the
-/// head) later than with no move at all. Compact runs on clones of `pools`
-/// only. A job counts as moved when its nodes change (a move inside a node
-/// is no requeue); a moved job frees its GPUs at its new nodes at
+/// A Compact run under [`hold_for_head`].
+#[derive(Clone, Debug)]
+pub struct GuardedCompact {
+    pub verdict: HeadVerdict,
+    /// The pools after the Compact the verdict allows (held jobs movable
+    /// again), to replace the caller's. `None` for [`HeadVerdict::Skip`],
+    /// and for [`HeadVerdict::Free`] when nothing was tried (the head never
+    /// fits as far as the ends say): the caller runs Compact itself.
+    pub compacted: Option<PoolSet>,
+    /// Its migrations (global node ids).
+    pub migrations: Vec<Migration>,
+}
+
+/// Compact on a copy of `pools`, holding still the jobs it must so that
+/// its moves do not make the waiting head's reservation ([`reservation`],
+/// in the pools that admit the head) later than with no move at all. A job
+/// counts as moved when its nodes change (a move inside a node is no
+/// requeue); a moved job frees its GPUs at its new nodes at
 /// `end_if_moved`. If the unheld trial delays the head, the jobs it moved
-/// are held still and Compact is tried again, until the head is on time
-/// ([`HeadVerdict::Hold`]), or nothing new moves or `max_trials` is reached
-/// ([`HeadVerdict::Skip`]: when in doubt, nothing moves, Slurm's own
-/// behaviour).
-pub fn hold_for_head(pools: &PoolSet, trial: &HeadTrial<'_>) -> HeadVerdict {
+/// are held still and Compact is tried again on a new copy, until the head
+/// is on time ([`HeadVerdict::Hold`]), or nothing new moves or
+/// `max_trials` is reached ([`HeadVerdict::Skip`]: when in doubt, nothing
+/// moves, Slurm's own behaviour). The accepted trial is returned, so the
+/// caller runs no Compact of its own.
+pub fn hold_for_head(pools: &PoolSet, trial: &HeadTrial<'_>) -> GuardedCompact {
     let on_time = head_start(pools, trial, &[]);
+    if on_time.is_infinite() {
+        // As far as the known ends say, the head never fits: no move can
+        // make it later, and nothing is tried.
+        return GuardedCompact {
+            verdict: HeadVerdict::Free,
+            compacted: None,
+            migrations: Vec::new(),
+        };
+    }
     let mut hold: Vec<JobId> = Vec::new();
     for _ in 0..trial.max_trials.max(1) {
         let mut fork = pools.clone();
@@ -140,10 +163,17 @@ pub fn hold_for_head(pools: &PoolSet, trial: &HeadTrial<'_>) -> HeadVerdict {
         moved.dedup();
         moved.retain(|&j| nodes_of(pools, j) != nodes_of(&fork, j));
         if moved.is_empty() || head_start(&fork, trial, &moved) <= on_time {
-            return if hold.is_empty() {
-                HeadVerdict::Free
-            } else {
-                HeadVerdict::Hold(hold)
+            for &k in &hold {
+                let _ = fork.set_movable(k, true);
+            }
+            return GuardedCompact {
+                verdict: if hold.is_empty() {
+                    HeadVerdict::Free
+                } else {
+                    HeadVerdict::Hold(hold)
+                },
+                compacted: Some(fork),
+                migrations,
             };
         }
         let before = hold.len();
@@ -153,10 +183,14 @@ pub fn hold_for_head(pools: &PoolSet, trial: &HeadTrial<'_>) -> HeadVerdict {
             }
         }
         if hold.len() == before {
-            return HeadVerdict::Skip;
+            break;
         }
     }
-    HeadVerdict::Skip
+    GuardedCompact {
+        verdict: HeadVerdict::Skip,
+        compacted: None,
+        migrations: Vec::new(),
+    }
 }
 
 /// A job's instance nodes (global ids, sorted); empty when not in the model.
@@ -195,4 +229,64 @@ fn head_start(pools: &PoolSet, trial: &HeadTrial<'_>, moved: &[JobId]) -> f64 {
     ends.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     ends.dedup_by_key(|x| x.1);
     reservation(&occ, ends, trial.shape, trial.now).t_res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ClusterSpec, JobRequest};
+    use crate::placement::compass::CompassConfig;
+    use crate::placement::pools::NodeGpus;
+
+    fn pools(nodes: u32) -> PoolSet {
+        let config = CompassConfig {
+            compact: false,
+            ..CompassConfig::default()
+        };
+        PoolSet::homogeneous(ClusterSpec::new(nodes, 8).unwrap(), config)
+    }
+
+    #[test]
+    fn the_reservation_frees_gpus_where_jobs_run_at_their_ends() {
+        // n0: a 1 x 4 job ending at 50; n1: a 1 x 8 job ending at 20.
+        let mut p = pools(2);
+        p.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();
+        p.adopt(&JobRequest::new(2, 1, 8), &[1]).unwrap();
+        let occ = [p.engine(0).map(|e| e.occupancy())];
+        let ends = [(20.0, JobId(2)), (50.0, JobId(1))];
+        let at = |w, g| reservation(&occ, ends, JobShape::new(w, g), 10.0);
+        assert_eq!(at(1, 4).t_res, 10.0, "n0's free half fits now");
+        assert_eq!(at(1, 8).t_res, 20.0);
+        assert_eq!(at(2, 8).t_res, 50.0);
+        assert_eq!(at(3, 8).t_res, f64::INFINITY);
+        // A job missing from the ends never frees its GPUs.
+        assert_eq!(
+            reservation(&occ, [(20.0, JobId(2))], JobShape::new(2, 8), 10.0).t_res,
+            f64::INFINITY
+        );
+        // A pool that does not admit the head counts for nothing.
+        assert_eq!(
+            reservation(&[None], ends, JobShape::new(1, 1), 10.0).t_res,
+            f64::INFINITY
+        );
+    }
+
+    #[test]
+    fn a_head_that_never_fits_leaves_compact_unguarded() {
+        // Mixed pools: the head names a GPU type no pool has.
+        let nodes = vec![NodeGpus::new(8, Some("a100")); 2];
+        let p = PoolSet::new(&nodes, CompassConfig::default());
+        let end = |_: JobId| 100.0;
+        let trial = HeadTrial {
+            shape: JobShape::new(1, 8),
+            gpu_type: Some("h100"),
+            now: 0.0,
+            end: &end,
+            end_if_moved: &end,
+            max_trials: 8,
+        };
+        let done = hold_for_head(&p, &trial);
+        assert_eq!(done.verdict, HeadVerdict::Free);
+        assert!(done.compacted.is_none() && done.migrations.is_empty());
+    }
 }

@@ -784,29 +784,27 @@ impl Controller {
             end_if_moved: &end_if_moved,
             max_trials: HEAD_TRIALS,
         };
-        match hold_for_head(&self.engine, &trial) {
-            HeadVerdict::Free => self.engine.compact(),
+        let done = hold_for_head(&self.engine, &trial);
+        match (done.compacted, &done.verdict) {
+            (Some(compacted), _) => self.engine = compacted,
+            (None, HeadVerdict::Free) => return self.engine.compact(),
+            (None, _) => {}
+        }
+        match done.verdict {
+            HeadVerdict::Free => {}
             HeadVerdict::Hold(held) => {
-                for &j in &held {
-                    let _ = self.engine.set_movable(j, false);
-                }
-                let m = self.engine.compact();
-                for &j in &held {
-                    let _ = self.engine.set_movable(j, true);
-                }
                 self.counters.compacts_held_for_head += 1;
                 self.head_hold = Some(HeadHold {
                     head,
                     held: held.iter().map(|j| j.0).collect(),
                 });
-                m
             }
             HeadVerdict::Skip => {
                 self.counters.compacts_held_for_head += 1;
                 self.head_hold = Some(HeadHold { head, held: vec![] });
-                Vec::new()
             }
         }
+        done.migrations
     }
 
     /// The last Compact the head's guard restrained since the last call
