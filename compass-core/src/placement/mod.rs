@@ -5,11 +5,13 @@
 //! - [`compass`]: COMPASS-ABS (paper Section 4), with our corrections.
 //! - [`occupancy`]: the physical GPU accounting every policy shares.
 //! - [`pools`]: one COMPASS engine per pool of interchangeable nodes (mixed clusters).
+//! - [`head`]: a blocked head's reservation, and Compact's moves that would delay it.
 //! - [`baselines`]: best-fit, first-fit, FGD and a round-based defragmenter.
 //! - [`worth`]: when a migration pays for itself (cost-aware movability).
 
 pub mod baselines;
 pub mod compass;
+pub mod head;
 pub mod occupancy;
 pub mod pools;
 pub mod worth;

@@ -679,13 +679,9 @@ struct PoolTrack {
     migrations: u64,
 }
 
-/// A blocked head's reservation (see [`QueuePolicy::Backfill`]).
-#[derive(Clone, Copy, Debug)]
-struct Reservation {
-    t_res: Seconds,
-    /// `F(t_res) = sum_n floor(free_n(t_res) / g_head)`.
-    fit: i64,
-}
+// A blocked head's reservation (see [`QueuePolicy::Backfill`]): the rule is
+// shared with the Slurm plugin's departure guard (`placement::head`).
+use crate::placement::head::Reservation;
 
 struct Sim<'a> {
     jobs: &'a [TraceJob],
@@ -1791,49 +1787,15 @@ impl<'a> Sim<'a> {
         shape: crate::model::JobShape,
         t: Seconds,
     ) -> Reservation {
-        let g = shape.gpus;
-        let w = i64::from(shape.instances);
-        let admits: Vec<bool> = self.pools.iter().map(|p| p.admits(None, g)).collect();
-        let mut free: Vec<Vec<u32>> = Vec::with_capacity(self.pools.len());
-        let mut fit: Vec<i64> = Vec::with_capacity(self.pools.len());
-        for (p, tr) in self.tracks.iter().enumerate() {
-            let occ = cluster.pool_occupancy(p);
-            let f: Vec<u32> = (0..tr.nodes).map(|n| occ.free(n)).collect();
-            fit.push(if admits[p] {
-                f.iter().map(|x| i64::from(x / g)).sum()
-            } else {
-                i64::MIN
-            });
-            free.push(f);
-        }
-        let best = |fit: &[i64]| fit.iter().copied().max().unwrap_or(i64::MIN);
-        let mut t_res = if best(&fit) >= w { Some(t) } else { None };
-        for &(end, j) in ends {
-            if let Some(tr) = t_res {
-                if end.0 > tr {
-                    break;
-                }
-            }
-            let id = JobId(j as u64);
-            if let Some(p) = cluster.job_pool(id).filter(|&p| admits[p]) {
-                if let Some(running) = cluster.pool_occupancy(p).job(id) {
-                    let gj = running.request.shape.gpus;
-                    for &n in &running.nodes {
-                        let f = &mut free[p][n as usize];
-                        fit[p] -= i64::from(*f / g);
-                        *f += gj;
-                        fit[p] += i64::from(*f / g);
-                    }
-                }
-            }
-            if t_res.is_none() && best(&fit) >= w {
-                t_res = Some(end.0.max(t));
-            }
-        }
-        Reservation {
-            t_res: t_res.unwrap_or(f64::INFINITY),
-            fit: best(&fit).max(0),
-        }
+        let pools: Vec<Option<&crate::placement::Occupancy>> = (0..self.tracks.len())
+            .map(|p| {
+                self.pools[p]
+                    .admits(None, shape.gpus)
+                    .then(|| cluster.pool_occupancy(p))
+            })
+            .collect();
+        let ends = ends.iter().map(|&(T(e), j)| (e, JobId(j as u64)));
+        crate::placement::head::reservation(&pools, ends, shape, t)
     }
 }
 

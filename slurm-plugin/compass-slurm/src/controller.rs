@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use compass_core::metric;
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet};
 use compass_core::placement::compass::{AdoptOutcome, CompassConfig};
+use compass_core::placement::head::{hold_for_head, HeadTrial, HeadVerdict};
 use compass_core::placement::pools::{NodeGpus, PoolSet};
 use compass_core::placement::worth::{KeepReason, MigrationRule, MoveCandidate};
 use compass_core::placement::PlacementPolicy;
@@ -57,14 +58,24 @@ pub const HOLD_LIMIT_S: u64 = 10;
 /// (`bf_interval`, 30 s by default).
 pub const WAITING_TTL_S: u64 = 120;
 
-/// A pending GPU job as `narrow` last saw it (for `select.move_when`).
-#[derive(Clone, Copy, Debug)]
+/// A pending GPU job as `narrow` last saw it (for `select.move_when` and
+/// the head's guard, [`Controller::compact_sparing_head`]).
+#[derive(Clone, Debug)]
 struct Waiting {
     /// GPUs it asks for, all instances.
     gpus: u64,
+    /// Its shape and the GPU type it names.
+    shape: JobShape,
+    gpu_type: Option<String>,
+    /// Slurm's priority ([`Controller::note_priority`]; 0 until known).
+    priority: u32,
     /// The tick that first saw this offer (`None`: since the last tick).
     seen: Option<u64>,
 }
+
+/// Compact trials at most per guarded Compact
+/// ([`compass_core::placement::head::hold_for_head`]).
+const HEAD_TRIALS: usize = 8;
 
 /// What the plugin knows about a job when it asks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,6 +166,19 @@ pub struct Counters {
     pub migrations_done: u64,
     pub migrations_failed: u64,
     pub engine_errors: u64,
+    /// Compacts run with jobs held still, or not run, so that their moves
+    /// would not delay the waiting head ([`Controller::compact_sparing_head`]).
+    pub compacts_held_for_head: u64,
+}
+
+/// One Compact the head's guard restrained, for Slurm's log
+/// ([`Controller::take_head_hold`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeadHold {
+    /// The waiting head.
+    pub head: u64,
+    /// The jobs held still; empty: Compact made no move at all.
+    pub held: Vec<u64>,
 }
 
 pub struct Controller {
@@ -191,6 +215,8 @@ pub struct Controller {
     holds: BTreeMap<u64, HoldRec>,
     /// Holds released since the last [`Controller::take_releases`].
     releases: Vec<Released>,
+    /// The last Compact the head's guard restrained, until taken.
+    head_hold: Option<HeadHold>,
     pub counters: Counters,
 }
 
@@ -232,6 +258,7 @@ impl Controller {
             gate_open: true,
             holds: BTreeMap::new(),
             releases: Vec::new(),
+            head_hold: None,
             counters: Counters::default(),
         }
     }
@@ -351,6 +378,9 @@ impl Controller {
             job.id,
             Waiting {
                 gpus: shape.total_gpus(),
+                shape,
+                gpu_type: job.gpu_type.clone(),
+                priority: 0,
                 seen: None,
             },
         );
@@ -745,7 +775,7 @@ impl Controller {
         self.expire_holds(now);
         if self.compact_due && !self.in_flight() {
             self.compact_due = false;
-            let m = self.engine.compact();
+            let m = self.compact_sparing_head(now);
             self.order_migrations(&m);
         }
         let orders: Vec<MigrationOrder> = self.orders.drain(..).collect();
@@ -778,6 +808,90 @@ impl Controller {
         self.config
             .move_when
             .allows(self.waiting.values().map(|w| w.gpus), free)
+    }
+
+    /// Slurm's priority of a pending job `narrow` just saw (the plugin
+    /// calls it after [`Controller::narrow`]): the waiting job of highest
+    /// priority is the head the Compact guard keeps on time.
+    pub fn note_priority(&mut self, job: u64, priority: u32) {
+        if let Some(w) = self.waiting.get_mut(&job) {
+            w.priority = priority;
+        }
+    }
+
+    /// The waiting GPU job Slurm starts first: highest priority, then the
+    /// lowest job id (Slurm's order of equal priorities by submission).
+    fn head(&self) -> Option<(u64, &Waiting)> {
+        self.waiting
+            .iter()
+            .max_by(|a, b| a.1.priority.cmp(&b.1.priority).then(b.0.cmp(a.0)))
+            .map(|(id, w)| (*id, w))
+    }
+
+    /// Compact, unless its moves would delay the waiting head (issue #11;
+    /// the simulator's departure guard, `docs/simulator.md`, "Queue
+    /// policies"). Backfill never delays the head: Slurm reserves nodes for
+    /// it assuming the running jobs end where they are at their time limits,
+    /// and a migration (a requeue pinned to new nodes) both takes GPUs and
+    /// restarts the job with a new end. So the Compact is tried on a fork of
+    /// the engine ([`hold_for_head`]); jobs whose moves would make the head's
+    /// reservation later than with no move are held still for this Compact,
+    /// and if no hold keeps the head on time, nothing moves.
+    fn compact_sparing_head(&mut self, now: u64) -> Vec<Migration> {
+        let Some((head, w)) = self.head().filter(|_| self.config.migrate) else {
+            return self.engine.compact();
+        };
+        let jobs = &self.jobs;
+        let cost = self.config.migration_cost_s;
+        let end = |j: JobId| -> f64 {
+            jobs.get(&j.0)
+                .and_then(|r| r.time_limit_s.map(|l| r.start.saturating_add(l) as f64))
+                .unwrap_or(f64::INFINITY)
+        };
+        let end_if_moved = |j: JobId| -> f64 {
+            jobs.get(&j.0)
+                .and_then(|r| {
+                    let c = r.flags.migration_cost_s.unwrap_or(cost);
+                    r.time_limit_s
+                        .map(|l| now.saturating_add(c).saturating_add(l) as f64)
+                })
+                .unwrap_or(f64::INFINITY)
+        };
+        let trial = HeadTrial {
+            shape: w.shape,
+            gpu_type: w.gpu_type.as_deref(),
+            now: now as f64,
+            end: &end,
+            end_if_moved: &end_if_moved,
+            max_trials: HEAD_TRIALS,
+        };
+        let done = hold_for_head(&self.engine, &trial);
+        match (done.compacted, &done.verdict) {
+            (Some(compacted), _) => self.engine = compacted,
+            (None, HeadVerdict::Free) => return self.engine.compact(),
+            (None, _) => {}
+        }
+        match done.verdict {
+            HeadVerdict::Free => {}
+            HeadVerdict::Hold(held) => {
+                self.counters.compacts_held_for_head += 1;
+                self.head_hold = Some(HeadHold {
+                    head,
+                    held: held.iter().map(|j| j.0).collect(),
+                });
+            }
+            HeadVerdict::Skip => {
+                self.counters.compacts_held_for_head += 1;
+                self.head_hold = Some(HeadHold { head, held: vec![] });
+            }
+        }
+        done.migrations
+    }
+
+    /// The last Compact the head's guard restrained since the last call
+    /// (for Slurm's log).
+    pub fn take_head_hold(&mut self) -> Option<HeadHold> {
+        self.head_hold.take()
     }
 
     /// Marks an order in flight as [`Controller::tick`] hands it out, before
@@ -2288,5 +2402,115 @@ mod tests {
         assert!(!st.pools[0].modelled && st.pools[0].n_sif.is_none());
         assert_eq!(st.pools[0].partial_nodes, 1);
         assert_eq!(c.fini(1), None);
+    }
+
+    /// The issue #11 case, live: n1 holds a 4-GPU and a 2-GPU job that
+    /// never move and a resumable 1-GPU guest in its last free GPUs; a
+    /// 3 x 8 job fills n2-n4. A 3 x 8 head waits (Slurm offered it to
+    /// `narrow`: no room). Returns the controller just after the 3 x 8 job
+    /// ended at 1000, freeing exactly what the head needs.
+    fn head_waits_for_a_departure(config: SelectConfig) -> Controller {
+        let mut c = ctl_with(config);
+        let still = |id, w, g| JobInfo {
+            flags: None,
+            time_limit_s: Some(86_400),
+            ..job(id, w, g)
+        };
+        assert_eq!(run(&mut c, &still(1, 1, 4), 0), vec![0]);
+        assert_eq!(run(&mut c, &still(2, 1, 2), 0), vec![0]);
+        assert_eq!(run(&mut c, &still(3, 3, 8), 0), vec![1, 2, 3]);
+        let guest = JobInfo {
+            time_limit_s: Some(86_400),
+            ..job(4, 1, 1)
+        };
+        assert_eq!(run(&mut c, &guest, 0), vec![0], "the only free GPUs");
+        assert!(c.tick(10).is_empty(), "a full cluster: no move");
+        let head = still(5, 3, 8);
+        assert_eq!(c.narrow(&head, &NodeSet::full(4)), Ok(None), "no room");
+        c.note_priority(5, 100);
+        assert!(c.tick(900).is_empty(), "nothing departed yet");
+        assert_eq!(c.fini(3), None);
+        c
+    }
+
+    #[test]
+    fn a_departure_compact_never_takes_the_room_the_waiting_head_needs() {
+        // The same departure with nobody waiting: Compact's guest repair
+        // moves the guest (job 4) off n1 into an emptied node.
+        let mut idle = ctl();
+        for (id, w, g) in [(1, 1, 4), (2, 1, 2), (3, 3, 8)] {
+            let j = JobInfo {
+                flags: None,
+                time_limit_s: Some(86_400),
+                ..job(id, w, g)
+            };
+            run(&mut idle, &j, 0);
+        }
+        let guest = JobInfo {
+            time_limit_s: Some(86_400),
+            ..job(4, 1, 1)
+        };
+        run(&mut idle, &guest, 0);
+        idle.tick(900);
+        idle.fini(3);
+        let orders = idle.tick(1000);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert_eq!(orders[0].job, 4);
+        assert_ne!(orders[0].to_nodes, vec![0], "{orders:?}");
+
+        // With the 3 x 8 head waiting (the site default gate opens for it),
+        // that move would leave it two empty nodes: the guest is held
+        // still, no migration is ordered and the head gets n2-n4.
+        let mut c = head_waits_for_a_departure(Config::default().select);
+        assert!(c.tick(1000).is_empty(), "no migration for the head's room");
+        assert_eq!(c.counters.compacts_held_for_head, 1);
+        assert_eq!(
+            c.take_head_hold(),
+            Some(HeadHold {
+                head: 5,
+                held: vec![4]
+            })
+        );
+        let head = JobInfo {
+            flags: None,
+            time_limit_s: Some(86_400),
+            ..job(5, 3, 8)
+        };
+        let planned: Vec<NodeId> = c
+            .narrow(&head, &NodeSet::full(4))
+            .unwrap()
+            .expect("the head is planned")
+            .iter()
+            .collect();
+        assert_eq!(planned, vec![1, 2, 3]);
+        assert_eq!(c.begin(&head, &[(1, 8), (2, 8), (3, 8)], 1001), None);
+        assert_eq!(c.counters.migrations_ordered, 0);
+        assert_eq!(c.self_check(), None);
+    }
+
+    #[test]
+    fn a_compact_that_makes_room_for_the_waiting_head_still_moves() {
+        // Three 1 x 4 jobs (limits of a day), job 1 ends: n1 and n2 hold one
+        // each. A 3 x 8 head waits: with no move it starts when one of them
+        // ends; merging them empties a third node and it starts now.
+        let mut c = ctl_with(Config::default().select);
+        let day = |id| JobInfo {
+            time_limit_s: Some(86_400),
+            ..job(id, 1, 4)
+        };
+        for id in 1..=3 {
+            run(&mut c, &day(id), 0);
+        }
+        assert!(c.tick(900).is_empty());
+        c.fini(1);
+        let head = JobInfo {
+            flags: None,
+            ..job(9, 3, 8)
+        };
+        assert_eq!(c.narrow(&head, &NodeSet::full(4)), Ok(None));
+        let orders = c.tick(1000);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert_eq!(c.counters.compacts_held_for_head, 0);
+        assert_eq!(c.take_head_hold(), None);
     }
 }

@@ -516,7 +516,10 @@ pub(crate) fn job_test(
         let candidates = NodeSet::from_nodes(size as u32, unsafe { bits(bitmap) });
         with_ctl(|ctl| {
             let info = unsafe { job_info(job, ctl.max_gpus_per_node()) };
-            let narrowed = match ctl.narrow(&info, &candidates) {
+            let planned = ctl.narrow(&info, &candidates);
+            // Which waiting job is the head Compact must not delay.
+            ctl.note_priority(info.id, job.priority);
+            let narrowed = match planned {
                 Ok(n) => n.map(|set| (set, ctl.may_widen(info.id))),
                 Err(msg) => {
                     log::error(&format!("{msg}; job {} goes to plain cons_tres", info.id));

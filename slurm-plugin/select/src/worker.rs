@@ -203,17 +203,24 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
             }
         }
     }
-    let (orders, snapshot, released) = {
+    let (orders, snapshot, released, head_hold) = {
         let mut g = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner());
         match g.as_mut() {
-            Some(ctl) => (
-                ctl.tick(now),
-                Some(ctl.snapshot(now, true)),
-                ctl.take_releases(),
-            ),
-            None => (vec![], None, vec![]),
+            Some(ctl) => {
+                let orders = ctl.tick(now);
+                (
+                    orders,
+                    Some(ctl.snapshot(now, true)),
+                    ctl.take_releases(),
+                    ctl.take_head_hold(),
+                )
+            }
+            None => (vec![], None, vec![], None),
         }
     };
+    if let Some(h) = head_hold {
+        log::info(&head_hold_line(&h));
+    }
     for r in released {
         log::info(&format!(
             "job {}: held {} s for planned nodes that are not free; hold dropped{}, Slurm places it",
@@ -303,6 +310,23 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
                     .then_some(())
             },
         );
+    }
+}
+
+/// Slurm's log line for a Compact the waiting head's guard restrained.
+fn head_hold_line(h: &compass_slurm::controller::HeadHold) -> String {
+    if h.held.is_empty() {
+        format!(
+            "Compact skipped: its moves would delay the waiting head, job {}",
+            h.head
+        )
+    } else {
+        let held: Vec<String> = h.held.iter().map(|j| j.to_string()).collect();
+        format!(
+            "Compact held job(s) {} still: moving them would delay the waiting head, job {}",
+            held.join(","),
+            h.head
+        )
     }
 }
 

@@ -791,6 +791,84 @@ fn with_move_when_waiting_jobs_move_only_while_a_job_waits() {
     assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
 }
 
+/// `LAB_EXTRA_CONF` for a lab whose nodes stay COMPLETING for 5 s after
+/// each job (an `Epilog` that sleeps): Slurm cannot start the next job on
+/// a departed job's nodes before the plugin's thread (once a second) has
+/// run the Compact that follows the departure. Files under `dir`.
+fn slow_epilog_conf(dir: &std::path::Path) -> &'static str {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).expect("scratch dir");
+    let epilog = dir.join("epilog.sh");
+    std::fs::write(&epilog, "#!/bin/sh\nsleep 5\nexit 0\n").expect("epilog");
+    std::fs::set_permissions(&epilog, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let conf = dir.join("slow-epilog.conf");
+    std::fs::write(&conf, format!("Epilog={}\n", epilog.display())).expect("conf");
+    Box::leak(conf.display().to_string().into_boxed_str())
+}
+
+#[test]
+fn a_departure_compact_never_takes_the_waiting_heads_room() {
+    // Issue #11, live. A (4 GPUs) and B (2 GPUs), not resumable, share a
+    // node; X (7 whole nodes) fills the rest; G (1 GPU, resumable) can only
+    // go into A and B's node, as a guest. H (7 whole nodes) waits. When X
+    // ends, its 7 nodes are exactly H's room; Compact's guest repair would
+    // migrate G into one of them (and the migration, pinned and first in
+    // the queue, would start there first: H would wait an hour for A or
+    // B). The plugin tries the Compact on a fork, holds G still, and H
+    // starts on X's nodes with no migration.
+    let scratch = std::env::temp_dir().join(format!("compass-slow-epilog-{}", std::process::id()));
+    let extra = slow_epilog_conf(&scratch);
+    let env: &'static [(&'static str, &'static str)] =
+        Box::leak(vec![("LAB_EXTRA_CONF", extra)].into_boxed_slice());
+    let lab = Lab::start(
+        "head-guard",
+        LabOptions {
+            conf: "lab-compass-waiting.conf",
+            env,
+            ..COMPASS
+        },
+    );
+    let a = lab.submit(&["-n1", "--gpus-per-task=4"]);
+    let b = lab.submit(&["-n1", "--gpus-per-task=2"]);
+    lab.wait_running(&[a, b], Duration::from_secs(20));
+    let na = lab.job(a).1;
+    assert_eq!(lab.job(b).1, na, "{}", lab.debug());
+    let whole = ["-N7", "--gres=gpu:8", "--ntasks-per-node=1"];
+    let x = lab.submit(&whole);
+    lab.wait_running(&[x], Duration::from_secs(20));
+    let g = lab.submit(&["-n1", "--gpus-per-task=1", "--resumable"]);
+    lab.wait_running(&[g], Duration::from_secs(20));
+    assert_eq!(lab.job(g).1, na, "the only free GPUs\n{}", lab.debug());
+    let h = lab.submit(&whole);
+    lab.wait_until("H pending", Duration::from_secs(10), || {
+        lab.job(h).0 == "PENDING"
+    });
+    // Slurm offers H to the plugin at submit and at each backfill pass
+    // (bf_interval=1): it waits, in the plugin's eyes, from then on.
+    std::thread::sleep(Duration::from_secs(3));
+    let x_nodes = lab.job(x).1;
+    assert!(lab.run("scancel", &[&x.to_string()]).status.success());
+    lab.wait_running(&[h], Duration::from_secs(40));
+    assert_eq!(lab.job(h).1, x_nodes, "{}", lab.debug());
+    assert_eq!(lab.job(g), ("RUNNING".to_string(), na.clone()));
+    assert!(
+        lab.show_job(g).contains("Restarts=0"),
+        "{}",
+        lab.show_job(g)
+    );
+    let log = lab.ctld_log();
+    assert!(!log.contains("migration of job"), "{}", lab.debug());
+    assert!(
+        log.contains(&format!(
+            "Compact held job(s) {g} still: moving them would delay the waiting head, job {h}"
+        )),
+        "{}",
+        lab.debug()
+    );
+    drop(lab);
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
 #[test]
 fn a_failing_plugin_thread_falls_back_to_plain_cons_tres() {
     // Test-only hook (debug builds): every round of the plugin's thread
