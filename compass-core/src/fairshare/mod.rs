@@ -20,9 +20,8 @@ pub use order::{
     account_ratios, changed_factors, explain, node_stats, order_queue, order_queue_by, ratio,
     site_factors, sparse_keys, sparse_keys_spaced, sparse_site_factors, sparse_site_factors_spaced,
     stats_at, team_orders, unbudgeted_usage, FreeOrder, LevelPos, NodeStats, PendingJob, Placed,
-    QueueOrder, QueueState, RunningGpus, Standing, TeamNow, TeamOrder, TeamOrders,
-    DEFAULT_WINDOW_S, SITE_FACTOR_BASE, SITE_KEY_MAX, SITE_KEY_MIN, SITE_KEY_MIN_SPACING,
-    SITE_KEY_STRIDE,
+    QueueOrder, QueueState, RunningGpus, TeamNow, TeamOrder, TeamOrders, DEFAULT_WINDOW_S,
+    SITE_FACTOR_BASE, SITE_KEY_MAX, SITE_KEY_MIN, SITE_KEY_MIN_SPACING, SITE_KEY_STRIDE,
 };
 pub use tree::{diff, NodeIx, NodeSpec, OrgTree, TreeChange};
 pub use weights::{GpuWeights, DEFAULT_GPU_WEIGHT};

@@ -178,10 +178,6 @@ pub struct Placed {
     /// does not look at it ([`TeamOrder::Ratio`], or no team).
     #[serde(default)]
     pub under_allocation: Option<bool>,
-    /// The team's [`Standing`] that ordered it (same cases as
-    /// `under_allocation`).
-    #[serde(default)]
-    pub standing: Option<Standing>,
 }
 
 /// The queue order: see the module doc; jobs of a higher partition
@@ -273,75 +269,15 @@ pub struct TeamNow {
     pub running_allocated_gpus: f64,
     /// GPUs of all its running jobs, allocated and unallocated.
     pub running_total_gpus: f64,
-    /// GPUs of its first waiting allocated job (its head in the team's own
-    /// order); 0 when none waits.
-    pub head_allocated_gpus: f64,
-    /// GPUs of its first waiting unallocated job; 0 when none waits.
-    pub head_free_gpus: f64,
-}
-
-/// Where a team stands against its allocation right now, counted in its
-/// next job (its head, `h` GPUs): the under-allocation orders serve `Under`
-/// teams first, then `Near`, then `Over`, each group in fair-share order.
-/// With GPUs in whole jobs a team can rarely sit at its allocation: it
-/// runs one job under it or one over. Within that band the lookback ratio
-/// decides, so that over time the team gets its share and not the nearest
-/// multiple of its job size (issue 15, the 2-team lab: 70% of 16 GPUs in
-/// 2-GPU jobs is 5 or 6 jobs; `docs/results.md`).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Standing {
-    /// Running `r < a` GPUs and still at or below its allocation `a` once
-    /// its head starts (`r + h <= a`).
-    Under,
-    /// Within one head of its allocation: `r < a < r + h`, or `a <= r < a + h`.
-    Near,
-    /// At least one head over its allocation (`r >= a + h`). With no job
-    /// waiting (`h = 0`) a team is `Under` below its allocation and `Over`
-    /// at or above it, never `Near`.
-    Over,
-}
-
-impl Standing {
-    /// The standing of a team running `running` GPUs of `allocation`, with a
-    /// head of `head` GPUs.
-    pub fn of(running: f64, allocation: f64, head: f64) -> Standing {
-        let head = head.max(0.0);
-        if running < allocation && running + head <= allocation {
-            Standing::Under
-        } else if running >= allocation + head {
-            Standing::Over
-        } else {
-            Standing::Near
-        }
-    }
 }
 
 impl TeamNow {
-    /// Against its allocation in allocated GPUs, with its allocated head.
-    pub fn allocated_standing(&self) -> Standing {
-        Standing::of(
-            self.running_allocated_gpus,
-            self.allocation_gpus,
-            self.head_allocated_gpus,
-        )
+    fn under_allocated(&self) -> bool {
+        self.running_allocated_gpus < self.allocation_gpus
     }
-    /// Against its allocation in all GPUs, with its unallocated head.
-    pub fn total_standing(&self) -> Standing {
-        Standing::of(
-            self.running_total_gpus,
-            self.allocation_gpus,
-            self.head_free_gpus,
-        )
+    fn under_total(&self) -> bool {
+        self.running_total_gpus < self.allocation_gpus
     }
-}
-
-/// `teams` grouped by `standing` (`Under`, `Near`, `Over`), each group in
-/// the order of `teams`.
-fn by_standing<T: Copy>(teams: &[T], standing: impl Fn(T) -> Standing) -> Vec<T> {
-    let mut out = teams.to_vec();
-    out.sort_by_key(|&t| standing(t));
-    out
 }
 
 /// Teams in the order their allocated and their unallocated jobs are served.
@@ -354,13 +290,12 @@ pub struct TeamOrders<T> {
 /// The team orders of [`QueueOrder`] from `base`, the teams in fair-share
 /// order (the ratio walk; Slurm's Fair Tree rank for [`TeamOrder::FairTree`]):
 /// - allocated work: `base` for `Ratio` and `FairTree`; for
-///   `UnderAllocationFirst` the teams by [`TeamNow::allocated_standing`]
-///   (running allocated GPUs against the allocation, with the allocated
-///   head): `Under`, then `Near`, then `Over`, each group in `base` order;
+///   `UnderAllocationFirst` the teams whose running allocated GPUs are below
+///   their allocation first, then the others, each part in `base` order;
 /// - unallocated work: the allocated order for `SameAsAllocated`; for
-///   `UnderTotalFirst` the teams by [`TeamNow::total_standing`] (running
-///   GPUs of all kinds, with the unallocated head), each group in the
-///   allocated order.
+///   `UnderTotalFirst` the teams whose running GPUs (all kinds) are below
+///   their allocation first, then the others, each part in the allocated
+///   order.
 ///
 /// The one implementation of these rules: the policy simulator calls it per
 /// scheduling pass, [`order_queue_by`] per cycle of the budget service.
@@ -371,11 +306,19 @@ pub fn team_orders<T: Copy>(
 ) -> TeamOrders<T> {
     let allocated: Vec<T> = match cfg.team_order {
         TeamOrder::Ratio | TeamOrder::FairTree => base.to_vec(),
-        TeamOrder::UnderAllocationFirst => by_standing(base, |t| now(t).allocated_standing()),
+        TeamOrder::UnderAllocationFirst => {
+            let (under, over): (Vec<T>, Vec<T>) =
+                base.iter().partition(|&&t| now(t).under_allocated());
+            under.into_iter().chain(over).collect()
+        }
     };
     let free = match cfg.free_order {
         FreeOrder::SameAsAllocated => allocated.clone(),
-        FreeOrder::UnderTotalFirst => by_standing(&allocated, |t| now(t).total_standing()),
+        FreeOrder::UnderTotalFirst => {
+            let (under, over): (Vec<T>, Vec<T>) =
+                allocated.iter().partition(|&&t| now(t).under_total());
+            under.into_iter().chain(over).collect()
+        }
     };
     TeamOrders { allocated, free }
 }
@@ -448,25 +391,6 @@ pub fn order_queue_by(
             team_now[l].running_total_gpus += r.total;
         }
     }
-    // Each team's head of each kind: its first job in the order below.
-    let mut heads: HashMap<(NodeIx, Kind), &PendingJob> = HashMap::new();
-    for j in jobs {
-        let Ok(l) = tree.leaf_for_account(&j.account) else {
-            continue;
-        };
-        let kind = Kind::from_min_runtime(j.min_runtime_s);
-        let first = heads.entry((l, kind)).or_insert(j);
-        if within_team(j, first).is_lt() {
-            *first = j;
-        }
-    }
-    for ((l, kind), j) in heads {
-        let gpus = f64::from(j.gpus);
-        match kind {
-            Kind::Allocated => team_now[l].head_allocated_gpus = gpus,
-            Kind::Unallocated => team_now[l].head_free_gpus = gpus,
-        }
-    }
     let orders = team_orders(&leaves, |l| team_now[l], cfg);
     let mut alloc_pos = vec![usize::MAX; tree.len()];
     let mut free_pos = vec![usize::MAX; tree.len()];
@@ -476,16 +400,11 @@ pub fn order_queue_by(
     for (i, &l) in orders.free.iter().enumerate() {
         free_pos[l] = i;
     }
-    let under = |leaf: Option<NodeIx>, kind: Kind| -> Option<(bool, Standing)> {
-        let n = team_now[leaf?];
+    let under = |leaf: Option<NodeIx>, kind: Kind| -> Option<bool> {
+        let l = leaf?;
         match (kind, cfg.team_order, cfg.free_order) {
-            (Kind::Unallocated, _, FreeOrder::UnderTotalFirst) => {
-                Some((n.running_total_gpus < n.allocation_gpus, n.total_standing()))
-            }
-            (_, TeamOrder::UnderAllocationFirst, _) => Some((
-                n.running_allocated_gpus < n.allocation_gpus,
-                n.allocated_standing(),
-            )),
+            (Kind::Unallocated, _, FreeOrder::UnderTotalFirst) => Some(team_now[l].under_total()),
+            (_, TeamOrder::UnderAllocationFirst, _) => Some(team_now[l].under_allocated()),
             _ => None,
         }
     };
@@ -525,7 +444,10 @@ pub fn order_queue_by(
             .cmp(&a.job.tier)
             .then_with(|| b.job.qos_priority.cmp(&a.job.qos_priority))
             .then_with(|| ka.cmp(&kb))
-            .then_with(|| within_team(a.job, b.job))
+            .then_with(|| b.job.priority.cmp(&a.job.priority))
+            .then_with(|| a.job.submit.cmp(&b.job.submit))
+            .then_with(|| a.job.job.cmp(&b.job.job))
+            .then_with(|| a.job.account.cmp(&b.job.account))
     });
     // Team positions.
     let mut team_total: HashMap<(Option<NodeIx>, Kind), usize> = HashMap::new();
@@ -568,26 +490,12 @@ pub fn order_queue_by(
                 team_position,
                 team_jobs: team_total[&(k.leaf, k.kind)],
                 gpus_ahead,
-                under_allocation: under(k.leaf, k.kind).map(|u| u.0),
-                standing: under(k.leaf, k.kind).map(|u| u.1),
+                under_allocation: under(k.leaf, k.kind),
             };
             gpus_ahead += u64::from(k.job.gpus);
             placed
         })
         .collect()
-}
-
-/// The order of one team's jobs of one kind: partition tier and QOS
-/// priority (higher first), job priority (higher first), submit time, job
-/// id (and account, for a total order).
-fn within_team(a: &PendingJob, b: &PendingJob) -> std::cmp::Ordering {
-    b.tier
-        .cmp(&a.tier)
-        .then_with(|| b.qos_priority.cmp(&a.qos_priority))
-        .then_with(|| b.priority.cmp(&a.priority))
-        .then_with(|| a.submit.cmp(&b.submit))
-        .then_with(|| a.job.cmp(&b.job))
-        .then_with(|| a.account.cmp(&b.account))
 }
 
 fn ordinal(n: usize) -> String {
@@ -655,15 +563,15 @@ pub fn explain(p: &Placed, queue_len: usize) -> String {
                     l.siblings
                 ));
             }
-            if let Some(standing) = p.standing {
+            if let Some(under) = p.under_allocation {
                 let what = match p.kind {
                     Kind::Allocated => "allocated GPUs",
                     Kind::Unallocated => "GPUs (allocated and free)",
                 };
-                s.push_str(&match standing {
-                    Standing::Under => format!("- `{team}` runs fewer {what} than its allocation right now, and stays within it once its next job starts, so it goes ahead of every team near or over its allocation.\n"),
-                    Standing::Near => format!("- `{team}` runs {what} within one job (its next) of its allocation right now, so it goes after every team further under and ahead of every team further over; among these teams the fair-share ratio decides.\n"),
-                    Standing::Over => format!("- `{team}` runs at least one job (its next) more {what} than its allocation right now, so it goes after every team under or near its allocation.\n"),
+                s.push_str(&if under {
+                    format!("- `{team}` runs fewer {what} than its allocation right now, so it goes ahead of every team at or over its allocation.\n")
+                } else {
+                    format!("- `{team}` runs at least its allocation in {what} right now, so it goes after every team under its allocation.\n")
                 });
             }
             s.push_str(&format!(
@@ -1202,7 +1110,7 @@ mod tests {
         assert_eq!(ids(&uaf), vec![2, 1]);
         assert_eq!(uaf[0].under_allocation, Some(true));
         assert_eq!(uaf[1].under_allocation, Some(false));
-        assert!(explain(&uaf[1], 2).contains("goes after every team under or near its allocation"));
+        assert!(explain(&uaf[1], 2).contains("goes after every team under its allocation"));
         // Exactly at the allocation is not under: a at 4 of 4 stays behind b.
         let run = running(&[("acct-a", 4.0, 4.0), ("acct-b", 3.0, 3.0)]);
         let now = QueueState {
@@ -1291,47 +1199,29 @@ mod tests {
     }
 
     /// Issue 15, why the default order delivered 0.60-0.72 to the 70% team
-    /// in the lab, and the fix. The service orders the queue once a cycle,
-    /// on a full cluster, and every GPU freed before the next cycle goes to
-    /// the first team. On a full cluster one team is always under its
-    /// allocation and the other over (big runs <= 10 GPUs and small >= 6, or
-    /// big >= 12 and small <= 4). With "under" read as "runs fewer GPUs than
-    /// its allocation" (the rule before [`Standing`]) the lookback never
-    /// decided: big went first at <= 5 jobs, small at >= 6, whatever the
-    /// ratios; big stayed at 5 jobs until one of small's 3 ended, at 6 until
-    /// one of its own 6 ended, and got 2/3 of the cluster, not 0.7, with no
-    /// feedback to catch up.
-    ///
-    /// With [`Standing`], 5 and 6 big jobs (10 and 12 GPUs, small at 6 and
-    /// 4) are both `Near`: the lookback decides there, and the chain settles
-    /// above 0.7 while big is behind its share and below while it is ahead,
-    /// so the lookback steers it to 0.7. When the order is computed after one
-    /// job has ended (14 GPUs, as the simulator does on each job's end), the
-    /// lookback decides at 5 + 2 as before, and a team one job short of its
-    /// allocation goes first.
+    /// in the lab: the service orders the queue once a cycle, on a full
+    /// cluster, and every GPU freed before the next cycle goes to the first
+    /// team. On a full cluster one team is always under its allocation and
+    /// the other over (big runs <= 10 GPUs and small >= 6, or big >= 12 and
+    /// small <= 4), so the lookback never decides: big goes first at <= 5
+    /// jobs, small at >= 6, whatever the ratios. Big stays at 5 jobs until
+    /// one of small's 3 ends, at 6 until one of its own 6 ends: it spends
+    /// two thirds of the time at 10 GPUs, one third at 12, and gets 2/3 of
+    /// the cluster, not 0.7, with no feedback to catch up. (When one job
+    /// has ended and the order is computed then, at 14 GPUs, as the
+    /// simulator does, both teams are under at 5 + 2 and the lookback
+    /// decides there.)
     #[test]
-    fn lab_two_teams_the_lookback_steers_a_full_cluster() {
+    fn lab_two_teams_default_order_at_a_full_cluster() {
         let d = QueueOrder::default();
         for big_behind in [true, false] {
             for b in 0..=8 {
-                let want = match b {
-                    0..=4 => "big",
-                    5 | 6 if big_behind => "big",
-                    _ => "small",
-                };
-                assert_eq!(
-                    lab_first(d, b, 8 - b, big_behind),
-                    want,
-                    "{b} big jobs, big behind {big_behind}"
-                );
+                let want = if b <= 5 { "big" } else { "small" };
+                assert_eq!(lab_first(d, b, 8 - b, big_behind), want, "{b} big jobs");
             }
+            let share = lab_stale_share(|b| lab_first(d, b, 8 - b, big_behind) == "big");
+            assert!((share - 2.0 / 3.0).abs() < 1e-9, "{share}");
         }
-        let behind = lab_stale_share(|b| lab_first(d, b, 8 - b, true) == "big");
-        let ahead = lab_stale_share(|b| lab_first(d, b, 8 - b, false) == "big");
-        // Behind: 6 and 7 jobs, 7/9 of the time at 6 (share 7/9); ahead: 4
-        // and 5 jobs, 5/9 at 4 (share 5/9).
-        assert!((behind - 7.0 / 9.0).abs() < 1e-9, "{behind}");
-        assert!((ahead - 5.0 / 9.0).abs() < 1e-9, "{ahead}");
         // At 14 GPUs (one job ended): the lookback decides at 5 + 2 only.
         for big_behind in [true, false] {
             let want = if big_behind { "big" } else { "small" };
@@ -1344,35 +1234,6 @@ mod tests {
             assert_eq!(lab_first(QueueOrder::RATIO, b, 8 - b, true), "big");
             assert_eq!(lab_first(QueueOrder::RATIO, b, 8 - b, false), "small");
         }
-    }
-
-    #[test]
-    fn standing_counts_the_head() {
-        use Standing::*;
-        // Allocation 11.2 (70% of 16), 2-GPU heads.
-        let s = |r: f64, h: f64| Standing::of(r, 11.2, h);
-        assert_eq!(
-            [s(8.0, 2.0), s(10.0, 2.0), s(12.0, 2.0), s(14.0, 2.0)],
-            [Under, Near, Near, Over]
-        );
-        // No head: under below the allocation, over at or above it.
-        assert_eq!(
-            [s(11.0, 0.0), s(11.2, 0.0), s(12.0, 0.0)],
-            [Under, Over, Over]
-        );
-        // Exactly at the allocation after the head starts: under.
-        assert_eq!(Standing::of(2.0, 4.0, 2.0), Under);
-        // Exactly one head over: over.
-        assert_eq!(Standing::of(6.0, 4.0, 2.0), Over);
-        // A head larger than the allocation: near from 0 up to a + h.
-        assert_eq!(
-            [
-                Standing::of(0.0, 27.0, 64.0),
-                Standing::of(90.0, 27.0, 64.0),
-                Standing::of(91.0, 27.0, 64.0)
-            ],
-            [Near, Near, Over]
-        );
     }
 
     #[test]
@@ -1414,7 +1275,6 @@ mod tests {
             allocation_gpus: 2.0,
             running_allocated_gpus: [3.0, 0.0, 2.0, 1.0][t],
             running_total_gpus: [3.0, 4.0, 2.0, 1.0][t],
-            ..TeamNow::default()
         };
         let o = team_orders(&base, now, QueueOrder::RATIO);
         assert_eq!(
@@ -1433,16 +1293,6 @@ mod tests {
             ..cfg
         };
         assert_eq!(team_orders(&base, now, fair_tree).allocated, base.to_vec());
-        // With 2-GPU heads, allocated 3, 0, 2, 1 of 2: near, under, near, near.
-        let with_heads = |t: usize| TeamNow {
-            head_allocated_gpus: 2.0,
-            head_free_gpus: 2.0,
-            ..now(t)
-        };
-        let o = team_orders(&base, with_heads, cfg);
-        assert_eq!(o.allocated, vec![1, 0, 2, 3]);
-        // Totals 3, 4, 2, 1: near, over, near, near.
-        assert_eq!(o.free, vec![0, 2, 3, 1]);
     }
 
     #[test]

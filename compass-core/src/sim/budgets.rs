@@ -505,15 +505,6 @@ fn first_fitting(
         .min()
 }
 
-/// GPUs of the first job of `w` (the team's head in its own order: the
-/// lowest key over all shapes); 0 when `w` is empty.
-fn head_gpus(w: &Waiting) -> f64 {
-    w.iter()
-        .filter_map(|((g, n), set)| set.first().map(|k| (*k, u64::from(*g) * u64::from(*n))))
-        .min()
-        .map_or(0.0, |(_, gpus)| gpus as f64)
-}
-
 /// Live state of one job.
 #[derive(Clone, Debug, Default)]
 struct Live {
@@ -911,8 +902,6 @@ impl<'a> Sim<'a> {
                     allocation_gpus: team.share * cap,
                     running_allocated_gpus: team.run_charged as f64,
                     running_total_gpus: (team.run_charged + team.run_free) as f64,
-                    head_allocated_gpus: head_gpus(&team.wait_alloc),
-                    head_free_gpus: head_gpus(&team.wait_free),
                 }
             },
             cfg,
