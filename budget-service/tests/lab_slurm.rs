@@ -358,22 +358,20 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
         lab.ok("squeue", &["-h", "-o", "%i"]).trim().is_empty()
     });
     // Two accounts of their own: the jobs of sections 1-3 (cancelled above,
-    // still in slurmctld's memory) are ingested by the first cycle, and
-    // charged to the 70/30 teams they started both teams' lookback equal
-    // (112 GPU-s each in one run), which moves the ratio order's split
-    // towards 0.75 (it measured 0.754 and 0.770 so).
+    // still in slurmctld's memory) are ingested by the first cycle; charged
+    // to the 70/30 teams they made both teams' lookback equal (112 GPU-s
+    // each in one run), which moves the ratio order's split towards 0.75
+    // (it measured 0.754 and 0.770 so).
     // The published design's order (teams by lookback ratio alone): over
     // one minute it must converge to the shares. COMPASS_LAB_ORDER=default
-    // runs the default order instead (teams under their allocation, then
-    // within one job of it by lookback ratio, then over:
-    // `fairshare::Standing`, issue 15) and prints its share and, each
-    // cycle, each team's standing and ratio, without holding it to the
-    // band: it delivered 0.62-0.69 to the 70% team here, as before
-    // `Standing` (0.60-0.72). The jobs run in step (8 start together and
-    // end together 5 s later), so each batch of 8 goes to one team, and a
-    // team running all 8 is over, the other under, outside the band where
-    // the lookback decides (docs/results.md, issue 15). The twin test
-    // holds the default to the simulator's order.
+    // runs the default order instead (under-allocation-first, issue 15),
+    // prints its share and, each cycle, whether each team is under its
+    // allocation and its ratio, and does not hold it to the band: it
+    // delivers 0.60-0.72 to the 70% team here. The jobs run in step (8
+    // start together and end together 5 s later), so each batch goes to
+    // the one team under its allocation, which then runs all 8 and is
+    // over: the lookback never decides (docs/results.md, issue 15). The
+    // twin test holds the default to the simulator's order.
     let default_order = std::env::var("COMPASS_LAB_ORDER").as_deref() == Ok("default");
     let order = if default_order {
         ""
@@ -406,16 +404,16 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
         cycle.step().expect("cycle during the run");
         cycles += 1;
         if default_order {
-            // Each team's standing and place in the pushed order.
+            // Each team in the pushed order: under its allocation, ratio.
             let q = state.queue();
             let mut seen: Vec<String> = Vec::new();
             for p in &q.order {
                 if !seen.contains(&p.job.account) {
                     seen.push(p.job.account.clone());
                     eprint!(
-                        "{} {:?} ratio {:.4} | ",
+                        "{} under {:?} ratio {:.4} | ",
                         p.job.account,
-                        p.standing,
+                        p.under_allocation,
                         p.path.last().map_or(0.0, |l| l.ratio)
                     );
                 }
