@@ -149,7 +149,8 @@ pub fn explain_preemption(p: &Preemption, victim: &SlurmJob, cause: Option<&Slur
             requester_ratio,
         } => format!(
             "job {} {verb} by compass-budgetd: its protected min runtime had ended and its team {} is over-served \
-             (fair-share ratio {victim_ratio:.3}, above its allocation) while {cause_txt} (ratio {requester_ratio:.3})",
+             (running above its allocation; fair-share ratio {victim_ratio:.3}) while {cause_txt} \
+             (its team below its allocation; ratio {requester_ratio:.3})",
             victim.job.0, victim.account
         ),
         VictimRule::FaultyNode { .. } => format!(
