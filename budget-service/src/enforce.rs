@@ -481,6 +481,12 @@ pub fn enforce(
         })
         .collect();
 
+    // Preemption follows the queue's team order (issue 15): under
+    // under-allocation-first, loads alone decide, as in the simulator.
+    let ratios = &TeamTable {
+        loads_decide: state.config.order.team_order.preempts_by_load(),
+        ..ratios.clone()
+    };
     let plan = plan_cycle(&queue, &running, &room, &faulty, ratios, now as f64, cfg);
     if !plan.held_back.is_empty() {
         tracing::info!(

@@ -10,8 +10,9 @@
 //! - A pending allocated job that cannot start may preempt, in this order of
 //!   preference, unallocated jobs, then unprotected allocated jobs of teams
 //!   that run more allocated GPUs than their allocation, while the
-//!   requester's team runs less than its own (without loads: of teams whose
-//!   fair-share ratio is higher than its own by a hysteresis margin).
+//!   requester's team runs less than its own; under the ratio order (and
+//!   without loads) the victim's fair-share ratio must also be higher than
+//!   the requester's by a hysteresis margin ([`TeamTable::loads_decide`]).
 //!   Unallocated requests never preempt.
 //! - The victim set must make the job placeable: enough nodes with `g` free
 //!   GPUs for its `w` instances, counted node by node (free GPUs spread over
@@ -68,9 +69,8 @@ pub struct ProtectionConfig {
     pub exact_search_limit: usize,
     /// Hysteresis: an allocated victim's team ratio must exceed the
     /// requester's by this fraction (0.05: 5% more over-served), so two teams
-    /// close to their budgets do not take turns preempting each other. Only
-    /// when the teams' loads are unknown ([`Ratios::allocation`]); with
-    /// loads, above against below its allocation decides alone.
+    /// close to their budgets do not take turns preempting each other. Not
+    /// applied when loads decide ([`TeamTable::loads_decide`]).
     pub preempt_margin: f64,
     /// At most this many victims per [`plan_cycle`] (faulty-node evictions
     /// included); a pending job whose victims would pass the limit, and every
@@ -274,8 +274,8 @@ pub enum VictimRule {
     Unallocated,
     /// Allocated, past its protection, and its team is over-served: it runs
     /// above its allocation while the requester's team runs below its own
-    /// (when loads are known), or else its ratio exceeds the requester's by
-    /// the margin.
+    /// (when loads are known) and, unless loads decide, its ratio exceeds
+    /// the requester's by the margin.
     OverServed {
         victim_ratio: f64,
         requester_ratio: f64,
@@ -307,6 +307,12 @@ pub trait Ratios {
     fn allocation(&self, _account: &str) -> Option<TeamLoad> {
         None
     }
+
+    /// Do the loads decide the team rule alone (no ratio test) when known?
+    /// See [`TeamTable::loads_decide`].
+    fn loads_decide(&self) -> bool {
+        false
+    }
 }
 
 /// A team's allocated GPUs running now against its allocation.
@@ -321,6 +327,13 @@ pub struct TeamLoad {
 pub struct TeamTable {
     pub ratio: BTreeMap<String, f64>,
     pub load: BTreeMap<String, TeamLoad>,
+    /// With loads known, "above against below its allocation" decides the
+    /// team rule alone, without the lookback ratio test: set by drivers
+    /// whose queue runs under-allocation-first
+    /// ([`crate::fairshare::TeamOrder::preempts_by_load`]), so preemption and
+    /// the order agree. False: the ratio test applies too (the published
+    /// ratio order).
+    pub loads_decide: bool,
 }
 
 impl Ratios for TeamTable {
@@ -329,6 +342,9 @@ impl Ratios for TeamTable {
     }
     fn allocation(&self, account: &str) -> Option<TeamLoad> {
         self.load.get(account).copied()
+    }
+    fn loads_decide(&self) -> bool {
+        self.loads_decide
     }
 }
 
@@ -475,6 +491,42 @@ pub fn victim_rule(
         return Some(VictimRule::Unallocated);
     }
     team_rule(&victim.account, pending, ratios, cfg)
+        .filter(|_| job_yields(victim, pending, ratios, cfg))
+}
+
+/// The job half of the team rule when loads decide
+/// ([`TeamTable::loads_decide`]): the victim's team, without this job, must
+/// end less short of its allocation than the requester's team is now, in
+/// fractions of each allocation (`(allocation - running) / allocation`).
+/// Each preemption then lowers the most short team's fraction, so two teams
+/// near their allocations do not take turns preempting each other (the
+/// hysteresis the ratio margin gave before). On a tie (a job as large as
+/// both teams' deficits) the lookback ratio decides, with the margin.
+/// Checked per victim against its team's load before this plan's
+/// preemptions.
+fn job_yields(
+    victim: &RunningJob,
+    pending: &PendingJob,
+    ratios: &dyn Ratios,
+    cfg: &ProtectionConfig,
+) -> bool {
+    if !ratios.loads_decide() {
+        return true;
+    }
+    let (Some(v), Some(r)) = (
+        ratios.allocation(&victim.account),
+        ratios.allocation(&pending.account),
+    ) else {
+        return true;
+    };
+    let short = |l: TeamLoad, running: f64| (l.allocation_gpus - running) / l.allocation_gpus;
+    let victim_short = short(v, v.running_gpus - f64::from(victim.gpus()));
+    let requester_short = short(r, r.running_gpus);
+    const TIE: f64 = 1e-9;
+    victim_short < requester_short - TIE
+        || (victim_short <= requester_short + TIE
+            && ratios.ratio(&victim.account)
+                > ratios.ratio(&pending.account) * (1.0 + cfg.preempt_margin))
 }
 
 /// The team half of [`victim_rule`]: may `pending` take an unprotected
@@ -491,21 +543,26 @@ fn team_rule(
         victim_ratio,
         requester_ratio,
     };
-    // "Still prioritised": when loads are known, they decide alone, as the
-    // queue's under-allocation-first order does (`fairshare::team_orders`):
-    // a team running above its allocation yields to one running below its
-    // own; a team within its allocation keeps its jobs, and a team already at
-    // its allocation takes no allocated job from another. The lookback ratio
-    // no longer vetoes it (issue 15: at 64 nodes the veto was 13% of the
-    // owed (allocated) shortfall of the published-like workload, measured
-    // with `compass simulate --shortfall`, docs/results.md). Without loads,
-    // the ratio decides, with the hysteresis margin.
+    // "Still prioritised": when loads are known, a team running within its
+    // allocation keeps its jobs, and a team already at its allocation takes
+    // no allocated job from another. Under the under-allocation-first order
+    // (`loads_decide`) that is the whole rule, as the order itself decides
+    // by "under its allocation now" (`fairshare::team_orders`): the lookback
+    // ratio no longer vetoes it (issue 15: at 64 nodes the veto was 13% of
+    // the owed (allocated) shortfall of the published-like workload,
+    // measured with `compass simulate --shortfall`, docs/results.md).
+    // Otherwise, and without loads, the ratio must also exceed the
+    // requester's by the hysteresis margin.
     if let (Some(v), Some(r)) = (
         ratios.allocation(account),
         ratios.allocation(&pending.account),
     ) {
-        let yields = v.running_gpus > v.allocation_gpus && r.running_gpus < r.allocation_gpus;
-        return yields.then_some(rule);
+        if v.running_gpus <= v.allocation_gpus || r.running_gpus >= r.allocation_gpus {
+            return None;
+        }
+        if ratios.loads_decide() {
+            return Some(rule);
+        }
     }
     (victim_ratio > requester_ratio * (1.0 + cfg.preempt_margin)).then_some(rule)
 }
@@ -550,6 +607,7 @@ pub fn plan_room(
                     .entry(v.account.as_str())
                     .or_insert_with(|| team_rule(&v.account, pending, ratios, cfg))
                     .clone()
+                    .filter(|_| job_yields(v, pending, ratios, cfg))
             } else {
                 Some(VictimRule::Unallocated)
             };
@@ -1065,11 +1123,12 @@ mod tests {
         );
     }
 
-    /// With loads known, a team above its allocation yields an unprotected
-    /// job to a team below its own even when the requester's lookback ratio
-    /// is the higher one (it used more over the window); a team within its
-    /// allocation still keeps its jobs. (Before issue 15's change the ratio
-    /// test vetoed the first case.)
+    /// With loads known and deciding (the under-allocation-first order), a
+    /// team above its allocation yields an unprotected job to a team below
+    /// its own even when the requester's lookback ratio is the higher one
+    /// (it used more over the window); a team within its allocation still
+    /// keeps its jobs. (Before issue 15's change the ratio test vetoed the
+    /// first case.)
     #[test]
     fn below_its_allocation_takes_from_above_whatever_the_ratios() {
         let run = vec![
@@ -1084,6 +1143,7 @@ mod tests {
         let mut table = TeamTable {
             ratio: ratios(&[("over", 0.5), ("under", 2.0)]),
             load: BTreeMap::new(),
+            loads_decide: true,
         };
         table.load.insert("over".into(), load(16.0, 8.0));
         table.load.insert("under".into(), load(0.0, 8.0));
@@ -1096,6 +1156,15 @@ mod tests {
             VictimRule::OverServed { victim_ratio, requester_ratio }
                 if victim_ratio == 0.5 && requester_ratio == 2.0
         ));
+        // "over" runs 10 of 8: yielding an 8-GPU job leaves it 75% short of
+        // its allocation, more than "under" (running 4 of 8, 50% short) is.
+        table.load.insert("over".into(), load(10.0, 8.0));
+        table.load.insert("under".into(), load(4.0, 8.0));
+        assert_eq!(
+            plan_room(&p, &run, &room, &table, 2.0 * H, &cfg(), &BTreeSet::new()),
+            None
+        );
+        table.load.insert("under".into(), load(0.0, 8.0));
         // At its allocation, "over" keeps its jobs.
         table.load.insert("over".into(), load(8.0, 8.0));
         assert_eq!(
@@ -1110,7 +1179,7 @@ mod tests {
             ),
             None
         );
-        // Without loads the ratio still decides.
+        // Without loads, or under the ratio order, the ratio still decides.
         assert_eq!(
             plan_room(
                 &p,
@@ -1121,6 +1190,12 @@ mod tests {
                 &cfg(),
                 &BTreeSet::new()
             ),
+            None
+        );
+        table.load.insert("over".into(), load(16.0, 8.0));
+        table.loads_decide = false;
+        assert_eq!(
+            plan_room(&p, &run, &room, &table, 2.0 * H, &cfg(), &BTreeSet::new()),
             None
         );
     }

@@ -1038,6 +1038,7 @@ impl<'a> Sim<'a> {
     /// Allocated GPUs each team runs now against its allocation.
     fn refresh_loads(&mut self) {
         let cap = self.capacity as f64;
+        self.ratios.loads_decide = self.cfg.team_order.preempts_by_load();
         self.ratios.load = self
             .teams
             .iter()
@@ -1429,7 +1430,9 @@ impl<'a> Sim<'a> {
 
     /// The enforcement step of a cycle: the head allocated job of each team
     /// (at most `preempt_depth` teams, in fair-share order) preempts what it
-    /// needs ([`plan_room`]).
+    /// needs ([`plan_room`]); when no legal victims can place the head, the
+    /// team's next shapes ask in turn (oldest first) until one is placed, as
+    /// in the live service, where every queued job may ask.
     fn preempt_for_blocked(&mut self) -> Result<()> {
         match self.cfg.preemption {
             Preemption::Compass => {}
@@ -1448,7 +1451,11 @@ impl<'a> Sim<'a> {
         // Jobs holding drained nodes ask first, whatever their team's load:
         // the unallocated work let onto their nodes is theirs to take.
         let drained: Vec<usize> = self.drains.iter().map(|d| d.job).collect();
-        let heads: Vec<usize> = self
+        // Each team's asking jobs: its head (its oldest waiting allocated
+        // job), then the first job of each other shape, oldest first; the
+        // first of them that legal victims can place is served, as the live
+        // service lets every queued job ask (`preempt::plan_cycle`).
+        let heads: Vec<Vec<(usize, bool)>> = self
             .order
             .iter()
             .filter(|&&t| {
@@ -1461,15 +1468,27 @@ impl<'a> Sim<'a> {
                     .filter_map(|set| set.iter().find(|k| !self.owes_min_runtime(k.2)).copied())
                     .collect();
                 heads.sort();
-                let i = heads.first()?.2;
                 // A team at its allocation can only take unallocated jobs.
                 let under = (self.teams[t].run_charged as f64) < self.teams[t].share * cap;
-                (under || self.gpus(i) <= idle + free_running).then_some(i)
+                let head = heads.first()?.2;
+                if drained.contains(&head) {
+                    return None;
+                }
+                // (job, is the team's head): only a head gets a drain.
+                let asks: Vec<(usize, bool)> = heads
+                    .into_iter()
+                    .map(|k| (k.2, k.2 == head))
+                    .filter(|&(i, _)| under || self.gpus(i) <= idle + free_running)
+                    .collect();
+                (!asks.is_empty()).then_some(asks)
             })
-            .filter(|i| !drained.contains(i))
             .take(self.cfg.preempt_depth)
             .collect();
-        let blocked: Vec<usize> = drained.iter().copied().chain(heads).collect();
+        let blocked: Vec<Vec<(usize, bool)>> = drained
+            .iter()
+            .map(|&i| vec![(i, true)])
+            .chain(heads)
+            .collect();
         if blocked.is_empty() {
             return Ok(());
         }
@@ -1477,9 +1496,17 @@ impl<'a> Sim<'a> {
         self.moved.clear();
         // Heads that no legal victim set can place now.
         let mut unplaceable: Vec<usize> = Vec::new();
+        let mut started_team: BTreeSet<usize> = BTreeSet::new();
         let cap = self.cfg.spec.gpus_per_node;
         let mut excluded: BTreeSet<JobId> = BTreeSet::new();
-        for i in blocked {
+        for (k, (i, is_head)) in blocked
+            .iter()
+            .flat_map(|asks| asks.iter().copied().enumerate())
+        {
+            // A later job of a team whose earlier one started asks no more.
+            if k > 0 && (!self.live[i].waiting || started_team.contains(&self.live[i].team)) {
+                continue;
+            }
             self.refresh_loads();
             let occ = self.policy.occupancy();
             // Nodes drained for another job are no room for this one.
@@ -1503,10 +1530,13 @@ impl<'a> Sim<'a> {
                 &excluded,
             );
             let Some(victims) = plan else {
-                unplaceable.push(i);
+                if is_head {
+                    unplaceable.push(i);
+                }
                 continue;
             };
             self.start_with_victims(i, pending.id, &victims, &mut excluded, &mut running)?;
+            started_team.insert(self.live[i].team);
         }
         self.update_drains(&unplaceable);
         Ok(())

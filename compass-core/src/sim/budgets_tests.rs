@@ -577,3 +577,26 @@ fn head_first_keeps_a_teams_protected_job_out_of_a_blocked_heads_room() {
         starts[1]
     );
 }
+
+/// When no legal victims can place a team's head job, its next job asks for
+/// room (as every queued job may in the live service): here the head needs
+/// both nodes, one of which runs another team's in-share protected job; the
+/// team's one-node job takes the other node's free work at the next cycle.
+/// (Before, only the head asked, and the one-node job waited past the
+/// 10-hour horizon.)
+#[test]
+fn a_blocked_head_lets_the_teams_next_job_ask_for_room() {
+    let jobs = vec![
+        job(1, "b", 0.0, 30.0, 1, 8, 8.0), // node 0, b within its allocation
+        job(2, "b", 0.0, 30.0, 1, 8, 0.0), // node 1, free work
+        job(3, "a", 0.1, 1.0, 2, 8, 1.0),  // a's head: both nodes
+        job(4, "a", 0.2, 1.0, 1, 8, 1.0),  // one node
+    ];
+    let tree = tree(&[("a", 0.5), ("b", 0.5)]);
+    let mut cfg = config(2);
+    cfg.horizon_s = Some(10.0 * H);
+    let r = run_budgets(&jobs, &tree, &cfg).unwrap();
+    let t4 = start_of(&r.events, 4).expect("job 4 starts");
+    assert!(t4 <= 0.2 * H + 120.0, "job 4 started at {t4} s");
+    assert_eq!(start_of(&r.events, 3), None, "job 3 cannot start");
+}
