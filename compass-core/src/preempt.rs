@@ -495,15 +495,15 @@ pub fn victim_rule(
 }
 
 /// The job half of the team rule when loads decide
-/// ([`TeamTable::loads_decide`]): the victim's team, without this job, must
-/// end less short of its allocation than the requester's team is now, in
-/// fractions of each allocation (`(allocation - running) / allocation`).
-/// Each preemption then lowers the most short team's fraction, so two teams
-/// near their allocations do not take turns preempting each other (the
-/// hysteresis the ratio margin gave before). On a tie (a job as large as
-/// both teams' deficits) the lookback ratio decides, with the margin.
-/// Checked per victim against its team's load before this plan's
-/// preemptions.
+/// ([`TeamTable::loads_decide`]): either the victim's team, without this
+/// job, ends less short of its allocation than the requester's team is now,
+/// in fractions of each allocation (`(allocation - running) / allocation`),
+/// or the ratio test holds (the victim's ratio above the requester's by the
+/// margin: the rule before issue 15, so every preemption it allowed still
+/// is). The first is the hysteresis of the new case: such a preemption
+/// lowers the largest deficit, so two teams near their allocations do not
+/// take turns preempting each other. Checked per victim against its team's
+/// load before this plan's preemptions.
 fn job_yields(
     victim: &RunningJob,
     pending: &PendingJob,
@@ -522,11 +522,9 @@ fn job_yields(
     let short = |l: TeamLoad, running: f64| (l.allocation_gpus - running) / l.allocation_gpus;
     let victim_short = short(v, v.running_gpus - f64::from(victim.gpus()));
     let requester_short = short(r, r.running_gpus);
-    const TIE: f64 = 1e-9;
-    victim_short < requester_short - TIE
-        || (victim_short <= requester_short + TIE
-            && ratios.ratio(&victim.account)
-                > ratios.ratio(&pending.account) * (1.0 + cfg.preempt_margin))
+    victim_short < requester_short
+        || ratios.ratio(&victim.account)
+            > ratios.ratio(&pending.account) * (1.0 + cfg.preempt_margin)
 }
 
 /// The team half of [`victim_rule`]: may `pending` take an unprotected
