@@ -100,6 +100,21 @@ pub struct PolicyArgs {
     #[arg(long, default_value_t = 0, value_name = "GPUS")]
     pub drain_min_gpus: u64,
 
+    /// Split each team's owed (allocated) shortfall by cause (order, head
+    /// job blocked, no-loop rule, ratio test, protected jobs of teams above
+    /// their allocation, job granularity): `teams[].shortfall` in the JSON
+    /// report, GPU-hours (docs/policy-simulator.md, "Where the shortfall
+    /// goes"). Slower: the victim planner is asked per short team and cycle.
+    #[arg(long)]
+    pub shortfall: bool,
+
+    /// Head first: while a team below its allocation has allocated jobs
+    /// waiting that do not fit, teams at or above their allocation start no
+    /// allocated job protected longer than 15 minutes (free work still
+    /// fills the room; docs/policy-simulator.md).
+    #[arg(long)]
+    pub head_first: bool,
+
     /// Sweep: lookback windows to try (comma-separated durations); prints a
     /// table of every (window, cap) pair instead of one report.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_duration)]
@@ -228,6 +243,8 @@ pub fn run(
         Some(_) => FreeOrder::SameAsAllocated,
     };
     cfg.decay_half_life_s = args.decay_half_life;
+    cfg.shortfall = args.shortfall;
+    cfg.head_first = args.head_first;
     if !args.sweep_window.is_empty() || !args.sweep_cap.is_empty() {
         return sweep(&jobs, &tree, &cfg, args, quiet);
     }

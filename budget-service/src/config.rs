@@ -134,7 +134,9 @@ pub struct Protection {
     #[serde(deserialize_with = "secs::f64")]
     pub checkpoint_interval_s: f64,
     /// An allocated victim's team must be this much more over-served than
-    /// the requester's (default 0.05: 5%).
+    /// the requester's (default 0.05: 5%), for accounts whose running load
+    /// is unknown only: for budgeted teams, running above against below the
+    /// allocation decides alone (`compass_core::preempt`, issue 15).
     pub preempt_margin: f64,
     /// Exhaustive victim search up to this many candidates, greedy above
     /// (default 10, at most 16).

@@ -149,7 +149,8 @@ pub fn explain_preemption(p: &Preemption, victim: &SlurmJob, cause: Option<&Slur
             requester_ratio,
         } => format!(
             "job {} {verb} by compass-budgetd: its protected min runtime had ended and its team {} is over-served \
-             (fair-share ratio {victim_ratio:.3}, above its allocation) while {cause_txt} (ratio {requester_ratio:.3})",
+             (running above its allocation; fair-share ratio {victim_ratio:.3}) while {cause_txt} \
+             (its team below its allocation; ratio {requester_ratio:.3})",
             victim.job.0, victim.account
         ),
         VictimRule::FaultyNode { .. } => format!(
@@ -480,6 +481,12 @@ pub fn enforce(
         })
         .collect();
 
+    // Preemption follows the queue's team order (issue 15): under
+    // under-allocation-first, loads alone decide, as in the simulator.
+    let ratios = &TeamTable {
+        loads_decide: state.config.order.team_order.preempts_by_load(),
+        ..ratios.clone()
+    };
     let plan = plan_cycle(&queue, &running, &room, &faulty, ratios, now as f64, cfg);
     if !plan.held_back.is_empty() {
         tracing::info!(
@@ -1096,6 +1103,47 @@ mod tests {
         w.run(4, "poor", "n2", 8, 3600, true, T0);
         w.pend(3, "poor", 1, 8, 600);
         assert_eq!(w.at(T0 + 100), EnforceReport::default());
+    }
+
+    /// Issue 15, the simulator's rule (`TeamOrder::preempts_by_load`): under
+    /// the default order a team far below its allocation takes an
+    /// unprotected job of a team above its own even though its lookback
+    /// ratio is the higher one; under `[order] team_order = "ratio"` the
+    /// ratio still vetoes it.
+    #[test]
+    fn the_team_furthest_below_its_allocation_preempts_whatever_the_ratios() {
+        for (extra, preempts) in [("", true), ("[order]\nteam_order = \"ratio\"\n", false)] {
+            let mut w = World::new(extra, Db::open_in_memory().unwrap());
+            // poor used 16 GPUs for most of the window: the higher ratio.
+            w.state
+                .db()
+                .ingest(
+                    &[Interval {
+                        job: JobId(999),
+                        account: "poor".into(),
+                        gpus: 16,
+                        start: T0 - 3000,
+                        end: Some(T0 - 100),
+                        kind: Kind::Allocated,
+                        weight: 1.0,
+                    }],
+                    T0,
+                )
+                .unwrap();
+            // rich runs 16 GPUs (allocation 4.8); job 1 unprotected after 20 s.
+            w.run(1, "rich", "n1", 8, 20, true, T0);
+            w.run(2, "rich", "n2", 8, 3600, true, T0);
+            w.pend(3, "poor", 1, 8, 600);
+            let rep = w.at(T0 + 30);
+            assert_eq!(rep.requeued, usize::from(preempts), "order {extra:?}");
+            if preempts {
+                let a = &w.acts(1)[0];
+                assert_eq!(
+                    (a.cause_job, a.rule.as_deref()),
+                    (Some(3), Some("over_served"))
+                );
+            }
+        }
     }
 
     #[test]

@@ -9,9 +9,10 @@
 //!   protected.
 //! - A pending allocated job that cannot start may preempt, in this order of
 //!   preference, unallocated jobs, then unprotected allocated jobs of teams
-//!   whose fair-share ratio is higher (more over-served, by a hysteresis
-//!   margin) than its own and that run more allocated GPUs than their
-//!   allocation, while the requester's team runs less than its own.
+//!   that run more allocated GPUs than their allocation, while the
+//!   requester's team runs less than its own; under the ratio order (and
+//!   without loads) the victim's fair-share ratio must also be higher than
+//!   the requester's by a hysteresis margin ([`TeamTable::loads_decide`]).
 //!   Unallocated requests never preempt.
 //! - The victim set must make the job placeable: enough nodes with `g` free
 //!   GPUs for its `w` instances, counted node by node (free GPUs spread over
@@ -68,7 +69,8 @@ pub struct ProtectionConfig {
     pub exact_search_limit: usize,
     /// Hysteresis: an allocated victim's team ratio must exceed the
     /// requester's by this fraction (0.05: 5% more over-served), so two teams
-    /// close to their budgets do not take turns preempting each other.
+    /// close to their budgets do not take turns preempting each other. Not
+    /// applied when loads decide ([`TeamTable::loads_decide`]).
     pub preempt_margin: f64,
     /// At most this many victims per [`plan_cycle`] (faulty-node evictions
     /// included); a pending job whose victims would pass the limit, and every
@@ -270,7 +272,10 @@ impl PendingJob {
 pub enum VictimRule {
     /// Unallocated (min runtime 0): preemptible by any allocated request.
     Unallocated,
-    /// Allocated, past its protection, and its team is more over-served.
+    /// Allocated, past its protection, and its team is over-served: it runs
+    /// above its allocation while the requester's team runs below its own
+    /// (when loads are known) and, unless loads decide, its ratio exceeds
+    /// the requester's by the margin.
     OverServed {
         victim_ratio: f64,
         requester_ratio: f64,
@@ -302,6 +307,12 @@ pub trait Ratios {
     fn allocation(&self, _account: &str) -> Option<TeamLoad> {
         None
     }
+
+    /// Do the loads decide the team rule alone (no ratio test) when known?
+    /// See [`TeamTable::loads_decide`].
+    fn loads_decide(&self) -> bool {
+        false
+    }
 }
 
 /// A team's allocated GPUs running now against its allocation.
@@ -316,6 +327,13 @@ pub struct TeamLoad {
 pub struct TeamTable {
     pub ratio: BTreeMap<String, f64>,
     pub load: BTreeMap<String, TeamLoad>,
+    /// With loads known, "above against below its allocation" decides the
+    /// team rule alone, without the lookback ratio test: set by drivers
+    /// whose queue runs under-allocation-first
+    /// ([`crate::fairshare::TeamOrder::preempts_by_load`]), so preemption and
+    /// the order agree. False: the ratio test applies too (the published
+    /// ratio order).
+    pub loads_decide: bool,
 }
 
 impl Ratios for TeamTable {
@@ -324,6 +342,9 @@ impl Ratios for TeamTable {
     }
     fn allocation(&self, account: &str) -> Option<TeamLoad> {
         self.load.get(account).copied()
+    }
+    fn loads_decide(&self) -> bool {
+        self.loads_decide
     }
 }
 
@@ -470,6 +491,40 @@ pub fn victim_rule(
         return Some(VictimRule::Unallocated);
     }
     team_rule(&victim.account, pending, ratios, cfg)
+        .filter(|_| job_yields(victim, pending, ratios, cfg))
+}
+
+/// The job half of the team rule when loads decide
+/// ([`TeamTable::loads_decide`]): either the victim's team, without this
+/// job, ends less short of its allocation than the requester's team is now,
+/// in fractions of each allocation (`(allocation - running) / allocation`),
+/// or the ratio test holds (the victim's ratio above the requester's by the
+/// margin: the rule before issue 15, so every preemption it allowed still
+/// is). The first is the hysteresis of the new case: such a preemption
+/// lowers the largest deficit, so two teams near their allocations do not
+/// take turns preempting each other. Checked per victim against its team's
+/// load before this plan's preemptions.
+fn job_yields(
+    victim: &RunningJob,
+    pending: &PendingJob,
+    ratios: &dyn Ratios,
+    cfg: &ProtectionConfig,
+) -> bool {
+    if !ratios.loads_decide() {
+        return true;
+    }
+    let (Some(v), Some(r)) = (
+        ratios.allocation(&victim.account),
+        ratios.allocation(&pending.account),
+    ) else {
+        return true;
+    };
+    let short = |l: TeamLoad, running: f64| (l.allocation_gpus - running) / l.allocation_gpus;
+    let victim_short = short(v, v.running_gpus - f64::from(victim.gpus()));
+    let requester_short = short(r, r.running_gpus);
+    victim_short < requester_short
+        || ratios.ratio(&victim.account)
+            > ratios.ratio(&pending.account) * (1.0 + cfg.preempt_margin)
 }
 
 /// The team half of [`victim_rule`]: may `pending` take an unprotected
@@ -482,9 +537,20 @@ fn team_rule(
 ) -> Option<VictimRule> {
     let victim_ratio = ratios.ratio(account);
     let requester_ratio = ratios.ratio(&pending.account);
+    let rule = VictimRule::OverServed {
+        victim_ratio,
+        requester_ratio,
+    };
     // "Still prioritised": when loads are known, a team running within its
     // allocation keeps its jobs, and a team already at its allocation takes
-    // no allocated job from another.
+    // no allocated job from another. Under the under-allocation-first order
+    // (`loads_decide`) that is the whole rule, as the order itself decides
+    // by "under its allocation now" (`fairshare::team_orders`): the lookback
+    // ratio no longer vetoes it (issue 15: at 64 nodes the veto was 13% of
+    // the owed (allocated) shortfall of the published-like workload,
+    // measured with `compass simulate --shortfall`, docs/results.md).
+    // Otherwise, and without loads, the ratio must also exceed the
+    // requester's by the hysteresis margin.
     if let (Some(v), Some(r)) = (
         ratios.allocation(account),
         ratios.allocation(&pending.account),
@@ -492,13 +558,11 @@ fn team_rule(
         if v.running_gpus <= v.allocation_gpus || r.running_gpus >= r.allocation_gpus {
             return None;
         }
+        if ratios.loads_decide() {
+            return Some(rule);
+        }
     }
-    (victim_ratio > requester_ratio * (1.0 + cfg.preempt_margin)).then_some(
-        VictimRule::OverServed {
-            victim_ratio,
-            requester_ratio,
-        },
-    )
+    (victim_ratio > requester_ratio * (1.0 + cfg.preempt_margin)).then_some(rule)
 }
 
 /// Chooses the victims that make `pending` placeable, or `None` if no legal
@@ -541,6 +605,7 @@ pub fn plan_room(
                     .entry(v.account.as_str())
                     .or_insert_with(|| team_rule(&v.account, pending, ratios, cfg))
                     .clone()
+                    .filter(|_| job_yields(v, pending, ratios, cfg))
             } else {
                 Some(VictimRule::Unallocated)
             };
@@ -1052,6 +1117,83 @@ mod tests {
                 &cfg(),
                 &BTreeSet::new()
             ),
+            None
+        );
+    }
+
+    /// With loads known and deciding (the under-allocation-first order), a
+    /// team above its allocation yields an unprotected job to a team below
+    /// its own even when the requester's lookback ratio is the higher one
+    /// (it used more over the window); a team within its allocation still
+    /// keeps its jobs. (Before issue 15's change the ratio test vetoed the
+    /// first case.)
+    #[test]
+    fn below_its_allocation_takes_from_above_whatever_the_ratios() {
+        let run = vec![
+            running(1, "over", &[(0, 8)], 1.0, 0.0), // unprotected at 2 h
+            running(2, "over", &[(1, 8)], 1.0, 0.0),
+        ];
+        let room = room_of(2, &run);
+        let load = |running_gpus: f64, allocation_gpus: f64| TeamLoad {
+            running_gpus,
+            allocation_gpus,
+        };
+        let mut table = TeamTable {
+            ratio: ratios(&[("over", 0.5), ("under", 2.0)]),
+            load: BTreeMap::new(),
+            loads_decide: true,
+        };
+        table.load.insert("over".into(), load(16.0, 8.0));
+        table.load.insert("under".into(), load(0.0, 8.0));
+        let p = pending(9, "under", 1, 8);
+        let got = plan_room(&p, &run, &room, &table, 2.0 * H, &cfg(), &BTreeSet::new())
+            .expect("the team above its allocation yields");
+        assert_eq!(got.len(), 1);
+        assert!(matches!(
+            got[0].rule,
+            VictimRule::OverServed { victim_ratio, requester_ratio }
+                if victim_ratio == 0.5 && requester_ratio == 2.0
+        ));
+        // "over" runs 10 of 8: yielding an 8-GPU job leaves it 75% short of
+        // its allocation, more than "under" (running 4 of 8, 50% short) is.
+        table.load.insert("over".into(), load(10.0, 8.0));
+        table.load.insert("under".into(), load(4.0, 8.0));
+        assert_eq!(
+            plan_room(&p, &run, &room, &table, 2.0 * H, &cfg(), &BTreeSet::new()),
+            None
+        );
+        table.load.insert("under".into(), load(0.0, 8.0));
+        // At its allocation, "over" keeps its jobs.
+        table.load.insert("over".into(), load(8.0, 8.0));
+        assert_eq!(
+            plan_room(
+                &p,
+                &run[..1],
+                &room_of(1, &run[..1]),
+                &table,
+                2.0 * H,
+                &cfg(),
+                &BTreeSet::new()
+            ),
+            None
+        );
+        // Without loads, or under the ratio order, the ratio still decides.
+        assert_eq!(
+            plan_room(
+                &p,
+                &run,
+                &room,
+                &table.ratio,
+                2.0 * H,
+                &cfg(),
+                &BTreeSet::new()
+            ),
+            None
+        );
+        table.load.insert("over".into(), load(16.0, 8.0));
+        table.loads_decide = false;
+        assert_eq!(
+            plan_room(&p, &run, &room, &table, 2.0 * H, &cfg(), &BTreeSet::new()),
             None
         );
     }

@@ -222,6 +222,17 @@ pub enum TeamOrder {
     FairTree,
 }
 
+impl TeamOrder {
+    /// Does preemption follow this order's test alone (a team above its
+    /// allocation now yields to one below its own, whatever the lookback
+    /// ratios; [`crate::preempt::TeamTable::loads_decide`])? Yes for
+    /// `UnderAllocationFirst` (issue 15), so the order and the preemption
+    /// rule agree; the simulator and the budget service both ask here.
+    pub fn preempts_by_load(self) -> bool {
+        matches!(self, TeamOrder::UnderAllocationFirst)
+    }
+}
+
 /// The team order of the unallocated queue. It applies under any
 /// [`TeamOrder`] (in the simulator, not in the one queue of Fair Tree
 /// without preemption). The default, `UnderTotalFirst`, is the one measured

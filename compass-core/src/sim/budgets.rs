@@ -25,7 +25,8 @@ use crate::fairshare::tree::{NodeIx, OrgTree};
 use crate::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeSet};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
 use crate::preempt::{
-    plan_drain, plan_room, NodeRoom, PendingJob, ProtectionConfig, RunningJob, TeamLoad, TeamTable,
+    plan_drain, plan_room, NodeRoom, PendingJob, ProtectionConfig, Ratios, RunningJob, TeamLoad,
+    TeamTable,
 };
 use crate::sim::stats::Percentiles;
 use crate::trace::TraceJob;
@@ -101,6 +102,19 @@ pub struct BudgetSimConfig {
     /// How teams are ordered for unallocated (free) work ([`FreeOrder`]);
     /// allocated work always follows `team_order`.
     pub free_order: FreeOrder,
+    /// Decompose each team's owed (allocated) shortfall by cause
+    /// ([`Shortfall`], `compass simulate --shortfall`); off by default: it
+    /// asks the victim planner up to five questions per short team and cycle.
+    pub shortfall: bool,
+    /// Head first (with [`TeamOrder::UnderAllocationFirst`]): in a
+    /// scheduling pass, once a team below its allocation is left with
+    /// allocated jobs waiting that the pass could not start, teams at or
+    /// above their allocation start no allocated job protected longer than
+    /// `debug_max_min_runtime_s` in that pass; free work still fills the
+    /// room (it is a legal victim of the head at the next cycle). Slurm's
+    /// backfill gives the head of the pushed order a reservation in the same
+    /// way (`docs/policy-simulator.md`).
+    pub head_first: bool,
 }
 
 /// Preemption rules of the enforcement cycle.
@@ -177,6 +191,8 @@ impl BudgetSimConfig {
             preempt_exempt_s: 600.0,
             decay_half_life_s: fair_tree::DEFAULT_HALF_LIFE_S,
             free_order: FreeOrder::default(),
+            shortfall: false,
+            head_first: false,
         }
     }
 }
@@ -204,6 +220,102 @@ pub struct TeamReport {
     /// All GPU-hours the team used (charged and free).
     pub used_gpu_h: f64,
     pub charged_gpu_h: f64,
+    /// Owed (allocated) GPU-hours not delivered, by cause
+    /// ([`BudgetSimConfig::shortfall`] only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shortfall: Option<Shortfall>,
+}
+
+/// Why a team's owed (allocated) GPU-hours were not delivered
+/// (`--shortfall`; `docs/policy-simulator.md`, "Where the shortfall goes").
+/// After every enforcement cycle, each team running fewer allocated GPUs
+/// than `min(allocation, allocated demand)` is sampled: its gap (that
+/// difference) is put on the first cause below that holds, for the cycle's
+/// length. Each hour's actual shortfall (owed minus delivered, allocated
+/// reading) is then split over the causes in proportion to the hour's
+/// sampled gaps; hours with a shortfall but no sampled gap go to
+/// `between_cycles`. The fields sum to the team's shortfall, in GPU-hours.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Shortfall {
+    /// Its head job (the one that asks for room) could start now, in free
+    /// room or with legal victims, but was not started in this cycle (other
+    /// teams' jobs came first, or it was past `preempt_depth`).
+    pub order: f64,
+    /// Its head job cannot be placed even with every legal victim, but
+    /// another of its waiting allocated jobs could: only the head asks for
+    /// room.
+    pub head_blocked: f64,
+    /// Only jobs that were preempted and have not yet run their min runtime
+    /// could be placed with legal victims (the no-loop rule).
+    pub loop_rule: f64,
+    /// Placeable only if unprotected allocated jobs of teams above their
+    /// allocation were victims whatever the lookback ratios (the
+    /// `preempt_margin` ratio test of `preempt::team_rule`).
+    pub ratio_rule: f64,
+    /// None of its jobs is placeable so (even without the ratio test), but
+    /// a job of the size of its gap would be (whole 8-GPU nodes, or one
+    /// node's part below 8 GPUs): its jobs are larger than what it is owed
+    /// (job granularity against its share).
+    pub granularity: f64,
+    /// Placeable only if protected jobs of teams above their allocation were
+    /// victims too: waiting behind their protected time.
+    pub protected_over: f64,
+    /// Not placeable even then: the room left by its own running jobs and by
+    /// teams at or below their allocation does not hold its jobs.
+    #[serde(default)]
+    pub no_room: f64,
+    /// Hours short with no gap seen at any cycle end (a gap that opened and
+    /// closed between cycles).
+    pub between_cycles: f64,
+}
+
+/// Causes of [`Shortfall`], in the order they are tested.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Cause {
+    Order,
+    HeadBlocked,
+    LoopRule,
+    RatioRule,
+    Granularity,
+    ProtectedOver,
+    NoRoom,
+}
+
+const CAUSES: usize = 7;
+
+impl Shortfall {
+    fn add(&mut self, k: usize, gpu_h: f64) {
+        match k {
+            0 => self.order += gpu_h,
+            1 => self.head_blocked += gpu_h,
+            2 => self.loop_rule += gpu_h,
+            3 => self.ratio_rule += gpu_h,
+            4 => self.granularity += gpu_h,
+            5 => self.protected_over += gpu_h,
+            6 => self.no_room += gpu_h,
+            _ => self.between_cycles += gpu_h,
+        }
+    }
+}
+
+/// [`Ratios`] without the ratio test: `requester` is less served than every
+/// other team, loads as in `table` (for [`Cause::RatioRule`]).
+struct NoRatioTest<'a> {
+    table: &'a TeamTable,
+    requester: &'a str,
+}
+
+impl Ratios for NoRatioTest<'_> {
+    fn ratio(&self, account: &str) -> f64 {
+        if account == self.requester {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    }
+    fn allocation(&self, account: &str) -> Option<TeamLoad> {
+        self.table.allocation(account)
+    }
 }
 
 /// Result of a policy replay.
@@ -454,10 +566,40 @@ struct Team {
     charged_h: Vec<f64>,
     charged_total: f64,
     free_total: f64,
+    /// Sampled gaps by [`Cause`], GPU-seconds per hour (`shortfall` only).
+    gap_h: Vec<[f64; CAUSES]>,
     jobs: usize,
     /// Waiting jobs by (submit, index): allocated and unallocated.
     wait_alloc: Waiting,
     wait_free: Waiting,
+}
+
+/// Each hour's owed (allocated) shortfall split over the causes sampled in
+/// that hour ([`Shortfall`]), in GPU-hours.
+fn shortfall_of(
+    alloc_h: f64,
+    demand_h: &[f64],
+    charged_h: &[f64],
+    gap_h: &[[f64; CAUSES]],
+) -> Shortfall {
+    let mut out = Shortfall::default();
+    for (h, d) in demand_h.iter().enumerate() {
+        let owed = alloc_h.min(*d);
+        let short = owed - charged_h.get(h).copied().unwrap_or(0.0).min(owed);
+        if short <= 0.0 {
+            continue;
+        }
+        let gaps = gap_h.get(h).copied().unwrap_or_default();
+        let sum: f64 = gaps.iter().sum();
+        if sum > 0.0 {
+            for (k, g) in gaps.iter().enumerate() {
+                out.add(k, short * g / sum / 3600.0);
+            }
+        } else {
+            out.add(CAUSES, short / 3600.0);
+        }
+    }
+    out
 }
 
 fn add_hourly(buckets: &mut Vec<f64>, from: f64, to: f64, rate: f64) {
@@ -485,6 +627,28 @@ type WaitKey = (Reverse<i64>, u64, usize);
 /// a scheduling pass looks only at shapes that fit the free GPUs and that
 /// are not at least as large as a shape that just failed to place.
 type Waiting = BTreeMap<(u32, u32), BTreeSet<WaitKey>>;
+
+/// The waiting jobs of `w` whose protection, once started, lasts at most
+/// `debug_max_min_runtime_s` ([`BudgetSimConfig::head_first`]).
+fn short_protected(w: &Waiting, jobs: &[BudgetJob], cfg: &BudgetSimConfig) -> Waiting {
+    let mut out = Waiting::new();
+    for (shape, set) in w {
+        let short: BTreeSet<WaitKey> = set
+            .iter()
+            .copied()
+            .filter(|k| {
+                jobs[k.2]
+                    .min_runtime_s
+                    .min(cfg.protection.min_runtime_cap_s)
+                    <= cfg.debug_max_min_runtime_s
+            })
+            .collect();
+        if !short.is_empty() {
+            out.insert(*shape, short);
+        }
+    }
+    out
+}
 
 /// The first job, in queue order, of a shape worth trying.
 fn first_fitting(
@@ -738,6 +902,9 @@ impl<'a> Sim<'a> {
                     self.refresh_order();
                     self.preempt_for_blocked()?;
                     self.schedule()?;
+                    if self.cfg.shortfall {
+                        self.sample_shortfall();
+                    }
                     if self.waiting > 0 {
                         self.cycle_pending = true;
                         self.push(t + self.cfg.cycle_s, Ev::Cycle);
@@ -871,6 +1038,7 @@ impl<'a> Sim<'a> {
     /// Allocated GPUs each team runs now against its allocation.
     fn refresh_loads(&mut self) {
         let cap = self.capacity as f64;
+        self.ratios.loads_decide = self.cfg.team_order.preempts_by_load();
         self.ratios.load = self
             .teams
             .iter()
@@ -929,6 +1097,13 @@ impl<'a> Sim<'a> {
         } else {
             &[Some(true), Some(false)]
         };
+        let cap = self.capacity as f64;
+        let under = |team: &Team| (team.run_charged as f64) < team.share * cap;
+        let head_first =
+            self.cfg.head_first && self.cfg.team_order == TeamOrder::UnderAllocationFirst;
+        // A team below its allocation whose head job was left waiting in
+        // this pass ([`BudgetSimConfig::head_first`]).
+        let mut head_left = false;
         for &kind in kinds {
             let teams = if kind == Some(false) {
                 &free_order
@@ -936,6 +1111,7 @@ impl<'a> Sim<'a> {
                 &order
             };
             for &t in teams {
+                let held = head_first && kind == Some(true) && head_left && !under(&self.teams[t]);
                 // Shapes of this team that failed only because drains held
                 // nodes (other teams' jobs may be allowed there).
                 let mut team_failed: Vec<(u32, u32)> = Vec::new();
@@ -946,6 +1122,12 @@ impl<'a> Sim<'a> {
                     let team = &self.teams[t];
                     let head = |w: &Waiting| first_fitting(w, free, &failed, &team_failed);
                     let next = match kind {
+                        Some(true) if held => first_fitting(
+                            &short_protected(&team.wait_alloc, self.jobs, self.cfg),
+                            free,
+                            &failed,
+                            &team_failed,
+                        ),
                         Some(true) => head(&team.wait_alloc),
                         Some(false) => head(&team.wait_free),
                         None => head(&team.wait_alloc)
@@ -954,6 +1136,10 @@ impl<'a> Sim<'a> {
                             .min(),
                     };
                     let Some((_, _, i)) = next else {
+                        let team = &self.teams[t];
+                        if head_first && kind == Some(true) && under(team) {
+                            head_left |= !team.wait_alloc.is_empty();
+                        }
                         break;
                     };
                     attempts += 1;
@@ -1244,7 +1430,9 @@ impl<'a> Sim<'a> {
 
     /// The enforcement step of a cycle: the head allocated job of each team
     /// (at most `preempt_depth` teams, in fair-share order) preempts what it
-    /// needs ([`plan_room`]).
+    /// needs ([`plan_room`]); when no legal victims can place the head, the
+    /// team's next shapes ask in turn (oldest first) until one is placed, as
+    /// in the live service, where every queued job may ask.
     fn preempt_for_blocked(&mut self) -> Result<()> {
         match self.cfg.preemption {
             Preemption::Compass => {}
@@ -1263,7 +1451,11 @@ impl<'a> Sim<'a> {
         // Jobs holding drained nodes ask first, whatever their team's load:
         // the unallocated work let onto their nodes is theirs to take.
         let drained: Vec<usize> = self.drains.iter().map(|d| d.job).collect();
-        let heads: Vec<usize> = self
+        // Each team's asking jobs: its head (its oldest waiting allocated
+        // job), then the first job of each other shape, oldest first; the
+        // first of them that legal victims can place is served, as the live
+        // service lets every queued job ask (`preempt::plan_cycle`).
+        let heads: Vec<Vec<(usize, bool)>> = self
             .order
             .iter()
             .filter(|&&t| {
@@ -1276,15 +1468,27 @@ impl<'a> Sim<'a> {
                     .filter_map(|set| set.iter().find(|k| !self.owes_min_runtime(k.2)).copied())
                     .collect();
                 heads.sort();
-                let i = heads.first()?.2;
                 // A team at its allocation can only take unallocated jobs.
                 let under = (self.teams[t].run_charged as f64) < self.teams[t].share * cap;
-                (under || self.gpus(i) <= idle + free_running).then_some(i)
+                let head = heads.first()?.2;
+                if drained.contains(&head) {
+                    return None;
+                }
+                // (job, is the team's head): only a head gets a drain.
+                let asks: Vec<(usize, bool)> = heads
+                    .into_iter()
+                    .map(|k| (k.2, k.2 == head))
+                    .filter(|&(i, _)| under || self.gpus(i) <= idle + free_running)
+                    .collect();
+                (!asks.is_empty()).then_some(asks)
             })
-            .filter(|i| !drained.contains(i))
             .take(self.cfg.preempt_depth)
             .collect();
-        let blocked: Vec<usize> = drained.iter().copied().chain(heads).collect();
+        let blocked: Vec<Vec<(usize, bool)>> = drained
+            .iter()
+            .map(|&i| vec![(i, true)])
+            .chain(heads)
+            .collect();
         if blocked.is_empty() {
             return Ok(());
         }
@@ -1292,9 +1496,17 @@ impl<'a> Sim<'a> {
         self.moved.clear();
         // Heads that no legal victim set can place now.
         let mut unplaceable: Vec<usize> = Vec::new();
+        let mut started_team: BTreeSet<usize> = BTreeSet::new();
         let cap = self.cfg.spec.gpus_per_node;
         let mut excluded: BTreeSet<JobId> = BTreeSet::new();
-        for i in blocked {
+        for (k, (i, is_head)) in blocked
+            .iter()
+            .flat_map(|asks| asks.iter().copied().enumerate())
+        {
+            // A later job of a team whose earlier one started asks no more.
+            if k > 0 && (!self.live[i].waiting || started_team.contains(&self.live[i].team)) {
+                continue;
+            }
             self.refresh_loads();
             let occ = self.policy.occupancy();
             // Nodes drained for another job are no room for this one.
@@ -1318,10 +1530,13 @@ impl<'a> Sim<'a> {
                 &excluded,
             );
             let Some(victims) = plan else {
-                unplaceable.push(i);
+                if is_head {
+                    unplaceable.push(i);
+                }
                 continue;
             };
             self.start_with_victims(i, pending.id, &victims, &mut excluded, &mut running)?;
+            started_team.insert(self.live[i].team);
         }
         self.update_drains(&unplaceable);
         Ok(())
@@ -1488,6 +1703,144 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// Samples every short team's gap and its cause ([`Shortfall`]), after
+    /// a cycle's preemptions and scheduling pass; the sample stands for the
+    /// next `cycle_s`.
+    fn sample_shortfall(&mut self) {
+        self.refresh_loads();
+        let cap = self.capacity as f64;
+        let short: Vec<(usize, f64)> = (0..self.teams.len())
+            .filter_map(|t| {
+                let team = &self.teams[t];
+                team.leaf?;
+                let owed = (team.share * cap).min(team.demand_alloc as f64);
+                let gap = owed - team.run_charged as f64;
+                (gap > 0.0 && !team.wait_alloc.is_empty()).then_some((t, gap))
+            })
+            .collect();
+        if short.is_empty() {
+            return;
+        }
+        let now = self.now;
+        let occ = self.policy.occupancy();
+        let room = NodeRoom {
+            capacity: self.cfg.spec.gpus_per_node,
+            free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
+            usable: NodeSet::full(self.cfg.spec.nodes),
+            traits: Vec::new(),
+        };
+        let legal = self.running_view(false);
+        // Every running job, with the protected ones of teams above their
+        // allocation made unprotected ([`Cause::ProtectedOver`]).
+        let over: BTreeSet<&str> = self
+            .ratios
+            .load
+            .iter()
+            .filter(|(_, l)| l.running_gpus > l.allocation_gpus)
+            .map(|(a, _)| a.as_str())
+            .collect();
+        let cap_s = self.cfg.protection.min_runtime_cap_s;
+        let unshielded: Vec<RunningJob> = self
+            .running_view(true)
+            .into_iter()
+            .map(|mut r| {
+                if r.allocated() && over.contains(r.account.as_str()) {
+                    r.started_s = r.started_s.min(now - cap_s - 1.0);
+                }
+                r
+            })
+            .collect();
+        let none = BTreeSet::new();
+        let cfg = &self.cfg.protection;
+        let fits = |p: &PendingJob, running: &[RunningJob], ratios: &dyn Ratios| {
+            plan_room(p, running, &room, ratios, now, cfg, &none).is_some()
+        };
+        let mut samples: Vec<(usize, f64, usize)> = Vec::new();
+        for (t, gap) in short {
+            let team = &self.teams[t];
+            // The first job of each waiting shape, in queue order; a shape
+            // at least as large as a smaller one is not asked again when the
+            // smaller fails (it cannot fit where the smaller does not).
+            let mut firsts: Vec<WaitKey> = team
+                .wait_alloc
+                .values()
+                .filter_map(|set| set.first().copied())
+                .collect();
+            firsts.sort();
+            let head = team
+                .wait_alloc
+                .values()
+                .filter_map(|set| set.iter().find(|k| !self.owes_min_runtime(k.2)).copied())
+                .min()
+                .map(|k| k.2);
+            let mut by_size: Vec<usize> = firsts.iter().map(|k| k.2).collect();
+            by_size.sort_by_key(|&i| (self.jobs[i].shape.instances, self.jobs[i].shape.gpus, i));
+            let any = |pred: &dyn Fn(&PendingJob) -> bool, skip_owing: bool| {
+                let mut failed: Vec<(u32, u32)> = Vec::new();
+                by_size.iter().any(|&i| {
+                    if skip_owing && self.owes_min_runtime(i) {
+                        return false;
+                    }
+                    let s = (self.jobs[i].shape.gpus, self.jobs[i].shape.instances);
+                    if failed.iter().any(|f| s.0 >= f.0 && s.1 >= f.1) {
+                        return false;
+                    }
+                    let ok = pred(&self.pending_view(i));
+                    if !ok {
+                        failed.push(s);
+                    }
+                    ok
+                })
+            };
+            let account = team.account.as_str();
+            let no_test = NoRatioTest {
+                table: &self.ratios,
+                requester: account,
+            };
+            let cause = if head.is_some_and(|i| fits(&self.pending_view(i), &legal, &self.ratios)) {
+                Cause::Order
+            } else if any(&|p| fits(p, &legal, &self.ratios), true) {
+                Cause::HeadBlocked
+            } else if any(&|p| fits(p, &legal, &self.ratios), false) {
+                Cause::LoopRule
+            } else if any(&|p| fits(p, &legal, &no_test), false) {
+                Cause::RatioRule
+            } else if by_size.first().is_some_and(|&i| {
+                let mut p = self.pending_view(i);
+                let g = self.cfg.spec.gpus_per_node;
+                let want = gap.ceil() as u32;
+                p.shape = if want >= g {
+                    JobShape::new(want.div_ceil(g), g)
+                } else {
+                    JobShape::new(1, want.max(1))
+                };
+                fits(&p, &legal, &no_test)
+            }) {
+                Cause::Granularity
+            } else if any(&|p| fits(p, &unshielded, &no_test), false) {
+                Cause::ProtectedOver
+            } else {
+                Cause::NoRoom
+            };
+            samples.push((t, gap, cause as usize));
+        }
+        let (from, to) = (now, now + self.cfg.cycle_s);
+        for (t, gap, k) in samples {
+            let buckets = &mut self.teams[t].gap_h;
+            let mut at = from;
+            while at < to {
+                let h = (at / 3600.0).floor();
+                let end = ((h + 1.0) * 3600.0).min(to);
+                let h = h as usize;
+                if buckets.len() <= h {
+                    buckets.resize(h + 1, [0.0; CAUSES]);
+                }
+                buckets[h][k] += gap * (end - at);
+                at = end;
+            }
+        }
+    }
+
     /// Job `i` as the victim planner sees a pending job.
     fn pending_view(&self, i: usize) -> PendingJob {
         PendingJob {
@@ -1532,6 +1885,10 @@ impl<'a> Sim<'a> {
             let alloc_h = t.share * cap * hour;
             let (owed, delivered) = owed_of(alloc_h, &t.demand_h, &t.used_h);
             let (owed_a, delivered_a) = owed_of(alloc_h, &t.demand_alloc_h, &t.charged_h);
+            let shortfall = self
+                .cfg
+                .shortfall
+                .then(|| shortfall_of(alloc_h, &t.demand_alloc_h, &t.charged_h, &t.gap_h));
             owed_all += owed;
             delivered_all += delivered;
             owed_alloc_all += owed_a;
@@ -1547,6 +1904,7 @@ impl<'a> Sim<'a> {
                 delivered_allocated_gpu_h: delivered_a / hour,
                 used_gpu_h: t.used_h.iter().sum::<f64>() / hour,
                 charged_gpu_h: t.charged_total / hour,
+                shortfall,
             });
         }
         teams.sort_by(|a, b| a.account.cmp(&b.account));
