@@ -10,7 +10,7 @@ use clap::builder::PossibleValuesParser;
 use compass_core::fairshare::tree::OrgTree;
 use compass_core::sim::budgets::{
     assign_venus, from_canonical, run_budgets, scale_demand, BudgetJob, BudgetReport,
-    BudgetSimConfig, DrainRule, FreeOrder, Preemption, TeamOrder,
+    BudgetSimConfig, DrainRule, FreeOrder, Preemption, ReserveFor, TeamOrder,
 };
 use compass_core::trace::TraceFormat;
 use serde::Serialize;
@@ -107,6 +107,14 @@ pub struct PolicyArgs {
     /// every job left there preempted at that time; docs/policy-simulator.md).
     #[arg(long, default_value = "hold", value_parser = PossibleValuesParser::new(["hold", "reserve"]))]
     pub drain_rule: String,
+
+    /// Which jobs may get a reservation (`--drain-rule reserve`): any job
+    /// of --drain-min-gpus GPUs or more, only jobs no larger than their
+    /// team's allocation, or only jobs of teams that used less than their
+    /// share over the lookback window.
+    #[arg(long, default_value = "any",
+          value_parser = PossibleValuesParser::new(["any", "within-allocation", "under-share"]))]
+    pub reserve_for: String,
 
     /// Sweep: lookback windows to try (comma-separated durations); prints a
     /// table of every (window, cap) pair instead of one report.
@@ -221,6 +229,11 @@ pub fn run(
     cfg.drain_rule = match args.drain_rule.as_str() {
         "reserve" => DrainRule::Reserve,
         _ => DrainRule::Hold,
+    };
+    cfg.reserve_for = match args.reserve_for.as_str() {
+        "within-allocation" => ReserveFor::WithinAllocation,
+        "under-share" => ReserveFor::UnderShare,
+        _ => ReserveFor::Any,
     };
     cfg.team_order = match args.team_order.as_str() {
         "ratio" => TeamOrder::Ratio,

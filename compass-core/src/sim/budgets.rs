@@ -93,6 +93,8 @@ pub struct BudgetSimConfig {
     pub drain_min_gpus: u64,
     /// How a drain picks its job and nodes and takes them ([`DrainRule`]).
     pub drain_rule: DrainRule,
+    /// Which jobs may get a reservation ([`DrainRule::Reserve`] only).
+    pub reserve_for: ReserveFor,
     /// Who may preempt whom in the enforcement cycle ([`Preemption`]).
     pub preemption: Preemption,
     /// `PreemptExemptTime` of the scavenger QOS ([`Preemption::Scavenger`]):
@@ -151,6 +153,23 @@ pub enum DrainRule {
     Reserve,
 }
 
+/// Which waiting jobs may get a reservation ([`DrainRule::Reserve`]),
+/// besides size and age: a job larger than its team's allocation runs on
+/// other teams' owed hours, which is what a reservation costs (issue 15:
+/// "without giving up more than one point of owed delivered").
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReserveFor {
+    /// Every job of at least `drain_min_gpus` GPUs.
+    #[default]
+    Any,
+    /// Only jobs of at most their team's allocation (share x capacity GPUs).
+    WithinAllocation,
+    /// Only jobs whose team used less than its share over the lookback
+    /// window (fair-share ratio below 1).
+    UnderShare,
+}
+
 /// Whether the report carries the event log.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum Record {
@@ -201,6 +220,7 @@ impl BudgetSimConfig {
             drain_after_s: 2.0 * 3600.0,
             drain_min_gpus: 0,
             drain_rule: DrainRule::default(),
+            reserve_for: ReserveFor::default(),
             preemption: Preemption::default(),
             preempt_exempt_s: 600.0,
             decay_half_life_s: fair_tree::DEFAULT_HALF_LIFE_S,
@@ -304,6 +324,11 @@ pub struct BudgetReport {
     /// ([`DrainRule::Hold`]).
     #[serde(default)]
     pub drains_replanned: u64,
+    /// Cycles in which a job that qualified for a drain got none because too
+    /// few nodes could be promised ([`plan_drain`] or [`reserve_nodes`]
+    /// found none).
+    #[serde(default)]
+    pub drains_refused: u64,
     /// GPU-hours left idle on held nodes while drains waited (free GPUs of
     /// held nodes, integrated over time).
     #[serde(default)]
@@ -312,6 +337,10 @@ pub struct BudgetReport {
     /// ([`DrainRule::Reserve`]; included in `preemptions`).
     #[serde(default)]
     pub reserve_preemptions: u64,
+    /// Victim sets preempted for a job that then did not start (the
+    /// placement policy refused the room the planner counted).
+    #[serde(default)]
+    pub room_unused: u64,
     pub teams: Vec<TeamReport>,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub events: Vec<SimEvent>,
@@ -613,8 +642,10 @@ struct Sim<'a> {
     drains_started: u64,
     drains_planned: u64,
     drains_replanned: u64,
+    drains_refused: u64,
     drain_idle_gpu_s: f64,
     reserve_preemptions: u64,
+    room_unused: u64,
     /// Jobs moved by Compact since the victim planner last looked.
     moved: Vec<JobId>,
 }
@@ -698,8 +729,10 @@ impl<'a> Sim<'a> {
             drains_started: 0,
             drains_planned: 0,
             drains_replanned: 0,
+            drains_refused: 0,
             drain_idle_gpu_s: 0.0,
             reserve_preemptions: 0,
+            room_unused: 0,
             moved: Vec::new(),
         };
         for (i, j) in jobs.iter().enumerate() {
@@ -1505,6 +1538,8 @@ impl<'a> Sim<'a> {
                     ready_s: p.ready_s,
                 });
                 self.refresh_held();
+            } else {
+                self.drains_refused += 1;
             }
         }
     }
@@ -1550,6 +1585,9 @@ impl<'a> Sim<'a> {
             }
             self.moved.clear();
             if !self.try_start(i)? {
+                if !victims.is_empty() {
+                    self.room_unused += 1;
+                }
                 self.drains.retain(|d| d.job != i);
                 self.refresh_held();
             }
@@ -1572,6 +1610,7 @@ impl<'a> Sim<'a> {
                     for &(_, submit, i) in set {
                         let waited = self.now - self.jobs[i].submit_s >= self.cfg.drain_after_s;
                         if waited
+                            && self.may_reserve(i)
                             && best.is_none_or(|b| (submit, i) < b)
                             && !self.drains.iter().any(|d| d.job == i)
                             && !self.owes_min_runtime(i)
@@ -1601,6 +1640,7 @@ impl<'a> Sim<'a> {
                 self.now,
                 &self.cfg.protection,
             ) else {
+                self.drains_refused += 1;
                 return;
             };
             self.drains_planned += 1;
@@ -1610,6 +1650,22 @@ impl<'a> Sim<'a> {
                 ready_s,
             });
             self.refresh_held();
+        }
+    }
+
+    /// May job `i` get a reservation ([`ReserveFor`])?
+    fn may_reserve(&self, i: usize) -> bool {
+        let team = &self.teams[self.live[i].team];
+        match self.cfg.reserve_for {
+            ReserveFor::Any => true,
+            ReserveFor::WithinAllocation => {
+                self.gpus(i) as f64 <= team.share * self.capacity as f64
+            }
+            ReserveFor::UnderShare => self
+                .ratios
+                .ratio
+                .get(&team.account)
+                .is_some_and(|&r| r < 1.0),
         }
     }
 
@@ -1631,7 +1687,9 @@ impl<'a> Sim<'a> {
             let ids: Vec<usize> = victims.iter().map(|v| (v.victim.0 - 1) as usize).collect();
             self.preempt(&ids, by)?;
         }
-        self.try_start(i)?;
+        if !self.try_start(i)? && !victims.is_empty() {
+            self.room_unused += 1;
+        }
         running.retain(|r| !excluded.contains(&r.id));
         self.relocate(running);
         Ok(())
@@ -1837,8 +1895,10 @@ impl<'a> Sim<'a> {
             drained_starts: self.drains_started,
             drains_planned: self.drains_planned,
             drains_replanned: self.drains_replanned,
+            drains_refused: self.drains_refused,
             drain_idle_gpu_h: self.drain_idle_gpu_s / hour,
             reserve_preemptions: self.reserve_preemptions,
+            room_unused: self.room_unused,
             teams,
             events: self.events,
         }
@@ -1848,9 +1908,11 @@ impl<'a> Sim<'a> {
 /// The nodes of a reservation ([`DrainRule::Reserve`]) for a job of `shape`:
 /// each node is ready when the last protection of the jobs on it ends (now
 /// if none is protected: at the reservation time every job there is
-/// preempted, whatever its team); nodes are taken by ready time, then fewest
-/// busy GPUs (COMPASS keeps job sizes apart, so a node of one whole-node job
-/// is as cheap as an empty one), then index, as many as the job's instances
+/// preempted, whatever its team); nodes are taken by ready time, then the
+/// least GPU-time their jobs would lose if preempted then
+/// ([`crate::preempt::lost_run_s`]: a non-resumable job loses its whole
+/// run), then fewest busy GPUs (COMPASS keeps job sizes apart, so a node of
+/// one whole-node job is as cheap as an empty one), then index, as many as the job's instances
 /// need (`capacity / gpus` instances per emptied node). Nodes in `held`
 /// (held for another job) and unusable ones are skipped. Returns the nodes
 /// and the reservation time (the latest of their ready times), or `None`
@@ -1878,20 +1940,35 @@ pub fn reserve_nodes(
             }
         }
     }
-    let mut cands: Vec<(Seconds, u32, u32)> = (0..room.free.len() as u32)
+    // GPU-seconds lost on each node if its jobs are preempted when it is ready.
+    let mut lost = vec![0.0; room.free.len()];
+    for r in running {
+        for &(n, gpus) in &r.gpus_on {
+            if let (Some(l), Some(t)) = (lost.get_mut(n as usize), ready.get(n as usize)) {
+                *l +=
+                    crate::preempt::lost_run_s(t - r.started_s, r.resumable, cfg) * f64::from(gpus);
+            }
+        }
+    }
+    let mut cands: Vec<(Seconds, f64, u32, u32)> = (0..room.free.len() as u32)
         .filter(|&n| room.usable.contains(n) && !held.contains(n))
         .map(|n| {
             let free = room.free[n as usize].min(room.capacity);
-            (ready[n as usize], room.capacity - free, n)
+            (ready[n as usize], lost[n as usize], room.capacity - free, n)
         })
         .collect();
     if cands.len() < need {
         return None;
     }
-    cands.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    cands.sort_by(|a, b| {
+        a.0.total_cmp(&b.0)
+            .then(a.1.total_cmp(&b.1))
+            .then(a.2.cmp(&b.2))
+            .then(a.3.cmp(&b.3))
+    });
     cands.truncate(need);
     let ready_s = cands.iter().map(|c| c.0).fold(now, f64::max);
-    Some((cands.into_iter().map(|c| c.2).collect(), ready_s))
+    Some((cands.into_iter().map(|c| c.3).collect(), ready_s))
 }
 
 #[path = "fair_tree.rs"]

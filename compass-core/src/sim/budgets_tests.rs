@@ -603,3 +603,26 @@ fn a_reservation_starts_the_job_within_one_protected_period() {
     assert_eq!(r.drains_replanned, 0);
     assert!(r.occupancy > 0.8, "occupancy {}", r.occupancy);
 }
+
+/// Among nodes ready at the same time, a reservation takes the ones whose
+/// jobs lose the least work when preempted: a non-resumable job loses its
+/// whole run, a resumable one only its time since the last checkpoint.
+#[test]
+fn reserve_nodes_spare_the_jobs_that_would_lose_the_most() {
+    let now = 10.0 * H;
+    let cfg = ProtectionConfig::default();
+    let mut keep = running(1, "a", 0, 8, 1.0, 1.0);
+    keep.resumable = false;
+    let run = vec![keep, running(2, "a", 1, 8, 1.0, 1.0)];
+    let room = NodeRoom {
+        capacity: 8,
+        free: vec![0, 0],
+        usable: NodeSet::full(2),
+        traits: Vec::new(),
+    };
+    let none = NodeSet::empty(2);
+    assert_eq!(
+        reserve_nodes(JobShape::new(1, 8), &run, &room, &none, now, &cfg),
+        Some((vec![1], now))
+    );
+}
