@@ -10,7 +10,7 @@ use clap::builder::PossibleValuesParser;
 use compass_core::fairshare::tree::OrgTree;
 use compass_core::sim::budgets::{
     assign_venus, from_canonical, run_budgets, scale_demand, BudgetJob, BudgetReport,
-    BudgetSimConfig, FreeOrder, Preemption, TeamOrder,
+    BudgetSimConfig, DrainRule, FreeOrder, Preemption, ReserveFor, TeamOrder,
 };
 use compass_core::trace::TraceFormat;
 use serde::Serialize;
@@ -114,6 +114,22 @@ pub struct PolicyArgs {
     /// fills the room; docs/policy-simulator.md).
     #[arg(long)]
     pub head_first: bool,
+
+    /// How drains pick their job and nodes: `hold` (the first blocked team
+    /// heads hold nodes they take through legal victims only) or `reserve`
+    /// (a reservation in time for the oldest waiting job of at least
+    /// --drain-min-gpus GPUs: the nodes whose protections end soonest,
+    /// every job left there preempted at that time; docs/policy-simulator.md).
+    #[arg(long, default_value = "hold", value_parser = PossibleValuesParser::new(["hold", "reserve"]))]
+    pub drain_rule: String,
+
+    /// Which jobs may get a reservation (`--drain-rule reserve`): any job
+    /// of --drain-min-gpus GPUs or more, only jobs no larger than their
+    /// team's allocation, or only jobs of teams that used less than their
+    /// share over the lookback window.
+    #[arg(long, default_value = "any",
+          value_parser = PossibleValuesParser::new(["any", "within-allocation", "under-share"]))]
+    pub reserve_for: String,
 
     /// Sweep: lookback windows to try (comma-separated durations); prints a
     /// table of every (window, cap) pair instead of one report.
@@ -225,6 +241,15 @@ pub fn run(
     cfg.max_drains = args.drains;
     cfg.drain_after_s = args.drain_after;
     cfg.drain_min_gpus = args.drain_min_gpus;
+    cfg.drain_rule = match args.drain_rule.as_str() {
+        "reserve" => DrainRule::Reserve,
+        _ => DrainRule::Hold,
+    };
+    cfg.reserve_for = match args.reserve_for.as_str() {
+        "within-allocation" => ReserveFor::WithinAllocation,
+        "under-share" => ReserveFor::UnderShare,
+        _ => ReserveFor::Any,
+    };
     cfg.team_order = match args.team_order.as_str() {
         "ratio" => TeamOrder::Ratio,
         "fair-tree" => TeamOrder::FairTree,
@@ -355,6 +380,18 @@ pub fn table(r: &BudgetReport, wall_s: f64) -> String {
     );
     row("migrations (Compact)", r.migrations.to_string(), "");
     row("jobs started by a drain", r.drained_starts.to_string(), "");
+    if r.drains_planned > 0 {
+        row(
+            "drains planned (again)",
+            format!("{} ({})", r.drains_planned, r.drains_replanned),
+            "",
+        );
+        row(
+            "GPU-hours idle on held nodes",
+            format!("{:.1}", r.drain_idle_gpu_h),
+            "",
+        );
+    }
     row("simulated", hours(r.simulated_s), "30 days");
     row("wall time", format!("{wall_s:.2} s"), "");
     let _ = writeln!(

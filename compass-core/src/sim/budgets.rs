@@ -92,6 +92,10 @@ pub struct BudgetSimConfig {
     /// jobs find room as other jobs end; every drain costs the held nodes'
     /// protected work meanwhile.
     pub drain_min_gpus: u64,
+    /// How a drain picks its job and nodes and takes them ([`DrainRule`]).
+    pub drain_rule: DrainRule,
+    /// Which jobs may get a reservation ([`DrainRule::Reserve`] only).
+    pub reserve_for: ReserveFor,
     /// Who may preempt whom in the enforcement cycle ([`Preemption`]).
     pub preemption: Preemption,
     /// `PreemptExemptTime` of the scavenger QOS ([`Preemption::Scavenger`]):
@@ -137,6 +141,48 @@ pub enum Preemption {
 }
 
 pub use crate::fairshare::order::{FreeOrder, TeamOrder};
+
+/// How a drain ([`BudgetSimConfig::max_drains`]) picks its job and its nodes,
+/// and how the job takes them (issue 15: the largest jobs within a bounded
+/// wait; measured in `docs/results.md`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DrainRule {
+    /// Issue 5's drain: the first unplaceable team heads, in team order,
+    /// hold the nodes of [`plan_drain`] (nodes with an unprotected job that
+    /// is no legal victim are never chosen) and take them through
+    /// [`plan_room`] (legal victims only); a drain whose nodes are due but
+    /// still hold such a job is planned again.
+    #[default]
+    Hold,
+    /// A reservation in time, one job at a time by age: the oldest waiting
+    /// allocated job of at least `drain_min_gpus` GPUs that has waited
+    /// `drain_after_s` holds the nodes whose jobs stop being protected
+    /// soonest ([`reserve_nodes`]: any job, unprotected ones count as now).
+    /// Until then only work that will be unprotected by the reservation
+    /// time (unallocated jobs, short protected ones) is placed there; at the
+    /// reservation time every job left on those nodes is preempted for it,
+    /// whatever its team. So its wait after the reservation is at most one
+    /// protected period (the cap) plus a cycle.
+    Reserve,
+}
+
+/// Which waiting jobs may get a reservation ([`DrainRule::Reserve`]),
+/// besides size and age: a job larger than its team's allocation runs on
+/// other teams' owed hours, which is what a reservation costs (issue 15:
+/// "without giving up more than one point of owed delivered").
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReserveFor {
+    /// Every job of at least `drain_min_gpus` GPUs.
+    #[default]
+    Any,
+    /// Only jobs of at most their team's allocation (share x capacity GPUs).
+    WithinAllocation,
+    /// Only jobs whose team used less than its share over the lookback
+    /// window (fair-share ratio below 1).
+    UnderShare,
+}
 
 /// Whether the report carries the event log.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -187,6 +233,8 @@ impl BudgetSimConfig {
             max_drains: 0,
             drain_after_s: 2.0 * 3600.0,
             drain_min_gpus: 0,
+            drain_rule: DrainRule::default(),
+            reserve_for: ReserveFor::default(),
             preemption: Preemption::default(),
             preempt_exempt_s: 600.0,
             decay_half_life_s: fair_tree::DEFAULT_HALF_LIFE_S,
@@ -380,6 +428,31 @@ pub struct BudgetReport {
     /// Jobs started after a drain held nodes for them (`max_drains`).
     #[serde(default)]
     pub drained_starts: u64,
+    /// Drains planned (first plans and plans made again).
+    #[serde(default)]
+    pub drains_planned: u64,
+    /// Of those, plans made again because the nodes were due but a job
+    /// there ran on past its protection and was no legal victim
+    /// ([`DrainRule::Hold`]).
+    #[serde(default)]
+    pub drains_replanned: u64,
+    /// Cycles in which a job that qualified for a drain got none because too
+    /// few nodes could be promised ([`plan_drain`] or [`reserve_nodes`]
+    /// found none).
+    #[serde(default)]
+    pub drains_refused: u64,
+    /// GPU-hours left idle on held nodes while drains waited (free GPUs of
+    /// held nodes, integrated over time).
+    #[serde(default)]
+    pub drain_idle_gpu_h: f64,
+    /// Preemptions made by reservations taking their nodes
+    /// ([`DrainRule::Reserve`]; included in `preemptions`).
+    #[serde(default)]
+    pub reserve_preemptions: u64,
+    /// Victim sets preempted for a job that then did not start (the
+    /// placement policy refused the room the planner counted).
+    #[serde(default)]
+    pub room_unused: u64,
     pub teams: Vec<TeamReport>,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub events: Vec<SimEvent>,
@@ -731,6 +804,12 @@ struct Sim<'a> {
     /// Union of the drains' nodes.
     held: NodeSet,
     drains_started: u64,
+    drains_planned: u64,
+    drains_replanned: u64,
+    drains_refused: u64,
+    drain_idle_gpu_s: f64,
+    reserve_preemptions: u64,
+    room_unused: u64,
     /// Jobs moved by Compact since the victim planner last looked.
     moved: Vec<JobId>,
 }
@@ -812,6 +891,12 @@ impl<'a> Sim<'a> {
             drains: Vec::new(),
             held: NodeSet::empty(cfg.spec.nodes),
             drains_started: 0,
+            drains_planned: 0,
+            drains_replanned: 0,
+            drains_refused: 0,
+            drain_idle_gpu_s: 0.0,
+            reserve_preemptions: 0,
+            room_unused: 0,
             moved: Vec::new(),
         };
         for (i, j) in jobs.iter().enumerate() {
@@ -852,7 +937,10 @@ impl<'a> Sim<'a> {
         if t <= from {
             return;
         }
-        let used = self.policy.occupancy().used_gpus() as f64;
+        let occ = self.policy.occupancy();
+        let used = occ.used_gpus() as f64;
+        let idle_held: u64 = self.held.iter().map(|n| u64::from(occ.free(n))).sum();
+        self.drain_idle_gpu_s += idle_held as f64 * (t - from);
         if self.waiting > 0 {
             self.peak_s += t - from;
             self.peak_used_gpu_s += used * (t - from);
@@ -1439,6 +1527,10 @@ impl<'a> Sim<'a> {
             Preemption::None => return Ok(()),
             Preemption::Scavenger => return self.preempt_scavengers(),
         }
+        if self.cfg.drain_rule == DrainRule::Reserve && self.cfg.max_drains > 0 {
+            self.take_reservations()?;
+            self.update_reservations();
+        }
         // The first waiting allocated job of each team, teams in fair-share
         // order: a team below its allocation must be able to reclaim it even
         // when another team sorts ahead of it.
@@ -1610,6 +1702,9 @@ impl<'a> Sim<'a> {
     /// `unplaceable` heads, in order, get drains while fewer than
     /// `max_drains` exist.
     fn update_drains(&mut self, unplaceable: &[usize]) {
+        if self.cfg.drain_rule == DrainRule::Reserve {
+            return;
+        }
         let stale: Vec<usize> = self
             .drains
             .iter()
@@ -1628,6 +1723,7 @@ impl<'a> Sim<'a> {
         if stale.is_empty() && fresh.is_empty() {
             return;
         }
+        self.drains_replanned += stale.len() as u64;
         self.refresh_loads();
         let running = self.running_view(true);
         let occ = self.policy.occupancy();
@@ -1650,13 +1746,141 @@ impl<'a> Sim<'a> {
                 &self.held,
             );
             if let Some(p) = plan {
+                self.drains_planned += 1;
                 self.drains.push(Drain {
                     job: i,
                     nodes: NodeSet::from_nodes(self.cfg.spec.nodes, p.nodes),
                     ready_s: p.ready_s,
                 });
                 self.refresh_held();
+            } else {
+                self.drains_refused += 1;
             }
+        }
+    }
+
+    /// Reservations ([`DrainRule::Reserve`]) that are due: every job left on
+    /// their nodes is unprotected by now (work that would still be protected
+    /// was kept off them), so all of them are preempted, whatever their
+    /// team, and the job starts. A reservation whose nodes still hold a
+    /// protected job (one Compact moved there) or whose job cannot be placed
+    /// is dropped and planned again ([`Self::update_reservations`]).
+    fn take_reservations(&mut self) -> Result<()> {
+        let due: Vec<(usize, NodeSet)> = self
+            .drains
+            .iter()
+            .filter(|d| d.ready_s <= self.now)
+            .map(|d| (d.job, d.nodes.clone()))
+            .collect();
+        for (i, nodes) in due {
+            let running = self.running_view(true);
+            let on_nodes = running
+                .iter()
+                .filter(|r| r.gpus_on.iter().any(|&(n, _)| nodes.contains(n)));
+            let mut victims: Vec<usize> = Vec::new();
+            let mut protected = false;
+            for r in on_nodes {
+                if r.protected(self.now, &self.cfg.protection) {
+                    protected = true;
+                    break;
+                }
+                victims.push((r.id.0 - 1) as usize);
+            }
+            if !self.live[i].waiting || protected {
+                if protected {
+                    self.drains_replanned += 1;
+                }
+                self.drains.retain(|d| d.job != i);
+                self.refresh_held();
+                continue;
+            }
+            if !victims.is_empty() {
+                self.reserve_preemptions += victims.len() as u64;
+                self.preempt(&victims, self.jobs[i].id)?;
+            }
+            self.moved.clear();
+            if !self.try_start(i)? {
+                if !victims.is_empty() {
+                    self.room_unused += 1;
+                }
+                self.drains.retain(|d| d.job != i);
+                self.refresh_held();
+            }
+        }
+        Ok(())
+    }
+
+    /// New reservations ([`DrainRule::Reserve`]) while fewer than
+    /// `max_drains` exist: the oldest waiting allocated jobs of at least
+    /// `drain_min_gpus` GPUs that have waited `drain_after_s` and may
+    /// preempt, each on the nodes of [`reserve_nodes`].
+    fn update_reservations(&mut self) {
+        while self.drains.len() < self.cfg.max_drains {
+            let mut best: Option<(u64, usize)> = None;
+            for team in &self.teams {
+                for (&(g, n), set) in &team.wait_alloc {
+                    if u64::from(g) * u64::from(n) < self.cfg.drain_min_gpus {
+                        continue;
+                    }
+                    for &(_, submit, i) in set {
+                        let waited = self.now - self.jobs[i].submit_s >= self.cfg.drain_after_s;
+                        if waited
+                            && self.may_reserve(i)
+                            && best.is_none_or(|b| (submit, i) < b)
+                            && !self.drains.iter().any(|d| d.job == i)
+                            && !self.owes_min_runtime(i)
+                            && self.pending_view(i).may_preempt()
+                        {
+                            best = Some((submit, i));
+                        }
+                    }
+                }
+            }
+            let Some((_, i)) = best else {
+                return;
+            };
+            let running = self.running_view(true);
+            let occ = self.policy.occupancy();
+            let room = NodeRoom {
+                capacity: self.cfg.spec.gpus_per_node,
+                free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
+                usable: NodeSet::full(self.cfg.spec.nodes),
+                traits: Vec::new(),
+            };
+            let Some((nodes, ready_s)) = reserve_nodes(
+                self.jobs[i].shape,
+                &running,
+                &room,
+                &self.held,
+                self.now,
+                &self.cfg.protection,
+            ) else {
+                self.drains_refused += 1;
+                return;
+            };
+            self.drains_planned += 1;
+            self.drains.push(Drain {
+                job: i,
+                nodes: NodeSet::from_nodes(self.cfg.spec.nodes, nodes),
+                ready_s,
+            });
+            self.refresh_held();
+        }
+    }
+
+    /// May job `i` get a reservation ([`ReserveFor`])?
+    fn may_reserve(&self, i: usize) -> bool {
+        let team = &self.teams[self.live[i].team];
+        match self.cfg.reserve_for {
+            ReserveFor::Any => true,
+            ReserveFor::WithinAllocation => {
+                self.gpus(i) as f64 <= team.share * self.capacity as f64
+            }
+            ReserveFor::UnderShare => self
+                .ratios
+                .ratio
+                .get(&team.account)
+                .is_some_and(|&r| r < 1.0),
         }
     }
 
@@ -1678,7 +1902,9 @@ impl<'a> Sim<'a> {
             let ids: Vec<usize> = victims.iter().map(|v| (v.victim.0 - 1) as usize).collect();
             self.preempt(&ids, by)?;
         }
-        self.try_start(i)?;
+        if !self.try_start(i)? && !victims.is_empty() {
+            self.room_unused += 1;
+        }
         running.retain(|r| !excluded.contains(&r.id));
         self.relocate(running);
         Ok(())
@@ -2025,10 +2251,82 @@ impl<'a> Sim<'a> {
             lost_gpu_h: self.lost_gpu_s / hour,
             migrations: self.migrations,
             drained_starts: self.drains_started,
+            drains_planned: self.drains_planned,
+            drains_replanned: self.drains_replanned,
+            drains_refused: self.drains_refused,
+            drain_idle_gpu_h: self.drain_idle_gpu_s / hour,
+            reserve_preemptions: self.reserve_preemptions,
+            room_unused: self.room_unused,
             teams,
             events: self.events,
         }
     }
+}
+
+/// The nodes of a reservation ([`DrainRule::Reserve`]) for a job of `shape`:
+/// each node is ready when the last protection of the jobs on it ends (now
+/// if none is protected: at the reservation time every job there is
+/// preempted, whatever its team); nodes are taken by ready time, then the
+/// least GPU-time their jobs would lose if preempted then
+/// ([`crate::preempt::lost_run_s`]: a non-resumable job loses its whole
+/// run), then fewest busy GPUs (COMPASS keeps job sizes apart, so a node of
+/// one whole-node job is as cheap as an empty one), then index, as many as the job's instances
+/// need (`capacity / gpus` instances per emptied node). Nodes in `held`
+/// (held for another job) and unusable ones are skipped. Returns the nodes
+/// and the reservation time (the latest of their ready times), or `None`
+/// when too few nodes exist.
+pub fn reserve_nodes(
+    shape: JobShape,
+    running: &[RunningJob],
+    room: &NodeRoom,
+    held: &NodeSet,
+    now: Seconds,
+    cfg: &ProtectionConfig,
+) -> Option<(Vec<crate::model::NodeId>, Seconds)> {
+    let g = shape.gpus;
+    if g == 0 || g > room.capacity {
+        return None;
+    }
+    let per_node = u64::from(room.capacity / g);
+    let need = u64::from(shape.instances).div_ceil(per_node) as usize;
+    let mut ready = vec![now; room.free.len()];
+    for r in running.iter().filter(|r| r.protected(now, cfg)) {
+        let until = r.protected_until(cfg).unwrap_or(now);
+        for &(n, _) in &r.gpus_on {
+            if let Some(slot) = ready.get_mut(n as usize) {
+                *slot = slot.max(until);
+            }
+        }
+    }
+    // GPU-seconds lost on each node if its jobs are preempted when it is ready.
+    let mut lost = vec![0.0; room.free.len()];
+    for r in running {
+        for &(n, gpus) in &r.gpus_on {
+            if let (Some(l), Some(t)) = (lost.get_mut(n as usize), ready.get(n as usize)) {
+                *l +=
+                    crate::preempt::lost_run_s(t - r.started_s, r.resumable, cfg) * f64::from(gpus);
+            }
+        }
+    }
+    let mut cands: Vec<(Seconds, f64, u32, u32)> = (0..room.free.len() as u32)
+        .filter(|&n| room.usable.contains(n) && !held.contains(n))
+        .map(|n| {
+            let free = room.free[n as usize].min(room.capacity);
+            (ready[n as usize], lost[n as usize], room.capacity - free, n)
+        })
+        .collect();
+    if cands.len() < need {
+        return None;
+    }
+    cands.sort_by(|a, b| {
+        a.0.total_cmp(&b.0)
+            .then(a.1.total_cmp(&b.1))
+            .then(a.2.cmp(&b.2))
+            .then(a.3.cmp(&b.3))
+    });
+    cands.truncate(need);
+    let ready_s = cands.iter().map(|c| c.0).fold(now, f64::max);
+    Some((cands.into_iter().map(|c| c.3).collect(), ready_s))
 }
 
 #[path = "fair_tree.rs"]

@@ -600,3 +600,151 @@ fn a_blocked_head_lets_the_teams_next_job_ask_for_room() {
     assert!(t4 <= 0.2 * H + 120.0, "job 4 started at {t4} s");
     assert_eq!(start_of(&r.events, 3), None, "job 3 cannot start");
 }
+
+fn running(id: u64, account: &str, node: u32, gpus: u32, min_h: f64, started_h: f64) -> RunningJob {
+    RunningJob {
+        id: JobId(id),
+        account: account.into(),
+        gpus_on: vec![(node, gpus)],
+        min_runtime_s: min_h * H,
+        started_s: started_h * H,
+        resumable: true,
+        cpus_per_node: 0,
+        mem_per_node_mb: 0,
+    }
+}
+
+/// A reservation's nodes ([`reserve_nodes`]): by the time the last
+/// protection on them ends (unprotected jobs, allocated or not, count as
+/// now), then fewest busy GPUs; held nodes are skipped, and the reservation
+/// time is the latest ready time taken.
+#[test]
+fn reserve_nodes_take_the_soonest_unprotected_then_the_least_busy() {
+    let now = 10.0 * H;
+    let cfg = ProtectionConfig::default();
+    let run = vec![
+        // node 0: protected until 13 h; node 1: unprotected (ran past its
+        // 1 h), whole node busy; node 2: empty; node 3: protected until 11 h,
+        // plus a free job.
+        running(1, "a", 0, 8, 8.0, 5.0),
+        running(2, "a", 1, 8, 1.0, 2.0),
+        running(3, "b", 3, 4, 2.0, 9.0),
+        running(4, "b", 3, 4, 0.0, 9.5),
+    ];
+    let room = NodeRoom {
+        capacity: 8,
+        free: vec![0, 0, 8, 0],
+        usable: NodeSet::full(4),
+        traits: Vec::new(),
+    };
+    let none = NodeSet::empty(4);
+    let two = JobShape::new(2, 8);
+    assert_eq!(
+        reserve_nodes(two, &run, &room, &none, now, &cfg),
+        Some((vec![2, 1], now))
+    );
+    let held = NodeSet::from_nodes(4, vec![2]);
+    assert_eq!(
+        reserve_nodes(two, &run, &room, &held, now, &cfg),
+        Some((vec![1, 3], 11.0 * H))
+    );
+    // 4-GPU instances: two per node, so one node is enough.
+    assert_eq!(
+        reserve_nodes(JobShape::new(2, 4), &run, &room, &held, now, &cfg),
+        Some((vec![1], now))
+    );
+    let four = JobShape::new(4, 8);
+    assert_eq!(
+        reserve_nodes(four, &run, &room, &none, now, &cfg),
+        Some((vec![2, 1, 3, 0], 13.0 * H))
+    );
+    assert_eq!(reserve_nodes(four, &run, &room, &held, now, &cfg), None);
+}
+
+/// Jobs that ran past their protection but are no legal victims (their team
+/// runs within its allocation) hold three of four nodes for 100 h: issue 5's
+/// drain never promises those nodes and the job of every node starves; a
+/// reservation ([`DrainRule::Reserve`]) takes them at once after the drain
+/// threshold, preempting the three jobs.
+#[test]
+fn a_reservation_takes_nodes_whose_jobs_are_no_legal_victims() {
+    let mut jobs = Vec::new();
+    for k in 0..3u64 {
+        jobs.push(job(k + 1, "long", 0.0, 100.0, 1, 8, 1.0));
+    }
+    jobs.push(job(10, "big", 0.5, 1.0, 4, 8, 1.0));
+    let tree = tree(&[("long", 0.8), ("big", 0.2)]);
+    let run = |rule: DrainRule| {
+        let mut cfg = config(4);
+        cfg.horizon_s = Some(48.0 * H);
+        cfg.max_drains = 1;
+        cfg.drain_after_s = 2.0 * H;
+        cfg.drain_min_gpus = 32;
+        cfg.drain_rule = rule;
+        run_budgets(&jobs, &tree, &cfg).unwrap()
+    };
+    let hold = run(DrainRule::Hold);
+    assert_eq!(
+        start_of(&hold.events, 10),
+        None,
+        "issue 5's drain cannot promise the nodes"
+    );
+    let reserve = run(DrainRule::Reserve);
+    let start = start_of(&reserve.events, 10).expect("the reserved job starts");
+    assert!(start <= 2.5 * H + 120.0, "started at {} h", start / H);
+    assert_eq!(reserve.reserve_preemptions, 3);
+    assert_eq!(reserve.drained_starts, 1);
+}
+
+/// A job of every node while one team's protected 2-GPU jobs keep arriving
+/// (as in [`a_drain_starts_a_job_of_every_node`]): under a reservation, work
+/// that would still be protected at the reservation time stays off its
+/// nodes, so the job starts within its threshold plus one protected period
+/// plus a cycle, and free work may use the nodes meanwhile.
+#[test]
+fn a_reservation_starts_the_job_within_one_protected_period() {
+    let mut jobs = Vec::new();
+    for k in 0..960u64 {
+        jobs.push(job(k + 1, "small", k as f64 * 0.05, 1.0, 1, 2, 1.0));
+    }
+    jobs.push(job(10_000, "big", 0.5, 1.0, 4, 8, 1.0));
+    let tree = tree(&[("small", 0.5), ("big", 0.5)]);
+    let mut cfg = config(4);
+    cfg.horizon_s = Some(48.0 * H);
+    cfg.max_drains = 1;
+    cfg.drain_after_s = 2.0 * H;
+    cfg.drain_min_gpus = 32;
+    cfg.drain_rule = DrainRule::Reserve;
+    let r = run_budgets(&jobs, &tree, &cfg).unwrap();
+    let start = start_of(&r.events, 10_000).expect("the reserved job starts");
+    assert!(
+        start <= 0.5 * H + 2.0 * H + 1.0 * H + 120.0,
+        "reserved job started at {} h",
+        start / H
+    );
+    assert_eq!(r.drains_replanned, 0);
+    assert!(r.occupancy > 0.8, "occupancy {}", r.occupancy);
+}
+
+/// Among nodes ready at the same time, a reservation takes the ones whose
+/// jobs lose the least work when preempted: a non-resumable job loses its
+/// whole run, a resumable one only its time since the last checkpoint.
+#[test]
+fn reserve_nodes_spare_the_jobs_that_would_lose_the_most() {
+    let now = 10.0 * H;
+    let cfg = ProtectionConfig::default();
+    let mut keep = running(1, "a", 0, 8, 1.0, 1.0);
+    keep.resumable = false;
+    let run = vec![keep, running(2, "a", 1, 8, 1.0, 1.0)];
+    let room = NodeRoom {
+        capacity: 8,
+        free: vec![0, 0],
+        usable: NodeSet::full(2),
+        traits: Vec::new(),
+    };
+    let none = NodeSet::empty(2);
+    assert_eq!(
+        reserve_nodes(JobShape::new(1, 8), &run, &room, &none, now, &cfg),
+        Some((vec![1], now))
+    );
+}
