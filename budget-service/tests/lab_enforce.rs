@@ -166,6 +166,7 @@ fn start_lab(tag: &'static str, port_base: u32) -> Lab {
                 repo_root().join("slurm-plugin/tests/lab-compass.conf"),
             ),
         ],
+        ..LabSpec::default()
     })
 }
 

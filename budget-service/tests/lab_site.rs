@@ -62,6 +62,7 @@ pub fn start_site_lab(tag: &'static str) -> Lab {
         nodes: 18,
         gpus: 8,
         env: vec![("LAB_LAYOUT", PathBuf::from("site"))],
+        ..LabSpec::default()
     })
 }
 
