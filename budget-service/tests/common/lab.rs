@@ -9,73 +9,33 @@
 //! to `B + (its own base mod 1000)` (as the select plugin's lab tests), so
 //! several checkouts can run them on one host.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use compass_budget::auth::Authenticator;
 use compass_budget::{BudgetError, Result};
 use compass_core::fairshare::NodeSpec;
+use compass_lab_support::Release;
+pub use compass_lab_support::{lossy, repo_root};
 
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .expect("repo root")
+/// The Slurm release this build links; the lab runs it.
+fn slurm() -> Release {
+    Release::of(slurm_sys::RELEASE)
 }
 
-pub fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// The Slurm release ("22.05", "24.11") this build links; the lab runs it
-/// (`LAB_SLURM` of `contrib/slurm-lab.sh`).
+/// The Slurm release ("22.05", "24.11") this build links.
 pub fn release() -> &'static str {
-    &slurm_sys::RELEASE[..5]
-}
-
-/// Where that release is installed: `None` for Debian 12's 22.05 (`/usr`),
-/// else `LAB_SLURM_PREFIX` or `/opt/slurm-<release>` (contrib/build-slurm.sh).
-fn prefix() -> Option<PathBuf> {
-    (release() != "22.05").then(|| {
-        std::env::var_os("LAB_SLURM_PREFIX")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(format!("/opt/slurm-{}", release())))
-    })
+    slurm().name()
 }
 
 /// A Slurm client (`sbatch`, `squeue`, ...) of that release.
 pub fn client(prog: &str) -> PathBuf {
-    match prefix() {
-        Some(p) => p.join("bin").join(prog),
-        None => PathBuf::from(prog),
-    }
+    slurm().client(prog)
 }
 
 /// Why this host cannot run a lab test, if it cannot.
 pub fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root (starts munge, slurmctld and slurmd)".into());
-    }
-    let (bins, how) = match prefix() {
-        None => (
-            vec![
-                PathBuf::from("/usr/sbin/slurmctld-wlm"),
-                PathBuf::from("/usr/sbin/slurmd-wlm"),
-            ],
-            "contrib/install-slurm-deps.sh".to_string(),
-        ),
-        Some(p) => (
-            vec![p.join("sbin/slurmctld"), p.join("sbin/slurmd")],
-            format!("contrib/build-slurm.sh {}", release()),
-        ),
-    };
-    for bin in bins {
-        if !bin.exists() {
-            return Some(format!("{} missing: run {how}", bin.display()));
-        }
-    }
-    None
+    slurm().unavailable()
 }
 
 /// Refuses every write: the lab tests drive the state directly.
@@ -192,17 +152,14 @@ impl Lab {
 
     /// `contrib/slurm-lab.sh CMD LAB` with this cluster's settings.
     pub fn script(&self, cmd: &str) -> Output {
-        Command::new(repo_root().join("contrib/slurm-lab.sh"))
-            .arg(cmd)
-            .arg(&self.dir)
-            .env("LAB_SLURM", release())
-            .env("LAB_PORT_BASE", self.spec.port_base.to_string())
-            .env("LAB_NODES", self.spec.nodes.to_string())
-            .env("LAB_GPUS", self.spec.gpus.to_string())
-            .env("LAB_EXTRA_CONF", self.dir.join("budget.conf"))
-            .envs(self.spec.env.iter().map(|(k, v)| (*k, v)))
-            .output()
-            .expect("run contrib/slurm-lab.sh")
+        let mut env = vec![
+            ("LAB_PORT_BASE", self.spec.port_base.to_string().into()),
+            ("LAB_NODES", self.spec.nodes.to_string().into()),
+            ("LAB_GPUS", self.spec.gpus.to_string().into()),
+            ("LAB_EXTRA_CONF", self.dir.join("budget.conf")),
+        ];
+        env.extend(self.spec.env.iter().cloned());
+        slurm().slurm_lab(cmd, &self.dir, env)
     }
 
     /// A Slurm client command against this cluster.
@@ -288,8 +245,7 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let _ = self.script("down");
-        let _ = std::fs::remove_dir_all(&self.dir);
+        slurm().down(&self.dir);
     }
 }
 
