@@ -76,6 +76,28 @@ pub struct PlannedJob {
     pub time_limit_min: u64,
 }
 
+/// The tests' job: `index`, `instances` x `gpus` GPUs, submitted at 0 s,
+/// 10 s of run (of the trace too), resumable, not protected.
+#[cfg(test)]
+impl PlannedJob {
+    pub(crate) fn example(index: usize, instances: u32, gpus: u32) -> PlannedJob {
+        PlannedJob {
+            index,
+            name: format!("j{index}"),
+            instances,
+            gpus,
+            account: None,
+            trace_offset_s: 0.0,
+            trace_duration_s: 10.0,
+            submit_s: 0.0,
+            run_s: 10.0,
+            min_runtime_s: 0,
+            resumable: true,
+            time_limit_min: 2,
+        }
+    }
+}
+
 impl PlannedJob {
     pub fn shape(&self) -> JobShape {
         JobShape::new(self.instances, self.gpus)

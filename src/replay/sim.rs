@@ -142,18 +142,11 @@ mod tests {
 
     fn job(index: usize, submit_s: f64, run_s: f64, w: u32, g: u32) -> PlannedJob {
         PlannedJob {
-            index,
-            name: format!("j{index}"),
-            instances: w,
-            gpus: g,
-            account: None,
             trace_offset_s: submit_s,
             trace_duration_s: run_s,
             submit_s,
             run_s,
-            min_runtime_s: 0,
-            resumable: true,
-            time_limit_min: 2,
+            ..PlannedJob::example(index, w, g)
         }
     }
 
