@@ -88,6 +88,16 @@ impl Lab {
     pub fn state_file(&self) -> PathBuf {
         self.dir.join("run/compass-state.json")
     }
+
+    /// `compass replay --cluster` for this lab: `name=slurm.conf`, with
+    /// `:state file` on a compass cluster.
+    pub fn cluster_arg(&self, name: &str, compass: bool) -> String {
+        let mut arg = format!("{name}={}", self.conf().display());
+        if compass {
+            arg.push_str(&format!(":{}", self.state_file().display()));
+        }
+        arg
+    }
 }
 
 impl Drop for Lab {
@@ -176,4 +186,13 @@ pub fn cluster<'a>(report: &'a Value, name: &str) -> &'a Value {
         .iter()
         .find(|c| c["name"] == name)
         .unwrap_or_else(|| panic!("cluster {name} in report.json"))
+}
+
+/// Whether the report's plan has a job of `instances` x `gpus` GPUs.
+pub fn plan_has(report: &Value, instances: u64, gpus: u64) -> bool {
+    report["plan"]["jobs"]
+        .as_array()
+        .expect("plan jobs")
+        .iter()
+        .any(|j| j["instances"].as_u64() == Some(instances) && j["gpus"].as_u64() == Some(gpus))
 }
