@@ -5,9 +5,12 @@
 
 mod prom;
 
+mod common;
+
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
+use common::spec;
 use compass_budget::auth::Authenticator;
 use compass_budget::config::Config;
 use compass_budget::cycle::Cycle;
@@ -15,7 +18,6 @@ use compass_budget::db::Db;
 use compass_budget::slurm::{FakeAction, FakeSlurm, SlurmJob};
 use compass_budget::state::{AppState, TestClock};
 use compass_budget::{BudgetError, Result};
-use compass_core::fairshare::NodeSpec;
 use compass_core::model::JobId;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -60,16 +62,6 @@ async fn call(
     let v = serde_json::from_slice(&bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
     (status, v)
-}
-
-fn spec(name: &str, parent: Option<&str>, share: f64, account: Option<&str>) -> NodeSpec {
-    NodeSpec {
-        name: name.into(),
-        parent: parent.map(Into::into),
-        share,
-        managers: vec![],
-        account: account.map(Into::into),
-    }
 }
 
 #[tokio::test]

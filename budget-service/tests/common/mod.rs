@@ -5,6 +5,11 @@
 
 pub mod lab;
 
+/// The tests' authenticator (refuses every write) and tree nodes (not
+/// every test binary uses them).
+#[allow(unused_imports)]
+pub use lab::{spec, NoAuth};
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
