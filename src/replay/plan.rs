@@ -127,6 +127,27 @@ pub struct Plan {
     pub compression: Compression,
 }
 
+/// The tests' plan: `jobs` at `speedup`, nothing skipped, raised or cut,
+/// a window of 0 trace seconds, `--min-run 1s`, no `--max-run`.
+#[cfg(test)]
+impl Plan {
+    pub(crate) fn example(jobs: Vec<PlannedJob>, speedup: f64) -> Plan {
+        Plan {
+            jobs,
+            skipped_too_large: 0,
+            raised_to_min_run: 0,
+            cut_to_max_run: 0,
+            window_trace_start_s: 0.0,
+            window_trace_end_s: 0.0,
+            compression: Compression {
+                speedup,
+                min_run_s: 1.0,
+                max_run_s: None,
+            },
+        }
+    }
+}
+
 impl Plan {
     /// The wall time the replay needs with no queueing at all: the latest
     /// `submit + run`.

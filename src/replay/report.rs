@@ -1324,22 +1324,10 @@ mod tests {
 
     #[test]
     fn requeue_cost_from_the_runs() {
-        use super::super::plan::{Compression, PlannedJob};
+        use super::super::plan::PlannedJob;
         use super::super::slurm::JobObs;
         let planned = |index: usize| PlannedJob::example(index, 1, 4);
-        let plan = Plan {
-            jobs: vec![planned(0), planned(1)],
-            skipped_too_large: 0,
-            raised_to_min_run: 0,
-            cut_to_max_run: 0,
-            window_trace_start_s: 0.0,
-            window_trace_end_s: 0.0,
-            compression: Compression {
-                speedup: 60.0,
-                min_run_s: 1.0,
-                max_run_s: None,
-            },
-        };
+        let plan = Plan::example(vec![planned(0), planned(1)], 60.0);
         let obs = |id, state: &str, restarts, run, node: &str| JobObs {
             id,
             name: String::new(),
@@ -1402,7 +1390,7 @@ mod tests {
 
     #[test]
     fn the_bound_is_checked_per_pool_and_names_the_pool_that_broke_it() {
-        use super::super::plan::{Compression, PlannedJob};
+        use super::super::plan::PlannedJob;
         use super::super::slurm::JobObs;
         use compass_core::placement::pools::NodeGpus;
         use compass_slurm::state::{PoolView, PublishedState};
@@ -1410,22 +1398,13 @@ mod tests {
         // four 1-GPU jobs on four a100 nodes (partial 4, Phi* 1: N*SIF 3
         // under WCC); two 2-GPU jobs on two l40s nodes (partial 2, Phi* 0:
         // N*SIF 2, the bound)
-        let plan = Plan {
-            jobs: (0..4)
+        let plan = Plan::example(
+            (0..4)
                 .map(|i| planned(i, 1))
                 .chain((4..6).map(|i| planned(i, 2)))
                 .collect(),
-            skipped_too_large: 0,
-            raised_to_min_run: 0,
-            cut_to_max_run: 0,
-            window_trace_start_s: 0.0,
-            window_trace_end_s: 0.0,
-            compression: Compression {
-                speedup: 60.0,
-                min_run_s: 1.0,
-                max_run_s: None,
-            },
-        };
+            60.0,
+        );
         let mut nodes: Vec<(String, NodeGpus)> = (1..=4)
             .map(|k| (format!("a{k}"), NodeGpus::new(8, Some("a100"))))
             .collect();
