@@ -6,12 +6,10 @@
 
 mod common;
 
-use common::{spec, NoAuth};
+use common::{spec, test_state, NoAuth};
 use compass_budget::config::Config;
 use compass_budget::cycle::Cycle;
-use compass_budget::db::Db;
 use compass_budget::slurm::{FakeSlurm, SlurmJob, SlurmSource};
-use compass_budget::state::{AppState, TestClock};
 use compass_core::model::JobId;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,23 +29,16 @@ fn seventy_thirty_budgets_get_seventy_thirty_of_charged_time() {
         "fairness",
     )
     .unwrap();
-    let clock = Arc::new(TestClock::new(T0));
-    let state = AppState::new(
+    let (state, clock) = test_state(
         config,
-        Db::open_in_memory().unwrap(),
-        Arc::new(NoAuth),
-        clock.clone(),
+        NoAuth,
+        T0,
+        vec![
+            spec("org", None, 1.0, None),
+            spec("big", Some("org"), 0.7, Some("acct-big")),
+            spec("small", Some("org"), 0.3, Some("acct-small")),
+        ],
     );
-    state
-        .db()
-        .edit_tree("root", "import", "70/30", T0, |_| {
-            Ok(vec![
-                spec("org", None, 1.0, None),
-                spec("big", Some("org"), 0.7, Some("acct-big")),
-                spec("small", Some("org"), 0.3, Some("acct-small")),
-            ])
-        })
-        .unwrap();
     let slurm = Arc::new(FakeSlurm::new());
     let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
     let mut next_id = 1u64;

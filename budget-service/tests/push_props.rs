@@ -4,12 +4,10 @@
 
 mod common;
 
-use common::{spec, NoAuth};
+use common::{spec, test_state, NoAuth};
 use compass_budget::config::Config;
 use compass_budget::cycle::Cycle;
-use compass_budget::db::Db;
 use compass_budget::slurm::{FakeSlurm, SlurmJob};
-use compass_budget::state::{AppState, TestClock};
 use compass_core::model::JobId;
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -44,15 +42,13 @@ proptest! {
     fn slurm_order_equals_service_order(events in prop::collection::vec(arb_event(), 1..60)) {
         let t0 = 1_800_000_000;
         let config = Config::parse("db = \":memory:\"\ncapacity_gpus = 8\nwindow_s = 3600\n", "p").unwrap();
-        let clock = Arc::new(TestClock::new(t0));
-        let state = AppState::new(config, Db::open_in_memory().unwrap(), Arc::new(NoAuth), clock.clone());
-        state.db().edit_tree("root", "import", "p", t0, |_| Ok(vec![
+        let (state, clock) = test_state(config, NoAuth, t0, vec![
             spec("org", None, 1.0, None),
             spec("x", Some("org"), 0.6, None),
             spec("a", Some("x"), 0.5, Some("acct-a")),
             spec("b", Some("x"), 0.5, Some("acct-b")),
             spec("c", Some("org"), 0.4, Some("acct-c")),
-        ])).unwrap();
+        ]);
         let slurm = Arc::new(FakeSlurm::new());
         let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
         let mut next = 1u64;

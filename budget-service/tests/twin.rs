@@ -11,12 +11,10 @@
 
 mod common;
 
-use common::NoAuth;
+use common::{test_state, NoAuth};
 use compass_budget::config::Config;
 use compass_budget::cycle::Cycle;
-use compass_budget::db::Db;
 use compass_budget::slurm::{FakeSlurm, SlurmJob};
-use compass_budget::state::{AppState, TestClock};
 use compass_core::fairshare::{FreeOrder, NodeSpec, OrgTree, QueueOrder, TeamOrder};
 use compass_core::model::{ClusterSpec, JobId, JobShape};
 use compass_core::sim::budgets::{run_budgets, BudgetJob, BudgetSimConfig, Record, SimEvent};
@@ -103,17 +101,7 @@ fn service_order(order: QueueOrder) -> (Vec<u64>, Vec<u64>) {
     let mut config = Config::parse("db = \":memory:\"\ncapacity_gpus = 1\n", "twin").unwrap();
     // The defaults are the simulator's (config's own tests); set both.
     config.order = order;
-    let clock = Arc::new(TestClock::new(T0));
-    let state = AppState::new(
-        config,
-        Db::open_in_memory().unwrap(),
-        Arc::new(NoAuth),
-        clock.clone(),
-    );
-    state
-        .db()
-        .edit_tree("root", "import", "halves", T0, |_| Ok(specs()))
-        .unwrap();
+    let (state, clock) = test_state(config, NoAuth, T0, specs());
     let slurm = Arc::new(FakeSlurm::new());
     for n in 1..=5 {
         slurm.add_node(&format!("n{n}"), 4);
