@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::chart::{self, Series};
 use crate::error::{CliError, Result};
-use crate::simulate::replay;
+use crate::simulate::{pool_row, replay, POOL_COLUMNS};
 use crate::tracefile::{describe, TraceArgs};
 
 /// Replay a trace under every policy side by side; print and write a
@@ -163,32 +163,16 @@ fn pools_markdown(s: &mut String, rows: &[Row]) {
     {
         return;
     }
-    s.push_str(
-        "Per pool:\n\n| policy | pool | nodes | jobs | AJCT (s) | AFR | 2/N_p | AGU | WCC coverage | max N*SIF (under WCC) | over bound events | migrations |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    let _ = writeln!(
+        s,
+        "Per pool:\n\n| policy | {} |\n|---|---|{}",
+        POOL_COLUMNS.join(" | "),
+        "---:|".repeat(POOL_COLUMNS.len() - 1)
     );
     for (policy, r) in rows {
         let Ok((x, _)) = r else { continue };
         for p in &x.pools {
-            let wcc = p
-                .max_n_sif_under_wcc
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "-".into());
-            let _ = writeln!(
-                s,
-                "| {policy} | {} | {} | {} | {:.1} | {:.5} | {:.5} | {:.4} | {:.4} | {} ({wcc}) | {} | {} |",
-                p.name,
-                p.nodes,
-                p.jobs,
-                p.ajct_s,
-                p.afr,
-                2.0 / f64::from(p.nodes),
-                p.agu,
-                p.wcc_coverage,
-                p.max_n_sif,
-                p.over_bound_events,
-                p.migrations
-            );
+            let _ = writeln!(s, "| {policy} | {} |", pool_row(p).join(" | "));
         }
     }
     s.push('\n');

@@ -7,8 +7,8 @@ use std::time::Instant;
 use clap::builder::PossibleValuesParser;
 use compass_core::placement::POLICY_NAMES;
 use compass_core::sim::{
-    simulate_mixed, MigrationCharge, MoveWhen, QueuePolicy, RemainingRun, Sample, SimConfig,
-    SimResult, Sizing,
+    simulate_mixed, MigrationCharge, MoveWhen, PoolResult, QueuePolicy, RemainingRun, Sample,
+    SimConfig, SimResult, Sizing,
 };
 use serde::Serialize;
 
@@ -265,31 +265,7 @@ pub fn table(r: &Report<'_>) -> String {
     row("makespan", format!("{:.0} s", x.makespan_s));
     row("wall time", format!("{:.3} s", r.wall_s));
     if x.pools.len() > 1 {
-        let _ = writeln!(
-            s,
-            "  per pool {:>19} {:>6} {:>7} {:>10} {:>9} {:>7} {:>7} {:>12} {:>11}",
-            "nodes", "jobs", "AJCT (s)", "AFR", "2/N_p", "AGU", "WCC", "max N*SIF", "over bound"
-        );
-        for p in &x.pools {
-            let wcc = p
-                .max_n_sif_under_wcc
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "-".into());
-            let _ = writeln!(
-                s,
-                "    {:<14} {:>9} {:>6} {:>8.1} {:>10.5} {:>9.5} {:>7.4} {:>7.4} {:>12} {:>11}",
-                p.name,
-                p.nodes,
-                p.jobs,
-                p.ajct_s,
-                p.afr,
-                2.0 / f64::from(p.nodes),
-                p.agu,
-                p.wcc_coverage,
-                format!("{} ({wcc})", p.max_n_sif),
-                p.over_bound_events
-            );
-        }
+        pools_text(&mut s, &x.pools);
     }
     let _ = writeln!(
         s,
@@ -310,4 +286,76 @@ pub fn table(r: &Report<'_>) -> String {
         wait(&format!("{} GPUs", b.gpus), &b.waits);
     }
     s
+}
+
+/// The columns of the per-pool tables, `compass simulate`'s text and
+/// `compass compare`'s markdown: their headers; [`pool_row`] gives a pool's
+/// cells in this order. Paper Section 5.5's metrics with `N` the pool's
+/// nodes; `2/N_p` is Theorem 1's AFR bound in the pool.
+pub(crate) const POOL_COLUMNS: [&str; 11] = [
+    "pool",
+    "nodes",
+    "jobs",
+    "AJCT (s)",
+    "AFR",
+    "2/N_p",
+    "AGU",
+    "WCC coverage",
+    "max N*SIF (under WCC)",
+    "over bound events",
+    "migrations",
+];
+
+/// One pool's cells of the per-pool tables (see [`POOL_COLUMNS`]).
+pub(crate) fn pool_row(p: &PoolResult) -> [String; 11] {
+    let wcc = p
+        .max_n_sif_under_wcc
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "-".into());
+    [
+        p.name.clone(),
+        p.nodes.to_string(),
+        p.jobs.to_string(),
+        format!("{:.1}", p.ajct_s),
+        format!("{:.5}", p.afr),
+        format!("{:.5}", 2.0 / f64::from(p.nodes)),
+        format!("{:.4}", p.agu),
+        format!("{:.4}", p.wcc_coverage),
+        format!("{} ({wcc})", p.max_n_sif),
+        p.over_bound_events.to_string(),
+        p.migrations.to_string(),
+    ]
+}
+
+/// The per-pool table of the text output: the pool's name left-aligned,
+/// the figures right-aligned, each column as wide as its widest cell.
+fn pools_text(s: &mut String, pools: &[PoolResult]) {
+    let rows: Vec<[String; 11]> = pools.iter().map(pool_row).collect();
+    let widths: Vec<usize> = (0..POOL_COLUMNS.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([POOL_COLUMNS[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    // The header names the table where the names stand, two columns
+    // further left (as the queue wait table's).
+    let name_w = widths[0].max("per pool".len() - 2);
+    let mut line = |first: String, cells: &[&str]| {
+        s.push_str(&first);
+        for (c, w) in cells.iter().zip(&widths).skip(1) {
+            let _ = write!(s, " {c:>w$}");
+        }
+        s.push('\n');
+    };
+    line(
+        format!("  {:<w$}", "per pool", w = name_w + 2),
+        &POOL_COLUMNS,
+    );
+    for r in &rows {
+        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+        line(format!("    {:<name_w$}", r[0]), &cells);
+    }
 }

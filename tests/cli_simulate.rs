@@ -479,6 +479,19 @@ fn simulate_on_a_mixed_cluster_reports_each_pool() {
                 && text.contains("2xgpu"),
             "{text}"
         );
+        // the per-pool table: the columns of compare.md's, each pool's
+        // row as wide as the header (right-aligned figures line up)
+        let table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("per pool"))
+            .take(4)
+            .collect();
+        assert_eq!(table.len(), 4, "{text}");
+        assert!(table[0].ends_with("over bound events migrations"), "{text}");
+        for (row, pool) in table[1..].iter().zip(["8xa100", "4xl40s", "2xgpu"]) {
+            assert_eq!(row.split_whitespace().next(), Some(pool), "{text}");
+            assert_eq!(row.len(), table[0].len(), "{text}");
+        }
     }
     // a bare count keeps its meaning (with --gpus-per-node), and the
     // same cluster written as a spec gives the same replay

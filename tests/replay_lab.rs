@@ -27,7 +27,7 @@
 
 mod replay_common;
 
-use replay_common::{cluster, port, release, Lab, TempDir};
+use replay_common::{cluster, plan_has, port, release, Lab, TempDir};
 
 const NODES: u32 = 16;
 const GPUS: u32 = 8;
@@ -75,21 +75,14 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
     let stock = Lab::up("stock", port(18_400), false, &lab_env);
 
     let clusters = [
-        format!(
-            "compass={}:{}",
-            compass.conf().display(),
-            compass.state_file().display()
-        ),
-        format!("stock={}", stock.conf().display()),
+        compass.cluster_arg("compass", true),
+        stock.cluster_arg("stock", false),
     ];
     let (_, report) =
         replay_common::replay_checked(&clusters, WINDOW, "placement only (lab test)", &out.0);
     let jobs = report["plan"]["jobs"].as_array().expect("plan jobs");
     assert_eq!(jobs.len(), 60, "the window's 60 jobs all fit 16 x 8 GPUs");
-    let has = |w: u64, g: u64| {
-        jobs.iter()
-            .any(|j| j["instances"].as_u64() == Some(w) && j["gpus"].as_u64() == Some(g))
-    };
+    let has = |w: u64, g: u64| plan_has(&report, w, g);
     assert!(
         has(1, 1)
             && has(1, 2)

@@ -29,7 +29,7 @@
 
 mod replay_common;
 
-use replay_common::{cluster, port, Lab, TempDir};
+use replay_common::{cluster, plan_has, port, Lab, TempDir};
 
 /// The first 48 jobs of `tests/fixtures/venus-window.csv` (the homogeneous
 /// replay lab's window), as compressed there. Offered load about 1 on the
@@ -55,20 +55,13 @@ fn replay_on_the_site_lab_passes_the_checks_in_every_pool() {
     replay_common::require_lab();
     let out = TempDir::new("compass-replay-site-out");
     let lab = Lab::up("site", port(18_700), true, &[("LAB_LAYOUT", "site")]);
-    let compass = format!(
-        "compass={}:{}",
-        lab.conf().display(),
-        lab.state_file().display()
-    );
+    let compass = lab.cluster_arg("compass", true);
     let (_, report) =
         replay_common::replay_checked(&[compass], WINDOW, "site lab (lab test)", &out.0);
 
     let jobs = report["plan"]["jobs"].as_array().expect("plan jobs");
     assert_eq!(jobs.len(), 48, "the window's 48 jobs all fit the A100 pool");
-    let has = |w: u64, g: u64| {
-        jobs.iter()
-            .any(|j| j["instances"].as_u64() == Some(w) && j["gpus"].as_u64() == Some(g))
-    };
+    let has = |w: u64, g: u64| plan_has(&report, w, g);
     assert!(
         has(1, 1) && has(1, 2) && has(1, 4) && has(1, 8) && has(2, 8) && has(5, 8),
         "the window mixes 1/2/4/8-GPU and multi-node jobs"

@@ -161,6 +161,7 @@ fn main() {
         nodes: 2,
         gpus: 8,
         env: vec![("LAB_EXTRA_CONF", extra.clone())],
+        ..LabSpec::default()
     });
     let slurm = Arc::new(LibSlurm::new(Some(lab.conf.clone())));
     slurm.init().expect("libslurm");

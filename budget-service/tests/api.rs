@@ -5,29 +5,18 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use compass_budget::auth::Authenticator;
 use compass_budget::config::Config;
 use compass_budget::cycle::Cycle;
 use compass_budget::db::Db;
 use compass_budget::slurm::{FakeSlurm, SlurmJob};
 use compass_budget::state::{AppState, TestClock};
-use compass_budget::{BudgetError, Result};
 use compass_core::model::JobId;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tower::ServiceExt;
 
-/// Takes the credential as the user name (tests only).
-struct NameAuth;
-
-impl Authenticator for NameAuth {
-    fn authenticate(&self, credential: &str, _payload: &[u8]) -> Result<String> {
-        if credential.is_empty() {
-            return Err(BudgetError::Unauthenticated("empty credential".into()));
-        }
-        Ok(credential.to_string())
-    }
-}
+mod common;
+use common::{test_state, NameAuth};
 
 mod prom;
 
@@ -44,13 +33,7 @@ fn setup_with(extra: &str) -> (Arc<AppState>, Arc<TestClock>, Router) {
         "test",
     )
     .unwrap();
-    let clock = Arc::new(TestClock::new(T0));
-    let state = AppState::new(
-        config,
-        Db::open_in_memory().unwrap(),
-        Arc::new(NameAuth),
-        clock.clone(),
-    );
+    let (state, clock) = test_state(config, NameAuth, T0, vec![]);
     let router = compass_budget::api::router(state.clone());
     (state, clock, router)
 }
@@ -913,12 +896,7 @@ fn a_stuck_database_never_hangs_healthz_or_the_server() {
         "test",
     )
     .unwrap();
-    let state = AppState::new(
-        config,
-        Db::open_in_memory().unwrap(),
-        Arc::new(NameAuth),
-        Arc::new(TestClock::new(T0)),
-    );
+    let (state, _) = test_state(config, NameAuth, T0, vec![]);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -5,32 +5,19 @@
 
 mod prom;
 
+mod common;
+
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use compass_budget::auth::Authenticator;
+use common::{spec, test_state, NameAuth};
 use compass_budget::config::Config;
 use compass_budget::cycle::Cycle;
-use compass_budget::db::Db;
 use compass_budget::slurm::{FakeAction, FakeSlurm, SlurmJob};
-use compass_budget::state::{AppState, TestClock};
-use compass_budget::{BudgetError, Result};
-use compass_core::fairshare::NodeSpec;
 use compass_core::model::JobId;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tower::ServiceExt;
-
-struct NameAuth;
-
-impl Authenticator for NameAuth {
-    fn authenticate(&self, credential: &str, _payload: &[u8]) -> Result<String> {
-        if credential.is_empty() {
-            return Err(BudgetError::Unauthenticated("empty credential".into()));
-        }
-        Ok(credential.to_string())
-    }
-}
 
 const T0: i64 = 1_800_000_000;
 
@@ -62,16 +49,6 @@ async fn call(
     (status, v)
 }
 
-fn spec(name: &str, parent: Option<&str>, share: f64, account: Option<&str>) -> NodeSpec {
-    NodeSpec {
-        name: name.into(),
-        parent: parent.map(Into::into),
-        share,
-        managers: vec![],
-        account: account.map(Into::into),
-    }
-}
-
 #[tokio::test]
 async fn node_fault_repaired_actions_and_why() {
     let config = Config::parse(
@@ -79,23 +56,16 @@ async fn node_fault_repaired_actions_and_why() {
         "test",
     )
     .unwrap();
-    let clock = Arc::new(TestClock::new(T0));
-    let state = AppState::new(
+    let (state, clock) = test_state(
         config,
-        Db::open_in_memory().unwrap(),
-        Arc::new(NameAuth),
-        clock.clone(),
+        NameAuth,
+        T0,
+        vec![
+            spec("org", None, 1.0, None),
+            spec("a", Some("org"), 0.5, Some("acct-a")),
+            spec("b", Some("org"), 0.5, Some("acct-b")),
+        ],
     );
-    state
-        .db()
-        .edit_tree("root", "import", "tree", T0, |_| {
-            Ok(vec![
-                spec("org", None, 1.0, None),
-                spec("a", Some("org"), 0.5, Some("acct-a")),
-                spec("b", Some("org"), 0.5, Some("acct-b")),
-            ])
-        })
-        .unwrap();
     let slurm = Arc::new(FakeSlurm::new());
     slurm.add_node("n1", 8);
     slurm.add_node("n2", 8);
@@ -308,23 +278,16 @@ async fn dry_run_actions_and_accounts_outside_the_tree_in_the_api() {
         "test",
     )
     .unwrap();
-    let clock = Arc::new(TestClock::new(T0));
-    let state = AppState::new(
+    let (state, clock) = test_state(
         config,
-        Db::open_in_memory().unwrap(),
-        Arc::new(NameAuth),
-        clock.clone(),
+        NameAuth,
+        T0,
+        vec![
+            spec("org", None, 1.0, None),
+            spec("a", Some("org"), 0.5, Some("acct-a")),
+            spec("b", Some("org"), 0.5, Some("acct-b")),
+        ],
     );
-    state
-        .db()
-        .edit_tree("root", "import", "tree", T0, |_| {
-            Ok(vec![
-                spec("org", None, 1.0, None),
-                spec("a", Some("org"), 0.5, Some("acct-a")),
-                spec("b", Some("org"), 0.5, Some("acct-b")),
-            ])
-        })
-        .unwrap();
     let slurm = Arc::new(FakeSlurm::new());
     slurm.add_node("n1", 8);
     slurm.add_node("n2", 8);

@@ -4,40 +4,20 @@
 //! 70% team must receive 70% +- 5% of the charged GPU-time. (The same check
 //! against the real local Slurm cluster is in `tests/lab_slurm.rs`.)
 
-use compass_budget::auth::Authenticator;
+mod common;
+
+use common::{spec, test_state, NoAuth};
 use compass_budget::config::Config;
 use compass_budget::cycle::Cycle;
-use compass_budget::db::Db;
 use compass_budget::slurm::{FakeSlurm, SlurmJob, SlurmSource};
-use compass_budget::state::{AppState, TestClock};
-use compass_budget::{BudgetError, Result};
-use compass_core::fairshare::NodeSpec;
 use compass_core::model::JobId;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-struct NoAuth;
-
-impl Authenticator for NoAuth {
-    fn authenticate(&self, _c: &str, _p: &[u8]) -> Result<String> {
-        Err(BudgetError::Unauthenticated("no writes".into()))
-    }
-}
 
 const T0: i64 = 1_800_000_000;
 const CAPACITY: u32 = 10;
 const STEP: i64 = 60;
 const JOB_S: i64 = 1800;
-
-fn spec(name: &str, parent: Option<&str>, share: f64, account: Option<&str>) -> NodeSpec {
-    NodeSpec {
-        name: name.into(),
-        parent: parent.map(Into::into),
-        share,
-        managers: vec![],
-        account: account.map(Into::into),
-    }
-}
 
 #[test]
 fn seventy_thirty_budgets_get_seventy_thirty_of_charged_time() {
@@ -49,23 +29,16 @@ fn seventy_thirty_budgets_get_seventy_thirty_of_charged_time() {
         "fairness",
     )
     .unwrap();
-    let clock = Arc::new(TestClock::new(T0));
-    let state = AppState::new(
+    let (state, clock) = test_state(
         config,
-        Db::open_in_memory().unwrap(),
-        Arc::new(NoAuth),
-        clock.clone(),
+        NoAuth,
+        T0,
+        vec![
+            spec("org", None, 1.0, None),
+            spec("big", Some("org"), 0.7, Some("acct-big")),
+            spec("small", Some("org"), 0.3, Some("acct-small")),
+        ],
     );
-    state
-        .db()
-        .edit_tree("root", "import", "70/30", T0, |_| {
-            Ok(vec![
-                spec("org", None, 1.0, None),
-                spec("big", Some("org"), 0.7, Some("acct-big")),
-                spec("small", Some("org"), 0.3, Some("acct-small")),
-            ])
-        })
-        .unwrap();
     let slurm = Arc::new(FakeSlurm::new());
     let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
     let mut next_id = 1u64;

@@ -51,9 +51,9 @@ mod common;
 mod prom;
 
 use common::lab::{repo_root, service_state, skip_reason, spec, step_until, Lab, LabSpec};
+use compass_lab_support::artifact;
 
 use compass_budget::cli::{run_node, NodeArgs, NodeCmd};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,21 +64,6 @@ const RICH: &str = "team-rich";
 const POOR: &str = "team-poor";
 /// Min runtime of the protected jobs, seconds.
 const PROTECT_S: i64 = 20;
-
-/// A cdylib built next to this test (the SPANK plugin, a dev-dependency).
-fn artifact(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe path");
-    let deps = exe.parent().expect("deps dir");
-    [
-        deps.to_path_buf(),
-        deps.parent().expect("profile dir").to_path_buf(),
-    ]
-    .into_iter()
-    .map(|d| d.join(name))
-    .filter(|p| p.exists())
-    .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-    .unwrap_or_else(|| panic!("{name} not built next to {}", exe.display()))
-}
 
 fn unix_now() -> i64 {
     std::time::SystemTime::now()
@@ -166,6 +151,7 @@ fn start_lab(tag: &'static str, port_base: u32) -> Lab {
                 repo_root().join("slurm-plugin/tests/lab-compass.conf"),
             ),
         ],
+        ..LabSpec::default()
     })
 }
 

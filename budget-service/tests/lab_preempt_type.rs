@@ -17,53 +17,31 @@
 
 mod common;
 
-use common::lab::{service_state, skip_reason, spec, step_until, Lab, LabSpec};
-use compass_budget::cycle::Cycle;
-use compass_budget::slurm::libslurm::LibSlurm;
-use std::sync::Arc;
+use common::lab::{org_tree, skipped, step_until, Lab, LabSpec, Service, ServiceSpec};
 use std::time::Duration;
 
 const PORT_BASE: u32 = 25_470;
 
 #[test]
 fn lab_compass_preempts_no_one_beside_slurm_preemption() {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED lab_compass_preempts_no_one_beside_slurm_preemption: {why}");
+    if skipped("lab_compass_preempts_no_one_beside_slurm_preemption") {
         return;
     }
-    let budget = std::fs::read_to_string(common::lab::repo_root().join("etc/slurm-budget.conf"))
-        .expect("etc/slurm-budget.conf");
-    let mut conf: String = budget
-        .lines()
-        .filter(|l| !l.starts_with("MinJobAge"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    conf.push_str("PreemptType=preempt/partition_prio\nPreemptMode=REQUEUE\n");
-    let conf_file = std::env::temp_dir().join(format!(
-        "compass-budget-preempt-type-{}.conf",
-        std::process::id()
-    ));
-    std::fs::write(&conf_file, conf).expect("write extra conf");
     let lab = Lab::start(LabSpec {
         tag: "compass-budget-preempt-type",
         port_base: PORT_BASE,
         nodes: 1,
         gpus: 8,
-        env: vec![("LAB_EXTRA_CONF", conf_file.clone())],
+        conf_extra: "PreemptType=preempt/partition_prio\nPreemptMode=REQUEUE\n",
+        ..LabSpec::default()
     });
-    let _ = std::fs::remove_file(&conf_file);
-    let slurm = Arc::new(LibSlurm::new(Some(lab.conf.clone())));
-    let state = service_state(
-        &lab,
-        "[protection]\nenforce = true\n",
-        vec![
-            spec("org", None, 1.0, None),
-            spec("ta", Some("org"), 0.5, Some("ta")),
-            spec("tb", Some("org"), 0.5, Some("tb")),
-        ],
-    );
-    let mut cycle =
-        Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+    let Service {
+        state, mut cycle, ..
+    } = lab.service(ServiceSpec {
+        config: "[protection]\nenforce = true\n",
+        tree: org_tree(&[("ta", 0.5), ("tb", 0.5)]),
+        act: true,
+    });
     cycle.step().expect("first cycle");
 
     let free = lab.tagged("tb", 0, true, &["--gres=gpu:8"]);

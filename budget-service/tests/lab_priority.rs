@@ -23,69 +23,45 @@
 
 mod common;
 
-use common::lab::{service_state, skip_reason, spec, step_until, Lab, LabSpec};
-use compass_budget::cycle::Cycle;
-use compass_budget::slurm::libslurm::LibSlurm;
+use common::lab::{org_tree, skipped, step_until, Lab, LabSpec, Service, ServiceSpec};
 use compass_budget::slurm::SlurmSource;
 use compass_core::fairshare::{Interval, Kind};
 use compass_core::model::JobId;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 const PORT_BASE: u32 = 25_450;
 
-/// `etc/slurm-budget.conf` with non-zero age and job-size weights, and
-/// the `prio` partition.
-fn site_priority_conf() -> String {
-    let budget = std::fs::read_to_string(common::lab::repo_root().join("etc/slurm-budget.conf"))
-        .expect("etc/slurm-budget.conf");
-    let mut out: String = budget
-        .lines()
-        .filter(|l| !l.starts_with("MinJobAge"))
-        .map(|l| match l {
-            "PriorityWeightAge=0" => "PriorityWeightAge=100000\nPriorityMaxAge=0-0:05:00".into(),
-            "PriorityWeightJobSize=0" => "PriorityWeightJobSize=1000000".into(),
-            l => l.to_string(),
-        })
-        .map(|l| format!("{l}\n"))
-        .collect();
-    assert!(out.contains("PriorityWeightJobSize=1000000"), "{out}");
-    out.push_str(
-        "PartitionName=prio Nodes=n[1-2] MaxTime=INFINITE DefaultTime=01:00:00 State=UP PriorityTier=10\n",
-    );
-    out
-}
-
 #[test]
 fn lab_slurm_priority_order_is_compass_order_with_site_weights() {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED lab_slurm_priority_order_is_compass_order_with_site_weights: {why}");
+    if skipped("lab_slurm_priority_order_is_compass_order_with_site_weights") {
         return;
     }
-    let conf_file = std::env::temp_dir().join(format!(
-        "compass-budget-priority-{}.conf",
-        std::process::id()
-    ));
-    std::fs::write(&conf_file, site_priority_conf()).expect("write extra conf");
+    // Non-zero age and job-size weights, and the `prio` partition.
     let lab = Lab::start(LabSpec {
         tag: "compass-budget-priority",
         port_base: PORT_BASE,
         nodes: 2,
         gpus: 8,
-        env: vec![("LAB_EXTRA_CONF", conf_file.clone())],
-    });
-    let _ = std::fs::remove_file(&conf_file);
-    let slurm = Arc::new(LibSlurm::new(Some(lab.conf.clone())));
-    let state = service_state(
-        &lab,
-        "[protection]\nenforce = false\n",
-        vec![
-            spec("org", None, 1.0, None),
-            spec("ta", Some("org"), 0.5, Some("ta")),
-            spec("tb", Some("org"), 0.5, Some("tb")),
+        conf_replace: vec![
+            (
+                "PriorityWeightAge=0",
+                "PriorityWeightAge=100000\nPriorityMaxAge=0-0:05:00",
+            ),
+            ("PriorityWeightJobSize=0", "PriorityWeightJobSize=1000000"),
         ],
-    );
+        conf_extra: "PartitionName=prio Nodes=n[1-2] MaxTime=INFINITE DefaultTime=01:00:00 State=UP PriorityTier=10\n",
+        ..LabSpec::default()
+    });
+    let Service {
+        slurm,
+        state,
+        mut cycle,
+    } = lab.service(ServiceSpec {
+        config: "[protection]\nenforce = false\n",
+        tree: org_tree(&[("ta", 0.5), ("tb", 0.5)]),
+        act: false,
+    });
     // Team ta has used 8 GPUs for the last 10 minutes: over-served.
     let now = state.now();
     state
@@ -103,30 +79,10 @@ fn lab_slurm_priority_order_is_compass_order_with_site_weights() {
             now,
         )
         .expect("usage");
-    let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
     cycle.step().expect("first cycle");
 
     // Both nodes busy with an unbudgeted blocker.
-    let blocker: u64 = lab
-        .ok(
-            "sbatch",
-            &[
-                "--parsable",
-                "-o",
-                "/dev/null",
-                "-A",
-                "other",
-                "-N",
-                "2",
-                "--exclusive",
-                "--gres=gpu:8",
-                "--wrap",
-                "sleep 600",
-            ],
-        )
-        .trim()
-        .parse()
-        .expect("job id");
+    let blocker = lab.sbatch("other", &["-N", "2", "--exclusive", "--gres=gpu:8"]);
     step_until(
         &lab,
         &mut cycle,

@@ -26,7 +26,7 @@ mod common;
 
 use common::lab::{lossy, skip_reason, Lab, LabSpec};
 
-use common::lab::{service_state, spec};
+use common::lab::{service_state, spec, step_until};
 use compass_budget::cycle::Cycle;
 use compass_budget::slurm::libslurm::LibSlurm;
 use compass_budget::slurm::SlurmSource;
@@ -48,13 +48,6 @@ fn wait(lab: &Lab, what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) 
     }
 }
 
-fn sbatch(lab: &Lab, args: &[&str]) -> u64 {
-    let mut all = vec!["--parsable", "-o", "/dev/null", "-A", "team-a"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--wrap", "sleep 300"]);
-    lab.ok("sbatch", &all).trim().parse().expect("job id")
-}
-
 pub fn start_site_lab(tag: &'static str) -> Lab {
     Lab::start(LabSpec {
         tag,
@@ -62,6 +55,7 @@ pub fn start_site_lab(tag: &'static str) -> Lab {
         nodes: 18,
         gpus: 8,
         env: vec![("LAB_LAYOUT", PathBuf::from("site"))],
+        ..LabSpec::default()
     })
 }
 
@@ -126,10 +120,10 @@ fn lab_site_layout_capacities_and_jobs_through_libslurm() {
     assert_eq!(snap.capacity_gpus, Some(8 * 8 + 4 * 4 + 2 * 2));
 
     // --- 3. Jobs in the forms users write ----------------------------------
-    let a100 = sbatch(&lab, &["--gres=gpu:a100:3"]);
-    let l40s = sbatch(&lab, &["-p", "debug", "--gres=gpu:l40s:2"]);
-    let gpus = sbatch(&lab, &["-w", "n13", "--gpus=2"]);
-    let cpu = sbatch(&lab, &["-p", "cpu", "-c", "8"]);
+    let a100 = lab.sbatch("team-a", &["--gres=gpu:a100:3"]);
+    let l40s = lab.sbatch("team-a", &["-p", "debug", "--gres=gpu:l40s:2"]);
+    let gpus = lab.sbatch("team-a", &["-w", "n13", "--gpus=2"]);
+    let cpu = lab.sbatch("team-a", &["-p", "cpu", "-c", "8"]);
     wait(
         &lab,
         "the four jobs to run",
@@ -197,16 +191,13 @@ fn lab_site_layout_capacities_and_jobs_through_libslurm() {
         lab.job_field(fa, "JobState") == "RUNNING"
     });
     let j = lab.tagged("poor", 3600, false, &["-p", "debug", "--gres=gpu:l40s:4"]);
-    let start = Instant::now();
-    while lab.job_field(j, "JobState") != "RUNNING" {
-        assert!(
-            start.elapsed() < Duration::from_secs(40),
-            "the debug job did not start; squeue:\n{}",
-            lossy(&lab.run("squeue", &["-o", "%i %a %P %T %r %N %b"]).stdout)
-        );
-        cycle.step().expect("cycle against the site lab");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    step_until(
+        &lab,
+        &mut cycle,
+        "the debug job to start",
+        Duration::from_secs(40),
+        || lab.job_field(j, "JobState") == "RUNNING",
+    );
     let states: Vec<String> = [f9, f10, fa]
         .iter()
         .map(|&id| lab.job_field(id, "JobState"))

@@ -25,20 +25,16 @@
 
 mod common;
 
-use common::lab::{service_state, skip_reason, spec, step_until, Lab, LabSpec};
-use compass_budget::cycle::Cycle;
-use compass_budget::slurm::libslurm::LibSlurm;
+use common::lab::{org_tree, skipped, step_until, Lab, LabSpec, Service, ServiceSpec};
 use compass_core::model::JobId;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 const PORT_BASE: u32 = 25_100;
 
 #[test]
 fn lab_site_gpu_weights_and_partition_tiers() {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED lab_site_gpu_weights_and_partition_tiers: {why}");
+    if skipped("lab_site_gpu_weights_and_partition_tiers") {
         return;
     }
     let lab = Lab::start(LabSpec {
@@ -47,18 +43,17 @@ fn lab_site_gpu_weights_and_partition_tiers() {
         nodes: 18,
         gpus: 8,
         env: vec![("LAB_LAYOUT", PathBuf::from("site"))],
+        ..LabSpec::default()
     });
-    let slurm = Arc::new(LibSlurm::new(Some(lab.conf.clone())));
-    let state = service_state(
-        &lab,
-        "[protection]\nenforce = false\n[gpu_weights]\na100 = 2.0\nl40s = 1.0\n",
-        vec![
-            spec("org", None, 1.0, None),
-            spec("ta", Some("org"), 0.5, Some("ta")),
-            spec("tb", Some("org"), 0.5, Some("tb")),
-        ],
-    );
-    let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
+    let Service {
+        slurm,
+        state,
+        mut cycle,
+    } = lab.service(ServiceSpec {
+        config: "[protection]\nenforce = false\n[gpu_weights]\na100 = 2.0\nl40s = 1.0\n",
+        tree: org_tree(&[("ta", 0.5), ("tb", 0.5)]),
+        act: false,
+    });
 
     // --- 1. Weighted capacity -----------------------------------------
     cycle.step().expect("first cycle");
@@ -69,26 +64,7 @@ fn lab_site_gpu_weights_and_partition_tiers() {
     // Every L40S node busy (unbudgeted blockers).
     let blockers: Vec<u64> = ["n9", "n10", "n11", "n12"]
         .iter()
-        .map(|n| {
-            lab.ok(
-                "sbatch",
-                &[
-                    "--parsable",
-                    "-o",
-                    "/dev/null",
-                    "-A",
-                    "other",
-                    "-w",
-                    n,
-                    "--gres=gpu:l40s:4",
-                    "--wrap",
-                    "sleep 600",
-                ],
-            )
-            .trim()
-            .parse()
-            .expect("job id")
-        })
+        .map(|n| lab.sbatch("other", &["-w", n, "--gres=gpu:l40s:4"]))
         .collect();
     step_until(
         &lab,

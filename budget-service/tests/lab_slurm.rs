@@ -135,7 +135,7 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
         port_base: PORT_BASE,
         nodes: NODES,
         gpus: GPUS,
-        env: vec![],
+        ..LabSpec::default()
     });
     let slurm = Arc::new(LibSlurm::new(Some(lab.conf.clone())));
 

@@ -307,43 +307,18 @@ fn cli_manages_the_tree_through_the_daemon() {
 
     // Another user (nobody) manages nothing: refused, with what and why.
     let body = br#"{"share":0.1,"why":"grab"}"#;
-    let payload_file = dir.path().join("payload");
-    std::fs::write(
-        &payload_file,
-        request_payload("PATCH", "/api/v1/nodes/platform", body),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &payload_file,
-        std::os::unix::fs::PermissionsExt::from_mode(0o644),
-    )
-    .unwrap();
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "munge",
-            "-S",
-        ])
-        .arg(&m.socket)
-        .arg("-i")
-        .arg(&payload_file)
-        .output()
-        .expect("setpriv and munge (Debian util-linux, munge)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let cred = nobody_credential(
+        &m.socket,
+        dir.path(),
+        &request_payload("PATCH", "/api/v1/nodes/platform", body),
     );
-    let cred = String::from_utf8(out.stdout).unwrap();
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
         .into();
     let mut resp = agent
         .patch(format!("{}/api/v1/nodes/platform", d.url))
-        .header("Authorization", format!("MUNGE {}", cred.trim()))
+        .header("Authorization", format!("MUNGE {cred}"))
         .header("Content-Type", "application/json")
         .send(&body[..])
         .unwrap();

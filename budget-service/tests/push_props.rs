@@ -2,25 +2,15 @@
 //! the order identical to the service's, over any sequence of submissions,
 //! starts, ends and Slurm outages.
 
-use compass_budget::auth::Authenticator;
+mod common;
+
+use common::{spec, test_state, NoAuth};
 use compass_budget::config::Config;
 use compass_budget::cycle::Cycle;
-use compass_budget::db::Db;
 use compass_budget::slurm::{FakeSlurm, SlurmJob};
-use compass_budget::state::{AppState, TestClock};
-use compass_budget::{BudgetError, Result};
-use compass_core::fairshare::NodeSpec;
 use compass_core::model::JobId;
 use proptest::prelude::*;
 use std::sync::Arc;
-
-struct NoAuth;
-
-impl Authenticator for NoAuth {
-    fn authenticate(&self, _c: &str, _p: &[u8]) -> Result<String> {
-        Err(BudgetError::Unauthenticated("no writes".into()))
-    }
-}
 
 #[derive(Clone, Debug)]
 enum Event {
@@ -52,18 +42,13 @@ proptest! {
     fn slurm_order_equals_service_order(events in prop::collection::vec(arb_event(), 1..60)) {
         let t0 = 1_800_000_000;
         let config = Config::parse("db = \":memory:\"\ncapacity_gpus = 8\nwindow_s = 3600\n", "p").unwrap();
-        let clock = Arc::new(TestClock::new(t0));
-        let state = AppState::new(config, Db::open_in_memory().unwrap(), Arc::new(NoAuth), clock.clone());
-        let spec = |n: &str, p: Option<&str>, s: f64, a: Option<&str>| NodeSpec {
-            name: n.into(), parent: p.map(Into::into), share: s, managers: vec![], account: a.map(Into::into),
-        };
-        state.db().edit_tree("root", "import", "p", t0, |_| Ok(vec![
+        let (state, clock) = test_state(config, NoAuth, t0, vec![
             spec("org", None, 1.0, None),
             spec("x", Some("org"), 0.6, None),
             spec("a", Some("x"), 0.5, Some("acct-a")),
             spec("b", Some("x"), 0.5, Some("acct-b")),
             spec("c", Some("org"), 0.4, Some("acct-c")),
-        ])).unwrap();
+        ]);
         let slurm = Arc::new(FakeSlurm::new());
         let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
         let mut next = 1u64;

@@ -9,25 +9,16 @@
 //! GPUs, over its allocation, while `b` runs none. Four 2-GPU jobs wait (one
 //! allocated and one free per team) and 8 GPUs free up at once.
 
-use compass_budget::auth::Authenticator;
+mod common;
+
+use common::{test_state, NoAuth};
 use compass_budget::config::Config;
 use compass_budget::cycle::Cycle;
-use compass_budget::db::Db;
 use compass_budget::slurm::{FakeSlurm, SlurmJob};
-use compass_budget::state::{AppState, TestClock};
-use compass_budget::{BudgetError, Result};
 use compass_core::fairshare::{FreeOrder, NodeSpec, OrgTree, QueueOrder, TeamOrder};
 use compass_core::model::{ClusterSpec, JobId, JobShape};
 use compass_core::sim::budgets::{run_budgets, BudgetJob, BudgetSimConfig, Record, SimEvent};
 use std::sync::Arc;
-
-struct NoAuth;
-
-impl Authenticator for NoAuth {
-    fn authenticate(&self, _c: &str, _p: &[u8]) -> Result<String> {
-        Err(BudgetError::Unauthenticated("no writes".into()))
-    }
-}
 
 const T0: i64 = 1_800_000_000;
 /// When the 8-GPU job of `a` ends and the pending jobs are ordered.
@@ -110,17 +101,7 @@ fn service_order(order: QueueOrder) -> (Vec<u64>, Vec<u64>) {
     let mut config = Config::parse("db = \":memory:\"\ncapacity_gpus = 1\n", "twin").unwrap();
     // The defaults are the simulator's (config's own tests); set both.
     config.order = order;
-    let clock = Arc::new(TestClock::new(T0));
-    let state = AppState::new(
-        config,
-        Db::open_in_memory().unwrap(),
-        Arc::new(NoAuth),
-        clock.clone(),
-    );
-    state
-        .db()
-        .edit_tree("root", "import", "halves", T0, |_| Ok(specs()))
-        .unwrap();
+    let (state, clock) = test_state(config, NoAuth, T0, specs());
     let slurm = Arc::new(FakeSlurm::new());
     for n in 1..=5 {
         slurm.add_node(&format!("n{n}"), 4);

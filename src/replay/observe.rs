@@ -184,17 +184,73 @@ pub struct PoolSample {
 #[derive(Clone, Debug, Default)]
 pub struct PoolTrack {
     pub def: PoolDef,
+    /// The pool's figures (`N` its nodes; the maxima only when modelled).
+    pub figures: Figures,
+    last: Option<PoolSample>,
+}
+
+/// What the replay integrates and records, over the whole cluster and in
+/// each pool alike (issue 12: Theorem 1 per pool).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Figures {
+    /// The metrics over `T_peak` (the queue non-empty) and over the busy
+    /// time (any job running or waiting).
     pub peak: Window,
     pub busy: Window,
+    /// Max `N*SIF` after any poll.
     pub max_n_sif: u64,
+    /// Max `N*SIF` at polls where WCC held.
     pub max_n_sif_wcc: Option<u64>,
-    /// Max `N*SIF` of this pool at settled instants where WCC held in the
-    /// pool and the engine kept no job still (Theorem 1, per pool).
+    /// Max `N*SIF` at settled instants where WCC held and the engine kept
+    /// no job still (Theorem 1's bound).
     pub max_n_sif_wcc_settled: Option<u64>,
+    /// Max `N*SIF` at settled instants where WCC held while the engine kept
+    /// some job still by its migration rule (the bound does not apply).
     pub max_n_sif_wcc_settled_kept: Option<u64>,
+    /// Wall seconds with `N*SIF > 2` under WCC while jobs were kept still.
     pub over_bound_by_choice_s: f64,
+    /// Job-seconds that waiting jobs spent while they would have fitted the
+    /// free GPUs ([`Sample::fit_waiting`] integrated over time).
     pub fit_wait_s: f64,
-    last: Option<PoolSample>,
+}
+
+impl Figures {
+    /// `dt` seconds in which the cluster's poll `prev` held (its queue,
+    /// in-flight and kept-still state), with this part's (the cluster's or
+    /// one pool's, of `nodes` nodes) `n_sif`, `utilisation`, `wcc` and
+    /// `fit_waiting` of that poll. `SIF = N*SIF / N` (eq. 15).
+    fn hold(&mut self, dt: f64, nodes: u32, part: (u64, f64, bool, u64), prev: &Sample) {
+        let (n_sif, utilisation, wcc, fit_waiting) = part;
+        let sif = n_sif as f64 / f64::from(nodes.max(1));
+        if prev.pending > 0 {
+            self.peak.add(dt, sif, utilisation, wcc, prev);
+        }
+        if prev.pending > 0 || prev.running > 0 {
+            self.busy.add(dt, sif, utilisation, wcc, prev);
+        }
+        self.fit_wait_s += dt * fit_waiting as f64;
+        if wcc && n_sif > 2 && prev.kept_still > 0 {
+            self.over_bound_by_choice_s += dt;
+        }
+    }
+
+    /// Updates the maxima of `N*SIF`: at all polls, under WCC, at settled
+    /// instants under WCC with every job movable (Theorem 1's), and at
+    /// settled instants under WCC where the engine kept some job still
+    /// (`kept_still > 0`).
+    fn record(&mut self, n_sif: u64, wcc: bool, settled: bool, kept_still: u64) {
+        self.max_n_sif = self.max_n_sif.max(n_sif);
+        if !wcc {
+            return;
+        }
+        self.max_n_sif_wcc = Some(self.max_n_sif_wcc.unwrap_or(0).max(n_sif));
+        if settled && kept_still == 0 {
+            self.max_n_sif_wcc_settled = Some(self.max_n_sif_wcc_settled.unwrap_or(0).max(n_sif));
+        } else if settled {
+            self.max_n_sif_wcc_settled_kept =
+                Some(self.max_n_sif_wcc_settled_kept.unwrap_or(0).max(n_sif));
+        }
+    }
 }
 
 /// Everything observed on one cluster.
@@ -217,20 +273,9 @@ pub struct Observer {
     cache: PhiStarCache,
     last: Option<Sample>,
     last_placement: BTreeMap<u64, BTreeMap<String, u32>>,
-    pub peak: Window,
-    pub busy: Window,
-    pub max_n_sif: u64,
-    pub max_n_sif_wcc: Option<u64>,
-    pub max_n_sif_wcc_settled: Option<u64>,
-    /// Max `N*SIF` at settled instants where WCC held while the engine kept
-    /// some job still by its migration rule (the bound does not apply).
-    pub max_n_sif_wcc_settled_kept: Option<u64>,
-    /// Wall seconds with `N*SIF > 2` under WCC while jobs were kept still.
-    pub over_bound_by_choice_s: f64,
+    /// The whole cluster's figures (`N` its modelled GPU nodes).
+    pub figures: Figures,
     pub samples: Vec<Sample>,
-    /// Job-seconds that waiting jobs spent while they would have fitted the
-    /// free GPUs ([`Sample::fit_waiting`] integrated over time).
-    pub fit_wait_s: f64,
     state_mtime: Option<std::time::SystemTime>,
     pub state: Option<PublishedState>,
     /// `divergences` and `migrations_done` of the first state read.
@@ -296,15 +341,8 @@ impl Observer {
             cache: PhiStarCache::new(),
             last: None,
             last_placement: BTreeMap::new(),
-            peak: Window::default(),
-            busy: Window::default(),
-            max_n_sif: 0,
-            max_n_sif_wcc: None,
-            max_n_sif_wcc_settled: None,
-            max_n_sif_wcc_settled_kept: None,
-            over_bound_by_choice_s: 0.0,
+            figures: Figures::default(),
             samples: Vec::new(),
-            fit_wait_s: 0.0,
             state_mtime: None,
             state: None,
             state_first: None,
@@ -637,50 +675,28 @@ impl Observer {
         if let Some(prev) = self.last {
             let dt = t_s - prev.t_s;
             if dt > 0.0 {
-                let sif = prev.n_sif as f64 / f64::from(nodes.max(1));
-                if prev.pending > 0 {
-                    self.peak.add(dt, sif, prev.utilisation, prev.wcc, &prev);
-                }
-                if prev.pending > 0 || prev.running > 0 {
-                    self.busy.add(dt, sif, prev.utilisation, prev.wcc, &prev);
-                }
-                self.fit_wait_s += dt * prev.fit_waiting as f64;
-                if prev.wcc && prev.n_sif > 2 && prev.kept_still > 0 {
-                    self.over_bound_by_choice_s += dt;
-                }
+                self.figures.hold(
+                    dt,
+                    nodes,
+                    (prev.n_sif, prev.utilisation, prev.wcc, prev.fit_waiting),
+                    &prev,
+                );
                 for track in &mut self.pools {
                     let Some(ps) = track.last else { continue };
                     let n = track.def.nodes.len() as u32;
-                    let sif = ps.n_sif as f64 / f64::from(n.max(1));
-                    if prev.pending > 0 {
-                        track.peak.add(dt, sif, ps.utilisation, ps.wcc, &prev);
-                    }
-                    if prev.pending > 0 || prev.running > 0 {
-                        track.busy.add(dt, sif, ps.utilisation, ps.wcc, &prev);
-                    }
-                    track.fit_wait_s += dt * ps.fit_waiting as f64;
-                    if ps.wcc && ps.n_sif > 2 && prev.kept_still > 0 {
-                        track.over_bound_by_choice_s += dt;
-                    }
+                    track.figures.hold(
+                        dt,
+                        n,
+                        (ps.n_sif, ps.utilisation, ps.wcc, ps.fit_waiting),
+                        &prev,
+                    );
                 }
             }
         }
-        self.max_n_sif = self.max_n_sif.max(n_sif);
-        record_max(
-            (n_sif, wcc, settled, kept_still),
-            &mut self.max_n_sif_wcc,
-            &mut self.max_n_sif_wcc_settled,
-            &mut self.max_n_sif_wcc_settled_kept,
-        );
+        self.figures.record(n_sif, wcc, settled, kept_still);
         for (track, ps) in self.pools.iter_mut().zip(pool_samples) {
             if track.def.modelled {
-                track.max_n_sif = track.max_n_sif.max(ps.n_sif);
-                record_max(
-                    (ps.n_sif, ps.wcc, settled, kept_still),
-                    &mut track.max_n_sif_wcc,
-                    &mut track.max_n_sif_wcc_settled,
-                    &mut track.max_n_sif_wcc_settled_kept,
-                );
+                track.figures.record(ps.n_sif, ps.wcc, settled, kept_still);
             }
             track.last = Some(ps);
         }
@@ -691,46 +707,9 @@ impl Observer {
     }
 }
 
-/// Updates the maxima of `N*SIF` under WCC: at all instants, at settled
-/// instants with every job movable (Theorem 1's), and at settled instants
-/// where the engine kept some job still (`kept_still > 0`).
-fn record_max(
-    (n_sif, wcc, settled, kept_still): (u64, bool, bool, u64),
-    wcc_max: &mut Option<u64>,
-    settled_max: &mut Option<u64>,
-    kept_max: &mut Option<u64>,
-) {
-    if !wcc {
-        return;
-    }
-    *wcc_max = Some(wcc_max.unwrap_or(0).max(n_sif));
-    if settled && kept_still == 0 {
-        *settled_max = Some(settled_max.unwrap_or(0).max(n_sif));
-    } else if settled {
-        *kept_max = Some(kept_max.unwrap_or(0).max(n_sif));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn planned(index: usize, w: u32, g: u32) -> PlannedJob {
-        PlannedJob {
-            index,
-            name: format!("j{index}"),
-            instances: w,
-            gpus: g,
-            account: None,
-            trace_offset_s: 0.0,
-            trace_duration_s: 60.0,
-            submit_s: 0.0,
-            run_s: 10.0,
-            min_runtime_s: 0,
-            resumable: true,
-            time_limit_min: 2,
-        }
-    }
 
     fn job(id: u64, state: &str, restarts: u32, run: u64, nodes: &[(&str, u32)]) -> JobObs {
         JobObs {
@@ -747,7 +726,11 @@ mod tests {
 
     #[test]
     fn runs_requeues_ends_and_the_metrics_of_each_poll() {
-        let plan = [planned(0, 1, 4), planned(1, 1, 4), planned(2, 1, 8)];
+        let plan = [
+            PlannedJob::example(0, 1, 4),
+            PlannedJob::example(1, 1, 4),
+            PlannedJob::example(2, 1, 8),
+        ];
         let mut o = Observer::new(&plan, vec!["n1".into(), "n2".into()], 8, None);
         o.submitted(0, 1, 0.0);
         o.submitted(1, 2, 0.0);
@@ -821,20 +804,23 @@ mod tests {
         assert_eq!(o.jobs[2].first_start_s(), Some(4.0));
         // T_peak: the queue was non-empty from 2 s to 4 s; SIF was 2/2
         // nodes for the first second, 0 for the second
-        assert_eq!(o.peak.time_s, 2.0);
-        assert_eq!(o.peak.sif_s, 1.0);
-        assert_eq!((o.max_n_sif, o.max_n_sif_wcc), (2, Some(2)));
-        assert_eq!(o.max_n_sif_wcc_settled, Some(2));
+        assert_eq!(o.figures.peak.time_s, 2.0);
+        assert_eq!(o.figures.peak.sif_s, 1.0);
+        assert_eq!((o.figures.max_n_sif, o.figures.max_n_sif_wcc), (2, Some(2)));
+        assert_eq!(o.figures.max_n_sif_wcc_settled, Some(2));
         // both waiting jobs fitted from 3 s to 4 s
-        assert_eq!(o.fit_wait_s, 2.0);
-        assert_eq!(o.peak.in_flight_s, 1.0);
+        assert_eq!(o.figures.fit_wait_s, 2.0);
+        assert_eq!(o.figures.peak.in_flight_s, 1.0);
         // a homogeneous cluster is one pool with the cluster's figures
         assert_eq!(o.pools.len(), 1);
         let p = &o.pools[0];
         assert_eq!((p.def.name.as_str(), p.def.nodes.len()), ("8xgpu", 2));
-        assert_eq!((p.max_n_sif, p.max_n_sif_wcc_settled), (2, Some(2)));
-        assert_eq!((p.peak.time_s, p.peak.sif_s), (2.0, 1.0));
-        assert_eq!(p.fit_wait_s, 2.0);
+        assert_eq!(
+            (p.figures.max_n_sif, p.figures.max_n_sif_wcc_settled),
+            (2, Some(2))
+        );
+        assert_eq!((p.figures.peak.time_s, p.figures.peak.sif_s), (2.0, 1.0));
+        assert_eq!(p.figures.fit_wait_s, 2.0);
     }
 
     #[test]
@@ -851,10 +837,10 @@ mod tests {
         .map(|(n, g, t)| (n.to_string(), NodeGpus::new(g, t)))
         .collect();
         let plan = [
-            planned(0, 1, 1),
-            planned(1, 1, 1),
-            planned(2, 1, 2),
-            planned(3, 1, 4),
+            PlannedJob::example(0, 1, 1),
+            PlannedJob::example(1, 1, 1),
+            PlannedJob::example(2, 1, 2),
+            PlannedJob::example(3, 1, 4),
         ];
         let mut o = Observer::with_nodes(&plan, &nodes, None);
         let names: Vec<&str> = o.pools.iter().map(|p| p.def.name.as_str()).collect();
@@ -895,19 +881,32 @@ mod tests {
             1002,
         );
         let (a, l, x) = (&o.pools[0], &o.pools[1], &o.pools[2]);
-        assert_eq!((a.max_n_sif, a.max_n_sif_wcc), (1, Some(1)));
-        assert_eq!(a.max_n_sif_wcc_settled, None, "a job started each poll");
-        assert_eq!((l.max_n_sif, l.max_n_sif_wcc), (0, Some(0)));
-        assert_eq!(x.max_n_sif_wcc, None, "no N*SIF in a pass-through pool");
+        assert_eq!((a.figures.max_n_sif, a.figures.max_n_sif_wcc), (1, Some(1)));
+        assert_eq!(
+            a.figures.max_n_sif_wcc_settled, None,
+            "a job started each poll"
+        );
+        assert_eq!((l.figures.max_n_sif, l.figures.max_n_sif_wcc), (0, Some(0)));
+        assert_eq!(
+            x.figures.max_n_sif_wcc, None,
+            "no N*SIF in a pass-through pool"
+        );
         // the queue waited from 1 s to 3 s; a100's SIF was 1/2 meanwhile
-        assert_eq!((a.peak.time_s, a.peak.sif_s), (2.0, 1.0));
-        assert_eq!(l.peak.sif_s, 0.0);
+        assert_eq!((a.figures.peak.time_s, a.figures.peak.sif_s), (2.0, 1.0));
+        assert_eq!(l.figures.peak.sif_s, 0.0);
         // the l40s pool could have taken the waiting job; the a100 one too
-        assert_eq!((a.fit_wait_s, l.fit_wait_s, x.fit_wait_s), (2.0, 2.0, 2.0));
+        assert_eq!(
+            (
+                a.figures.fit_wait_s,
+                l.figures.fit_wait_s,
+                x.figures.fit_wait_s
+            ),
+            (2.0, 2.0, 2.0)
+        );
         // the cluster's SIF: N*SIF summed over the modelled pools, over
         // their 4 nodes
-        assert_eq!(o.peak.sif_s, 2.0 * 1.0 / 4.0);
-        assert!((x.peak.util_s - 0.0).abs() < 1e-12);
+        assert_eq!(o.figures.peak.sif_s, 2.0 * 1.0 / 4.0);
+        assert!((x.figures.peak.util_s - 0.0).abs() < 1e-12);
     }
 
     fn state_at(updated_unix: u64, id: u64, nodes: &[&str], g: u32) -> PublishedState {
@@ -925,7 +924,7 @@ mod tests {
 
     #[test]
     fn a_run_is_recorded_by_a_state_written_in_its_first_second_unless_an_earlier_run_sat_there() {
-        let plan = [planned(0, 1, 4)];
+        let plan = [PlannedJob::example(0, 1, 4)];
         let mut o = Observer::new(&plan, vec!["n1".into(), "n2".into()], 8, None);
         o.submitted(0, 5, 0.0);
         // the plugin wrote its state in the second the job started, and
@@ -959,7 +958,7 @@ mod tests {
 
     #[test]
     fn a_job_gone_from_slurm_is_closed() {
-        let plan = [planned(0, 1, 1)];
+        let plan = [PlannedJob::example(0, 1, 1)];
         let mut o = Observer::new(&plan, vec!["n1".into()], 8, None);
         o.submitted(0, 7, 0.0);
         o.poll(&[job(7, "RUNNING", 0, 0, &[("n1", 1)])], 1.0, 1);

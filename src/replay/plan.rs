@@ -76,6 +76,28 @@ pub struct PlannedJob {
     pub time_limit_min: u64,
 }
 
+/// The tests' job: `index`, `instances` x `gpus` GPUs, submitted at 0 s,
+/// 10 s of run (of the trace too), resumable, not protected.
+#[cfg(test)]
+impl PlannedJob {
+    pub(crate) fn example(index: usize, instances: u32, gpus: u32) -> PlannedJob {
+        PlannedJob {
+            index,
+            name: format!("j{index}"),
+            instances,
+            gpus,
+            account: None,
+            trace_offset_s: 0.0,
+            trace_duration_s: 10.0,
+            submit_s: 0.0,
+            run_s: 10.0,
+            min_runtime_s: 0,
+            resumable: true,
+            time_limit_min: 2,
+        }
+    }
+}
+
 impl PlannedJob {
     pub fn shape(&self) -> JobShape {
         JobShape::new(self.instances, self.gpus)
@@ -103,6 +125,27 @@ pub struct Plan {
     pub window_trace_start_s: f64,
     pub window_trace_end_s: f64,
     pub compression: Compression,
+}
+
+/// The tests' plan: `jobs` at `speedup`, nothing skipped, raised or cut,
+/// a window of 0 trace seconds, `--min-run 1s`, no `--max-run`.
+#[cfg(test)]
+impl Plan {
+    pub(crate) fn example(jobs: Vec<PlannedJob>, speedup: f64) -> Plan {
+        Plan {
+            jobs,
+            skipped_too_large: 0,
+            raised_to_min_run: 0,
+            cut_to_max_run: 0,
+            window_trace_start_s: 0.0,
+            window_trace_end_s: 0.0,
+            compression: Compression {
+                speedup,
+                min_run_s: 1.0,
+                max_run_s: None,
+            },
+        }
+    }
 }
 
 impl Plan {

@@ -470,10 +470,10 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
         completion: Completion::read(info.completion_log, &submitted, &preempted_cancel),
         ..Default::default()
     };
-    let (window, name) = if obs.peak.time_s > 0.0 {
-        (obs.peak, "peak")
+    let (window, name) = if obs.figures.peak.time_s > 0.0 {
+        (obs.figures.peak, "peak")
     } else {
-        (obs.busy, "busy")
+        (obs.figures.busy, "busy")
     };
     let avg = |x: f64| {
         if window.time_s > 0.0 {
@@ -486,13 +486,13 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
     r.agu = avg(window.util_s);
     r.wcc_coverage = avg(window.wcc_s);
     r.metric_window = name.into();
-    r.peak_s = obs.peak.time_s;
-    r.busy_s = obs.busy.time_s;
-    r.max_n_sif = obs.max_n_sif;
-    r.max_n_sif_under_wcc = obs.max_n_sif_wcc;
-    r.max_n_sif_under_wcc_settled = obs.max_n_sif_wcc_settled;
-    r.max_n_sif_under_wcc_settled_kept = obs.max_n_sif_wcc_settled_kept;
-    r.over_bound_by_choice_s = obs.over_bound_by_choice_s;
+    r.peak_s = obs.figures.peak.time_s;
+    r.busy_s = obs.figures.busy.time_s;
+    r.max_n_sif = obs.figures.max_n_sif;
+    r.max_n_sif_under_wcc = obs.figures.max_n_sif_wcc;
+    r.max_n_sif_under_wcc_settled = obs.figures.max_n_sif_wcc_settled;
+    r.max_n_sif_under_wcc_settled_kept = obs.figures.max_n_sif_wcc_settled_kept;
+    r.over_bound_by_choice_s = obs.figures.over_bound_by_choice_s;
     r.mean_n_sif = r.afr * f64::from(r.nodes);
     r.unsettled_share = avg(window.unsettled_s);
     r.causes.in_flight_share = avg(window.in_flight_s);
@@ -570,8 +570,8 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
     let migrated = info.log.as_ref().map(|l| &l.migrations);
     r.requeue_cost = requeue_cost(plan, obs, migrated);
     r.causes.started_ahead = started_ahead(obs);
-    r.causes.fit_wait_s = obs.fit_wait_s;
-    r.causes.fit_wait_per_job_s = obs.fit_wait_s / (r.jobs.max(1) as f64);
+    r.causes.fit_wait_s = obs.figures.fit_wait_s;
+    r.causes.fit_wait_per_job_s = obs.figures.fit_wait_s / (r.jobs.max(1) as f64);
     if let Some(l) = &info.log {
         r.causes.held_jobs = l.held_tests.len() as u64;
         r.causes.held_tests = l.held_tests.values().map(|&v| u64::from(v)).sum();
@@ -613,7 +613,7 @@ fn pool_results(obs: &Observer, peak: bool) -> (Vec<PoolResult>, u64) {
         .zip(runs)
         .map(|(t, runs)| {
             let d = &t.def;
-            let w = if peak { t.peak } else { t.busy };
+            let w = if peak { t.figures.peak } else { t.figures.busy };
             let avg = |x: f64| if w.time_s > 0.0 { x / w.time_s } else { 0.0 };
             let m = d.modelled;
             let afr = avg(w.sif_s);
@@ -632,12 +632,12 @@ fn pool_results(obs: &Observer, peak: bool) -> (Vec<PoolResult>, u64) {
                 mean_n_sif: m.then_some(afr * d.nodes.len() as f64),
                 agu: avg(w.util_s),
                 wcc_coverage: m.then(|| avg(w.wcc_s)),
-                max_n_sif: m.then_some(t.max_n_sif),
-                max_n_sif_under_wcc: t.max_n_sif_wcc,
-                max_n_sif_under_wcc_settled: t.max_n_sif_wcc_settled,
-                max_n_sif_under_wcc_settled_kept: t.max_n_sif_wcc_settled_kept,
-                over_bound_by_choice_s: t.over_bound_by_choice_s,
-                fit_wait_s: t.fit_wait_s,
+                max_n_sif: m.then_some(t.figures.max_n_sif),
+                max_n_sif_under_wcc: t.figures.max_n_sif_wcc,
+                max_n_sif_under_wcc_settled: t.figures.max_n_sif_wcc_settled,
+                max_n_sif_under_wcc_settled_kept: t.figures.max_n_sif_wcc_settled_kept,
+                over_bound_by_choice_s: t.figures.over_bound_by_choice_s,
+                fit_wait_s: t.figures.fit_wait_s,
             }
         })
         .collect();
@@ -1337,35 +1337,10 @@ mod tests {
 
     #[test]
     fn requeue_cost_from_the_runs() {
-        use super::super::plan::{Compression, PlannedJob};
+        use super::super::plan::PlannedJob;
         use super::super::slurm::JobObs;
-        let planned = |index: usize| PlannedJob {
-            index,
-            name: format!("j{index}"),
-            instances: 1,
-            gpus: 4,
-            account: None,
-            trace_offset_s: 0.0,
-            trace_duration_s: 10.0,
-            submit_s: 0.0,
-            run_s: 10.0,
-            min_runtime_s: 0,
-            resumable: true,
-            time_limit_min: 2,
-        };
-        let plan = Plan {
-            jobs: vec![planned(0), planned(1)],
-            skipped_too_large: 0,
-            raised_to_min_run: 0,
-            cut_to_max_run: 0,
-            window_trace_start_s: 0.0,
-            window_trace_end_s: 0.0,
-            compression: Compression {
-                speedup: 60.0,
-                min_run_s: 1.0,
-                max_run_s: None,
-            },
-        };
+        let planned = |index: usize| PlannedJob::example(index, 1, 4);
+        let plan = Plan::example(vec![planned(0), planned(1)], 60.0);
         let obs = |id, state: &str, restarts, run, node: &str| JobObs {
             id,
             name: String::new(),
@@ -1428,43 +1403,21 @@ mod tests {
 
     #[test]
     fn the_bound_is_checked_per_pool_and_names_the_pool_that_broke_it() {
-        use super::super::plan::{Compression, PlannedJob};
+        use super::super::plan::PlannedJob;
         use super::super::slurm::JobObs;
         use compass_core::placement::pools::NodeGpus;
         use compass_slurm::state::{PoolView, PublishedState};
-        let planned = |index: usize, g: u32| PlannedJob {
-            index,
-            name: format!("j{index}"),
-            instances: 1,
-            gpus: g,
-            account: None,
-            trace_offset_s: 0.0,
-            trace_duration_s: 10.0,
-            submit_s: 0.0,
-            run_s: 10.0,
-            min_runtime_s: 0,
-            resumable: true,
-            time_limit_min: 2,
-        };
+        let planned = |index: usize, g: u32| PlannedJob::example(index, 1, g);
         // four 1-GPU jobs on four a100 nodes (partial 4, Phi* 1: N*SIF 3
         // under WCC); two 2-GPU jobs on two l40s nodes (partial 2, Phi* 0:
         // N*SIF 2, the bound)
-        let plan = Plan {
-            jobs: (0..4)
+        let plan = Plan::example(
+            (0..4)
                 .map(|i| planned(i, 1))
                 .chain((4..6).map(|i| planned(i, 2)))
                 .collect(),
-            skipped_too_large: 0,
-            raised_to_min_run: 0,
-            cut_to_max_run: 0,
-            window_trace_start_s: 0.0,
-            window_trace_end_s: 0.0,
-            compression: Compression {
-                speedup: 60.0,
-                min_run_s: 1.0,
-                max_run_s: None,
-            },
-        };
+            60.0,
+        );
         let mut nodes: Vec<(String, NodeGpus)> = (1..=4)
             .map(|k| (format!("a{k}"), NodeGpus::new(8, Some("a100"))))
             .collect();

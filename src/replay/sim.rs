@@ -138,22 +138,15 @@ pub fn simulate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replay::plan::{Compression, PlannedJob};
+    use crate::replay::plan::PlannedJob;
 
     fn job(index: usize, submit_s: f64, run_s: f64, w: u32, g: u32) -> PlannedJob {
         PlannedJob {
-            index,
-            name: format!("j{index}"),
-            instances: w,
-            gpus: g,
-            account: None,
             trace_offset_s: submit_s,
             trace_duration_s: run_s,
             submit_s,
             run_s,
-            min_runtime_s: 0,
-            resumable: true,
-            time_limit_min: 2,
+            ..PlannedJob::example(index, w, g)
         }
     }
 
@@ -161,17 +154,8 @@ mod tests {
     fn the_submitted_jobs_simulate_with_their_waits() {
         // two whole-node jobs on one node: the second waits for the first
         let plan = Plan {
-            jobs: vec![job(0, 0.0, 10.0, 1, 8), job(1, 1.0, 10.0, 1, 8)],
-            skipped_too_large: 0,
-            raised_to_min_run: 0,
-            cut_to_max_run: 0,
-            window_trace_start_s: 0.0,
             window_trace_end_s: 1.0,
-            compression: Compression {
-                speedup: 1.0,
-                min_run_s: 1.0,
-                max_run_s: None,
-            },
+            ..Plan::example(vec![job(0, 0.0, 10.0, 1, 8), job(1, 1.0, 10.0, 1, 8)], 1.0)
         };
         let s = simulate(&plan, 1, 8, "best-fit", 5.0).unwrap();
         assert_eq!(s.policy, "best-fit");

@@ -9,6 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use compass_lab_support::Release;
+pub use compass_lab_support::{artifact, keep, repo_root};
 use serde_json::Value;
 
 /// `default`, or `COMPASS_REPLAY_LAB_PORT_BASE + default % 1000` when set
@@ -20,70 +22,23 @@ pub fn port(default: u32) -> u32 {
         .map_or(default, |b| b + default % 1000)
 }
 
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+/// The Slurm release this build is for (build.rs reads it from the
+/// headers); the labs run it.
+fn slurm() -> Release {
+    Release::of(env!("COMPASS_SLURM_VERSION"))
 }
 
-/// The Slurm release this build is for ("22.05", "24.11"; build.rs reads
-/// it from the headers): the labs run it (`LAB_SLURM`).
+/// That release's name ("22.05", "24.11").
 pub fn release() -> &'static str {
-    let v = env!("COMPASS_SLURM_VERSION");
-    v.get(..5).unwrap_or(v)
-}
-
-/// Where that release is installed: `None` for Debian 12's 22.05 (`/usr`),
-/// else `LAB_SLURM_PREFIX` or `/opt/slurm-<release>` (contrib/build-slurm.sh).
-pub fn prefix() -> Option<PathBuf> {
-    (release() != "22.05").then(|| {
-        std::env::var_os("LAB_SLURM_PREFIX")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(format!("/opt/slurm-{}", release())))
-    })
+    slurm().name()
 }
 
 /// Panics with what to run when the test cannot start a lab: not root, or
 /// the release not installed.
 pub fn require_lab() {
-    assert!(
-        geteuid() == 0,
-        "the replay lab tests need root (they start munge, slurmctld and slurmd)"
-    );
-    match prefix() {
-        None => assert!(
-            Path::new("/usr/sbin/slurmctld-wlm").exists(),
-            "Slurm is not installed: run contrib/install-slurm-deps.sh"
-        ),
-        Some(p) => assert!(
-            p.join("sbin/slurmctld").exists(),
-            "Slurm {} is not in {}: run contrib/build-slurm.sh {}",
-            release(),
-            p.display(),
-            release()
-        ),
+    if let Some(why) = slurm().unavailable() {
+        panic!("the replay lab tests cannot run: {why}");
     }
-}
-
-/// A plugin library built by this cargo invocation: the newest copy next to
-/// the test executable (deps/ or the profile directory).
-pub fn artifact(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe path");
-    let deps = exe.parent().expect("deps dir");
-    let mut found: Vec<(std::time::SystemTime, PathBuf)> = [
-        deps.to_path_buf(),
-        deps.parent().expect("profile dir").to_path_buf(),
-    ]
-    .into_iter()
-    .map(|d| d.join(name))
-    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-    .collect();
-    found.sort();
-    found.pop().map(|(_, p)| p).unwrap_or_else(|| {
-        panic!(
-            "{name} is not built next to {}: run `cargo build -p compass-select -p compass-spank` \
-             (cargo test --workspace builds it)",
-            exe.display()
-        )
-    })
 }
 
 /// One lab cluster; `slurm-lab.sh down` when dropped (panics included).
@@ -102,22 +57,20 @@ impl Lab {
         std::fs::create_dir_all(&dir).expect("lab dir");
         let lab = Lab { dir };
         let root = repo_root();
-        let mut cmd = Command::new(root.join("contrib/slurm-lab.sh"));
-        cmd.arg("up")
-            .arg(&lab.dir)
-            .env("LAB_SLURM", release())
-            .env("LAB_PORT_BASE", port_base.to_string())
-            .envs(env.iter().copied());
+        let mut all: Vec<(&str, PathBuf)> = vec![("LAB_PORT_BASE", port_base.to_string().into())];
+        all.extend(env.iter().map(|(k, v)| (*k, PathBuf::from(v))));
         if compass {
-            cmd.env(
-                "COMPASS_SELECT_SO",
-                artifact("libselect_cons_tres_compass.so"),
-            )
-            .env("COMPASS_SPANK_SO", artifact("libcompass_spank.so"))
-            .env("COMPASS_JOB_SUBMIT_LUA", root.join("etc/job_submit.lua"))
-            .env("COMPASS_CONF", root.join("tests/replay-compass.conf"));
+            all.extend([
+                (
+                    "COMPASS_SELECT_SO",
+                    artifact("libselect_cons_tres_compass.so"),
+                ),
+                ("COMPASS_SPANK_SO", artifact("libcompass_spank.so")),
+                ("COMPASS_JOB_SUBMIT_LUA", root.join("etc/job_submit.lua")),
+                ("COMPASS_CONF", root.join("tests/replay-compass.conf")),
+            ]);
         }
-        let out = cmd.output().expect("run contrib/slurm-lab.sh");
+        let out = slurm().slurm_lab("up", &lab.dir, all);
         assert!(
             out.status.success(),
             "lab {name} up failed: {}{}",
@@ -135,33 +88,21 @@ impl Lab {
     pub fn state_file(&self) -> PathBuf {
         self.dir.join("run/compass-state.json")
     }
+
+    /// `compass replay --cluster` for this lab: `name=slurm.conf`, with
+    /// `:state file` on a compass cluster.
+    pub fn cluster_arg(&self, name: &str, compass: bool) -> String {
+        let mut arg = format!("{name}={}", self.conf().display());
+        if compass {
+            arg.push_str(&format!(":{}", self.state_file().display()));
+        }
+        arg
+    }
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let out = Command::new(repo_root().join("contrib/slurm-lab.sh"))
-            .arg("down")
-            .arg(&self.dir)
-            .output();
-        if let Ok(o) = &out {
-            if !o.status.success() {
-                eprintln!("lab down: {}", String::from_utf8_lossy(&o.stderr));
-            }
-        }
-        if keep() {
-            eprintln!("lab kept (COMPASS_KEEP_LAB): {}", self.dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-/// Keep the labs and the replay's output: `COMPASS_KEEP_LAB=1` when the
-/// test fails, `COMPASS_KEEP_LAB=always` also when it passes.
-pub fn keep() -> bool {
-    match std::env::var("COMPASS_KEEP_LAB") {
-        Ok(v) => v == "always" || std::thread::panicking(),
-        Err(_) => false,
+        slurm().down(&self.dir);
     }
 }
 
@@ -184,20 +125,12 @@ impl Drop for TempDir {
     }
 }
 
-pub fn geteuid() -> u32 {
-    extern "C" {
-        fn geteuid() -> u32;
-    }
-    // SAFETY: geteuid has no preconditions.
-    unsafe { geteuid() }
-}
-
 /// `compass replay` with `args`, on PATH the release's clients; asserts it
 /// succeeded (stdout and the tail of stderr otherwise) and returns stdout
 /// and `OUT/report.json`.
 pub fn replay(args: &[std::ffi::OsString], out: &Path) -> (String, Value) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_compass"));
-    if let Some(p) = prefix() {
+    if let Some(p) = slurm().prefix() {
         // `compass replay` runs sbatch, squeue, ... of the release's prefix.
         let path = std::env::var("PATH").unwrap_or_default();
         cmd.env("PATH", format!("{}:{path}", p.join("bin").display()));
@@ -253,4 +186,13 @@ pub fn cluster<'a>(report: &'a Value, name: &str) -> &'a Value {
         .iter()
         .find(|c| c["name"] == name)
         .unwrap_or_else(|| panic!("cluster {name} in report.json"))
+}
+
+/// Whether the report's plan has a job of `instances` x `gpus` GPUs.
+pub fn plan_has(report: &Value, instances: u64, gpus: u64) -> bool {
+    report["plan"]["jobs"]
+        .as_array()
+        .expect("plan jobs")
+        .iter()
+        .any(|j| j["instances"].as_u64() == Some(instances) && j["gpus"].as_u64() == Some(gpus))
 }

@@ -9,73 +9,33 @@
 //! to `B + (its own base mod 1000)` (as the select plugin's lab tests), so
 //! several checkouts can run them on one host.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use compass_budget::auth::Authenticator;
 use compass_budget::{BudgetError, Result};
 use compass_core::fairshare::NodeSpec;
+use compass_lab_support::Release;
+pub use compass_lab_support::{lossy, repo_root};
 
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .expect("repo root")
+/// The Slurm release this build links; the lab runs it.
+fn slurm() -> Release {
+    Release::of(slurm_sys::RELEASE)
 }
 
-pub fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// The Slurm release ("22.05", "24.11") this build links; the lab runs it
-/// (`LAB_SLURM` of `contrib/slurm-lab.sh`).
+/// The Slurm release ("22.05", "24.11") this build links.
 pub fn release() -> &'static str {
-    &slurm_sys::RELEASE[..5]
-}
-
-/// Where that release is installed: `None` for Debian 12's 22.05 (`/usr`),
-/// else `LAB_SLURM_PREFIX` or `/opt/slurm-<release>` (contrib/build-slurm.sh).
-fn prefix() -> Option<PathBuf> {
-    (release() != "22.05").then(|| {
-        std::env::var_os("LAB_SLURM_PREFIX")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(format!("/opt/slurm-{}", release())))
-    })
+    slurm().name()
 }
 
 /// A Slurm client (`sbatch`, `squeue`, ...) of that release.
 pub fn client(prog: &str) -> PathBuf {
-    match prefix() {
-        Some(p) => p.join("bin").join(prog),
-        None => PathBuf::from(prog),
-    }
+    slurm().client(prog)
 }
 
 /// Why this host cannot run a lab test, if it cannot.
 pub fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root (starts munge, slurmctld and slurmd)".into());
-    }
-    let (bins, how) = match prefix() {
-        None => (
-            vec![
-                PathBuf::from("/usr/sbin/slurmctld-wlm"),
-                PathBuf::from("/usr/sbin/slurmd-wlm"),
-            ],
-            "contrib/install-slurm-deps.sh".to_string(),
-        ),
-        Some(p) => (
-            vec![p.join("sbin/slurmctld"), p.join("sbin/slurmd")],
-            format!("contrib/build-slurm.sh {}", release()),
-        ),
-    };
-    for bin in bins {
-        if !bin.exists() {
-            return Some(format!("{} missing: run {how}", bin.display()));
-        }
-    }
-    None
+    slurm().unavailable()
 }
 
 /// Refuses every write: the lab tests drive the state directly.
@@ -97,7 +57,20 @@ pub fn spec(name: &str, parent: Option<&str>, share: f64, account: Option<&str>)
     }
 }
 
+/// Why this host cannot run `test`, printed as `SKIPPED test: why`; false
+/// when it can.
+pub fn skipped(test: &str) -> bool {
+    match skip_reason() {
+        Some(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            true
+        }
+        None => false,
+    }
+}
+
 /// What cluster to start.
+#[derive(Default)]
 pub struct LabSpec {
     /// Names the scratch directory (`<tmp>/<tag>-<pid>`).
     pub tag: &'static str,
@@ -107,6 +80,40 @@ pub struct LabSpec {
     pub gpus: u32,
     /// More environment for `slurm-lab.sh` (plugins, compass.conf, ...).
     pub env: Vec<(&'static str, PathBuf)>,
+    /// Lines of `etc/slurm-budget.conf` replaced for this cluster: (the
+    /// whole line, what stands in its place). Each line must be there.
+    pub conf_replace: Vec<(&'static str, &'static str)>,
+    /// slurm.conf lines after `etc/slurm-budget.conf`'s (a partition,
+    /// `PreemptType`, ...).
+    pub conf_extra: &'static str,
+}
+
+/// `etc/slurm-budget.conf` minus MinJobAge (the lab template sets it),
+/// with `spec`'s replacements and extra lines: the cluster's
+/// `LAB_EXTRA_CONF`.
+fn extra_conf(spec: &LabSpec) -> String {
+    let budget = std::fs::read_to_string(repo_root().join("etc/slurm-budget.conf"))
+        .expect("etc/slurm-budget.conf");
+    for (line, _) in &spec.conf_replace {
+        assert!(
+            budget.lines().any(|l| l == *line),
+            "etc/slurm-budget.conf has no line {line}"
+        );
+    }
+    let mut extra: String = budget
+        .lines()
+        .filter(|l| !l.starts_with("MinJobAge"))
+        .map(|l| {
+            let l = spec
+                .conf_replace
+                .iter()
+                .find(|(line, _)| *line == l)
+                .map_or(l, |(_, to)| *to);
+            format!("{l}\n")
+        })
+        .collect();
+    extra.push_str(spec.conf_extra);
+    extra
 }
 
 /// The lab cluster; `down` on drop.
@@ -127,15 +134,7 @@ impl Lab {
         let dir = std::env::temp_dir().join(format!("{}-{}", spec.tag, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("lab dir");
-        // etc/slurm-budget.conf minus MinJobAge (the lab template sets it).
-        let budget = std::fs::read_to_string(repo_root().join("etc/slurm-budget.conf"))
-            .expect("etc/slurm-budget.conf");
-        let extra: String = budget
-            .lines()
-            .filter(|l| !l.starts_with("MinJobAge"))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        std::fs::write(dir.join("budget.conf"), extra).expect("write budget.conf");
+        std::fs::write(dir.join("budget.conf"), extra_conf(&spec)).expect("write budget.conf");
         let lab = Lab {
             conf: dir.join("etc/slurm.conf"),
             dir,
@@ -153,17 +152,14 @@ impl Lab {
 
     /// `contrib/slurm-lab.sh CMD LAB` with this cluster's settings.
     pub fn script(&self, cmd: &str) -> Output {
-        Command::new(repo_root().join("contrib/slurm-lab.sh"))
-            .arg(cmd)
-            .arg(&self.dir)
-            .env("LAB_SLURM", release())
-            .env("LAB_PORT_BASE", self.spec.port_base.to_string())
-            .env("LAB_NODES", self.spec.nodes.to_string())
-            .env("LAB_GPUS", self.spec.gpus.to_string())
-            .env("LAB_EXTRA_CONF", self.dir.join("budget.conf"))
-            .envs(self.spec.env.iter().map(|(k, v)| (*k, v)))
-            .output()
-            .expect("run contrib/slurm-lab.sh")
+        let mut env = vec![
+            ("LAB_PORT_BASE", self.spec.port_base.to_string().into()),
+            ("LAB_NODES", self.spec.nodes.to_string().into()),
+            ("LAB_GPUS", self.spec.gpus.to_string().into()),
+            ("LAB_EXTRA_CONF", self.dir.join("budget.conf")),
+        ];
+        env.extend(self.spec.env.iter().cloned());
+        slurm().slurm_lab(cmd, &self.dir, env)
     }
 
     /// A Slurm client command against this cluster.
@@ -222,14 +218,21 @@ impl Lab {
         )
     }
 
+    /// `sbatch` of a `sleep 600` job of `account` with `args`; its id.
+    pub fn sbatch(&self, account: &str, args: &[&str]) -> u64 {
+        let mut all = vec!["--parsable", "-o", "/dev/null", "-A", account];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--wrap", "sleep 600"]);
+        self.ok("sbatch", &all).trim().parse().expect("job id")
+    }
+
     /// A held job tagged with `min_runtime` and `resumable` (what
     /// job_submit.lua writes for `--min-runtime` and `--resumable`), then
     /// released.
     pub fn tagged(&self, account: &str, min_runtime: u32, resumable: bool, args: &[&str]) -> u64 {
-        let mut all = vec!["--parsable", "-H", "-o", "/dev/null", "-A", account];
+        let mut all = vec!["-H"];
         all.extend_from_slice(args);
-        all.extend_from_slice(&["--wrap", "sleep 600"]);
-        let id: u64 = self.ok("sbatch", &all).trim().parse().expect("job id");
+        let id = self.sbatch(account, &all);
         let tag = format!(
             "AdminComment=compass:min_runtime={min_runtime},resumable={}",
             u8::from(resumable)
@@ -242,8 +245,7 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let _ = self.script("down");
-        let _ = std::fs::remove_dir_all(&self.dir);
+        slurm().down(&self.dir);
     }
 }
 
@@ -277,6 +279,56 @@ pub fn service_state(
         .edit_tree("root", "import", "lab tree", now, |_| Ok(tree))
         .expect("tree");
     state
+}
+
+/// A tree of one root, `org`, over `teams` (name and share; each team's
+/// Slurm account is its name).
+pub fn org_tree(teams: &[(&str, f64)]) -> Vec<NodeSpec> {
+    std::iter::once(spec("org", None, 1.0, None))
+        .chain(
+            teams
+                .iter()
+                .map(|(team, share)| spec(team, Some("org"), *share, Some(team))),
+        )
+        .collect()
+}
+
+/// The service a lab test runs beside its cluster.
+pub struct ServiceSpec {
+    /// More TOML lines for its config (see [`service_state`]).
+    pub config: &'static str,
+    pub tree: Vec<NodeSpec>,
+    /// Whether the cycle requeues and cancels through libslurm
+    /// (`Cycle::with_actions`), or only reads and pushes priorities.
+    pub act: bool,
+}
+
+/// The service reading a lab through libslurm: its reader, state and
+/// cycle (not stepped yet).
+pub struct Service {
+    pub slurm: std::sync::Arc<compass_budget::slurm::libslurm::LibSlurm>,
+    pub state: std::sync::Arc<compass_budget::state::AppState>,
+    pub cycle: compass_budget::cycle::Cycle,
+}
+
+impl Lab {
+    /// A fresh [`Service`] on this cluster. libslurm is initialised once
+    /// per process: one call per test binary.
+    pub fn service(&self, spec: ServiceSpec) -> Service {
+        use compass_budget::cycle::Cycle;
+        use compass_budget::slurm::libslurm::LibSlurm;
+        let slurm = std::sync::Arc::new(LibSlurm::new(Some(self.conf.clone())));
+        let state = service_state(self, spec.config, spec.tree);
+        let mut cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone());
+        if spec.act {
+            cycle = cycle.with_actions(slurm.clone());
+        }
+        Service {
+            slurm,
+            state,
+            cycle,
+        }
+    }
 }
 
 /// Steps `cycle` until `ok` holds (about twice a second); fails with the

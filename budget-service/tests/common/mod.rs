@@ -1,14 +1,64 @@
-//! Test helpers: temporary directories, a private munged, the real
-//! compass-budgetd binary. Everything is torn down on drop, even when a test
-//! fails.
+//! Test helpers: a service state over an in-memory ledger, temporary
+//! directories, a private munged, the real compass-budgetd binary.
+//! Everything is torn down on drop, even when a test fails.
 #![allow(dead_code)]
 
 pub mod lab;
 
+/// The tests' authenticator (refuses every write) and tree nodes (not
+/// every test binary uses them).
+#[allow(unused_imports)]
+pub use lab::{spec, NoAuth};
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use compass_budget::auth::Authenticator;
+use compass_budget::config::Config;
+use compass_budget::db::Db;
+use compass_budget::state::{AppState, TestClock};
+use compass_core::fairshare::NodeSpec;
+
+/// Takes the credential as the user name (tests only).
+pub struct NameAuth;
+
+impl Authenticator for NameAuth {
+    fn authenticate(&self, credential: &str, _payload: &[u8]) -> compass_budget::Result<String> {
+        if credential.is_empty() {
+            return Err(compass_budget::BudgetError::Unauthenticated(
+                "empty credential".into(),
+            ));
+        }
+        Ok(credential.to_string())
+    }
+}
+
+/// A service state for a test: `config` over an in-memory ledger, `auth`,
+/// a test clock at `t0`, and `tree` imported at `t0` (nothing when empty).
+pub fn test_state(
+    config: Config,
+    auth: impl Authenticator + 'static,
+    t0: i64,
+    tree: Vec<NodeSpec>,
+) -> (Arc<AppState>, Arc<TestClock>) {
+    let clock = Arc::new(TestClock::new(t0));
+    let state = AppState::new(
+        config,
+        Db::open_in_memory().unwrap(),
+        Arc::new(auth),
+        clock.clone(),
+    );
+    if !tree.is_empty() {
+        state
+            .db()
+            .edit_tree("root", "import", "test tree", t0, |_| Ok(tree.clone()))
+            .unwrap();
+    }
+    (state, clock)
+}
 
 pub struct TempDir(pub PathBuf);
 

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{lossy, release};
+use common::{lossy, release, repo_root, slurm};
 
 /// The plugins of the other release, or a panic saying how to get them.
 fn other_plugin(name: &str) -> PathBuf {
@@ -52,13 +52,6 @@ fn other_release() -> &'static str {
     }
 }
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("repo root")
-}
-
 /// Ports past those of lab.rs (`COMPASS_LAB_PORT_BASE` + 0..790).
 fn port_base(offset: u32) -> u32 {
     std::env::var("COMPASS_LAB_PORT_BASE")
@@ -78,7 +71,7 @@ struct Scratch {
 impl Scratch {
     fn new(name: &str, port: u32) -> Scratch {
         assert!(
-            common::is_root(),
+            compass_lab_support::is_root(),
             "lab tests need root (they start munge, slurmctld and slurmd)"
         );
         let dir =
@@ -89,20 +82,16 @@ impl Scratch {
     }
 
     fn lab(&self, cmd: &str, env: &[(&str, PathBuf)]) -> Output {
-        let root = repo_root();
-        Command::new(root.join("contrib/slurm-lab.sh"))
-            .arg(cmd)
-            .arg(&self.dir)
-            .env("LAB_SLURM", release())
-            .env("LAB_PORT_BASE", self.port.to_string())
-            .env("LAB_NODES", "2")
-            .env(
+        let mut all: Vec<(&str, PathBuf)> = vec![
+            ("LAB_PORT_BASE", self.port.to_string().into()),
+            ("LAB_NODES", "2".into()),
+            (
                 "COMPASS_CONF",
-                root.join("slurm-plugin/tests/lab-compass.conf"),
-            )
-            .envs(env.iter().map(|(k, v)| (*k, v)))
-            .output()
-            .expect("run contrib/slurm-lab.sh")
+                repo_root().join("slurm-plugin/tests/lab-compass.conf"),
+            ),
+        ];
+        all.extend_from_slice(env);
+        slurm().slurm_lab(cmd, &self.dir, all)
     }
 
     fn ctld_log(&self) -> String {
@@ -119,10 +108,7 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = self.lab("down", &[]);
-        if !(std::thread::panicking() && std::env::var_os("COMPASS_KEEP_LAB").is_some()) {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
+        slurm().down(&self.dir);
     }
 }
 

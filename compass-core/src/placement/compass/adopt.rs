@@ -25,15 +25,7 @@ impl CompassEngine {
             });
         }
         let planned = self.plan(job, None)?;
-        self.occ.add(job, nodes.to_vec())?;
-        self.meta.insert(
-            job.id,
-            JobMeta {
-                gpus: job.shape.gpus,
-                movable: job.movable,
-                foreign: false,
-            },
-        );
+        self.record_job(job, nodes.to_vec())?;
         let g = job.shape.gpus;
         for (k, &n) in nodes.iter().enumerate() {
             let inst = InstanceRef {

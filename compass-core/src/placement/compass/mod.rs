@@ -353,6 +353,21 @@ impl CompassEngine {
         self.place_impl(job, Some(allowed), true)
     }
 
+    /// Records a job of ours on `nodes` (one per instance): its occupancy
+    /// and metadata (placed by the engine, or adopted where Slurm put it).
+    fn record_job(&mut self, job: &JobRequest, nodes: Vec<NodeId>) -> Result<()> {
+        self.occ.add(job, nodes)?;
+        self.meta.insert(
+            job.id,
+            JobMeta {
+                gpus: job.shape.gpus,
+                movable: job.movable,
+                foreign: false,
+            },
+        );
+        Ok(())
+    }
+
     fn place_impl(
         &mut self,
         job: &JobRequest,
@@ -365,15 +380,7 @@ impl CompassEngine {
             self.rollback(undo);
             return Ok(None);
         };
-        self.occ.add(job, nodes.clone())?;
-        self.meta.insert(
-            job.id,
-            JobMeta {
-                gpus: job.shape.gpus,
-                movable: job.movable,
-                foreign: false,
-            },
-        );
+        self.record_job(job, nodes.clone())?;
         self.reindex_job(job.id);
         if keep_within {
             self.set_allowed(job.id, allowed)?;

@@ -11,80 +11,44 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use compass_lab_support::Release;
+pub use compass_lab_support::{artifact, lossy, repo_root};
+
 /// One lab at a time per test binary (they share CPU and munge load).
 static SERIAL: Mutex<()> = Mutex::new(());
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("repo root")
+/// The Slurm release the plugins of this build are for; the lab runs it.
+pub fn slurm() -> Release {
+    Release::of(slurm_sys::RELEASE)
 }
 
-/// The Slurm release ("22.05", "24.11") the plugins of this build are for;
-/// the lab runs it (`LAB_SLURM` of `contrib/slurm-lab.sh`).
+/// That release's name ("22.05", "24.11").
 pub fn release() -> &'static str {
-    &slurm_sys::RELEASE[..5]
+    slurm().name()
 }
 
 /// A Slurm client (`sbatch`, `squeue`, ...) of that release.
 pub fn client(prog: &str) -> PathBuf {
-    if release() == "22.05" {
-        PathBuf::from(prog)
-    } else {
-        let prefix = std::env::var("LAB_SLURM_PREFIX")
-            .unwrap_or_else(|_| format!("/opt/slurm-{}", release()));
-        Path::new(&prefix).join("bin").join(prog)
-    }
+    slurm().client(prog)
 }
 
-/// Whether this process runs as root (the labs need it).
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc_geteuid() == 0 }
-}
-
-/// Once per process: `LAB_SLURM` for slurm-lab.sh and, for a release built
-/// into a prefix, its clients (sbatch, scontrol, ...) first in PATH.
+/// Once per process: for a release built into a prefix, its clients
+/// (sbatch, scontrol, ...) first in PATH.
 fn select_release() {
     static DONE: std::sync::Once = std::sync::Once::new();
     DONE.call_once(|| {
-        std::env::set_var("LAB_SLURM", release());
-        if release() != "22.05" {
-            let prefix = std::env::var("LAB_SLURM_PREFIX")
-                .unwrap_or_else(|_| format!("/opt/slurm-{}", release()));
+        if let Some(prefix) = slurm().prefix() {
             let path = std::env::var("PATH").unwrap_or_default();
-            std::env::set_var("PATH", format!("{prefix}/bin:{path}"));
+            std::env::set_var("PATH", format!("{}/bin:{path}", prefix.display()));
         }
     });
-}
-
-/// A plugin built by this `cargo test` (or `cargo run --example`): cargo
-/// leaves it in deps/ (target/debug/ may hold an older copy from a `cargo
-/// build`), so take the newest copy.
-fn artifact(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe path");
-    let deps = exe.parent().expect("deps dir");
-    let mut found: Vec<(std::time::SystemTime, PathBuf)> = [
-        deps.to_path_buf(),
-        deps.parent().expect("profile dir").to_path_buf(),
-    ]
-    .into_iter()
-    .map(|d| d.join(name))
-    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-    .collect();
-    found.sort();
-    found
-        .pop()
-        .map(|(_, p)| p)
-        .unwrap_or_else(|| panic!("{name} not built next to {}", exe.display()))
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -123,17 +87,10 @@ pub struct Lab {
 
 impl Lab {
     pub fn start(name: &str, opts: LabOptions) -> Lab {
-        assert!(
-            unsafe { libc_geteuid() } == 0,
-            "lab-cluster tests need root (they start munge, slurmctld and slurmd)"
-        );
-        select_release();
-        if release() == "22.05" {
-            assert!(
-                Path::new("/usr/sbin/slurmctld-wlm").exists(),
-                "Slurm is not installed: run contrib/install-slurm-deps.sh"
-            );
+        if let Some(why) = slurm().unavailable() {
+            panic!("lab-cluster tests cannot run: {why}");
         }
+        select_release();
         let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let k = NEXT.fetch_add(1, Ordering::SeqCst);
         let dir =
@@ -154,25 +111,24 @@ impl Lab {
             compass_conf: opts.conf,
             _serial: serial,
         };
-        let mut cmd = Command::new(root.join("contrib/slurm-lab.sh"));
-        cmd.arg("up")
-            .arg(&lab.dir)
-            .env("LAB_PORT_BASE", port_base.to_string())
-            .env("LAB_NODES", opts.nodes.to_string())
-            .env("COMPASS_SPANK_SO", artifact("libcompass_spank.so"))
-            .env("COMPASS_JOB_SUBMIT_LUA", root.join("etc/job_submit.lua"))
-            .env(
+        let mut env: Vec<(&str, PathBuf)> = vec![
+            ("LAB_PORT_BASE", port_base.to_string().into()),
+            ("LAB_NODES", opts.nodes.to_string().into()),
+            ("COMPASS_SPANK_SO", artifact("libcompass_spank.so")),
+            ("COMPASS_JOB_SUBMIT_LUA", root.join("etc/job_submit.lua")),
+            (
                 "COMPASS_CONF",
                 root.join("slurm-plugin/tests").join(opts.conf),
-            );
-        cmd.envs(opts.env.iter().copied());
+            ),
+        ];
+        env.extend(opts.env.iter().map(|(k, v)| (*k, PathBuf::from(v))));
         if opts.compass {
-            cmd.env(
+            env.push((
                 "COMPASS_SELECT_SO",
                 artifact("libselect_cons_tres_compass.so"),
-            );
+            ));
         }
-        let out = cmd.output().expect("run contrib/slurm-lab.sh");
+        let out = slurm().slurm_lab("up", &lab.dir, env);
         assert!(
             out.status.success(),
             "lab up failed: {}{}",
@@ -307,11 +263,7 @@ impl Lab {
     }
 
     pub fn restart_ctld(&self) {
-        let out = Command::new(repo_root().join("contrib/slurm-lab.sh"))
-            .arg("restart-ctld")
-            .arg(&self.dir)
-            .output()
-            .expect("restart-ctld");
+        let out = slurm().slurm_lab("restart-ctld", &self.dir, [] as [(&str, &str); 0]);
         assert!(out.status.success(), "restart-ctld: {}", lossy(&out.stderr));
     }
 
@@ -319,23 +271,24 @@ impl Lab {
     /// slurm.conf, slurmctld restarted), as an admin would.
     pub fn switch_to_compass(&self) {
         let root = repo_root();
-        let out = Command::new(root.join("contrib/slurm-lab.sh"))
-            .arg("switch")
-            .arg(&self.dir)
-            .env("LAB_PORT_BASE", self.port_base.to_string())
-            .env("LAB_NODES", self.nodes.to_string())
-            .env("COMPASS_SPANK_SO", artifact("libcompass_spank.so"))
-            .env("COMPASS_JOB_SUBMIT_LUA", root.join("etc/job_submit.lua"))
-            .env(
-                "COMPASS_CONF",
-                root.join("slurm-plugin/tests").join(self.compass_conf),
-            )
-            .env(
-                "COMPASS_SELECT_SO",
-                artifact("libselect_cons_tres_compass.so"),
-            )
-            .output()
-            .expect("switch");
+        let out = slurm().slurm_lab(
+            "switch",
+            &self.dir,
+            [
+                ("LAB_PORT_BASE", self.port_base.to_string().into()),
+                ("LAB_NODES", self.nodes.to_string().into()),
+                ("COMPASS_SPANK_SO", artifact("libcompass_spank.so")),
+                ("COMPASS_JOB_SUBMIT_LUA", root.join("etc/job_submit.lua")),
+                (
+                    "COMPASS_CONF",
+                    root.join("slurm-plugin/tests").join(self.compass_conf),
+                ),
+                (
+                    "COMPASS_SELECT_SO",
+                    artifact("libselect_cons_tres_compass.so"),
+                ),
+            ] as [(&str, PathBuf); 6],
+        );
         assert!(out.status.success(), "switch: {}", lossy(&out.stderr));
     }
 
@@ -353,31 +306,6 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let out = Command::new(repo_root().join("contrib/slurm-lab.sh"))
-            .arg("down")
-            .arg(&self.dir)
-            .output();
-        if let Ok(o) = &out {
-            if !o.status.success() {
-                eprintln!("lab down: {}", lossy(&o.stderr));
-            }
-        }
-        if std::thread::panicking() && std::env::var_os("COMPASS_KEEP_LAB").is_some() {
-            eprintln!(
-                "lab kept for inspection (COMPASS_KEEP_LAB): {}",
-                self.dir.display()
-            );
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
+        slurm().down(&self.dir);
     }
-}
-
-pub fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
 }
