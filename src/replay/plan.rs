@@ -360,8 +360,10 @@ pub fn build(
 /// `sbatch --time` for a wall run of `run_s`: twice the run plus a minute
 /// (checkpoint losses and restarts after migrations), in whole minutes, at
 /// least 2. Backfill plans with it; the job never needs it.
+/// (One rule with the simulator's `--remaining-run replay-limit`:
+/// [`compass_core::sim::replay_time_limit_for`].)
 pub fn time_limit_min(run_s: f64) -> u64 {
-    ((2.0 * run_s + 60.0) / 60.0).ceil().max(2.0) as u64
+    (compass_core::sim::replay_time_limit_for(run_s) / 60.0) as u64
 }
 
 /// The `sbatch` arguments of `job` (before the script and its arguments):
