@@ -952,13 +952,18 @@ mod tests {
             self.state.db().actions(Some(job), 100).unwrap()
         }
         fn seed_rich_usage(&self) {
+            self.seed_usage("rich", 8);
+        }
+        /// `account` ran `gpus` GPUs for most of the lookback window (job
+        /// 999, ended 100 s before T0).
+        fn seed_usage(&self, account: &str, gpus: u32) {
             self.state
                 .db()
                 .ingest(
                     &[Interval {
                         job: JobId(999),
-                        account: "rich".into(),
-                        gpus: 8,
+                        account: account.into(),
+                        gpus,
                         start: T0 - 3000,
                         end: Some(T0 - 100),
                         kind: Kind::Allocated,
@@ -1115,21 +1120,7 @@ mod tests {
         for (extra, preempts) in [("", true), ("[order]\nteam_order = \"ratio\"\n", false)] {
             let mut w = World::new(extra, Db::open_in_memory().unwrap());
             // poor used 16 GPUs for most of the window: the higher ratio.
-            w.state
-                .db()
-                .ingest(
-                    &[Interval {
-                        job: JobId(999),
-                        account: "poor".into(),
-                        gpus: 16,
-                        start: T0 - 3000,
-                        end: Some(T0 - 100),
-                        kind: Kind::Allocated,
-                        weight: 1.0,
-                    }],
-                    T0,
-                )
-                .unwrap();
+            w.seed_usage("poor", 16);
             // rich runs 16 GPUs (allocation 4.8); job 1 unprotected after 20 s.
             w.run(1, "rich", "n1", 8, 20, true, T0);
             w.run(2, "rich", "n2", 8, 3600, true, T0);

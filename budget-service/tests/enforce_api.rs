@@ -14,6 +14,7 @@ use common::{spec, test_state, NameAuth};
 use compass_budget::config::Config;
 use compass_budget::cycle::Cycle;
 use compass_budget::slurm::{FakeAction, FakeSlurm, SlurmJob};
+use compass_budget::state::{AppState, TestClock};
 use compass_core::model::JobId;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -49,10 +50,22 @@ async fn call(
     (status, v)
 }
 
-#[tokio::test]
-async fn node_fault_repaired_actions_and_why() {
+/// Teams `a` and `b` (half each, accounts `acct-a` and `acct-b`) on two
+/// nodes of 8 GPUs in `FakeSlurm` at `T0`, the service configured with
+/// `extra` after the common settings, a cycle that acts, and the API.
+struct World {
+    state: Arc<AppState>,
+    clock: Arc<TestClock>,
+    slurm: Arc<FakeSlurm>,
+    cycle: Cycle,
+    router: Router,
+}
+
+fn two_teams(extra: &str) -> World {
     let config = Config::parse(
-        "db = \":memory:\"\nadmins = [\"root\"]\ncapacity_gpus = 16\nwindow_s = 3600\n",
+        &format!(
+            "db = \":memory:\"\nadmins = [\"root\"]\ncapacity_gpus = 16\nwindow_s = 3600\n{extra}"
+        ),
         "test",
     )
     .unwrap();
@@ -70,9 +83,26 @@ async fn node_fault_repaired_actions_and_why() {
     slurm.add_node("n1", 8);
     slurm.add_node("n2", 8);
     slurm.set_now(T0);
-    let mut cycle =
-        Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
+    let cycle = Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
     let router = compass_budget::api::router(state.clone());
+    World {
+        state,
+        clock,
+        slurm,
+        cycle,
+        router,
+    }
+}
+
+#[tokio::test]
+async fn node_fault_repaired_actions_and_why() {
+    let World {
+        state,
+        clock,
+        slurm,
+        mut cycle,
+        router,
+    } = two_teams("");
 
     // Job 1: unallocated on n1; job 2: protected (600 s) on n2.
     slurm.put(SlurmJob::basic(JobId(1), "acct-a", 8, 0, true, 0, T0 - 100));
@@ -272,29 +302,13 @@ async fn node_fault_repaired_actions_and_why() {
 /// account outside the tree is not called protected.
 #[tokio::test]
 async fn dry_run_actions_and_accounts_outside_the_tree_in_the_api() {
-    let config = Config::parse(
-        "db = \":memory:\"\nadmins = [\"root\"]\ncapacity_gpus = 16\nwindow_s = 3600\n\
-         [protection]\nenforce = \"dry-run\"\n",
-        "test",
-    )
-    .unwrap();
-    let (state, clock) = test_state(
-        config,
-        NameAuth,
-        T0,
-        vec![
-            spec("org", None, 1.0, None),
-            spec("a", Some("org"), 0.5, Some("acct-a")),
-            spec("b", Some("org"), 0.5, Some("acct-b")),
-        ],
-    );
-    let slurm = Arc::new(FakeSlurm::new());
-    slurm.add_node("n1", 8);
-    slurm.add_node("n2", 8);
-    slurm.set_now(T0);
-    let mut cycle =
-        Cycle::new(state.clone(), slurm.clone(), slurm.clone()).with_actions(slurm.clone());
-    let router = compass_budget::api::router(state.clone());
+    let World {
+        clock,
+        slurm,
+        mut cycle,
+        router,
+        ..
+    } = two_teams("[protection]\nenforce = \"dry-run\"\n");
 
     // Job 1: unallocated on n1; job 2: account `ghost` (not in the tree),
     // min runtime 600 s, on n2.

@@ -1528,12 +1528,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_job_held_for_a_migration_is_released_to_slurm_after_the_limit() {
-        // The cluster is full; job 1's migration to n1 is in flight. Job 9
-        // is narrowed to nothing (the engine's GPUs are promised): it waits
-        // HOLD_LIMIT_S from its first refusal, then Slurm places it, away
-        // from the migration's target.
+    /// Four nodes full of 1 x 8 jobs 1-4 (started at 100); job 1's
+    /// migration to node 0 is in flight since 100.
+    fn full_with_job_1_moving_to_node_0() -> Controller {
         let mut c = ctl();
         for id in 1..=4 {
             run(&mut c, &job(id, 1, 8), 100);
@@ -1545,6 +1542,16 @@ mod tests {
             },
             100,
         );
+        c
+    }
+
+    #[test]
+    fn a_job_held_for_a_migration_is_released_to_slurm_after_the_limit() {
+        // The cluster is full; job 1's migration to n1 is in flight. Job 9
+        // is narrowed to nothing (the engine's GPUs are promised): it waits
+        // HOLD_LIMIT_S from its first refusal, then Slurm places it, away
+        // from the migration's target.
+        let mut c = full_with_job_1_moving_to_node_0();
         let all = NodeSet::full(4);
         assert_eq!(c.narrow(&job(9, 1, 8), &all), Ok(Some(NodeSet::empty(4))));
         assert!(!c.may_widen(9));
@@ -1580,17 +1587,7 @@ mod tests {
     fn a_hold_is_released_by_the_clock_even_if_slurm_does_not_ask_again() {
         // Refused once at a RUN_NOW test, then only planned by backfill on
         // its narrowed nodes (which it sees free later): the tick releases it.
-        let mut c = ctl();
-        for id in 1..=4 {
-            run(&mut c, &job(id, 1, 8), 100);
-        }
-        c.mark_migrating(
-            &MigrationOrder {
-                job: 1,
-                to_nodes: vec![0],
-            },
-            100,
-        );
+        let mut c = full_with_job_1_moving_to_node_0();
         let all = NodeSet::full(4);
         assert_eq!(c.hold(9, 101), Hold::Wait);
         c.tick(100 + HOLD_LIMIT_S);
