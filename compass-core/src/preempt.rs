@@ -556,8 +556,8 @@ fn job_yields(
 /// beyond its allocation a team's extra jobs add nothing owed, and a later
 /// job taking allocated work took it for a job its own team does not put
 /// first. With every later job asking for any legal victim (the first
-/// round), the Venus sample (125 and 64 nodes) preempted 1.3-1.5 times as
-/// often as under this rule and delivered 1.1-2.7 points less owed
+/// round's asking, with this round's load test), the Venus sample (125 and
+/// 64 nodes) preempted 1.3-1.5 times as often as under this rule and delivered 1.1-2.7 points less owed
 /// (allocated) (docs/results.md, "The preemption rule, second round"). The
 /// budget service ([`plan_cycle`]) and the policy simulator apply the same
 /// rule.
