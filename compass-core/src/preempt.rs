@@ -557,10 +557,10 @@ fn job_yields(
 /// job taking allocated work took it for a job its own team does not put
 /// first. With every later job asking for any legal victim (the first
 /// round's asking, with this round's load test), the Venus sample (125 and
-/// 64 nodes) preempted 1.3-1.5 times as often as under this rule and delivered 1.1-2.7 points less owed
-/// (allocated) (docs/results.md, "The preemption rule, second round"). The
-/// budget service ([`plan_cycle`]) and the policy simulator apply the same
-/// rule.
+/// 64 nodes) preempted 1.3-1.5 times as often as under this rule and
+/// delivered 1.1-2.7 points less owed (allocated) (docs/results.md, "The
+/// preemption rule, second round"). The budget service ([`plan_cycle`])
+/// and the policy simulator apply the same rule.
 pub fn later_job_may_preempt(load: Option<TeamLoad>, job_gpus: f64) -> bool {
     load.is_none_or(|l| l.running_gpus + job_gpus <= l.allocation_gpus)
 }
@@ -1323,11 +1323,11 @@ mod tests {
     /// turns preempting each other. "small" (allocation 4 GPUs, but the
     /// higher lookback ratio) waits while "big" (allocation 12) runs both
     /// nodes. Under the first round's load test ("big", without a job,
-    /// is less short than "small" is now) "small" took a node, which left
-    /// "big" below its allocation and "small" above its own; "big" took it
-    /// back an hour later by the ratio test, and so on every hour (12
-    /// preemptions in 12 cycles). Now a load-based preemption never takes a
-    /// team below its allocation: none.
+    /// is less short than "small" is now) "small" took "big"'s nodes, which
+    /// left "big" below its allocation and "small" above its own; "big" took
+    /// them back by the ratio test once their protection ended, and so on
+    /// (12 preemptions in 12 cycles). Now a load-based preemption never
+    /// takes a team below its allocation: none.
     #[test]
     fn two_teams_near_their_allocations_do_not_take_turns() {
         let run = vec![
