@@ -25,8 +25,8 @@ use crate::fairshare::tree::{NodeIx, OrgTree};
 use crate::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeSet};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
 use crate::preempt::{
-    plan_drain, plan_room, NodeRoom, PendingJob, ProtectionConfig, Ratios, RunningJob, TeamLoad,
-    TeamTable,
+    later_job_may_preempt, plan_drain, plan_room, NodeRoom, PendingJob, ProtectionConfig, Ratios,
+    RunningJob, TeamLoad, TeamTable,
 };
 use crate::sim::stats::Percentiles;
 use crate::trace::TraceJob;
@@ -1519,8 +1519,10 @@ impl<'a> Sim<'a> {
     /// The enforcement step of a cycle: the head allocated job of each team
     /// (at most `preempt_depth` teams, in fair-share order) preempts what it
     /// needs ([`plan_room`]); when no legal victims can place the head, the
-    /// team's next shapes ask in turn (oldest first) until one is placed, as
-    /// in the live service, where every queued job may ask.
+    /// team's next shapes ask in turn (oldest first) until one is placed,
+    /// each taking unallocated victims only and only while the team, with
+    /// it, stays within its allocation ([`later_job_may_preempt`]), as in
+    /// the live service ([`crate::preempt::plan_cycle`]).
     fn preempt_for_blocked(&mut self) -> Result<()> {
         match self.cfg.preemption {
             Preemption::Compass => {}
@@ -1545,8 +1547,10 @@ impl<'a> Sim<'a> {
         let drained: Vec<usize> = self.drains.iter().map(|d| d.job).collect();
         // Each team's asking jobs: its head (its oldest waiting allocated
         // job), then the first job of each other shape, oldest first; the
-        // first of them that legal victims can place is served, as the live
-        // service lets every queued job ask (`preempt::plan_cycle`).
+        // first of them that legal victims can place is served. The later
+        // ones take unallocated victims only, within the team's allocation
+        // (checked below, on the loads of the moment), as in the live service
+        // (`preempt::plan_cycle`).
         let heads: Vec<Vec<(usize, bool)>> = self
             .order
             .iter()
@@ -1600,6 +1604,18 @@ impl<'a> Sim<'a> {
                 continue;
             }
             self.refresh_loads();
+            let account = &self.jobs[i].account;
+            // A later job takes unallocated victims only, within the
+            // team's allocation.
+            let later_victims: Vec<RunningJob>;
+            let candidates: &[RunningJob] = if is_head {
+                &running
+            } else if later_job_may_preempt(self.ratios.allocation(account), self.gpus(i) as f64) {
+                later_victims = running.iter().filter(|r| !r.allocated()).cloned().collect();
+                &later_victims
+            } else {
+                continue;
+            };
             let occ = self.policy.occupancy();
             // Nodes drained for another job are no room for this one.
             let usable = self
@@ -1614,7 +1630,7 @@ impl<'a> Sim<'a> {
             let pending = self.pending_view(i);
             let plan = plan_room(
                 &pending,
-                &running,
+                candidates,
                 &room,
                 &self.ratios,
                 self.now,

@@ -579,11 +579,12 @@ fn head_first_keeps_a_teams_protected_job_out_of_a_blocked_heads_room() {
 }
 
 /// When no legal victims can place a team's head job, its next job asks for
-/// room (as every queued job may in the live service): here the head needs
-/// both nodes, one of which runs another team's in-share protected job; the
-/// team's one-node job takes the other node's free work at the next cycle.
-/// (Before, only the head asked, and the one-node job waited past the
-/// 10-hour horizon.)
+/// room (as a team's later jobs may in the live service: unallocated
+/// victims only, within the team's allocation, here 8 of 8 GPUs): the head
+/// needs both nodes, one of which runs another team's in-share protected
+/// job; the team's one-node job takes the other node's free work at the
+/// next cycle. (Before issue 15, only the head asked, and the one-node job
+/// waited past the 10-hour horizon.)
 #[test]
 fn a_blocked_head_lets_the_teams_next_job_ask_for_room() {
     let jobs = vec![
