@@ -1255,6 +1255,18 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// The room the victim planner sees now: every node's free GPUs, on
+    /// `usable` nodes (all of them when `None`).
+    fn room(&self, usable: Option<NodeSet>) -> NodeRoom {
+        let occ = self.policy.occupancy();
+        NodeRoom {
+            capacity: self.cfg.spec.gpus_per_node,
+            free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
+            usable: usable.unwrap_or_else(|| NodeSet::full(self.cfg.spec.nodes)),
+            traits: Vec::new(),
+        }
+    }
+
     /// Where job `i` may start now: anywhere, unless drains hold nodes and
     /// the job would still be protected when the earliest of them is due (an
     /// unallocated job, or one protected only until then, is no obstacle: it
@@ -1593,7 +1605,6 @@ impl<'a> Sim<'a> {
         // Heads that no legal victim set can place now.
         let mut unplaceable: Vec<usize> = Vec::new();
         let mut started_team: BTreeSet<usize> = BTreeSet::new();
-        let cap = self.cfg.spec.gpus_per_node;
         let mut excluded: BTreeSet<JobId> = BTreeSet::new();
         for (k, (i, is_head)) in blocked
             .iter()
@@ -1616,17 +1627,8 @@ impl<'a> Sim<'a> {
             } else {
                 continue;
             };
-            let occ = self.policy.occupancy();
             // Nodes drained for another job are no room for this one.
-            let usable = self
-                .allowed_for(i)
-                .unwrap_or_else(|| NodeSet::full(self.cfg.spec.nodes));
-            let room = NodeRoom {
-                capacity: cap,
-                free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
-                usable,
-                traits: Vec::new(),
-            };
+            let room = self.room(self.allowed_for(i));
             let pending = self.pending_view(i);
             let plan = plan_room(
                 &pending,
@@ -1682,19 +1684,12 @@ impl<'a> Sim<'a> {
             }
         }
         self.moved.clear();
-        let cap = self.cfg.spec.gpus_per_node;
         let mut excluded: BTreeSet<JobId> = BTreeSet::new();
         for i in pending {
             if running.is_empty() {
                 break;
             }
-            let occ = self.policy.occupancy();
-            let room = NodeRoom {
-                capacity: cap,
-                free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
-                usable: NodeSet::full(self.cfg.spec.nodes),
-                traits: Vec::new(),
-            };
+            let room = self.room(None);
             let pending = self.pending_view(i);
             let Some(victims) = plan_room(
                 &pending,
@@ -1742,13 +1737,7 @@ impl<'a> Sim<'a> {
         self.drains_replanned += stale.len() as u64;
         self.refresh_loads();
         let running = self.running_view(true);
-        let occ = self.policy.occupancy();
-        let room = NodeRoom {
-            capacity: self.cfg.spec.gpus_per_node,
-            free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
-            usable: NodeSet::full(self.cfg.spec.nodes),
-            traits: Vec::new(),
-        };
+        let room = self.room(None);
         for i in stale.into_iter().chain(fresh) {
             self.drains.retain(|d| d.job != i);
             self.refresh_held();
@@ -1856,13 +1845,7 @@ impl<'a> Sim<'a> {
                 return;
             };
             let running = self.running_view(true);
-            let occ = self.policy.occupancy();
-            let room = NodeRoom {
-                capacity: self.cfg.spec.gpus_per_node,
-                free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
-                usable: NodeSet::full(self.cfg.spec.nodes),
-                traits: Vec::new(),
-            };
+            let room = self.room(None);
             let Some((nodes, ready_s)) = reserve_nodes(
                 self.jobs[i].shape,
                 &running,
@@ -1964,13 +1947,7 @@ impl<'a> Sim<'a> {
             return;
         }
         let now = self.now;
-        let occ = self.policy.occupancy();
-        let room = NodeRoom {
-            capacity: self.cfg.spec.gpus_per_node,
-            free: (0..self.cfg.spec.nodes).map(|n| occ.free(n)).collect(),
-            usable: NodeSet::full(self.cfg.spec.nodes),
-            traits: Vec::new(),
-        };
+        let room = self.room(None);
         let legal = self.running_view(false);
         // Every running job, with the protected ones of teams above their
         // allocation made unprotected ([`Cause::ProtectedOver`]).
