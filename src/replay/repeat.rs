@@ -103,6 +103,10 @@ pub fn figures(r: &ClusterResult) -> Vec<(&'static str, f64)> {
                 r.causes.held_jobs as f64,
             ),
             ("held for a migration target (wall s)", r.causes.held_s),
+            (
+                "then no room after the hold's release (wall s)",
+                r.causes.no_room_s,
+            ),
         ]);
     }
     if let Some(s) = &r.simulated {

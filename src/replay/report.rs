@@ -40,9 +40,16 @@ pub struct LogFacts {
     /// lines, by job: the plugin held the job for a migration target.
     pub held_tests: BTreeMap<u64, u32>,
     /// Wall seconds jobs were held so: from the first such line to the
-    /// job's next start (`mode 0: narrowed`), summed (from the log's
-    /// timestamps; a hold never followed by a start is not counted).
+    /// job's next start (`mode 0: narrowed`) or to the hold's release
+    /// (`hold released, tried on Slurm's candidates`), whichever comes
+    /// first, summed (from the log's timestamps; a hold never followed by
+    /// a start or a release is not counted).
     pub held_s: f64,
+    /// Wall seconds from a hold's release to the job's start, summed: the
+    /// plugin no longer held the job, Slurm's own candidates had no room
+    /// for it either (cons_tres refused it; a release followed by a start
+    /// in the same second adds nothing).
+    pub no_room_s: f64,
 }
 
 /// Seconds of the day of a slurmctld log line's `[YYYY-MM-DDTHH:MM:SS.mmm]`
@@ -66,6 +73,9 @@ impl LogFacts {
         };
         let text = read_from(path, from);
         let mut held_since: BTreeMap<u64, f64> = BTreeMap::new();
+        let mut released_since: BTreeMap<u64, f64> = BTreeMap::new();
+        // Seconds from `t0` to `t`; across midnight the clock wraps once.
+        let span = |t0: f64, t: f64| if t >= t0 { t - t0 } else { t + 86_400.0 - t0 };
         for line in text.lines() {
             if let Some(rest) = line.split("migration of job ").nth(1) {
                 if let Some((id, tail)) = rest.split_once(':') {
@@ -86,21 +96,33 @@ impl LogFacts {
                 let Some(id) = id.filter(|i| ours.contains(i)) else {
                     continue;
                 };
-                if rest.contains(" mode 0: hold released") {
-                    *f.released_run_now.entry(id).or_default() += 1;
-                    if let (Some(t0), Some(t)) = (held_since.remove(&id), log_time(line)) {
-                        f.held_s += if t >= t0 { t - t0 } else { t + 86_400.0 - t0 };
+                let started =
+                    rest.contains(" mode 0: hold released") || rest.contains(" mode 0: narrowed");
+                if started {
+                    if rest.contains(" mode 0: hold released") {
+                        *f.released_run_now.entry(id).or_default() += 1;
+                    } else {
+                        *f.narrowed_run_now.entry(id).or_default() += 1;
                     }
-                } else if rest.contains(" mode 0: narrowed") {
-                    *f.narrowed_run_now.entry(id).or_default() += 1;
-                    if let (Some(t0), Some(t)) = (held_since.remove(&id), log_time(line)) {
-                        // across midnight the clock wraps once
-                        f.held_s += if t >= t0 { t - t0 } else { t + 86_400.0 - t0 };
+                    if let Some(t) = log_time(line) {
+                        if let Some(t0) = held_since.remove(&id) {
+                            f.held_s += span(t0, t);
+                        }
+                        if let Some(t0) = released_since.remove(&id) {
+                            f.no_room_s += span(t0, t);
+                        }
                     }
                 } else if rest.contains("planned nodes not free yet") {
                     *f.held_tests.entry(id).or_default() += 1;
                     if let Some(t) = log_time(line) {
                         held_since.entry(id).or_insert(t);
+                    }
+                } else if rest.contains(": hold released, tried on Slurm's candidates") {
+                    if let Some(t) = log_time(line) {
+                        if let Some(t0) = held_since.remove(&id) {
+                            f.held_s += span(t0, t);
+                        }
+                        released_since.entry(id).or_insert(t);
                     }
                 } else if rest.contains("retried on all candidates (rc 0)") {
                     f.widened.insert(id);
@@ -290,6 +312,10 @@ pub struct LossCauses {
     pub held_jobs: u64,
     pub held_tests: u64,
     pub held_s: f64,
+    /// Wall seconds from the release of such a hold (after `HOLD_LIMIT_S`)
+    /// to the job's start, summed: time with no room on Slurm's own
+    /// candidates either, which no shorter hold would have saved.
+    pub no_room_s: f64,
     /// Jobs started while an earlier-submitted job still waited (backfill
     /// and priority order, by more than one poll).
     pub started_ahead: u64,
@@ -576,6 +602,7 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
         r.causes.held_jobs = l.held_tests.len() as u64;
         r.causes.held_tests = l.held_tests.values().map(|&v| u64::from(v)).sum();
         r.causes.held_s = l.held_s;
+        r.causes.no_room_s = l.no_room_s;
     }
     if obs.state_file.is_some() {
         r.node_check = Some(node_check(obs, info.log.as_ref(), &ours));
@@ -983,6 +1010,13 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
             "-".into()
         }
     });
+    row("then no room after the hold's release (wall s)", &|r| {
+        if r.is_compass() {
+            format!("{:.0}", r.causes.no_room_s)
+        } else {
+            "-".into()
+        }
+    });
     row(
         "waited while it fit the free GPUs (job-s / per job)",
         &|r| {
@@ -1251,7 +1285,7 @@ Same definitions as the simulator (`compass-core/src/sim/mod.rs`, `SimResult`; p
 - **max N*SIF while WCC held**: over polls where the Workload Composition Condition (eq. 9, `compass_core::metric::wcc_holds`) held for the running instances; Theorem 1 promises at most 2. *Settled* polls: nothing moved since the previous poll and no migration or requeued job is in flight (the paper's instants are after Compact).
 - **N*SIF, time average (all instants)**: `AFR x N`, every poll of the window counted, migrations in flight included. **Time not settled / with a migration in flight**: shares of the window the settled line leaves out / where a requeued job waits to restart or the engine has a migration decided and not carried out.
 - **requeue -> restart idle**: from a run's end (the requeue) to the next run's start, over the requeues of completed jobs (on a compass cluster, of jobs whose every requeue was a migration). **Cost of one requeue**: that idle time plus the progress lost and the start-up (the job's end minus first start minus its run, less the idle time and less the same overhead of jobs never requeued), in wall seconds, and times the speedup in trace time. The compass cluster's figure is the migration cost of the simulation (8 s, the paper's, when no migration was measured).
-- **held for a migration target**: jobs the plugin kept from starting because their planned nodes were not free yet (`planned nodes not free yet` log lines), and the wall seconds from the first such line to the job's start, summed. **Waited while it fit**: at each poll, every waiting job that would fit the free GPUs as they are (`w` nodes with `g` free GPUs each, each job counted alone) adds the time to the next poll: Slurm's scheduling cadence and start latency on both clusters, and on compass also jobs narrowed to planned nodes that were not free. **Started ahead of an earlier job**: jobs that started more than a second before a job submitted earlier (backfill, priority order); the simulator's *backfilled* counts its backfill starts. **Published state age**: seconds since the engine's state file was written, at each poll.
+- **held for a migration target**: jobs the plugin kept from starting because their planned nodes were not free yet (`planned nodes not free yet` log lines), and the wall seconds from the first such line to the job's start or to the hold's release after `HOLD_LIMIT_S` (10 s), whichever came first, summed. **Then no room after the hold's release**: wall seconds from that release (`hold released, tried on Slurm's candidates`) to the job's start: cons_tres found no room on Slurm's own candidates either, so no shorter hold would have started the job sooner. **Waited while it fit**: at each poll, every waiting job that would fit the free GPUs as they are (`w` nodes with `g` free GPUs each, each job counted alone) adds the time to the next poll: Slurm's scheduling cadence and start latency on both clusters, and on compass also jobs narrowed to planned nodes that were not free. **Started ahead of an earlier job**: jobs that started more than a second before a job submitted earlier (backfill, priority order); the simulator's *backfilled* counts its backfill starts. **Published state age**: seconds since the engine's state file was written, at each poll.
 - **migrations**: requeues the select plugin carried out (its `migration of job N: requeued` log lines); **preemptions**: the other requeues Slurm counted (`Restarts`), i.e. by the budget service.
 - **waits**: first start minus submission; percentiles nearest-rank (`compass-core/src/sim/stats.rs`); *largest*: the top 5% of jobs by total GPUs `w x g` (ties included).
 ";
@@ -1321,14 +1355,19 @@ mod tests {
 [2026-11-30T10:00:04.000] compass: job_test job 6: planned nodes not free yet (migrations in flight); job waits\n\
 [2026-11-30T10:00:05.500] compass: job_test job 5 mode 0: narrowed 16 -> 1 nodes\n\
 [2026-11-30T10:00:06.000] compass: job_test job 7: planned nodes not free yet (migrations in flight); job waits\n\
-[2026-11-30T10:00:17.000] compass: job_test job 7 mode 0: hold released, placed by Slurm\n",
+[2026-11-30T10:00:16.000] compass: job_test job 7: hold released, tried on Slurm's candidates (rc -1)\n\
+[2026-11-30T10:00:47.000] compass: job_test job 7 mode 0: hold released, placed by Slurm\n",
         )
         .unwrap();
         let f = LogFacts::read(&p, 0, &BTreeSet::from([5, 6, 7]));
         assert_eq!(f.held_tests, BTreeMap::from([(5, 2), (6, 1), (7, 1)]));
         assert_eq!(
-            f.held_s, 15.0,
-            "job 5 from 10:00:01.5 to its start, job 7 until Slurm placed it; job 6 never started"
+            f.held_s, 14.0,
+            "job 5 from 10:00:01.5 to its start, job 7 until its hold was released; job 6 never started"
+        );
+        assert_eq!(
+            f.no_room_s, 31.0,
+            "job 7 from its release until Slurm found room for it"
         );
         assert_eq!(f.released_run_now, BTreeMap::from([(7, 1)]));
         assert!(!f.narrowed_run_now.contains_key(&7));
