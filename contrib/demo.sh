@@ -48,6 +48,8 @@
 #                    the summary gives mean, sd, min and max of every figure
 #   DEMO_NOT_RESUMABLE  share of the jobs made not resumable (0 to 1, e.g.
 #                    0.5; default 0: the trace's own rule, 9 in 10 resumable)
+#   DEMO_MOVE_WHEN   the select plugin's `move_when` for this demo (always,
+#                    waiting, fits, starts; default: etc/compass.conf's)
 #   DEMO_STOCK_BUDGET_PORT  HTTP port of the stock cluster's compass-budgetd
 #                    (default 18081; DEMO_CONFIG=order or enforce)
 #   DEMO_REPLAY_ARGS more `compass replay` flags, e.g. "--check" or "--jobs 40"
@@ -72,6 +74,7 @@ if [ -z "${DEMO_CONFIG:-}" ] && [ "${DEMO_ENFORCE:-}" = false ]; then DEMO_CONFI
 CONFIG=${DEMO_CONFIG:-enforce}
 REPEATS=${DEMO_REPEATS:-1}
 NOT_RESUMABLE=${DEMO_NOT_RESUMABLE:-0}
+MOVE_WHEN=${DEMO_MOVE_WHEN:-}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 REL=$TARGET/release
 MARKER=.compass-demo   # in $DEMO: proves the directory is the demo's before `stop` removes it
@@ -275,6 +278,15 @@ write_compass_conf() {
         -e 's#^migration_cost = .*#migration_cost = "5s"#' \
         -e 's#^log_decisions = .*#log_decisions = true#' \
         "$ROOT/etc/compass.conf" >"$DEMO/compass.conf.in"
+    if [ -n "$MOVE_WHEN" ]; then
+        case $MOVE_WHEN in
+            always | waiting | fits | starts) ;;
+            *) die "DEMO_MOVE_WHEN=$MOVE_WHEN: expected always, waiting, fits or starts" ;;
+        esac
+        sed -i "s#^move_when = .*#move_when = \"$MOVE_WHEN\"#" "$DEMO/compass.conf.in"
+        grep -q "^move_when = \"$MOVE_WHEN\"" "$DEMO/compass.conf.in" \
+            || die "etc/compass.conf has no move_when line to adapt"
+    fi
     grep -q '^log_decisions = true' "$DEMO/compass.conf.in" \
         || die "etc/compass.conf has no log_decisions line to adapt (the report reads the decisions)"
     grep -q '^state_file = "@LAB@/state.json"' "$DEMO/compass.conf.in" \
@@ -379,10 +391,12 @@ TOML
 
 # The configuration in words, for the reports.
 config_label() {
+    local when=""
+    [ -z "$MOVE_WHEN" ] || when="; select.move_when = $MOVE_WHEN"
     case "$CONFIG" in
-    placement) echo "placement only: no budget service on either cluster" ;;
-    order) echo "order only: compass-budgetd with enforce = false on both clusters" ;;
-    enforce) echo "enforcement: compass-budgetd enforcing protected time on both clusters" ;;
+    placement) echo "placement only: no budget service on either cluster$when" ;;
+    order) echo "order only: compass-budgetd with enforce = false on both clusters$when" ;;
+    enforce) echo "enforcement: compass-budgetd enforcing protected time on both clusters$when" ;;
     esac
 }
 

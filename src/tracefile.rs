@@ -80,7 +80,10 @@ pub struct TraceArgs {
     /// only while some job waits in the queue (`waiting`: a move when nobody
     /// waits lets no job start sooner; Compact repairs the layout at the
     /// next event with a waiting job; the Slurm plugin's default), or only
-    /// while a waiting job asks for no more GPUs than are free (`fits`).
+    /// while a waiting job asks for no more GPUs than are free (`fits`), or
+    /// only when the moves let a waiting job start (`starts`: each Compact
+    /// is tried on a copy first, and made only if afterwards some queued
+    /// job fits the free GPUs that did not before).
     #[arg(long, default_value = "always", value_parser = PossibleValuesParser::new(MoveWhen::NAMES))]
     pub move_when: String,
 

@@ -13,6 +13,8 @@
 //!   jobs are held still and the trial repeated: the simulator's departure
 //!   guard (`docs/simulator.md`, "Queue policies"), on what the plugin knows
 //!   (time limits, not the trace's run times).
+//! - [`moves_let_a_job_start`]: the gate `MoveWhen::Starts` (issue #10):
+//!   a Compact is made only when its moves give some waiting job room.
 
 use crate::model::{JobId, JobShape, Migration, NodeId};
 use crate::placement::pools::PoolSet;
@@ -193,6 +195,53 @@ pub fn hold_for_head(pools: &PoolSet, trial: &HeadTrial<'_>) -> GuardedCompact {
     }
 }
 
+/// A waiting job as the gate [`MoveWhen::Starts`] sees it: its shape and
+/// the GPU type it names (`None`: any).
+///
+/// [`MoveWhen::Starts`]: crate::placement::worth::MoveWhen::Starts
+#[derive(Clone, Copy, Debug)]
+pub struct WaitingJob<'a> {
+    pub shape: JobShape,
+    pub gpu_type: Option<&'a str>,
+}
+
+/// Does a `job` fit `pools` now, as Slurm would place it: in one modelled
+/// pool that admits it, `instances` nodes each with `gpus` free GPUs
+/// (`sum_n floor(free_n / g) >= w`, the physical fit of [`reservation`]).
+pub fn fits_now(pools: &PoolSet, job: &WaitingJob<'_>) -> bool {
+    let g = job.shape.gpus.max(1);
+    pools.pools().enumerate().any(|(p, spec)| {
+        spec.modelled
+            && spec.admits(job.gpu_type, job.shape.gpus)
+            && pools.engine(p).is_some_and(|e| {
+                let occ = e.occupancy();
+                let fit: u64 = (0..occ.spec().nodes)
+                    .map(|n| u64::from(occ.free(n) / g))
+                    .sum();
+                fit >= u64::from(job.shape.instances)
+            })
+    })
+}
+
+/// The gate [`MoveWhen::Starts`] (issue #10: every move pays for itself):
+/// do Compact's moves, which took `before` to `after`, let some waiting
+/// job start, that is, give one room ([`fits_now`]) it has not in
+/// `before`? A waiting job that already fits, or still does not, gains
+/// nothing from the moves; a Compact that helps none of them is not made.
+/// The moved jobs count at their new nodes (their old GPUs free once the
+/// requeues land, which the plugin waits for before it places anyone).
+///
+/// [`MoveWhen::Starts`]: crate::placement::worth::MoveWhen::Starts
+pub fn moves_let_a_job_start(
+    before: &PoolSet,
+    after: &PoolSet,
+    waiting: &[WaitingJob<'_>],
+) -> bool {
+    waiting
+        .iter()
+        .any(|w| !fits_now(before, w) && fits_now(after, w))
+}
+
 /// A job's instance nodes (global ids, sorted); empty when not in the model.
 fn nodes_of(pools: &PoolSet, job: JobId) -> Vec<NodeId> {
     let mut n = pools.job(job).map(|r| r.nodes).unwrap_or_default();
@@ -244,6 +293,42 @@ mod tests {
             ..CompassConfig::default()
         };
         PoolSet::homogeneous(ClusterSpec::new(nodes, 8).unwrap(), config)
+    }
+
+    #[test]
+    fn moves_count_only_when_a_waiting_job_gains_room() {
+        // n0 and n1 each half used by a 1 x 4 job: a 1 x 8 job does not
+        // fit; after a move of job 2 onto n0 it does.
+        let mut before = pools(2);
+        before.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();
+        before.adopt(&JobRequest::new(2, 1, 4), &[1]).unwrap();
+        let mut after = pools(2);
+        after.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();
+        after.adopt(&JobRequest::new(2, 1, 4), &[0]).unwrap();
+        let whole = WaitingJob {
+            shape: JobShape::new(1, 8),
+            gpu_type: None,
+        };
+        let half = WaitingJob {
+            shape: JobShape::new(1, 4),
+            gpu_type: None,
+        };
+        assert!(!fits_now(&before, &whole));
+        assert!(fits_now(&after, &whole));
+        assert!(moves_let_a_job_start(&before, &after, &[half, whole]));
+        assert!(
+            !moves_let_a_job_start(&before, &after, &[half]),
+            "a 1 x 4 job fits either way: the move buys it nothing"
+        );
+        assert!(!moves_let_a_job_start(&before, &after, &[]));
+        let two_whole = WaitingJob {
+            shape: JobShape::new(2, 8),
+            gpu_type: None,
+        };
+        assert!(
+            !moves_let_a_job_start(&before, &after, &[two_whole]),
+            "a 2 x 8 job fits neither way"
+        );
     }
 
     #[test]

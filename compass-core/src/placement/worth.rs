@@ -44,6 +44,15 @@ pub enum MoveWhen {
     /// which they cannot. The bound is exceeded by choice while every
     /// waiting job is larger than the free GPUs (or none waits).
     Fits,
+    /// Only when the moves let a waiting job start: while some job waits
+    /// (as [`MoveWhen::Waiting`]), Compact is tried first, and its moves
+    /// are made only if afterwards some waiting job has room it has not
+    /// now ([`crate::placement::head::moves_let_a_job_start`] in the
+    /// select plugin, the same test in the simulator); else no job moves.
+    /// A move that only tidies the layout for a later job is never made,
+    /// so Theorem 1's bound is exceeded by choice whenever tidying would
+    /// start nobody.
+    Starts,
 }
 
 impl MoveWhen {
@@ -53,13 +62,14 @@ impl MoveWhen {
     /// The simulator's own default stays `Always` (the paper's Algorithm 1).
     pub const SELECT_DEFAULT: MoveWhen = MoveWhen::Waiting;
 
-    pub const NAMES: &'static [&'static str] = &["always", "waiting", "fits"];
+    pub const NAMES: &'static [&'static str] = &["always", "waiting", "fits", "starts"];
 
     pub fn name(self) -> &'static str {
         match self {
             Self::Always => "always",
             Self::Waiting => "waiting",
             Self::Fits => "fits",
+            Self::Starts => "starts",
         }
     }
 
@@ -68,20 +78,22 @@ impl MoveWhen {
             "always" => Ok(Self::Always),
             "waiting" => Ok(Self::Waiting),
             "fits" => Ok(Self::Fits),
+            "starts" => Ok(Self::Starts),
             other => Err(CoreError::Invalid(format!(
-                "unknown move-when `{other}`; expected always, waiting or fits"
+                "unknown move-when `{other}`; expected always, waiting, fits or starts"
             ))),
         }
     }
 
     /// May any job move now? `waiting_gpus`: the GPUs each waiting job asks
     /// for (all instances); `free_gpus`: the cluster's idle GPUs. The
-    /// simulator and the Slurm plugin both ask this before each Compact.
+    /// simulator and the Slurm plugin both ask this before each Compact
+    /// (for [`MoveWhen::Starts`], before the trial that decides).
     pub fn allows(self, waiting_gpus: impl IntoIterator<Item = u64>, free_gpus: u64) -> bool {
         let mut waiting = waiting_gpus.into_iter();
         match self {
             Self::Always => true,
-            Self::Waiting => waiting.next().is_some(),
+            Self::Waiting | Self::Starts => waiting.next().is_some(),
             Self::Fits => waiting.any(|g| g <= free_gpus),
         }
     }
@@ -219,7 +231,12 @@ mod tests {
 
     #[test]
     fn move_when_gates_every_move_on_the_queue() {
-        for when in [MoveWhen::Always, MoveWhen::Waiting, MoveWhen::Fits] {
+        for when in [
+            MoveWhen::Always,
+            MoveWhen::Waiting,
+            MoveWhen::Fits,
+            MoveWhen::Starts,
+        ] {
             assert_eq!(MoveWhen::parse_name(when.name()).unwrap(), when);
         }
         assert!(MoveWhen::parse_name("never").is_err());
@@ -227,6 +244,9 @@ mod tests {
         assert!(MoveWhen::Always.allows(none, 0));
         assert!(!MoveWhen::Waiting.allows(none, 64));
         assert!(!MoveWhen::Fits.allows(none, 64));
+        assert!(!MoveWhen::Starts.allows(none, 64));
+        // `starts` opens for any waiting job; its trial decides.
+        assert!(MoveWhen::Starts.allows([16], 12));
         // A 16-GPU job waits with 12 GPUs free: no move lets it start.
         assert!(MoveWhen::Waiting.allows([16], 12));
         assert!(!MoveWhen::Fits.allows([16], 12));

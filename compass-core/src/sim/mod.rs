@@ -409,6 +409,10 @@ pub struct SimResult {
     /// for policies that can be forked.
     #[serde(default)]
     pub compact_held_for_head: u64,
+    /// Events whose Compact was not made under `--move-when starts`: its
+    /// moves let no queued job start ([`MoveWhen::Starts`]).
+    #[serde(default)]
+    pub compact_no_gain: u64,
     /// Heads of a backfill queue that started later than the reservation
     /// first computed for them (for any reason: a backfilled start, a
     /// departure's Compact, migration costs added to running jobs, or a
@@ -728,6 +732,7 @@ struct Sim<'a> {
     refused_slip: u64,
     /// See [`SimResult::compact_held_for_head`].
     compact_held: u64,
+    compact_no_gain: u64,
     /// The last policy call was a departure with jobs held still for the
     /// head: until the next call (which compacts again) the bound may be
     /// exceeded by choice.
@@ -856,6 +861,7 @@ impl<'a> Sim<'a> {
             over_events_held: 0,
             refused_slip: 0,
             compact_held: 0,
+            compact_no_gain: 0,
             holding_for_head: false,
             reserved: None,
             first_reservation: BTreeMap::new(),
@@ -1191,9 +1197,14 @@ impl<'a> Sim<'a> {
         // Backfill never delays the head, and neither does the Compact that
         // follows a departure: the jobs whose moves would are held still for
         // this one event.
-        let hold = self.hold_for_head(j, t)?;
+        let mut hold = self.hold_for_head(j, t)?;
         if !hold.is_empty() {
             self.compact_held += 1;
+        }
+        let gone = JobId(j as u64);
+        if let Some(all) = self.hold_unless_moves_start(t, &hold, j, &|p| p.remove(gone))? {
+            hold = all;
+            self.compact_no_gain += 1;
         }
         for &k in &hold {
             self.policy.set_movable(JobId(k as u64), false)?;
@@ -1277,6 +1288,72 @@ impl<'a> Sim<'a> {
                 return Ok(Vec::new());
             }
         }
+    }
+
+    /// The gate [`MoveWhen::Starts`] for one event of job `event_job` (`act`:
+    /// its departure or its start, run on forks of the policy, with `hold`
+    /// held still as the event will be): `Some(every other movable running
+    /// job)` when the event's Compact would move running jobs and no queued
+    /// job within the backfill depth (other than `event_job`) fits
+    /// after the moves that does not fit after the same event with every
+    /// running job held still; the caller then holds them all for this
+    /// event. `None`: the moves let a job start, or none are made, or the
+    /// gate is another. A job fits when its instances fit the nodes' free
+    /// GPUs now ([`crate::placement::head::reservation`] with no ends), as
+    /// the plugin's [`crate::placement::head::fits_now`] counts it.
+    fn hold_unless_moves_start(
+        &self,
+        t: Seconds,
+        hold: &[usize],
+        event_job: usize,
+        act: &dyn Fn(&mut dyn ClusterPolicy) -> Result<Vec<Migration>>,
+    ) -> Result<Option<Vec<usize>>> {
+        if self.cfg.move_when != MoveWhen::Starts || self.queue.is_empty() {
+            return Ok(None);
+        }
+        let movable: Vec<usize> = self
+            .by_end
+            .iter()
+            .map(|&(_, k)| k)
+            .filter(|&k| k != event_job && self.state[k].movable && !hold.contains(&k))
+            .collect();
+        if movable.is_empty() {
+            return Ok(None);
+        }
+        let trial = |still: &[usize]| -> Result<Option<(Box<dyn ClusterPolicy>, bool)>> {
+            let Some(mut fork) = self.policy.fork() else {
+                return Ok(None);
+            };
+            for &k in still {
+                fork.set_movable(JobId(k as u64), false)?;
+            }
+            let m = act(&mut *fork)?;
+            Ok(Some((
+                fork,
+                !self.charges_of(&m, Some(event_job)).is_empty(),
+            )))
+        };
+        let Some((moved, moves)) = trial(hold)? else {
+            return Ok(None);
+        };
+        if !moves {
+            return Ok(None);
+        }
+        let all: Vec<usize> = hold.iter().copied().chain(movable).collect();
+        let Some((still, _)) = trial(&all)? else {
+            return Ok(None);
+        };
+        let fits = |p: &dyn ClusterPolicy, j: usize| {
+            self.reservation_in(p, &[], self.jobs[j].shape, t).t_res <= t
+        };
+        let gains = self
+            .queue
+            .iter()
+            .take(self.cfg.backfill_depth.max(1))
+            .map(|&r| self.order[r])
+            .filter(|&q| q != event_job)
+            .any(|q| fits(&*moved, q) && !fits(&*still, q));
+        Ok((!gains).then_some(all))
     }
 
     /// The running jobs' projected ends, sorted, with `charges` (jobs moved
@@ -1483,7 +1560,20 @@ impl<'a> Sim<'a> {
         let req = self.request_now(j, t);
         let e = self.expected_end(j, t + self.jobs[j].duration_s);
         self.policy.set_expected_end(req.id, e);
-        let Some(Admission { migrations, .. }) = self.policy.place(&req)? else {
+        let hold = self
+            .hold_unless_moves_start(t, &[], j, &|p| {
+                Ok(p.place(&req)?.map(|a| a.migrations).unwrap_or_default())
+            })?
+            .unwrap_or_default();
+        self.compact_no_gain += u64::from(!hold.is_empty());
+        for &k in &hold {
+            self.policy.set_movable(JobId(k as u64), false)?;
+        }
+        let placed = self.policy.place(&req);
+        for &k in &hold {
+            self.policy.set_movable(JobId(k as u64), true)?;
+        }
+        let Some(Admission { migrations, .. }) = placed? else {
             self.policy.set_expected_end(req.id, f64::INFINITY);
             return Ok(false);
         };
@@ -1753,6 +1843,7 @@ impl<'a> Sim<'a> {
             backfilled: self.backfilled,
             backfill_refused_slip: self.refused_slip,
             compact_held_for_head: self.compact_held,
+            compact_no_gain: self.compact_no_gain,
             heads_late: self.heads_late,
             heads_late_s: self.heads_late_s,
             reservation_slips: self.slips,

@@ -882,6 +882,41 @@ fn with_move_when_waiting_jobs_move_only_while_a_job_waits() {
     assert_eq!(starts[&2], 10.0);
 }
 
+#[test]
+fn with_move_when_starts_jobs_move_only_when_a_waiting_job_gains_room() {
+    // X, Y (4 GPUs, 0-100) on nodes 0 and 1; A (4 GPUs, 0-10) joins X on
+    // node 0; H arrives at 5. When A ends, Spread moves Y onto node 0,
+    // which empties node 1.
+    let trace = |h: JobShape| {
+        vec![
+            job("X", 0.0, 100.0, 1, 4),
+            job("Y", 0.0, 100.0, 1, 4),
+            job("A", 0.0, 10.0, 1, 4),
+            job("H", 5.0, 10.0, h.instances, h.gpus),
+        ]
+    };
+    let replay = |jobs: &[TraceJob], when: MoveWhen| {
+        let mut cfg = config(2, QueuePolicy::Fifo);
+        cfg.move_when = when;
+        let mut p = Spread::new(2);
+        p.compact_on_remove = true;
+        p.forkable = true;
+        run(&mut p, jobs, &cfg)
+    };
+    // H (6 GPUs) fits only on the node the move empties: the move is made.
+    let (r, starts) = replay(&trace(JobShape::new(1, 6)), MoveWhen::Starts);
+    assert_eq!((r.migrations, starts[&3], r.compact_no_gain), (1, 10.0, 0));
+    // H (2 x 8) fits neither way until X and Y end: no move is made, at
+    // A's departure nor at X's (Y would move onto node 0 with Y still
+    // running: one whole node, H needs two).
+    let (r, starts) = replay(&trace(JobShape::new(2, 8)), MoveWhen::Starts);
+    assert_eq!((r.migrations, starts[&3], r.compact_no_gain), (0, 100.0, 2));
+    // `waiting` makes it, for less than nothing: the move costs Y its
+    // migration (8 s), and H waits for Y.
+    let (r, starts) = replay(&trace(JobShape::new(2, 8)), MoveWhen::Waiting);
+    assert_eq!((r.migrations, starts[&3]), (1, 108.0));
+}
+
 /// Two nodes of 8. A (8 GPUs, 0-10) on node 0; B (4 GPUs, not resumable)
 /// and C (2 GPUs, resumable), both 0-100, on node 1. The head H (8 GPUs)
 /// arrives at 1; its reservation is 10, when A ends and node 0 is empty.

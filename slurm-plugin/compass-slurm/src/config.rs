@@ -23,7 +23,7 @@
 //! payback = 2                  # move a job only if its remaining run
 //!                              # (time limit) is >= payback x its cost
 //! move_when = "waiting"        # move jobs only while a GPU job waits
-//!                              # (always | waiting | fits)
+//!                              # (always | waiting | fits | starts)
 //! log_decisions = false        # each job_test decision at verbose level
 //!                              # without DebugFlags=SelectType
 //! ```
@@ -292,7 +292,7 @@ impl Config {
         if let Some(w) = s.move_when {
             c.select.move_when = MoveWhen::parse_name(&w).map_err(|_| {
                 cfg_err(format!(
-                    "select.move_when = \"{w}\": expected \"always\" (whenever a move pays), \"waiting\" (only while a GPU job waits) or \"fits\" (only while a waiting job asks for no more GPUs than are free)"
+                    "select.move_when = \"{w}\": expected \"always\" (whenever a move pays), \"waiting\" (only while a GPU job waits), \"fits\" (only while a waiting job asks for no more GPUs than are free) or \"starts\" (only when the moves let a waiting job start)"
                 ))
             })?;
         }

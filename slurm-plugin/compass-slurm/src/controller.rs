@@ -26,9 +26,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use compass_core::metric;
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet};
 use compass_core::placement::compass::{AdoptOutcome, CompassConfig};
-use compass_core::placement::head::{hold_for_head, HeadTrial, HeadVerdict};
+use compass_core::placement::head::{
+    hold_for_head, moves_let_a_job_start, HeadTrial, HeadVerdict, WaitingJob,
+};
 use compass_core::placement::pools::{NodeGpus, PoolSet};
-use compass_core::placement::worth::{KeepReason, MigrationRule, MoveCandidate};
+use compass_core::placement::worth::{KeepReason, MigrationRule, MoveCandidate, MoveWhen};
 use compass_core::placement::PlacementPolicy;
 
 use crate::config::SelectConfig;
@@ -169,6 +171,10 @@ pub struct Counters {
     /// Compacts run with jobs held still, or not run, so that their moves
     /// would not delay the waiting head ([`Controller::compact_sparing_head`]).
     pub compacts_held_for_head: u64,
+    /// Compacts tried and not made under `select.move_when = "starts"`:
+    /// their moves let no waiting job start
+    /// ([`Controller::compact_if_it_starts_a_job`]).
+    pub compacts_no_gain: u64,
 }
 
 /// One Compact the head's guard restrained, for Slurm's log
@@ -373,7 +379,12 @@ impl Controller {
         if self.jobs.contains_key(&job.id) || self.migrating.contains(&job.id) {
             return Ok(None);
         }
-        // It waits (until it starts) for the gate `select.move_when`.
+        // It waits (until it starts) for the gate `select.move_when`. Under
+        // `"starts"` a job that newly waits may be the one a Compact lets
+        // start: try one at the next tick.
+        if self.config.move_when == MoveWhen::Starts && !self.waiting.contains_key(&job.id) {
+            self.compact_due = true;
+        }
         self.waiting.insert(
             job.id,
             Waiting {
@@ -690,24 +701,29 @@ impl Controller {
             let Some(running) = self.engine.job(JobId(j)) else {
                 continue;
             };
-            let order = MigrationOrder {
-                job: j,
-                to_nodes: running.nodes.clone(),
-            };
             self.orders.retain(|o| o.job != j);
-            // Moves inside a node (a role change in the engine) leave Slurm's
-            // allocation as it is: nothing to requeue.
-            let target = per_node_of(&running.nodes, running.request.shape.gpus);
-            if self
-                .jobs
-                .get(&j)
-                .is_some_and(|r| sorted(&r.per_node) == target)
-            {
+            if !self.needs_requeue(j) {
                 continue;
             }
-            self.orders.push_back(order);
+            self.orders.push_back(MigrationOrder {
+                job: j,
+                to_nodes: running.nodes,
+            });
             self.counters.migrations_ordered += 1;
         }
+    }
+
+    /// Does the engine now have job `j` on other GPUs per node than Slurm
+    /// gave it? Moves inside a node (a role change in the engine) leave
+    /// Slurm's allocation as it is: nothing to requeue.
+    fn needs_requeue(&self, j: u64) -> bool {
+        let Some(running) = self.engine.job(JobId(j)) else {
+            return false;
+        };
+        let target = per_node_of(&running.nodes, running.request.shape.gpus);
+        self.jobs
+            .get(&j)
+            .is_none_or(|r| sorted(&r.per_node) != target)
     }
 
     /// Runs Compact now (after a rebuild) and orders its migrations.
@@ -775,7 +791,7 @@ impl Controller {
         self.expire_holds(now);
         if self.compact_due && !self.in_flight() {
             self.compact_due = false;
-            let m = self.compact_sparing_head(now);
+            let m = self.compact_if_it_starts_a_job(now);
             self.order_migrations(&m);
         }
         let orders: Vec<MigrationOrder> = self.orders.drain(..).collect();
@@ -886,6 +902,39 @@ impl Controller {
             }
         }
         done.migrations
+    }
+
+    /// Compact ([`Controller::compact_sparing_head`]) under the gate
+    /// `select.move_when`: with `"starts"` ([`MoveWhen::Starts`]) it is
+    /// tried, and its requeues are ordered only when they let a waiting job
+    /// start ([`moves_let_a_job_start`]: some waiting job has room after
+    /// the moves that it has not before); else the engine is put back as it
+    /// was and nothing moves (counted in `compacts_no_gain`). A Compact
+    /// whose moves stay inside nodes costs no requeue and is always kept.
+    ///
+    /// [`MoveWhen::Starts`]: compass_core::placement::worth::MoveWhen::Starts
+    fn compact_if_it_starts_a_job(&mut self, now: u64) -> Vec<Migration> {
+        if self.config.move_when != MoveWhen::Starts || !self.config.migrate {
+            return self.compact_sparing_head(now);
+        }
+        let before = self.engine.clone();
+        let m = self.compact_sparing_head(now);
+        let requeues = m.iter().any(|x| self.needs_requeue(x.job.0));
+        let waiting: Vec<WaitingJob<'_>> = self
+            .waiting
+            .values()
+            .map(|w| WaitingJob {
+                shape: w.shape,
+                gpu_type: w.gpu_type.as_deref(),
+            })
+            .collect();
+        if !requeues || moves_let_a_job_start(&before, &self.engine, &waiting) {
+            return m;
+        }
+        self.engine = before;
+        self.head_hold = None;
+        self.counters.compacts_no_gain += 1;
+        Vec::new()
     }
 
     /// The last Compact the head's guard restrained since the last call
@@ -1373,7 +1422,6 @@ fn sorted(per_node: &[(NodeId, u32)]) -> Vec<(NodeId, u32)> {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use compass_core::placement::worth::MoveWhen;
 
     /// The site defaults, but jobs move whenever a move pays (most tests
     /// exercise Compact with no job waiting).
@@ -1823,6 +1871,34 @@ mod tests {
         // A 2 x 8 job could use the 20 free GPUs if they were whole nodes.
         assert_eq!(c.narrow(&job(10, 3, 8), &all), Ok(None));
         assert_eq!(c.tick(1001).len(), 1);
+    }
+
+    #[test]
+    fn move_when_starts_moves_only_when_a_waiting_job_gains_room() {
+        let starts = SelectConfig {
+            move_when: MoveWhen::Starts,
+            ..Config::default().select
+        };
+        let all = NodeSet::full(4);
+        // After the departure two nodes are empty and two half full: a
+        // 2 x 8 job fits already, a 4 x 8 job fits neither way. The move
+        // would start neither: it is not made.
+        let mut c = one_move_due(starts.clone());
+        assert!(c.narrow(&job(9, 2, 8), &all).unwrap().is_some());
+        assert_eq!(c.narrow(&job(10, 4, 8), &all), Ok(None));
+        assert!(c.tick(1000).is_empty());
+        assert_eq!(c.counters.compacts_no_gain, 1);
+        assert_eq!(
+            c.snapshot(1000, true).partial_nodes,
+            2,
+            "the engine is as before"
+        );
+        // A 3 x 8 job newly waits: one move makes a third whole node.
+        assert_eq!(c.narrow(&job(11, 3, 8), &all), Ok(None));
+        let orders = c.tick(1001);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert!([2, 3].contains(&orders[0].job), "{orders:?}");
+        assert_eq!(c.counters.compacts_no_gain, 1);
     }
 
     #[test]
