@@ -853,9 +853,17 @@ impl Controller {
     /// the engine ([`hold_for_head`]); jobs whose moves would make the head's
     /// reservation later than with no move are held still for this Compact,
     /// and if no hold keeps the head on time, nothing moves.
-    fn compact_sparing_head(&mut self, now: u64) -> Vec<Migration> {
+    ///
+    /// With `keep`, the engine as it was before this Compact is returned too
+    /// (the guard's trial already works on a copy; otherwise one copy is
+    /// made), for [`Controller::compact_if_it_starts_a_job`] to put back.
+    fn compact_sparing_head(&mut self, now: u64, keep: bool) -> (Vec<Migration>, Option<PoolSet>) {
+        let in_place = |c: &mut Self| {
+            let before = keep.then(|| c.engine.clone());
+            (c.engine.compact(), before)
+        };
         let Some((head, w)) = self.head().filter(|_| self.config.migrate) else {
-            return self.engine.compact();
+            return in_place(self);
         };
         let jobs = &self.jobs;
         let cost = self.config.migration_cost_s;
@@ -882,11 +890,11 @@ impl Controller {
             max_trials: HEAD_TRIALS,
         };
         let done = hold_for_head(&self.engine, &trial);
-        match (done.compacted, &done.verdict) {
-            (Some(compacted), _) => self.engine = compacted,
-            (None, HeadVerdict::Free) => return self.engine.compact(),
-            (None, _) => {}
-        }
+        let before = match (done.compacted, &done.verdict) {
+            (Some(compacted), _) => Some(std::mem::replace(&mut self.engine, compacted)),
+            (None, HeadVerdict::Free) => return in_place(self),
+            (None, _) => None,
+        };
         match done.verdict {
             HeadVerdict::Free => {}
             HeadVerdict::Hold(held) => {
@@ -901,7 +909,7 @@ impl Controller {
                 self.head_hold = Some(HeadHold { head, held: vec![] });
             }
         }
-        done.migrations
+        (done.migrations, before.filter(|_| keep))
     }
 
     /// Compact ([`Controller::compact_sparing_head`]) under the gate
@@ -915,10 +923,13 @@ impl Controller {
     /// [`MoveWhen::Starts`]: compass_core::placement::worth::MoveWhen::Starts
     fn compact_if_it_starts_a_job(&mut self, now: u64) -> Vec<Migration> {
         if self.config.move_when != MoveWhen::Starts || !self.config.migrate {
-            return self.compact_sparing_head(now);
+            return self.compact_sparing_head(now, false).0;
         }
-        let before = self.engine.clone();
-        let m = self.compact_sparing_head(now);
+        let (m, before) = self.compact_sparing_head(now, true);
+        let Some(before) = before else {
+            // The head's guard made no move at all.
+            return m;
+        };
         let requeues = m.iter().any(|x| self.needs_requeue(x.job.0));
         let waiting: Vec<WaitingJob<'_>> = self
             .waiting
