@@ -3,6 +3,7 @@
 //! speed of a full trace under every policy. A command, not a timed test:
 //! build with `--release` for meaningful numbers.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::BufReader;
@@ -10,8 +11,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::builder::PossibleValuesParser;
-use compass_core::model::{ClusterSpec, JobId, JobRequest};
+use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape};
 use compass_core::placement::compass::CompassConfig;
+use compass_core::placement::head::{hold_for_head, HeadTrial, HeadVerdict};
 use compass_core::placement::pools::{NodeGpus, PoolSet, PoolSpec};
 use compass_core::placement::{build, PlacementPolicy, PolicyOptions, POLICY_NAMES};
 use compass_core::sim::budgets::{assign_venus, run_budgets, scale_demand, BudgetSimConfig};
@@ -44,8 +46,13 @@ pub struct Args {
     /// lab, 8/18 of the nodes 8xa100, 4/18 4xl40s, 2/18 with 2 untyped GPUs,
     /// the rest CPU-only; one engine per pool, as the select plugin runs it,
     /// Venus shapes, a third of the jobs asking for a100, a sixth for l40s,
-    /// the rest for any pool, which the pool choice decides by trial).
-    #[arg(long, value_delimiter = ',', default_value = "venus,pinned,wcc-fails,pinned-wcc-fails,mixed",
+    /// the rest for any pool, which the pool choice decides by trial),
+    /// `head-guard` (compass only: Venus shapes on the select plugin's pool
+    /// set of nodes of 8 GPUs, every Compact after an event run through the
+    /// waiting head's guard, `placement::head::hold_for_head`, as the plugin
+    /// runs it: the head a whole-node job one node wider than the nodes free
+    /// at --load, the running jobs' time limits drawn from 4 h to 72 h).
+    #[arg(long, value_delimiter = ',', default_value = "venus,pinned,wcc-fails,pinned-wcc-fails,mixed,head-guard",
           value_parser = PossibleValuesParser::new(MIX_NAMES))]
     pub mix: Vec<String>,
 
@@ -121,8 +128,28 @@ struct LatencyRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     tick: Option<Micros>,
     migrations: u64,
+    /// The head's guard (`head-guard` mix): what its Compacts came to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    head: Option<HeadCounts>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+}
+
+/// Verdicts of the guarded Compacts of the `head-guard` mix
+/// ([`hold_for_head`]).
+#[derive(Serialize, Default, Clone, Copy)]
+struct HeadCounts {
+    /// Guarded Compacts (one after every admission and departure).
+    compacts: u64,
+    /// Nothing tried: the head never fits as far as the ends say (plain
+    /// Compact).
+    untried: u64,
+    /// The first trial's moves do not delay the head.
+    free: u64,
+    /// Run with some jobs held still.
+    held: u64,
+    /// No hold found in time: no move.
+    skipped: u64,
 }
 
 #[derive(Serialize)]
@@ -162,7 +189,14 @@ impl Rng {
 }
 
 /// Names of the latency mixes (`--mix`).
-const MIX_NAMES: &[&str] = &["venus", "pinned", "wcc-fails", "pinned-wcc-fails", "mixed"];
+const MIX_NAMES: &[&str] = &[
+    "venus",
+    "pinned",
+    "wcc-fails",
+    "pinned-wcc-fails",
+    "mixed",
+    "head-guard",
+];
 
 /// A workload mix of the latency benchmark.
 #[derive(Clone, Copy, Debug)]
@@ -170,6 +204,9 @@ struct Mix {
     shapes: &'static [(u32, u32, u64)],
     /// Every other job is not resumable (`JobRequest::pinned`).
     pinned: bool,
+    /// Every Compact runs through the waiting head's guard ([`Pools`] with
+    /// a [`Guard`]).
+    head: bool,
 }
 
 impl Mix {
@@ -182,6 +219,7 @@ impl Mix {
         Self {
             shapes,
             pinned: name.starts_with("pinned"),
+            head: name == "head-guard",
         }
     }
 }
@@ -294,25 +332,146 @@ impl Churn for OnePolicy<'_> {
     }
 }
 
-/// The pool set on a mixed cluster, as the select plugin drives it: a
-/// job's options are the pools its GPU type and instance size admit (a
-/// third of the jobs ask for a100, a sixth for l40s, the rest for any);
-/// Place is `PoolSet::place` (the choice among the options, then Place and
-/// Compact in the chosen pool).
+/// The pool set, as the select plugin drives it: a job's options are the
+/// pools its GPU type and instance size admit (on a mixed cluster a third
+/// of the jobs ask for a100, a sixth for l40s, the rest for any); Place is
+/// `PoolSet::place` (the choice among the options, then Place and Compact
+/// in the chosen pool). With a [`Guard`] (`head-guard` mix) the engines do
+/// not compact by themselves: every admission and departure is followed by
+/// a Compact through [`hold_for_head`], as the plugin's
+/// `Controller::compact_sparing_head` runs it, timed with the event.
 struct Pools {
     set: PoolSet,
     specs: Vec<PoolSpec>,
     total: u64,
+    /// Jobs name GPU types (the `mixed` mix).
+    typed: bool,
+    guard: Option<Guard>,
+}
+
+/// The plugin's limit of Compact trials per guarded Compact (`HEAD_TRIALS`
+/// in `slurm-plugin/compass-slurm/src/controller.rs`).
+const HEAD_TRIALS: usize = 8;
+
+/// A migration's cost, seconds (`select.migration_cost_s`, default 60): a
+/// moved job restarts this much later, for its whole time limit again.
+const MIGRATION_COST_S: f64 = 60.0;
+
+/// Time limits of the running jobs, seconds (4, 8, 24, 48, 72 hours),
+/// drawn uniformly.
+const TIME_LIMITS_S: &[f64] = &[14_400.0, 28_800.0, 86_400.0, 172_800.0, 259_200.0];
+
+/// What the head's guard knows in the `head-guard` mix: the waiting head,
+/// a clock (one second per departure) and every running job's start and
+/// time limit, as the plugin knows them from Slurm.
+struct Guard {
+    head: JobShape,
+    now: f64,
+    runs: HashMap<JobId, (f64, f64)>,
+    /// Draws the time limits (apart from the job stream, so the jobs are
+    /// those of the `venus` mix).
+    rng: Rng,
+    counts: HeadCounts,
 }
 
 impl Pools {
-    fn new(nodes: &[NodeGpus]) -> Self {
+    fn new(nodes: &[NodeGpus], typed: bool) -> Self {
         let set = PoolSet::new(nodes, CompassConfig::default());
         Self {
             specs: set.pools().cloned().collect(),
             total: nodes.iter().map(|x| u64::from(x.gpus)).sum(),
+            typed,
             set,
+            guard: None,
         }
+    }
+
+    /// The `head-guard` mix: `n` nodes of 8 untyped GPUs in one pool (the
+    /// plugin on a homogeneous cluster), engines that do not compact by
+    /// themselves, and a head that stays blocked: whole nodes, the widest
+    /// such shape of `mix`, widened to one node more than are free at
+    /// `load`.
+    fn guarded(n: u32, mix: Mix, load: f64) -> Self {
+        let nodes = vec![NodeGpus::new(8, None); n as usize];
+        let config = CompassConfig {
+            compact: false,
+            ..CompassConfig::default()
+        };
+        let set = PoolSet::new(&nodes, config);
+        let widest = mix
+            .shapes
+            .iter()
+            .filter(|s| s.1 == 8)
+            .map(|s| s.0)
+            .max()
+            .unwrap_or(1);
+        let free_nodes = (f64::from(n) * (1.0 - load)).ceil() as u32;
+        let head = JobShape::new(widest.max(free_nodes + 1).min(n), 8);
+        Self {
+            specs: set.pools().cloned().collect(),
+            total: u64::from(n) * 8,
+            typed: false,
+            set,
+            guard: Some(Guard {
+                head,
+                now: 0.0,
+                runs: HashMap::new(),
+                rng: Rng(11),
+                counts: HeadCounts::default(),
+            }),
+        }
+    }
+
+    /// Compact through the head's guard, as `Controller::compact_sparing_head`
+    /// does; returns its migrations. Moved jobs restart: a new start, after
+    /// the migration's cost. No-op without a guard.
+    fn guarded_compact(&mut self) -> u64 {
+        let Self {
+            set,
+            guard: Some(g),
+            ..
+        } = self
+        else {
+            return 0;
+        };
+        let now = g.now;
+        let runs = &g.runs;
+        let end = |j: JobId| runs.get(&j).map_or(f64::INFINITY, |(s, l)| s + l);
+        let end_if_moved = |j: JobId| {
+            runs.get(&j)
+                .map_or(f64::INFINITY, |(_, l)| now + MIGRATION_COST_S + l)
+        };
+        let trial = HeadTrial {
+            shape: g.head,
+            gpu_type: None,
+            now,
+            end: &end,
+            end_if_moved: &end_if_moved,
+            max_trials: HEAD_TRIALS,
+        };
+        let done = hold_for_head(set, &trial);
+        let c = &mut g.counts;
+        c.compacts += 1;
+        match (&done.verdict, done.compacted.is_some()) {
+            (HeadVerdict::Free, false) => c.untried += 1,
+            (HeadVerdict::Free, true) => c.free += 1,
+            (HeadVerdict::Hold(_), _) => c.held += 1,
+            (HeadVerdict::Skip, _) => c.skipped += 1,
+        }
+        let migrations = match (done.compacted, done.verdict) {
+            (Some(compacted), _) => {
+                *set = compacted;
+                done.migrations
+            }
+            (None, HeadVerdict::Free) => set.compact(),
+            (None, _) => Vec::new(),
+        };
+        for m in &migrations {
+            if let Some(r) = g.runs.get_mut(&m.job) {
+                r.0 = now + MIGRATION_COST_S;
+            }
+        }
+        migrations.len() as u64
     }
 }
 
@@ -329,9 +488,9 @@ impl Churn for Pools {
     }
     fn draw(&self, rng: &mut Rng, id: u64, mix: Mix) -> Option<Self::Job> {
         let (w, g) = shape(rng, mix.shapes);
-        let want = match rng.below(6) {
-            0 | 1 => Some("a100"),
-            2 => Some("l40s"),
+        let want = match self.typed.then(|| rng.below(6)) {
+            Some(0 | 1) => Some("a100"),
+            Some(2) => Some("l40s"),
             _ => None,
         };
         let mut job = JobRequest::new(id, w, g);
@@ -346,16 +505,25 @@ impl Churn for Pools {
         (!options.is_empty()).then_some((job.id, options))
     }
     fn place(&mut self, job: &Self::Job) -> compass_core::Result<Option<u64>> {
-        Ok(self
-            .set
-            .place(&job.1, None)?
-            .map(|(_, a)| a.migrations.len() as u64))
+        let Some((_, a)) = self.set.place(&job.1, None)? else {
+            return Ok(None);
+        };
+        if let Some(g) = &mut self.guard {
+            let limit = TIME_LIMITS_S[g.rng.below(TIME_LIMITS_S.len() as u64) as usize];
+            g.runs.insert(job.0, (g.now, limit));
+        }
+        Ok(Some(a.migrations.len() as u64 + self.guarded_compact()))
     }
     fn id(job: &Self::Job) -> JobId {
         job.0
     }
     fn remove(&mut self, job: JobId) -> compass_core::Result<u64> {
-        Ok(self.set.remove(job)?.len() as u64)
+        if let Some(g) = &mut self.guard {
+            g.now += 1.0;
+            g.runs.remove(&job);
+        }
+        let moved = self.set.remove(job)?.len() as u64;
+        Ok(moved + self.guarded_compact())
     }
 }
 
@@ -465,15 +633,21 @@ pub fn run(args: Args) -> Result<()> {
     };
     for policy in &policies {
         for mix_name in &args.mix {
-            if mix_name == "mixed" && policy != "compass" {
+            let mix = Mix::named(mix_name);
+            if (mix_name == "mixed" || mix.head) && policy != "compass" {
                 // the pool set holds COMPASS engines only
                 continue;
             }
             for &n in &args.nodes {
                 let spec = ClusterSpec::new(n, 8)?;
-                let mix = Mix::named(mix_name);
+                let mut head = None;
                 let outcome = if mix_name == "mixed" {
-                    latency(&mut Pools::new(&mixed_nodes(n)), &args, mix)
+                    latency(&mut Pools::new(&mixed_nodes(n), true), &args, mix)
+                } else if mix.head {
+                    let mut pools = Pools::guarded(n, mix, args.load);
+                    let r = latency(&mut pools, &args, mix);
+                    head = pools.guard.map(|g| g.counts);
+                    r
                 } else {
                     build(policy, spec, &opts)
                         .and_then(|mut p| latency(&mut OnePolicy(p.as_mut()), &args, mix))
@@ -487,6 +661,7 @@ pub fn run(args: Args) -> Result<()> {
                         remove,
                         tick,
                         migrations,
+                        head,
                         error: None,
                     },
                     Err(e) => LatencyRow {
@@ -497,6 +672,7 @@ pub fn run(args: Args) -> Result<()> {
                         remove: Micros::default(),
                         tick: None,
                         migrations: 0,
+                        head: None,
                         error: Some(e.to_string()),
                     },
                 };
@@ -643,6 +819,16 @@ fn tables(r: &BenchReport, args: &Args) -> String {
              ({op}, {} mix, {} nodes)",
             l.mix, l.nodes
         );
+    }
+    for l in &r.latency {
+        if let Some(h) = &l.head {
+            let _ = writeln!(
+                s,
+                "Head guard at {} nodes: {} guarded Compacts: {} untried (head never fits), \
+                 {} free, {} with jobs held, {} skipped",
+                l.nodes, h.compacts, h.untried, h.free, h.held, h.skipped
+            );
+        }
     }
     if let Some(t) = &r.replay_trace {
         let _ = writeln!(s, "\nReplay of {t} (eta 0.9, FIFO), wall seconds:");

@@ -1,6 +1,6 @@
-//! `compass bench` on tiny sizes: the homogeneous and the mixed latency
-//! mixes run through the same churn loop and report the same fields.
-//! (Counts only: timings are never asserted.)
+//! `compass bench` on tiny sizes: the homogeneous, the mixed and the
+//! head-guard latency mixes run through the same churn loop and report the
+//! same fields. (Counts only: timings are never asserted.)
 
 use std::process::Command;
 
@@ -14,7 +14,7 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
             "--events",
             "300",
             "--mix",
-            "venus,pinned,mixed",
+            "venus,pinned,mixed,head-guard",
             "--policies",
             "compass,best-fit",
             "--no-replay",
@@ -42,6 +42,7 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
             ("compass", "venus"),
             ("compass", "pinned"),
             ("compass", "mixed"),
+            ("compass", "head-guard"),
             ("best-fit", "venus"),
             ("best-fit", "pinned"),
         ]
@@ -62,4 +63,56 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
     for r in rows.iter().filter(|r| r["policy"] == "best-fit") {
         assert_eq!(r["migrations"], 0, "{r}");
     }
+    // Only the head-guard mix guards its Compacts: one after every
+    // admission (the first fill's too) and departure, each with one
+    // verdict, and the head (wider than the free nodes) fits once jobs
+    // end, so the guard tries Compact.
+    for r in rows {
+        assert_eq!(r["head"].is_null(), r["mix"] != "head-guard", "{r}");
+    }
+    let r = &rows[3];
+    let h = &r["head"];
+    let n = |k: &str| h[k].as_u64().unwrap();
+    assert!(n("compacts") > 300, "{r}");
+    assert_eq!(
+        n("compacts"),
+        n("untried") + n("free") + n("held") + n("skipped"),
+        "{r}"
+    );
+    assert!(n("free") + n("held") + n("skipped") > 0, "{r}");
+}
+
+/// The table names the head-guard row and its verdicts.
+#[test]
+fn bench_table_prints_the_head_guard_row() {
+    let out = Command::new(env!("CARGO_BIN_EXE_compass"))
+        .args([
+            "bench",
+            "--nodes",
+            "20",
+            "--events",
+            "200",
+            "--mix",
+            "head-guard",
+            "--no-replay",
+            "--no-policy-replay",
+            "-q",
+        ])
+        .output()
+        .expect("run compass");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("head-guard"))
+        .collect();
+    // compass only, whatever --policies (all by default)
+    assert_eq!(rows.len(), 1, "{text}");
+    assert!(rows[0].starts_with("compass "), "{text}");
+    assert!(!rows[0].contains("unavailable"), "{text}");
+    assert!(text.contains("Head guard at 20 nodes: "), "{text}");
 }
