@@ -917,7 +917,7 @@ impl Controller {
     /// tried, and its requeues are ordered only when they let a waiting job
     /// start ([`moves_let_a_job_start`]: some waiting job has room after
     /// the moves that it has not before); else the engine is put back as it
-    /// was and nothing moves (counted in `compacts_no_gain`). A Compact
+    /// was and nothing moves (counted in `Counters::compacts_no_gain`). A Compact
     /// whose moves stay inside nodes costs no requeue and is always kept.
     ///
     /// [`MoveWhen::Starts`]: compass_core::placement::worth::MoveWhen::Starts

@@ -791,6 +791,53 @@ fn with_move_when_waiting_jobs_move_only_while_a_job_waits() {
     assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
 }
 
+#[test]
+fn with_move_when_starts_jobs_move_only_when_a_waiting_job_gains_room() {
+    // select.move_when = "starts" (issue 10). A and B (1 x 4 GPUs) share a
+    // node, C (1 x 4) is alone; A ends. D (6 whole nodes) waits and fits
+    // the 6 empty nodes as they are: no move would start it sooner, so
+    // none is made. Then E (1 whole node) waits with no whole node free:
+    // moving B or C next to the other lets it start, and that move is made.
+    let lab = Lab::start(
+        "move-when-starts",
+        LabOptions {
+            conf: "lab-compass-starts.conf",
+            ..COMPASS
+        },
+    );
+    let args = ["-n1", "--gpus-per-task=4", "--resumable"];
+    let a = lab.submit(&args);
+    let b = lab.submit(&args);
+    let c = lab.submit(&args);
+    lab.wait_running(&[a, b, c], Duration::from_secs(15));
+    let (na, nb, nc) = (lab.job(a).1, lab.job(b).1, lab.job(c).1);
+    assert_eq!(na, nb, "{}", lab.debug());
+    assert_ne!(nb, nc);
+    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    let d = lab.submit(&["-N6", "--gres=gpu:8", "--ntasks-per-node=1"]);
+    lab.wait_running(&[d], Duration::from_secs(30));
+    // A few of the plugin's ticks (once a second) with D started: B and C
+    // still run where they started, never requeued.
+    std::thread::sleep(Duration::from_secs(4));
+    for (id, node) in [(b, &nb), (c, &nc)] {
+        assert_eq!(lab.job(id), ("RUNNING".to_string(), node.clone()));
+        assert!(lab.show_job(id).contains("Restarts=0"), "{}", lab.debug());
+    }
+    assert_eq!(lab.partial_nodes(8), 2, "{}", lab.debug());
+    let e = lab.submit(&["-N1", "--gres=gpu:8", "--ntasks-per-node=1"]);
+    lab.wait_running(&[e], Duration::from_secs(40));
+    let restarts = [b, c]
+        .iter()
+        .filter(|id| lab.show_job(**id).contains("Restarts=1"))
+        .count();
+    assert_eq!(restarts, 1, "one move let E start\n{}", lab.debug());
+    lab.wait_until("B and C run on one node", Duration::from_secs(30), || {
+        let (jb, jc) = (lab.job(b), lab.job(c));
+        jb.0 == "RUNNING" && jb == jc
+    });
+    assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
+}
+
 /// `LAB_EXTRA_CONF` for a lab whose nodes stay COMPLETING for 5 s after
 /// each job (an `Epilog` that sleeps): Slurm cannot start the next job on
 /// a departed job's nodes before the plugin's thread (once a second) has
