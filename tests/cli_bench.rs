@@ -4,24 +4,11 @@
 
 use std::process::Command;
 
-#[test]
-fn bench_latency_covers_homogeneous_and_mixed_clusters() {
+/// Runs `compass bench` with `args`; its stdout (the command must succeed).
+fn bench(args: &[&str]) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_compass"))
-        .args([
-            "bench",
-            "--nodes",
-            "36",
-            "--events",
-            "300",
-            "--mix",
-            "venus,pinned,mixed,head-guard",
-            "--policies",
-            "compass,best-fit",
-            "--no-replay",
-            "--no-policy-replay",
-            "--json",
-            "-q",
-        ])
+        .arg("bench")
+        .args(args)
         .output()
         .expect("run compass");
     assert!(
@@ -29,7 +16,26 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    out.stdout
+}
+
+#[test]
+fn bench_latency_covers_homogeneous_and_mixed_clusters() {
+    let stdout = bench(&[
+        "--nodes",
+        "36",
+        "--events",
+        "300",
+        "--mix",
+        "venus,pinned,mixed,head-guard",
+        "--policies",
+        "compass,best-fit",
+        "--no-replay",
+        "--no-policy-replay",
+        "--json",
+        "-q",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     let rows = v["latency"].as_array().unwrap();
     let keys: Vec<(&str, &str)> = rows
         .iter()
@@ -85,27 +91,18 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
 /// The table names the head-guard row and its verdicts.
 #[test]
 fn bench_table_prints_the_head_guard_row() {
-    let out = Command::new(env!("CARGO_BIN_EXE_compass"))
-        .args([
-            "bench",
-            "--nodes",
-            "20",
-            "--events",
-            "200",
-            "--mix",
-            "head-guard",
-            "--no-replay",
-            "--no-policy-replay",
-            "-q",
-        ])
-        .output()
-        .expect("run compass");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let stdout = bench(&[
+        "--nodes",
+        "20",
+        "--events",
+        "200",
+        "--mix",
+        "head-guard",
+        "--no-replay",
+        "--no-policy-replay",
+        "-q",
+    ]);
+    let text = String::from_utf8_lossy(&stdout);
     let rows: Vec<&str> = text
         .lines()
         .filter(|l| l.split_whitespace().nth(1) == Some("head-guard"))

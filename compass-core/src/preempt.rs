@@ -518,9 +518,10 @@ pub fn victim_rule(
 /// Venus sample at 125 nodes lost 23,684 GPU-hours under it, 15,450 under
 /// this test, 5,542 under the ratio test alone; owed (allocated) 85.7%,
 /// 88.8%, 88.8%: docs/results.md, "The preemption rule, second round").
-/// Checked per victim against its team's load before this plan's
-/// preemptions (two victims of one team may together take it below its
-/// allocation).
+/// Checked per victim here; [`plan_room`] also bounds the victims it takes
+/// together by the load test alone ([`load_budget`]: two of them may not
+/// together take a team below its allocation), and [`plan_cycle`] counts
+/// the victims and admissions of its earlier plans in the loads.
 fn job_yields(
     victim: &RunningJob,
     pending: &PendingJob,
@@ -539,6 +540,35 @@ fn job_yields(
     v.running_gpus - f64::from(victim.gpus()) >= v.allocation_gpus
         || ratios.ratio(&victim.account)
             > ratios.ratio(&pending.account) * (1.0 + cfg.preempt_margin)
+}
+
+/// How many of `victim`'s GPUs count against its team's budget in one
+/// plan ([`plan_room`]): an allocated victim that yields by the load test
+/// alone ([`job_yields`]: its team runs above its allocation, and the
+/// ratio test does not hold) spends its GPUs from the team's excess over
+/// its allocation; `None` for a victim the ratio test (or no known load)
+/// makes legal whatever else is taken. With the team's excess
+/// (`running - allocation`), as `(account, gpus, excess)`.
+fn load_budget<'a>(
+    victim: &'a RunningJob,
+    pending: &PendingJob,
+    ratios: &dyn Ratios,
+    cfg: &ProtectionConfig,
+) -> Option<(&'a str, f64, f64)> {
+    if !victim.allocated() || !ratios.loads_decide() {
+        return None;
+    }
+    let v = ratios.allocation(&victim.account)?;
+    ratios.allocation(&pending.account)?;
+    let by_ratio =
+        ratios.ratio(&victim.account) > ratios.ratio(&pending.account) * (1.0 + cfg.preempt_margin);
+    (!by_ratio).then(|| {
+        (
+            victim.account.as_str(),
+            f64::from(victim.gpus()),
+            v.running_gpus - v.allocation_gpus,
+        )
+    })
 }
 
 /// May a team's job other than its head (its first waiting allocated job
@@ -690,7 +720,23 @@ pub fn plan_room(
         }
         extra
     };
-    let feasible = |set: &[usize]| fit_with(&freed(set)) >= w;
+    // Victims taken by the load test alone, per team, stay within the
+    // team's excess over its allocation ([`load_budget`]).
+    let budgets: Vec<Option<(&str, f64, f64)>> = cands
+        .iter()
+        .map(|(v, _)| load_budget(v, pending, ratios, cfg))
+        .collect();
+    let within_budget = |set: &[usize]| {
+        let mut spent: BTreeMap<&str, f64> = BTreeMap::new();
+        set.iter()
+            .filter_map(|&i| budgets[i])
+            .all(|(team, gpus, excess)| {
+                let s = spent.entry(team).or_default();
+                *s += gpus;
+                *s <= excess
+            })
+    };
+    let feasible = |set: &[usize]| fit_with(&freed(set)) >= w && within_budget(set);
     let cost = |set: &[usize]| {
         let (mut alloc, mut unalloc) = (0.0, 0.0);
         for &i in set {
@@ -739,6 +785,11 @@ pub fn plan_room(
         while fit_with(&extra) < w {
             let next = (0..cands.len())
                 .filter(|i| !set.contains(i))
+                .filter(|&i| {
+                    let mut with = set.clone();
+                    with.push(i);
+                    within_budget(&with)
+                })
                 .max_by(|&a, &b| {
                     // Extra instances candidate `i` makes fit, from its nodes only.
                     let score = |i: usize| {
@@ -920,14 +971,42 @@ pub struct CyclePlan {
     pub held_back: Vec<JobId>,
 }
 
+/// The loads [`plan_cycle`]'s later plans see: each team's allocated GPUs
+/// running, less its allocated victims already taken this cycle, plus its
+/// allocated jobs already admitted (the policy simulator refreshes its
+/// loads between plans the same way, from the jobs it preempted and
+/// started). Ratios are the lookback's, unchanged within a cycle.
+struct CycleLoads<'a> {
+    inner: &'a dyn Ratios,
+    delta: BTreeMap<String, f64>,
+}
+
+impl Ratios for CycleLoads<'_> {
+    fn ratio(&self, account: &str) -> f64 {
+        self.inner.ratio(account)
+    }
+
+    fn allocation(&self, account: &str) -> Option<TeamLoad> {
+        self.inner.allocation(account).map(|l| TeamLoad {
+            running_gpus: l.running_gpus + self.delta.get(account).copied().unwrap_or(0.0),
+            ..l
+        })
+    }
+
+    fn loads_decide(&self) -> bool {
+        self.inner.loads_decide()
+    }
+}
+
 /// One cycle: faulty-node evictions, then pending jobs in fair-share order
 /// (`queue` is already ordered), each taking room from free GPUs first and
 /// from legal victims otherwise. Room given to an earlier job is not given
 /// again to a later one. A team's first job that may preempt (its head)
 /// may take any legal victims; its later jobs only unallocated ones, and
 /// only while the team, with each, stays within its allocation
-/// ([`later_job_may_preempt`], counting the jobs of the team admitted
-/// earlier in this cycle). At most `cfg.max_preemptions_per_cycle` victims
+/// ([`later_job_may_preempt`]). The loads count this cycle's earlier
+/// admissions and allocated victims ([`CycleLoads`]), so two plans never
+/// together take a team below its allocation by the load test. At most `cfg.max_preemptions_per_cycle` victims
 /// (or the first job's, if it needs more): once a job's victims would pass
 /// the limit, no later job preempts either (they may still take free room).
 pub fn plan_cycle(
@@ -976,10 +1055,13 @@ pub fn plan_cycle(
         .collect();
 
     let mut limited = false;
-    // Teams whose head has asked, the allocated GPUs admitted for each, and
-    // the only victims a team's later jobs may take.
+    // Teams whose head has asked, the loads with this cycle's earlier plans
+    // counted in, and the only victims a team's later jobs may take.
     let mut asked: BTreeSet<&str> = BTreeSet::new();
-    let mut admitted_gpus: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut loads = CycleLoads {
+        inner: ratios,
+        delta: BTreeMap::new(),
+    };
     let unallocated: Vec<RunningJob> = running.iter().filter(|r| !r.allocated()).cloned().collect();
     for p in queue {
         let account = p.account.as_str();
@@ -987,22 +1069,16 @@ pub fn plan_cycle(
         let is_head = !p.may_preempt() || asked.insert(account);
         let candidates: &[RunningJob] = if is_head {
             running
+        } else if later_job_may_preempt(loads.allocation(account), gpus) {
+            &unallocated
         } else {
-            let load = ratios.allocation(account).map(|l| TeamLoad {
-                running_gpus: l.running_gpus + admitted_gpus.get(account).copied().unwrap_or(0.0),
-                ..l
-            });
-            if later_job_may_preempt(load, gpus) {
-                &unallocated
-            } else {
-                &[]
-            }
+            &[]
         };
-        let Some(victims) = plan_room(p, candidates, &room, ratios, now, cfg, &gone) else {
+        let Some(victims) = plan_room(p, candidates, &room, &loads, now, cfg, &gone) else {
             continue;
         };
         if p.min_runtime_s > 0.0 {
-            *admitted_gpus.entry(account).or_default() += gpus;
+            *loads.delta.entry(account.to_string()).or_default() += gpus;
         }
         // The first job's victims are always allowed (a job needing more
         // victims than the limit would otherwise never be served).
@@ -1016,6 +1092,9 @@ pub fn plan_cycle(
             gone.insert(v.victim);
             if let Some(r) = running.iter().find(|r| r.id == v.victim) {
                 release(&mut room, r);
+                if r.allocated() {
+                    *loads.delta.entry(r.account.clone()).or_default() -= f64::from(r.gpus());
+                }
             }
         }
         plan.preemptions.extend(victims);
@@ -1262,6 +1341,58 @@ mod tests {
             plan_room(&p, &run, &room, &table, 2.0 * H, &cfg(), &BTreeSet::new()),
             None
         );
+    }
+
+    /// "over" runs 16 GPUs against an allocation of 8: by the load test it
+    /// may yield 8 of them, one of its two 8-GPU jobs, and no more, whether
+    /// one request asks for both (2 x 8, [`plan_room`]) or two requests ask
+    /// for one each in one cycle ([`plan_cycle`]). (Before, each victim was
+    /// checked alone against the team's load before the cycle: both went.)
+    #[test]
+    fn the_load_test_never_takes_a_team_below_its_allocation_in_one_cycle() {
+        let run = vec![
+            running(1, "over", &[(0, 8)], 1.0, 0.0),
+            running(2, "over", &[(1, 8)], 1.0, 0.0),
+        ];
+        let room = room_of(2, &run);
+        let load = |running_gpus: f64, allocation_gpus: f64| TeamLoad {
+            running_gpus,
+            allocation_gpus,
+        };
+        let mut table = TeamTable {
+            ratio: ratios(&[("over", 0.5), ("under", 2.0), ("other", 2.0)]),
+            load: BTreeMap::new(),
+            loads_decide: true,
+        };
+        table.load.insert("over".into(), load(16.0, 8.0));
+        table.load.insert("under".into(), load(0.0, 16.0));
+        table.load.insert("other".into(), load(0.0, 16.0));
+        let now = 2.0 * H;
+        let none = BTreeSet::new();
+        let both = pending(9, "under", 2, 8);
+        assert_eq!(
+            plan_room(&both, &run, &room, &table, now, &cfg(), &none),
+            None
+        );
+        let one = pending(9, "under", 1, 8);
+        let got = plan_room(&one, &run, &room, &table, now, &cfg(), &none).unwrap();
+        assert_eq!(got.len(), 1);
+        // Two teams' heads in one cycle: the first takes one node, the
+        // second finds "over" at its allocation.
+        let queue = [one.clone(), pending(10, "other", 1, 8)];
+        let plan = plan_cycle(&queue, &run, &room, &BTreeSet::new(), &table, now, &cfg());
+        assert_eq!(plan.preemptions.len(), 1, "{plan:?}");
+        assert_eq!(plan.admitted, vec![JobId(9)]);
+        // By the ratio test (over's ratio above the requester's) one request
+        // takes both; a later plan of the cycle then finds "over" at its
+        // allocation, where a team keeps its jobs whatever the ratios (the
+        // team rule), as the simulator, whose loads are refreshed between
+        // plans, finds it.
+        table.ratio = ratios(&[("over", 3.0), ("under", 1.0), ("other", 1.0)]);
+        let got = plan_room(&both, &run, &room, &table, now, &cfg(), &none).unwrap();
+        assert_eq!(got.len(), 2);
+        let plan = plan_cycle(&queue, &run, &room, &BTreeSet::new(), &table, now, &cfg());
+        assert_eq!(plan.preemptions.len(), 1, "{plan:?}");
     }
 
     /// Runs `hours` hourly cycles of [`plan_cycle`] on `nodes` 8-GPU nodes

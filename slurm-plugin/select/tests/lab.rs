@@ -741,6 +741,36 @@ fn a_job_about_to_end_is_not_migrated_while_a_long_one_is() {
     assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
 }
 
+/// A and B (1 x 4 GPUs, resumable) share a node, C (1 x 4) is alone; A is
+/// cancelled. Returns B and C with their nodes.
+fn two_half_nodes(lab: &Lab) -> [(u32, String); 2] {
+    let args = ["-n1", "--gpus-per-task=4", "--resumable"];
+    let a = lab.submit(&args);
+    let b = lab.submit(&args);
+    let c = lab.submit(&args);
+    lab.wait_running(&[a, b, c], Duration::from_secs(15));
+    let (na, nb, nc) = (lab.job(a).1, lab.job(b).1, lab.job(c).1);
+    assert_eq!(na, nb, "{}", lab.debug());
+    assert_ne!(nb, nc);
+    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    [(b, nb), (c, nc)]
+}
+
+/// Exactly one of B and C was requeued (the move that let `waiter` start),
+/// and they end on one node with no partial node left.
+fn one_move_joins(lab: &Lab, b: u32, c: u32, waiter: &str) {
+    let restarts = [b, c]
+        .iter()
+        .filter(|id| lab.show_job(**id).contains("Restarts=1"))
+        .count();
+    assert_eq!(restarts, 1, "one move let {waiter} start\n{}", lab.debug());
+    lab.wait_until("B and C run on one node", Duration::from_secs(30), || {
+        let (jb, jc) = (lab.job(b), lab.job(c));
+        jb.0 == "RUNNING" && jb == jc
+    });
+    assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
+}
+
 #[test]
 fn with_move_when_waiting_jobs_move_only_while_a_job_waits() {
     // select.move_when = "waiting" (the site default). A and B (1 x 4
@@ -755,15 +785,7 @@ fn with_move_when_waiting_jobs_move_only_while_a_job_waits() {
             ..COMPASS
         },
     );
-    let args = ["-n1", "--gpus-per-task=4", "--resumable"];
-    let a = lab.submit(&args);
-    let b = lab.submit(&args);
-    let c = lab.submit(&args);
-    lab.wait_running(&[a, b, c], Duration::from_secs(15));
-    let (na, nb, nc) = (lab.job(a).1, lab.job(b).1, lab.job(c).1);
-    assert_eq!(na, nb, "{}", lab.debug());
-    assert_ne!(nb, nc);
-    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    let [(b, nb), (c, nc)] = two_half_nodes(&lab);
     lab.wait_until(
         "the state file counts B and C as held by move_when",
         Duration::from_secs(15),
@@ -779,16 +801,7 @@ fn with_move_when_waiting_jobs_move_only_while_a_job_waits() {
     assert_eq!(lab.partial_nodes(8), 2, "{}", lab.debug());
     let d = lab.submit(&["-N7", "--gres=gpu:8", "--ntasks-per-node=1"]);
     lab.wait_running(&[d], Duration::from_secs(40));
-    let restarts = [b, c]
-        .iter()
-        .filter(|id| lab.show_job(**id).contains("Restarts=1"))
-        .count();
-    assert_eq!(restarts, 1, "one move let D start\n{}", lab.debug());
-    lab.wait_until("B and C run on one node", Duration::from_secs(30), || {
-        let (jb, jc) = (lab.job(b), lab.job(c));
-        jb.0 == "RUNNING" && jb == jc
-    });
-    assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
+    one_move_joins(&lab, b, c, "D");
 }
 
 #[test]
@@ -805,15 +818,7 @@ fn with_move_when_starts_jobs_move_only_when_a_waiting_job_gains_room() {
             ..COMPASS
         },
     );
-    let args = ["-n1", "--gpus-per-task=4", "--resumable"];
-    let a = lab.submit(&args);
-    let b = lab.submit(&args);
-    let c = lab.submit(&args);
-    lab.wait_running(&[a, b, c], Duration::from_secs(15));
-    let (na, nb, nc) = (lab.job(a).1, lab.job(b).1, lab.job(c).1);
-    assert_eq!(na, nb, "{}", lab.debug());
-    assert_ne!(nb, nc);
-    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    let [(b, nb), (c, nc)] = two_half_nodes(&lab);
     let d = lab.submit(&["-N6", "--gres=gpu:8", "--ntasks-per-node=1"]);
     lab.wait_running(&[d], Duration::from_secs(30));
     // A few of the plugin's ticks (once a second) with D started: B and C
@@ -826,16 +831,7 @@ fn with_move_when_starts_jobs_move_only_when_a_waiting_job_gains_room() {
     assert_eq!(lab.partial_nodes(8), 2, "{}", lab.debug());
     let e = lab.submit(&["-N1", "--gres=gpu:8", "--ntasks-per-node=1"]);
     lab.wait_running(&[e], Duration::from_secs(40));
-    let restarts = [b, c]
-        .iter()
-        .filter(|id| lab.show_job(**id).contains("Restarts=1"))
-        .count();
-    assert_eq!(restarts, 1, "one move let E start\n{}", lab.debug());
-    lab.wait_until("B and C run on one node", Duration::from_secs(30), || {
-        let (jb, jc) = (lab.job(b), lab.job(c));
-        jb.0 == "RUNNING" && jb == jc
-    });
-    assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
+    one_move_joins(&lab, b, c, "E");
 }
 
 /// `LAB_EXTRA_CONF` for a lab whose nodes stay COMPLETING for 5 s after
