@@ -49,7 +49,7 @@
 #   DEMO_NOT_RESUMABLE  share of the jobs made not resumable (0 to 1, e.g.
 #                    0.5; default 0: the trace's own rule, 9 in 10 resumable)
 #   DEMO_MOVE_WHEN   the select plugin's `move_when` for this demo (always,
-#                    waiting, fits, starts; default: etc/compass.conf's)
+#                    waiting, fits, starts, pays; default: etc/compass.conf's)
 #   DEMO_STOCK_BUDGET_PORT  HTTP port of the stock cluster's compass-budgetd
 #                    (default 18081; DEMO_CONFIG=order or enforce)
 #   DEMO_REPLAY_ARGS more `compass replay` flags, e.g. "--check" or "--jobs 40"
@@ -280,8 +280,8 @@ write_compass_conf() {
         "$ROOT/etc/compass.conf" >"$DEMO/compass.conf.in"
     if [ -n "$MOVE_WHEN" ]; then
         case $MOVE_WHEN in
-            always | waiting | fits | starts) ;;
-            *) die "DEMO_MOVE_WHEN=$MOVE_WHEN: expected always, waiting, fits or starts" ;;
+            always | waiting | fits | starts | pays) ;;
+            *) die "DEMO_MOVE_WHEN=$MOVE_WHEN: expected always, waiting, fits, starts or pays" ;;
         esac
         sed -i "s#^move_when = .*#move_when = \"$MOVE_WHEN\"#" "$DEMO/compass.conf.in"
         grep -q "^move_when = \"$MOVE_WHEN\"" "$DEMO/compass.conf.in" \

@@ -74,6 +74,7 @@ pub fn replay(
     cfg.payback = args.payback;
     cfg.remaining = RemainingRun::parse_name(&args.remaining_run)?;
     cfg.move_when = MoveWhen::parse_name(&args.move_when)?;
+    cfg.tidy_payback = args.tidy_payback;
     cfg.backfill_depth = args.backfill_depth;
     cfg.record_timeseries = timeseries;
     let label = format!("{policy} ({})", queue.name());
@@ -225,10 +226,13 @@ pub fn table(r: &Report<'_>) -> String {
     );
     let rule = if x.payback > 0.0 {
         format!(
-            "payback {} on {}, moves {}",
+            "payback {} on {}, moves {}{}",
             x.payback,
             x.remaining_run.name(),
-            x.move_when.name()
+            x.move_when.name(),
+            x.tidy_payback
+                .map(|k| format!(" (tidy payback {k})"))
+                .unwrap_or_default()
         )
     } else {
         "off (payback 0: move whenever the engine wants)".into()

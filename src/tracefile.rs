@@ -83,9 +83,20 @@ pub struct TraceArgs {
     /// while a waiting job asks for no more GPUs than are free (`fits`), or
     /// only when the moves let a waiting job start (`starts`: each Compact
     /// is tried on a copy first, and made only if afterwards some queued
-    /// job fits the free GPUs that did not before).
+    /// job fits the free GPUs that did not before), or as `starts` but with
+    /// tidying moves of the jobs that pay for them (`pays`: a Compact that
+    /// starts nobody still moves the jobs expected, by the runs of the jobs
+    /// finished so far, to run at least --tidy-payback times the migration
+    /// cost after the move).
     #[arg(long, default_value = "always", value_parser = PossibleValuesParser::new(MoveWhen::NAMES))]
     pub move_when: String,
+
+    /// With --move-when pays: a move that lets no queued job start is made
+    /// only for a job expected to run at least TIDY times the migration
+    /// cost after it (its mean residual run over the last 1,000 finished
+    /// jobs' runs, capped by its time limit).
+    #[arg(long, default_value_t = compass_core::placement::worth::DEFAULT_TIDY_PAYBACK, value_name = "TIDY")]
+    pub tidy_payback: f64,
 
     /// With backfill: waiting jobs examined behind the blocked head per pass.
     #[arg(long, default_value_t = 1000, value_name = "JOBS")]

@@ -409,7 +409,7 @@ fn select_figures_are_what_the_plugin_logic_publishes() {
         assert_eq!(ctl.begin(&j, &[(n, g)], t), None);
     }
     assert!(ctl.tick(t + 1000).is_empty());
-    ctl.fini(1);
+    ctl.fini(1, t + 1000);
     let orders = ctl.tick(t + 1000);
     assert_eq!(orders.len(), 1, "{orders:?}");
     ctl.requeue_failed(&orders[0]);

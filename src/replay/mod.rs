@@ -27,6 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::builder::PossibleValuesParser;
 use compass_core::placement::pools::NodeGpus;
+use compass_core::placement::worth::MoveWhen;
 use compass_core::trace::{self, ReadOptions, TraceFormat};
 
 use crate::error::{CliError, Result};
@@ -973,7 +974,16 @@ fn attach_simulations(plan: &Plan, results: &mut [ClusterResult]) {
             continue;
         }
         let policy = sim::model_of(r.is_compass());
-        match sim::simulate(plan, r.nodes, r.gpus_per_node, policy, cost) {
+        // What the plugin published; the defaults where it published
+        // nothing (a plugin before it, or stock).
+        let mut gate = sim::Gate::default();
+        if let Some(Ok(w)) = r.move_when.as_deref().map(MoveWhen::parse_name) {
+            gate.move_when = w;
+        }
+        if let Some(k) = r.tidy_payback {
+            gate.tidy_payback = k;
+        }
+        match sim::simulate(plan, r.nodes, r.gpus_per_node, policy, cost, gate) {
             Ok(mut s) => {
                 s.migration_cost_source = source.clone();
                 r.simulated = Some(s);

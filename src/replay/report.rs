@@ -408,6 +408,13 @@ pub struct ClusterResult {
     /// The simulator on the jobs this replay submitted (`jobs.csv`), with
     /// the migration cost measured on the live compass cluster.
     pub simulated: Option<super::sim::Simulated>,
+    /// The select plugin's `select.move_when`, from its published state
+    /// (compass clusters; the simulation runs with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub move_when: Option<String>,
+    /// Its `select.tidy_payback`, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tidy_payback: Option<f64>,
     /// Why there is no simulation (a mixed cluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub simulated_skipped: Option<String>,
@@ -494,6 +501,8 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
         polls: obs.samples.len() as u64,
         poll_errors: info.poll_errors,
         completion: Completion::read(info.completion_log, &submitted, &preempted_cancel),
+        move_when: obs.state.as_ref().and_then(|s| s.move_when.clone()),
+        tidy_payback: obs.state.as_ref().and_then(|s| s.tidy_payback),
         ..Default::default()
     };
     let (window, name) = if obs.figures.peak.time_s > 0.0 {
@@ -1241,11 +1250,19 @@ pub fn markdown(
     if let Some(sim) = results.iter().find_map(|r| r.simulated.as_ref()) {
         let _ = writeln!(
             s,
-            "## Live against simulated\n\nThe simulator on the jobs this replay submitted (`jobs.csv`, wall seconds), same cluster size, backfill queue, a migration costing {:.1} wall s = {:.1} trace min at speedup {} ({}). Compass clusters are simulated with the `compass` policy; stock clusters with `best-fit`, the closest model of cons_tres (it packs onto the fullest nodes that fit; Slurm's start latency, its scheduling passes and its backfill window are not modelled).\n",
+            "## Live against simulated\n\nThe simulator on the jobs this replay submitted (`jobs.csv`, wall seconds), same cluster size, backfill queue, a migration costing {:.1} wall s = {:.1} trace min at speedup {} ({}). Compass clusters are simulated with the `compass` policy, moving jobs under the plugin's `select.move_when` (`{}`, from its published state; the default when it publishes none) with remaining runs from the time limits submitted; stock clusters with `best-fit`, the closest model of cons_tres (it packs onto the fullest nodes that fit; Slurm's start latency, its scheduling passes and its backfill window are not modelled).\n",
             sim.migration_cost_s,
             sim.migration_cost_s * c.speedup / 60.0,
             c.speedup,
-            sim.migration_cost_source
+            sim.migration_cost_source,
+            results
+                .iter()
+                .filter(|r| r.is_compass())
+                .find_map(|r| r.simulated.as_ref())
+                .map_or("-".to_string(), |s| match s.tidy_payback {
+                    Some(k) => format!("{}, tidy payback {k}", s.move_when),
+                    None => s.move_when.clone(),
+                })
         );
         s.push_str(&sim_table(results));
         s.push('\n');

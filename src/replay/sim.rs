@@ -8,8 +8,11 @@
 //! sched/backfill.
 
 use compass_core::model::{ClusterSpec, JobId};
+use compass_core::placement::worth::DEFAULT_TIDY_PAYBACK;
 use compass_core::placement::{PlacementPolicy, PolicyOptions};
-use compass_core::sim::{self, EventKind, MoveWhen, Percentiles, QueuePolicy, SimConfig};
+use compass_core::sim::{
+    self, EventKind, MoveWhen, Percentiles, QueuePolicy, RemainingRun, SimConfig,
+};
 use compass_core::trace::TraceJob;
 use serde::Serialize;
 
@@ -27,6 +30,12 @@ pub struct Simulated {
     pub migration_cost_s: f64,
     /// Where that cost comes from (measured on the live run, or assumed).
     pub migration_cost_source: String,
+    /// The gate the simulated compass moved jobs under (`--move-when`):
+    /// the live plugin's published `select.move_when`.
+    pub move_when: String,
+    /// With `pays`: the plugin's `select.tidy_payback`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tidy_payback: Option<f64>,
     pub afr: f64,
     pub max_n_sif: u64,
     pub max_n_sif_under_wcc: Option<u64>,
@@ -83,14 +92,36 @@ impl sim::Observer for Starts {
     }
 }
 
-/// Simulates the plan on `nodes x gpus_per_node` with `policy` and a
-/// migration cost of `cost_s` wall seconds, under backfill.
+/// When the live select plugin lets jobs move (its published
+/// `select.move_when` and `select.tidy_payback`), for its simulation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gate {
+    pub move_when: MoveWhen,
+    pub tidy_payback: f64,
+}
+
+impl Default for Gate {
+    /// The plugin's defaults (for a plugin that publishes neither).
+    fn default() -> Self {
+        Self {
+            move_when: MoveWhen::SELECT_DEFAULT,
+            tidy_payback: DEFAULT_TIDY_PAYBACK,
+        }
+    }
+}
+
+/// Simulates the plan on `nodes x gpus_per_node` with `policy`, a
+/// migration cost of `cost_s` wall seconds and the live plugin's `gate`,
+/// under backfill. Remaining runs are taken from the time limits the
+/// replay submitted (`--remaining-run replay-limit`), as the plugin knows
+/// them.
 pub fn simulate(
     plan: &Plan,
     nodes: u32,
     gpus_per_node: u32,
     policy: &str,
     cost_s: f64,
+    gate: Gate,
 ) -> Result<Simulated> {
     let jobs = trace_jobs(plan);
     let spec = ClusterSpec {
@@ -102,9 +133,9 @@ pub fn simulate(
     let cfg = SimConfig {
         queue: QueuePolicy::Backfill,
         migration_cost_s: cost_s,
-        // The plugin's default `select.move_when` (a cluster configured
-        // otherwise is simulated with the default all the same).
-        move_when: MoveWhen::SELECT_DEFAULT,
+        move_when: gate.move_when,
+        tidy_payback: gate.tidy_payback,
+        remaining: RemainingRun::ReplayLimit,
         ..SimConfig::new(spec)
     };
     let mut starts = Starts(vec![None; jobs.len()]);
@@ -121,6 +152,8 @@ pub fn simulate(
         queue: cfg.queue.name().to_string(),
         migration_cost_s: cost_s,
         migration_cost_source: String::new(),
+        move_when: gate.move_when.name().to_string(),
+        tidy_payback: r.tidy_payback,
         afr: r.afr,
         max_n_sif: r.max_n_sif,
         max_n_sif_under_wcc: r.max_n_sif_under_wcc,
@@ -157,14 +190,27 @@ mod tests {
             window_trace_end_s: 1.0,
             ..Plan::example(vec![job(0, 0.0, 10.0, 1, 8), job(1, 1.0, 10.0, 1, 8)], 1.0)
         };
-        let s = simulate(&plan, 1, 8, "best-fit", 5.0).unwrap();
+        let s = simulate(&plan, 1, 8, "best-fit", 5.0, Gate::default()).unwrap();
         assert_eq!(s.policy, "best-fit");
         assert_eq!(s.migrations, 0);
         assert_eq!(s.waits.max, 9.0, "job 1 starts when job 0 ends at 10 s");
         assert_eq!(s.ajct_s, (10.0 + 19.0) / 2.0);
         assert_eq!(s.largest.jobs, 2);
-        let c = simulate(&plan, 1, 8, "compass", 5.0).unwrap();
-        assert_eq!(c.policy, "compass");
-        assert!(simulate(&plan, 1, 8, "no-such-policy", 5.0).is_err());
+        let c = simulate(&plan, 1, 8, "compass", 5.0, Gate::default()).unwrap();
+        assert_eq!(
+            (c.policy.as_str(), c.move_when.as_str(), c.tidy_payback),
+            ("compass", "pays", Some(20.0))
+        );
+        let starts = Gate {
+            move_when: MoveWhen::Starts,
+            ..Gate::default()
+        };
+        let c = simulate(&plan, 1, 8, "compass", 5.0, starts).unwrap();
+        assert_eq!(
+            (c.move_when.as_str(), c.tidy_payback),
+            ("starts", None),
+            "the live plugin's gate"
+        );
+        assert!(simulate(&plan, 1, 8, "no-such-policy", 5.0, Gate::default()).is_err());
     }
 }

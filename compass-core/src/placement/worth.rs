@@ -33,8 +33,7 @@ pub enum MoveWhen {
     /// Theorem 1's bound for the movable jobs).
     #[default]
     Always,
-    /// Only while some job waits in the queue (the Slurm plugin's default,
-    /// [`MoveWhen::SELECT_DEFAULT`]): a move made while nobody
+    /// Only while some job waits in the queue: a move made while nobody
     /// waits lets no job start sooner, so it is deferred to the first event
     /// with a waiting job (Compact then repairs the layout). The bound is
     /// then exceeded by choice while the queue is empty.
@@ -53,16 +52,32 @@ pub enum MoveWhen {
     /// so Theorem 1's bound is exceeded by choice whenever tidying would
     /// start nobody.
     Starts,
+    /// As [`MoveWhen::Starts`], but a Compact that starts nobody is still
+    /// made with the jobs that pay for a tidying move: those expected to
+    /// run at least [`MigrationRule::tidy_payback`] times their migration
+    /// cost after it, by the runs of the jobs that ended recently
+    /// ([`RunHistory::expected_remaining`], capped by the time limit).
+    /// Where moves are cheap against the runs (a site whose jobs run for
+    /// hours) this tidies as [`MoveWhen::Waiting`] does; where they are
+    /// dear (a replay compressed 240x, where a 3 s requeue weighs like 12
+    /// trace minutes) it moves only jobs that start another, as
+    /// [`MoveWhen::Starts`]. The Slurm plugin's default
+    /// ([`MoveWhen::SELECT_DEFAULT`]).
+    Pays,
 }
 
 impl MoveWhen {
-    /// The Slurm plugin's default (`select.move_when`), chosen by the
-    /// simulation of seven Venus windows (docs/results.md, "When to move"):
-    /// level with `Always` at a 2 s migration cost, ahead at 4 s and 8 s.
+    /// The Slurm plugin's default (`select.move_when`), chosen by
+    /// simulation at both time scales (docs/results.md, "Moves that pay"):
+    /// on seven 120-job Venus windows compressed 240x (a move weighing like
+    /// 8-32 trace minutes) it fragments less than `Waiting` and `Starts`
+    /// and completes jobs sooner than `Waiting`; on the Venus sample at its
+    /// own time scale it completes jobs as soon as `Waiting` or sooner at
+    /// 8 s to 5 min a move, where `Starts` loses 1-1.5% to best-fit.
     /// The simulator's own default stays `Always` (the paper's Algorithm 1).
-    pub const SELECT_DEFAULT: MoveWhen = MoveWhen::Waiting;
+    pub const SELECT_DEFAULT: MoveWhen = MoveWhen::Pays;
 
-    pub const NAMES: &'static [&'static str] = &["always", "waiting", "fits", "starts"];
+    pub const NAMES: &'static [&'static str] = &["always", "waiting", "fits", "starts", "pays"];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -70,6 +85,7 @@ impl MoveWhen {
             Self::Waiting => "waiting",
             Self::Fits => "fits",
             Self::Starts => "starts",
+            Self::Pays => "pays",
         }
     }
 
@@ -79,10 +95,17 @@ impl MoveWhen {
             "waiting" => Ok(Self::Waiting),
             "fits" => Ok(Self::Fits),
             "starts" => Ok(Self::Starts),
+            "pays" => Ok(Self::Pays),
             other => Err(CoreError::Invalid(format!(
-                "unknown move-when `{other}`; expected always, waiting, fits or starts"
+                "unknown move-when `{other}`; expected always, waiting, fits, starts or pays"
             ))),
         }
+    }
+
+    /// Is a Compact tried on a copy first, its moves made only when they let
+    /// a waiting job start (the others as the gate says)?
+    pub fn tries_first(self) -> bool {
+        matches!(self, Self::Starts | Self::Pays)
     }
 
     /// May any job move now? `waiting_gpus`: the GPUs each waiting job asks
@@ -93,7 +116,7 @@ impl MoveWhen {
         let mut waiting = waiting_gpus.into_iter();
         match self {
             Self::Always => true,
-            Self::Waiting | Self::Starts => waiting.next().is_some(),
+            Self::Waiting | Self::Starts | Self::Pays => waiting.next().is_some(),
             Self::Fits => waiting.any(|g| g <= free_gpus),
         }
     }
@@ -116,6 +139,20 @@ pub struct MigrationRule {
     pub min_run_s: Seconds,
     /// Never move the same job twice within this long, seconds.
     pub cooldown_s: Seconds,
+    /// Under [`MoveWhen::Pays`], a move that lets no waiting job start
+    /// (it only tidies the layout) is made only for a job expected to run
+    /// at least this many times its migration cost after the move
+    /// ([`MigrationRule::pays_for_tidying`]).
+    #[serde(default = "default_tidy_payback")]
+    pub tidy_payback: f64,
+}
+
+/// [`MigrationRule::tidy_payback`]'s default, chosen by simulation
+/// (docs/results.md, "Moves that pay: `--move-when pays`").
+pub const DEFAULT_TIDY_PAYBACK: f64 = 20.0;
+
+fn default_tidy_payback() -> f64 {
+    DEFAULT_TIDY_PAYBACK
 }
 
 impl Default for MigrationRule {
@@ -125,6 +162,7 @@ impl Default for MigrationRule {
             payback: 2.0,
             min_run_s: 0.0,
             cooldown_s: 0.0,
+            tidy_payback: DEFAULT_TIDY_PAYBACK,
         }
     }
 }
@@ -210,6 +248,28 @@ impl MigrationRule {
         self.check(job).is_ok()
     }
 
+    /// Under [`MoveWhen::Pays`], does a move of `job` that lets no waiting
+    /// job start still pay for itself? It must be worth moving at all
+    /// ([`MigrationRule::check`]) and expected to run at least
+    /// `tidy_payback` times its cost after the move: `expected_s` is its
+    /// expected remaining run by the recent runs
+    /// ([`RunHistory::expected_remaining`]; `None`: unknown, taken as
+    /// long), capped by what its time limit leaves.
+    pub fn pays_for_tidying(&self, job: &MoveCandidate, expected_s: Option<Seconds>) -> bool {
+        if !self.worth_moving(job) {
+            return false;
+        }
+        let left = match (expected_s, job.remaining_s) {
+            (Some(e), Some(l)) => e.min(l),
+            (e, l) => match e.or(l) {
+                Some(x) => x,
+                None => return true,
+            },
+        };
+        let cost = self.cost_of(job);
+        left - cost >= self.tidy_payback.max(0.0) * cost
+    }
+
     /// Will the rule hold a job that starts now still for long: not
     /// resumable, protected, or too short ever to pay for a move? Place
     /// seats such a job as immovable (the pinned fill,
@@ -225,6 +285,81 @@ impl MigrationRule {
     }
 }
 
+/// The runs of the jobs that ended most recently, to estimate how long a
+/// running job has left ([`MoveWhen::Pays`]): the mean residual run
+/// `E[R - a | R > a]` of a job that has run `a` seconds, over the last
+/// [`RunHistory::CAPACITY`] runs. Time limits are a poor guide to it (a
+/// site's are often days, a replay's 15 minutes for runs of seconds); the
+/// runs that just ended are what the workload is now. The simulator records
+/// each finished job's run; the select plugin the run of each job that ends
+/// (since its last start).
+#[derive(Clone, Debug, Default)]
+pub struct RunHistory {
+    /// The runs in the order they ended (the oldest first).
+    recent: std::collections::VecDeque<Seconds>,
+    /// The same runs, ascending, with `suffix[i] = sum(sorted[i..])`.
+    sorted: Vec<Seconds>,
+    suffix: Vec<Seconds>,
+}
+
+impl RunHistory {
+    /// Runs kept (a new one pushes out the oldest).
+    pub const CAPACITY: usize = 1000;
+    /// Runs needed before any estimate (fewer: `None`).
+    pub const MIN_RUNS: usize = 20;
+
+    /// Records a job's run that ended (seconds; a non-finite or negative
+    /// run is ignored).
+    pub fn record(&mut self, run_s: Seconds) {
+        if !run_s.is_finite() || run_s < 0.0 {
+            return;
+        }
+        if self.recent.len() == Self::CAPACITY {
+            if let Some(old) = self.recent.pop_front() {
+                let i = self.sorted.partition_point(|&x| x < old);
+                self.sorted.remove(i);
+            }
+        }
+        self.recent.push_back(run_s);
+        let i = self.sorted.partition_point(|&x| x < run_s);
+        self.sorted.insert(i, run_s);
+        self.suffix.resize(self.sorted.len(), 0.0);
+        let mut acc = 0.0;
+        for k in (0..self.sorted.len()).rev() {
+            acc += self.sorted[k];
+            self.suffix[k] = acc;
+        }
+    }
+
+    /// The runs kept, in the order they ended (the oldest first).
+    pub fn runs(&self) -> impl Iterator<Item = Seconds> + '_ {
+        self.recent.iter().copied()
+    }
+
+    /// Runs recorded (at most [`RunHistory::CAPACITY`]).
+    pub fn len(&self) -> usize {
+        self.sorted.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sorted.is_empty()
+    }
+
+    /// A job that has run `age_s` seconds: how long it is expected to run
+    /// still, the mean of `r - age_s` over the recorded runs `r > age_s`.
+    /// `None` with fewer than [`RunHistory::MIN_RUNS`] runs, or when no
+    /// recorded run was longer (the job is older than all of them: long,
+    /// as far as they say).
+    pub fn expected_remaining(&self, age_s: Seconds) -> Option<Seconds> {
+        if self.sorted.len() < Self::MIN_RUNS {
+            return None;
+        }
+        let i = self.sorted.partition_point(|&x| x <= age_s);
+        let n = self.sorted.len() - i;
+        (n > 0).then(|| self.suffix[i] / n as f64 - age_s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,9 +371,15 @@ mod tests {
             MoveWhen::Waiting,
             MoveWhen::Fits,
             MoveWhen::Starts,
+            MoveWhen::Pays,
         ] {
             assert_eq!(MoveWhen::parse_name(when.name()).unwrap(), when);
+            assert!(MoveWhen::NAMES.contains(&when.name()));
         }
+        assert!(MoveWhen::Pays.allows([16], 12));
+        assert!(!MoveWhen::Pays.allows(none_yet(), 64));
+        assert!(MoveWhen::Pays.tries_first() && MoveWhen::Starts.tries_first());
+        assert!(!MoveWhen::Waiting.tries_first());
         assert!(MoveWhen::parse_name("never").is_err());
         let none: [u64; 0] = [];
         assert!(MoveWhen::Always.allows(none, 0));
@@ -253,6 +394,66 @@ mod tests {
         // With 16 free (scattered) it waits on fragmentation: moves may help.
         assert!(MoveWhen::Fits.allows([16], 16));
         assert!(MoveWhen::Fits.allows([32, 8], 12));
+    }
+
+    fn none_yet() -> [u64; 0] {
+        []
+    }
+
+    #[test]
+    fn run_history_gives_the_mean_residual_run() {
+        let mut h = RunHistory::default();
+        for r in 1..RunHistory::MIN_RUNS {
+            h.record(r as f64 * 10.0);
+        }
+        assert_eq!(h.expected_remaining(0.0), None, "too few runs");
+        h.record(200.0);
+        h.record(f64::NAN);
+        h.record(-1.0);
+        assert_eq!(h.len(), RunHistory::MIN_RUNS, "bad runs are ignored");
+        // Runs 10, 20, ..., 190, 200: mean 105.
+        assert_eq!(h.expected_remaining(0.0), Some(105.0));
+        // Older than 150 s: the runs 160..200 (mean 180) are left.
+        assert_eq!(h.expected_remaining(150.0), Some(30.0));
+        assert_eq!(h.expected_remaining(200.0), None, "older than every run");
+        // The oldest runs leave first.
+        for _ in 0..RunHistory::CAPACITY {
+            h.record(1000.0);
+        }
+        assert_eq!(h.len(), RunHistory::CAPACITY);
+        assert_eq!(h.expected_remaining(10.0), Some(990.0));
+    }
+
+    #[test]
+    fn a_tidying_move_pays_only_for_long_expected_runs() {
+        let rule = MigrationRule {
+            default_cost_s: 10.0,
+            tidy_payback: 20.0,
+            ..MigrationRule::default()
+        };
+        let job = long_job();
+        // 10 s a move: it must be expected to run 10 + 20 x 10 = 210 s more.
+        assert!(rule.pays_for_tidying(&job, Some(210.0)));
+        assert!(!rule.pays_for_tidying(&job, Some(209.0)));
+        assert!(rule.pays_for_tidying(&job, None), "unknown: long");
+        // The time limit caps the estimate.
+        let ends = MoveCandidate {
+            remaining_s: Some(100.0),
+            ..job
+        };
+        assert!(!rule.pays_for_tidying(&ends, Some(10_000.0)));
+        assert!(!rule.pays_for_tidying(&ends, None));
+        let unknown = MoveCandidate {
+            remaining_s: None,
+            ..job
+        };
+        assert!(rule.pays_for_tidying(&unknown, None));
+        // A job not worth moving at all does not pay for tidying either.
+        let pinned = MoveCandidate {
+            resumable: false,
+            ..job
+        };
+        assert!(!rule.pays_for_tidying(&pinned, None));
     }
 
     fn long_job() -> MoveCandidate {
@@ -281,6 +482,7 @@ mod tests {
             payback: 2.0,
             min_run_s: 300.0,
             cooldown_s: 600.0,
+            ..MigrationRule::default()
         };
         let cases = [
             (

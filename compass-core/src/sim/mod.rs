@@ -37,7 +37,7 @@ use crate::metric;
 use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration};
 use crate::placement::pools::PoolSpec;
 pub use crate::placement::worth::MoveWhen;
-use crate::placement::worth::{MigrationRule, MoveCandidate};
+use crate::placement::worth::{MigrationRule, MoveCandidate, RunHistory};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
 use crate::trace::TraceJob;
 
@@ -225,6 +225,11 @@ pub struct SimConfig {
     pub remaining: RemainingRun,
     /// Whether the rule also holds every job still while no job waits.
     pub move_when: MoveWhen,
+    /// Under [`MoveWhen::Pays`]: a tidying move (one that lets no queued
+    /// job start) is made only for a job expected, by the runs of the jobs
+    /// that ended recently, to run at least this many times `c` after it
+    /// ([`MigrationRule::tidy_payback`]).
+    pub tidy_payback: f64,
     /// With backfill: how many waiting jobs behind the head are examined per
     /// scheduling pass (Slurm's `bf_max_job_test`).
     pub backfill_depth: usize,
@@ -244,6 +249,7 @@ impl SimConfig {
             payback: MigrationRule::default().payback,
             remaining: RemainingRun::TimeLimit,
             move_when: MoveWhen::Always,
+            tidy_payback: crate::placement::worth::DEFAULT_TIDY_PAYBACK,
             backfill_depth: 1000,
             record_timeseries: false,
         }
@@ -341,6 +347,9 @@ pub struct SimResult {
     /// When the cost rule lets jobs move.
     #[serde(default)]
     pub move_when: MoveWhen,
+    /// Under [`MoveWhen::Pays`], [`SimConfig::tidy_payback`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tidy_payback: Option<f64>,
     /// Jobs replayed (all completed).
     pub jobs: u64,
     /// Jobs left out because they can never fit the cluster (more instances
@@ -410,7 +419,8 @@ pub struct SimResult {
     #[serde(default)]
     pub compact_held_for_head: u64,
     /// Events whose Compact was not made under `--move-when starts`: its
-    /// moves let no queued job start ([`MoveWhen::Starts`]).
+    /// moves let no queued job start ([`MoveWhen::Starts`]; under
+    /// [`MoveWhen::Pays`], made with the jobs that pay for tidying only).
     #[serde(default)]
     pub compact_no_gain: u64,
     /// Heads of a backfill queue that started later than the reservation
@@ -582,6 +592,12 @@ pub fn simulate_cluster(
             cfg.payback
         )));
     }
+    if cfg.tidy_payback.is_nan() || cfg.tidy_payback < 0.0 {
+        return Err(CoreError::Invalid(format!(
+            "tidy payback must be >= 0 (inf: never tidy), got {}",
+            cfg.tidy_payback
+        )));
+    }
     let mut sim = Sim::new(jobs, cluster, pools, cfg)?;
     sim.run(obs)?;
     Ok(sim.finish())
@@ -727,6 +743,8 @@ struct Sim<'a> {
     rule: Option<MigrationRule>,
     /// Resumable running jobs the rule holds still.
     held: usize,
+    /// The runs of the jobs that finished ([`MoveWhen::Pays`]).
+    runs: RunHistory,
     over_events: u64,
     over_events_held: u64,
     refused_slip: u64,
@@ -854,9 +872,11 @@ impl<'a> Sim<'a> {
             rule: (cfg.payback > 0.0 && honours_movable).then_some(MigrationRule {
                 default_cost_s: cfg.migration_cost_s,
                 payback: cfg.payback,
+                tidy_payback: cfg.tidy_payback,
                 ..MigrationRule::default()
             }),
             held: 0,
+            runs: RunHistory::default(),
             over_events: 0,
             over_events_held: 0,
             refused_slip: 0,
@@ -1220,6 +1240,7 @@ impl<'a> Sim<'a> {
         self.by_end.remove(&(T(end), j));
         self.running -= 1;
         self.finished += 1;
+        self.runs.record(self.jobs[j].duration_s);
         self.charge(&migrations, None, t)?;
         self.notify(obs, t, EventKind::Finish, Some(j), &migrations);
         Ok(())
@@ -1297,8 +1318,10 @@ impl<'a> Sim<'a> {
     /// job within the backfill depth (other than `event_job`) fits
     /// after the moves that does not fit after the same event with every
     /// running job held still; the caller then holds them all for this
-    /// event. `None`: the moves let a job start, or none are made, or the
-    /// gate is another. A job fits when its instances fit the nodes' free
+    /// event. Under [`MoveWhen::Pays`] the jobs whose tidying moves pay
+    /// for themselves ([`Sim::pays_for_tidying`]) are left out of that
+    /// list (`None` when that leaves none but `hold`). `None`: the moves
+    /// let a job start, or none are made, or the gate is another. A job fits when its instances fit the nodes' free
     /// GPUs now ([`crate::placement::head::reservation`] with no ends), as
     /// the plugin's [`crate::placement::head::fits_now`] counts it.
     fn hold_unless_moves_start(
@@ -1308,7 +1331,7 @@ impl<'a> Sim<'a> {
         event_job: usize,
         act: &dyn Fn(&mut dyn ClusterPolicy) -> Result<Vec<Migration>>,
     ) -> Result<Option<Vec<usize>>> {
-        if self.cfg.move_when != MoveWhen::Starts || self.queue.is_empty() {
+        if !self.cfg.move_when.tries_first() || self.queue.is_empty() {
             return Ok(None);
         }
         let movable: Vec<usize> = self
@@ -1353,7 +1376,29 @@ impl<'a> Sim<'a> {
             .map(|&r| self.order[r])
             .filter(|&q| q != event_job)
             .any(|q| fits(&*moved, q) && !fits(&*still, q));
-        Ok((!gains).then_some(all))
+        if gains {
+            return Ok(None);
+        }
+        if self.cfg.move_when == MoveWhen::Pays {
+            // The tidying moves of the jobs that pay for them are made.
+            let rule = self.rule.unwrap_or_default();
+            let unpaid: Vec<usize> = all
+                .iter()
+                .copied()
+                .filter(|&k| hold.contains(&k) || !self.pays_for_tidying(&rule, k, t))
+                .collect();
+            return Ok((unpaid.len() > hold.len()).then_some(unpaid));
+        }
+        Ok(Some(all))
+    }
+
+    /// Under [`MoveWhen::Pays`]: does a tidying move of running job `k` at
+    /// `t` pay for itself ([`MigrationRule::pays_for_tidying`], its
+    /// expected remaining run from the runs finished so far, by its age
+    /// since it first started)?
+    fn pays_for_tidying(&self, rule: &MigrationRule, k: usize, t: Seconds) -> bool {
+        let age = t - self.state[k].start.unwrap_or(t);
+        rule.pays_for_tidying(&self.candidate(k, t), self.runs.expected_remaining(age))
     }
 
     /// The running jobs' projected ends, sorted, with `charges` (jobs moved
@@ -1816,6 +1861,7 @@ impl<'a> Sim<'a> {
             payback: self.cfg.payback,
             remaining_run: self.cfg.remaining,
             move_when: self.cfg.move_when,
+            tidy_payback: (self.cfg.move_when == MoveWhen::Pays).then_some(self.cfg.tidy_payback),
             jobs: n as u64,
             unschedulable: self.unschedulable,
             afr: avg(window.sif),

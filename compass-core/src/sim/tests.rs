@@ -917,6 +917,69 @@ fn with_move_when_starts_jobs_move_only_when_a_waiting_job_gains_room() {
     assert_eq!((r.migrations, starts[&3]), (1, 108.0));
 }
 
+#[test]
+fn with_move_when_pays_tidying_moves_wait_for_runs_that_pay_for_them() {
+    // The trace of the test above, from 10,000 s, with H (2 x 8) that no
+    // move starts: `starts` moves nobody. Under `pays` the tidying move of
+    // Y is made when Y is expected to run long enough after it (21 x 8 s),
+    // and not when the jobs that ended before say it will not.
+    let trace = |history_run: Option<f64>| {
+        let mut jobs: Vec<TraceJob> = match history_run {
+            // One run in 20 five times as long.
+            Some(run) => (0..RunHistory::MIN_RUNS)
+                .map(|i| {
+                    let r = if i == 0 { 5.0 * run } else { run };
+                    TraceJob {
+                        resumable: false, // they never move
+                        ..job(&format!("S{i}"), i as f64 * 40.0, r, 1, 1)
+                    }
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        // After every earlier job has ended.
+        let t0 = 10_000.0;
+        jobs.extend([
+            job("X", t0, 100.0, 1, 4),
+            job("Y", t0, 100.0, 1, 4),
+            job("A", t0, 10.0, 1, 4),
+            job("H", t0 + 5.0, 10.0, 2, 8),
+        ]);
+        jobs
+    };
+    let replay = |jobs: &[TraceJob], when: MoveWhen, tidy: f64| {
+        let mut cfg = config(2, QueuePolicy::Fifo);
+        cfg.move_when = when;
+        cfg.tidy_payback = tidy;
+        let mut p = Spread::new(2);
+        p.compact_on_remove = true;
+        p.forkable = true;
+        run(&mut p, jobs, &cfg).0
+    };
+    // No run has ended: Y's time limit (15 min) says it runs long.
+    let r = replay(&trace(None), MoveWhen::Pays, 20.0);
+    assert_eq!((r.migrations, r.move_when), (1, MoveWhen::Pays));
+    assert_eq!(replay(&trace(None), MoveWhen::Starts, 20.0).migrations, 0);
+    assert_eq!(
+        replay(&trace(None), MoveWhen::Pays, f64::INFINITY).migrations,
+        0,
+        "an infinite tidy payback never tidies: `starts`"
+    );
+    // The jobs that ended ran 30 s (one 150 s): Y, 10 s old, has 26 s
+    // left by them, short of 8 + 20 x 8 s; at X's end, 100 s old, 50 s.
+    let r = replay(&trace(Some(30.0)), MoveWhen::Pays, 20.0);
+    assert_eq!((r.migrations, r.compact_no_gain), (0, 2));
+    // They ran 1,000 s (one 5,000 s): Y is expected to run 1,190 s more,
+    // and moves.
+    assert_eq!(
+        replay(&trace(Some(1000.0)), MoveWhen::Pays, 20.0).migrations,
+        1
+    );
+    let mut bad = config(2, QueuePolicy::Fifo);
+    bad.tidy_payback = -1.0;
+    assert!(simulate(&trace(None), &mut Spread::new(2), &bad, &mut NoObserver).is_err());
+}
+
 /// Two nodes of 8. A (8 GPUs, 0-10) on node 0; B (4 GPUs, not resumable)
 /// and C (2 GPUs, resumable), both 0-100, on node 1. The head H (8 GPUs)
 /// arrives at 1; its reservation is 10, when A ends and node 0 is empty.

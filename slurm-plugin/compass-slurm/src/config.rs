@@ -23,7 +23,10 @@
 //! payback = 2                  # move a job only if its remaining run
 //!                              # (time limit) is >= payback x its cost
 //! move_when = "waiting"        # move jobs only while a GPU job waits
-//!                              # (always | waiting | fits | starts)
+//!                              # (always | waiting | fits | starts | pays)
+//! tidy_payback = 20            # pays: a move that starts nobody only for
+//!                              # jobs expected (by recent runs) to run
+//!                              # >= tidy_payback x their cost after it
 //! log_decisions = false        # each job_test decision at verbose level
 //!                              # without DebugFlags=SelectType
 //! ```
@@ -73,6 +76,10 @@ pub struct SelectConfig {
     /// `--move-when`): default [`MoveWhen::SELECT_DEFAULT`], only while a
     /// GPU job waits.
     pub move_when: MoveWhen,
+    /// Under `move_when = "pays"`: a move that lets no waiting job start is
+    /// made only for a job expected to run at least this many times its
+    /// cost after it ([`compass_core::placement::worth::MigrationRule::tidy_payback`]).
+    pub tidy_payback: f64,
     /// Log each job_test decision at verbose level even without
     /// `DebugFlags=SelectType` (which also turns on cons_tres's own, far
     /// more numerous lines). Default false; the lab clusters and the demo
@@ -98,6 +105,7 @@ impl Default for Config {
                 migration_cost_s: 60,
                 payback: 2.0,
                 move_when: MoveWhen::SELECT_DEFAULT,
+                tidy_payback: compass_core::placement::worth::DEFAULT_TIDY_PAYBACK,
                 log_decisions: false,
             },
         }
@@ -126,6 +134,7 @@ const KNOWN: &[(&str, &[&str])] = &[
             "migration_cost",
             "payback",
             "move_when",
+            "tidy_payback",
             "log_decisions",
         ],
     ),
@@ -160,6 +169,7 @@ struct RawSelect {
     migration_cost: Option<String>,
     payback: Option<f64>,
     move_when: Option<String>,
+    tidy_payback: Option<f64>,
     log_decisions: Option<bool>,
 }
 
@@ -292,9 +302,17 @@ impl Config {
         if let Some(w) = s.move_when {
             c.select.move_when = MoveWhen::parse_name(&w).map_err(|_| {
                 cfg_err(format!(
-                    "select.move_when = \"{w}\": expected \"always\" (whenever a move pays), \"waiting\" (only while a GPU job waits), \"fits\" (only while a waiting job asks for no more GPUs than are free) or \"starts\" (only when the moves let a waiting job start)"
+                    "select.move_when = \"{w}\": expected \"always\" (whenever a move pays), \"waiting\" (only while a GPU job waits), \"fits\" (only while a waiting job asks for no more GPUs than are free), \"starts\" (only when the moves let a waiting job start) or \"pays\" (as starts, and tidying moves of jobs expected to run long enough)"
                 ))
             })?;
+        }
+        if let Some(p) = s.tidy_payback {
+            if p.is_nan() || p < 0.0 {
+                return Err(cfg_err(format!(
+                    "select.tidy_payback = {p}: must be a number >= 0 (a move that starts nobody is made for jobs expected to run at least this many times their cost after it)"
+                )));
+            }
+            c.select.tidy_payback = p;
         }
         Ok(c)
     }
@@ -357,7 +375,8 @@ mod tests {
         let c = Config::parse("x", "[select]\nmigration_cost = \"5m\"\npayback = 3.5\n").unwrap();
         assert_eq!(c.select.migration_cost_s, 300);
         assert_eq!(c.select.payback, 3.5);
-        assert_eq!(c.select.move_when, MoveWhen::Waiting);
+        assert_eq!(c.select.move_when, MoveWhen::Pays);
+        assert_eq!(c.select.tidy_payback, 20.0);
         let c = Config::parse("x", "[select]\nmove_when = \"always\"\n").unwrap();
         assert_eq!(c.select.move_when, MoveWhen::Always);
     }
@@ -371,6 +390,13 @@ mod tests {
             "{msg}"
         );
         assert!(Config::parse("c", "[select]\nmove_when = 1\n").is_err());
+        let c = Config::parse("c", "[select]\nmove_when = \"pays\"\ntidy_payback = 5\n").unwrap();
+        assert_eq!(
+            (c.select.move_when, c.select.tidy_payback),
+            (MoveWhen::Pays, 5.0)
+        );
+        let e = Config::parse("c", "[select]\ntidy_payback = -1\n").unwrap_err();
+        assert!(e.to_string().contains("select.tidy_payback"), "{e}");
     }
 
     #[test]

@@ -30,7 +30,9 @@ use compass_core::placement::head::{
     hold_for_head, moves_let_a_job_start, HeadTrial, HeadVerdict, WaitingJob,
 };
 use compass_core::placement::pools::{NodeGpus, PoolSet};
-use compass_core::placement::worth::{KeepReason, MigrationRule, MoveCandidate, MoveWhen};
+use compass_core::placement::worth::{
+    KeepReason, MigrationRule, MoveCandidate, MoveWhen, RunHistory,
+};
 use compass_core::placement::PlacementPolicy;
 
 use crate::config::SelectConfig;
@@ -175,6 +177,10 @@ pub struct Counters {
     /// their moves let no waiting job start
     /// ([`Controller::compact_if_it_starts_a_job`]).
     pub compacts_no_gain: u64,
+    /// Of those, under `"pays"`, Compacts made again with only the jobs
+    /// whose tidying move pays for itself, that moved some
+    /// ([`Controller::compact_tidying`]).
+    pub compacts_tidying: u64,
 }
 
 /// One Compact the head's guard restrained, for Slurm's log
@@ -223,6 +229,9 @@ pub struct Controller {
     releases: Vec<Released>,
     /// The last Compact the head's guard restrained, until taken.
     head_hold: Option<HeadHold>,
+    /// The runs of the GPU jobs that ended (since their last start), for
+    /// `select.move_when = "pays"`.
+    runs: RunHistory,
     pub counters: Counters,
 }
 
@@ -265,6 +274,7 @@ impl Controller {
             holds: BTreeMap::new(),
             releases: Vec::new(),
             head_hold: None,
+            runs: RunHistory::default(),
             counters: Counters::default(),
         }
     }
@@ -300,6 +310,7 @@ impl Controller {
             payback: self.config.payback,
             min_run_s: self.config.min_run_before_migration_s as f64,
             cooldown_s: self.config.migration_cooldown_s as f64,
+            tidy_payback: self.config.tidy_payback,
         }
     }
 
@@ -382,7 +393,7 @@ impl Controller {
         // It waits (until it starts) for the gate `select.move_when`. Under
         // `"starts"` a job that newly waits may be the one a Compact lets
         // start: try one at the next tick.
-        if self.config.move_when == MoveWhen::Starts && !self.waiting.contains_key(&job.id) {
+        if self.config.move_when.tries_first() && !self.waiting.contains_key(&job.id) {
             self.compact_due = true;
         }
         self.waiting.insert(
@@ -670,14 +681,19 @@ impl Controller {
         log
     }
 
-    /// Slurm ended (or requeued) `job`.
-    pub fn fini(&mut self, job: u64) -> Option<String> {
+    /// Slurm ended (or requeued) `job` at `now`.
+    pub fn fini(&mut self, job: u64, now: u64) -> Option<String> {
         self.planned.remove(&job);
         self.waiting.remove(&job);
         self.holds.remove(&job);
         let rec = self.jobs.remove(&job);
         if self.migrating.contains(&job) {
             return None; // requeued by us: the engine keeps it at its target
+        }
+        if let Some(r) = rec.as_ref().filter(|r| r.shape.is_some()) {
+            // A GPU job's run since its last start (a preemption's requeue
+            // counts as the end of a run too).
+            self.runs.record(now.saturating_sub(r.start) as f64);
         }
         if !rec.is_some_and(|r| r.in_engine) {
             return None;
@@ -922,7 +938,7 @@ impl Controller {
     ///
     /// [`MoveWhen::Starts`]: compass_core::placement::worth::MoveWhen::Starts
     fn compact_if_it_starts_a_job(&mut self, now: u64) -> Vec<Migration> {
-        if self.config.move_when != MoveWhen::Starts || !self.config.migrate {
+        if !self.config.move_when.tries_first() || !self.config.migrate {
             return self.compact_sparing_head(now, false).0;
         }
         let (m, before) = self.compact_sparing_head(now, true);
@@ -945,7 +961,49 @@ impl Controller {
         self.engine = before;
         self.head_hold = None;
         self.counters.compacts_no_gain += 1;
+        if self.config.move_when == MoveWhen::Pays {
+            return self.compact_tidying(now);
+        }
         Vec::new()
+    }
+
+    /// Under `select.move_when = "pays"` ([`MoveWhen::Pays`]), after a
+    /// Compact that lets no waiting job start was put back: Compact again
+    /// (still sparing the head) with only the jobs whose tidying move pays
+    /// for itself movable ([`MigrationRule::pays_for_tidying`], their
+    /// expected remaining run from the runs of the jobs that ended lately,
+    /// [`RunHistory::expected_remaining`], by the time since their start).
+    fn compact_tidying(&mut self, now: u64) -> Vec<Migration> {
+        let rule = self.rule();
+        let unpaid: Vec<u64> = self
+            .jobs
+            .iter()
+            .filter(|(_, r)| r.movable && r.in_engine)
+            .filter(|(id, r)| {
+                let age = now.saturating_sub(r.start) as f64;
+                let c = self.candidate(**id, r, now);
+                !rule.pays_for_tidying(&c, self.runs.expected_remaining(age))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        if unpaid.len()
+            == self
+                .jobs
+                .values()
+                .filter(|r| r.movable && r.in_engine)
+                .count()
+        {
+            return Vec::new();
+        }
+        for &j in &unpaid {
+            let _ = self.engine.set_movable(JobId(j), false);
+        }
+        let (m, _) = self.compact_sparing_head(now, false);
+        for &j in &unpaid {
+            let _ = self.engine.set_movable(JobId(j), true);
+        }
+        self.counters.compacts_tidying += u64::from(!m.is_empty());
+        m
     }
 
     /// The last Compact the head's guard restrained since the last call
@@ -1164,6 +1222,7 @@ impl Controller {
                         .map(|r| (r.request.shape.instances, r.request.shape.gpus)),
                 })
                 .collect(),
+            runs: self.runs.runs().map(|r| r as u64).collect(),
         }
     }
 
@@ -1173,6 +1232,9 @@ impl Controller {
     /// nodes still exist. Call [`Controller::adopt_in_flight`] after the
     /// last running job is adopted.
     pub fn restore(&mut self, saved: &Saved, now: u64) {
+        for &r in &saved.runs {
+            self.runs.record(r as f64);
+        }
         for &(j, t) in &saved.last_migrated {
             if t <= now && now - t < self.config.migration_cooldown_s {
                 self.last_migrated.insert(j, t);
@@ -1402,6 +1464,9 @@ impl Controller {
             jobs,
             job_test: Default::default(),
             layout: serde_json::to_value(self.engine.snapshot()).ok(),
+            move_when: Some(self.config.move_when.name().to_string()),
+            tidy_payback: (self.config.move_when == MoveWhen::Pays)
+                .then_some(self.config.tidy_payback),
         }
     }
 
@@ -1688,7 +1753,7 @@ mod tests {
         let orders = c.tick(1000);
         assert_eq!(orders.len(), 1, "{orders:?}");
         let moved = orders[0].job;
-        c.fini(moved); // the requeue
+        c.fini(moved, 1000); // the requeue
         assert!(c.pinned(moved).is_some());
         assert_eq!(c.hold(moved, 1003), Hold::Wait);
         c.tick(1003 + HOLD_LIMIT_S);
@@ -1798,7 +1863,7 @@ mod tests {
             run(&mut c, &mk(id), 0);
         }
         assert!(c.tick(1000).is_empty());
-        c.fini(1);
+        c.fini(1, 1000);
         let orders = c.tick(1000);
         assert_eq!(orders.len(), 1, "{orders:?}");
         c.requeue_failed(&orders[0]);
@@ -1815,14 +1880,21 @@ mod tests {
             run(&mut c, &job(id, 1, 4), 0);
         }
         assert!(c.tick(1000).is_empty());
-        c.fini(1);
+        c.fini(1, 1000);
         c
     }
 
     #[test]
     fn move_when_waiting_moves_nobody_while_no_job_waits() {
-        let waiting = Config::default().select;
-        assert_eq!(waiting.move_when, MoveWhen::Waiting, "the site default");
+        let waiting = SelectConfig {
+            move_when: MoveWhen::Waiting,
+            ..Config::default().select
+        };
+        assert_eq!(
+            Config::default().select.move_when,
+            MoveWhen::Pays,
+            "the site default"
+        );
         let mut c = one_move_due(waiting.clone());
         assert!(c.tick(1000).is_empty(), "nobody waits: no move pays");
         let s = c.snapshot(1000, true);
@@ -1899,10 +1971,12 @@ mod tests {
         assert_eq!(c.narrow(&job(10, 4, 8), &all), Ok(None));
         assert!(c.tick(1000).is_empty());
         assert_eq!(c.counters.compacts_no_gain, 1);
+        let state = c.snapshot(1000, true);
+        assert_eq!(state.partial_nodes, 2, "the engine is as before");
         assert_eq!(
-            c.snapshot(1000, true).partial_nodes,
-            2,
-            "the engine is as before"
+            state.move_when.as_deref(),
+            Some("starts"),
+            "published for replays"
         );
         // A 3 x 8 job newly waits: one move makes a third whole node.
         assert_eq!(c.narrow(&job(11, 3, 8), &all), Ok(None));
@@ -1910,6 +1984,66 @@ mod tests {
         assert_eq!(orders.len(), 1, "{orders:?}");
         assert!([2, 3].contains(&orders[0].job), "{orders:?}");
         assert_eq!(c.counters.compacts_no_gain, 1);
+    }
+
+    #[test]
+    fn move_when_pays_tidies_only_with_jobs_expected_to_run_long_enough() {
+        let pays = SelectConfig {
+            move_when: MoveWhen::Pays,
+            ..Config::default().select
+        };
+        // One move due (jobs 2 and 3, 1 x 4, started at 0, on two nodes);
+        // a 4 x 8 job waits, which no move lets start. `runs`: the runs of
+        // jobs that ended before (restored, as after a restart).
+        let due = |runs: Vec<u64>| {
+            let mut c = ctl_with(pays.clone());
+            c.restore(
+                &Saved {
+                    format: SAVED_FORMAT,
+                    runs,
+                    ..Saved::default()
+                },
+                0,
+            );
+            for id in 1..=3 {
+                run(&mut c, &job(id, 1, 4), 0);
+            }
+            assert!(c.tick(1000).is_empty());
+            c.fini(1, 1000);
+            let all = NodeSet::full(4);
+            assert_eq!(c.narrow(&job(10, 4, 8), &all), Ok(None));
+            c
+        };
+        // Jobs that ended ran 1,100 s: at 1,000 s, jobs 2 and 3 have about
+        // 100 s left, short of 60 s + 20 x 60 s. No move.
+        let mut c = due(vec![1100; RunHistory::MIN_RUNS]);
+        assert!(c.tick(1000).is_empty());
+        assert_eq!(
+            (c.counters.compacts_no_gain, c.counters.compacts_tidying),
+            (1, 0)
+        );
+        assert!(
+            c.saved(1000).runs.ends_with(&[1000]),
+            "job 1's run is recorded"
+        );
+        // They ran 5,000 s: about 4,000 s left, enough: one tidying move.
+        let mut c = due(vec![5000; RunHistory::MIN_RUNS]);
+        let orders = c.tick(1000);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert_eq!(
+            (c.counters.compacts_no_gain, c.counters.compacts_tidying),
+            (1, 1)
+        );
+        // Too few runs to say, and no time limit: taken as long.
+        let mut c = due(vec![1100; RunHistory::MIN_RUNS - 2]);
+        assert_eq!(c.tick(1000).len(), 1);
+        // `starts` never tidies.
+        let mut c = one_move_due(SelectConfig {
+            move_when: MoveWhen::Starts,
+            ..pays.clone()
+        });
+        assert_eq!(c.narrow(&job(10, 4, 8), &NodeSet::full(4)), Ok(None));
+        assert!(c.tick(1000).is_empty());
     }
 
     #[test]
@@ -1931,7 +2065,7 @@ mod tests {
             assert_ne!(n1, n3);
             // past the first minutes of run time: resumable jobs become movable
             assert!(c.tick(1000).is_empty());
-            c.fini(1);
+            c.fini(1, 1000);
             let orders = c.tick(1000);
             if !resumable {
                 assert!(
@@ -1946,7 +2080,7 @@ mod tests {
             // handed out pinned; the requeue: fini (kept in the engine), then restart on the target
             assert_eq!(c.pinned(o.job), Some(&o.to_nodes[..]));
             assert!(!c.may_widen(99));
-            c.fini(o.job);
+            c.fini(o.job, 1000);
             let cand = NodeSet::full(4);
             let pinned = c.narrow(&mk(o.job), &cand).unwrap().unwrap();
             assert_eq!(pinned.iter().collect::<Vec<_>>(), o.to_nodes);
@@ -1957,7 +2091,7 @@ mod tests {
             // in the engine too (it was movable when it was chosen)
             let rec = c.engine.job(JobId(o.job)).unwrap();
             assert!(!rec.request.movable, "migrated job left movable");
-            c.fini(if o.job == 2 { 3 } else { 2 });
+            c.fini(if o.job == 2 { 3 } else { 2 }, 1000);
             assert!(c.tick(1002).is_empty());
         }
     }
@@ -2037,7 +2171,7 @@ mod tests {
         let n3 = run(&mut c, &protected(3), 0);
         assert_eq!(n1, n2);
         assert_ne!(n1, n3);
-        c.fini(1);
+        c.fini(1, 1000);
         // past min_run_before_migration (5 min), inside the protection
         assert!(c.tick(1000).is_empty(), "protected jobs moved");
         assert!(c.tick(1001).is_empty(), "protected jobs moved");
@@ -2064,7 +2198,7 @@ mod tests {
         let nc = run(&mut c, &limited(3, Some(1100)), 0);
         assert_eq!(na, nb);
         assert_ne!(nb, nc);
-        c.fini(1);
+        c.fini(1, 1000);
         let orders = c.tick(1000);
         assert_eq!(orders.len(), 1, "{orders:?}");
         assert_eq!(orders[0].job, 2, "the long job moves, not the ending one");
@@ -2097,7 +2231,7 @@ mod tests {
             for id in 1..=3 {
                 run(&mut c, &mk(id), 0);
             }
-            c.fini(1);
+            c.fini(1, 1000);
             let orders = c.tick(1000);
             assert_eq!(!orders.is_empty(), moves, "cost {cost:?}: {orders:?}");
             if !moves {
@@ -2123,12 +2257,12 @@ mod tests {
             alloc.insert(id, run(&mut c, &job(id, 1, 4), 0)[0]);
         }
         assert!(c.tick(1000).is_empty());
-        c.fini(1);
+        c.fini(1, 1000);
         let orders = c.tick(1000);
         assert_eq!(orders.len(), 1, "{orders:?}");
         let (x, target) = (orders[0].job, orders[0].to_nodes.clone());
         let y = if x == 2 { 3 } else { 2 };
-        c.fini(x);
+        c.fini(x, 1000);
         let saved = c.saved(1001);
         assert_eq!(saved.in_flight.len(), 1, "{saved:?}");
         assert_eq!(saved.in_flight[0].shape, Some((1, 4)));
@@ -2178,10 +2312,16 @@ mod tests {
         // pruning: past the cool-down, and for jobs that are gone
         c2.tick(1004 + 600);
         assert!(c2.last_migrated.is_empty(), "{:?}", c2.last_migrated);
-        c3.fini(x);
+        c3.fini(x, 1401);
         c3.tick(1401);
         assert!(c3.last_migrated.is_empty(), "{:?}", c3.last_migrated);
-        assert!(c3.saved(1401).is_empty());
+        let saved = c3.saved(1401);
+        assert!(saved.last_migrated.is_empty() && saved.in_flight.is_empty());
+        assert!(
+            saved.runs.ends_with(&[1401 - 1004]),
+            "x's run since its restart: {:?}",
+            saved.runs
+        );
     }
 
     #[test]
@@ -2210,10 +2350,12 @@ mod tests {
                     shape: Some((1, 4)),
                 },
             ],
+            runs: vec![60, 120],
         };
         c.restore(&saved, 2000);
         c.adopt_in_flight();
         assert_eq!(c.last_migrated.keys().collect::<Vec<_>>(), vec![&6]);
+        assert_eq!(c.saved(2000).runs, vec![60, 120], "the runs survive");
         assert_eq!(c.pinned(7), None, "expired pin");
         assert_eq!(c.pinned(8), None, "node gone");
         assert_eq!(c.pinned(9), Some(&[1][..]));
@@ -2311,7 +2453,7 @@ mod tests {
         assert_eq!(s.jobs[0].nodes, vec!["n1", "n1"]);
         assert!(!s.jobs[0].foreign && !s.jobs[2].foreign);
         assert_eq!(s.nodes[2].jobs, vec![]);
-        c.fini(2);
+        c.fini(2, 1000);
         assert_eq!(c.snapshot(21, true).partial_nodes, 0);
     }
 
@@ -2485,7 +2627,7 @@ mod tests {
         let st = c.snapshot(1, true);
         assert!(!st.pools[0].modelled && st.pools[0].n_sif.is_none());
         assert_eq!(st.pools[0].partial_nodes, 1);
-        assert_eq!(c.fini(1), None);
+        assert_eq!(c.fini(1, 1000), None);
     }
 
     /// The issue #11 case, live: n1 holds a 4-GPU and a 2-GPU job that
@@ -2513,7 +2655,7 @@ mod tests {
         assert_eq!(c.narrow(&head, &NodeSet::full(4)), Ok(None), "no room");
         c.note_priority(5, 100);
         assert!(c.tick(900).is_empty(), "nothing departed yet");
-        assert_eq!(c.fini(3), None);
+        assert_eq!(c.fini(3, 1000), None);
         c
     }
 
@@ -2536,7 +2678,7 @@ mod tests {
         };
         run(&mut idle, &guest, 0);
         idle.tick(900);
-        idle.fini(3);
+        idle.fini(3, 1000);
         let orders = idle.tick(1000);
         assert_eq!(orders.len(), 1, "{orders:?}");
         assert_eq!(orders[0].job, 4);
@@ -2586,7 +2728,7 @@ mod tests {
             run(&mut c, &day(id), 0);
         }
         assert!(c.tick(900).is_empty());
-        c.fini(1);
+        c.fini(1, 1000);
         let head = JobInfo {
             flags: None,
             ..job(9, 3, 8)

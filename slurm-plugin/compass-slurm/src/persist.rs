@@ -26,6 +26,11 @@ pub struct Saved {
     pub last_migrated: Vec<(u64, u64)>,
     /// Migrations requeued and not yet restarted.
     pub in_flight: Vec<SavedMigration>,
+    /// The runs of the GPU jobs that ended lately, seconds, the oldest
+    /// first (`select.move_when = "pays"` estimates remaining runs from
+    /// them). Absent in files of earlier versions.
+    #[serde(default)]
+    pub runs: Vec<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,7 +47,7 @@ pub struct SavedMigration {
 impl Saved {
     /// Nothing to keep.
     pub fn is_empty(&self) -> bool {
-        self.last_migrated.is_empty() && self.in_flight.is_empty()
+        self.last_migrated.is_empty() && self.in_flight.is_empty() && self.runs.is_empty()
     }
 
     /// Writes `path` atomically (temporary file, fsync, rename).
@@ -89,11 +94,15 @@ mod tests {
                 since: 990,
                 shape: Some((1, 4)),
             }],
+            runs: vec![30, 7200],
         };
         s.write_atomic(&path).unwrap();
         assert_eq!(Saved::read(&path), Ok(Some(s)));
         std::fs::write(&path, "{not json").unwrap();
         assert!(Saved::read(&path).unwrap_err().contains(FILE_NAME));
+        // A file of an earlier version, without runs.
+        std::fs::write(&path, r#"{"format":1,"last_migrated":[],"in_flight":[]}"#).unwrap();
+        assert_eq!(Saved::read(&path).unwrap().unwrap().runs, Vec::<u64>::new());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -70,6 +70,13 @@ pub struct PublishedState {
     /// fillers, pool) when the engine provides one.
     #[serde(default)]
     pub layout: Option<serde_json::Value>,
+    /// The gate `select.move_when` the plugin runs with (`always`,
+    /// `waiting`, `fits`, `starts`), so a replay simulates what ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub move_when: Option<String>,
+    /// Its `select.tidy_payback` (with `pays`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tidy_payback: Option<f64>,
 }
 
 /// One pool of interchangeable GPU nodes (same GPU count and type) and its

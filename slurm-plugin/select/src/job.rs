@@ -686,7 +686,7 @@ pub unsafe extern "C" fn select_p_job_fini(job_ptr: *mut sys::job_record_t) -> c
         }
         // SAFETY: live job record.
         let id = u64::from(unsafe { (*job_ptr).job_id });
-        if let Some(Some(m)) = with_ctl(|ctl| ctl.fini(id)) {
+        if let Some(Some(m)) = with_ctl(|ctl| ctl.fini(id, now_unix())) {
             log::verbose(&m);
         }
     });

@@ -744,7 +744,14 @@ fn a_job_about_to_end_is_not_migrated_while_a_long_one_is() {
 /// A and B (1 x 4 GPUs, resumable) share a node, C (1 x 4) is alone; A is
 /// cancelled. Returns B and C with their nodes.
 fn two_half_nodes(lab: &Lab) -> [(u32, String); 2] {
-    let args = ["-n1", "--gpus-per-task=4", "--resumable"];
+    two_half_nodes_with(lab, &[])
+}
+
+/// [`two_half_nodes`], the three jobs submitted with `extra` sbatch
+/// arguments too.
+fn two_half_nodes_with(lab: &Lab, extra: &[&str]) -> [(u32, String); 2] {
+    let mut args = vec!["-n1", "--gpus-per-task=4", "--resumable"];
+    args.extend_from_slice(extra);
     let a = lab.submit(&args);
     let b = lab.submit(&args);
     let c = lab.submit(&args);
@@ -832,6 +839,60 @@ fn with_move_when_starts_jobs_move_only_when_a_waiting_job_gains_room() {
     let e = lab.submit(&["-N1", "--gres=gpu:8", "--ntasks-per-node=1"]);
     lab.wait_running(&[e], Duration::from_secs(40));
     one_move_joins(&lab, b, c, "E");
+}
+
+#[test]
+fn with_move_when_pays_tidying_moves_wait_for_jobs_that_pay_for_them() {
+    // select.move_when = "pays" (the site default; issue 10), a migration
+    // costing 1 min. A and B (1 x 4 GPUs) share a node, C (1 x 4) is
+    // alone; A ends; Q (6 whole nodes, not resumable, 10 min) fills the
+    // rest; Z (7 whole nodes) waits. Moving C next to B lets nobody start
+    // now, but gives Z its room when Q ends (the head's guard lets it: Z's
+    // reservation gets earlier). With B and C's time limits of 5 minutes
+    // that tidying move does not pay (they have less than 1 min + 20 x
+    // 1 min left): none is made. With limits of 2 hours (and too few runs
+    // ended to say otherwise) it pays, and is made.
+    let lab = Lab::start(
+        "move-when-pays",
+        LabOptions {
+            conf: "lab-compass-pays.conf",
+            ..COMPASS
+        },
+    );
+    let whole = |n: &'static str| [n, "--gres=gpu:8", "--ntasks-per-node=1", "--time=10"];
+    let [(b, nb), (c, nc)] = two_half_nodes_with(&lab, &["--time=5"]);
+    let q = lab.submit(&whole("-N6"));
+    lab.wait_running(&[q], Duration::from_secs(30));
+    let z = lab.submit(&whole("-N7"));
+    // A few of the plugin's ticks (once a second) with Z waiting.
+    std::thread::sleep(Duration::from_secs(5));
+    for (id, node) in [(b, &nb), (c, &nc)] {
+        assert_eq!(lab.job(id), ("RUNNING".to_string(), node.clone()));
+        assert!(lab.show_job(id).contains("Restarts=0"), "{}", lab.debug());
+    }
+    assert_eq!(lab.partial_nodes(8), 2, "{}", lab.debug());
+    let log = lab.ctld_log();
+    assert!(
+        !log.contains("would delay the waiting head"),
+        "kept still by the pays gate, not by the head's guard\n{}",
+        lab.debug()
+    );
+    for id in [z, q, b, c] {
+        assert!(lab.run("scancel", &[&id.to_string()]).status.success());
+    }
+    lab.wait_until("the cluster is empty", Duration::from_secs(30), || {
+        lab.gpus_used().iter().all(|(_, used)| *used == 0)
+    });
+    let [(b, _), (c, _)] = two_half_nodes_with(&lab, &["--time=120"]);
+    let q = lab.submit(&whole("-N6"));
+    lab.wait_running(&[q], Duration::from_secs(30));
+    lab.submit(&whole("-N7"));
+    lab.wait_until("a tidying move", Duration::from_secs(30), || {
+        [b, c]
+            .iter()
+            .any(|id| lab.show_job(*id).contains("Restarts=1"))
+    });
+    one_move_joins(&lab, b, c, "nobody now (a tidying move)");
 }
 
 /// `LAB_EXTRA_CONF` for a lab whose nodes stay COMPLETING for 5 s after
