@@ -261,10 +261,8 @@ impl MigrationRule {
         }
         let left = match (expected_s, job.remaining_s) {
             (Some(e), Some(l)) => e.min(l),
-            (e, l) => match e.or(l) {
-                Some(x) => x,
-                None => return true,
-            },
+            (Some(x), None) | (None, Some(x)) => x,
+            (None, None) => return true,
         };
         let cost = self.cost_of(job);
         left - cost >= self.tidy_payback.max(0.0) * cost

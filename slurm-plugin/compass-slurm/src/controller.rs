@@ -975,24 +975,18 @@ impl Controller {
     /// [`RunHistory::expected_remaining`], by the time since their start).
     fn compact_tidying(&mut self, now: u64) -> Vec<Migration> {
         let rule = self.rule();
-        let unpaid: Vec<u64> = self
+        let (paid, unpaid): (Vec<u64>, Vec<u64>) = self
             .jobs
             .iter()
             .filter(|(_, r)| r.movable && r.in_engine)
-            .filter(|(id, r)| {
-                let age = now.saturating_sub(r.start) as f64;
-                let c = self.candidate(**id, r, now);
-                !rule.pays_for_tidying(&c, self.runs.expected_remaining(age))
-            })
             .map(|(id, _)| *id)
-            .collect();
-        if unpaid.len()
-            == self
-                .jobs
-                .values()
-                .filter(|r| r.movable && r.in_engine)
-                .count()
-        {
+            .partition(|id| {
+                let r = &self.jobs[id];
+                let age = now.saturating_sub(r.start) as f64;
+                let c = self.candidate(*id, r, now);
+                rule.pays_for_tidying(&c, self.runs.expected_remaining(age))
+            });
+        if paid.is_empty() {
             return Vec::new();
         }
         for &j in &unpaid {
