@@ -1381,7 +1381,13 @@ impl<'a> Sim<'a> {
         }
         if self.cfg.move_when == MoveWhen::Pays {
             // The tidying moves of the jobs that pay for them are made.
-            let rule = self.rule.unwrap_or_default();
+            // With the cost rule off (payback 0), the site's cost `c` all
+            // the same (not the rule's 8 s default).
+            let rule = self.rule.unwrap_or(MigrationRule {
+                default_cost_s: self.cfg.migration_cost_s,
+                tidy_payback: self.cfg.tidy_payback,
+                ..MigrationRule::default()
+            });
             let unpaid: Vec<usize> = all
                 .iter()
                 .copied()
