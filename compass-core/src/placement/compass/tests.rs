@@ -655,3 +655,25 @@ fn expected_ends_are_forgotten_on_departure() {
     e.set_expected_end(JobId(2), f64::INFINITY);
     assert_eq!(e.expected_end(JobId(2)), None);
 }
+
+/// A drained node gives units but never takes any: when the slotted pass
+/// fills a node that just came back with a drained node's slot, the 1-GPU
+/// guest it evicts goes elsewhere, not into the drained donor's free GPUs
+/// (found by `compass_props::pinned_foreign_and_drained`).
+#[test]
+fn a_top_up_never_evicts_onto_a_drained_donor() {
+    let spec = ClusterSpec::new(3, 4).unwrap();
+    let mut e = CompassEngine::new(spec, CompassConfig::default());
+    let mut full = JobRequest::new(1, 1, 4);
+    full.movable = false;
+    e.adopt(&full, &[0]).unwrap();
+    e.set_node_usable(1, false).unwrap();
+    e.set_node_usable(2, false).unwrap();
+    e.adopt_foreign(JobId(2), &[(1, 2)]).unwrap();
+    e.adopt(&JobRequest::new(3, 1, 1), &[1]).unwrap();
+    e.adopt(&JobRequest::new(4, 1, 2), &[2]).unwrap();
+    e.set_node_usable(1, true).unwrap();
+    let moves = e.compact();
+    assert!(moves.iter().all(|m| m.to != 2), "{moves:?}");
+    e.check_invariants().unwrap();
+}

@@ -207,7 +207,8 @@ impl CompassEngine {
 
     /// Fills `dst` with movable units of `donor` taking exactly `v` GPUs of
     /// room, after moving `v - D(dst)` of `dst`'s movable 1-GPU guests out
-    /// (to the donor when it has free GPUs, else best fit elsewhere).
+    /// (to the donor when it has free GPUs and may receive instances, else
+    /// best fit elsewhere: a drained donor gives units but takes none).
     fn top_up(&self, dst: NodeId, donor: NodeId, v: u32) -> Option<Step> {
         let d = self.room(dst);
         let evict = v.checked_sub(d)?;
@@ -218,7 +219,11 @@ impl CompassEngine {
         let (items, all) = self.units(donor);
         let (cost, picked) = cheapest_subset(&items, v)?;
         let mut moves = Vec::new();
-        let mut donor_free = self.occ.free(donor);
+        let mut donor_free = if self.usable.contains(donor) {
+            self.occ.free(donor)
+        } else {
+            0
+        };
         let mut landed_on_donor = false;
         let mut overlay: BTreeMap<NodeId, u32> = BTreeMap::new();
         for &g in &ones[..evict as usize] {
