@@ -11,14 +11,18 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::builder::PossibleValuesParser;
-use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape};
+use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, NodeId, NodeSet};
 use compass_core::placement::compass::CompassConfig;
-use compass_core::placement::head::{hold_for_head, HeadTrial, HeadVerdict};
+use compass_core::placement::head::{hold_for_head, Ends, HeadTrial, HeadVerdict};
 use compass_core::placement::pools::{NodeGpus, PoolSet, PoolSpec};
 use compass_core::placement::{build, PlacementPolicy, PolicyOptions, POLICY_NAMES};
 use compass_core::sim::budgets::{assign_venus, run_budgets, scale_demand, BudgetSimConfig};
 use compass_core::sim::{simulate_named, size_cluster, Percentiles, QueuePolicy, SimConfig};
 use compass_core::trace::{self, ReadOptions};
+use compass_slurm::config::Config as PluginConfig;
+use compass_slurm::controller::{Controller, JobInfo};
+use compass_slurm::flags::JobFlags;
+use compass_slurm::shape::Mapping;
 use serde::Serialize;
 
 use crate::error::{CliError, Result};
@@ -141,15 +145,16 @@ struct LatencyRow {
 struct HeadCounts {
     /// Guarded Compacts (one after every admission and departure).
     compacts: u64,
-    /// Nothing tried: the head never fits as far as the ends say (plain
-    /// Compact).
-    untried: u64,
-    /// The first trial's moves do not delay the head.
+    /// Run as they were: their moves do not delay the head (or none moved
+    /// a job across nodes).
     free: u64,
     /// Run with some jobs held still.
     held: u64,
     /// No hold found in time: no move.
     skipped: u64,
+    /// Of all of them, those whose moves lowered the head's fit at some
+    /// instant, so that its reservation was walked.
+    walked: u64,
 }
 
 #[derive(Serialize)]
@@ -196,11 +201,14 @@ const MIX_NAMES: &[&str] = &[
     "pinned-wcc-fails",
     "mixed",
     "head-guard",
+    "plugin",
 ];
 
 /// A workload mix of the latency benchmark.
 #[derive(Clone, Copy, Debug)]
 struct Mix {
+    /// The select plugin's controller itself ([`Plugin`]).
+    plugin: bool,
     shapes: &'static [(u32, u32, u64)],
     /// Every other job is not resumable (`JobRequest::pinned`).
     pinned: bool,
@@ -218,8 +226,9 @@ impl Mix {
         };
         Self {
             shapes,
-            pinned: name.starts_with("pinned"),
+            pinned: name.starts_with("pinned") || name == "plugin",
             head: name == "head-guard",
+            plugin: name == "plugin",
         }
     }
 }
@@ -295,6 +304,11 @@ trait Churn {
     fn tick(&mut self, _now: f64) -> u64 {
         0
     }
+    /// Nanoseconds of the last timed call spent outside what is measured
+    /// (the `plugin` mix's stand-in for cons_tres), subtracted from it.
+    fn take_untimed_ns(&mut self) -> f64 {
+        0.0
+    }
 }
 
 /// One placement policy on identical nodes.
@@ -368,6 +382,8 @@ struct Guard {
     head: JobShape,
     now: f64,
     runs: HashMap<JobId, (f64, f64)>,
+    /// The same as expected ends (start plus limit), in order.
+    ends: Ends,
     /// Draws the time limits (apart from the job stream, so the jobs are
     /// those of the `venus` mix).
     rng: Rng,
@@ -416,6 +432,7 @@ impl Pools {
                 head,
                 now: 0.0,
                 runs: HashMap::new(),
+                ends: Ends::default(),
                 rng: Rng(11),
                 counts: HeadCounts::default(),
             }),
@@ -436,7 +453,6 @@ impl Pools {
         };
         let now = g.now;
         let runs = &g.runs;
-        let end = |j: JobId| runs.get(&j).map_or(f64::INFINITY, |(s, l)| s + l);
         let end_if_moved = |j: JobId| {
             runs.get(&j)
                 .map_or(f64::INFINITY, |(_, l)| now + MIGRATION_COST_S + l)
@@ -445,33 +461,25 @@ impl Pools {
             shape: g.head,
             gpu_type: None,
             now,
-            end: &end,
             end_if_moved: &end_if_moved,
             max_trials: HEAD_TRIALS,
         };
-        let done = hold_for_head(set, &trial);
+        let done = hold_for_head(set, &trial, &mut g.ends);
         let c = &mut g.counts;
         c.compacts += 1;
-        match (&done.verdict, done.compacted.is_some()) {
-            (HeadVerdict::Free, false) => c.untried += 1,
-            (HeadVerdict::Free, true) => c.free += 1,
-            (HeadVerdict::Hold(_), _) => c.held += 1,
-            (HeadVerdict::Skip, _) => c.skipped += 1,
+        c.walked += u64::from(done.walked);
+        match &done.verdict {
+            HeadVerdict::Free => c.free += 1,
+            HeadVerdict::Hold(_) => c.held += 1,
+            HeadVerdict::Skip => c.skipped += 1,
         }
-        let migrations = match (done.compacted, done.verdict) {
-            (Some(compacted), _) => {
-                *set = compacted;
-                done.migrations
-            }
-            (None, HeadVerdict::Free) => set.compact(),
-            (None, _) => Vec::new(),
-        };
-        for m in &migrations {
+        for m in &done.migrations {
             if let Some(r) = g.runs.get_mut(&m.job) {
                 r.0 = now + MIGRATION_COST_S;
+                g.ends.set(m.job, r.0 + r.1);
             }
         }
-        migrations.len() as u64
+        done.migrations.len() as u64
     }
 }
 
@@ -511,6 +519,7 @@ impl Churn for Pools {
         if let Some(g) = &mut self.guard {
             let limit = TIME_LIMITS_S[g.rng.below(TIME_LIMITS_S.len() as u64) as usize];
             g.runs.insert(job.0, (g.now, limit));
+            g.ends.set(job.0, g.now + limit);
         }
         Ok(Some(a.migrations.len() as u64 + self.guarded_compact()))
     }
@@ -521,6 +530,7 @@ impl Churn for Pools {
         if let Some(g) = &mut self.guard {
             g.now += 1.0;
             g.runs.remove(&job);
+            g.ends.remove(job);
         }
         let moved = self.set.remove(job)?.len() as u64;
         Ok(moved + self.guarded_compact())
@@ -553,8 +563,9 @@ fn latency<C: Churn>(
                 };
                 let t = Instant::now();
                 let r = cluster.place(&job)?;
+                let spent = nanos(t) - cluster.take_untimed_ns();
                 if let Some(v) = times.as_deref_mut() {
-                    v.push(nanos(t));
+                    v.push(spent);
                 }
                 match r {
                     Some(m) => {
@@ -585,7 +596,7 @@ fn latency<C: Churn>(
         let job = running.swap_remove(k);
         let t = Instant::now();
         let m = cluster.remove(job)?;
-        remove.push(nanos(t));
+        remove.push(nanos(t) - cluster.take_untimed_ns());
         migrations += m;
         migrations += refill(cluster, &mut running, Some(&mut place), &mut rng)?;
         if let Some(iv) = tick_every {
@@ -599,6 +610,206 @@ fn latency<C: Churn>(
     }
     let tick = tick_every.map(|_| Micros::of(tick));
     Ok((Micros::of(place), Micros::of(remove), tick, migrations))
+}
+
+/// The select plugin's controller (`compass_slurm::controller::Controller`,
+/// what slurmctld's callbacks call, with its default configuration:
+/// `select.move_when = "pays"`, a 60 s migration cost) on `n` nodes of 8
+/// GPUs, driven as slurmctld drives it (the `plugin` mix). An arrival is
+/// `narrow` (`select_p_job_test`), a first fit of its instances among the
+/// nodes it leaves (cons_tres), `begin` (`job_begin`); a departure is
+/// `fini`. After each, the plugin thread's `tick` (its Compact through the
+/// head's guard and the `pays` gate), and the requeues it orders carried
+/// out as Slurm would (`fini`, then `begin` on the pinned nodes): all of it
+/// timed with the event. A job that does not fit waits (Slurm offered it:
+/// the gate opens) until it expires from the controller's list; a head
+/// waits throughout, as in the `head-guard` mix (a whole-node job one node
+/// wider than the nodes free at `--load`, offered to `narrow` again after
+/// every departure, as Slurm's scheduler retries it), so the gate stays
+/// open and every Compact runs through the head's guard and the `pays`
+/// gate. Every other job is not resumable; time limits 4 to 72 h; the
+/// clock advances one second per departure.
+struct Plugin {
+    c: Controller,
+    all: NodeSet,
+    free: Vec<u32>,
+    total: u64,
+    used: u64,
+    jobs: HashMap<u64, (JobInfo, Vec<(NodeId, u32)>)>,
+    now: u64,
+    /// Time spent in the stand-in for cons_tres during the last call.
+    untimed_ns: f64,
+    /// The waiting head.
+    head: JobInfo,
+}
+
+impl Plugin {
+    fn new(n: u32, load: f64) -> Self {
+        let free_nodes = (f64::from(n) * (1.0 - load)).ceil() as u32;
+        let names = (0..n).map(|i| format!("n{i}")).collect();
+        let spec = ClusterSpec::new(n.max(1), 8).expect("nodes of 8 GPUs");
+        Self {
+            c: Controller::new(PluginConfig::default().select, spec, names),
+            all: NodeSet::full(n),
+            free: vec![8; n as usize],
+            total: u64::from(n) * 8,
+            used: 0,
+            jobs: HashMap::new(),
+            now: 0,
+            untimed_ns: 0.0,
+            head: JobInfo {
+                id: u64::MAX,
+                mapping: Mapping::Model {
+                    shape: JobShape::new((free_nodes + 1).min(n.max(1)), 8),
+                    distinct_nodes: false,
+                },
+                flags: Some(JobFlags::default()),
+                time_limit_s: Some(TIME_LIMITS_S[0] as u64),
+                gpu_type: None,
+                required_nodes: false,
+            },
+        }
+    }
+
+    /// cons_tres' part (not timed): instance by instance, the first node
+    /// among `set` with room (instances may share a node). `None`: no room.
+    fn first_fit(&mut self, set: &NodeSet, w: u32, g: u32) -> Option<Vec<(NodeId, u32)>> {
+        let t = Instant::now();
+        let mut per_node: Vec<(NodeId, u32)> = Vec::new();
+        let room = |n: NodeId, per_node: &[(NodeId, u32)]| {
+            let taken = per_node.iter().find(|(m, _)| *m == n).map_or(0, |x| x.1);
+            self.free[n as usize] - taken >= g
+        };
+        let mut ok = true;
+        for _ in 0..w {
+            let Some(n) = set.iter().find(|&n| room(n, &per_node)) else {
+                ok = false;
+                break;
+            };
+            match per_node.iter_mut().find(|(m, _)| *m == n) {
+                Some(x) => x.1 += g,
+                None => per_node.push((n, g)),
+            }
+        }
+        per_node.sort_unstable();
+        self.untimed_ns += nanos(t);
+        ok.then_some(per_node)
+    }
+
+    fn take(&mut self, id: u64, info: JobInfo, per_node: Vec<(NodeId, u32)>) {
+        for &(n, g) in &per_node {
+            self.free[n as usize] -= g;
+            self.used += u64::from(g);
+        }
+        self.jobs.insert(id, (info, per_node));
+    }
+
+    fn give_back(&mut self, id: u64) -> Option<JobInfo> {
+        let (info, per_node) = self.jobs.remove(&id)?;
+        for (n, g) in per_node {
+            self.free[n as usize] += g;
+            self.used -= u64::from(g);
+        }
+        Some(info)
+    }
+
+    /// The plugin thread's tick, and the requeues it orders, as Slurm
+    /// carries them out. Returns the migrations made.
+    fn tick(&mut self) -> u64 {
+        let mut moved = 0;
+        for order in self.c.tick(self.now) {
+            let Some(info) = self.give_back(order.job) else {
+                self.c.requeue_failed(&order);
+                continue;
+            };
+            self.c.fini(order.job, self.now);
+            let mut per_node: Vec<(NodeId, u32)> = Vec::new();
+            let g = match info.mapping {
+                Mapping::Model { shape, .. } => shape.gpus,
+                _ => 0,
+            };
+            for &n in &order.to_nodes {
+                match per_node.iter_mut().find(|(m, _)| *m == n) {
+                    Some(x) => x.1 += g,
+                    None => per_node.push((n, g)),
+                }
+            }
+            per_node.sort_unstable();
+            if per_node.iter().any(|&(n, g)| self.free[n as usize] < g) {
+                // not free after all: Slurm would leave it pending; here it
+                // restarts where it was not, so account it back as failed
+                self.c.requeue_failed(&order);
+                continue;
+            }
+            self.c.begin(&info, &per_node, self.now);
+            self.take(order.job, info, per_node);
+            moved += 1;
+        }
+        moved
+    }
+}
+
+impl Churn for Plugin {
+    type Job = JobInfo;
+    fn total_gpus(&self) -> u64 {
+        self.total
+    }
+    fn used_gpus(&self) -> u64 {
+        self.used
+    }
+    fn draw(&self, rng: &mut Rng, id: u64, mix: Mix) -> Option<JobInfo> {
+        let (w, g) = shape(rng, mix.shapes);
+        let limit = TIME_LIMITS_S[rng.below(TIME_LIMITS_S.len() as u64) as usize];
+        Some(JobInfo {
+            id: id + 1,
+            mapping: Mapping::Model {
+                shape: JobShape::new(w, g),
+                distinct_nodes: false,
+            },
+            flags: Some(JobFlags {
+                min_runtime_s: 0,
+                resumable: !(mix.pinned && id % 2 == 1),
+                migration_cost_s: None,
+            }),
+            time_limit_s: Some(limit as u64),
+            gpu_type: None,
+            required_nodes: false,
+        })
+    }
+    fn place(&mut self, job: &JobInfo) -> compass_core::Result<Option<u64>> {
+        let Mapping::Model { shape, .. } = job.mapping else {
+            return Ok(None);
+        };
+        let narrowed = self
+            .c
+            .narrow(job, &self.all)
+            .map_err(compass_core::CoreError::Invalid)?;
+        let t = Instant::now();
+        let set = narrowed.unwrap_or_else(|| self.all.clone());
+        self.untimed_ns += nanos(t);
+        let Some(per_node) = self.first_fit(&set, shape.instances, shape.gpus) else {
+            // It waits: Slurm offered it, the controller counts it.
+            return Ok(None);
+        };
+        self.c.begin(job, &per_node, self.now);
+        self.take(job.id, job.clone(), per_node);
+        Ok(Some(self.tick()))
+    }
+    fn id(job: &JobInfo) -> JobId {
+        JobId(job.id)
+    }
+    fn take_untimed_ns(&mut self) -> f64 {
+        std::mem::take(&mut self.untimed_ns)
+    }
+    fn remove(&mut self, job: JobId) -> compass_core::Result<u64> {
+        self.now += 1;
+        if self.give_back(job.0).is_some() {
+            self.c.fini(job.0, self.now);
+        }
+        let head = self.head.clone();
+        let _ = self.c.narrow(&head, &self.all);
+        Ok(self.tick())
+    }
 }
 
 /// The node table of the `mixed` mix: `n` nodes in the site lab's
@@ -634,14 +845,16 @@ pub fn run(args: Args) -> Result<()> {
     for policy in &policies {
         for mix_name in &args.mix {
             let mix = Mix::named(mix_name);
-            if (mix_name == "mixed" || mix.head) && policy != "compass" {
+            if (mix_name == "mixed" || mix.head || mix.plugin) && policy != "compass" {
                 // the pool set holds COMPASS engines only
                 continue;
             }
             for &n in &args.nodes {
                 let spec = ClusterSpec::new(n, 8)?;
                 let mut head = None;
-                let outcome = if mix_name == "mixed" {
+                let outcome = if mix.plugin {
+                    latency(&mut Plugin::new(n, args.load), &args, mix)
+                } else if mix_name == "mixed" {
                     latency(&mut Pools::new(&mixed_nodes(n), true), &args, mix)
                 } else if mix.head {
                     let mut pools = Pools::guarded(n, mix, args.load);
@@ -824,9 +1037,9 @@ fn tables(r: &BenchReport, args: &Args) -> String {
         if let Some(h) = &l.head {
             let _ = writeln!(
                 s,
-                "Head guard at {} nodes: {} guarded Compacts: {} untried (head never fits), \
-                 {} free, {} with jobs held, {} skipped",
-                l.nodes, h.compacts, h.untried, h.free, h.held, h.skipped
+                "Head guard at {} nodes: {} guarded Compacts: {} free, {} with jobs held, \
+                 {} skipped; the head's reservation walked for {}",
+                l.nodes, h.compacts, h.free, h.held, h.skipped, h.walked
             );
         }
     }

@@ -71,8 +71,9 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
     }
     // Only the head-guard mix guards its Compacts: one after every
     // admission (the first fill's too) and departure, each with one
-    // verdict, and the head (wider than the free nodes) fits once jobs
-    // end, so the guard tries Compact.
+    // verdict; the head is wider than the free nodes, and some moves
+    // (restarted jobs hold their new nodes longer) lower its fit, so its
+    // reservation is walked.
     for r in rows {
         assert_eq!(r["head"].is_null(), r["mix"] != "head-guard", "{r}");
     }
@@ -80,12 +81,8 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
     let h = &r["head"];
     let n = |k: &str| h[k].as_u64().unwrap();
     assert!(n("compacts") > 300, "{r}");
-    assert_eq!(
-        n("compacts"),
-        n("untried") + n("free") + n("held") + n("skipped"),
-        "{r}"
-    );
-    assert!(n("free") + n("held") + n("skipped") > 0, "{r}");
+    assert_eq!(n("compacts"), n("free") + n("held") + n("skipped"), "{r}");
+    assert!(n("walked") > 0 && n("walked") <= n("compacts"), "{r}");
 }
 
 /// The table names the head-guard row and its verdicts.

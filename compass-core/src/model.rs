@@ -189,6 +189,29 @@ impl NodeSet {
     pub fn is_empty(&self) -> bool {
         self.words.iter().all(|w| *w == 0)
     }
+    /// Members `start..start + len`, renumbered from 0: a word at a time
+    /// (a pool of contiguous nodes reads Slurm's candidates this way).
+    pub fn slice(&self, start: u32, len: u32) -> Self {
+        let mut out = Self::empty(len);
+        let shift = start % 64;
+        let first = (start / 64) as usize;
+        let word = |i: usize| self.words.get(i).copied().unwrap_or(0);
+        for (i, w) in out.words.iter_mut().enumerate() {
+            let lo = word(first + i) >> shift;
+            let hi = if shift == 0 {
+                0
+            } else {
+                word(first + i + 1) << (64 - shift)
+            };
+            *w = lo | hi;
+        }
+        if !len.is_multiple_of(64) {
+            if let Some(last) = out.words.last_mut() {
+                *last &= (1u64 << (len % 64)) - 1;
+            }
+        }
+        out
+    }
     pub fn insert(&mut self, n: NodeId) {
         if n < self.len {
             self.words[(n / 64) as usize] |= 1 << (n % 64);
@@ -235,6 +258,36 @@ mod tests {
         assert_eq!(ClusterSpec::new(4, 6), Err(CoreError::BadNodeCapacity(6)));
         assert_eq!(ClusterSpec::new(0, 8), Err(CoreError::NoNodes));
         assert!(ClusterSpec::new(4, 4).is_ok());
+    }
+
+    #[test]
+    fn a_slice_of_a_node_set_is_its_members_in_the_range_renumbered() {
+        let mut x = 5u64;
+        for len in [1u32, 63, 64, 65, 130, 200] {
+            for _ in 0..20 {
+                let mut s = NodeSet::empty(len);
+                for n in 0..len {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    if (x >> 60) & 1 == 1 {
+                        s.insert(n);
+                    }
+                }
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                let start = ((x >> 33) % u64::from(len)) as u32;
+                let take = len - start - ((x >> 20) % u64::from(len - start)) as u32;
+                let expected = NodeSet::from_nodes(
+                    take,
+                    s.iter()
+                        .filter(|&n| n >= start && n < start + take)
+                        .map(|n| n - start),
+                );
+                assert_eq!(
+                    s.slice(start, take),
+                    expected,
+                    "len {len} start {start} take {take}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -525,6 +525,125 @@ fn replay(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<(), Tes
     Ok(())
 }
 
+/// Compact as a trial (`CompassEngine::begin_trial`), on an engine that
+/// does not compact by itself, after every event: undone, the engine is its
+/// copy from before the trial (layout, and the same next Compact); kept, it
+/// is what a plain Compact makes. Every third step nests the trial inside
+/// an outer one that is undone.
+fn replay_trials(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<(), TestCaseError> {
+    let spec = ClusterSpec::new(nodes, cap).unwrap();
+    let config = CompassConfig {
+        compact: false,
+        ..CompassConfig::default()
+    };
+    let mut e = CompassEngine::new(spec, config);
+    let mut running: Vec<JobId> = Vec::new();
+    let half = compass_core::model::NodeSet::from_nodes(nodes, 0..nodes.div_ceil(2));
+    for (step, ev) in events.iter().enumerate() {
+        let id = JobId(1 + step as u64);
+        match *ev {
+            Event::Arrive {
+                gpus,
+                instances,
+                pinned,
+            } => {
+                let mut job = JobRequest::new(id.0, instances, gpus);
+                job.movable = !pinned;
+                if e.place(&job, None).unwrap().is_some() {
+                    running.push(id);
+                }
+            }
+            Event::Adopt {
+                gpus,
+                instances,
+                pinned,
+                seed,
+            } => {
+                if let Some(at) = pick_nodes(&e, gpus, instances, seed) {
+                    let mut job = JobRequest::new(id.0, instances, gpus);
+                    job.movable = !pinned;
+                    e.adopt(&job, &at).unwrap();
+                    running.push(id);
+                }
+            }
+            Event::Foreign { gpus, seed } => {
+                if let Some(at) = pick_nodes(&e, gpus, 1, seed) {
+                    e.adopt_foreign(id, &[(at[0], gpus)]).unwrap();
+                    running.push(id);
+                }
+            }
+            Event::Usable { node, usable } => e.set_node_usable(node % nodes, usable).unwrap(),
+            Event::Within { gpus, instances } => {
+                let job = JobRequest::new(id.0, instances, gpus);
+                if e.place_within(&job, &half).unwrap().is_some() {
+                    running.push(id);
+                }
+            }
+            Event::Depart(k) => {
+                if !running.is_empty() {
+                    let id = running.remove(k % running.len());
+                    e.remove(id).unwrap();
+                }
+            }
+        }
+        let copy = e.clone();
+        let nested = step % 3 == 0;
+        if nested {
+            e.begin_trial();
+            // A hold inside the outer trial, lifted before it is undone (as
+            // the head's guard holds jobs).
+            if let Some(&j) = running.first() {
+                let _ = e.set_movable(j, false);
+            }
+        }
+        e.begin_trial();
+        let tried = e.compact();
+        if nested {
+            prop_assert!(e.keep_trial());
+            if let Some(&j) = running.first() {
+                let _ = e.set_movable(
+                    j,
+                    copy.occupancy().job(j).is_some_and(|r| r.request.movable),
+                );
+            }
+        }
+        prop_assert!(e.undo_trial());
+        prop_assert_eq!(e.open_trials(), 0);
+        prop_assert_eq!(
+            e.snapshot(),
+            copy.snapshot(),
+            "step {}: undone trial of {:?} left a change: {}",
+            step,
+            tried,
+            layout(&e)
+        );
+        if let Err(why) = e.check_invariants() {
+            return Err(TestCaseError::fail(format!(
+                "step {step}: after undo: {why}"
+            )));
+        }
+        let mut copy = copy;
+        let again = copy.compact();
+        if step % 2 == 0 {
+            e.begin_trial();
+            prop_assert_eq!(e.compact(), again.clone(), "step {}", step);
+            prop_assert!(e.keep_trial());
+        } else {
+            prop_assert_eq!(
+                e.compact(),
+                again.clone(),
+                "step {}: the Compact after an undo differs",
+                step
+            );
+        }
+        prop_assert_eq!(e.snapshot(), copy.snapshot(), "step {}", step);
+        if !nested && step % 2 == 1 {
+            prop_assert_eq!(tried, again, "step {}: Compact is not deterministic", step);
+        }
+    }
+    Ok(())
+}
+
 fn cluster() -> impl Strategy<Value = (u32, u32)> {
     (8u32..=24, prop_oneof![Just(2u32), Just(4u32), Just(8u32)])
 }
@@ -569,6 +688,16 @@ proptest! {
         (nodes, cap, evs) in cluster().prop_flat_map(|(n, c)| (Just(n), Just(c), events(c, n, Mix { pinned: 0.3, adopt: true, foreign: true, drain: true, within: false })))
     ) {
         replay(nodes, cap, &evs)?;
+    }
+
+    /// Compact as a trial, undone or kept, nested or not, with every kind
+    /// of event: undoing restores the engine exactly (issue #11: the
+    /// head's guard tries Compact without copying the engine).
+    #[test]
+    fn an_undone_compact_leaves_the_engine_as_it_was(
+        (nodes, cap, evs) in cluster().prop_flat_map(|(n, c)| (Just(n), Just(c), events(c, n, Mix { pinned: 0.3, adopt: true, foreign: true, drain: true, within: true })))
+    ) {
+        replay_trials(nodes, cap, &evs)?;
     }
 
     /// Jobs restricted to half the nodes (a partition over part of the

@@ -16,7 +16,10 @@
 //! - [`moves_let_a_job_start`]: the gate `MoveWhen::Starts` (issue #10):
 //!   a Compact is made only when its moves give some waiting job room.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
 use crate::model::{JobId, JobShape, Migration, NodeId};
+use crate::placement::compass::CompassEngine;
 use crate::placement::pools::PoolSet;
 use crate::placement::{Occupancy, PlacementPolicy};
 
@@ -87,17 +90,261 @@ pub fn reservation(
     }
 }
 
+/// The running jobs' expected ends where they are, kept by the caller as
+/// jobs start, move and end (the plugin: start plus time limit), and the
+/// head's fit over time derived from them ([`hold_for_head`]; issue #11:
+/// a guarded Compact costs what it touches). A job without an end (no time
+/// limit) never frees its GPUs.
+#[derive(Clone, Debug, Default)]
+pub struct Ends {
+    by_job: HashMap<JobId, f64>,
+    order: BTreeSet<(EndKey, JobId)>,
+    /// Jobs whose end changed since the fit over time last looked.
+    changed: Vec<JobId>,
+    /// Too many changes went unseen: rebuild the fit over time.
+    stale: bool,
+    /// The head's fit over time, per instance size and GPU type, the
+    /// latest first.
+    timelines: Vec<Timeline>,
+}
+
+/// An end, ordered by `f64::total_cmp`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct EndKey(f64);
+
+impl Eq for EndKey {}
+impl PartialOrd for EndKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for EndKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+impl Ends {
+    /// `job` is expected to end at `end` (not finite: never, as far as
+    /// anyone knows).
+    pub fn set(&mut self, job: JobId, end: f64) {
+        self.forget(job);
+        if end.is_finite() {
+            self.by_job.insert(job, end);
+            self.order.insert((EndKey(end), job));
+        }
+        self.note(job);
+    }
+
+    /// `job` ended (or its end is no longer known).
+    pub fn remove(&mut self, job: JobId) {
+        self.forget(job);
+        self.note(job);
+    }
+
+    fn forget(&mut self, job: JobId) {
+        if let Some(e) = self.by_job.remove(&job) {
+            self.order.remove(&(EndKey(e), job));
+        }
+    }
+
+    /// Remembers a change for the fit over time, within a bound (a caller
+    /// with no waiting head for long: past it, the fit is rebuilt once).
+    fn note(&mut self, job: JobId) {
+        if self.stale {
+            return;
+        }
+        if self.changed.len() > 4 * self.by_job.len() + 64 {
+            self.changed = Vec::new();
+            self.stale = true;
+        } else {
+            self.changed.push(job);
+        }
+    }
+
+    /// `job`'s expected end (`INFINITY`: none known).
+    pub fn get(&self, job: JobId) -> f64 {
+        self.by_job.get(&job).copied().unwrap_or(f64::INFINITY)
+    }
+
+    /// Jobs with a known end, the earliest first (ties by job id).
+    pub fn iter(&self) -> impl Iterator<Item = (f64, JobId)> + '_ {
+        self.order.iter().map(|&(e, j)| (e.0, j))
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_job.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_job.is_empty()
+    }
+
+    /// Brings the head's fit over time up to date with `pools` as they are
+    /// (no trial open) and returns it: the nodes that changed since the
+    /// last call, and those of the jobs whose end changed, are recomputed.
+    /// It is kept for the last [`TIMELINES`] heads' instance sizes and GPU
+    /// types; for a new one it is built from every node of the pools that
+    /// admit it (once).
+    fn sync(&mut self, pools: &mut PoolSet, trial: &HeadTrial<'_>) {
+        let g = trial.shape.gpus.max(1);
+        let sizes: Vec<usize> = pools.pools().map(|p| p.nodes.len()).collect();
+        let changed = pools.take_changed();
+        let jobs = std::mem::take(&mut self.changed);
+        if std::mem::take(&mut self.stale) {
+            self.timelines.clear();
+        }
+        self.timelines.retain(|t| t.sizes == sizes);
+        if !self.timelines.is_empty() && (!changed.is_empty() || !jobs.is_empty()) {
+            let mut nodes: BTreeSet<(usize, NodeId)> = changed.into_iter().collect();
+            for j in jobs {
+                for &p in pools.pools_of_job(j).unwrap_or(&[]) {
+                    if let Some(r) = pools.engine(p).and_then(|e| e.occupancy().job(j)) {
+                        nodes.extend(r.nodes.iter().map(|&n| (p, n)));
+                    }
+                }
+            }
+            for t in &mut self.timelines {
+                for &(p, n) in &nodes {
+                    if let Some(e) = pools.engine(p).filter(|_| t.admitted[p]) {
+                        t.set_node(p, n, node_rises(e, n, t.g, &self.by_job));
+                    }
+                }
+            }
+        }
+        let gpu_type = trial.gpu_type.map(str::to_string);
+        let at = self
+            .timelines
+            .iter()
+            .position(|t| t.g == g && t.gpu_type == gpu_type);
+        let mut t = match at {
+            Some(i) => self.timelines.remove(i),
+            None => {
+                let mut t = Timeline {
+                    g,
+                    gpu_type,
+                    sizes,
+                    admitted: admitted(pools, trial),
+                    ..Timeline::default()
+                };
+                for p in 0..t.admitted.len() {
+                    let Some(e) = pools.engine(p).filter(|_| t.admitted[p]) else {
+                        continue;
+                    };
+                    for n in 0..e.occupancy().spec().nodes {
+                        t.set_node(p, n, node_rises(e, n, g, &self.by_job));
+                    }
+                }
+                t
+            }
+        };
+        t.base = t
+            .admitted
+            .iter()
+            .enumerate()
+            .map(|(p, &ok)| {
+                pools
+                    .engine(p)
+                    .filter(|_| ok)
+                    .map(|e| e.occupancy().fit(g) as i64)
+            })
+            .collect();
+        self.timelines.insert(0, t);
+        self.timelines.truncate(TIMELINES);
+    }
+}
+
+/// Heads' instance sizes and GPU types whose fit over time [`Ends`] keeps
+/// up to date at once (a new one costs a pass over the pools' nodes).
+pub const TIMELINES: usize = 4;
+
+/// The head's fit over time in the pools that admit it: `F_p(t) = base_p
+/// + #{rises of pool p at or before t}`, where a node's rises are the
+/// instants its `floor(free / g)` grows as its jobs end (backfill's walk,
+/// [`reservation`], kept per node instead of redone over every job).
+#[derive(Clone, Debug, Default)]
+struct Timeline {
+    /// What it was built for: the head's GPUs per instance, its GPU type,
+    /// the pools' sizes.
+    g: u32,
+    gpu_type: Option<String>,
+    sizes: Vec<usize>,
+    admitted: Vec<bool>,
+    /// `F_p` now, with no job ended (`None`: the pool does not admit it).
+    base: Vec<Option<i64>>,
+    rises: HashMap<(usize, NodeId), Vec<f64>>,
+    /// Every rise: (instant, pool, node, rank on the node).
+    order: BTreeSet<(EndKey, usize, NodeId, u32)>,
+}
+
+impl Timeline {
+    fn set_node(&mut self, p: usize, n: NodeId, rises: Vec<f64>) {
+        if let Some(old) = self.rises.remove(&(p, n)) {
+            for (k, e) in old.into_iter().enumerate() {
+                self.order.remove(&(EndKey(e), p, n, k as u32));
+            }
+        }
+        if rises.is_empty() {
+            return;
+        }
+        for (k, &e) in rises.iter().enumerate() {
+            self.order.insert((EndKey(e), p, n, k as u32));
+        }
+        self.rises.insert((p, n), rises);
+    }
+
+    /// The head's reservation: the first instant (from `now`) at which
+    /// some pool fits `w` instances, and every pool's fit then.
+    fn on_time(&self, w: i64, now: f64) -> OnTime {
+        let mut fit = self.base.clone();
+        let best = |fit: &[Option<i64>]| fit.iter().flatten().copied().max().unwrap_or(i64::MIN);
+        // Fitting now, the fit at `now` still counts the overdue jobs (ends
+        // before now) as freed, as the moves' fit does.
+        let mut t0 = if best(&fit) >= w { now } else { f64::INFINITY };
+        for &(EndKey(e), p, _, _) in &self.order {
+            if e > t0 {
+                break;
+            }
+            if let Some(f) = fit[p].as_mut() {
+                *f += 1;
+            }
+            if t0.is_infinite() && best(&fit) >= w {
+                t0 = e.max(now);
+            }
+        }
+        OnTime { t0, fit }
+    }
+}
+
+/// The instants node `n`'s `floor(free / g)` grows as its jobs end at their
+/// `ends` (one entry per unit; jobs without an end never free).
+fn node_rises(e: &CompassEngine, n: NodeId, g: u32, ends: &HashMap<JobId, f64>) -> Vec<f64> {
+    let mut inst: Vec<(f64, u32)> = e
+        .node(n)
+        .instances()
+        .filter_map(|(i, gpus)| ends.get(&i.job).map(|&t| (t, gpus)))
+        .collect();
+    inst.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut free = e.occupancy().free(n);
+    let mut out = Vec::new();
+    for (t, gpus) in inst {
+        let before = free / g;
+        free += gpus;
+        for _ in before..free / g {
+            out.push(t);
+        }
+    }
+    out
+}
+
 /// The waiting head and what is known of the running jobs, for
 /// [`hold_for_head`].
 pub struct HeadTrial<'a> {
     /// The head's shape and the GPU type it names (`None`: any).
     pub shape: JobShape,
     pub gpu_type: Option<&'a str>,
-    /// Now, seconds (the ends' clock).
+    /// Now, seconds (the ends' clock, [`Ends`]).
     pub now: f64,
-    /// A running job's expected end where it is (`INFINITY`: unknown, no
-    /// time limit).
-    pub end: &'a dyn Fn(JobId) -> f64,
     /// Its expected end if Compact moves it now (a requeue restarts it).
     pub end_if_moved: &'a dyn Fn(JobId) -> f64,
     /// Trials at most (each holds at least one more job still); past it
@@ -121,67 +368,78 @@ pub enum HeadVerdict {
 #[derive(Clone, Debug)]
 pub struct GuardedCompact {
     pub verdict: HeadVerdict,
-    /// The pools after the Compact the verdict allows (held jobs movable
-    /// again), to replace the caller's. `None` for [`HeadVerdict::Skip`],
-    /// and for [`HeadVerdict::Free`] when nothing was tried (the head never
-    /// fits as far as the ends say): the caller runs Compact itself.
-    pub compacted: Option<PoolSet>,
-    /// Its migrations (global node ids).
+    /// The migrations made (global node ids); none for [`HeadVerdict::Skip`].
     pub migrations: Vec<Migration>,
+    /// Whether the head's reservation had to be walked: some trial's moves
+    /// lower the head's fit at some instant (otherwise no move can delay
+    /// it, and the check cost only what the moves touched).
+    pub walked: bool,
 }
 
-/// Compact on a copy of `pools`, holding still the jobs it must so that
-/// its moves do not make the waiting head's reservation ([`reservation`],
-/// in the pools that admit the head) later than with no move at all. A job
-/// counts as moved when its nodes change (a move inside a node is no
-/// requeue); a moved job frees its GPUs at its new nodes at
-/// `end_if_moved`. If the unheld trial delays the head, the jobs it moved
-/// are held still and Compact is tried again on a new copy, until the head
-/// is on time ([`HeadVerdict::Hold`]), or nothing new moves or
-/// `max_trials` is reached ([`HeadVerdict::Skip`]: when in doubt, nothing
-/// moves, Slurm's own behaviour). The accepted trial is returned, so the
-/// caller runs no Compact of its own.
-pub fn hold_for_head(pools: &PoolSet, trial: &HeadTrial<'_>) -> GuardedCompact {
-    let on_time = head_start(pools, trial, &[]);
-    if on_time.is_infinite() {
-        // As far as the known ends say, the head never fits: no move can
-        // make it later, and nothing is tried.
-        return GuardedCompact {
-            verdict: HeadVerdict::Free,
-            compacted: None,
-            migrations: Vec::new(),
-        };
-    }
+/// Compact on `pools`, holding still the jobs it must so that its moves do
+/// not make the waiting head's reservation ([`reservation`], in the pools
+/// that admit the head) later than with no move at all. A job counts as
+/// moved when its nodes change (a move inside a node is no requeue); a
+/// moved job frees its GPUs at its new nodes at `end_if_moved`. If the
+/// unheld trial delays the head, it is undone, the jobs it moved are held
+/// still and Compact is tried again, until the head is on time
+/// ([`HeadVerdict::Hold`]), or nothing new moves or `max_trials` is reached
+/// ([`HeadVerdict::Skip`]: when in doubt, nothing moves, Slurm's own
+/// behaviour). The accepted trial is kept in `pools`; inside a trial the
+/// caller opened ([`PoolSet::begin_trial`]) the caller can still undo it.
+///
+/// Cost (issue #11): each trial is a Compact that can be undone (no copy
+/// of the pools). Its moves change the head's fit `F(t) = sum_n
+/// floor(free_n(t) / g)` only on the nodes they touch; when they lower it
+/// at no instant, the head cannot be later and nothing else is looked at.
+/// Otherwise the head's reservation `t0` with no move is walked once over
+/// [`Ends`] (the jobs ending before it), and the trial delays the head iff
+/// `F(t0)` after the moves is short of its width.
+pub fn hold_for_head(
+    pools: &mut PoolSet,
+    trial: &HeadTrial<'_>,
+    ends: &mut Ends,
+) -> GuardedCompact {
     let mut hold: Vec<JobId> = Vec::new();
+    let mut on_time: Option<OnTime> = None;
+    let w = i64::from(trial.shape.instances);
+    ends.sync(pools, trial);
+    let ends: &Ends = ends;
+    let timeline = &ends.timelines[0];
     for _ in 0..trial.max_trials.max(1) {
-        let mut fork = pools.clone();
         for &k in &hold {
             // A held job was movable in the trial that moved it.
-            let _ = fork.set_movable(k, false);
+            let _ = pools.set_movable(k, false);
         }
-        let migrations = fork.compact();
-        let mut moved: Vec<JobId> = migrations.iter().map(|m| m.job).collect();
-        moved.sort_unstable();
-        moved.dedup();
-        moved.retain(|&j| nodes_of(pools, j) != nodes_of(&fork, j));
-        if moved.is_empty() || head_start(&fork, trial, &moved) <= on_time {
-            for &k in &hold {
-                let _ = fork.set_movable(k, true);
-            }
+        pools.begin_trial();
+        let migrations = pools.compact();
+        let moved = moved_jobs(pools, &migrations);
+        let late = !moved.is_empty()
+            && delays_head(pools, trial, ends, &moved, || {
+                on_time
+                    .get_or_insert_with(|| timeline.on_time(w, trial.now))
+                    .clone()
+            });
+        for &k in &hold {
+            let _ = pools.set_movable(k, true);
+        }
+        if !late {
+            pools.keep_trial();
             return GuardedCompact {
                 verdict: if hold.is_empty() {
                     HeadVerdict::Free
                 } else {
                     HeadVerdict::Hold(hold)
                 },
-                compacted: Some(fork),
                 migrations,
+                walked: on_time.is_some(),
             };
         }
+        pools.undo_trial();
         let before = hold.len();
-        for j in moved {
-            if !hold.contains(&j) {
-                hold.push(j);
+        for j in moved.keys() {
+            if !hold.contains(j) {
+                hold.push(*j);
             }
         }
         if hold.len() == before {
@@ -190,9 +448,160 @@ pub fn hold_for_head(pools: &PoolSet, trial: &HeadTrial<'_>) -> GuardedCompact {
     }
     GuardedCompact {
         verdict: HeadVerdict::Skip,
-        compacted: None,
         migrations: Vec::new(),
+        walked: on_time.is_some(),
     }
+}
+
+/// The head's reservation with no move: when it fits (`t0`, `INFINITY`:
+/// never) and its fit `F_p(t0)` in each pool then (`None`: the pool does
+/// not admit it).
+#[derive(Clone, Debug)]
+struct OnTime {
+    t0: f64,
+    fit: Vec<Option<i64>>,
+}
+
+/// The jobs a trial's `migrations` moved across nodes, with the global node
+/// each moved instance was on before the trial.
+fn moved_jobs(pools: &PoolSet, migrations: &[Migration]) -> BTreeMap<JobId, Vec<(u32, NodeId)>> {
+    let mut from: BTreeMap<JobId, Vec<(u32, NodeId)>> = BTreeMap::new();
+    for m in migrations {
+        let v = from.entry(m.job).or_default();
+        if !v.iter().any(|(i, _)| *i == m.instance) {
+            v.push((m.instance, m.from));
+        }
+    }
+    from.retain(|&j, v| {
+        let Some(after) = pools.job(j).map(|r| r.nodes) else {
+            return false;
+        };
+        let mut before = after.clone();
+        for &(i, n) in v.iter() {
+            if let Some(x) = before.get_mut(i as usize) {
+                *x = n;
+            }
+        }
+        let mut after = after;
+        before.sort_unstable();
+        after.sort_unstable();
+        before != after
+    });
+    from
+}
+
+/// The pools that admit the head, by index (`false`: not admitted).
+fn admitted(pools: &PoolSet, trial: &HeadTrial<'_>) -> Vec<bool> {
+    pools
+        .pools()
+        .enumerate()
+        .map(|(p, spec)| {
+            spec.modelled
+                && spec.admits(trial.gpu_type, trial.shape.gpus)
+                && pools.engine(p).is_some()
+        })
+        .collect()
+}
+
+/// A node's instances: (job, GPUs, the job's end).
+type Holding = Vec<(JobId, u32, f64)>;
+
+/// `floor(free / g)` of a node of `cap` GPUs holding `instances` (job,
+/// GPUs) at instant `t`: an instance holds its GPUs while its job's end is
+/// later than `t`.
+fn node_fit(cap: u32, g: u32, instances: &[(JobId, u32, f64)], t: f64) -> i64 {
+    let used: u32 = instances
+        .iter()
+        .filter(|(_, _, e)| *e > t)
+        .map(|(_, gpus, _)| gpus)
+        .sum();
+    i64::from(cap.saturating_sub(used) / g)
+}
+
+/// Does the open trial (its moved jobs `moved`) make the head's reservation
+/// later than with no move? See [`hold_for_head`] for the method.
+fn delays_head(
+    pools: &PoolSet,
+    trial: &HeadTrial<'_>,
+    ends: &Ends,
+    moved: &BTreeMap<JobId, Vec<(u32, NodeId)>>,
+    on_time: impl FnOnce() -> OnTime,
+) -> bool {
+    let g = trial.shape.gpus.max(1);
+    let w = i64::from(trial.shape.instances);
+    let ok = admitted(pools, trial);
+    // The nodes whose fit the moves can change: every node a moved job is
+    // on, before or after (a requeue restarts all its instances).
+    let mut touched: BTreeSet<(usize, NodeId)> = BTreeSet::new();
+    for (&j, from) in moved {
+        let Some(r) = pools.job(j) else { continue };
+        for &n in r.nodes.iter().chain(from.iter().map(|(_, n)| n)) {
+            if let Some((p, local)) = pools.pool_of(n) {
+                if ok[p] {
+                    touched.insert((p, local));
+                }
+            }
+        }
+    }
+    let end_after = |j: JobId| {
+        if moved.contains_key(&j) {
+            (trial.end_if_moved)(j)
+        } else {
+            ends.get(j)
+        }
+    };
+    // Each touched node's instances before and after, with their ends.
+    let mut nodes: Vec<(usize, u32, Holding, Holding)> = Vec::new();
+    let mut times: Vec<f64> = vec![trial.now];
+    for &(p, n) in &touched {
+        let Some(e) = pools.engine(p) else { continue };
+        let before: Holding = e
+            .node_before_trial(n)
+            .instances()
+            .map(|(i, gpus)| (i.job, gpus, ends.get(i.job)))
+            .collect();
+        let after: Holding = e
+            .node(n)
+            .instances()
+            .map(|(i, gpus)| (i.job, gpus, end_after(i.job)))
+            .collect();
+        times.extend(
+            before
+                .iter()
+                .chain(&after)
+                .map(|x| x.2)
+                .filter(|t| t.is_finite() && *t > trial.now),
+        );
+        nodes.push((p, e.occupancy().capacity(), before, after));
+    }
+    times.sort_by(f64::total_cmp);
+    times.dedup();
+    let delta = |t: f64| -> Vec<i64> {
+        let mut d = vec![0i64; ok.len()];
+        for (p, cap, before, after) in &nodes {
+            d[*p] += node_fit(*cap, g, after, t) - node_fit(*cap, g, before, t);
+        }
+        d
+    };
+    if times.iter().all(|&t| delta(t).iter().all(|&x| x >= 0)) {
+        // The moves lower the head's fit at no instant: it cannot be later.
+        return false;
+    }
+    let at = on_time();
+    if !at.t0.is_finite() {
+        // As far as the known ends say, the head never fits: no move can
+        // make it later.
+        return false;
+    }
+    let d = delta(at.t0);
+    let best_after = at
+        .fit
+        .iter()
+        .zip(&d)
+        .filter_map(|(f, d)| f.map(|f| f + d))
+        .max()
+        .unwrap_or(i64::MIN);
+    best_after < w
 }
 
 /// A waiting job as the gate [`MoveWhen::Starts`] sees it: its shape and
@@ -207,77 +616,58 @@ pub struct WaitingJob<'a> {
 
 /// Does a `job` fit `pools` now, as Slurm would place it: in one modelled
 /// pool that admits it, `instances` nodes each with `gpus` free GPUs
-/// (`sum_n floor(free_n / g) >= w`, the physical fit of [`reservation`]).
+/// (`sum_n floor(free_n / g) >= w`, the physical fit of [`reservation`];
+/// `O(G)` per pool, [`Occupancy::fit`]).
 pub fn fits_now(pools: &PoolSet, job: &WaitingJob<'_>) -> bool {
-    let g = job.shape.gpus.max(1);
     pools.pools().enumerate().any(|(p, spec)| {
         spec.modelled
             && spec.admits(job.gpu_type, job.shape.gpus)
             && pools.engine(p).is_some_and(|e| {
-                let occ = e.occupancy();
-                let fit: u64 = (0..occ.spec().nodes)
-                    .map(|n| u64::from(occ.free(n) / g))
-                    .sum();
-                fit >= u64::from(job.shape.instances)
+                e.occupancy().fit(job.shape.gpus) >= u64::from(job.shape.instances)
             })
     })
 }
 
-/// The gate [`MoveWhen::Starts`] (issue #10: every move pays for itself):
-/// do Compact's moves, which took `before` to `after`, let some waiting
-/// job start, that is, give one room ([`fits_now`]) it has not in
-/// `before`? A waiting job that already fits, or still does not, gains
-/// nothing from the moves; a Compact that helps none of them is not made.
-/// The moved jobs count at their new nodes (their old GPUs free once the
-/// requeues land, which the plugin waits for before it places anyone).
-///
-/// [`MoveWhen::Starts`]: crate::placement::worth::MoveWhen::Starts
+/// The waiting jobs a Compact could help, taken before it: those that do
+/// not fit now ([`fits_now`]), one per shape and GPU type.
+#[derive(Clone, Debug)]
+pub struct Blocked<'a>(Vec<WaitingJob<'a>>);
+
+impl<'a> Blocked<'a> {
+    pub fn before(pools: &PoolSet, waiting: impl IntoIterator<Item = WaitingJob<'a>>) -> Self {
+        let mut out: Vec<WaitingJob<'a>> = Vec::new();
+        for w in waiting {
+            let seen = out
+                .iter()
+                .any(|x| x.shape == w.shape && x.gpu_type == w.gpu_type);
+            if !seen && !fits_now(pools, &w) {
+                out.push(w);
+            }
+        }
+        Self(out)
+    }
+
+    /// The gate [`MoveWhen::Starts`] (issue #10: every move pays for
+    /// itself): after Compact's moves, does one of these jobs fit? A
+    /// waiting job that already fitted, or still does not, gains nothing
+    /// from the moves; a Compact that helps none of them is not made. The
+    /// moved jobs count at their new nodes (their old GPUs free once the
+    /// requeues land, which the plugin waits for before it places anyone).
+    ///
+    /// [`MoveWhen::Starts`]: crate::placement::worth::MoveWhen::Starts
+    pub fn start_after(&self, pools: &PoolSet) -> bool {
+        self.0.iter().any(|w| fits_now(pools, w))
+    }
+}
+
+/// [`Blocked::start_after`] on two states: do Compact's moves, which took
+/// `before` to `after`, give some waiting job room it has not in `before`?
 pub fn moves_let_a_job_start(
     before: &PoolSet,
     after: &PoolSet,
     waiting: &[WaitingJob<'_>],
 ) -> bool {
-    waiting
-        .iter()
-        .any(|w| !fits_now(before, w) && fits_now(after, w))
-}
-
-/// A job's instance nodes (global ids, sorted); empty when not in the model.
-fn nodes_of(pools: &PoolSet, job: JobId) -> Vec<NodeId> {
-    let mut n = pools.job(job).map(|r| r.nodes).unwrap_or_default();
-    n.sort_unstable();
-    n
-}
-
-/// The head's reservation in `pools`, with `moved` jobs ending at
-/// `end_if_moved`.
-fn head_start(pools: &PoolSet, trial: &HeadTrial<'_>, moved: &[JobId]) -> f64 {
-    let occ: Vec<Option<&Occupancy>> = pools
-        .pools()
-        .enumerate()
-        .map(|(p, spec)| {
-            (spec.modelled && spec.admits(trial.gpu_type, trial.shape.gpus))
-                .then(|| pools.engine(p).map(|e| e.occupancy()))
-                .flatten()
-        })
-        .collect();
-    let mut ends: Vec<(f64, JobId)> = occ
-        .iter()
-        .flatten()
-        .flat_map(|o| o.jobs().map(|r| r.request.id))
-        .map(|j| {
-            let e = if moved.contains(&j) {
-                (trial.end_if_moved)(j)
-            } else {
-                (trial.end)(j)
-            };
-            (e, j)
-        })
-        .filter(|(e, _)| e.is_finite())
-        .collect();
-    ends.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    ends.dedup_by_key(|x| x.1);
-    reservation(&occ, ends, trial.shape, trial.now).t_res
+    Blocked::before(before, waiting.iter().copied()).start_after(after)
 }
 
 #[cfg(test)]
@@ -358,20 +748,96 @@ mod tests {
 
     #[test]
     fn a_head_that_never_fits_leaves_compact_unguarded() {
-        // Mixed pools: the head names a GPU type no pool has.
+        // Mixed pools: the head names a GPU type no pool has; a plain
+        // Compact runs (two half-used nodes become one full node).
         let nodes = vec![NodeGpus::new(8, Some("a100")); 2];
-        let p = PoolSet::new(&nodes, CompassConfig::default());
-        let end = |_: JobId| 100.0;
+        let config = CompassConfig {
+            compact: false,
+            ..CompassConfig::default()
+        };
+        let mut p = PoolSet::new(&nodes, config);
+        p.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();
+        p.adopt(&JobRequest::new(2, 1, 4), &[1]).unwrap();
+        let mut plain = p.clone();
+        let expected = plain.compact();
+        assert_eq!(expected.len(), 1);
+        let mut ends = Ends::default();
+        ends.set(JobId(1), 100.0);
+        ends.set(JobId(2), 200.0);
+        let later = |_: JobId| 1000.0;
         let trial = HeadTrial {
             shape: JobShape::new(1, 8),
             gpu_type: Some("h100"),
             now: 0.0,
-            end: &end,
-            end_if_moved: &end,
+            end_if_moved: &later,
             max_trials: 8,
         };
-        let done = hold_for_head(&p, &trial);
+        let done = hold_for_head(&mut p, &trial, &mut ends);
         assert_eq!(done.verdict, HeadVerdict::Free);
-        assert!(done.compacted.is_none() && done.migrations.is_empty());
+        assert_eq!(done.migrations, expected);
+        assert_eq!(p.snapshot(), plain.snapshot());
+    }
+
+    #[test]
+    fn moves_that_only_free_room_for_the_head_need_no_reservation() {
+        // n0 and n1 half used: Compact empties one of them. A moved job
+        // that ends when it would have (here) can only bring a 2 x 8 head
+        // forward: the reservation is not walked. One that restarts for
+        // longer holds its new node past its old end: then it is.
+        let build = || {
+            let mut p = pools(3);
+            p.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();
+            p.adopt(&JobRequest::new(2, 1, 4), &[1]).unwrap();
+            p.adopt(&JobRequest::new(3, 1, 8), &[2]).unwrap();
+            p
+        };
+        let mut ends = Ends::default();
+        for (j, e) in [(1, 100.0), (2, 200.0), (3, 50.0)] {
+            ends.set(JobId(j), e);
+        }
+        let longer = |_: JobId| 1000.0;
+        let mut p = build();
+        let trial = HeadTrial {
+            shape: JobShape::new(2, 8),
+            gpu_type: None,
+            now: 0.0,
+            end_if_moved: &longer,
+            max_trials: 8,
+        };
+        let done = hold_for_head(&mut p, &trial, &mut ends);
+        assert_eq!(done.verdict, HeadVerdict::Free, "the head still gains");
+        assert!(done.walked);
+        let mut p = build();
+        let known = ends.clone();
+        let later = |j: JobId| known.get(j);
+        let trial = HeadTrial {
+            shape: JobShape::new(2, 8),
+            gpu_type: None,
+            now: 0.0,
+            end_if_moved: &later,
+            max_trials: 8,
+        };
+        let done = hold_for_head(&mut p, &trial, &mut ends);
+        assert_eq!(done.verdict, HeadVerdict::Free);
+        assert_eq!(done.migrations.len(), 1);
+        assert!(!done.walked);
+        assert_eq!(p.engine(0).unwrap().open_trials(), 0);
+    }
+
+    #[test]
+    fn ends_are_kept_in_order_and_forgotten() {
+        let mut ends = Ends::default();
+        ends.set(JobId(1), 30.0);
+        ends.set(JobId(2), 10.0);
+        ends.set(JobId(3), f64::INFINITY);
+        ends.set(JobId(1), 5.0);
+        assert_eq!(ends.len(), 2);
+        assert_eq!(
+            ends.iter().collect::<Vec<_>>(),
+            vec![(5.0, JobId(1)), (10.0, JobId(2))]
+        );
+        assert_eq!(ends.get(JobId(3)), f64::INFINITY);
+        ends.remove(JobId(1));
+        assert_eq!(ends.iter().collect::<Vec<_>>(), vec![(10.0, JobId(2))]);
     }
 }

@@ -87,6 +87,16 @@ impl Occupancy {
     pub fn running_jobs(&self) -> usize {
         self.jobs.len()
     }
+    /// `sum_n floor(free_n / g)`: how many instances of `g` GPUs fit on
+    /// the free GPUs as they are, one node each; `O(G)`, from the index by
+    /// free GPUs (the head's reservation and `fits_now`, issue #11).
+    pub fn fit(&self, g: u32) -> u64 {
+        let g = g.max(1);
+        (g..=self.capacity())
+            .map(|f| self.by_free[f as usize].len() as u64 * u64::from(f / g))
+            .sum()
+    }
+
     /// Nodes with exactly `free` free GPUs, lowest index first.
     pub fn nodes_with_free(&self, free: u32) -> impl Iterator<Item = NodeId> + '_ {
         self.by_free[free as usize].iter().copied()

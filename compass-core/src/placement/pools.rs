@@ -109,6 +109,10 @@ pub struct PoolsLayout {
 struct Pool {
     spec: PoolSpec,
     engine: Option<CompassEngine>,
+    /// The first node when the pool's nodes are contiguous global ids
+    /// (every homogeneous cluster): Slurm's candidates are then read a word
+    /// at a time, not node by node.
+    start: Option<NodeId>,
 }
 
 /// One engine per pool (see the module docs).
@@ -158,7 +162,17 @@ impl PoolSet {
                         .expect("modelled pools have a valid capacity and >= 1 node");
                     CompassEngine::new(cs, config.clone())
                 });
-                Pool { spec, engine }
+                let start = spec.nodes.first().copied().filter(|&a| {
+                    spec.nodes
+                        .iter()
+                        .enumerate()
+                        .all(|(k, &n)| n == a + k as NodeId)
+                });
+                Pool {
+                    spec,
+                    engine,
+                    start,
+                }
             })
             .collect();
         Self {
@@ -248,6 +262,9 @@ impl PoolSet {
     /// `allowed` (global) restricted to pool `p`, in local ids.
     fn local_set(&self, p: usize, allowed: &NodeSet) -> NodeSet {
         let nodes = &self.pools[p].spec.nodes;
+        if let Some(a) = self.pools[p].start {
+            return allowed.slice(a, nodes.len() as u32);
+        }
         NodeSet::from_nodes(
             nodes.len() as u32,
             nodes
@@ -275,9 +292,10 @@ impl PoolSet {
 
     /// Does pool `p` have a node among `allowed`?
     pub fn touches(&self, p: usize, allowed: &NodeSet) -> bool {
-        self.pools
-            .get(p)
-            .is_some_and(|x| x.spec.nodes.iter().any(|&n| allowed.contains(n)))
+        self.pools.get(p).is_some_and(|x| match x.start {
+            Some(a) => !allowed.slice(a, x.spec.nodes.len() as u32).is_empty(),
+            None => x.spec.nodes.iter().any(|&n| allowed.contains(n)),
+        })
     }
 
     /// Marks a node usable or not (Slurm: drained, down). Nodes in no
@@ -491,6 +509,16 @@ impl PoolSet {
         Ok(())
     }
 
+    /// [`PoolSet::set_movable`] for many jobs, each engine's nodes
+    /// re-indexed once ([`CompassEngine::set_movable_many`]).
+    pub fn set_movable_many(&mut self, jobs: &[JobId], movable: bool) {
+        for pool in &mut self.pools {
+            if let Some(e) = pool.engine.as_mut() {
+                e.set_movable_many(jobs, movable);
+            }
+        }
+    }
+
     /// Remembers the nodes (global ids) a job in the model may use, when
     /// Slurm's candidates for it cover only part of its pool (a partition,
     /// `--exclude`, features): Compact then keeps it inside them
@@ -532,6 +560,41 @@ impl PoolSet {
             out.extend(self.globalise(p, moves));
         }
         out
+    }
+
+    /// Opens a trial in every engine ([`CompassEngine::begin_trial`]):
+    /// what Compact changes from now on can be undone, at the cost of what
+    /// it touches.
+    pub fn begin_trial(&mut self) {
+        for e in self.pools.iter_mut().filter_map(|p| p.engine.as_mut()) {
+            e.begin_trial();
+        }
+    }
+
+    /// The nodes (pool, local id) whose state may have changed since the
+    /// last call ([`CompassEngine::take_changed`]).
+    pub fn take_changed(&mut self) -> Vec<(usize, NodeId)> {
+        let mut out = Vec::new();
+        for (p, pool) in self.pools.iter_mut().enumerate() {
+            if let Some(e) = pool.engine.as_mut() {
+                out.extend(e.take_changed().into_iter().map(|n| (p, n)));
+            }
+        }
+        out
+    }
+
+    /// Keeps the innermost trial of every engine ([`CompassEngine::keep_trial`]).
+    pub fn keep_trial(&mut self) {
+        for e in self.pools.iter_mut().filter_map(|p| p.engine.as_mut()) {
+            e.keep_trial();
+        }
+    }
+
+    /// Undoes the innermost trial of every engine ([`CompassEngine::undo_trial`]).
+    pub fn undo_trial(&mut self) {
+        for e in self.pools.iter_mut().filter_map(|p| p.engine.as_mut()) {
+            e.undo_trial();
+        }
     }
 
     /// Every engine's structural invariants (Proposition 1, accounting).

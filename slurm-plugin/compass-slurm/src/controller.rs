@@ -27,7 +27,7 @@ use compass_core::metric;
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet};
 use compass_core::placement::compass::{AdoptOutcome, CompassConfig};
 use compass_core::placement::head::{
-    hold_for_head, moves_let_a_job_start, HeadTrial, HeadVerdict, WaitingJob,
+    hold_for_head, Blocked, Ends, HeadTrial, HeadVerdict, WaitingJob,
 };
 use compass_core::placement::pools::{NodeGpus, PoolSet};
 use compass_core::placement::worth::{
@@ -115,7 +115,9 @@ struct JobRec {
     time_limit_s: Option<u64>,
     start: u64,
     movable: bool,
-    /// Why the migration rule keeps this job still (last tick).
+    /// Why the migration rule keeps this job still (its own verdict; while
+    /// the gate `select.move_when` is closed, an eligible job counts as
+    /// `no-gain` in the published state).
     keep: Option<KeepReason>,
     in_engine: bool,
 }
@@ -201,6 +203,13 @@ pub struct Controller {
     engine: PoolSet,
     engine_error: Option<String>,
     jobs: BTreeMap<u64, JobRec>,
+    /// The running jobs' expected ends (start plus time limit), in order,
+    /// kept with `jobs` ([`Controller::put_job`]), for the head's guard.
+    ends: Ends,
+    /// When a running job's verdict ([`Controller::eligible`]) can change
+    /// next, (instant, job): the tick re-checks only the jobs due
+    /// ([`Controller::verdict_changes`]), not every job.
+    recheck: BTreeSet<(u64, u64)>,
     pins: BTreeMap<u64, Pin>,
     /// Jobs requeued for a migration, not yet restarted.
     migrating: BTreeSet<u64>,
@@ -261,6 +270,8 @@ impl Controller {
             node_names,
             engine_error: None,
             jobs: BTreeMap::new(),
+            ends: Ends::default(),
+            recheck: BTreeSet::new(),
             pins: BTreeMap::new(),
             migrating: BTreeSet::new(),
             last_migrated: BTreeMap::new(),
@@ -582,7 +593,7 @@ impl Controller {
         };
         let flags = job.flags.unwrap_or_default();
         if self.migrating.remove(&job.id) {
-            self.last_migrated.insert(job.id, now);
+            self.note_migrated(job.id, now);
             self.counters.migrations_done += 1;
             // The engine recorded the job at its target already.
             let planned = self
@@ -593,7 +604,7 @@ impl Controller {
                 // The engine still holds the job as movable (it was when it
                 // was chosen); the cool-down starts now, so it is not.
                 let _ = self.engine.set_movable(JobId(job.id), false);
-                self.jobs.insert(
+                self.put_job(
                     job.id,
                     JobRec {
                         shape,
@@ -627,7 +638,7 @@ impl Controller {
         };
         let gpus: u32 = per_node.iter().map(|(_, g)| g).sum();
         if gpus == 0 {
-            self.jobs.insert(job.id, rec);
+            self.put_job(job.id, rec);
             return None;
         }
         let planned = self.planned.remove(&job.id);
@@ -677,8 +688,84 @@ impl Controller {
         if adopted {
             rec.in_engine = true;
         }
-        self.jobs.insert(job.id, rec);
+        self.put_job(job.id, rec);
         log
+    }
+
+    /// Records a running job, its expected end for the head's guard, and
+    /// when its verdict can change.
+    fn put_job(&mut self, id: u64, rec: JobRec) {
+        let end = rec
+            .time_limit_s
+            .map_or(f64::INFINITY, |l| rec.start.saturating_add(l) as f64);
+        self.ends.set(JobId(id), end);
+        for t in self.verdict_changes(id, &rec) {
+            self.recheck.insert((t, id));
+        }
+        self.jobs.insert(id, rec);
+    }
+
+    /// The instants at which job `id`'s verdict ([`Controller::eligible`])
+    /// can change, by [`MigrationRule::check`]: the ends of its protection
+    /// (`--min-runtime`), of the start-up grace
+    /// (`select.min_run_before_migration`) and of its cool-down, and the
+    /// instant its time limit leaves too little run to pay for a move (each
+    /// also a second later, against rounding). Between them the verdict
+    /// holds, so the tick need not look at the job.
+    fn verdict_changes(&self, id: u64, rec: &JobRec) -> Vec<u64> {
+        let mut at = vec![
+            rec.start.saturating_add(rec.flags.min_runtime_s),
+            rec.start
+                .saturating_add(self.config.min_run_before_migration_s),
+        ];
+        if let Some(t) = self.last_migrated.get(&id) {
+            at.push(t.saturating_add(self.config.migration_cooldown_s));
+        }
+        if let Some(limit) = rec.time_limit_s {
+            let rule = self.rule();
+            let cost = rule.cost_of(&self.candidate(id, rec, rec.start));
+            let t = (rec.start as f64) + (limit as f64) - (1.0 + rule.payback.max(1.0)) * cost;
+            if t.is_finite() && t > 0.0 {
+                at.push(t.floor() as u64);
+            }
+        }
+        let mut out: Vec<u64> = at
+            .into_iter()
+            .flat_map(|t| [t, t.saturating_add(1)])
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Starts `job`'s cool-down at `t` (its migration landed, or did not):
+    /// its verdict is re-checked then and when the cool-down ends.
+    fn note_migrated(&mut self, job: u64, t: u64) {
+        self.last_migrated.insert(job, t);
+        let end = t.saturating_add(self.config.migration_cooldown_s);
+        for at in [t, end, end.saturating_add(1)] {
+            self.recheck.insert((at, job));
+        }
+    }
+
+    /// Re-checks a running job's verdict now, and tells the engine when its
+    /// movability changes.
+    fn refresh(&mut self, id: u64, now: u64) {
+        let Some(rec) = self.jobs.get(&id) else {
+            return;
+        };
+        if !rec.in_engine || rec.shape.is_none() {
+            return;
+        }
+        let verdict = self.eligible(id, rec, now);
+        let want = verdict.is_ok();
+        let moved_ok = want == rec.movable || self.engine.set_movable(JobId(id), want).is_ok();
+        if let Some(r) = self.jobs.get_mut(&id) {
+            if moved_ok {
+                r.movable = want;
+            }
+            r.keep = verdict.err();
+        }
     }
 
     /// Slurm ended (or requeued) `job` at `now`.
@@ -687,6 +774,12 @@ impl Controller {
         self.waiting.remove(&job);
         self.holds.remove(&job);
         let rec = self.jobs.remove(&job);
+        self.ends.remove(JobId(job));
+        if let Some(r) = &rec {
+            for t in self.verdict_changes(job, r) {
+                self.recheck.remove(&(t, job));
+            }
+        }
         if self.migrating.contains(&job) {
             return None; // requeued by us: the engine keeps it at its target
         }
@@ -767,25 +860,6 @@ impl Controller {
             self.compact_due = true;
         }
         self.gate_open = open;
-        let ids: Vec<u64> = self.jobs.keys().copied().collect();
-        for id in ids {
-            let rec = &self.jobs[&id];
-            if !rec.in_engine || rec.shape.is_none() {
-                continue;
-            }
-            let verdict = match self.eligible(id, rec, now) {
-                Ok(()) if !open => Err(KeepReason::NoGain),
-                v => v,
-            };
-            let want = verdict.is_ok();
-            let moved_ok = want == rec.movable || self.engine.set_movable(JobId(id), want).is_ok();
-            if let Some(r) = self.jobs.get_mut(&id) {
-                if moved_ok {
-                    r.movable = want;
-                }
-                r.keep = verdict.err();
-            }
-        }
         // Cool-downs of jobs that are gone or past them are dropped.
         let cooldown = self.config.migration_cooldown_s;
         // (A job whose migration did not land keeps its cool-down while it
@@ -805,7 +879,18 @@ impl Controller {
             self.drop_pin(j, now);
         }
         self.expire_holds(now);
-        if self.compact_due && !self.in_flight() {
+        // Only the jobs whose verdict can have changed since the last tick
+        // (issue #11: a tick costs what changed, not the number of jobs).
+        while let Some(&(t, id)) = self.recheck.first() {
+            if t > now {
+                break;
+            }
+            self.recheck.pop_first();
+            self.refresh(id, now);
+        }
+        // While the gate is closed no job may move: Compact waits until it
+        // opens (it is due then anyway).
+        if self.compact_due && open && !self.in_flight() {
             self.compact_due = false;
             let m = self.compact_if_it_starts_a_job(now);
             self.order_migrations(&m);
@@ -865,29 +950,23 @@ impl Controller {
     /// policies"). Backfill never delays the head: Slurm reserves nodes for
     /// it assuming the running jobs end where they are at their time limits,
     /// and a migration (a requeue pinned to new nodes) both takes GPUs and
-    /// restarts the job with a new end. So the Compact is tried on a fork of
-    /// the engine ([`hold_for_head`]); jobs whose moves would make the head's
+    /// restarts the job with a new end. So the Compact is a trial that can
+    /// be undone ([`hold_for_head`]); jobs whose moves would make the head's
     /// reservation later than with no move are held still for this Compact,
-    /// and if no hold keeps the head on time, nothing moves.
-    ///
-    /// With `keep`, the engine as it was before this Compact is returned too
-    /// (the guard's trial already works on a copy; otherwise one copy is
-    /// made), for [`Controller::compact_if_it_starts_a_job`] to put back.
-    fn compact_sparing_head(&mut self, now: u64, keep: bool) -> (Vec<Migration>, Option<PoolSet>) {
-        let in_place = |c: &mut Self| {
-            let before = keep.then(|| c.engine.clone());
-            (c.engine.compact(), before)
-        };
-        let Some((head, w)) = self.head().filter(|_| self.config.migrate) else {
-            return in_place(self);
+    /// and if no hold keeps the head on time, nothing moves. Its cost is
+    /// what the Compact touches, plus, only when its moves lower the head's
+    /// fit at some instant, a walk over the jobs that end before the head's
+    /// reservation ([`Ends`]), never a copy of the engine.
+    fn compact_sparing_head(&mut self, now: u64) -> Vec<Migration> {
+        let Some((head, shape, gpu_type)) = self
+            .head()
+            .filter(|_| self.config.migrate)
+            .map(|(id, w)| (id, w.shape, w.gpu_type.clone()))
+        else {
+            return self.engine.compact();
         };
         let jobs = &self.jobs;
         let cost = self.config.migration_cost_s;
-        let end = |j: JobId| -> f64 {
-            jobs.get(&j.0)
-                .and_then(|r| r.time_limit_s.map(|l| r.start.saturating_add(l) as f64))
-                .unwrap_or(f64::INFINITY)
-        };
         let end_if_moved = |j: JobId| -> f64 {
             jobs.get(&j.0)
                 .and_then(|r| {
@@ -898,19 +977,13 @@ impl Controller {
                 .unwrap_or(f64::INFINITY)
         };
         let trial = HeadTrial {
-            shape: w.shape,
-            gpu_type: w.gpu_type.as_deref(),
+            shape,
+            gpu_type: gpu_type.as_deref(),
             now: now as f64,
-            end: &end,
             end_if_moved: &end_if_moved,
             max_trials: HEAD_TRIALS,
         };
-        let done = hold_for_head(&self.engine, &trial);
-        let before = match (done.compacted, &done.verdict) {
-            (Some(compacted), _) => Some(std::mem::replace(&mut self.engine, compacted)),
-            (None, HeadVerdict::Free) => return in_place(self),
-            (None, _) => None,
-        };
+        let done = hold_for_head(&mut self.engine, &trial, &mut self.ends);
         match done.verdict {
             HeadVerdict::Free => {}
             HeadVerdict::Hold(held) => {
@@ -925,40 +998,42 @@ impl Controller {
                 self.head_hold = Some(HeadHold { head, held: vec![] });
             }
         }
-        (done.migrations, before.filter(|_| keep))
+        done.migrations
     }
 
     /// Compact ([`Controller::compact_sparing_head`]) under the gate
     /// `select.move_when`: with `"starts"` ([`MoveWhen::Starts`]) it is
     /// tried, and its requeues are ordered only when they let a waiting job
-    /// start ([`moves_let_a_job_start`]: some waiting job has room after
-    /// the moves that it has not before); else the engine is put back as it
-    /// was and nothing moves (counted in `Counters::compacts_no_gain`). A Compact
+    /// start ([`Blocked::start_after`]: some waiting job has room after
+    /// the moves that it has not before); else the trial is undone and
+    /// nothing moves (counted in `Counters::compacts_no_gain`). A Compact
     /// whose moves stay inside nodes costs no requeue and is always kept.
     ///
     /// [`MoveWhen::Starts`]: compass_core::placement::worth::MoveWhen::Starts
     fn compact_if_it_starts_a_job(&mut self, now: u64) -> Vec<Migration> {
         if !self.config.move_when.tries_first() || !self.config.migrate {
-            return self.compact_sparing_head(now, false).0;
+            return self.compact_sparing_head(now);
         }
-        let (m, before) = self.compact_sparing_head(now, true);
-        let Some(before) = before else {
-            // The head's guard made no move at all.
-            return m;
-        };
-        let requeues = m.iter().any(|x| self.needs_requeue(x.job.0));
-        let waiting: Vec<WaitingJob<'_>> = self
+        let waiting: Vec<(JobShape, Option<String>)> = self
             .waiting
             .values()
-            .map(|w| WaitingJob {
-                shape: w.shape,
-                gpu_type: w.gpu_type.as_deref(),
-            })
+            .map(|w| (w.shape, w.gpu_type.clone()))
             .collect();
-        if !requeues || moves_let_a_job_start(&before, &self.engine, &waiting) {
+        let blocked = Blocked::before(
+            &self.engine,
+            waiting.iter().map(|(shape, gpu_type)| WaitingJob {
+                shape: *shape,
+                gpu_type: gpu_type.as_deref(),
+            }),
+        );
+        self.engine.begin_trial();
+        let m = self.compact_sparing_head(now);
+        let requeues = m.iter().any(|x| self.needs_requeue(x.job.0));
+        if !requeues || blocked.start_after(&self.engine) {
+            self.engine.keep_trial();
             return m;
         }
-        self.engine = before;
+        self.engine.undo_trial();
         self.head_hold = None;
         self.counters.compacts_no_gain += 1;
         if self.config.move_when == MoveWhen::Pays {
@@ -989,13 +1064,10 @@ impl Controller {
         if paid.is_empty() {
             return Vec::new();
         }
-        for &j in &unpaid {
-            let _ = self.engine.set_movable(JobId(j), false);
-        }
-        let (m, _) = self.compact_sparing_head(now, false);
-        for &j in &unpaid {
-            let _ = self.engine.set_movable(JobId(j), true);
-        }
+        let unpaid: Vec<JobId> = unpaid.into_iter().map(JobId).collect();
+        self.engine.set_movable_many(&unpaid, false);
+        let m = self.compact_sparing_head(now);
+        self.engine.set_movable_many(&unpaid, true);
         self.counters.compacts_tidying += u64::from(!m.is_empty());
         m
     }
@@ -1152,7 +1224,7 @@ impl Controller {
         let pinned = self.pins.remove(&job).is_some();
         if self.migrating.remove(&job) {
             let _ = self.engine.remove(JobId(job));
-            self.last_migrated.insert(job, now);
+            self.note_migrated(job, now);
         }
         pinned
     }
@@ -1231,7 +1303,7 @@ impl Controller {
         }
         for &(j, t) in &saved.last_migrated {
             if t <= now && now - t < self.config.migration_cooldown_s {
-                self.last_migrated.insert(j, t);
+                self.note_migrated(j, t);
             }
         }
         for m in &saved.in_flight {
@@ -1328,7 +1400,8 @@ impl Controller {
         let mut kept_still: BTreeMap<String, u64> = BTreeMap::new();
         for (&id, rec) in &self.jobs {
             if rec.in_engine && rec.shape.is_some() {
-                if let Some(why) = rec.keep {
+                let closed = (!self.gate_open).then_some(KeepReason::NoGain);
+                if let Some(why) = rec.keep.or(closed) {
                     *kept_still.entry(why.as_str().to_string()).or_default() += 1;
                 }
             }
@@ -2732,5 +2805,70 @@ mod tests {
         assert_eq!(orders.len(), 1, "{orders:?}");
         assert_eq!(c.counters.compacts_held_for_head, 0);
         assert_eq!(c.take_head_hold(), None);
+    }
+
+    /// The tick re-checks only the jobs whose verdict can have changed
+    /// (issue #11): after every tick, every running job's verdict and the
+    /// engine's movability are what a check of every job would give.
+    #[test]
+    fn the_tick_keeps_every_verdict_as_a_full_check_would() {
+        let cfg = SelectConfig {
+            min_run_before_migration_s: 30,
+            migration_cooldown_s: 100,
+            migration_cost_s: 20,
+            payback: 2.0,
+            // no orders: the test does not carry out requeues
+            migrate: false,
+            ..always()
+        };
+        let names = (0..16).map(|i| format!("n{i}")).collect();
+        let mut c = Controller::new(cfg, ClusterSpec::new(16, 8).unwrap(), names);
+        let mut x = 7u64;
+        let mut draw = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let mut running: Vec<u64> = Vec::new();
+        let mut next = 1u64;
+        for now in 0..1500u64 {
+            if draw(4) == 0 && running.len() < 30 {
+                let mut j = job(next, 1, 1 + draw(4) as u32);
+                let flags = j.flags.as_mut().unwrap();
+                flags.resumable = draw(5) != 0;
+                flags.min_runtime_s = [0, 0, 45, 300][draw(4) as usize];
+                flags.migration_cost_s = [None, Some(5), Some(60)][draw(3) as usize];
+                j.time_limit_s = [None, Some(120), Some(400), Some(3600)][draw(4) as usize];
+                let node = draw(16) as u32;
+                if c.begin(&j, &[(node, 1)], now).is_none() && c.knows(next) {
+                    running.push(next);
+                }
+                next += 1;
+            }
+            if draw(6) == 0 && !running.is_empty() {
+                let k = draw(running.len() as u64) as usize;
+                let j = running.remove(k);
+                c.fini(j, now);
+            }
+            if now == 700 {
+                // A restart: cool-downs of two running jobs come back.
+                let saved = Saved {
+                    last_migrated: running.iter().take(2).map(|&j| (j, now - 10)).collect(),
+                    ..Saved::default()
+                };
+                c.restore(&saved, now);
+            }
+            let _ = c.tick(now);
+            for (&id, rec) in &c.jobs {
+                if !rec.in_engine || rec.shape.is_none() {
+                    continue;
+                }
+                let full = c.eligible(id, rec, now);
+                assert_eq!(rec.keep, full.err(), "job {id} at {now}");
+                assert_eq!(rec.movable, full.is_ok(), "job {id} at {now}");
+            }
+        }
+        assert!(next > 200, "{next} jobs");
     }
 }

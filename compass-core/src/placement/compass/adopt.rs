@@ -25,6 +25,7 @@ impl CompassEngine {
             });
         }
         let planned = self.plan(job, None)?;
+        self.keep_all_trials();
         self.record_job(job, nodes.to_vec())?;
         let g = job.shape.gpus;
         for (k, &n) in nodes.iter().enumerate() {
@@ -73,6 +74,7 @@ impl CompassEngine {
         if self.meta.contains_key(&job) {
             return Err(CoreError::DuplicateJob(job));
         }
+        self.keep_all_trials();
         self.occ.add_foreign(job, per_node_gpus)?;
         let running = self.occ.job(job).expect("just added").clone();
         for (k, (&n, &g)) in running.nodes.iter().zip(&running.gpus).enumerate() {
@@ -80,7 +82,7 @@ impl CompassEngine {
                 job,
                 index: k as u32,
             };
-            self.nodes[n as usize].guests.push(Guest {
+            self.node_mut(n).guests.push(Guest {
                 instance: inst,
                 gpus: g,
                 foreign: true,

@@ -39,6 +39,7 @@ mod observe;
 mod place;
 mod remove;
 mod state;
+mod trial;
 
 pub use observe::{LayoutSnapshot, NodeView};
 pub use state::{Guest, NodeKind, NodeState, Slot};
@@ -173,6 +174,13 @@ pub struct CompassEngine {
     held_last: Vec<JobId>,
     /// Expected end of each job the caller told ([`CompassEngine::set_expected_end`]).
     expected_end: HashMap<JobId, Seconds>,
+    /// Open trials, innermost last ([`CompassEngine::begin_trial`]).
+    journal: Vec<trial::Journal>,
+    /// Nodes whose instances may have changed since the last
+    /// [`CompassEngine::take_changed`] (every node whose state was opened
+    /// for a change, or put back by an undo), and their flags.
+    changed: Vec<NodeId>,
+    changed_flag: Vec<bool>,
 }
 
 impl CompassEngine {
@@ -192,6 +200,10 @@ impl CompassEngine {
             restricted: BTreeMap::new(),
             held_last: Vec::new(),
             expected_end: HashMap::new(),
+            journal: Vec::new(),
+            // a new engine: every node is new to whoever watches
+            changed: (0..spec.nodes).collect(),
+            changed_flag: vec![true; spec.nodes as usize],
         };
         for n in 0..spec.nodes {
             e.reindex(n);
@@ -201,6 +213,18 @@ impl CompassEngine {
 
     pub fn config(&self) -> &CompassConfig {
         &self.config
+    }
+
+    /// The nodes whose instances may have changed since the last call,
+    /// each once (a change of movability alone is not one): for callers
+    /// that keep something
+    /// derived from the nodes up to date (the head's fit over time,
+    /// `placement::head::Ends`) at the cost of what changed.
+    pub fn take_changed(&mut self) -> Vec<NodeId> {
+        for &n in &self.changed {
+            self.changed_flag[n as usize] = false;
+        }
+        std::mem::take(&mut self.changed)
     }
 
     /// The structural state of one node.
@@ -244,6 +268,7 @@ impl CompassEngine {
     /// down, drained, faulty). Running instances stay where they are.
     pub fn set_node_usable(&mut self, n: NodeId, usable: bool) -> Result<()> {
         self.occ.spec().check_node(n)?;
+        self.keep_all_trials();
         if usable {
             self.usable.insert(n);
         } else {
@@ -263,6 +288,32 @@ impl CompassEngine {
         self.occ.set_movable(job, movable)?;
         self.reindex_job(job);
         Ok(())
+    }
+
+    /// [`CompassEngine::set_movable`] for many jobs at once, each node
+    /// re-indexed once however many of them it holds (unknown and foreign
+    /// jobs are skipped).
+    pub fn set_movable_many(&mut self, jobs: &[JobId], movable: bool) {
+        let mut nodes: Vec<NodeId> = Vec::new();
+        for job in jobs {
+            let Some(meta) = self.meta.get_mut(job).filter(|m| !m.foreign) else {
+                continue;
+            };
+            if meta.movable == movable {
+                continue;
+            }
+            meta.movable = movable;
+            if self.occ.set_movable(*job, movable).is_ok() {
+                if let Some(r) = self.occ.job(*job) {
+                    nodes.extend_from_slice(&r.nodes);
+                }
+            }
+        }
+        nodes.sort_unstable();
+        nodes.dedup();
+        for n in nodes {
+            self.reindex(n);
+        }
     }
 
     /// Remembers the nodes a running job may use when they are fewer than
@@ -375,6 +426,7 @@ impl CompassEngine {
         keep_within: bool,
     ) -> Result<Option<Admission>> {
         self.check_new(job)?;
+        self.keep_all_trials();
         let mut undo = Undo::default();
         let Some(nodes) = self.place_instances(job, allowed, &mut undo) else {
             self.rollback(undo);
@@ -453,6 +505,7 @@ impl PlacementPolicy for CompassEngine {
 
     /// Algorithm 1, lines 10-16: Remove every instance, then Compact.
     fn remove(&mut self, job: JobId) -> Result<Vec<Migration>> {
+        self.keep_all_trials();
         self.detach_job(job)?;
         Ok(if self.config.compact {
             self.compact()
@@ -464,6 +517,7 @@ impl PlacementPolicy for CompassEngine {
     /// Removes the victims without Compact: the next `place` (the pending
     /// job's, Algorithm 1 line 9) compacts after the job has its room.
     fn remove_for_room(&mut self, jobs: &[JobId]) -> Result<Vec<Migration>> {
+        self.keep_all_trials();
         for &job in jobs {
             self.detach_job(job)?;
         }

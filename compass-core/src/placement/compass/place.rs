@@ -253,7 +253,7 @@ impl CompassEngine {
 
     pub(super) fn install(&mut self, inst: InstanceRef, g: u32, dest: Dest) -> NodeId {
         let n = dest.node();
-        let st = &mut self.nodes[n as usize];
+        let st = self.node_mut(n);
         match dest {
             Dest::NewSlot(_) => {
                 st.slots.push(Slot {

@@ -14,7 +14,7 @@ impl CompassEngine {
     /// its fillers stay on the node as guests (correction 2: no migration
     /// here; `normalize` and Compact decide).
     pub(super) fn detach(&mut self, n: NodeId, inst: InstanceRef) {
-        let st = &mut self.nodes[n as usize];
+        let st = self.node_mut(n);
         if let Some(i) = st.slots.iter().position(|s| s.anchor == inst) {
             let slot = st.slots.remove(i);
             for f in slot.fillers {
@@ -38,7 +38,7 @@ impl CompassEngine {
     /// allows it; a node left with only 1-GPU instances becomes a pool node.
     pub(super) fn normalize(&mut self, n: NodeId) {
         let cap = self.cap;
-        let st = &mut self.nodes[n as usize];
+        let st = self.node_mut(n);
         if st.slots.is_empty() && st.pool.is_empty() {
             // Only guests (or nothing): rebuild the node's type from them.
             let mut guests = std::mem::take(&mut st.guests);

@@ -61,8 +61,23 @@ impl NodeState {
             NodeKind::Empty
         }
     }
+    /// Every instance on the node with its GPUs: anchors, fillers, pool
+    /// members and guests (foreign GPU use too).
+    pub fn instances(&self) -> impl Iterator<Item = (InstanceRef, u32)> + '_ {
+        self.slots
+            .iter()
+            .flat_map(|s| {
+                std::iter::once((s.anchor, s.anchor_gpus)).chain(s.fillers.iter().map(|f| (*f, 1)))
+            })
+            .chain(self.pool.iter().map(|p| (*p, 1)))
+            .chain(self.guests.iter().map(|g| (g.instance, g.gpus)))
+    }
     pub(super) fn guest_gpus(&self) -> u32 {
         self.guests.iter().map(|g| g.gpus).sum()
+    }
+    /// GPUs in use on the node.
+    pub fn used_gpus(&self) -> u32 {
+        self.used()
     }
     pub(super) fn used(&self) -> u32 {
         self.slots

@@ -23,8 +23,9 @@ impl CompassEngine {
     /// outside, the engine is restored as it was and the passes run again
     /// with that job held still for this Compact (at most one rerun per
     /// restricted job; none when no job is restricted, the common case,
-    /// which costs one emptiness test). A restricted job may still move
-    /// inside its set.
+    /// which costs one emptiness test). The rerun undoes the passes' trial
+    /// (`trial.rs`), so it costs what they touched. A restricted job may
+    /// still move inside its set.
     pub fn compact(&mut self) -> Vec<Migration> {
         self.held_last.clear();
         if self.restricted.is_empty() {
@@ -32,7 +33,7 @@ impl CompassEngine {
         }
         let mut held: Vec<JobId> = Vec::new();
         let out = loop {
-            let before = self.clone();
+            self.begin_trial();
             let out = self.compact_passes();
             let outside: BTreeSet<JobId> = out
                 .iter()
@@ -40,9 +41,10 @@ impl CompassEngine {
                 .filter(|j| !self.inside_allowed(*j))
                 .collect();
             if outside.is_empty() {
+                self.keep_trial();
                 break out;
             }
-            *self = before;
+            self.undo_trial();
             for j in outside {
                 // Only movable jobs migrate, so each is held once.
                 let _ = self.set_movable(j, false);
@@ -109,6 +111,7 @@ impl CompassEngine {
             self.occ
                 .move_instance(inst.job, inst.index, to)
                 .expect("migration target has room");
+            self.log_move(inst.job, inst.index, from);
             out.push(Migration {
                 job: inst.job,
                 instance: inst.index,
@@ -128,7 +131,7 @@ impl CompassEngine {
         to: NodeId,
         out: &mut Vec<Migration>,
     ) {
-        let st = &mut self.nodes[from as usize];
+        let st = self.node_mut(from);
         let Some(i) = st.slots.iter().position(|s| s.anchor == anchor) else {
             return;
         };
@@ -138,6 +141,7 @@ impl CompassEngine {
             self.occ
                 .move_instance(inst.job, inst.index, to)
                 .expect("slot target has room");
+            self.log_move(inst.job, inst.index, from);
             out.push(Migration {
                 job: inst.job,
                 instance: inst.index,
@@ -146,7 +150,7 @@ impl CompassEngine {
             });
             self.migrations_total += 1;
         }
-        self.nodes[to as usize].slots.push(slot);
+        self.node_mut(to).slots.push(slot);
         self.reindex(to);
         self.normalize(from);
     }
