@@ -55,8 +55,13 @@ pub struct Args {
     /// set of nodes of 8 GPUs, every Compact after an event run through the
     /// waiting head's guard, `placement::head::hold_for_head`, as the plugin
     /// runs it: the head a whole-node job one node wider than the nodes free
-    /// at --load, the running jobs' time limits drawn from 4 h to 72 h).
-    #[arg(long, value_delimiter = ',', default_value = "venus,pinned,wcc-fails,pinned-wcc-fails,mixed,head-guard",
+    /// at --load, the running jobs' time limits drawn from 4 h to 72 h),
+    /// `plugin` (compass only: the select plugin's controller itself, driven
+    /// as slurmctld drives it: `narrow`, `begin`, `fini` and the plugin
+    /// thread's `tick` after every event, with its Compact through the
+    /// head's guard and the `pays` gate, the requeues it orders carried out;
+    /// every other job not resumable, and the same waiting head).
+    #[arg(long, value_delimiter = ',', default_value = "venus,pinned,wcc-fails,pinned-wcc-fails,mixed,head-guard,plugin",
           value_parser = PossibleValuesParser::new(MIX_NAMES))]
     pub mix: Vec<String>,
 
