@@ -110,3 +110,34 @@ fn bench_table_prints_the_head_guard_row() {
     assert!(!rows[0].contains("unavailable"), "{text}");
     assert!(text.contains("Head guard at 20 nodes: "), "{text}");
 }
+
+/// The `plugin` mix drives the select plugin's controller (compass only):
+/// arrivals and departures reach it, its tick orders requeues that are
+/// carried out, and the row reports the same fields as the others.
+#[test]
+fn bench_plugin_mix_drives_the_controller() {
+    let stdout = bench(&[
+        "--nodes",
+        "100",
+        "--events",
+        "1000",
+        "--mix",
+        "plugin",
+        "--no-replay",
+        "--no-policy-replay",
+        "--json",
+        "-q",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
+    let rows = v["latency"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{v}");
+    let r = &rows[0];
+    assert_eq!(
+        (r["policy"].as_str(), r["mix"].as_str()),
+        (Some("compass"), Some("plugin"))
+    );
+    assert!(r["error"].is_null(), "{r}");
+    assert_eq!(r["remove"]["calls"], 1000, "{r}");
+    assert!(r["place"]["calls"].as_u64().unwrap() >= 800, "{r}");
+    assert!(r["migrations"].as_u64().unwrap() > 0, "{r}");
+}
