@@ -37,3 +37,20 @@ impl Clock for ManualClock {
         self.now.get()
     }
 }
+
+/// An instant with a total order (`f64::total_cmp`), for heaps and ordered
+/// sets of event times (the simulator's queue, the head's fit over time).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) struct Instant(pub Seconds);
+
+impl Eq for Instant {}
+impl PartialOrd for Instant {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Instant {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}

@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::clock::Instant;
 use crate::model::{JobId, JobShape, Migration, NodeId};
 use crate::placement::compass::CompassEngine;
 use crate::placement::pools::PoolSet;
@@ -98,7 +99,6 @@ pub fn reservation(
 #[derive(Clone, Debug, Default)]
 pub struct Ends {
     by_job: HashMap<JobId, f64>,
-    order: BTreeSet<(EndKey, JobId)>,
     /// Jobs whose end changed since the fit over time last looked.
     changed: Vec<JobId>,
     /// Too many changes went unseen: rebuild the fit over time.
@@ -108,22 +108,6 @@ pub struct Ends {
     timelines: Vec<Timeline>,
 }
 
-/// An end, ordered by `f64::total_cmp`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct EndKey(f64);
-
-impl Eq for EndKey {}
-impl PartialOrd for EndKey {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for EndKey {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-
 impl Ends {
     /// `job` is expected to end at `end` (not finite: never, as far as
     /// anyone knows).
@@ -131,7 +115,6 @@ impl Ends {
         self.forget(job);
         if end.is_finite() {
             self.by_job.insert(job, end);
-            self.order.insert((EndKey(end), job));
         }
         self.note(job);
     }
@@ -143,9 +126,7 @@ impl Ends {
     }
 
     fn forget(&mut self, job: JobId) {
-        if let Some(e) = self.by_job.remove(&job) {
-            self.order.remove(&(EndKey(e), job));
-        }
+        self.by_job.remove(&job);
     }
 
     /// Remembers a change for the fit over time, within a bound (a caller
@@ -165,11 +146,6 @@ impl Ends {
     /// `job`'s expected end (`INFINITY`: none known).
     pub fn get(&self, job: JobId) -> f64 {
         self.by_job.get(&job).copied().unwrap_or(f64::INFINITY)
-    }
-
-    /// Jobs with a known end, the earliest first (ties by job id).
-    pub fn iter(&self) -> impl Iterator<Item = (f64, JobId)> + '_ {
-        self.order.iter().map(|&(e, j)| (e.0, j))
     }
 
     pub fn len(&self) -> usize {
@@ -274,21 +250,21 @@ struct Timeline {
     base: Vec<Option<i64>>,
     rises: HashMap<(usize, NodeId), Vec<f64>>,
     /// Every rise: (instant, pool, node, rank on the node).
-    order: BTreeSet<(EndKey, usize, NodeId, u32)>,
+    order: BTreeSet<(Instant, usize, NodeId, u32)>,
 }
 
 impl Timeline {
     fn set_node(&mut self, p: usize, n: NodeId, rises: Vec<f64>) {
         if let Some(old) = self.rises.remove(&(p, n)) {
             for (k, e) in old.into_iter().enumerate() {
-                self.order.remove(&(EndKey(e), p, n, k as u32));
+                self.order.remove(&(Instant(e), p, n, k as u32));
             }
         }
         if rises.is_empty() {
             return;
         }
         for (k, &e) in rises.iter().enumerate() {
-            self.order.insert((EndKey(e), p, n, k as u32));
+            self.order.insert((Instant(e), p, n, k as u32));
         }
         self.rises.insert((p, n), rises);
     }
@@ -301,7 +277,7 @@ impl Timeline {
         // Fitting now, the fit at `now` still counts the overdue jobs (ends
         // before now) as freed, as the moves' fit does.
         let mut t0 = if best(&fit) >= w { now } else { f64::INFINITY };
-        for &(EndKey(e), p, _, _) in &self.order {
+        for &(Instant(e), p, _, _) in &self.order {
             if e > t0 {
                 break;
             }
@@ -392,9 +368,10 @@ pub struct GuardedCompact {
 /// of the pools). Its moves change the head's fit `F(t) = sum_n
 /// floor(free_n(t) / g)` only on the nodes they touch; when they lower it
 /// at no instant, the head cannot be later and nothing else is looked at.
-/// Otherwise the head's reservation `t0` with no move is walked once over
-/// [`Ends`] (the jobs ending before it), and the trial delays the head iff
-/// `F(t0)` after the moves is short of its width.
+/// Otherwise the head's reservation `t0` with no move is read once from the
+/// head's fit over time that [`Ends`] keeps per node (its rises up to
+/// `t0`), and the trial delays the head iff `F(t0)` after the moves is
+/// short of its width.
 pub fn hold_for_head(
     pools: &mut PoolSet,
     trial: &HeadTrial<'_>,
@@ -402,7 +379,6 @@ pub fn hold_for_head(
 ) -> GuardedCompact {
     let mut hold: Vec<JobId> = Vec::new();
     let mut on_time: Option<OnTime> = None;
-    let w = i64::from(trial.shape.instances);
     ends.sync(pools, trial);
     let ends: &Ends = ends;
     let timeline = &ends.timelines[0];
@@ -414,12 +390,8 @@ pub fn hold_for_head(
         pools.begin_trial();
         let migrations = pools.compact();
         let moved = moved_jobs(pools, &migrations);
-        let late = !moved.is_empty()
-            && delays_head(pools, trial, ends, &moved, || {
-                on_time
-                    .get_or_insert_with(|| timeline.on_time(w, trial.now))
-                    .clone()
-            });
+        let late =
+            !moved.is_empty() && delays_head(pools, trial, ends, &moved, timeline, &mut on_time);
         for &k in &hold {
             let _ = pools.set_movable(k, true);
         }
@@ -525,11 +497,12 @@ fn delays_head(
     trial: &HeadTrial<'_>,
     ends: &Ends,
     moved: &BTreeMap<JobId, Vec<(u32, NodeId)>>,
-    on_time: impl FnOnce() -> OnTime,
+    timeline: &Timeline,
+    on_time: &mut Option<OnTime>,
 ) -> bool {
     let g = trial.shape.gpus.max(1);
     let w = i64::from(trial.shape.instances);
-    let ok = admitted(pools, trial);
+    let ok = &timeline.admitted;
     // The nodes whose fit the moves can change: every node a moved job is
     // on, before or after (a requeue restarts all its instances).
     let mut touched: BTreeSet<(usize, NodeId)> = BTreeSet::new();
@@ -587,7 +560,7 @@ fn delays_head(
         // The moves lower the head's fit at no instant: it cannot be later.
         return false;
     }
-    let at = on_time();
+    let at = on_time.get_or_insert_with(|| timeline.on_time(w, trial.now));
     if !at.t0.is_finite() {
         // As far as the known ends say, the head never fits: no move can
         // make it later.
@@ -825,19 +798,17 @@ mod tests {
     }
 
     #[test]
-    fn ends_are_kept_in_order_and_forgotten() {
+    fn ends_are_kept_and_forgotten() {
         let mut ends = Ends::default();
         ends.set(JobId(1), 30.0);
         ends.set(JobId(2), 10.0);
         ends.set(JobId(3), f64::INFINITY);
         ends.set(JobId(1), 5.0);
         assert_eq!(ends.len(), 2);
-        assert_eq!(
-            ends.iter().collect::<Vec<_>>(),
-            vec![(5.0, JobId(1)), (10.0, JobId(2))]
-        );
+        assert_eq!((ends.get(JobId(1)), ends.get(JobId(2))), (5.0, 10.0));
         assert_eq!(ends.get(JobId(3)), f64::INFINITY);
         ends.remove(JobId(1));
-        assert_eq!(ends.iter().collect::<Vec<_>>(), vec![(10.0, JobId(2))]);
+        assert_eq!(ends.len(), 1);
+        assert_eq!(ends.get(JobId(1)), f64::INFINITY);
     }
 }

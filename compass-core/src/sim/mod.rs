@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::clock::Seconds;
+use crate::clock::{Instant as T, Seconds};
 use crate::error::{CoreError, Result};
 use crate::metric;
 use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration};
@@ -601,21 +601,6 @@ pub fn simulate_cluster(
     let mut sim = Sim::new(jobs, cluster, pools, cfg)?;
     sim.run(obs)?;
     Ok(sim.finish())
-}
-
-/// `f64` with a total order, for heaps and ordered sets.
-#[derive(Copy, Clone, Debug, PartialEq)]
-struct T(f64);
-impl Eq for T {}
-impl PartialOrd for T {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for T {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
 }
 
 #[derive(Clone, Debug, Default)]

@@ -955,8 +955,8 @@ impl Controller {
     /// reservation later than with no move are held still for this Compact,
     /// and if no hold keeps the head on time, nothing moves. Its cost is
     /// what the Compact touches, plus, only when its moves lower the head's
-    /// fit at some instant, a walk over the jobs that end before the head's
-    /// reservation ([`Ends`]), never a copy of the engine.
+    /// fit at some instant, reading the head's reservation from its fit over
+    /// time ([`Ends`], the rises up to it), never a copy of the engine.
     fn compact_sparing_head(&mut self, now: u64) -> Vec<Migration> {
         let Some((head, shape, gpu_type)) = self
             .head()
