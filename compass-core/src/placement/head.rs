@@ -620,6 +620,29 @@ impl<'a> Blocked<'a> {
         Self(out)
     }
 
+    /// Could moves start one of these jobs at all? Compact moves instances
+    /// inside a pool, so a pool's free GPUs stay as they are: a job needs a
+    /// pool that admits it with at least `instances` times `gpus` free
+    /// GPUs (`floor(free / g) >= w`, which bounds the fit
+    /// `sum_n floor(free_n / g)` whatever the moves). `false` is exact:
+    /// no Compact makes [`Blocked::start_after`] true; `O(pools)` per
+    /// blocked job, no Compact tried.
+    pub fn may_start_after_moves(&self, pools: &PoolSet) -> bool {
+        self.0.iter().any(|w| {
+            pools.pools().enumerate().any(|(p, spec)| {
+                spec.modelled
+                    && spec.admits(w.gpu_type, w.shape.gpus)
+                    && pools.engine(p).is_some_and(|e| {
+                        let occ = e.occupancy();
+                        let total =
+                            u64::from(occ.spec().nodes) * u64::from(occ.spec().gpus_per_node);
+                        let free = total.saturating_sub(occ.used_gpus());
+                        free / u64::from(w.shape.gpus.max(1)) >= u64::from(w.shape.instances)
+                    })
+            })
+        })
+    }
+
     /// The gate [`MoveWhen::Starts`] (issue #10: every move pays for
     /// itself): after Compact's moves, does one of these jobs fit? A
     /// waiting job that already fitted, or still does not, gains nothing
@@ -692,6 +715,15 @@ mod tests {
             !moves_let_a_job_start(&before, &after, &[two_whole]),
             "a 2 x 8 job fits neither way"
         );
+        // Without trying a Compact: 8 GPUs free in all could give a 1 x 8
+        // job room, never a 2 x 8 one; a job that fits now is not blocked.
+        let may = |jobs: &[WaitingJob<'_>]| {
+            Blocked::before(&before, jobs.iter().copied()).may_start_after_moves(&before)
+        };
+        assert!(may(&[whole]));
+        assert!(!may(&[two_whole]));
+        assert!(!may(&[half]), "it fits now: nothing to gain");
+        assert!(may(&[two_whole, whole]));
     }
 
     #[test]

@@ -151,6 +151,12 @@ pub struct MigrationRule {
 /// (docs/results.md, "Moves that pay: `--move-when pays`").
 pub const DEFAULT_TIDY_PAYBACK: f64 = 20.0;
 
+/// Under [`MoveWhen::Pays`], Compact trials at most for one tidying
+/// Compact: each trial that moves a job whose move does not pay holds those
+/// jobs still and tries again; after this many, nothing moves (the select
+/// plugin's `Controller::compact_tidying` and the simulator's gate alike).
+pub const TIDY_TRIALS: usize = 8;
+
 fn default_tidy_payback() -> f64 {
     DEFAULT_TIDY_PAYBACK
 }

@@ -37,7 +37,7 @@ use crate::metric;
 use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration};
 use crate::placement::pools::PoolSpec;
 pub use crate::placement::worth::MoveWhen;
-use crate::placement::worth::{MigrationRule, MoveCandidate, RunHistory};
+use crate::placement::worth::{MigrationRule, MoveCandidate, RunHistory, TIDY_TRIALS};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
 use crate::trace::TraceJob;
 
@@ -688,6 +688,18 @@ struct PoolTrack {
 // shared with the Slurm plugin's departure guard (`placement::head`).
 use crate::placement::head::Reservation;
 
+/// What the gate `move_when` decided for one event
+/// ([`Sim::hold_unless_moves_start`]).
+struct Gate {
+    /// The jobs to hold still for the event (`None`: only the caller's).
+    hold: Option<Vec<usize>>,
+    /// The gate closed on moves (counted in `compact_no_gain`).
+    no_gain: bool,
+    /// Under [`MoveWhen::Pays`], the jobs held for tidying from now on
+    /// (`None`: as they are).
+    tidy_held: Option<Vec<usize>>,
+}
+
 struct Sim<'a> {
     jobs: &'a [TraceJob],
     policy: &'a mut dyn ClusterPolicy,
@@ -730,6 +742,11 @@ struct Sim<'a> {
     held: usize,
     /// The runs of the jobs that finished ([`MoveWhen::Pays`]).
     runs: RunHistory,
+    /// Under [`MoveWhen::Pays`], the running jobs whose tidying move did
+    /// not pay, held still at the events that follow until a move could
+    /// start a queued job, they pay, or they end
+    /// ([`Sim::hold_unless_moves_start`]).
+    tidy_held: BTreeSet<usize>,
     over_events: u64,
     over_events_held: u64,
     refused_slip: u64,
@@ -862,6 +879,7 @@ impl<'a> Sim<'a> {
             }),
             held: 0,
             runs: RunHistory::default(),
+            tidy_held: BTreeSet::new(),
             over_events: 0,
             over_events_held: 0,
             refused_slip: 0,
@@ -1207,9 +1225,9 @@ impl<'a> Sim<'a> {
             self.compact_held += 1;
         }
         let gone = JobId(j as u64);
-        if let Some(all) = self.hold_unless_moves_start(t, &hold, j, &|p| p.remove(gone))? {
+        let gate = self.hold_unless_moves_start(t, &hold, j, &|p| p.remove(gone))?;
+        if let Some(all) = self.keep_gate(gate) {
             hold = all;
-            self.compact_no_gain += 1;
         }
         for &k in &hold {
             self.policy.set_movable(JobId(k as u64), false)?;
@@ -1298,37 +1316,66 @@ impl<'a> Sim<'a> {
 
     /// The gate [`MoveWhen::Starts`] for one event of job `event_job` (`act`:
     /// its departure or its start, run on forks of the policy, with `hold`
-    /// held still as the event will be): `Some(every other movable running
-    /// job)` when the event's Compact would move running jobs and no queued
-    /// job within the backfill depth (other than `event_job`) fits
-    /// after the moves that does not fit after the same event with every
-    /// running job held still; the caller then holds them all for this
-    /// event. Under [`MoveWhen::Pays`] the jobs whose tidying moves pay
-    /// for themselves ([`Sim::pays_for_tidying`]) are left out of that
-    /// list (`None` when that leaves none but `hold`). `None`: the moves
-    /// let a job start, or none are made, or the gate is another. A job fits when its instances fit the nodes' free
-    /// GPUs now ([`crate::placement::head::reservation`] with no ends), as
-    /// the plugin's [`crate::placement::head::fits_now`] counts it.
+    /// held still as the event will be): every other movable running job
+    /// is held still for this event when the event's Compact would move
+    /// running jobs and no queued job within the backfill depth (other
+    /// than `event_job`) fits after the moves that does not fit after the
+    /// same event with every running job held still. A job fits when its
+    /// instances fit the nodes' free GPUs now
+    /// ([`crate::placement::head::reservation`] with no ends), as the
+    /// plugin's [`crate::placement::head::fits_now`] counts it.
+    ///
+    /// Under [`MoveWhen::Pays`] only the moves that pay for themselves
+    /// ([`Sim::pays_for_tidying`]) are made: the jobs a trial moves that do
+    /// not pay are held still and the event is tried again, until every
+    /// moved job pays or [`TIDY_TRIALS`] trials were made (then nothing
+    /// moves). The jobs so held stay held at the events that follow
+    /// (`tidy_held`, re-judged at each) until a queued job could start
+    /// after moves at all ([`Sim::may_start_after_moves`]; then every job
+    /// may move in the first trial), they pay, or they end; with none
+    /// held and no queued job that could start, no first trial is made.
+    /// The select plugin's `Controller::compact_if_it_starts_a_job` and
+    /// `compact_tidying` follow the same rule.
     fn hold_unless_moves_start(
         &self,
         t: Seconds,
         hold: &[usize],
         event_job: usize,
         act: &dyn Fn(&mut dyn ClusterPolicy) -> Result<Vec<Migration>>,
-    ) -> Result<Option<Vec<usize>>> {
+    ) -> Result<Gate> {
+        let open = Gate {
+            hold: None,
+            no_gain: false,
+            tidy_held: Some(Vec::new()),
+        };
         if !self.cfg.move_when.tries_first() || self.queue.is_empty() {
-            return Ok(None);
+            return Ok(open);
         }
+        let pays = self.cfg.move_when == MoveWhen::Pays;
+        // The tidying moves of the jobs that pay for them are made. With the
+        // cost rule off (payback 0), the site's cost `c` all the same (not
+        // the rule's 8 s default).
+        let rule = self.rule.unwrap_or(MigrationRule {
+            default_cost_s: self.cfg.migration_cost_s,
+            tidy_payback: self.cfg.tidy_payback,
+            ..MigrationRule::default()
+        });
         let movable: Vec<usize> = self
             .by_end
             .iter()
             .map(|&(_, k)| k)
             .filter(|&k| k != event_job && self.state[k].movable && !hold.contains(&k))
             .collect();
+        let sticky: Vec<usize> = movable
+            .iter()
+            .copied()
+            .filter(|k| self.tidy_held.contains(k) && !self.pays_for_tidying(&rule, *k, t))
+            .collect();
         if movable.is_empty() {
-            return Ok(None);
+            return Ok(open);
         }
-        let trial = |still: &[usize]| -> Result<Option<(Box<dyn ClusterPolicy>, bool)>> {
+        type Trial = (Box<dyn ClusterPolicy>, Vec<(usize, u64)>);
+        let trial = |still: &[usize]| -> Result<Option<Trial>> {
             let Some(mut fork) = self.policy.fork() else {
                 return Ok(None);
             };
@@ -1336,51 +1383,127 @@ impl<'a> Sim<'a> {
                 fork.set_movable(JobId(k as u64), false)?;
             }
             let m = act(&mut *fork)?;
-            Ok(Some((
-                fork,
-                !self.charges_of(&m, Some(event_job)).is_empty(),
-            )))
+            let charges = self.charges_of(&m, Some(event_job));
+            Ok(Some((fork, charges)))
         };
-        let Some((moved, moves)) = trial(hold)? else {
-            return Ok(None);
-        };
-        if !moves {
-            return Ok(None);
-        }
         let all: Vec<usize> = hold.iter().copied().chain(movable).collect();
-        let Some((still, _)) = trial(&all)? else {
-            return Ok(None);
+        let mut first = None;
+        if !pays || self.may_start_after_moves(event_job) {
+            let Some((moved, charges)) = trial(hold)? else {
+                return Ok(open);
+            };
+            if charges.is_empty() {
+                return Ok(open);
+            }
+            let Some((still, _)) = trial(&all)? else {
+                return Ok(open);
+            };
+            let fits = |p: &dyn ClusterPolicy, j: usize| {
+                self.reservation_in(p, &[], self.jobs[j].shape, t).t_res <= t
+            };
+            let gains = self
+                .queue
+                .iter()
+                .take(self.cfg.backfill_depth.max(1))
+                .map(|&r| self.order[r])
+                .filter(|&q| q != event_job)
+                .any(|q| fits(&*moved, q) && !fits(&*still, q));
+            if gains {
+                return Ok(open);
+            }
+            if !pays {
+                return Ok(Gate {
+                    hold: Some(all),
+                    no_gain: true,
+                    tidy_held: None,
+                });
+            }
+            if sticky.is_empty() {
+                first = Some(charges);
+            }
+        }
+        let mut held: Vec<usize> = hold.iter().copied().chain(sticky).collect();
+        let mut charges = match first {
+            Some(c) => c,
+            None => match trial(&held)? {
+                Some((_, c)) => c,
+                None => return Ok(open),
+            },
         };
-        let fits = |p: &dyn ClusterPolicy, j: usize| {
-            self.reservation_in(p, &[], self.jobs[j].shape, t).t_res <= t
+        let mut tries = 1;
+        let mut gated = false;
+        let moves = loop {
+            gated |= !charges.is_empty();
+            let unpaid: Vec<usize> = charges
+                .iter()
+                .map(|&(k, _)| k)
+                .filter(|&k| !self.pays_for_tidying(&rule, k, t))
+                .collect();
+            if unpaid.is_empty() {
+                break true;
+            }
+            let before = held.len();
+            for k in unpaid {
+                if !held.contains(&k) {
+                    held.push(k);
+                }
+            }
+            // Out of trials, or the policy moved only jobs it was told to
+            // hold still: nothing moves.
+            if held.len() == before || tries == TIDY_TRIALS {
+                break false;
+            }
+            let Some((_, next)) = trial(&held)? else {
+                break false;
+            };
+            charges = next;
+            tries += 1;
         };
-        let gains = self
-            .queue
+        let tidy_held = held.iter().copied().filter(|k| !hold.contains(k)).collect();
+        Ok(Gate {
+            hold: Some(if moves { held } else { all }),
+            no_gain: gated,
+            tidy_held: Some(tidy_held),
+        })
+    }
+
+    /// Records what the gate decided ([`Sim::hold_unless_moves_start`]):
+    /// counts a closed gate, keeps the jobs held for tidying, and returns
+    /// the jobs to hold still for the event.
+    fn keep_gate(&mut self, gate: Gate) -> Option<Vec<usize>> {
+        self.compact_no_gain += u64::from(gate.no_gain);
+        if let Some(held) = gate.tidy_held {
+            self.tidy_held = held.into_iter().collect();
+        }
+        gate.hold
+    }
+
+    /// Could moves start a queued job within the backfill depth (other than
+    /// `event_job`) at all? Moves keep the cluster's free GPUs as they are
+    /// (with `event_job`'s GPUs counted free when it is running: its
+    /// departure frees them), so a job of `w x g` needs `floor(free / g) >=
+    /// w`; `false` is exact. The plugin's twin is
+    /// [`crate::placement::head::Blocked::may_start_after_moves`] (per
+    /// pool).
+    fn may_start_after_moves(&self, event_job: usize) -> bool {
+        let used: u64 = (0..self.tracks.len())
+            .map(|p| self.policy.pool_occupancy(p).used_gpus())
+            .sum();
+        let leaving = if self.state[event_job].running {
+            self.jobs[event_job].shape.total_gpus()
+        } else {
+            0
+        };
+        let free = self.total_gpus.saturating_sub(used) + leaving;
+        self.queue
             .iter()
             .take(self.cfg.backfill_depth.max(1))
             .map(|&r| self.order[r])
             .filter(|&q| q != event_job)
-            .any(|q| fits(&*moved, q) && !fits(&*still, q));
-        if gains {
-            return Ok(None);
-        }
-        if self.cfg.move_when == MoveWhen::Pays {
-            // The tidying moves of the jobs that pay for them are made.
-            // With the cost rule off (payback 0), the site's cost `c` all
-            // the same (not the rule's 8 s default).
-            let rule = self.rule.unwrap_or(MigrationRule {
-                default_cost_s: self.cfg.migration_cost_s,
-                tidy_payback: self.cfg.tidy_payback,
-                ..MigrationRule::default()
-            });
-            let unpaid: Vec<usize> = all
-                .iter()
-                .copied()
-                .filter(|&k| hold.contains(&k) || !self.pays_for_tidying(&rule, k, t))
-                .collect();
-            return Ok((unpaid.len() > hold.len()).then_some(unpaid));
-        }
-        Ok(Some(all))
+            .any(|q| {
+                let shape = self.jobs[q].shape;
+                free / u64::from(shape.gpus.max(1)) >= u64::from(shape.instances)
+            })
     }
 
     /// Under [`MoveWhen::Pays`]: does a tidying move of running job `k` at
@@ -1596,12 +1719,10 @@ impl<'a> Sim<'a> {
         let req = self.request_now(j, t);
         let e = self.expected_end(j, t + self.jobs[j].duration_s);
         self.policy.set_expected_end(req.id, e);
-        let hold = self
-            .hold_unless_moves_start(t, &[], j, &|p| {
-                Ok(p.place(&req)?.map(|a| a.migrations).unwrap_or_default())
-            })?
-            .unwrap_or_default();
-        self.compact_no_gain += u64::from(!hold.is_empty());
+        let gate = self.hold_unless_moves_start(t, &[], j, &|p| {
+            Ok(p.place(&req)?.map(|a| a.migrations).unwrap_or_default())
+        })?;
+        let hold = self.keep_gate(gate).unwrap_or_default();
         for &k in &hold {
             self.policy.set_movable(JobId(k as u64), false)?;
         }

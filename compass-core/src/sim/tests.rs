@@ -966,9 +966,11 @@ fn with_move_when_pays_tidying_moves_wait_for_runs_that_pay_for_them() {
         "an infinite tidy payback never tidies: `starts`"
     );
     // The jobs that ended ran 30 s (one 150 s): Y, 10 s old, has 26 s
-    // left by them, short of 8 + 20 x 8 s; at X's end, 100 s old, 50 s.
+    // left by them, short of 8 + 20 x 8 s: held for tidying; at X's end,
+    // 100 s old, 50 s: still held, so no trial moves it and the gate does
+    // not close on a move again.
     let r = replay(&trace(Some(30.0)), MoveWhen::Pays, 20.0);
-    assert_eq!((r.migrations, r.compact_no_gain), (0, 2));
+    assert_eq!((r.migrations, r.compact_no_gain), (0, 1));
     // They ran 1,000 s (one 5,000 s): Y is expected to run 1,190 s more,
     // and moves.
     assert_eq!(
@@ -978,6 +980,49 @@ fn with_move_when_pays_tidying_moves_wait_for_runs_that_pay_for_them() {
     let mut bad = config(2, QueuePolicy::Fifo);
     bad.tidy_payback = -1.0;
     assert!(simulate(&trace(None), &mut Spread::new(2), &bad, &mut NoObserver).is_err());
+}
+
+#[test]
+fn with_move_when_pays_only_the_moved_jobs_that_do_not_pay_are_held() {
+    // Three nodes of 8: A (1 x 8, long) on node 0, B (1 x 8, 0-100) on
+    // node 1, U and P (1 x 4) on node 2; H (2 x 8) waits. At B's end
+    // Spread's Compact moves U and P onto node 1, which starts nobody. At
+    // 60 s a move, U's time limit (15 min) leaves 800 s, short of 60 s +
+    // 20 x 60 s: its tidying move does not pay; P's (1 h) does. The first
+    // trial moves both; U is held and the second moves P alone (as the
+    // plugin's `Controller::compact_tidying` does).
+    let mut jobs = vec![
+        job("A", 0.0, 5000.0, 1, 8),
+        job("B", 0.0, 100.0, 1, 8),
+        job("U", 0.0, 800.0, 1, 4),
+        job("P", 0.0, 3000.0, 1, 4),
+        job("H", 1.0, 10.0, 2, 8),
+    ];
+    jobs[0].resumable = false;
+    jobs[4].resumable = false;
+    let replay = |when: MoveWhen| {
+        let mut cfg = config(3, QueuePolicy::Fifo);
+        cfg.move_when = when;
+        cfg.migration_cost_s = 60.0;
+        let mut p = Spread::new(3);
+        p.compact_on_remove = true;
+        p.forkable = true;
+        let mut moved = BTreeMap::new();
+        let mut obs = FnObserver(|e: &Event<'_>, _p: &dyn PlacementPolicy| {
+            for m in e.migrations {
+                moved.entry(m.job.0).or_insert_with(Vec::new).push(e.time);
+            }
+        });
+        let r = simulate(&jobs, &mut p, &cfg, &mut obs).unwrap();
+        (r.migrations, moved)
+    };
+    // P moves at B's end, not later (at U's, when U's room is free anyway).
+    assert_eq!(
+        replay(MoveWhen::Pays),
+        (1, BTreeMap::from([(3, vec![100.0])]))
+    );
+    assert_eq!(replay(MoveWhen::Starts).0, 0);
+    assert_eq!(replay(MoveWhen::Waiting).0, 2);
 }
 
 /// Two nodes of 8. A (8 GPUs, 0-10) on node 0; B (4 GPUs, not resumable)

@@ -31,7 +31,7 @@ use compass_core::placement::head::{
 };
 use compass_core::placement::pools::{NodeGpus, PoolSet};
 use compass_core::placement::worth::{
-    KeepReason, MigrationRule, MoveCandidate, MoveWhen, RunHistory,
+    KeepReason, MigrationRule, MoveCandidate, MoveWhen, RunHistory, TIDY_TRIALS,
 };
 use compass_core::placement::PlacementPolicy;
 
@@ -179,8 +179,8 @@ pub struct Counters {
     /// their moves let no waiting job start
     /// ([`Controller::compact_if_it_starts_a_job`]).
     pub compacts_no_gain: u64,
-    /// Of those, under `"pays"`, Compacts made again with only the jobs
-    /// whose tidying move pays for itself, that moved some
+    /// Of those, under `"pays"`, Compacts made with only the moves of jobs
+    /// whose tidying move pays for itself, that requeued some
     /// ([`Controller::compact_tidying`]).
     pub compacts_tidying: u64,
 }
@@ -241,6 +241,11 @@ pub struct Controller {
     /// The runs of the GPU jobs that ended (since their last start), for
     /// `select.move_when = "pays"`.
     runs: RunHistory,
+    /// Under `"pays"`, the jobs whose tidying move did not pay: held still
+    /// in the engine (their records keep their own verdicts) until a
+    /// Compact could start a waiting job, they pay, or they end
+    /// ([`Controller::compact_tidying`]).
+    tidy_held: BTreeSet<u64>,
     pub counters: Counters,
 }
 
@@ -285,6 +290,7 @@ impl Controller {
             holds: BTreeMap::new(),
             releases: Vec::new(),
             head_hold: None,
+            tidy_held: BTreeSet::new(),
             runs: RunHistory::default(),
             counters: Counters::default(),
         }
@@ -759,7 +765,11 @@ impl Controller {
         }
         let verdict = self.eligible(id, rec, now);
         let want = verdict.is_ok();
-        let moved_ok = want == rec.movable || self.engine.set_movable(JobId(id), want).is_ok();
+        // A job held still for tidying stays still in the engine; its own
+        // verdict is kept for when it is released.
+        let moved_ok = self.tidy_held.contains(&id)
+            || want == rec.movable
+            || self.engine.set_movable(JobId(id), want).is_ok();
         if let Some(r) = self.jobs.get_mut(&id) {
             if moved_ok {
                 r.movable = want;
@@ -773,6 +783,7 @@ impl Controller {
         self.planned.remove(&job);
         self.waiting.remove(&job);
         self.holds.remove(&job);
+        self.tidy_held.remove(&job);
         let rec = self.jobs.remove(&job);
         self.ends.remove(JobId(job));
         if let Some(r) = &rec {
@@ -1005,14 +1016,23 @@ impl Controller {
     /// `select.move_when`: with `"starts"` ([`MoveWhen::Starts`]) it is
     /// tried, and its requeues are ordered only when they let a waiting job
     /// start ([`Blocked::start_after`]: some waiting job has room after
-    /// the moves that it has not before); else the trial is undone and
-    /// nothing moves (counted in `Counters::compacts_no_gain`). A Compact
-    /// whose moves stay inside nodes costs no requeue and is always kept.
+    /// the moves that it has not before); else the gate is closed (counted
+    /// in `Counters::compacts_no_gain`) and the trial is undone, so nothing
+    /// moves, or, with `"pays"` ([`MoveWhen::Pays`]), only the moves that
+    /// pay for themselves are made ([`Controller::compact_tidying`]). A
+    /// Compact whose moves stay inside nodes costs no requeue and is always
+    /// kept. When no waiting job could start whatever moves
+    /// ([`Blocked::may_start_after_moves`]: too few free GPUs), the gate is
+    /// closed without a trial.
     ///
     /// [`MoveWhen::Starts`]: compass_core::placement::worth::MoveWhen::Starts
     fn compact_if_it_starts_a_job(&mut self, now: u64) -> Vec<Migration> {
         if !self.config.move_when.tries_first() || !self.config.migrate {
             return self.compact_sparing_head(now);
+        }
+        let pays = self.config.move_when == MoveWhen::Pays;
+        if pays {
+            self.recheck_tidy_held(now);
         }
         let waiting: Vec<(JobShape, Option<String>)> = self
             .waiting
@@ -1026,50 +1046,138 @@ impl Controller {
                 gpu_type: gpu_type.as_deref(),
             }),
         );
+        let may_gain = blocked.may_start_after_moves(&self.engine);
+        if pays && !may_gain {
+            // No move can start anyone: tidy at once, the jobs held for
+            // tidying still held.
+            self.engine.begin_trial();
+            let m = self.compact_sparing_head(now);
+            return self.compact_tidying(now, m);
+        }
+        // Every job its own verdict allows may move in the trial.
+        let released: Vec<u64> = std::mem::take(&mut self.tidy_held).into_iter().collect();
+        self.release_movable(&released);
         self.engine.begin_trial();
         let m = self.compact_sparing_head(now);
         let requeues = m.iter().any(|x| self.needs_requeue(x.job.0));
-        if !requeues || blocked.start_after(&self.engine) {
+        if !requeues || (may_gain && blocked.start_after(&self.engine)) {
             self.engine.keep_trial();
             return m;
         }
-        self.engine.undo_trial();
-        self.head_hold = None;
-        self.counters.compacts_no_gain += 1;
-        if self.config.move_when == MoveWhen::Pays {
-            return self.compact_tidying(now);
-        }
-        Vec::new()
-    }
-
-    /// Under `select.move_when = "pays"` ([`MoveWhen::Pays`]), after a
-    /// Compact that lets no waiting job start was put back: Compact again
-    /// (still sparing the head) with only the jobs whose tidying move pays
-    /// for itself movable ([`MigrationRule::pays_for_tidying`], their
-    /// expected remaining run from the runs of the jobs that ended lately,
-    /// [`RunHistory::expected_remaining`], by the time since their start).
-    fn compact_tidying(&mut self, now: u64) -> Vec<Migration> {
-        let rule = self.rule();
-        let (paid, unpaid): (Vec<u64>, Vec<u64>) = self
-            .jobs
-            .iter()
-            .filter(|(_, r)| r.movable && r.in_engine)
-            .map(|(id, _)| *id)
-            .partition(|id| {
-                let r = &self.jobs[id];
-                let age = now.saturating_sub(r.start) as f64;
-                let c = self.candidate(*id, r, now);
-                rule.pays_for_tidying(&c, self.runs.expected_remaining(age))
-            });
-        if paid.is_empty() {
+        if !pays {
+            self.counters.compacts_no_gain += 1;
+            self.engine.undo_trial();
+            self.head_hold = None;
             return Vec::new();
         }
-        let unpaid: Vec<JobId> = unpaid.into_iter().map(JobId).collect();
-        self.engine.set_movable_many(&unpaid, false);
+        if released.is_empty() {
+            return self.compact_tidying(now, m);
+        }
+        // Tidy as above: the jobs held for tidying held again.
+        self.engine.undo_trial();
+        self.head_hold = None;
+        let still: Vec<JobId> = released.iter().copied().map(JobId).collect();
+        self.engine.set_movable_many(&still, false);
+        self.tidy_held.extend(released);
+        self.engine.begin_trial();
         let m = self.compact_sparing_head(now);
-        self.engine.set_movable_many(&unpaid, true);
-        self.counters.compacts_tidying += u64::from(!m.is_empty());
-        m
+        self.compact_tidying(now, m)
+    }
+
+    /// Lets the engine move `ids` again as far as their own verdicts allow
+    /// (after a hold for tidying).
+    fn release_movable(&mut self, ids: &[u64]) {
+        let free: Vec<JobId> = ids
+            .iter()
+            .filter(|id| self.jobs.get(id).is_some_and(|r| r.movable && r.in_engine))
+            .map(|id| JobId(*id))
+            .collect();
+        self.engine.set_movable_many(&free, true);
+    }
+
+    /// Does a tidying move of running job `id` at `now` pay for itself
+    /// ([`MigrationRule::pays_for_tidying`], its expected remaining run
+    /// from the runs of the jobs that ended lately,
+    /// [`RunHistory::expected_remaining`], by the time since its start)?
+    fn pays_for_tidying(&self, rule: &MigrationRule, id: u64, now: u64) -> bool {
+        self.jobs.get(&id).is_some_and(|r| {
+            let age = now.saturating_sub(r.start) as f64;
+            let c = self.candidate(id, r, now);
+            rule.pays_for_tidying(&c, self.runs.expected_remaining(age))
+        })
+    }
+
+    /// The jobs held still for tidying whose tidying move pays now are
+    /// released ([`Controller::compact_tidying`]); `O(held)`, no Compact.
+    fn recheck_tidy_held(&mut self, now: u64) {
+        if self.tidy_held.is_empty() {
+            return;
+        }
+        let rule = self.rule();
+        let pay: Vec<u64> = self
+            .tidy_held
+            .iter()
+            .copied()
+            .filter(|&id| self.pays_for_tidying(&rule, id, now))
+            .collect();
+        for id in &pay {
+            self.tidy_held.remove(id);
+        }
+        self.release_movable(&pay);
+    }
+
+    /// Under `select.move_when = "pays"` ([`MoveWhen::Pays`]), with the
+    /// trial of a Compact that lets no waiting job start still open (`m`,
+    /// its moves): keep only moves of jobs whose tidying move pays for
+    /// itself ([`Controller::pays_for_tidying`]). When the trial requeues
+    /// a job that does not pay, it is undone, the jobs it would requeue
+    /// that do not pay are held still, and Compact is tried again (still
+    /// sparing the head), at most [`TIDY_TRIALS`] times; then nothing
+    /// moves. The held jobs stay held for the next Compacts
+    /// (`tidy_held`), until one could start a waiting job
+    /// ([`Blocked::may_start_after_moves`]), their move pays
+    /// ([`Controller::recheck_tidy_held`]) or they end, so the Compacts
+    /// that follow do not try them again. Its cost is what the Compacts
+    /// touch: only the jobs a trial moves are judged and held (issue #11;
+    /// before, every movable job was, O(jobs) per tick). The simulator's
+    /// twin is `Sim::hold_unless_moves_start`.
+    fn compact_tidying(&mut self, now: u64, mut m: Vec<Migration>) -> Vec<Migration> {
+        let rule = self.rule();
+        let mut tries = 1;
+        // Did a trial requeue anyone (the gate closed on it)?
+        let mut gated = false;
+        let kept = loop {
+            let mut unpaid: Vec<JobId> = Vec::new();
+            let mut requeues = false;
+            for x in &m {
+                if unpaid.contains(&x.job) || !self.needs_requeue(x.job.0) {
+                    continue;
+                }
+                requeues = true;
+                if !self.pays_for_tidying(&rule, x.job.0, now) {
+                    unpaid.push(x.job);
+                }
+            }
+            gated |= requeues;
+            if unpaid.is_empty() {
+                self.engine.keep_trial();
+                self.counters.compacts_tidying += u64::from(requeues);
+                break m;
+            }
+            self.engine.undo_trial();
+            self.head_hold = None;
+            let fresh = unpaid.iter().any(|j| !self.tidy_held.contains(&j.0));
+            if tries == TIDY_TRIALS || !fresh {
+                break Vec::new();
+            }
+            self.engine.set_movable_many(&unpaid, false);
+            self.tidy_held.extend(unpaid.iter().map(|j| j.0));
+            self.engine.begin_trial();
+            m = self.compact_sparing_head(now);
+            tries += 1;
+        };
+        self.counters.compacts_no_gain += u64::from(gated);
+        kept
     }
 
     /// The last Compact the head's guard restrained since the last call
@@ -1400,7 +1508,10 @@ impl Controller {
         let mut kept_still: BTreeMap<String, u64> = BTreeMap::new();
         for (&id, rec) in &self.jobs {
             if rec.in_engine && rec.shape.is_some() {
-                let closed = (!self.gate_open).then_some(KeepReason::NoGain);
+                // Held by the gate, or for tidying (its move would start
+                // nobody and does not pay).
+                let closed =
+                    (!self.gate_open || self.tidy_held.contains(&id)).then_some(KeepReason::NoGain);
                 if let Some(why) = rec.keep.or(closed) {
                     *kept_still.entry(why.as_str().to_string()).or_default() += 1;
                 }
@@ -2051,6 +2162,64 @@ mod tests {
         assert_eq!(orders.len(), 1, "{orders:?}");
         assert!([2, 3].contains(&orders[0].job), "{orders:?}");
         assert_eq!(c.counters.compacts_no_gain, 1);
+    }
+
+    #[test]
+    fn move_when_pays_holds_only_the_moved_jobs_that_do_not_pay() {
+        let pays = SelectConfig {
+            move_when: MoveWhen::Pays,
+            ..Config::default().select
+        };
+        // Jobs 2 and 3 (1 x 4) on two nodes at 1,000 s, a 4 x 8 job waits
+        // (no move starts it). `limits`: their time limits; 1,600 s leaves
+        // 600 s, worth a move at all (payback 2) but short of 60 s + 20 x
+        // 60 s for a tidying one; none is taken as long. Compact
+        // moves one of them next to the other, whichever it picks first:
+        // if that one does not pay, it is held and the other moves. Job 4
+        // (1 x 8, not resumable, no limit) keeps the head from any
+        // reservation, so the head's guard holds nobody.
+        let tidy = |limits: [Option<u64>; 2]| {
+            let mut c = ctl_with(pays.clone());
+            run(&mut c, &job(1, 1, 4), 0);
+            let pinned = JobInfo {
+                flags: None,
+                ..job(4, 1, 8)
+            };
+            run(&mut c, &pinned, 0);
+            for (id, limit) in [(2, limits[0]), (3, limits[1])] {
+                let j = JobInfo {
+                    time_limit_s: limit,
+                    ..job(id, 1, 4)
+                };
+                run(&mut c, &j, 0);
+            }
+            assert!(c.tick(1000).is_empty());
+            c.fini(1, 1000);
+            assert_eq!(c.narrow(&job(10, 4, 8), &NodeSet::full(4)), Ok(None));
+            let orders: Vec<u64> = c.tick(1000).iter().map(|o| o.job).collect();
+            let counts = (c.counters.compacts_no_gain, c.counters.compacts_tidying);
+            (c, orders, counts)
+        };
+        let result = |(_, orders, counts)| (orders, counts);
+        assert_eq!(result(tidy([Some(1600), None])), (vec![3], (1, 1)));
+        assert_eq!(result(tidy([None, Some(1600)])), (vec![2], (1, 1)));
+        let (_, both, _) = tidy([None, None]);
+        assert_eq!(both.len(), 1, "either pays: one move");
+        // Neither pays: both stay held for the next Compacts, which no
+        // longer try them.
+        let (mut c, orders, counts) = tidy([Some(1600), Some(1600)]);
+        assert_eq!((orders, counts), (vec![], (1, 0)));
+        assert_eq!(c.tidy_held, BTreeSet::from([2, 3]));
+        let kept = c.snapshot(1000, true).kept_still;
+        assert_eq!(kept.get("no-gain"), Some(&2), "{kept:?}");
+        c.compact_due = true;
+        assert!(c.tick(1001).is_empty());
+        assert_eq!(c.counters.compacts_no_gain, 1, "nothing tried again");
+        // A 2 x 8 job waits, which one move starts: they are free to move.
+        assert_eq!(c.narrow(&job(11, 2, 8), &NodeSet::full(4)), Ok(None));
+        let orders = c.tick(1002);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert!(c.tidy_held.is_empty());
     }
 
     #[test]

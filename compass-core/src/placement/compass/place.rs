@@ -294,6 +294,16 @@ impl CompassEngine {
         undo: &mut Undo,
     ) -> Option<Vec<NodeId>> {
         let g = job.shape.gpus;
+        // Each instance takes `g` of the free GPUs (a guest it displaces
+        // takes free GPUs elsewhere): with fewer than `w * g` free, it
+        // cannot fit, and a wide job that waits is refused at once instead
+        // of instance by instance (slurmctld asks for it at every pass).
+        let spec = self.occ.spec();
+        let free = (u64::from(spec.nodes) * u64::from(spec.gpus_per_node))
+            .saturating_sub(self.occ.used_gpus());
+        if free < job.shape.total_gpus() {
+            return None;
+        }
         let end = self.expected_end.get(&job.id).copied();
         let mut nodes = Vec::with_capacity(job.shape.instances as usize);
         for k in 0..job.shape.instances {
