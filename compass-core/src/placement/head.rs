@@ -633,10 +633,7 @@ impl<'a> Blocked<'a> {
                 spec.modelled
                     && spec.admits(w.gpu_type, w.shape.gpus)
                     && pools.engine(p).is_some_and(|e| {
-                        let occ = e.occupancy();
-                        let total =
-                            u64::from(occ.spec().nodes) * u64::from(occ.spec().gpus_per_node);
-                        let free = total.saturating_sub(occ.used_gpus());
+                        let free = e.occupancy().free_gpus();
                         free / u64::from(w.shape.gpus.max(1)) >= u64::from(w.shape.instances)
                     })
             })

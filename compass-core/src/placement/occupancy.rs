@@ -74,6 +74,10 @@ impl Occupancy {
     pub fn used_gpus(&self) -> u64 {
         self.used_total
     }
+    /// GPUs free on all nodes together.
+    pub fn free_gpus(&self) -> u64 {
+        self.spec.total_gpus().saturating_sub(self.used_total)
+    }
     /// Running instances by GPUs per instance (`[g]`, index 0 unused).
     pub fn instance_counts(&self) -> &[u64; 9] {
         &self.counts

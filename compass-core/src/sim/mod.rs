@@ -1131,10 +1131,7 @@ impl<'a> Sim<'a> {
         };
         // The gate ([`MoveWhen::allows`]): e.g. no job waits, so no move can
         // let one start.
-        let used: u64 = (0..self.tracks.len())
-            .map(|p| self.policy.pool_occupancy(p).used_gpus())
-            .sum();
-        let free = self.total_gpus - used + freeing;
+        let free = self.free_gpus_of(&*self.policy) + freeing;
         let waiting = self
             .queue
             .iter()
@@ -1366,14 +1363,14 @@ impl<'a> Sim<'a> {
             .map(|&(_, k)| k)
             .filter(|&k| k != event_job && self.state[k].movable && !hold.contains(&k))
             .collect();
+        if movable.is_empty() {
+            return Ok(open);
+        }
         let sticky: Vec<usize> = movable
             .iter()
             .copied()
             .filter(|k| self.tidy_held.contains(k) && !self.pays_for_tidying(&rule, *k, t))
             .collect();
-        if movable.is_empty() {
-            return Ok(open);
-        }
         type Trial = (Box<dyn ClusterPolicy>, Vec<(usize, u64)>);
         let trial = |still: &[usize]| -> Result<Option<Trial>> {
             let Some(mut fork) = self.policy.fork() else {
@@ -1486,15 +1483,12 @@ impl<'a> Sim<'a> {
     /// [`crate::placement::head::Blocked::may_start_after_moves`] (per
     /// pool).
     fn may_start_after_moves(&self, event_job: usize) -> bool {
-        let used: u64 = (0..self.tracks.len())
-            .map(|p| self.policy.pool_occupancy(p).used_gpus())
-            .sum();
         let leaving = if self.state[event_job].running {
             self.jobs[event_job].shape.total_gpus()
         } else {
             0
         };
-        let free = self.total_gpus.saturating_sub(used) + leaving;
+        let free = self.free_gpus_of(&*self.policy) + leaving;
         self.queue
             .iter()
             .take(self.cfg.backfill_depth.max(1))
@@ -1578,12 +1572,10 @@ impl<'a> Sim<'a> {
         let mut at = t;
         let mut i = 0;
         loop {
-            let used: u64 = (0..self.tracks.len())
-                .map(|p| fork.pool_occupancy(p).used_gpus())
-                .sum();
+            let free = self.free_gpus_of(&*fork);
             let end = self.expected_end(head, at + self.jobs[head].duration_s);
             fork.set_expected_end(req.id, end);
-            if self.total_gpus - used >= need && fork.place(&req)?.is_some() {
+            if free >= need && fork.place(&req)?.is_some() {
                 return Ok(at);
             }
             let Some(&(T(e), _)) = ends.get(i) else {
@@ -1681,10 +1673,15 @@ impl<'a> Sim<'a> {
     /// Could job `j` fit in the free GPUs at all? (No policy could place it
     /// otherwise.)
     fn has_room(&self, j: usize) -> bool {
-        let used: u64 = (0..self.tracks.len())
-            .map(|p| self.policy.pool_occupancy(p).used_gpus())
-            .sum();
-        self.total_gpus - used >= self.jobs[j].shape.total_gpus()
+        self.free_gpus_of(&*self.policy) >= self.jobs[j].shape.total_gpus()
+    }
+
+    /// GPUs free on `policy` (the simulated policy or a fork of it), all
+    /// pools together.
+    fn free_gpus_of(&self, policy: &dyn ClusterPolicy) -> u64 {
+        (0..self.tracks.len())
+            .map(|p| policy.pool_occupancy(p).free_gpus())
+            .sum()
     }
 
     /// The request for job `j` starting at `t`: movable when resumable and,

@@ -926,12 +926,7 @@ impl Controller {
         self.waiting
             .retain(|_, w| now.saturating_sub(w.seen.unwrap_or(now)) <= WAITING_TTL_S);
         let free: u64 = (0..self.engine.pools().count())
-            .filter_map(|p| {
-                let spec = self.engine.pool(p)?;
-                let used = self.engine.engine(p)?.occupancy().used_gpus();
-                let total = spec.nodes.len() as u64 * u64::from(spec.gpus_per_node);
-                Some(total.saturating_sub(used))
-            })
+            .filter_map(|p| Some(self.engine.engine(p)?.occupancy().free_gpus()))
             .sum();
         self.config
             .move_when
@@ -1076,12 +1071,17 @@ impl Controller {
         // Tidy as above: the jobs held for tidying held again.
         self.engine.undo_trial();
         self.head_hold = None;
-        let still: Vec<JobId> = released.iter().copied().map(JobId).collect();
-        self.engine.set_movable_many(&still, false);
-        self.tidy_held.extend(released);
+        let still: Vec<JobId> = released.into_iter().map(JobId).collect();
+        self.hold_for_tidying(&still);
         self.engine.begin_trial();
         let m = self.compact_sparing_head(now);
         self.compact_tidying(now, m)
+    }
+
+    /// Holds `jobs` still for tidying (`tidy_held`), in the engine too.
+    fn hold_for_tidying(&mut self, jobs: &[JobId]) {
+        self.engine.set_movable_many(jobs, false);
+        self.tidy_held.extend(jobs.iter().map(|j| j.0));
     }
 
     /// Lets the engine move `ids` again as far as their own verdicts allow
@@ -1170,8 +1170,7 @@ impl Controller {
             if tries == TIDY_TRIALS || !fresh {
                 break Vec::new();
             }
-            self.engine.set_movable_many(&unpaid, false);
-            self.tidy_held.extend(unpaid.iter().map(|j| j.0));
+            self.hold_for_tidying(&unpaid);
             self.engine.begin_trial();
             m = self.compact_sparing_head(now);
             tries += 1;

@@ -298,10 +298,7 @@ impl CompassEngine {
         // takes free GPUs elsewhere): with fewer than `w * g` free, it
         // cannot fit, and a wide job that waits is refused at once instead
         // of instance by instance (slurmctld asks for it at every pass).
-        let spec = self.occ.spec();
-        let free = (u64::from(spec.nodes) * u64::from(spec.gpus_per_node))
-            .saturating_sub(self.occ.used_gpus());
-        if free < job.shape.total_gpus() {
+        if self.occ.free_gpus() < job.shape.total_gpus() {
             return None;
         }
         let end = self.expected_end.get(&job.id).copied();
