@@ -252,9 +252,25 @@ impl Lab {
         });
     }
 
+    /// The published state. The plugin writes it atomically at its first
+    /// tick and after, so a lab that has just started may not have it yet:
+    /// this waits up to 20 s for the file to appear (CI saw a wait loop read
+    /// it before the first tick), then panics with the error.
     pub fn state_json(&self) -> serde_json::Value {
         let p = self.dir.join("run/compass-state.json");
-        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let t0 = Instant::now();
+        let text = loop {
+            match std::fs::read_to_string(&p) {
+                Ok(text) => break text,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound
+                        && t0.elapsed() < Duration::from_secs(20) =>
+                {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                Err(e) => panic!("{}: {e}\n{}", p.display(), self.debug()),
+            }
+        };
         serde_json::from_str(&text).expect("state JSON")
     }
 
