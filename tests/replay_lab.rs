@@ -102,6 +102,23 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
         );
     }
     assert!(c["spank"].as_bool().unwrap() && !s["spank"].as_bool().unwrap());
+    // Each cluster's runs.csv has a row per run (a requeue adds one), every
+    // run with its nodes; the slurmctld log of the replay sits beside it.
+    for (name, r) in [("compass", c), ("stock", s)] {
+        let dir = out.0.join(name);
+        let runs = std::fs::read_to_string(dir.join("runs.csv")).expect("runs.csv");
+        let rows: Vec<&str> = runs.lines().skip(1).collect();
+        // A requeue and restart between two polls is one run seen.
+        let requeues = r["requeues"].as_u64().unwrap() as usize;
+        assert!((60..=60 + requeues).contains(&rows.len()), "{runs}");
+        assert!(
+            rows.iter()
+                .all(|l| l.rsplit(',').next().is_some_and(|n| n.contains(':'))),
+            "{runs}"
+        );
+        let log = std::fs::read_to_string(dir.join("slurmctld.log")).expect("slurmctld.log");
+        assert!(log.contains("JobId="), "{name}: {log}");
+    }
     // The figures behind the margin, in the CI log (`--nocapture`) of a
     // passing run too.
     eprintln!(

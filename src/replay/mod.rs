@@ -117,8 +117,10 @@ pub struct Args {
     pub clusters: Vec<ClusterArg>,
 
     /// Output directory: report.md, report.json, plan.json, jobs.csv and
-    /// per cluster the job script, checkpoints, Slurm logs, completion log
-    /// and samples.csv (the cluster subdirectories are emptied first).
+    /// per cluster the job script, checkpoints, Slurm logs, completion log,
+    /// samples.csv, runs.csv (each run's start, end and nodes) and the
+    /// slurmctld log of the replay (the cluster subdirectories are emptied
+    /// first).
     #[arg(long, value_name = "DIR", default_value = "out/replay")]
     pub out: PathBuf,
 
@@ -924,6 +926,10 @@ fn summarise_all(plan: &Plan, live: &[Live]) -> Result<Vec<ClusterResult>> {
             _ => None,
         };
         write_samples(&l.dir.join("samples.csv"), &l.obs)?;
+        write_runs(&l.dir.join("runs.csv"), &l.obs)?;
+        if let Some((p, from)) = &l.ctld_log {
+            copy_log_tail(p, *from, &l.dir.join("slurmctld.log"));
+        }
         results.push(report::summarise(
             plan,
             &l.obs,
@@ -1091,6 +1097,45 @@ fn write_samples(path: &Path, obs: &Observer) -> Result<()> {
         ));
     }
     write(path, &s)
+}
+
+/// One line per run of each job (a requeue starts a new run): where and
+/// when it ran, to compare two replays job by job.
+fn write_runs(path: &Path, obs: &Observer) -> Result<()> {
+    let mut s = String::from("job,slurm_id,submit_s,run,start_s,end_s,nodes\n");
+    for (i, j) in obs.jobs.iter().enumerate() {
+        let id = j.slurm_id.map(|x| x.to_string()).unwrap_or_default();
+        let submit = j.submit_s.map(|x| format!("{x:.2}")).unwrap_or_default();
+        for (k, r) in j.runs.iter().enumerate() {
+            let nodes: Vec<String> = r
+                .node_gpus
+                .iter()
+                .map(|(n, g)| format!("{n}:{g}"))
+                .collect();
+            let end = r.end_s.map(|x| format!("{x:.2}")).unwrap_or_default();
+            s.push_str(&format!(
+                "{i},{id},{submit},{k},{:.2},{end},{}\n",
+                r.start_s,
+                nodes.join(";")
+            ));
+        }
+    }
+    write(path, &s)
+}
+
+/// Copies what slurmctld logged during the replay (from byte `from` on) next
+/// to the cluster's other outputs. Best effort: the report reads the log
+/// itself, and an unreadable log is reported there.
+fn copy_log_tail(log: &Path, from: u64, to: &Path) {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut text = Vec::new();
+    let read = std::fs::File::open(log).and_then(|mut f| {
+        f.seek(SeekFrom::Start(from))?;
+        f.read_to_end(&mut text)
+    });
+    if read.is_ok() {
+        let _ = std::fs::write(to, text);
+    }
 }
 
 fn clock(s: f64) -> String {
