@@ -111,6 +111,13 @@ pub trait PlacementPolicy {
         Ok(out)
     }
 
+    /// Compacts with no arrival or departure, when a running job may move
+    /// again (its protection or cool-down ended). Returns the migrations;
+    /// policies that never migrate make none (the default).
+    fn compact_now(&mut self) -> Vec<Migration> {
+        Vec::new()
+    }
+
     /// Seconds between periodic ticks, for round-based policies.
     fn tick_interval(&self) -> Option<Seconds> {
         None

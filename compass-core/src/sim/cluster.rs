@@ -218,6 +218,11 @@ pub trait ClusterPolicy {
         Vec::new()
     }
 
+    /// See [`PlacementPolicy::compact_now`].
+    fn compact_now(&mut self) -> Result<Vec<Migration>> {
+        Ok(Vec::new())
+    }
+
     fn set_movable(&mut self, job: JobId, movable: bool) -> Result<()>;
 
     /// See [`PlacementPolicy::set_expected_end`]; ignored by default (mixed
@@ -298,6 +303,10 @@ impl ClusterPolicy for Single<'_> {
         self.get_mut().remove(job)
     }
 
+    fn compact_now(&mut self) -> Result<Vec<Migration>> {
+        Ok(self.get_mut().compact_now())
+    }
+
     fn tick_interval(&self) -> Option<Seconds> {
         self.get().tick_interval()
     }
@@ -367,6 +376,10 @@ impl ClusterPolicy for PoolSet {
 
     fn remove(&mut self, job: JobId) -> Result<Vec<Migration>> {
         PoolSet::remove(self, job)
+    }
+
+    fn compact_now(&mut self) -> Result<Vec<Migration>> {
+        Ok(PoolSet::compact(self))
     }
 
     fn set_movable(&mut self, job: JobId, movable: bool) -> Result<()> {

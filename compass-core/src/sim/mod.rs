@@ -265,6 +265,10 @@ pub enum EventKind {
     Finish,
     /// The policy's periodic `tick` ran.
     Tick,
+    /// A Compact with no arrival or departure: a running job may move again
+    /// (its protection, first minutes or cool-down ended), as the select
+    /// plugin compacts at its next tick then.
+    Compact,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -720,6 +724,10 @@ struct Sim<'a> {
     state: Vec<JobState>,
     /// Completion events; stale entries (end moved by a migration) skipped.
     ends: BinaryHeap<Reverse<(T, usize)>>,
+    /// When a running job's verdict may turn movable (its `--min-runtime`
+    /// protection, the rule's first minutes or cool-down end): a Compact is
+    /// tried then ([`Sim::compact_on_wake`]). Stale entries are skipped.
+    wakes: BinaryHeap<Reverse<(T, usize)>>,
     /// Running jobs by projected end, for reservations.
     by_end: BTreeSet<(T, usize)>,
     next_arrival: usize,
@@ -861,6 +869,7 @@ impl<'a> Sim<'a> {
             queue: BTreeSet::new(),
             state: vec![JobState::default(); jobs.len()],
             ends: BinaryHeap::new(),
+            wakes: BinaryHeap::new(),
             by_end: BTreeSet::new(),
             next_arrival: 0,
             next_tick: None,
@@ -923,7 +932,8 @@ impl<'a> Sim<'a> {
                 .order
                 .get(self.next_arrival)
                 .map(|&i| self.jobs[i].submit_s);
-            let t = [arrival, self.peek_end(), self.next_tick]
+            let wake = self.wakes.peek().map(|Reverse((T(w), _))| *w);
+            let t = [arrival, self.peek_end(), self.next_tick, wake]
                 .into_iter()
                 .flatten()
                 .min_by(f64::total_cmp);
@@ -950,6 +960,17 @@ impl<'a> Sim<'a> {
                 self.charge(&migrations, None, t)?;
                 self.holding_for_head = false;
                 self.notify(obs, t, EventKind::Tick, None, &migrations);
+            }
+            let mut woke = false;
+            while let Some(&Reverse((T(w), k))) = self.wakes.peek() {
+                if w > t {
+                    break;
+                }
+                self.wakes.pop();
+                woke |= self.state[k].running;
+            }
+            if woke {
+                self.compact_on_wake(t, obs)?;
             }
             self.schedule(t, obs)?;
             self.plan_tick(t);
@@ -1125,9 +1146,9 @@ impl<'a> Sim<'a> {
     /// Applies the cost rule ([`MigrationRule::worth_moving`]) to every
     /// running resumable job at time `t`, telling the policy of each change.
     /// `freeing`: GPUs of a job departing now (free when Compact runs).
-    fn apply_rule(&mut self, t: Seconds, freeing: u64) -> Result<()> {
+    fn apply_rule(&mut self, t: Seconds, freeing: u64) -> Result<Vec<usize>> {
         let Some(rule) = self.rule else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         // The gate ([`MoveWhen::allows`]): e.g. no job waits, so no move can
         // let one start.
@@ -1151,11 +1172,70 @@ impl<'a> Sim<'a> {
             }
             held += usize::from(!worth);
         }
+        let mut freed = Vec::new();
         for (j, worth) in changes {
             self.policy.set_movable(JobId(j as u64), worth)?;
             self.state[j].movable = worth;
+            if worth {
+                freed.push(j);
+            }
         }
         self.held = held;
+        Ok(freed)
+    }
+
+    /// When running job `k`, (re)started at `t`, may turn movable: the end
+    /// of its `--min-runtime` protection and of the rule's first minutes,
+    /// and after a migration (`moved`) of its cool-down.
+    fn note_wakes(&mut self, k: usize, t: Seconds, moved: bool) {
+        let Some(rule) = self.rule else {
+            return;
+        };
+        let cooldown = if moved { rule.cooldown_s } else { 0.0 };
+        for d in [
+            self.jobs[k].min_runtime_s.unwrap_or(0.0),
+            rule.min_run_s,
+            cooldown,
+        ] {
+            if d > 0.0 && d.is_finite() {
+                self.wakes.push(Reverse((T(t + d), k)));
+            }
+        }
+    }
+
+    /// A Compact at `t` with no arrival or departure, when a running job
+    /// the rule held still may move now (and is not held for tidying): the
+    /// select plugin's `Controller::refresh` asks for one at its next tick
+    /// (issue #10: a protected job alone on a node kept whole-node jobs
+    /// waiting past its protection until some job ended). The Compact is
+    /// guarded as a departure's is: the head's guard
+    /// ([`Sim::hold_for_head`]) and the gate `move_when`
+    /// ([`Sim::hold_unless_moves_start`]).
+    fn compact_on_wake(&mut self, t: Seconds, obs: &mut dyn Observer) -> Result<()> {
+        let freed = self.apply_rule(t, 0)?;
+        if !freed.iter().any(|k| !self.tidy_held.contains(k)) {
+            return Ok(());
+        }
+        let act = |p: &mut dyn ClusterPolicy| p.compact_now();
+        let mut hold = self.hold_for_head(t, None, &act)?;
+        if !hold.is_empty() {
+            self.compact_held += 1;
+        }
+        let gate = self.hold_unless_moves_start(t, &hold, None, &act)?;
+        if let Some(all) = self.keep_gate(gate) {
+            hold = all;
+        }
+        for &k in &hold {
+            self.policy.set_movable(JobId(k as u64), false)?;
+        }
+        let migrations = self.policy.compact_now();
+        for &k in &hold {
+            self.policy.set_movable(JobId(k as u64), true)?;
+        }
+        let migrations = migrations?;
+        self.holding_for_head = !hold.is_empty();
+        self.charge(&migrations, None, t)?;
+        self.notify(obs, t, EventKind::Compact, None, &migrations);
         Ok(())
     }
 
@@ -1217,12 +1297,13 @@ impl<'a> Sim<'a> {
         // Backfill never delays the head, and neither does the Compact that
         // follows a departure: the jobs whose moves would are held still for
         // this one event.
-        let mut hold = self.hold_for_head(j, t)?;
+        let gone = JobId(j as u64);
+        let act = |p: &mut dyn ClusterPolicy| p.remove(gone);
+        let mut hold = self.hold_for_head(t, Some(j), &act)?;
         if !hold.is_empty() {
             self.compact_held += 1;
         }
-        let gone = JobId(j as u64);
-        let gate = self.hold_unless_moves_start(t, &hold, j, &|p| p.remove(gone))?;
+        let gate = self.hold_unless_moves_start(t, &hold, Some(j), &act)?;
         if let Some(all) = self.keep_gate(gate) {
             hold = all;
         }
@@ -1261,7 +1342,16 @@ impl<'a> Sim<'a> {
     /// Compact's guest repair moved a 1-GPU guest into the node a departure
     /// had just emptied for a 3 x 8 head, which then waited a day longer
     /// than its reservation.)
-    fn hold_for_head(&self, j: usize, t: Seconds) -> Result<Vec<usize>> {
+    ///
+    /// `act` is the event on a fork (`gone`: the departing job, if it is a
+    /// departure); a Compact with no event ([`Sim::compact_on_wake`]) is
+    /// guarded the same way.
+    fn hold_for_head(
+        &self,
+        t: Seconds,
+        gone: Option<usize>,
+        act: &dyn Fn(&mut dyn ClusterPolicy) -> Result<Vec<Migration>>,
+    ) -> Result<Vec<usize>> {
         if self.cfg.queue != QueuePolicy::Backfill || !self.forkable {
             return Ok(Vec::new());
         }
@@ -1285,12 +1375,12 @@ impl<'a> Sim<'a> {
             for &k in &hold {
                 fork.set_movable(JobId(k as u64), false)?;
             }
-            let migrations = fork.remove(JobId(j as u64))?;
+            let migrations = act(&mut *fork)?;
             for &k in &hold {
                 fork.set_movable(JobId(k as u64), true)?;
             }
             let charges = self.charges_of(&migrations, None);
-            let ends = self.ends_with(&charges, Some(j));
+            let ends = self.ends_with(&charges, gone);
             let start = self
                 .projected_start(&*fork, &ends, head, t)?
                 .max(self.reservation_in(&*fork, &ends, shape, t).t_res);
@@ -1337,7 +1427,7 @@ impl<'a> Sim<'a> {
         &self,
         t: Seconds,
         hold: &[usize],
-        event_job: usize,
+        event_job: Option<usize>,
         act: &dyn Fn(&mut dyn ClusterPolicy) -> Result<Vec<Migration>>,
     ) -> Result<Gate> {
         let open = Gate {
@@ -1361,7 +1451,7 @@ impl<'a> Sim<'a> {
             .by_end
             .iter()
             .map(|&(_, k)| k)
-            .filter(|&k| k != event_job && self.state[k].movable && !hold.contains(&k))
+            .filter(|&k| Some(k) != event_job && self.state[k].movable && !hold.contains(&k))
             .collect();
         if movable.is_empty() {
             return Ok(open);
@@ -1380,7 +1470,7 @@ impl<'a> Sim<'a> {
                 fork.set_movable(JobId(k as u64), false)?;
             }
             let m = act(&mut *fork)?;
-            let charges = self.charges_of(&m, Some(event_job));
+            let charges = self.charges_of(&m, event_job);
             Ok(Some((fork, charges)))
         };
         let all: Vec<usize> = hold.iter().copied().chain(movable).collect();
@@ -1403,7 +1493,7 @@ impl<'a> Sim<'a> {
                 .iter()
                 .take(self.cfg.backfill_depth.max(1))
                 .map(|&r| self.order[r])
-                .filter(|&q| q != event_job)
+                .filter(|&q| Some(q) != event_job)
                 .any(|q| fits(&*moved, q) && !fits(&*still, q));
             if gains {
                 return Ok(open);
@@ -1482,18 +1572,17 @@ impl<'a> Sim<'a> {
     /// w`; `false` is exact. The plugin's twin is
     /// [`crate::placement::head::Blocked::may_start_after_moves`] (per
     /// pool).
-    fn may_start_after_moves(&self, event_job: usize) -> bool {
-        let leaving = if self.state[event_job].running {
-            self.jobs[event_job].shape.total_gpus()
-        } else {
-            0
+    fn may_start_after_moves(&self, event_job: Option<usize>) -> bool {
+        let leaving = match event_job {
+            Some(j) if self.state[j].running => self.jobs[j].shape.total_gpus(),
+            _ => 0,
         };
         let free = self.free_gpus_of(&*self.policy) + leaving;
         self.queue
             .iter()
             .take(self.cfg.backfill_depth.max(1))
             .map(|&r| self.order[r])
-            .filter(|&q| q != event_job)
+            .filter(|&q| Some(q) != event_job)
             .any(|q| {
                 let shape = self.jobs[q].shape;
                 free / u64::from(shape.gpus.max(1)) >= u64::from(shape.instances)
@@ -1666,6 +1755,7 @@ impl<'a> Sim<'a> {
                 let e = self.expected_end(j, new);
                 self.policy.set_expected_end(JobId(j as u64), e);
             }
+            self.note_wakes(j, t, true);
         }
         Ok(())
     }
@@ -1716,7 +1806,7 @@ impl<'a> Sim<'a> {
         let req = self.request_now(j, t);
         let e = self.expected_end(j, t + self.jobs[j].duration_s);
         self.policy.set_expected_end(req.id, e);
-        let gate = self.hold_unless_moves_start(t, &[], j, &|p| {
+        let gate = self.hold_unless_moves_start(t, &[], Some(j), &|p| {
             Ok(p.place(&req)?.map(|a| a.migrations).unwrap_or_default())
         })?;
         let hold = self.keep_gate(gate).unwrap_or_default();
@@ -1753,6 +1843,7 @@ impl<'a> Sim<'a> {
         }
         self.ends.push(Reverse((T(end), j)));
         self.by_end.insert((T(end), j));
+        self.note_wakes(j, t, false);
         self.charge(&migrations, Some(j), t)?;
         self.holding_for_head = false;
         self.notify(obs, t, EventKind::Start, Some(j), &migrations);

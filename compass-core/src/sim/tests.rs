@@ -1355,3 +1355,45 @@ fn replay_time_limits_match_the_replays_sbatch_time() {
         RemainingRun::ReplayLimit
     );
 }
+
+#[test]
+fn a_job_whose_protection_ends_moves_then_not_at_the_next_event() {
+    // Two nodes of 8. F1 (1 x 8, 0-50) on one; R and S (1 x 2) and F2
+    // (1 x 4, 0-100) fill the other; none of them resumable. Q (1 x 2,
+    // resumable, protected 300 s) arrives at 60 onto F1's empty node. At
+    // F2's end (100) Compact cannot move Q next to R and S; H (1 x 8)
+    // arrives at 110 and waits. When Q's protection ends (360) a Compact
+    // moves it, with no arrival or departure then, and H starts; before,
+    // H waited for the next departure (R and S at 1,000).
+    let mut jobs = vec![
+        job("F1", 0.0, 50.0, 1, 8),
+        job("R", 0.0, 1000.0, 1, 2),
+        job("S", 0.0, 1000.0, 1, 2),
+        job("F2", 0.0, 100.0, 1, 4),
+        job("Q", 60.0, 2000.0, 1, 2),
+        job("H", 110.0, 10.0, 1, 8),
+    ];
+    for (i, j) in jobs.iter_mut().enumerate() {
+        j.resumable = i == 4;
+    }
+    jobs[4].min_runtime_s = Some(300.0);
+    for when in [MoveWhen::Pays, MoveWhen::Starts, MoveWhen::Always] {
+        let mut cfg = config(2, QueuePolicy::Backfill);
+        cfg.move_when = when;
+        cfg.migration_cost_s = 60.0;
+        let mut starts = BTreeMap::new();
+        let mut moves = Vec::new();
+        let mut obs = FnObserver(|e: &Event<'_>, _p: &dyn PlacementPolicy| {
+            if e.kind == EventKind::Start {
+                starts.insert(e.job.unwrap().0, e.time);
+            }
+            moves.extend(e.migrations.iter().map(|m| (e.time, e.kind, m.job.0)));
+        });
+        let r =
+            simulate_named("compass", &jobs, &cfg, &PolicyOptions::default(), &mut obs).unwrap();
+        assert_eq!(starts[&4], 60.0, "{when:?}");
+        assert_eq!(moves, vec![(360.0, EventKind::Compact, 4)], "{when:?}");
+        assert_eq!(starts[&5], 360.0, "{when:?}");
+        assert_eq!(r.migrations, 1, "{when:?}");
+    }
+}

@@ -767,14 +767,24 @@ impl Controller {
         let want = verdict.is_ok();
         // A job held still for tidying stays still in the engine; its own
         // verdict is kept for when it is released.
-        let moved_ok = self.tidy_held.contains(&id)
-            || want == rec.movable
-            || self.engine.set_movable(JobId(id), want).is_ok();
+        let held = self.tidy_held.contains(&id);
+        let freed = want && !rec.movable && !held;
+        let moved_ok =
+            held || want == rec.movable || self.engine.set_movable(JobId(id), want).is_ok();
         if let Some(r) = self.jobs.get_mut(&id) {
             if moved_ok {
                 r.movable = want;
             }
             r.keep = verdict.err();
+        }
+        // A job that may move now (its protection, first minutes or
+        // cool-down are over) can be what a waiting job needs moved: Compact
+        // at this tick, not at the next arrival or departure, which on a
+        // full cluster of long jobs may be minutes away (issue #10: a
+        // protected 2-GPU job alone on a node kept 8-GPU jobs waiting 30 s
+        // past its protection on the live demo window).
+        if freed && moved_ok {
+            self.compact_due = true;
         }
     }
 
@@ -2410,12 +2420,12 @@ mod tests {
         // past min_run_before_migration (5 min), inside the protection
         assert!(c.tick(1000).is_empty(), "protected jobs moved");
         assert!(c.tick(1001).is_empty(), "protected jobs moved");
-        // once the protection ends, the next Compact (here asked for as an
-        // event would) moves the lone instance to the other
-        assert!(c.tick(3601).is_empty());
-        c.compact();
-        let orders = c.tick(3602);
+        assert!(c.tick(3599).is_empty(), "protected jobs moved");
+        // once the protection ends, that tick's Compact moves the lone
+        // instance to the other, with no arrival or departure to ask for it
+        let orders = c.tick(3600);
         assert_eq!(orders.len(), 1, "{orders:?}");
+        assert_eq!(c.counters.migrations_ordered, 1);
     }
 
     #[test]
@@ -2650,16 +2660,16 @@ mod tests {
             );
         }
         assert_eq!(c.counters.engine_errors, 0);
-        assert!(c.tick(1000).is_empty(), "nothing moves before compact()");
-        c.tick(1000); // movability: past the first minutes
-        c.compact();
-        let orders = c.tick(1001);
+        // The first tick finds them past their first minutes, free to move
+        // now: it compacts, with every job adopted (as after the rebuild's
+        // own `compact()`).
+        let orders = c.tick(1000);
         assert_eq!(
             orders.len(),
             2,
             "two lone instances join the other two: {orders:?}"
         );
-        let s = c.snapshot(1001, true);
+        let s = c.snapshot(1000, true);
         assert_eq!(s.engine_error, None);
     }
 

@@ -514,6 +514,17 @@ impl PlacementPolicy for CompassEngine {
         })
     }
 
+    /// Algorithm 1's Compact on its own (line 16 without a departure): a
+    /// running job the cost rule held still may move now.
+    fn compact_now(&mut self) -> Vec<Migration> {
+        self.keep_all_trials();
+        if self.config.compact {
+            self.compact()
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Removes the victims without Compact: the next `place` (the pending
     /// job's, Algorithm 1 line 9) compacts after the job has its room.
     fn remove_for_room(&mut self, jobs: &[JobId]) -> Result<Vec<Migration>> {
