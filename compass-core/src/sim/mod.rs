@@ -1417,7 +1417,8 @@ impl<'a> Sim<'a> {
     /// not pay are held still and the event is tried again, until every
     /// moved job pays or [`TIDY_TRIALS`] trials were made (then nothing
     /// moves). The jobs so held stay held at the events that follow
-    /// (`tidy_held`, re-judged at each) until a queued job could start
+    /// (`tidy_held`, re-judged at each, and kept through the events that
+    /// try nothing: an empty queue, no movable job) until a queued job could start
     /// after moves at all ([`Sim::may_start_after_moves`]; then every job
     /// may move in the first trial), they pay, or they end; with none
     /// held and no queued job that could start, no first trial is made.
@@ -1435,8 +1436,15 @@ impl<'a> Sim<'a> {
             no_gain: false,
             tidy_held: Some(Vec::new()),
         };
+        // No trial: the jobs held for tidying stay held (the plugin tries
+        // no Compact while the gate is closed, and keeps them).
+        let untried = Gate {
+            hold: None,
+            no_gain: false,
+            tidy_held: None,
+        };
         if !self.cfg.move_when.tries_first() || self.queue.is_empty() {
-            return Ok(open);
+            return Ok(untried);
         }
         let pays = self.cfg.move_when == MoveWhen::Pays;
         // The tidying moves of the jobs that pay for them are made. With the
@@ -1454,7 +1462,7 @@ impl<'a> Sim<'a> {
             .filter(|&k| Some(k) != event_job && self.state[k].movable && !hold.contains(&k))
             .collect();
         if movable.is_empty() {
-            return Ok(open);
+            return Ok(untried);
         }
         let sticky: Vec<usize> = movable
             .iter()

@@ -1397,3 +1397,50 @@ fn a_job_whose_protection_ends_moves_then_not_at_the_next_event() {
         assert_eq!(r.migrations, 1, "{when:?}");
     }
 }
+
+#[test]
+fn with_move_when_pays_jobs_held_for_tidying_stay_held_while_the_queue_is_empty() {
+    // Two nodes of 8, after 20 runs of 30 s (one 150 s) that say a job
+    // 10-20 s old has under 8 + 20 x 8 s left. X (not resumable), Y and A
+    // (1 x 4) start at t0; Q (3 x 2) waits. At A's end Spread's Compact
+    // would move Y next to X, which starts nobody Q could not start
+    // anyway: Y is held for tidying, and Q starts. E (1 x 1) comes and goes
+    // while nothing waits; H (2 x 8) waits from t0 + 15. At Q's end Y is
+    // still held, as in the select plugin, which tries no Compact while no
+    // job waits: no trial moves it, and the gate does not close on a move
+    // again (the simulator used to forget the held jobs at E's end).
+    let mut jobs: Vec<TraceJob> = (0..RunHistory::MIN_RUNS)
+        .map(|i| {
+            let r = if i == 0 { 150.0 } else { 30.0 };
+            TraceJob {
+                resumable: false,
+                ..job(&format!("S{i}"), i as f64 * 40.0, r, 1, 1)
+            }
+        })
+        .collect();
+    let t0 = 10_000.0;
+    jobs.extend([
+        job("X", t0, 100.0, 1, 4),
+        job("Y", t0, 100.0, 1, 4),
+        job("A", t0, 10.0, 1, 4),
+        job("Q", t0 + 5.0, 10.0, 3, 2),
+        job("E", t0 + 12.0, 1.0, 1, 1),
+        job("H", t0 + 15.0, 10.0, 2, 8),
+    ]);
+    let x = RunHistory::MIN_RUNS;
+    jobs[x].resumable = false;
+    jobs[x + 5].resumable = false;
+    let mut cfg = config(2, QueuePolicy::Fifo);
+    cfg.move_when = MoveWhen::Pays;
+    let mut p = Spread::new(2);
+    p.compact_on_remove = true;
+    p.forkable = true;
+    let (r, starts) = run(&mut p, &jobs, &cfg);
+    assert_eq!(starts[&(x as u64 + 3)], t0 + 10.0, "Q starts at A's end");
+    assert_eq!(
+        starts[&(x as u64 + 4)],
+        t0 + 12.0,
+        "E runs while nothing waits"
+    );
+    assert_eq!((r.migrations, r.compact_no_gain), (0, 1));
+}
