@@ -1216,27 +1216,40 @@ impl<'a> Sim<'a> {
         if !freed.iter().any(|k| !self.tidy_held.contains(k)) {
             return Ok(());
         }
-        let act = |p: &mut dyn ClusterPolicy| p.compact_now();
-        let mut hold = self.hold_for_head(t, None, &act)?;
+        let migrations = self.guarded(t, None, &|p| p.compact_now())?;
+        self.charge(&migrations, None, t)?;
+        self.notify(obs, t, EventKind::Compact, None, &migrations);
+        Ok(())
+    }
+
+    /// Carries out `act` (a departure of `gone`, or a Compact with no
+    /// event) on the policy with the jobs held still that would delay the
+    /// head ([`Sim::hold_for_head`]) or that the gate `move_when` holds
+    /// ([`Sim::hold_unless_moves_start`]), for this one event. Returns the
+    /// migrations it made.
+    fn guarded(
+        &mut self,
+        t: Seconds,
+        gone: Option<usize>,
+        act: &dyn Fn(&mut dyn ClusterPolicy) -> Result<Vec<Migration>>,
+    ) -> Result<Vec<Migration>> {
+        let mut hold = self.hold_for_head(t, gone, act)?;
         if !hold.is_empty() {
             self.compact_held += 1;
         }
-        let gate = self.hold_unless_moves_start(t, &hold, None, &act)?;
+        let gate = self.hold_unless_moves_start(t, &hold, gone, act)?;
         if let Some(all) = self.keep_gate(gate) {
             hold = all;
         }
         for &k in &hold {
             self.policy.set_movable(JobId(k as u64), false)?;
         }
-        let migrations = self.policy.compact_now();
+        let migrations = act(&mut *self.policy)?;
         for &k in &hold {
             self.policy.set_movable(JobId(k as u64), true)?;
         }
-        let migrations = migrations?;
         self.holding_for_head = !hold.is_empty();
-        self.charge(&migrations, None, t)?;
-        self.notify(obs, t, EventKind::Compact, None, &migrations);
-        Ok(())
+        Ok(migrations)
     }
 
     /// What the rule knows of job `j` at time `t` (running, or starting now).
@@ -1298,23 +1311,7 @@ impl<'a> Sim<'a> {
         // follows a departure: the jobs whose moves would are held still for
         // this one event.
         let gone = JobId(j as u64);
-        let act = |p: &mut dyn ClusterPolicy| p.remove(gone);
-        let mut hold = self.hold_for_head(t, Some(j), &act)?;
-        if !hold.is_empty() {
-            self.compact_held += 1;
-        }
-        let gate = self.hold_unless_moves_start(t, &hold, Some(j), &act)?;
-        if let Some(all) = self.keep_gate(gate) {
-            hold = all;
-        }
-        for &k in &hold {
-            self.policy.set_movable(JobId(k as u64), false)?;
-        }
-        let migrations = self.policy.remove(JobId(j as u64))?;
-        for &k in &hold {
-            self.policy.set_movable(JobId(k as u64), true)?;
-        }
-        self.holding_for_head = !hold.is_empty();
+        let migrations = self.guarded(t, Some(j), &|p| p.remove(gone))?;
         let s = &mut self.state[j];
         s.running = false;
         let end = s.end;
