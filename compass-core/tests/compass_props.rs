@@ -155,6 +155,36 @@ fn pick_nodes(e: &CompassEngine, g: u32, k: u32, seed: u64) -> Option<Vec<NodeId
     Some(out)
 }
 
+/// The index by reach is exact (`Occupancy::reach_fit` against the jobs'
+/// GPUs that may not move, counted node by node) and bounds the physical
+/// fit, for every instance size.
+fn check_reach(e: &CompassEngine, step: usize) -> Result<(), TestCaseError> {
+    let occ = e.occupancy();
+    let cap = occ.capacity();
+    let mut fixed = vec![0u32; occ.spec().nodes as usize];
+    for r in occ.jobs().filter(|r| !r.request.movable) {
+        for (&n, &g) in r.nodes.iter().zip(&r.gpus) {
+            fixed[n as usize] += g;
+        }
+    }
+    for g in 1..=cap {
+        let brute: u64 = fixed.iter().map(|f| u64::from((cap - f) / g)).sum();
+        prop_assert_eq!(
+            occ.reach_fit(g),
+            brute,
+            "step {}: reach fit of {} GPUs",
+            step,
+            g
+        );
+        prop_assert!(
+            occ.reach_fit(g) >= occ.fit(g),
+            "step {}: reach below the fit",
+            step
+        );
+    }
+    Ok(())
+}
+
 /// Room a node's slots and guests leave unprofiled: `D(n)`.
 fn room(v: &NodeView) -> u32 {
     let taken: u32 = v.state.slots.iter().map(|s| s.width).sum::<u32>()
@@ -480,6 +510,7 @@ fn replay(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<(), Tes
             .sum();
         prop_assert_eq!(e.occupancy().used_gpus(), expected + foreign_gpus);
         prop_assert_eq!(e.occupancy().running_jobs(), running.len() + foreign.len());
+        check_reach(&e, step)?;
         for j in running.values() {
             let placed = e.occupancy().job(j.id).map(|r| r.nodes.len());
             prop_assert_eq!(
@@ -622,6 +653,7 @@ fn replay_trials(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<
                 "step {step}: after undo: {why}"
             )));
         }
+        check_reach(&e, step)?;
         let mut copy = copy;
         let again = copy.compact();
         if step % 2 == 0 {

@@ -621,20 +621,32 @@ impl<'a> Blocked<'a> {
     }
 
     /// Could moves start one of these jobs at all? Compact moves instances
-    /// inside a pool, so a pool's free GPUs stay as they are: a job needs a
-    /// pool that admits it with at least `instances` times `gpus` free
-    /// GPUs (`floor(free / g) >= w`, which bounds the fit
-    /// `sum_n floor(free_n / g)` whatever the moves). `false` is exact:
-    /// no Compact makes [`Blocked::start_after`] true; `O(pools)` per
-    /// blocked job, no Compact tried.
-    pub fn may_start_after_moves(&self, pools: &PoolSet) -> bool {
+    /// inside a pool, so a pool's free GPUs stay as they are, and it moves
+    /// only movable jobs: a job needs a pool that admits it with at least
+    /// `instances` times `gpus` free GPUs (`floor(free / g) >= w`) and
+    /// room for its instances on the GPUs that are free or held by movable
+    /// jobs (`sum_n floor(reach_n / g) >= w`, [`Occupancy::reach_fit_with`],
+    /// with the jobs `held` still now counted movable: the controller's
+    /// jobs held for tidying, which the gate's trial releases). Both bound
+    /// the fit `sum_n floor(free_n / g)` whatever the moves, so `false` is
+    /// exact: no Compact makes [`Blocked::start_after`] true; `O(G +
+    /// instances of held)` per pool and blocked job, no Compact tried
+    /// (issue #11: at 10,000 nodes with half the jobs not resumable, the
+    /// trial this spares was the plugin's slowest event).
+    ///
+    /// [`Occupancy::reach_fit_with`]: crate::placement::Occupancy::reach_fit_with
+    pub fn may_start_after_moves(&self, pools: &PoolSet, held: &[JobId]) -> bool {
         self.0.iter().any(|w| {
             pools.pools().enumerate().any(|(p, spec)| {
                 spec.modelled
                     && spec.admits(w.gpu_type, w.shape.gpus)
                     && pools.engine(p).is_some_and(|e| {
-                        let free = e.occupancy().free_gpus();
-                        free / u64::from(w.shape.gpus.max(1)) >= u64::from(w.shape.instances)
+                        let occ = e.occupancy();
+                        let (g, n) = (u64::from(w.shape.gpus.max(1)), u64::from(w.shape.instances));
+                        occ.free_gpus() / g >= n
+                            && (occ.reach_fit(w.shape.gpus) >= n
+                                || (!held.is_empty()
+                                    && occ.reach_fit_with(w.shape.gpus, held, &[]) >= n))
                     })
             })
         })
@@ -715,12 +727,24 @@ mod tests {
         // Without trying a Compact: 8 GPUs free in all could give a 1 x 8
         // job room, never a 2 x 8 one; a job that fits now is not blocked.
         let may = |jobs: &[WaitingJob<'_>]| {
-            Blocked::before(&before, jobs.iter().copied()).may_start_after_moves(&before)
+            Blocked::before(&before, jobs.iter().copied()).may_start_after_moves(&before, &[])
         };
         assert!(may(&[whole]));
         assert!(!may(&[two_whole]));
         assert!(!may(&[half]), "it fits now: nothing to gain");
         assert!(may(&[two_whole, whole]));
+        // The same GPUs free, but job 2 may not move: no move empties a
+        // node, and the bound says so without a trial, unless job 2 is
+        // only held still for now (the controller's tidying hold).
+        let mut pinned = pools(2);
+        pinned.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();
+        let mut two = JobRequest::new(2, 1, 4);
+        two.movable = false;
+        pinned.adopt(&two, &[1]).unwrap();
+        pinned.set_movable(JobId(1), false).unwrap();
+        let blocked = Blocked::before(&pinned, [whole]);
+        assert!(!blocked.may_start_after_moves(&pinned, &[]));
+        assert!(blocked.may_start_after_moves(&pinned, &[JobId(1)]));
     }
 
     #[test]

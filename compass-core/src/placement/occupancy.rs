@@ -33,6 +33,12 @@ pub struct Occupancy {
     used_total: u64,
     /// Running instances by GPUs per instance: `counts[g]`.
     counts: [u64; 9],
+    /// GPUs per node held by jobs that may not move (not movable, or
+    /// outside the model): no Compact frees them.
+    fixed: Vec<u32>,
+    /// `by_reach[r]`: how many nodes have `r = capacity - fixed` GPUs that
+    /// moves could make free ([`Occupancy::reach_fit`]).
+    by_reach: Vec<u64>,
 }
 
 impl Occupancy {
@@ -49,6 +55,12 @@ impl Occupancy {
             empty: spec.nodes,
             used_total: 0,
             counts: [0; 9],
+            fixed: vec![0; spec.nodes as usize],
+            by_reach: {
+                let mut r = vec![0; g + 1];
+                r[g] = u64::from(spec.nodes);
+                r
+            },
         }
     }
 
@@ -101,6 +113,51 @@ impl Occupancy {
             .sum()
     }
 
+    /// `sum_n floor(reach_n / g)`, where `reach_n` is node `n`'s capacity
+    /// less the GPUs of jobs that may not move there: how many instances of
+    /// `g` GPUs could fit after any moves of the movable jobs, one node
+    /// each. An upper bound of [`Occupancy::fit`] after every Compact (a
+    /// move frees at most the movable jobs' GPUs of a node); `O(G)`, from
+    /// the index by reach (issue #11: the gate closes without a trial when
+    /// this bound already says no waiting job can start).
+    pub fn reach_fit(&self, g: u32) -> u64 {
+        let g = g.max(1);
+        (g..=self.capacity())
+            .map(|r| self.by_reach[r as usize] * u64::from(r / g))
+            .sum()
+    }
+
+    /// [`Occupancy::reach_fit`] as if the jobs `movable` could move and
+    /// the jobs `still` could not (a trial's holds and releases: the
+    /// controller's jobs held for tidying, released for the gate's trial,
+    /// or the simulator's, held in its trials only); jobs outside the
+    /// model, unknown, or already so change nothing. `O(G + instances of
+    /// the jobs listed)`.
+    pub fn reach_fit_with(&self, g: u32, movable: &[JobId], still: &[JobId]) -> u64 {
+        let g = g.max(1);
+        let cap = self.capacity();
+        let mut fit = self.reach_fit(g);
+        let mut delta: BTreeMap<NodeId, i64> = BTreeMap::new();
+        for (jobs, to) in [(movable, true), (still, false)] {
+            for j in jobs {
+                let Some(r) = self.jobs.get(j) else { continue };
+                if r.request.movable == to || r.request.shape.gpus == 0 {
+                    continue;
+                }
+                let sign = if to { -1 } else { 1 };
+                for (&n, &k) in r.nodes.iter().zip(&r.gpus) {
+                    *delta.entry(n).or_default() += sign * i64::from(k);
+                }
+            }
+        }
+        for (n, d) in delta {
+            let fixed = i64::from(self.fixed[n as usize]);
+            let reach = |f: i64| u64::from((cap as i64 - f).clamp(0, i64::from(cap)) as u32 / g);
+            fit = fit + reach(fixed + d) - reach(fixed);
+        }
+        fit
+    }
+
     /// Nodes with exactly `free` free GPUs, lowest index first.
     pub fn nodes_with_free(&self, free: u32) -> impl Iterator<Item = NodeId> + '_ {
         self.by_free[free as usize].iter().copied()
@@ -146,10 +203,34 @@ impl Occupancy {
         self.used_total = (self.used_total as i64 + delta) as u64;
     }
 
+    /// Adds `delta` GPUs that may not move to `node` (its reach falls).
+    fn adjust_fixed(&mut self, node: NodeId, delta: i64) {
+        let cap = self.capacity();
+        let before = self.fixed[node as usize];
+        let after = (i64::from(before) + delta) as u32;
+        debug_assert!(after <= cap);
+        self.by_reach[(cap - before) as usize] -= 1;
+        self.by_reach[(cap - after) as usize] += 1;
+        self.fixed[node as usize] = after;
+    }
+
     /// Sets the movable flag of a running job.
     pub fn set_movable(&mut self, job: JobId, movable: bool) -> Result<()> {
         let r = self.jobs.get_mut(&job).ok_or(CoreError::UnknownJob(job))?;
+        if r.request.movable == movable {
+            return Ok(());
+        }
         r.request.movable = movable;
+        let chunks: Vec<(NodeId, u32)> = r
+            .nodes
+            .iter()
+            .copied()
+            .zip(r.gpus.iter().copied())
+            .collect();
+        let sign = if movable { -1 } else { 1 };
+        for (n, g) in chunks {
+            self.adjust_fixed(n, sign * i64::from(g));
+        }
         Ok(())
     }
 
@@ -189,6 +270,9 @@ impl Occupancy {
         }
         for (&n, &add) in &extra {
             self.adjust(n, i64::from(add));
+            if !request.movable {
+                self.adjust_fixed(n, i64::from(add));
+            }
         }
         self.counts[g as usize] += u64::from(request.shape.instances);
         let gpus = vec![g; nodes.len()];
@@ -234,6 +318,7 @@ impl Occupancy {
         }
         for (&n, &add) in &extra {
             self.adjust(n, i64::from(add));
+            self.adjust_fixed(n, i64::from(add));
             self.counts[add.min(8) as usize] += 1;
         }
         let request = JobRequest {
@@ -257,6 +342,9 @@ impl Occupancy {
         let running = self.jobs.remove(&job).ok_or(CoreError::UnknownJob(job))?;
         for (&n, &g) in running.nodes.iter().zip(&running.gpus) {
             self.adjust(n, -i64::from(g));
+            if !running.request.movable {
+                self.adjust_fixed(n, -i64::from(g));
+            }
             self.counts[g.min(8) as usize] -= 1;
         }
         Ok(running)
@@ -282,8 +370,14 @@ impl Occupancy {
                 capacity: self.capacity(),
             });
         }
+        let movable = running.request.movable;
         self.adjust(from, -i64::from(g));
         self.adjust(to, i64::from(g));
+        if !movable {
+            // (an undone trial moves a job home that was held still since)
+            self.adjust_fixed(from, -i64::from(g));
+            self.adjust_fixed(to, i64::from(g));
+        }
         if let Some(r) = self.jobs.get_mut(&job) {
             r.nodes[instance as usize] = to;
         }
@@ -319,5 +413,43 @@ mod tests {
             (1, 2, 3)
         );
         assert_eq!(o.instance_counts()[4], 0);
+    }
+
+    #[test]
+    fn reach_counts_the_gpus_moves_could_free() {
+        // n0: a movable 1 x 4 job; n1: a pinned 1 x 4 job; n2: foreign 2.
+        let mut o = Occupancy::new(ClusterSpec::new(3, 8).unwrap());
+        o.add(&JobRequest::new(1, 1, 4), vec![0]).unwrap();
+        let mut pinned = JobRequest::new(2, 1, 4);
+        pinned.movable = false;
+        o.add(&pinned, vec![1]).unwrap();
+        o.add_foreign(JobId(3), &[(2, 2)]).unwrap();
+        // Physically one 8-GPU room is missing everywhere; moves could
+        // clear n0 only.
+        assert_eq!((o.fit(8), o.reach_fit(8)), (0, 1));
+        assert_eq!((o.fit(4), o.reach_fit(4)), (3, 4));
+        assert_eq!(
+            o.reach_fit_with(8, &[JobId(2)], &[]),
+            2,
+            "job 2 counted movable"
+        );
+        assert_eq!(o.reach_fit_with(8, &[JobId(1), JobId(3), JobId(9)], &[]), 1);
+        assert_eq!(
+            o.reach_fit_with(8, &[], &[JobId(1)]),
+            0,
+            "job 1 counted still"
+        );
+        assert_eq!(o.reach_fit_with(8, &[JobId(2)], &[JobId(1), JobId(2)]), 1);
+        o.set_movable(JobId(2), true).unwrap();
+        assert_eq!(o.reach_fit(8), 2);
+        o.set_movable(JobId(1), false).unwrap();
+        o.set_movable(JobId(1), false).unwrap();
+        assert_eq!(o.reach_fit(8), 1);
+        // A pinned job moved (an undone trial) takes its reach along.
+        o.move_instance(JobId(1), 0, 2).unwrap();
+        assert_eq!((o.reach_fit(8), o.reach_fit(2)), (2, 4 + 4 + 1));
+        o.remove(JobId(1)).unwrap();
+        o.remove(JobId(3)).unwrap();
+        assert_eq!(o.reach_fit(8), 3);
     }
 }

@@ -1574,15 +1574,28 @@ impl<'a> Sim<'a> {
     /// `event_job`) at all? Moves keep the cluster's free GPUs as they are
     /// (with `event_job`'s GPUs counted free when it is running: its
     /// departure frees them), so a job of `w x g` needs `floor(free / g) >=
-    /// w`; `false` is exact. The plugin's twin is
+    /// w`, and they move only movable jobs, so it needs `sum_n floor(reach_n
+    /// / g) >= w` over the GPUs free or held by movable jobs (and by
+    /// `event_job`; [`Occupancy::reach_fit_with`], summed over the pools;
+    /// the jobs held for tidying count as movable, as the plugin's trial
+    /// releases them); `false` is exact. The plugin's twin is
     /// [`crate::placement::head::Blocked::may_start_after_moves`] (per
     /// pool).
+    ///
+    /// [`Occupancy::reach_fit_with`]: crate::placement::Occupancy::reach_fit_with
     fn may_start_after_moves(&self, event_job: Option<usize>) -> bool {
         let leaving = match event_job {
             Some(j) if self.state[j].running => self.jobs[j].shape.total_gpus(),
             _ => 0,
         };
         let free = self.free_gpus_of(&*self.policy) + leaving;
+        let gone: Vec<JobId> = event_job.map(|j| JobId(j as u64)).into_iter().collect();
+        let policy = &*self.policy;
+        let reach = |g: u32| -> u64 {
+            (0..self.tracks.len())
+                .map(|p| policy.pool_occupancy(p).reach_fit_with(g, &gone, &[]))
+                .sum()
+        };
         self.queue
             .iter()
             .take(self.cfg.backfill_depth.max(1))
@@ -1590,7 +1603,8 @@ impl<'a> Sim<'a> {
             .filter(|&q| Some(q) != event_job)
             .any(|q| {
                 let shape = self.jobs[q].shape;
-                free / u64::from(shape.gpus.max(1)) >= u64::from(shape.instances)
+                let n = u64::from(shape.instances);
+                free / u64::from(shape.gpus.max(1)) >= n && reach(shape.gpus) >= n
             })
     }
 

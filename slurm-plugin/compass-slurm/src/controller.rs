@@ -214,6 +214,9 @@ pub struct Controller {
     /// Jobs requeued for a migration, not yet restarted.
     migrating: BTreeSet<u64>,
     last_migrated: BTreeMap<u64, u64>,
+    /// `last_migrated` by instant, (t, job), so the tick drops the
+    /// cool-downs that ended without a pass over all of them.
+    cooldowns: BTreeSet<(u64, u64)>,
     /// Shapes of in-flight migrations restored by [`Controller::restore`],
     /// until [`Controller::adopt_in_flight`].
     restored_shapes: BTreeMap<u64, JobShape>,
@@ -280,6 +283,7 @@ impl Controller {
             pins: BTreeMap::new(),
             migrating: BTreeSet::new(),
             last_migrated: BTreeMap::new(),
+            cooldowns: BTreeSet::new(),
             restored_shapes: BTreeMap::new(),
             orders: VecDeque::new(),
             unusable: BTreeSet::new(),
@@ -747,7 +751,10 @@ impl Controller {
     /// Starts `job`'s cool-down at `t` (its migration landed, or did not):
     /// its verdict is re-checked then and when the cool-down ends.
     fn note_migrated(&mut self, job: u64, t: u64) {
-        self.last_migrated.insert(job, t);
+        if let Some(old) = self.last_migrated.insert(job, t) {
+            self.cooldowns.remove(&(old, job));
+        }
+        self.cooldowns.insert((t, job));
         let end = t.saturating_add(self.config.migration_cooldown_s);
         for at in [t, end, end.saturating_add(1)] {
             self.recheck.insert((at, job));
@@ -803,6 +810,9 @@ impl Controller {
         }
         if self.migrating.contains(&job) {
             return None; // requeued by us: the engine keeps it at its target
+        }
+        if let Some(t) = self.last_migrated.remove(&job) {
+            self.cooldowns.remove(&(t, job));
         }
         if let Some(r) = rec.as_ref().filter(|r| r.shape.is_some()) {
             // A GPU job's run since its last start (a preemption's requeue
@@ -881,15 +891,21 @@ impl Controller {
             self.compact_due = true;
         }
         self.gate_open = open;
-        // Cool-downs of jobs that are gone or past them are dropped.
+        // Cool-downs past their end are dropped, in order of their start
+        // (issue #11: not a pass over every cool-down at every tick); those
+        // of jobs that ended are dropped by `fini`. (A job whose migration
+        // did not land keeps its cool-down while it waits to restart
+        // elsewhere: `drop_pin`.)
         let cooldown = self.config.migration_cooldown_s;
-        // (A job whose migration did not land keeps its cool-down while it
-        // waits to restart elsewhere: `drop_pin`.)
-        let (jobs, migrating, holds) = (&self.jobs, &self.migrating, &self.holds);
-        self.last_migrated.retain(|j, t| {
-            now.saturating_sub(*t) < cooldown
-                && (jobs.contains_key(j) || migrating.contains(j) || holds.contains_key(j))
-        });
+        while let Some(&(t, j)) = self.cooldowns.first() {
+            if now.saturating_sub(t) < cooldown {
+                break;
+            }
+            self.cooldowns.pop_first();
+            if self.last_migrated.get(&j) == Some(&t) {
+                self.last_migrated.remove(&j);
+            }
+        }
         let stale: Vec<u64> = self
             .pins
             .iter()
@@ -1027,7 +1043,8 @@ impl Controller {
     /// pay for themselves are made ([`Controller::compact_tidying`]). A
     /// Compact whose moves stay inside nodes costs no requeue and is always
     /// kept. When no waiting job could start whatever moves
-    /// ([`Blocked::may_start_after_moves`]: too few free GPUs), the gate is
+    /// ([`Blocked::may_start_after_moves`]: too few free GPUs, or too few
+    /// nodes that moves of the jobs free to move could clear), the gate is
     /// closed without a trial.
     ///
     /// [`MoveWhen::Starts`]: compass_core::placement::worth::MoveWhen::Starts
@@ -1051,7 +1068,18 @@ impl Controller {
                 gpu_type: gpu_type.as_deref(),
             }),
         );
-        let may_gain = blocked.may_start_after_moves(&self.engine);
+        // Could moves start anyone, with the jobs held for tidying that the
+        // trial below releases counted movable (listed only when the bound
+        // without them says no: O(held))?
+        let may_gain = blocked.may_start_after_moves(&self.engine, &[]) || {
+            let releasable: Vec<JobId> = self
+                .tidy_held
+                .iter()
+                .filter(|id| self.jobs.get(id).is_some_and(|r| r.movable && r.in_engine))
+                .map(|id| JobId(*id))
+                .collect();
+            !releasable.is_empty() && blocked.may_start_after_moves(&self.engine, &releasable)
+        };
         if pays && !may_gain {
             // No move can start anyone: tidy at once, the jobs held for
             // tidying still held.

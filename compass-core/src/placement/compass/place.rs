@@ -294,11 +294,13 @@ impl CompassEngine {
         undo: &mut Undo,
     ) -> Option<Vec<NodeId>> {
         let g = job.shape.gpus;
-        // Each instance takes `g` of the free GPUs (a guest it displaces
-        // takes free GPUs elsewhere): with fewer than `w * g` free, it
-        // cannot fit, and a wide job that waits is refused at once instead
-        // of instance by instance (slurmctld asks for it at every pass).
-        if self.occ.free_gpus() < job.shape.total_gpus() {
+        // Each instance takes `g` physically free GPUs on one node (Place
+        // moves nobody): with fewer than `w` such rooms
+        // (`sum_n floor(free_n / g)`, `Occupancy::fit`, `O(G)`), it cannot
+        // fit, and a wide job that waits is refused at once instead of
+        // instance by instance (slurmctld asks for it at every pass; issue
+        // #11: a 1,001-node head installed and rolled back at every event).
+        if self.occ.fit(g) < u64::from(job.shape.instances) {
             return None;
         }
         let end = self.expected_end.get(&job.id).copied();
