@@ -631,8 +631,7 @@ impl<'a> Blocked<'a> {
     /// the fit `sum_n floor(free_n / g)` whatever the moves, so `false` is
     /// exact: no Compact makes [`Blocked::start_after`] true; `O(G +
     /// instances of held)` per pool and blocked job, no Compact tried
-    /// (issue #11: at 10,000 nodes with half the jobs not resumable, the
-    /// trial this spares was the plugin's slowest event).
+    /// (issue #11).
     ///
     /// [`Occupancy::reach_fit_with`]: crate::placement::Occupancy::reach_fit_with
     pub fn may_start_after_moves(&self, pools: &PoolSet, held: &[JobId]) -> bool {
@@ -643,10 +642,7 @@ impl<'a> Blocked<'a> {
                     && pools.engine(p).is_some_and(|e| {
                         let occ = e.occupancy();
                         let (g, n) = (u64::from(w.shape.gpus.max(1)), u64::from(w.shape.instances));
-                        occ.free_gpus() / g >= n
-                            && (occ.reach_fit(w.shape.gpus) >= n
-                                || (!held.is_empty()
-                                    && occ.reach_fit_with(w.shape.gpus, held, &[]) >= n))
+                        occ.free_gpus() / g >= n && occ.reach_fit_with(w.shape.gpus, held) >= n
                     })
             })
         })

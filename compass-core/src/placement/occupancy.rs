@@ -127,33 +127,30 @@ impl Occupancy {
             .sum()
     }
 
-    /// [`Occupancy::reach_fit`] as if the jobs `movable` could move and
-    /// the jobs `still` could not (a trial's holds and releases: the
-    /// controller's jobs held for tidying, released for the gate's trial,
-    /// or the simulator's, held in its trials only); jobs outside the
-    /// model, unknown, or already so change nothing. `O(G + instances of
-    /// the jobs listed)`.
-    pub fn reach_fit_with(&self, g: u32, movable: &[JobId], still: &[JobId]) -> u64 {
+    /// [`Occupancy::reach_fit`] as if the jobs `movable` could move (held
+    /// still now, but free to move in the trial the bound stands for: the
+    /// controller's jobs held for tidying, which the gate's trial releases,
+    /// or the simulator's departing job); jobs outside the model, unknown
+    /// or already movable change nothing. `O(G + instances of movable)`.
+    pub fn reach_fit_with(&self, g: u32, movable: &[JobId]) -> u64 {
         let g = g.max(1);
         let cap = self.capacity();
         let mut fit = self.reach_fit(g);
-        let mut delta: BTreeMap<NodeId, i64> = BTreeMap::new();
-        for (jobs, to) in [(movable, true), (still, false)] {
-            for j in jobs {
-                let Some(r) = self.jobs.get(j) else { continue };
-                if r.request.movable == to || r.request.shape.gpus == 0 {
-                    continue;
-                }
-                let sign = if to { -1 } else { 1 };
-                for (&n, &k) in r.nodes.iter().zip(&r.gpus) {
-                    *delta.entry(n).or_default() += sign * i64::from(k);
-                }
+        let mut freed: BTreeMap<NodeId, u32> = BTreeMap::new();
+        for j in movable {
+            let Some(r) = self.jobs.get(j) else { continue };
+            if r.request.movable || r.request.shape.gpus == 0 {
+                continue;
+            }
+            for (&n, &k) in r.nodes.iter().zip(&r.gpus) {
+                *freed.entry(n).or_default() += k;
             }
         }
-        for (n, d) in delta {
-            let fixed = i64::from(self.fixed[n as usize]);
-            let reach = |f: i64| u64::from((cap as i64 - f).clamp(0, i64::from(cap)) as u32 / g);
-            fit = fit + reach(fixed + d) - reach(fixed);
+        for (n, k) in freed {
+            // (`k <= fixed`: the job's GPUs are among the node's fixed
+            // ones, unless a job is listed twice)
+            let reach = cap - self.fixed[n as usize];
+            fit = fit + u64::from((reach + k).min(cap) / g) - u64::from(reach / g);
         }
         fit
     }
@@ -206,12 +203,7 @@ impl Occupancy {
     /// Adds `delta` GPUs that may not move to `node` (its reach falls).
     fn adjust_fixed(&mut self, node: NodeId, delta: i64) {
         let cap = self.capacity();
-        let before = self.fixed[node as usize];
-        let after = (i64::from(before) + delta) as u32;
-        debug_assert!(after <= cap);
-        self.by_reach[(cap - before) as usize] -= 1;
-        self.by_reach[(cap - after) as usize] += 1;
-        self.fixed[node as usize] = after;
+        shift_fixed(&mut self.fixed, &mut self.by_reach, cap, node, delta);
     }
 
     /// Sets the movable flag of a running job.
@@ -221,15 +213,16 @@ impl Occupancy {
             return Ok(());
         }
         r.request.movable = movable;
-        let chunks: Vec<(NodeId, u32)> = r
-            .nodes
-            .iter()
-            .copied()
-            .zip(r.gpus.iter().copied())
-            .collect();
         let sign = if movable { -1 } else { 1 };
-        for (n, g) in chunks {
-            self.adjust_fixed(n, sign * i64::from(g));
+        let cap = self.spec.gpus_per_node;
+        for (&n, &g) in r.nodes.iter().zip(&r.gpus) {
+            shift_fixed(
+                &mut self.fixed,
+                &mut self.by_reach,
+                cap,
+                n,
+                sign * i64::from(g),
+            );
         }
         Ok(())
     }
@@ -385,6 +378,18 @@ impl Occupancy {
     }
 }
 
+/// Adds `delta` GPUs that may not move to `node` in `fixed`, and moves the
+/// node between the levels of `by_reach` ([`Occupancy`]'s two fields, apart
+/// so a caller can hold a job's record meanwhile).
+fn shift_fixed(fixed: &mut [u32], by_reach: &mut [u64], cap: u32, node: NodeId, delta: i64) {
+    let before = fixed[node as usize];
+    let after = (i64::from(before) + delta) as u32;
+    debug_assert!(after <= cap);
+    by_reach[(cap - before) as usize] -= 1;
+    by_reach[(cap - after) as usize] += 1;
+    fixed[node as usize] = after;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,18 +433,8 @@ mod tests {
         // clear n0 only.
         assert_eq!((o.fit(8), o.reach_fit(8)), (0, 1));
         assert_eq!((o.fit(4), o.reach_fit(4)), (3, 4));
-        assert_eq!(
-            o.reach_fit_with(8, &[JobId(2)], &[]),
-            2,
-            "job 2 counted movable"
-        );
-        assert_eq!(o.reach_fit_with(8, &[JobId(1), JobId(3), JobId(9)], &[]), 1);
-        assert_eq!(
-            o.reach_fit_with(8, &[], &[JobId(1)]),
-            0,
-            "job 1 counted still"
-        );
-        assert_eq!(o.reach_fit_with(8, &[JobId(2)], &[JobId(1), JobId(2)]), 1);
+        assert_eq!(o.reach_fit_with(8, &[JobId(2)]), 2, "job 2 counted movable");
+        assert_eq!(o.reach_fit_with(8, &[JobId(1), JobId(3), JobId(9)]), 1);
         o.set_movable(JobId(2), true).unwrap();
         assert_eq!(o.reach_fit(8), 2);
         o.set_movable(JobId(1), false).unwrap();

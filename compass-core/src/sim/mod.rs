@@ -1593,7 +1593,7 @@ impl<'a> Sim<'a> {
         let policy = &*self.policy;
         let reach = |g: u32| -> u64 {
             (0..self.tracks.len())
-                .map(|p| policy.pool_occupancy(p).reach_fit_with(g, &gone, &[]))
+                .map(|p| policy.pool_occupancy(p).reach_fit_with(g, &gone))
                 .sum()
         };
         self.queue
