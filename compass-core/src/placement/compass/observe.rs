@@ -100,6 +100,9 @@ impl CompassEngine {
                 }
             }
         }
+        if self.ix != self.index_afresh() {
+            return Err("an index differs from the one built afresh from the nodes".into());
+        }
         let placed: usize = self
             .nodes
             .iter()

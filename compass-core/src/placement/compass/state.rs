@@ -274,94 +274,32 @@ impl CompassEngine {
         keys
     }
 
-    /// Takes node `n` out of every index and puts it back by its current
-    /// state, and marks it for the slotted pass. Destination indexes
-    /// (`empty`, `slotted`, `pools`, `phys`, `vacant`, `accepts`) hold usable
-    /// nodes only; source indexes hold every node (moving off a drained node
-    /// is allowed).
+    /// Puts node `n` in the indexes by its current state, and marks it for
+    /// the slotted pass. Destination indexes (`empty`, `slotted`, `pools`,
+    /// `phys`, `vacant`, `accepts`) hold usable nodes only; source indexes
+    /// hold every node (moving off a drained node is allowed). Only the
+    /// parts of the node's keys that changed are touched ([`Index::update`]):
+    /// a job held still or released (`set_movable`) often changes none of
+    /// them (issue #11: the gate's trial releases and holds again hundreds
+    /// of jobs held for tidying).
     pub(super) fn reindex(&mut self, n: NodeId) {
-        let old = std::mem::take(&mut self.keys[n as usize]);
-        if old.kind.is_some() {
-            self.unindex(n, &old);
-        }
         let new = self.keys_of(n);
-        let ix = &mut self.ix;
-        if new.usable {
-            match new.kind.expect("keys_of sets kind") {
-                NodeKind::Empty => ix.empty.insert(n),
-                NodeKind::Slotted => ix.slotted[new.level as usize].insert(n),
-                NodeKind::Pool => ix.pools[new.level as usize].insert(n),
-            };
-            ix.phys[new.phys_free as usize].insert(n);
-        }
-        for a in &new.vacant {
-            ix.vacant.insert((n, *a));
-        }
-        for g in &new.guests {
-            ix.guests.insert((n, *g));
-        }
-        for g in &new.ones {
-            ix.ones.insert((n, *g));
-        }
-        for &(w, g) in &new.multi {
-            ix.multi.insert((w, n, g));
-        }
-        if new.pool_source {
-            ix.pool_sources[new.level as usize].insert(n);
-        }
-        if let Some(s) = new.dissolvable {
-            ix.dissolvable[s as usize].insert(n);
-        }
-        for v in bits(new.gives) {
-            ix.gives[v as usize].insert(n);
-        }
-        for v in bits(new.accepts) {
-            ix.accepts[v as usize].insert(n);
-        }
-        if let Some(s) = new.home_need {
-            ix.home_need[s as usize].insert(n);
-        }
-        ix.dirty.insert(n);
-        self.keys[n as usize] = new;
+        let old = std::mem::replace(&mut self.keys[n as usize], new);
+        self.ix.update(n, &old, &self.keys[n as usize]);
+        self.ix.dirty.insert(n);
     }
 
-    fn unindex(&mut self, n: NodeId, old: &Keys) {
-        let ix = &mut self.ix;
-        if old.usable {
-            match old.kind.expect("indexed") {
-                NodeKind::Empty => ix.empty.remove(&n),
-                NodeKind::Slotted => ix.slotted[old.level as usize].remove(&n),
-                NodeKind::Pool => ix.pools[old.level as usize].remove(&n),
-            };
-            ix.phys[old.phys_free as usize].remove(&n);
+    /// The indexes as built afresh from every node's keys (the invariant
+    /// check compares them with the ones kept up to date), the to-do set of
+    /// the slotted pass copied.
+    pub(super) fn index_afresh(&self) -> Index {
+        let mut ix = Index::new(self.cap);
+        let none = Keys::default();
+        for (n, k) in self.keys.iter().enumerate() {
+            ix.update(n as NodeId, &none, k);
         }
-        for a in &old.vacant {
-            ix.vacant.remove(&(n, *a));
-        }
-        for g in &old.guests {
-            ix.guests.remove(&(n, *g));
-        }
-        for g in &old.ones {
-            ix.ones.remove(&(n, *g));
-        }
-        for &(w, g) in &old.multi {
-            ix.multi.remove(&(w, n, g));
-        }
-        if old.pool_source {
-            ix.pool_sources[old.level as usize].remove(&n);
-        }
-        if let Some(s) = old.dissolvable {
-            ix.dissolvable[s as usize].remove(&n);
-        }
-        for v in bits(old.gives) {
-            ix.gives[v as usize].remove(&n);
-        }
-        for v in bits(old.accepts) {
-            ix.accepts[v as usize].remove(&n);
-        }
-        if let Some(s) = old.home_need {
-            ix.home_need[s as usize].remove(&n);
-        }
+        ix.dirty = self.ix.dirty.clone();
+        ix
     }
 
     pub(super) fn ok_dest(&self, n: NodeId, allowed: Option<&NodeSet>) -> bool {
@@ -381,6 +319,19 @@ impl CompassEngine {
     }
 }
 
+/// Moves `n` in a by-level index from level `old` to level `new` (`None`:
+/// not in the index).
+fn update_level(index: &mut [BTreeSet<NodeId>], n: NodeId, old: Option<u32>, new: Option<u32>) {
+    if old != new {
+        if let Some(l) = old {
+            index[l as usize].remove(&n);
+        }
+        if let Some(l) = new {
+            index[l as usize].insert(n);
+        }
+    }
+}
+
 /// The set bits of `mask`, lowest first.
 pub(super) fn bits(mask: u32) -> impl Iterator<Item = u32> {
     (0..32).filter(move |b| mask & (1 << b) != 0)
@@ -388,7 +339,7 @@ pub(super) fn bits(mask: u32) -> impl Iterator<Item = u32> {
 
 /// Every index of the engine. Each query of Place and Compact is a lookup
 /// here, so an event costs what it touches, not the cluster size.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Index {
     /// Usable empty nodes.
     pub(super) empty: BTreeSet<NodeId>,
@@ -421,6 +372,72 @@ pub(super) struct Index {
 }
 
 impl Index {
+    /// Moves node `n`'s entries from its `old` keys to its `new` ones,
+    /// touching only the parts that differ (`old` is `Keys::default()` for
+    /// a node not indexed yet: it holds no entry).
+    pub(super) fn update(&mut self, n: NodeId, old: &Keys, new: &Keys) {
+        let place = |k: &Keys| (k.usable, k.kind, k.level, k.phys_free);
+        if place(old) != place(new) {
+            if old.usable {
+                self.kind_set(old).remove(&n);
+                self.phys[old.phys_free as usize].remove(&n);
+            }
+            if new.usable {
+                self.kind_set(new).insert(n);
+                self.phys[new.phys_free as usize].insert(n);
+            }
+        }
+        if old.vacant != new.vacant {
+            for a in &old.vacant {
+                self.vacant.remove(&(n, *a));
+            }
+            self.vacant.extend(new.vacant.iter().map(|a| (n, *a)));
+        }
+        if old.guests != new.guests {
+            for g in &old.guests {
+                self.guests.remove(&(n, *g));
+            }
+            self.guests.extend(new.guests.iter().map(|g| (n, *g)));
+        }
+        if old.ones != new.ones {
+            for g in &old.ones {
+                self.ones.remove(&(n, *g));
+            }
+            self.ones.extend(new.ones.iter().map(|g| (n, *g)));
+        }
+        if old.multi != new.multi {
+            for &(w, g) in &old.multi {
+                self.multi.remove(&(w, n, g));
+            }
+            self.multi.extend(new.multi.iter().map(|&(w, g)| (w, n, g)));
+        }
+        let source = |k: &Keys| k.pool_source.then_some(k.level);
+        update_level(&mut self.pool_sources, n, source(old), source(new));
+        update_level(&mut self.dissolvable, n, old.dissolvable, new.dissolvable);
+        update_level(&mut self.home_need, n, old.home_need, new.home_need);
+        for v in bits(old.gives & !new.gives) {
+            self.gives[v as usize].remove(&n);
+        }
+        for v in bits(new.gives & !old.gives) {
+            self.gives[v as usize].insert(n);
+        }
+        for v in bits(old.accepts & !new.accepts) {
+            self.accepts[v as usize].remove(&n);
+        }
+        for v in bits(new.accepts & !old.accepts) {
+            self.accepts[v as usize].insert(n);
+        }
+    }
+
+    /// The destination index of a usable node's kind and level.
+    fn kind_set(&mut self, k: &Keys) -> &mut BTreeSet<NodeId> {
+        match k.kind.expect("a usable node's keys have a kind") {
+            NodeKind::Empty => &mut self.empty,
+            NodeKind::Slotted => &mut self.slotted[k.level as usize],
+            NodeKind::Pool => &mut self.pools[k.level as usize],
+        }
+    }
+
     pub(super) fn new(cap: u32) -> Self {
         let levels = vec![BTreeSet::new(); cap as usize + 1];
         Self {
