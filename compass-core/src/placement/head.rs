@@ -625,16 +625,15 @@ impl<'a> Blocked<'a> {
     /// only movable jobs: a job needs a pool that admits it with at least
     /// `instances` times `gpus` free GPUs (`floor(free / g) >= w`) and
     /// room for its instances on the GPUs that are free or held by movable
-    /// jobs (`sum_n floor(reach_n / g) >= w`, [`Occupancy::reach_fit_with`],
-    /// with the jobs `held` still now counted movable: the controller's
-    /// jobs held for tidying, which the gate's trial releases). Both bound
-    /// the fit `sum_n floor(free_n / g)` whatever the moves, so `false` is
-    /// exact: no Compact makes [`Blocked::start_after`] true; `O(G +
-    /// instances of held)` per pool and blocked job, no Compact tried
-    /// (issue #11).
+    /// jobs (`sum_n floor(reach_n / g) >= w`, [`Occupancy::reach_fit`];
+    /// the jobs held still for tidying count movable there, as the gate's
+    /// trial releases them: [`PoolSet::set_tidy_hold`]). Both bound the fit
+    /// `sum_n floor(free_n / g)` whatever the moves, so `false` is exact: no
+    /// Compact makes [`Blocked::start_after`] true; `O(G)` per pool and
+    /// blocked job, no Compact tried (issue #11).
     ///
-    /// [`Occupancy::reach_fit_with`]: crate::placement::Occupancy::reach_fit_with
-    pub fn may_start_after_moves(&self, pools: &PoolSet, held: &[JobId]) -> bool {
+    /// [`Occupancy::reach_fit`]: crate::placement::Occupancy::reach_fit
+    pub fn may_start_after_moves(&self, pools: &PoolSet) -> bool {
         self.0.iter().any(|w| {
             pools.pools().enumerate().any(|(p, spec)| {
                 spec.modelled
@@ -642,7 +641,7 @@ impl<'a> Blocked<'a> {
                     && pools.engine(p).is_some_and(|e| {
                         let occ = e.occupancy();
                         let (g, n) = (u64::from(w.shape.gpus.max(1)), u64::from(w.shape.instances));
-                        occ.free_gpus() / g >= n && occ.reach_fit_with(w.shape.gpus, held) >= n
+                        occ.free_gpus() / g >= n && occ.reach_fit(w.shape.gpus) >= n
                     })
             })
         })
@@ -723,24 +722,29 @@ mod tests {
         // Without trying a Compact: 8 GPUs free in all could give a 1 x 8
         // job room, never a 2 x 8 one; a job that fits now is not blocked.
         let may = |jobs: &[WaitingJob<'_>]| {
-            Blocked::before(&before, jobs.iter().copied()).may_start_after_moves(&before, &[])
+            Blocked::before(&before, jobs.iter().copied()).may_start_after_moves(&before)
         };
         assert!(may(&[whole]));
         assert!(!may(&[two_whole]));
         assert!(!may(&[half]), "it fits now: nothing to gain");
         assert!(may(&[two_whole, whole]));
-        // The same GPUs free, but job 2 may not move: no move empties a
-        // node, and the bound says so without a trial, unless job 2 is
-        // only held still for now (the controller's tidying hold).
+        // The same GPUs free, but job 2 may not move: only moving job 1
+        // empties a node. Held still for tidying only, job 1 counts
+        // movable (the gate's trial releases it); not movable, no move
+        // empties a node, and the bound says so without a trial.
         let mut pinned = pools(2);
         pinned.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();
         let mut two = JobRequest::new(2, 1, 4);
         two.movable = false;
         pinned.adopt(&two, &[1]).unwrap();
-        pinned.set_movable(JobId(1), false).unwrap();
+        pinned.set_tidy_hold(&[JobId(1)], true);
         let blocked = Blocked::before(&pinned, [whole]);
-        assert!(!blocked.may_start_after_moves(&pinned, &[]));
-        assert!(blocked.may_start_after_moves(&pinned, &[JobId(1)]));
+        assert!(
+            blocked.may_start_after_moves(&pinned),
+            "held for tidying only"
+        );
+        pinned.set_movable(JobId(1), false).unwrap();
+        assert!(!blocked.may_start_after_moves(&pinned));
     }
 
     #[test]

@@ -509,12 +509,13 @@ impl PoolSet {
         Ok(())
     }
 
-    /// [`PoolSet::set_movable`] for many jobs, each engine's nodes
-    /// re-indexed once ([`CompassEngine::set_movable_many`]).
-    pub fn set_movable_many(&mut self, jobs: &[JobId], movable: bool) {
+    /// Holds `jobs` still for Compact, or releases them, in every engine
+    /// that runs them, its occupancy untouched
+    /// ([`CompassEngine::set_tidy_hold`]).
+    pub fn set_tidy_hold(&mut self, jobs: &[JobId], held: bool) {
         for pool in &mut self.pools {
             if let Some(e) = pool.engine.as_mut() {
-                e.set_movable_many(jobs, movable);
+                e.set_tidy_hold(jobs, held);
             }
         }
     }

@@ -772,12 +772,12 @@ impl Controller {
         }
         let verdict = self.eligible(id, rec, now);
         let want = verdict.is_ok();
-        // A job held still for tidying stays still in the engine; its own
-        // verdict is kept for when it is released.
+        // A job held still for tidying stays still for Compact; the engine
+        // keeps its own verdict (the reach counts it) for when it is
+        // released.
         let held = self.tidy_held.contains(&id);
         let freed = want && !rec.movable && !held;
-        let moved_ok =
-            held || want == rec.movable || self.engine.set_movable(JobId(id), want).is_ok();
+        let moved_ok = want == rec.movable || self.engine.set_movable(JobId(id), want).is_ok();
         if let Some(r) = self.jobs.get_mut(&id) {
             if moved_ok {
                 r.movable = want;
@@ -1069,17 +1069,9 @@ impl Controller {
             }),
         );
         // Could moves start anyone, with the jobs held for tidying that the
-        // trial below releases counted movable (listed only when the bound
-        // without them says no: O(held))?
-        let may_gain = blocked.may_start_after_moves(&self.engine, &[]) || {
-            let releasable: Vec<JobId> = self
-                .tidy_held
-                .iter()
-                .filter(|id| self.jobs.get(id).is_some_and(|r| r.movable && r.in_engine))
-                .map(|id| JobId(*id))
-                .collect();
-            !releasable.is_empty() && blocked.may_start_after_moves(&self.engine, &releasable)
-        };
+        // trial below releases counted movable (the engine's reach counts
+        // them so)?
+        let may_gain = blocked.may_start_after_moves(&self.engine);
         if pays && !may_gain {
             // No move can start anyone: tidy at once, the jobs held for
             // tidying still held.
@@ -1116,21 +1108,18 @@ impl Controller {
         self.compact_tidying(now, m)
     }
 
-    /// Holds `jobs` still for tidying (`tidy_held`), in the engine too.
+    /// Holds `jobs` still for tidying (`tidy_held`), in the engine's
+    /// Compact too ([`PoolSet::set_tidy_hold`]).
     fn hold_for_tidying(&mut self, jobs: &[JobId]) {
-        self.engine.set_movable_many(jobs, false);
+        self.engine.set_tidy_hold(jobs, true);
         self.tidy_held.extend(jobs.iter().map(|j| j.0));
     }
 
     /// Lets the engine move `ids` again as far as their own verdicts allow
     /// (after a hold for tidying).
     fn release_movable(&mut self, ids: &[u64]) {
-        let free: Vec<JobId> = ids
-            .iter()
-            .filter(|id| self.jobs.get(id).is_some_and(|r| r.movable && r.in_engine))
-            .map(|id| JobId(*id))
-            .collect();
-        self.engine.set_movable_many(&free, true);
+        let free: Vec<JobId> = ids.iter().map(|id| JobId(*id)).collect();
+        self.engine.set_tidy_hold(&free, false);
     }
 
     /// Does a tidying move of running job `id` at `now` pay for itself

@@ -94,6 +94,7 @@ impl CompassEngine {
             JobMeta {
                 gpus: 0,
                 movable: false,
+                tidy_held: false,
                 foreign: true,
             },
         );

@@ -143,7 +143,11 @@ pub enum AdoptOutcome {
 #[derive(Clone, Debug)]
 struct JobMeta {
     gpus: u32,
+    /// The job's own movability ([`CompassEngine::set_movable`]), as the
+    /// occupancy counts it.
     movable: bool,
+    /// Held still for Compact for now ([`CompassEngine::set_tidy_hold`]).
+    tidy_held: bool,
     foreign: bool,
 }
 
@@ -290,20 +294,28 @@ impl CompassEngine {
         Ok(())
     }
 
-    /// [`CompassEngine::set_movable`] for many jobs at once, each node
-    /// re-indexed once however many of them it holds (unknown and foreign
-    /// jobs are skipped).
-    pub fn set_movable_many(&mut self, jobs: &[JobId], movable: bool) {
+    /// Holds `jobs` still for Compact (`held`), or lets them move again as
+    /// far as their own movability allows, each node re-indexed once
+    /// however many of them it holds (unknown and foreign jobs are
+    /// skipped): the select plugin's hold for tidying (`pays`: a move that
+    /// starts nobody and does not pay for itself is not tried again).
+    /// Unlike [`CompassEngine::set_movable`], the occupancy still counts a
+    /// held job movable (its reach, [`Occupancy::reach_fit`]), as the
+    /// gate's trial, which releases every hold, needs: the gate's bound
+    /// reads it without a list of the held jobs, and a hold or release
+    /// changes only the Compact's indexes (issue #11).
+    pub fn set_tidy_hold(&mut self, jobs: &[JobId], held: bool) {
         let mut nodes: Vec<NodeId> = Vec::new();
         for job in jobs {
             let Some(meta) = self.meta.get_mut(job).filter(|m| !m.foreign) else {
                 continue;
             };
-            if meta.movable == movable {
+            if meta.tidy_held == held {
                 continue;
             }
-            meta.movable = movable;
-            if self.occ.set_movable(*job, movable).is_ok() {
+            meta.tidy_held = held;
+            // A job that may not move anyway looks the same to Compact.
+            if meta.movable {
                 if let Some(r) = self.occ.job(*job) {
                     nodes.extend_from_slice(&r.nodes);
                 }
@@ -413,6 +425,7 @@ impl CompassEngine {
             JobMeta {
                 gpus: job.shape.gpus,
                 movable: job.movable,
+                tidy_held: false,
                 foreign: false,
             },
         );
@@ -452,7 +465,9 @@ impl CompassEngine {
     }
 
     fn movable(&self, inst: InstanceRef) -> bool {
-        self.meta.get(&inst.job).is_some_and(|m| m.movable)
+        self.meta
+            .get(&inst.job)
+            .is_some_and(|m| m.movable && !m.tidy_held)
     }
 }
 

@@ -244,6 +244,43 @@ fn immovable_jobs_are_never_migrated() {
 }
 
 #[test]
+fn a_tidy_hold_keeps_jobs_from_compact_but_not_from_the_reach() {
+    // The history above: two pinned 2-GPU slots left open beside a 4-GPU
+    // job. Resumable but held still for tidying, they stay put, while the
+    // occupancy still counts them free to move (the gate's bound).
+    let config = CompassConfig {
+        pinned_fill: false,
+        ..CompassConfig::default()
+    };
+    let mut e = CompassEngine::new(ClusterSpec::new(6, 8).unwrap(), config);
+    arrive(&mut e, 1, &[1, 1, 1]);
+    for id in 4..=6 {
+        e.place(&JobRequest::new(id, 1, 2).pinned(), None)
+            .unwrap()
+            .unwrap();
+    }
+    arrive(&mut e, 7, &[1, 1, 1]);
+    e.place(&JobRequest::new(10, 1, 4), None).unwrap().unwrap();
+    let still = e.occupancy().reach_fit(8);
+    let held: Vec<JobId> = (4..=6).map(JobId).collect();
+    e.set_tidy_hold(&held, true);
+    for id in 4..=6 {
+        e.set_movable(JobId(id), true).unwrap();
+    }
+    let reach = e.occupancy().reach_fit(8);
+    assert!(reach > still, "held jobs count movable in the reach");
+    assert!(e.compact().is_empty(), "held jobs are not moved");
+    assert_eq!(e.non_full_by_kind(), (2, 1));
+    e.check_invariants().unwrap();
+    // Released, they move as their own movability allows.
+    e.set_tidy_hold(&held, false);
+    assert_eq!(e.occupancy().reach_fit(8), reach);
+    assert_eq!(e.compact().len(), 2);
+    assert_eq!(e.non_full_by_kind(), (1, 1));
+    e.check_invariants().unwrap();
+}
+
+#[test]
 fn one_gpu_jobs_overflow_into_slotted_room_on_small_clusters() {
     // Two nodes: a full pool node and a slotted node with 4 free GPUs.
     let mut e = engine(2);
