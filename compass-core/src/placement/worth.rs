@@ -157,6 +157,29 @@ pub const DEFAULT_TIDY_PAYBACK: f64 = 20.0;
 /// plugin's `Controller::compact_tidying` and the simulator's gate alike).
 pub const TIDY_TRIALS: usize = 8;
 
+/// Under [`MoveWhen::Pays`], the jobs held still for tidying that one
+/// Compact re-judges (does their move pay now?): at most this many, in
+/// rotation ([`tidy_turn`]), so a Compact's cost does not grow with the
+/// jobs held (issue #11: 320 held at 10,000 nodes in the plugin bench
+/// mix). With fewer held, each Compact re-judges every one.
+pub const TIDY_RECHECKS: usize = 32;
+
+/// The held jobs one Compact re-judges: at most [`TIDY_RECHECKS`] of
+/// `held`, those after `after` (the last one re-judged before) in order,
+/// wrapping around; every one when they are fewer. The select plugin's
+/// `Controller::recheck_tidy_held` and the simulator's gate alike.
+pub fn tidy_turn<T: Ord + Copy>(held: &std::collections::BTreeSet<T>, after: Option<T>) -> Vec<T> {
+    use std::ops::Bound::{Excluded, Unbounded};
+    let Some(a) = after else {
+        return held.iter().copied().take(TIDY_RECHECKS).collect();
+    };
+    held.range((Excluded(a), Unbounded))
+        .chain(held.range(..=a))
+        .copied()
+        .take(TIDY_RECHECKS)
+        .collect()
+}
+
 fn default_tidy_payback() -> f64 {
     DEFAULT_TIDY_PAYBACK
 }
@@ -426,6 +449,34 @@ mod tests {
         }
         assert_eq!(h.len(), RunHistory::CAPACITY);
         assert_eq!(h.expected_remaining(10.0), Some(990.0));
+    }
+
+    #[test]
+    fn a_compact_rejudges_a_bounded_turn_of_the_held_jobs_in_rotation() {
+        let few: std::collections::BTreeSet<u32> = (1..=5).collect();
+        assert_eq!(tidy_turn(&few, None), vec![1, 2, 3, 4, 5]);
+        assert_eq!(
+            tidy_turn(&few, Some(3)),
+            vec![4, 5, 1, 2, 3],
+            "all, when few"
+        );
+        let many: std::collections::BTreeSet<u32> = (0..100).collect();
+        let first = tidy_turn(&many, None);
+        assert_eq!(first, (0..32).collect::<Vec<_>>());
+        let mut seen = std::collections::BTreeSet::new();
+        let mut after = None;
+        for _ in 0..4 {
+            let turn = tidy_turn(&many, after);
+            assert_eq!(turn.len(), TIDY_RECHECKS);
+            after = turn.last().copied();
+            seen.extend(turn);
+        }
+        assert_eq!(
+            seen, many,
+            "every held job is re-judged within ceil(100 / 32) turns"
+        );
+        // The job after which the turn starts may have ended meanwhile.
+        assert_eq!(tidy_turn(&few, Some(9)), vec![1, 2, 3, 4, 5]);
     }
 
     #[test]

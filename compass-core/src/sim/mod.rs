@@ -37,7 +37,7 @@ use crate::metric;
 use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration};
 use crate::placement::pools::PoolSpec;
 pub use crate::placement::worth::MoveWhen;
-use crate::placement::worth::{MigrationRule, MoveCandidate, RunHistory, TIDY_TRIALS};
+use crate::placement::worth::{tidy_turn, MigrationRule, MoveCandidate, RunHistory, TIDY_TRIALS};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
 use crate::trace::TraceJob;
 
@@ -755,6 +755,9 @@ struct Sim<'a> {
     /// start a queued job, they pay, or they end
     /// ([`Sim::hold_unless_moves_start`]).
     tidy_held: BTreeSet<usize>,
+    /// The held job re-judged last (the gate re-judges a bounded turn of
+    /// them, [`tidy_turn`]; a cell, as the gate only reads the rest).
+    tidy_cursor: std::cell::Cell<Option<usize>>,
     over_events: u64,
     over_events_held: u64,
     refused_slip: u64,
@@ -889,6 +892,7 @@ impl<'a> Sim<'a> {
             held: 0,
             runs: RunHistory::default(),
             tidy_held: BTreeSet::new(),
+            tidy_cursor: std::cell::Cell::new(None),
             over_events: 0,
             over_events_held: 0,
             refused_slip: 0,
@@ -1414,13 +1418,16 @@ impl<'a> Sim<'a> {
     /// not pay are held still and the event is tried again, until every
     /// moved job pays or [`TIDY_TRIALS`] trials were made (then nothing
     /// moves). The jobs so held stay held at the events that follow
-    /// (`tidy_held`, re-judged at each, and kept through the events that
+    /// (`tidy_held`, re-judged at each, at most [`TIDY_RECHECKS`] of them
+    /// in rotation ([`tidy_turn`]), and kept through the events that
     /// try nothing: an empty queue, no movable job) until a queued job could start
     /// after moves at all ([`Sim::may_start_after_moves`]; then every job
     /// may move in the first trial), they pay, or they end; with none
     /// held and no queued job that could start, no first trial is made.
     /// The select plugin's `Controller::compact_if_it_starts_a_job` and
     /// `compact_tidying` follow the same rule.
+    ///
+    /// [`TIDY_RECHECKS`]: crate::placement::worth::TIDY_RECHECKS
     fn hold_unless_moves_start(
         &self,
         t: Seconds,
@@ -1461,10 +1468,19 @@ impl<'a> Sim<'a> {
         if movable.is_empty() {
             return Ok(untried);
         }
+        // Re-judged now: a bounded turn of the held jobs (every one when
+        // they are few); the others stay held unjudged.
+        let turn = tidy_turn(&self.tidy_held, self.tidy_cursor.get());
+        if let Some(&last) = turn.last() {
+            self.tidy_cursor.set(Some(last));
+        }
         let sticky: Vec<usize> = movable
             .iter()
             .copied()
-            .filter(|k| self.tidy_held.contains(k) && !self.pays_for_tidying(&rule, *k, t))
+            .filter(|k| {
+                self.tidy_held.contains(k)
+                    && !(turn.contains(k) && self.pays_for_tidying(&rule, *k, t))
+            })
             .collect();
         type Trial = (Box<dyn ClusterPolicy>, Vec<(usize, u64)>);
         let trial = |still: &[usize]| -> Result<Option<Trial>> {

@@ -31,7 +31,7 @@ use compass_core::placement::head::{
 };
 use compass_core::placement::pools::{NodeGpus, PoolSet};
 use compass_core::placement::worth::{
-    KeepReason, MigrationRule, MoveCandidate, MoveWhen, RunHistory, TIDY_TRIALS,
+    tidy_turn, KeepReason, MigrationRule, MoveCandidate, MoveWhen, RunHistory, TIDY_TRIALS,
 };
 use compass_core::placement::PlacementPolicy;
 
@@ -249,6 +249,8 @@ pub struct Controller {
     /// Compact could start a waiting job, they pay, or they end
     /// ([`Controller::compact_tidying`]).
     tidy_held: BTreeSet<u64>,
+    /// The held job re-judged last ([`Controller::recheck_tidy_held`]).
+    tidy_cursor: Option<u64>,
     pub counters: Counters,
 }
 
@@ -295,6 +297,7 @@ impl Controller {
             releases: Vec::new(),
             head_hold: None,
             tidy_held: BTreeSet::new(),
+            tidy_cursor: None,
             runs: RunHistory::default(),
             counters: Counters::default(),
         }
@@ -1135,16 +1138,21 @@ impl Controller {
     }
 
     /// The jobs held still for tidying whose tidying move pays now are
-    /// released ([`Controller::compact_tidying`]); `O(held)`, no Compact.
+    /// released ([`Controller::compact_tidying`]): at most
+    /// [`TIDY_RECHECKS`] of them are re-judged, in rotation by job id
+    /// ([`tidy_turn`]), so the cost is bounded whatever the jobs held; no
+    /// Compact.
+    ///
+    /// [`TIDY_RECHECKS`]: compass_core::placement::worth::TIDY_RECHECKS
     fn recheck_tidy_held(&mut self, now: u64) {
         if self.tidy_held.is_empty() {
             return;
         }
         let rule = self.rule();
-        let pay: Vec<u64> = self
-            .tidy_held
-            .iter()
-            .copied()
+        let turn = tidy_turn(&self.tidy_held, self.tidy_cursor);
+        self.tidy_cursor = turn.last().copied();
+        let pay: Vec<u64> = turn
+            .into_iter()
             .filter(|&id| self.pays_for_tidying(&rule, id, now))
             .collect();
         for id in &pay {
