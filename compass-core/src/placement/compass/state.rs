@@ -319,6 +319,33 @@ impl CompassEngine {
     }
 }
 
+/// Replaces a node's entries `old` by `new` in `index` (each made an
+/// entry by `entry`), when they differ.
+fn update_entries<K: PartialEq, E: Ord>(
+    index: &mut BTreeSet<E>,
+    old: &[K],
+    new: &[K],
+    entry: impl Fn(&K) -> E,
+) {
+    if old != new {
+        for k in old {
+            index.remove(&entry(k));
+        }
+        index.extend(new.iter().map(entry));
+    }
+}
+
+/// Moves `n` in a by-level index from the levels set in mask `old` to
+/// those set in mask `new`.
+fn update_bits(index: &mut [BTreeSet<NodeId>], n: NodeId, old: u32, new: u32) {
+    for v in bits(old & !new) {
+        index[v as usize].remove(&n);
+    }
+    for v in bits(new & !old) {
+        index[v as usize].insert(n);
+    }
+}
+
 /// Moves `n` in a by-level index from level `old` to level `new` (`None`:
 /// not in the index).
 fn update_level(index: &mut [BTreeSet<NodeId>], n: NodeId, old: Option<u32>, new: Option<u32>) {
@@ -387,46 +414,17 @@ impl Index {
                 self.phys[new.phys_free as usize].insert(n);
             }
         }
-        if old.vacant != new.vacant {
-            for a in &old.vacant {
-                self.vacant.remove(&(n, *a));
-            }
-            self.vacant.extend(new.vacant.iter().map(|a| (n, *a)));
-        }
-        if old.guests != new.guests {
-            for g in &old.guests {
-                self.guests.remove(&(n, *g));
-            }
-            self.guests.extend(new.guests.iter().map(|g| (n, *g)));
-        }
-        if old.ones != new.ones {
-            for g in &old.ones {
-                self.ones.remove(&(n, *g));
-            }
-            self.ones.extend(new.ones.iter().map(|g| (n, *g)));
-        }
-        if old.multi != new.multi {
-            for &(w, g) in &old.multi {
-                self.multi.remove(&(w, n, g));
-            }
-            self.multi.extend(new.multi.iter().map(|&(w, g)| (w, n, g)));
-        }
+        let at = |a: &InstanceRef| (n, *a);
+        update_entries(&mut self.vacant, &old.vacant, &new.vacant, at);
+        update_entries(&mut self.guests, &old.guests, &new.guests, at);
+        update_entries(&mut self.ones, &old.ones, &new.ones, at);
+        update_entries(&mut self.multi, &old.multi, &new.multi, |&(w, g)| (w, n, g));
         let source = |k: &Keys| k.pool_source.then_some(k.level);
         update_level(&mut self.pool_sources, n, source(old), source(new));
         update_level(&mut self.dissolvable, n, old.dissolvable, new.dissolvable);
         update_level(&mut self.home_need, n, old.home_need, new.home_need);
-        for v in bits(old.gives & !new.gives) {
-            self.gives[v as usize].remove(&n);
-        }
-        for v in bits(new.gives & !old.gives) {
-            self.gives[v as usize].insert(n);
-        }
-        for v in bits(old.accepts & !new.accepts) {
-            self.accepts[v as usize].remove(&n);
-        }
-        for v in bits(new.accepts & !old.accepts) {
-            self.accepts[v as usize].insert(n);
-        }
+        update_bits(&mut self.gives, n, old.gives, new.gives);
+        update_bits(&mut self.accepts, n, old.accepts, new.accepts);
     }
 
     /// The destination index of a usable node's kind and level.

@@ -210,10 +210,9 @@ fn departing_anchor_never_loses_its_fillers() {
     assert_eq!(e.occupancy().partial_nodes(), 1);
 }
 
-#[test]
-fn immovable_jobs_are_never_migrated() {
-    // Same history as the counter-example, with the 2-GPU jobs pinned and
-    // placed in slots as the paper does (no correction 5).
+/// The counter-example's history on 6 nodes, with the 2-GPU jobs 4-6
+/// pinned and placed in slots as the paper does (no correction 5).
+fn counter_example_with_pinned_slots() -> CompassEngine {
     let config = CompassConfig {
         pinned_fill: false,
         ..CompassConfig::default()
@@ -226,6 +225,12 @@ fn immovable_jobs_are_never_migrated() {
             .unwrap();
     }
     arrive(&mut e, 7, &[1, 1, 1]);
+    e
+}
+
+#[test]
+fn immovable_jobs_are_never_migrated() {
+    let mut e = counter_example_with_pinned_slots();
     let adm = e.place(&JobRequest::new(10, 1, 4), None).unwrap().unwrap();
     e.check_invariants().unwrap();
     // The only repair moves two pinned 2-GPU slots: the engine plans around
@@ -248,18 +253,7 @@ fn a_tidy_hold_keeps_jobs_from_compact_but_not_from_the_reach() {
     // The history above: two pinned 2-GPU slots left open beside a 4-GPU
     // job. Resumable but held still for tidying, they stay put, while the
     // occupancy still counts them free to move (the gate's bound).
-    let config = CompassConfig {
-        pinned_fill: false,
-        ..CompassConfig::default()
-    };
-    let mut e = CompassEngine::new(ClusterSpec::new(6, 8).unwrap(), config);
-    arrive(&mut e, 1, &[1, 1, 1]);
-    for id in 4..=6 {
-        e.place(&JobRequest::new(id, 1, 2).pinned(), None)
-            .unwrap()
-            .unwrap();
-    }
-    arrive(&mut e, 7, &[1, 1, 1]);
+    let mut e = counter_example_with_pinned_slots();
     e.place(&JobRequest::new(10, 1, 4), None).unwrap().unwrap();
     let still = e.occupancy().reach_fit(8);
     let held: Vec<JobId> = (4..=6).map(JobId).collect();
