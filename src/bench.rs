@@ -137,6 +137,11 @@ struct LatencyRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     tick: Option<Micros>,
     migrations: u64,
+    /// The plugin's self-check (`plugin` mix): what one call costs at the
+    /// end of the churn. The plugin thread runs it every tenth round, under
+    /// the controller's lock, so slurmctld's callbacks wait that long.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    self_check: Option<Micros>,
     /// The head's guard (`head-guard` mix): what its Compacts came to.
     #[serde(skip_serializing_if = "Option::is_none")]
     head: Option<HeadCounts>,
@@ -718,6 +723,22 @@ impl Plugin {
         Some(info)
     }
 
+    /// Times the controller's self-check (`Controller::self_check`, the
+    /// engine's invariants) on the state the churn left, forty times (each call checks one part of
+    /// the nodes, in rotation). A
+    /// violation is an error of the row, not a figure.
+    fn self_check_cost(&mut self) -> compass_core::Result<Micros> {
+        let mut times = Vec::new();
+        for _ in 0..40 {
+            let t = Instant::now();
+            if let Some(why) = self.c.self_check() {
+                return Err(compass_core::CoreError::Invalid(why));
+            }
+            times.push(nanos(t));
+        }
+        Ok(Micros::of(times))
+    }
+
     /// The plugin thread's tick, and the requeues it orders, as Slurm
     /// carries them out. Returns the migrations made.
     fn tick(&mut self) -> u64 {
@@ -857,8 +878,13 @@ pub fn run(args: Args) -> Result<()> {
             for &n in &args.nodes {
                 let spec = ClusterSpec::new(n, 8)?;
                 let mut head = None;
+                let mut self_check = None;
                 let outcome = if mix.plugin {
-                    latency(&mut Plugin::new(n, args.load), &args, mix)
+                    let mut plugin = Plugin::new(n, args.load);
+                    latency(&mut plugin, &args, mix).and_then(|r| {
+                        self_check = Some(plugin.self_check_cost()?);
+                        Ok(r)
+                    })
                 } else if mix_name == "mixed" {
                     latency(&mut Pools::new(&mixed_nodes(n), true), &args, mix)
                 } else if mix.head {
@@ -879,6 +905,7 @@ pub fn run(args: Args) -> Result<()> {
                         remove,
                         tick,
                         migrations,
+                        self_check,
                         head,
                         error: None,
                     },
@@ -890,6 +917,7 @@ pub fn run(args: Args) -> Result<()> {
                         remove: Micros::default(),
                         tick: None,
                         migrations: 0,
+                        self_check: None,
                         head: None,
                         error: Some(e.to_string()),
                     },
@@ -1039,6 +1067,14 @@ fn tables(r: &BenchReport, args: &Args) -> String {
         );
     }
     for l in &r.latency {
+        if let Some(c) = &l.self_check {
+            let _ = writeln!(
+                s,
+                "Plugin self-check at {} nodes (every tenth round of the plugin thread, under \
+                 the controller's lock): p50 {:.1} us, max {:.1} us",
+                l.nodes, c.p50_us, c.max_us
+            );
+        }
         if let Some(h) = &l.head {
             let _ = writeln!(
                 s,

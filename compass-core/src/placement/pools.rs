@@ -600,9 +600,21 @@ impl PoolSet {
 
     /// Every engine's structural invariants (Proposition 1, accounting).
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.check_invariants_part(0, 1)
+    }
+
+    /// Part `part` of `parts` of [`PoolSet::check_invariants`]: in each
+    /// engine, the `part`-th of `parts` equal runs of its nodes
+    /// ([`CompassEngine::check_invariants_of`]). Parts `0..parts` together
+    /// check every node.
+    pub fn check_invariants_part(&self, part: u32, parts: u32) -> std::result::Result<(), String> {
+        let parts = u64::from(parts.max(1));
+        let part = u64::from(part) % parts;
         for pool in &self.pools {
             if let Some(e) = &pool.engine {
-                e.check_invariants()
+                let len = pool.spec.nodes.len() as u64;
+                let at = |k: u64| (len * k / parts) as NodeId;
+                e.check_invariants_of(at(part)..at(part + 1))
                     .map_err(|why| format!("pool {}: {why}", pool.spec.name))?;
             }
         }

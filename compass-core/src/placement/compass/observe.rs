@@ -1,5 +1,7 @@
 //! Observation: the serialisable layout and the invariant check.
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 
 use super::{CompassEngine, NodeKind, NodeState};
@@ -40,12 +42,27 @@ impl CompassEngine {
     }
 
     /// Checks every structural invariant (Proposition 1 and the accounting).
-    /// Returns a description of the first violation. Used by tests and by the
-    /// plugin's self-check.
+    /// Returns a description of the first violation. Used by tests after
+    /// every event; the plugin's self-check checks a part of the nodes at a
+    /// time ([`CompassEngine::check_invariants_of`]).
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.check_invariants_of(0..self.nodes.len() as NodeId)
+    }
+
+    /// [`CompassEngine::check_invariants`] for the nodes in `nodes` only
+    /// (clamped to the cluster): each node's own invariants (its GPUs
+    /// against the accounting's, each of its instances accounted on it)
+    /// and its index entries against ones built afresh. The cluster-wide
+    /// count of instances against the accounted jobs is made only when
+    /// `nodes` covers the cluster. The cost is that of the nodes checked,
+    /// so a caller under a lock can bound it (issue #11: at 10,000 nodes
+    /// the whole check costs about 12 ms).
+    pub fn check_invariants_of(&self, nodes: Range<NodeId>) -> std::result::Result<(), String> {
         let cap = self.cap;
-        for (n, st) in self.nodes.iter().enumerate() {
-            let n = n as NodeId;
+        let all = self.nodes.len() as NodeId;
+        let nodes = nodes.start.min(all)..nodes.end.min(all);
+        for n in nodes.clone() {
+            let st = &self.nodes[n as usize];
             if st.used() != self.occ.used(n) {
                 return Err(format!(
                     "node {n}: structure holds {} GPUs, accounting {}",
@@ -100,8 +117,11 @@ impl CompassEngine {
                 }
             }
         }
-        if self.ix != self.index_afresh() {
+        if self.ix.restricted(nodes.clone()) != self.index_afresh(nodes.clone()) {
             return Err("an index differs from the one built afresh from the nodes".into());
+        }
+        if nodes != (0..all) {
+            return Ok(());
         }
         let placed: usize = self
             .nodes

@@ -2,11 +2,12 @@
 //! best-fit query of the engine.
 
 use std::collections::BTreeSet;
+use std::ops::{Bound, Range};
 
 use serde::{Deserialize, Serialize};
 
 use super::CompassEngine;
-use crate::model::{slot_width, InstanceRef, NodeId, NodeSet};
+use crate::model::{slot_width, InstanceRef, JobId, NodeId, NodeSet};
 
 /// Node types of Section 4.2: empty, pool (1-GPU instances only) or slotted.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -289,16 +290,16 @@ impl CompassEngine {
         self.ix.dirty.insert(n);
     }
 
-    /// The indexes as built afresh from every node's keys (the invariant
-    /// check compares them with the ones kept up to date), the to-do set of
-    /// the slotted pass copied.
-    pub(super) fn index_afresh(&self) -> Index {
+    /// The indexes of the nodes in `nodes` as built afresh from their keys
+    /// (the invariant check compares them with [`Index::restricted`] to the
+    /// same nodes), the to-do set of the slotted pass copied.
+    pub(super) fn index_afresh(&self, nodes: Range<NodeId>) -> Index {
         let mut ix = Index::new(self.cap);
         let none = Keys::default();
-        for (n, k) in self.keys.iter().enumerate() {
-            ix.update(n as NodeId, &none, k);
+        for n in nodes.clone() {
+            ix.update(n, &none, &self.keys[n as usize]);
         }
-        ix.dirty = self.ix.dirty.clone();
+        ix.dirty = self.ix.dirty.range(nodes).copied().collect();
         ix
     }
 
@@ -425,6 +426,51 @@ impl Index {
         update_level(&mut self.home_need, n, old.home_need, new.home_need);
         update_bits(&mut self.gives, n, old.gives, new.gives);
         update_bits(&mut self.accepts, n, old.accepts, new.accepts);
+    }
+
+    /// The entries of the nodes in `nodes` only: what a partial invariant
+    /// check compares with the same nodes' index built afresh. Each set is
+    /// read by range, so the cost is the entries of those nodes (and the
+    /// levels), not the cluster's.
+    pub(super) fn restricted(&self, nodes: Range<NodeId>) -> Index {
+        let by_node = |s: &BTreeSet<NodeId>| s.range(nodes.clone()).copied().collect();
+        let levels = |v: &[BTreeSet<NodeId>]| v.iter().map(by_node).collect::<Vec<_>>();
+        let first = InstanceRef {
+            job: JobId(0),
+            index: 0,
+        };
+        let span = (
+            Bound::Included((nodes.start, first)),
+            Bound::Excluded((nodes.end, first)),
+        );
+        let pairs =
+            |s: &BTreeSet<(NodeId, InstanceRef)>| s.range(span).copied().collect::<BTreeSet<_>>();
+        // slot widths are at most the node's GPUs: one level each
+        let multi = (0..self.slotted.len() as u32)
+            .flat_map(|w| {
+                self.multi.range((
+                    Bound::Included((w, nodes.start, first)),
+                    Bound::Excluded((w, nodes.end, first)),
+                ))
+            })
+            .copied()
+            .collect();
+        Index {
+            empty: by_node(&self.empty),
+            slotted: levels(&self.slotted),
+            pools: levels(&self.pools),
+            phys: levels(&self.phys),
+            vacant: pairs(&self.vacant),
+            guests: pairs(&self.guests),
+            ones: pairs(&self.ones),
+            multi,
+            pool_sources: levels(&self.pool_sources),
+            dissolvable: levels(&self.dissolvable),
+            gives: levels(&self.gives),
+            accepts: levels(&self.accepts),
+            home_need: levels(&self.home_need),
+            dirty: by_node(&self.dirty),
+        }
     }
 
     /// The destination index of a usable node's kind and level.
