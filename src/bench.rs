@@ -724,9 +724,9 @@ impl Plugin {
     }
 
     /// Times the controller's self-check (`Controller::self_check`, the
-    /// engine's invariants) on the state the churn left, forty times (each call checks one part of
-    /// the nodes, in rotation). A
-    /// violation is an error of the row, not a figure.
+    /// engine's invariants) on the state the churn left, forty times (each
+    /// call checks one part of the nodes, in rotation). A violation is an
+    /// error of the row, not a figure.
     fn self_check_cost(&mut self) -> compass_core::Result<Micros> {
         let mut times = Vec::new();
         for _ in 0..40 {

@@ -1383,8 +1383,9 @@ impl Controller {
     /// The engine's structural invariants (paper Proposition 1 and the GPU
     /// accounting); a message for Slurm's log when one is violated. Each
     /// call checks one part of about [`SELF_CHECK_NODES`] nodes, in
-    /// rotation, so every node is checked within `ceil(nodes / 256)` calls
-    /// (on a cluster of at most 256 nodes, every call checks them all).
+    /// rotation, so every node is checked within `ceil(nodes /
+    /// SELF_CHECK_NODES)` calls (on a cluster of at most that many nodes,
+    /// every call checks them all).
     pub fn self_check(&mut self) -> Option<String> {
         let parts = (self.node_gpus.len() as u32)
             .div_ceil(SELF_CHECK_NODES)

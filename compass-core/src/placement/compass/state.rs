@@ -2,7 +2,7 @@
 //! best-fit query of the engine.
 
 use std::collections::BTreeSet;
-use std::ops::{Bound, Range};
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
@@ -439,19 +439,16 @@ impl Index {
             job: JobId(0),
             index: 0,
         };
-        let span = (
-            Bound::Included((nodes.start, first)),
-            Bound::Excluded((nodes.end, first)),
-        );
-        let pairs =
-            |s: &BTreeSet<(NodeId, InstanceRef)>| s.range(span).copied().collect::<BTreeSet<_>>();
+        let pairs = |s: &BTreeSet<(NodeId, InstanceRef)>| {
+            s.range((nodes.start, first)..(nodes.end, first))
+                .copied()
+                .collect::<BTreeSet<_>>()
+        };
         // slot widths are at most the node's GPUs: one level each
         let multi = (0..self.slotted.len() as u32)
             .flat_map(|w| {
-                self.multi.range((
-                    Bound::Included((w, nodes.start, first)),
-                    Bound::Excluded((w, nodes.end, first)),
-                ))
+                self.multi
+                    .range((w, nodes.start, first)..(w, nodes.end, first))
             })
             .copied()
             .collect();
