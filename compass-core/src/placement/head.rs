@@ -16,7 +16,9 @@
 //! - [`moves_let_a_job_start`]: the gate `MoveWhen::Starts` (issue #10):
 //!   a Compact is made only when its moves give some waiting job room.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap;
 
 use crate::clock::Instant;
 use crate::model::{JobId, JobShape, Migration, NodeId};
@@ -98,7 +100,7 @@ pub fn reservation(
 /// limit) never frees its GPUs.
 #[derive(Clone, Debug, Default)]
 pub struct Ends {
-    by_job: HashMap<JobId, f64>,
+    by_job: FxHashMap<JobId, f64>,
     /// Jobs whose end changed since the fit over time last looked.
     changed: Vec<JobId>,
     /// Too many changes went unseen: rebuild the fit over time.
@@ -248,7 +250,7 @@ struct Timeline {
     admitted: Vec<bool>,
     /// `F_p` now, with no job ended (`None`: the pool does not admit it).
     base: Vec<Option<i64>>,
-    rises: HashMap<(usize, NodeId), Vec<f64>>,
+    rises: FxHashMap<(usize, NodeId), Vec<f64>>,
     /// Every rise: (instant, pool, node, rank on the node).
     order: BTreeSet<(Instant, usize, NodeId, u32)>,
 }
@@ -294,7 +296,7 @@ impl Timeline {
 
 /// The instants node `n`'s `floor(free / g)` grows as its jobs end at their
 /// `ends` (one entry per unit; jobs without an end never free).
-fn node_rises(e: &CompassEngine, n: NodeId, g: u32, ends: &HashMap<JobId, f64>) -> Vec<f64> {
+fn node_rises(e: &CompassEngine, n: NodeId, g: u32, ends: &FxHashMap<JobId, f64>) -> Vec<f64> {
     let mut inst: Vec<(f64, u32)> = e
         .node(n)
         .instances()
@@ -490,6 +492,60 @@ fn node_fit(cap: u32, g: u32, instances: &[(JobId, u32, f64)], t: f64) -> i64 {
     i64::from(cap.saturating_sub(used) / g)
 }
 
+/// Is the moves' change of the head's fit, `sum_n fit(after_n, t) -
+/// fit(before_n, t)` per pool over the touched `nodes` (pool, capacity,
+/// instances before and after), below zero at some instant of `times`
+/// (sorted, distinct, from now on)? One sweep over the instances' ends in
+/// order, each node's two fits kept as its GPUs free, so the check costs
+/// `O(E log E + |times| * pools)` for `E` instances (issue #11: evaluated
+/// afresh at every instant it was quadratic in the nodes a trial touched).
+fn lowers_fit(
+    nodes: &[(usize, u32, Holding, Holding)],
+    g: u32,
+    pools: usize,
+    times: &[f64],
+) -> bool {
+    // used GPUs before and after, per touched node, all held (an end that
+    // is not a number holds nothing, as in `node_fit`)
+    let holds = |e: f64| !e.is_nan();
+    let mut used: Vec<[u32; 2]> = nodes
+        .iter()
+        .map(|(_, _, b, a)| [b, a].map(|h| h.iter().filter(|x| holds(x.2)).map(|x| x.1).sum()))
+        .collect();
+    let fit = |cap: u32, used: u32| i64::from(cap.saturating_sub(used) / g);
+    let mut d = vec![0i64; pools];
+    for ((p, cap, _, _), u) in nodes.iter().zip(&used) {
+        d[*p] += fit(*cap, u[1]) - fit(*cap, u[0]);
+    }
+    // every instance's end: (end, node, side: 0 before / 1 after, GPUs)
+    let mut ends: Vec<(f64, usize, usize, u32)> = Vec::new();
+    for (i, (_, _, before, after)) in nodes.iter().enumerate() {
+        for (side, h) in [before, after].into_iter().enumerate() {
+            ends.extend(
+                h.iter()
+                    .filter(|x| holds(x.2))
+                    .map(|&(_, gpus, e)| (e, i, side, gpus)),
+            );
+        }
+    }
+    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut next = ends.iter().peekable();
+    for &t in times {
+        // an instance holds its GPUs while its end is later than `t`
+        while let Some(&(_, i, side, gpus)) = next.next_if(|x| x.0 <= t) {
+            let (p, cap) = (nodes[i].0, nodes[i].1);
+            let sign = if side == 1 { 1 } else { -1 };
+            d[p] -= sign * fit(cap, used[i][side]);
+            used[i][side] -= gpus;
+            d[p] += sign * fit(cap, used[i][side]);
+        }
+        if d.iter().any(|&x| x < 0) {
+            return true;
+        }
+    }
+    false
+}
+
 /// Does the open trial (its moved jobs `moved`) make the head's reservation
 /// later than with no move? See [`hold_for_head`] for the method.
 fn delays_head(
@@ -556,7 +612,7 @@ fn delays_head(
         }
         d
     };
-    if times.iter().all(|&t| delta(t).iter().all(|&x| x >= 0)) {
+    if !lowers_fit(&nodes, g, ok.len(), &times) {
         // The moves lower the head's fit at no instant: it cannot be later.
         return false;
     }
@@ -863,5 +919,66 @@ mod tests {
         ends.remove(JobId(1));
         assert_eq!(ends.len(), 1);
         assert_eq!(ends.get(JobId(1)), f64::INFINITY);
+    }
+}
+
+#[cfg(test)]
+mod sweep_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One touched node: pool, then instances before and after as (GPUs,
+    /// end index into `END_CHOICES`).
+    type NodeCase = (usize, Vec<(u32, usize)>, Vec<(u32, usize)>);
+
+    const END_CHOICES: [f64; 6] = [5.0, 10.0, 10.0, 20.0, 35.0, f64::INFINITY];
+
+    fn holding(v: &[(u32, usize)]) -> Holding {
+        v.iter()
+            .enumerate()
+            .map(|(k, &(gpus, e))| (JobId(k as u64), gpus, END_CHOICES[e]))
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        /// The sweep answers as `node_fit` evaluated afresh at every
+        /// instant (the check `delays_head` made before, issue #11).
+        #[test]
+        fn lowers_fit_matches_every_instant_afresh(
+            g in 1u32..=8,
+            now in prop_oneof![Just(0.0), Just(10.0), Just(12.0)],
+            cases in proptest::collection::vec(
+                (
+                    0usize..3,
+                    proptest::collection::vec((1u32..=8, 0usize..6), 0..4),
+                    proptest::collection::vec((1u32..=8, 0usize..6), 0..4),
+                ),
+                1..6,
+            ),
+        ) {
+            let cases: Vec<NodeCase> = cases;
+            let nodes: Vec<(usize, u32, Holding, Holding)> = cases
+                .iter()
+                .map(|(p, b, a)| (*p, 8, holding(b), holding(a)))
+                .collect();
+            let mut times: Vec<f64> = vec![now];
+            times.extend(
+                nodes
+                    .iter()
+                    .flat_map(|(_, _, b, a)| b.iter().chain(a).map(|x| x.2))
+                    .filter(|t| t.is_finite() && *t > now),
+            );
+            times.sort_by(f64::total_cmp);
+            times.dedup();
+            let afresh = times.iter().any(|&t| {
+                let mut d = [0i64; 3];
+                for (p, cap, before, after) in &nodes {
+                    d[*p] += node_fit(*cap, g, after, t) - node_fit(*cap, g, before, t);
+                }
+                d.iter().any(|&x| x < 0)
+            });
+            prop_assert_eq!(lowers_fit(&nodes, g, 3, &times), afresh);
+        }
     }
 }

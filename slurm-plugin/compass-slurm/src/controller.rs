@@ -1091,30 +1091,47 @@ impl Controller {
             let m = self.compact_sparing_head(now);
             return self.compact_tidying(now, m);
         }
-        // Every job its own verdict allows may move in the trial.
+        // Every job its own verdict allows may move in the trial. The
+        // release is a trial of its own, so that holding them again below
+        // is its undo: it puts back the index entries the release changed
+        // rather than computing them again (issue #11).
         let released: Vec<u64> = std::mem::take(&mut self.tidy_held).into_iter().collect();
-        self.release_movable(&released);
+        let release_trial = !released.is_empty();
+        if release_trial {
+            self.engine.begin_trial();
+            self.release_movable(&released);
+        }
         self.engine.begin_trial();
         let m = self.compact_sparing_head(now);
         let requeues = m.iter().any(|x| self.needs_requeue(x.job.0));
         if !requeues || (may_gain && blocked.start_after(&self.engine)) {
             self.engine.keep_trial();
+            if release_trial {
+                self.engine.keep_trial();
+            }
             return m;
         }
         if !pays {
             self.counters.compacts_no_gain += 1;
             self.engine.undo_trial();
+            if release_trial {
+                self.engine.keep_trial();
+            }
             self.head_hold = None;
             return Vec::new();
         }
-        if released.is_empty() {
+        if !release_trial {
             return self.compact_tidying(now, m);
         }
-        // Tidy as above: the jobs held for tidying held again.
+        // Tidy as above: the jobs held for tidying held again (the
+        // release's undo; the slotted pass looks at their nodes again, as
+        // after a hold).
+        self.engine.undo_trial();
         self.engine.undo_trial();
         self.head_hold = None;
         let still: Vec<JobId> = released.into_iter().map(JobId).collect();
-        self.hold_for_tidying(&still);
+        self.engine.look_again_at(&still);
+        self.tidy_held.extend(still.iter().map(|j| j.0));
         self.engine.begin_trial();
         let m = self.compact_sparing_head(now);
         self.compact_tidying(now, m)

@@ -44,7 +44,9 @@ mod trial;
 pub use observe::{LayoutSnapshot, NodeView};
 pub use state::{Guest, NodeKind, NodeState, Slot};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -159,7 +161,8 @@ pub struct CompassEngine {
     occ: Occupancy,
     nodes: Vec<NodeState>,
     keys: Vec<Keys>,
-    meta: HashMap<JobId, JobMeta>,
+    /// By job id (never iterated: any hash order does).
+    meta: FxHashMap<JobId, JobMeta>,
     /// Nodes that may receive instances (not down, drained or faulty).
     usable: NodeSet,
     /// Every index (state.rs).
@@ -177,7 +180,7 @@ pub struct CompassEngine {
     /// would have left them outside their nodes.
     held_last: Vec<JobId>,
     /// Expected end of each job the caller told ([`CompassEngine::set_expected_end`]).
-    expected_end: HashMap<JobId, Seconds>,
+    expected_end: FxHashMap<JobId, Seconds>,
     /// Open trials, innermost last ([`CompassEngine::begin_trial`]).
     journal: Vec<trial::Journal>,
     /// Nodes whose instances may have changed since the last
@@ -196,14 +199,14 @@ impl CompassEngine {
             occ: Occupancy::new(spec),
             nodes: vec![NodeState::default(); spec.nodes as usize],
             keys: vec![Keys::default(); spec.nodes as usize],
-            meta: HashMap::new(),
+            meta: FxHashMap::default(),
             usable: NodeSet::full(spec.nodes),
             ix: Index::new(cap),
             migrations_total: 0,
             divergences: 0,
             restricted: BTreeMap::new(),
             held_last: Vec::new(),
-            expected_end: HashMap::new(),
+            expected_end: FxHashMap::default(),
             journal: Vec::new(),
             // a new engine: every node is new to whoever watches
             changed: (0..spec.nodes).collect(),
@@ -290,7 +293,9 @@ impl CompassEngine {
         }
         meta.movable = movable;
         self.occ.set_movable(job, movable)?;
-        self.reindex_job(job);
+        for n in self.reindex_job(job) {
+            self.journal_keys_afresh(n);
+        }
         Ok(())
     }
 
@@ -314,6 +319,9 @@ impl CompassEngine {
                 continue;
             }
             meta.tidy_held = held;
+            if let Some(j) = self.journal.last_mut() {
+                j.log_tidy(*job, !held);
+            }
             // A job that may not move anyway looks the same to Compact.
             if meta.movable {
                 if let Some(r) = self.occ.job(*job) {
@@ -325,6 +333,22 @@ impl CompassEngine {
         nodes.dedup();
         for n in nodes {
             self.reindex(n);
+        }
+    }
+
+    /// Marks the nodes of `jobs` held for tidying for the slotted pass of
+    /// the next Compact, as holding them did ([`CompassEngine::set_tidy_hold`]):
+    /// after the undo of a trial that released them, which puts their keys
+    /// back without marking anything (the controller's gate, issue #11).
+    pub fn look_again_at(&mut self, jobs: &[JobId]) {
+        for job in jobs {
+            let held = self
+                .meta
+                .get(job)
+                .is_some_and(|m| !m.foreign && m.tidy_held && m.movable);
+            if let Some(r) = self.occ.job(*job).filter(|_| held) {
+                self.ix.dirty.extend(r.nodes.iter().copied());
+            }
         }
     }
 
@@ -391,7 +415,8 @@ impl CompassEngine {
     }
 
     /// Re-indexes every node of `job` (its movability changed).
-    fn reindex_job(&mut self, job: JobId) {
+    /// Re-indexes every node of `job`, each once; returns them.
+    fn reindex_job(&mut self, job: JobId) -> Vec<NodeId> {
         let mut nodes = self
             .occ
             .job(job)
@@ -399,9 +424,10 @@ impl CompassEngine {
             .unwrap_or_default();
         nodes.sort_unstable();
         nodes.dedup();
-        for n in nodes {
+        for &n in &nodes {
             self.reindex(n);
         }
+        nodes
     }
 
     /// [`PlacementPolicy::place`] for a job that may only ever run within

@@ -283,11 +283,21 @@ impl CompassEngine {
     /// a job held still or released (`set_movable`) often changes none of
     /// them (issue #11: the gate's trial releases and holds again hundreds
     /// of jobs held for tidying).
+    /// Inside a trial, the node's keys before are journaled, so an undo
+    /// puts them back as they were (`trial.rs`).
     pub(super) fn reindex(&mut self, n: NodeId) {
         let new = self.keys_of(n);
         let old = std::mem::replace(&mut self.keys[n as usize], new);
         self.ix.update(n, &old, &self.keys[n as usize]);
         self.ix.dirty.insert(n);
+        self.journal_keys(n, old);
+    }
+
+    /// Gives node `n` the keys `new` in the indexes, unjournaled and
+    /// unmarked for the slotted pass (an undo putting a node back).
+    pub(super) fn put_keys(&mut self, n: NodeId, new: Keys) {
+        let old = std::mem::replace(&mut self.keys[n as usize], new);
+        self.ix.update(n, &old, &self.keys[n as usize]);
     }
 
     /// The indexes of the nodes in `nodes` as built afresh from their keys
@@ -360,9 +370,16 @@ fn update_level(index: &mut [BTreeSet<NodeId>], n: NodeId, old: Option<u32>, new
     }
 }
 
-/// The set bits of `mask`, lowest first.
-pub(super) fn bits(mask: u32) -> impl Iterator<Item = u32> {
-    (0..32).filter(move |b| mask & (1 << b) != 0)
+/// The set bits of `mask`, lowest first (one step per set bit: every
+/// re-indexing walks several masks, issue #11).
+pub(super) fn bits(mut mask: u32) -> impl Iterator<Item = u32> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let b = mask.trailing_zeros();
+            mask &= mask - 1;
+            b
+        })
+    })
 }
 
 /// Every index of the engine. Each query of Place and Compact is a lookup

@@ -275,6 +275,42 @@ fn a_tidy_hold_keeps_jobs_from_compact_but_not_from_the_reach() {
 }
 
 #[test]
+fn undoing_a_trial_puts_back_the_tidy_holds_it_lifted_and_their_keys() {
+    // The gate's trial (issue #11): the release of the jobs held for
+    // tidying is a trial of its own, and its undo holds them again.
+    let mut e = counter_example_with_pinned_slots();
+    e.place(&JobRequest::new(10, 1, 4), None).unwrap().unwrap();
+    let held: Vec<JobId> = (4..=6).map(JobId).collect();
+    e.set_tidy_hold(&held, true);
+    for id in 4..=6 {
+        e.set_movable(JobId(id), true).unwrap();
+    }
+    e.check_invariants().unwrap();
+    let nodes: Vec<NodeState> = (0..e.occupancy().spec().nodes)
+        .map(|n| e.node(n).clone())
+        .collect();
+    e.begin_trial();
+    e.set_tidy_hold(&held, false);
+    e.begin_trial();
+    assert_eq!(e.compact().len(), 2, "released, they move");
+    // a change of movability inside the trial is kept by the undo
+    e.set_movable(JobId(10), false).unwrap();
+    e.undo_trial();
+    e.undo_trial();
+    e.check_invariants().unwrap();
+    let after: Vec<NodeState> = (0..e.occupancy().spec().nodes)
+        .map(|n| e.node(n).clone())
+        .collect();
+    assert_eq!(after, nodes);
+    assert!(e.compact().is_empty(), "held again, they stay put");
+    e.check_invariants().unwrap();
+    e.set_movable(JobId(10), true).unwrap();
+    e.set_tidy_hold(&held, false);
+    assert_eq!(e.compact().len(), 2);
+    e.check_invariants().unwrap();
+}
+
+#[test]
 fn one_gpu_jobs_overflow_into_slotted_room_on_small_clusters() {
     // Two nodes: a full pool node and a slotted node with 4 free GPUs.
     let mut e = engine(2);

@@ -9,13 +9,24 @@
 //! [`CompassEngine::keep_trial`] drops the journal. Trials nest: a trial
 //! kept inside another joins it, so undoing the outer one undoes both.
 //!
-//! Only Compact (and [`CompassEngine::set_movable`], which changes no node)
-//! may run inside a trial: Place, Remove, adoption and node usability
-//! changes add or drop jobs, which the journal does not log, so they keep
-//! every open trial first (the trial then cannot be undone).
+//! The journal also keeps each re-indexed node's index keys as they were
+//! (`state::Keys`), so an undo puts them back instead of computing them
+//! again, and the holds for tidying set or lifted in the trial
+//! ([`CompassEngine::set_tidy_hold`]), which the undo lifts or sets again
+//! (issue #11: the gate's trial that releases every job held for tidying
+//! is undone at the cost of the index entries it changed). A change of a
+//! job's own movability ([`CompassEngine::set_movable`]) inside a trial is
+//! not undone; its nodes' keys are computed afresh at the undo instead.
+//!
+//! Only Compact, [`CompassEngine::set_movable`] and
+//! [`CompassEngine::set_tidy_hold`] may run inside a trial: Place, Remove,
+//! adoption and node usability changes add or drop jobs, which the journal
+//! does not log, so they keep every open trial first (the trial then cannot
+//! be undone).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::state::Keys;
 use super::{CompassEngine, NodeState};
 use crate::model::{JobId, NodeId};
 
@@ -26,10 +37,24 @@ pub(super) struct Journal {
     nodes: BTreeMap<NodeId, NodeState>,
     /// Instance migrations in order: (job, instance, node it left).
     moves: Vec<(JobId, u32, NodeId)>,
+    /// Each re-indexed node's keys before its first re-indexing in this
+    /// trial; `None`: computed afresh at the undo (a job's own movability
+    /// changed there, which the undo keeps).
+    keys: BTreeMap<NodeId, Option<Keys>>,
+    /// Holds for tidying changed in this trial, in order: (job, its hold
+    /// before).
+    tidy: Vec<(JobId, bool)>,
     /// Nodes the slotted pass had still to look at.
     dirty: BTreeSet<NodeId>,
     migrations_total: u64,
     held_last: Vec<JobId>,
+}
+
+impl Journal {
+    /// Logs that `job`'s hold for tidying was `held` before a change.
+    pub(super) fn log_tidy(&mut self, job: JobId, held: bool) {
+        self.tidy.push((job, held));
+    }
 }
 
 impl CompassEngine {
@@ -40,6 +65,8 @@ impl CompassEngine {
         self.journal.push(Journal {
             nodes: BTreeMap::new(),
             moves: Vec::new(),
+            keys: BTreeMap::new(),
+            tidy: Vec::new(),
             dirty: self.ix.dirty.clone(),
             migrations_total: self.migrations_total,
             held_last: self.held_last.clone(),
@@ -57,6 +84,10 @@ impl CompassEngine {
                 outer.nodes.entry(n).or_insert(st);
             }
             outer.moves.extend(inner.moves);
+            for (n, k) in inner.keys {
+                outer.keys.entry(n).or_insert(k);
+            }
+            outer.tidy.extend(inner.tidy);
         }
         true
     }
@@ -72,10 +103,30 @@ impl CompassEngine {
                 .move_instance(job, instance, from)
                 .expect("undoing a migration: its old node had room");
         }
+        for &(job, held) in j.tidy.iter().rev() {
+            if let Some(m) = self.meta.get_mut(&job) {
+                m.tidy_held = held;
+            }
+        }
+        let mut afresh: Vec<NodeId> = Vec::new();
         for (n, st) in j.nodes {
             self.nodes[n as usize] = st;
             self.mark_changed(n);
-            self.reindex(n);
+            if !j.keys.contains_key(&n) {
+                afresh.push(n);
+            }
+        }
+        // Not journaled again: an outer trial that has no keys of a node
+        // saw them as they are put back here.
+        for (n, k) in j.keys {
+            match k {
+                Some(k) => self.put_keys(n, k),
+                None => afresh.push(n),
+            }
+        }
+        for n in afresh {
+            let k = self.keys_of(n);
+            self.put_keys(n, k);
         }
         self.ix.dirty = j.dirty;
         self.migrations_total = j.migrations_total;
@@ -111,6 +162,25 @@ impl CompassEngine {
         if !self.changed_flag[n as usize] {
             self.changed_flag[n as usize] = true;
             self.changed.push(n);
+        }
+    }
+
+    /// Keeps node `n`'s keys before their first change in the innermost
+    /// open trial (`old`: its keys as they were until now).
+    pub(super) fn journal_keys(&mut self, n: NodeId, old: Keys) {
+        if let Some(j) = self.journal.last_mut() {
+            j.keys.entry(n).or_insert(Some(old));
+        }
+    }
+
+    /// Node `n`'s keys are computed afresh if any open trial is undone (a
+    /// change the undo keeps, [`CompassEngine::set_movable`], re-indexed
+    /// it): every open trial that keeps its keys forgets them.
+    pub(super) fn journal_keys_afresh(&mut self, n: NodeId) {
+        for j in &mut self.journal {
+            if let Some(k) = j.keys.get_mut(&n) {
+                *k = None;
+            }
         }
     }
 
