@@ -920,65 +920,64 @@ mod tests {
         assert_eq!(ends.len(), 1);
         assert_eq!(ends.get(JobId(1)), f64::INFINITY);
     }
-}
 
-#[cfg(test)]
-mod sweep_tests {
-    use super::*;
-    use proptest::prelude::*;
+    mod sweep {
+        use super::super::*;
+        use proptest::prelude::*;
 
-    /// One touched node: pool, then instances before and after as (GPUs,
-    /// end index into `END_CHOICES`).
-    type NodeCase = (usize, Vec<(u32, usize)>, Vec<(u32, usize)>);
+        /// One touched node: pool, then instances before and after as (GPUs,
+        /// end index into `END_CHOICES`).
+        type NodeCase = (usize, Vec<(u32, usize)>, Vec<(u32, usize)>);
 
-    const END_CHOICES: [f64; 6] = [5.0, 10.0, 10.0, 20.0, 35.0, f64::INFINITY];
+        const END_CHOICES: [f64; 6] = [5.0, 10.0, 10.0, 20.0, 35.0, f64::INFINITY];
 
-    fn holding(v: &[(u32, usize)]) -> Holding {
-        v.iter()
-            .enumerate()
-            .map(|(k, &(gpus, e))| (JobId(k as u64), gpus, END_CHOICES[e]))
-            .collect()
-    }
+        fn holding(v: &[(u32, usize)]) -> Holding {
+            v.iter()
+                .enumerate()
+                .map(|(k, &(gpus, e))| (JobId(k as u64), gpus, END_CHOICES[e]))
+                .collect()
+        }
 
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
-        /// The sweep answers as `node_fit` evaluated afresh at every
-        /// instant (the check `delays_head` made before, issue #11).
-        #[test]
-        fn lowers_fit_matches_every_instant_afresh(
-            g in 1u32..=8,
-            now in prop_oneof![Just(0.0), Just(10.0), Just(12.0)],
-            cases in proptest::collection::vec(
-                (
-                    0usize..3,
-                    proptest::collection::vec((1u32..=8, 0usize..6), 0..4),
-                    proptest::collection::vec((1u32..=8, 0usize..6), 0..4),
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+            /// The sweep answers as `node_fit` evaluated afresh at every
+            /// instant (the check `delays_head` made before, issue #11).
+            #[test]
+            fn lowers_fit_matches_every_instant_afresh(
+                g in 1u32..=8,
+                now in prop_oneof![Just(0.0), Just(10.0), Just(12.0)],
+                cases in proptest::collection::vec(
+                    (
+                        0usize..3,
+                        proptest::collection::vec((1u32..=8, 0usize..6), 0..4),
+                        proptest::collection::vec((1u32..=8, 0usize..6), 0..4),
+                    ),
+                    1..6,
                 ),
-                1..6,
-            ),
-        ) {
-            let cases: Vec<NodeCase> = cases;
-            let nodes: Vec<(usize, u32, Holding, Holding)> = cases
-                .iter()
-                .map(|(p, b, a)| (*p, 8, holding(b), holding(a)))
-                .collect();
-            let mut times: Vec<f64> = vec![now];
-            times.extend(
-                nodes
+            ) {
+                let cases: Vec<NodeCase> = cases;
+                let nodes: Vec<(usize, u32, Holding, Holding)> = cases
                     .iter()
-                    .flat_map(|(_, _, b, a)| b.iter().chain(a).map(|x| x.2))
-                    .filter(|t| t.is_finite() && *t > now),
-            );
-            times.sort_by(f64::total_cmp);
-            times.dedup();
-            let afresh = times.iter().any(|&t| {
-                let mut d = [0i64; 3];
-                for (p, cap, before, after) in &nodes {
-                    d[*p] += node_fit(*cap, g, after, t) - node_fit(*cap, g, before, t);
-                }
-                d.iter().any(|&x| x < 0)
-            });
-            prop_assert_eq!(lowers_fit(&nodes, g, 3, &times), afresh);
+                    .map(|(p, b, a)| (*p, 8, holding(b), holding(a)))
+                    .collect();
+                let mut times: Vec<f64> = vec![now];
+                times.extend(
+                    nodes
+                        .iter()
+                        .flat_map(|(_, _, b, a)| b.iter().chain(a).map(|x| x.2))
+                        .filter(|t| t.is_finite() && *t > now),
+                );
+                times.sort_by(f64::total_cmp);
+                times.dedup();
+                let afresh = times.iter().any(|&t| {
+                    let mut d = [0i64; 3];
+                    for (p, cap, before, after) in &nodes {
+                        d[*p] += node_fit(*cap, g, after, t) - node_fit(*cap, g, before, t);
+                    }
+                    d.iter().any(|&x| x < 0)
+                });
+                prop_assert_eq!(lowers_fit(&nodes, g, 3, &times), afresh);
+            }
         }
     }
 }

@@ -520,15 +520,6 @@ impl PoolSet {
         }
     }
 
-    /// [`CompassEngine::look_again_at`] in every engine.
-    pub fn look_again_at(&mut self, jobs: &[JobId]) {
-        for pool in &mut self.pools {
-            if let Some(e) = pool.engine.as_mut() {
-                e.look_again_at(jobs);
-            }
-        }
-    }
-
     /// Remembers the nodes (global ids) a job in the model may use, when
     /// Slurm's candidates for it cover only part of its pool (a partition,
     /// `--exclude`, features): Compact then keeps it inside them

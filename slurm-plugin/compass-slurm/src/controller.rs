@@ -1124,14 +1124,12 @@ impl Controller {
             return self.compact_tidying(now, m);
         }
         // Tidy as above: the jobs held for tidying held again (the
-        // release's undo; the slotted pass looks at their nodes again, as
-        // after a hold).
+        // release's undo, which marks their nodes for the slotted pass as
+        // a hold does).
         self.engine.undo_trial();
         self.engine.undo_trial();
         self.head_hold = None;
-        let still: Vec<JobId> = released.into_iter().map(JobId).collect();
-        self.engine.look_again_at(&still);
-        self.tidy_held.extend(still.iter().map(|j| j.0));
+        self.tidy_held.extend(released);
         self.engine.begin_trial();
         let m = self.compact_sparing_head(now);
         self.compact_tidying(now, m)

@@ -336,22 +336,6 @@ impl CompassEngine {
         }
     }
 
-    /// Marks the nodes of `jobs` held for tidying for the slotted pass of
-    /// the next Compact, as holding them did ([`CompassEngine::set_tidy_hold`]):
-    /// after the undo of a trial that released them, which puts their keys
-    /// back without marking anything (the controller's gate, issue #11).
-    pub fn look_again_at(&mut self, jobs: &[JobId]) {
-        for job in jobs {
-            let held = self
-                .meta
-                .get(job)
-                .is_some_and(|m| !m.foreign && m.tidy_held && m.movable);
-            if let Some(r) = self.occ.job(*job).filter(|_| held) {
-                self.ix.dirty.extend(r.nodes.iter().copied());
-            }
-        }
-    }
-
     /// Remembers the nodes a running job may use when they are fewer than
     /// the engine's (`None`, or a set with every node: no restriction), so
     /// Compact moves it only inside them; the plugin passes the candidate
@@ -414,8 +398,8 @@ impl CompassEngine {
         self.restricted.iter().map(|(&j, s)| (j, s))
     }
 
-    /// Re-indexes every node of `job` (its movability changed).
-    /// Re-indexes every node of `job`, each once; returns them.
+    /// Re-indexes every node of `job` (its movability changed), each once;
+    /// returns them.
     fn reindex_job(&mut self, job: JobId) -> Vec<NodeId> {
         let mut nodes = self
             .occ

@@ -283,6 +283,7 @@ impl CompassEngine {
     /// a job held still or released (`set_movable`) often changes none of
     /// them (issue #11: the gate's trial releases and holds again hundreds
     /// of jobs held for tidying).
+    ///
     /// Inside a trial, the node's keys before are journaled, so an undo
     /// puts them back as they were (`trial.rs`).
     pub(super) fn reindex(&mut self, n: NodeId) {

@@ -129,6 +129,18 @@ impl CompassEngine {
             self.put_keys(n, k);
         }
         self.ix.dirty = j.dirty;
+        // A hold for tidying put back marks its nodes for the slotted pass,
+        // as setting it does ([`CompassEngine::set_tidy_hold`]).
+        for &(job, held) in &j.tidy {
+            let marks = held
+                && self
+                    .meta
+                    .get(&job)
+                    .is_some_and(|m| m.tidy_held && m.movable && !m.foreign);
+            if let Some(r) = self.occ.job(job).filter(|_| marks) {
+                self.ix.dirty.extend(r.nodes.iter().copied());
+            }
+        }
         self.migrations_total = j.migrations_total;
         self.held_last = j.held_last;
         true
