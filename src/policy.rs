@@ -2,15 +2,17 @@
 //! protected and preemptible time, preemption and placement in one replay;
 //! `docs/policy-simulator.md`).
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::builder::PossibleValuesParser;
 use compass_core::fairshare::tree::OrgTree;
+use compass_core::model::JobId;
 use compass_core::sim::budgets::{
     assign_venus, from_canonical, run_budgets, scale_demand, BudgetJob, BudgetReport,
-    BudgetSimConfig, DrainRule, FreeOrder, Preemption, ReserveFor, TeamOrder,
+    BudgetSimConfig, DrainRule, FreeOrder, Preemption, Record, ReserveFor, SimEvent, TeamOrder,
 };
 use compass_core::trace::TraceFormat;
 use serde::Serialize;
@@ -107,6 +109,14 @@ pub struct PolicyArgs {
     /// goes"). Slower: the victim planner is asked per short team and cycle.
     #[arg(long)]
     pub shortfall: bool,
+
+    /// Write every start, preemption and completion to FILE (CSV: time,
+    /// event, job, its account, GPUs, submit time, min runtime, and for a
+    /// preemption the job it made room for and whether the victim was
+    /// requeued), for analysis of who waited and who was preempted
+    /// (docs/policy-simulator.md).
+    #[arg(long, value_name = "FILE", requires = "budgets", conflicts_with_all = ["sweep_window", "sweep_cap"])]
+    pub events: Option<PathBuf>,
 
     /// Head first: while a team below its allocation has allocated jobs
     /// waiting that do not fit, teams at or above their allocation start no
@@ -269,6 +279,11 @@ pub fn run(
     };
     cfg.decay_half_life_s = args.decay_half_life;
     cfg.shortfall = args.shortfall;
+    if let Some(path) = &args.events {
+        // Fail before a long replay, not after it.
+        std::fs::File::create(path).map_err(|e| CliError::io(path.display(), e))?;
+        cfg.record = Record::Events;
+    }
     cfg.head_first = args.head_first;
     if !args.sweep_window.is_empty() || !args.sweep_cap.is_empty() {
         return sweep(&jobs, &tree, &cfg, args, quiet);
@@ -287,8 +302,12 @@ pub fn run(
         );
     }
     let started = Instant::now();
-    let result = run_budgets(&jobs, &tree, &cfg)?;
+    let mut result = run_budgets(&jobs, &tree, &cfg)?;
     let wall_s = started.elapsed().as_secs_f64();
+    if let Some(path) = &args.events {
+        write_events(path, loaded, &jobs, &result.events)?;
+        result.events.clear();
+    }
     if json {
         let r = Report {
             trace: &loaded.path,
@@ -304,6 +323,73 @@ pub fn run(
         print!("{}", table(&result, wall_s));
     }
     Ok(())
+}
+
+/// Writes the policy replay's event log ([`SimEvent`]) as CSV, one row per
+/// start, preemption or completion, with the job's trace id, account, GPUs,
+/// submit time and min runtime (seconds, on the replay's scaled clock).
+/// The policy simulator numbers jobs by their row in the trace
+/// ([`assign_venus`], [`from_canonical`]): the trace's own ids are written.
+fn write_events(
+    path: &Path,
+    loaded: &Loaded,
+    jobs: &[BudgetJob],
+    events: &[SimEvent],
+) -> Result<()> {
+    let by_id: HashMap<JobId, (&BudgetJob, &str)> = jobs
+        .iter()
+        .zip(&loaded.trace.jobs)
+        .map(|(j, t)| (j.id, (j, t.name.as_str())))
+        .collect();
+    let job_of = |id: JobId| {
+        by_id.get(&id).copied().ok_or_else(|| {
+            CliError::Failed(format!(
+                "event log names job {} that is not in the trace",
+                id.0
+            ))
+        })
+    };
+    let mut out =
+        String::from("t_s,event,job,account,gpus,submit_s,min_runtime_s,for_job,requeued\n");
+    for e in events {
+        let (t, kind, job, for_job, requeued) = match *e {
+            SimEvent::Start { t, job } => (t, "start", job, None, None),
+            SimEvent::Preempt {
+                t,
+                job,
+                for_job,
+                requeued,
+            } => (t, "preempt", job, Some(for_job), Some(requeued)),
+            SimEvent::Finish { t, job } => (t, "finish", job, None, None),
+        };
+        let (j, id) = job_of(job)?;
+        let for_job = match for_job {
+            Some(f) => job_of(f)?.1,
+            None => "",
+        };
+        let _ = writeln!(
+            out,
+            "{t},{kind},{},{},{},{},{},{},{}",
+            csv_field(id),
+            csv_field(&j.account),
+            j.shape.total_gpus(),
+            j.submit_s,
+            j.min_runtime_s,
+            csv_field(for_job),
+            requeued.map(|r| r.to_string()).unwrap_or_default(),
+        );
+    }
+    std::fs::write(path, out).map_err(|e| CliError::io(path.display(), e))
+}
+
+/// `text` as one CSV field: quoted when it holds a comma, a quote or a
+/// line break (RFC 4180).
+fn csv_field(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\"")).into()
+    } else {
+        text.into()
+    }
 }
 
 fn hours(s: f64) -> String {

@@ -608,3 +608,66 @@ fn compare_on_a_mixed_cluster_writes_the_per_pool_table() {
         assert_eq!(o["result"]["pools"].as_array().unwrap().len(), 3, "{o}");
     }
 }
+
+/// `--events FILE`: the policy simulator's log of starts, preemptions and
+/// completions, by the trace's job ids. One node: team a's free job runs
+/// from 0; team b's allocated job arrives at 10 s and takes the node at
+/// the first enforcement cycle (60 s); the free job, resumable, is
+/// requeued and runs again when b's job ends. The report itself does not
+/// change with the log.
+#[test]
+fn events_log_lists_every_start_preemption_and_completion() {
+    let s = Scratch::new("events");
+    let trace = s.file(
+        "t.csv",
+        "job_id,submit_s,duration_s,num_inst,gpus_per_inst,account,min_runtime_s,resumable\n\
+         free,0,1000,1,8,a,0,true\n\"own,1\",10,100,1,8,b,100,true\n",
+    );
+    let budgets = s.file(
+        "b.toml",
+        "[[node]]\nname = \"org\"\nshare = 1.0\n\
+         [[node]]\nname = \"ta\"\nparent = \"org\"\nshare = 0.5\naccount = \"a\"\n\
+         [[node]]\nname = \"tb\"\nparent = \"org\"\nshare = 0.5\naccount = \"b\"\n",
+    );
+    let log = s.0.join("events.csv");
+    let base = [
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--budgets",
+        path(&budgets),
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "8",
+        "--json",
+        "-q",
+    ];
+    let mut with_log = base.to_vec();
+    with_log.extend(["--events", path(&log)]);
+    let mut logged = json(&compass(&with_log));
+    let mut plain = json(&compass(&base));
+    for r in [&mut logged, &mut plain] {
+        r.as_object_mut().unwrap().remove("wall_s");
+    }
+    assert_eq!(logged, plain, "the log changes nothing in the report");
+    assert_eq!(logged["preemptions"], 1);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        rows,
+        [
+            "t_s,event,job,account,gpus,submit_s,min_runtime_s,for_job,requeued",
+            "0,start,free,a,8,0,0,,",
+            "60,preempt,free,a,8,0,0,\"own,1\",true",
+            "60,start,\"own,1\",b,8,10,100,,",
+            "160,finish,\"own,1\",b,8,10,100,,",
+            "160,start,free,a,8,0,0,,",
+            "1168,finish,free,a,8,0,0,,",
+        ]
+    );
+    let out = compass(&[&base[..], &["--events", "/nonexistent/dir/ev.csv"]].concat());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/dir/ev.csv"), "{err}");
+}
