@@ -279,11 +279,17 @@ pub fn run(
     };
     cfg.decay_half_life_s = args.decay_half_life;
     cfg.shortfall = args.shortfall;
-    if let Some(path) = &args.events {
-        // Fail before a long replay, not after it.
-        std::fs::File::create(path).map_err(|e| CliError::io(path.display(), e))?;
-        cfg.record = Record::Events;
-    }
+    // Opened before the replay, so a bad path fails before a long run.
+    let events_out = match &args.events {
+        Some(path) => {
+            cfg.record = Record::Events;
+            Some((
+                path,
+                csv::Writer::from_path(path).map_err(|e| csv_error(path, e))?,
+            ))
+        }
+        None => None,
+    };
     cfg.head_first = args.head_first;
     if !args.sweep_window.is_empty() || !args.sweep_cap.is_empty() {
         return sweep(&jobs, &tree, &cfg, args, quiet);
@@ -304,8 +310,8 @@ pub fn run(
     let started = Instant::now();
     let mut result = run_budgets(&jobs, &tree, &cfg)?;
     let wall_s = started.elapsed().as_secs_f64();
-    if let Some(path) = &args.events {
-        write_events(path, loaded, &jobs, &result.events)?;
+    if let Some((path, out)) = events_out {
+        write_events(path, out, loaded, &jobs, &result.events)?;
         result.events.clear();
     }
     if json {
@@ -332,10 +338,12 @@ pub fn run(
 /// ([`assign_venus`], [`from_canonical`]): the trace's own ids are written.
 fn write_events(
     path: &Path,
+    mut out: csv::Writer<std::fs::File>,
     loaded: &Loaded,
     jobs: &[BudgetJob],
     events: &[SimEvent],
 ) -> Result<()> {
+    let fail = |e| csv_error(path, e);
     let by_id: HashMap<JobId, (&BudgetJob, &str)> = jobs
         .iter()
         .zip(&loaded.trace.jobs)
@@ -349,8 +357,18 @@ fn write_events(
             ))
         })
     };
-    let mut out =
-        String::from("t_s,event,job,account,gpus,submit_s,min_runtime_s,for_job,requeued\n");
+    out.write_record([
+        "t_s",
+        "event",
+        "job",
+        "account",
+        "gpus",
+        "submit_s",
+        "min_runtime_s",
+        "for_job",
+        "requeued",
+    ])
+    .map_err(fail)?;
     for e in events {
         let (t, kind, job, for_job, requeued) = match *e {
             SimEvent::Start { t, job } => (t, "start", job, None, None),
@@ -367,28 +385,28 @@ fn write_events(
             Some(f) => job_of(f)?.1,
             None => "",
         };
-        let _ = writeln!(
-            out,
-            "{t},{kind},{},{},{},{},{},{},{}",
-            csv_field(id),
-            csv_field(&j.account),
-            j.shape.total_gpus(),
-            j.submit_s,
-            j.min_runtime_s,
-            csv_field(for_job),
-            requeued.map(|r| r.to_string()).unwrap_or_default(),
-        );
+        out.write_record([
+            t.to_string().as_str(),
+            kind,
+            id,
+            &j.account,
+            &j.shape.total_gpus().to_string(),
+            &j.submit_s.to_string(),
+            &j.min_runtime_s.to_string(),
+            for_job,
+            &requeued.map(|r| r.to_string()).unwrap_or_default(),
+        ])
+        .map_err(fail)?;
     }
-    std::fs::write(path, out).map_err(|e| CliError::io(path.display(), e))
+    out.flush().map_err(|e| CliError::io(path.display(), e))
 }
 
-/// `text` as one CSV field: quoted when it holds a comma, a quote or a
-/// line break (RFC 4180).
-fn csv_field(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\"")).into()
-    } else {
-        text.into()
+/// A failure to open or write the event log `path`, naming it (only I/O
+/// can fail: every record is strings).
+fn csv_error(path: &Path, e: csv::Error) -> CliError {
+    match e.into_kind() {
+        csv::ErrorKind::Io(io) => CliError::io(path.display(), io),
+        other => CliError::Failed(format!("{}: {other:?}", path.display())),
     }
 }
 
