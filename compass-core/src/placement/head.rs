@@ -302,7 +302,7 @@ fn node_rises(e: &CompassEngine, n: NodeId, g: u32, ends: &FxHashMap<JobId, f64>
         .instances()
         .filter_map(|(i, gpus)| ends.get(&i.job).map(|&t| (t, gpus)))
         .collect();
-    inst.sort_by(|a, b| a.0.total_cmp(&b.0));
+    inst.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
     let mut free = e.occupancy().free(n);
     let mut out = Vec::new();
     for (t, gpus) in inst {
@@ -528,7 +528,7 @@ fn lowers_fit(
             );
         }
     }
-    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+    ends.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
     let mut next = ends.iter().peekable();
     for &t in times {
         // an instance holds its GPUs while its end is later than `t`
@@ -603,7 +603,7 @@ fn delays_head(
         );
         nodes.push((p, e.occupancy().capacity(), before, after));
     }
-    times.sort_by(f64::total_cmp);
+    times.sort_unstable_by(f64::total_cmp);
     times.dedup();
     let delta = |t: f64| -> Vec<i64> {
         let mut d = vec![0i64; ok.len()];

@@ -26,6 +26,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use rustc_hash::FxHashMap;
+
 use super::state::Keys;
 use super::{CompassEngine, NodeState};
 use crate::model::{JobId, NodeId};
@@ -40,7 +42,7 @@ pub(super) struct Journal {
     /// Each re-indexed node's keys before its first re-indexing in this
     /// trial; `None`: computed afresh at the undo (a job's own movability
     /// changed there, which the undo keeps).
-    keys: BTreeMap<NodeId, Option<Keys>>,
+    keys: FxHashMap<NodeId, Option<Keys>>,
     /// Holds for tidying changed in this trial, in order: (job, its hold
     /// before).
     tidy: Vec<(JobId, bool)>,
@@ -65,7 +67,7 @@ impl CompassEngine {
         self.journal.push(Journal {
             nodes: BTreeMap::new(),
             moves: Vec::new(),
-            keys: BTreeMap::new(),
+            keys: FxHashMap::default(),
             tidy: Vec::new(),
             dirty: self.ix.dirty.clone(),
             migrations_total: self.migrations_total,
