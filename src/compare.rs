@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::chart::{self, Series};
 use crate::error::{CliError, Result};
-use crate::simulate::{pool_row, replay, POOL_COLUMNS};
+use crate::simulate::{pool_row, replay, Record, POOL_COLUMNS};
 use crate::tracefile::{describe, TraceArgs};
 
 /// Replay a trace under every policy side by side; print and write a
@@ -67,7 +67,16 @@ pub fn run(args: Args) -> Result<()> {
         let mut series = Vec::new();
         let mut rows = Vec::new();
         for policy in &policies {
-            match replay(&loaded, &args.trace, policy, queue, true) {
+            match replay(
+                &loaded,
+                &args.trace,
+                policy,
+                queue,
+                Record {
+                    timeseries: true,
+                    jobs: false,
+                },
+            ) {
                 Ok((mut r, wall_s)) => {
                     series.push(Series::from_samples(policy, &r.timeseries));
                     r.timeseries.clear();

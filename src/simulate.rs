@@ -7,8 +7,8 @@ use std::time::Instant;
 use clap::builder::PossibleValuesParser;
 use compass_core::placement::POLICY_NAMES;
 use compass_core::sim::{
-    simulate_mixed, MigrationCharge, MoveWhen, PoolResult, QueuePolicy, RemainingRun, Sample,
-    SimConfig, SimResult, Sizing,
+    simulate_mixed, JobOutcome, MigrationCharge, MoveWhen, PoolResult, QueuePolicy, RemainingRun,
+    Sample, SimConfig, SimResult, Sizing,
 };
 use serde::Serialize;
 
@@ -42,6 +42,13 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub timeseries: Option<PathBuf>,
 
+    /// Write every job's outcome as CSV, in submission order: submission,
+    /// first start, completion, wait, completion time (AJCT is their
+    /// mean), shape and migration charges. Compare two policies job by job
+    /// by running each with its own file.
+    #[arg(long, value_name = "FILE")]
+    pub jobs_out: Option<PathBuf>,
+
     #[command(flatten, next_help_heading = "Policy simulator (with --budgets)")]
     pub budgets: crate::policy::PolicyArgs,
 }
@@ -59,13 +66,22 @@ pub struct Report<'a> {
     pub result: &'a SimResult,
 }
 
+/// What a replay keeps beyond its figures.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Record {
+    /// One sample per event instant ([`SimResult::timeseries`]).
+    pub timeseries: bool,
+    /// Every job's outcome ([`SimResult::job_outcomes`]).
+    pub jobs: bool,
+}
+
 /// Replays `loaded` under `policy`, timing it.
 pub fn replay(
     loaded: &Loaded,
     args: &TraceArgs,
     policy: &str,
     queue: QueuePolicy,
-    timeseries: bool,
+    record: Record,
 ) -> Result<(SimResult, f64)> {
     let mut cfg = SimConfig::new(loaded.spec);
     cfg.queue = queue;
@@ -76,7 +92,8 @@ pub fn replay(
     cfg.move_when = MoveWhen::parse_name(&args.move_when)?;
     cfg.tidy_payback = args.tidy_payback;
     cfg.backfill_depth = args.backfill_depth;
-    cfg.record_timeseries = timeseries;
+    cfg.record_timeseries = record.timeseries;
+    cfg.record_jobs = record.jobs;
     let label = format!("{policy} ({})", queue.name());
     let mut progress = Progress::new(&label, loaded.trace.jobs.len() as u64, args.quiet);
     let started = Instant::now();
@@ -106,6 +123,17 @@ pub fn run(args: Args) -> Result<()> {
                 loaded.nodes.label()
             )));
         }
+        if let Some(flag) = [
+            (args.timeseries.is_some(), "--timeseries"),
+            (args.jobs_out.is_some(), "--jobs-out"),
+        ]
+        .iter()
+        .find_map(|(given, flag)| given.then_some(*flag))
+        {
+            return Err(CliError::Usage(format!(
+                "{flag} is a placement replay's output; the policy simulator (--budgets) writes its own (--events, --json)"
+            )));
+        }
         return crate::policy::run(
             &loaded,
             &args.budgets,
@@ -114,16 +142,18 @@ pub fn run(args: Args) -> Result<()> {
             args.trace.quiet,
         );
     }
-    let (mut result, wall_s) = replay(
-        &loaded,
-        &args.trace,
-        &args.policy,
-        queue,
-        args.timeseries.is_some(),
-    )?;
+    let record = Record {
+        timeseries: args.timeseries.is_some(),
+        jobs: args.jobs_out.is_some(),
+    };
+    let (mut result, wall_s) = replay(&loaded, &args.trace, &args.policy, queue, record)?;
     if let Some(path) = &args.timeseries {
         write_timeseries(path, &result.timeseries)?;
         result.timeseries.clear();
+    }
+    if let Some(path) = &args.jobs_out {
+        write_jobs(path, &result.job_outcomes)?;
+        result.job_outcomes.clear();
     }
     let report = Report {
         trace: &loaded.path,
@@ -154,6 +184,38 @@ pub fn write_timeseries(path: &PathBuf, samples: &[Sample]) -> Result<()> {
         );
     }
     std::fs::write(path, out).map_err(|e| CliError::io(path.display(), e))
+}
+
+/// Writes every job's outcome as CSV (`--jobs-out`).
+pub fn write_jobs(path: &PathBuf, jobs: &[JobOutcome]) -> Result<()> {
+    let mut out = String::from(
+        "job,submit_s,start_s,end_s,wait_s,completion_s,instances,gpus,migration_charges\n",
+    );
+    for j in jobs {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{}",
+            csv_field(&j.name),
+            j.submit_s,
+            j.start_s,
+            j.end_s,
+            j.start_s - j.submit_s,
+            j.end_s - j.submit_s,
+            j.instances,
+            j.gpus,
+            j.migration_charges
+        );
+    }
+    std::fs::write(path, out).map_err(|e| CliError::io(path.display(), e))
+}
+
+/// A CSV field, quoted when it holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
 }
 
 /// The AFR Theorem 1 allows where WCC holds: `2/N`, and on a mixed cluster

@@ -193,6 +193,73 @@ fn table_and_timeseries() {
 }
 
 #[test]
+fn jobs_out_lists_each_jobs_wait_and_completion() {
+    let s = Scratch::new("jobs-out");
+    let trace = s.file("bf.csv", BACKFILL);
+    let out_csv = s.0.join("jobs.csv");
+    let v = json(&compass(&[
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--nodes",
+        "2",
+        "--queue",
+        "backfill",
+        "--jobs-out",
+        path(&out_csv),
+        "--json",
+    ]));
+    // The file has the jobs, not the JSON.
+    assert!(v.get("job_outcomes").is_none(), "{v}");
+    let csv = std::fs::read_to_string(&out_csv).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    // Backfill: C runs 2-7 beside A, the head B at 10, D after it.
+    assert_eq!(
+        lines,
+        vec![
+            "job,submit_s,start_s,end_s,wait_s,completion_s,instances,gpus,migration_charges",
+            "A,0,0,10,0,10,1,8,0",
+            "B,1,10,20,9,19,2,8,0",
+            "C,2,2,7,0,5,1,8,0",
+            "D,3,20,120,17,117,1,8,0",
+        ]
+    );
+    // The mean completion time is the reported AJCT.
+    assert_eq!(v["ajct_s"], (10.0 + 19.0 + 5.0 + 117.0) / 4.0);
+    let bad = compass(&[
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--nodes",
+        "2",
+        "--jobs-out",
+        path(&s.0.join("no-such-dir").join("jobs.csv")),
+    ]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("no-such-dir"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    // The policy simulator has outputs of its own: refused, not ignored.
+    let policy = compass(&[
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--budgets",
+        "etc/budgets.venus.toml",
+        "--jobs-out",
+        path(&out_csv),
+    ]);
+    assert!(!policy.status.success());
+    assert!(
+        String::from_utf8_lossy(&policy.stderr).contains("--jobs-out"),
+        "{}",
+        String::from_utf8_lossy(&policy.stderr)
+    );
+}
+
+#[test]
 fn bad_rows_and_options_fail_with_clear_errors() {
     let s = Scratch::new("errors");
     let trace = s.file(

@@ -235,6 +235,8 @@ pub struct SimConfig {
     pub backfill_depth: usize,
     /// Keep one [`Sample`] per event time in [`SimResult::timeseries`].
     pub record_timeseries: bool,
+    /// Keep each job's outcome in [`SimResult::job_outcomes`].
+    pub record_jobs: bool,
 }
 
 impl SimConfig {
@@ -252,6 +254,7 @@ impl SimConfig {
             tidy_payback: crate::placement::worth::DEFAULT_TIDY_PAYBACK,
             backfill_depth: 1000,
             record_timeseries: false,
+            record_jobs: false,
         }
     }
 }
@@ -456,6 +459,30 @@ pub struct SimResult {
     /// One sample per event instant when [`SimConfig::record_timeseries`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeseries: Vec<Sample>,
+    /// Every job's submission, first start and completion, in submission
+    /// order, when [`SimConfig::record_jobs`]: where a policy's AJCT goes,
+    /// job by job (`compass simulate --jobs-out`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub job_outcomes: Vec<JobOutcome>,
+}
+
+/// One job's outcome in a replay ([`SimResult::job_outcomes`]). Its
+/// completion time (eq. 16's term) is `end_s - submit_s`; its wait,
+/// `start_s - submit_s`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobOutcome {
+    /// The job's name in the trace.
+    pub name: String,
+    pub submit_s: Seconds,
+    /// Its first start (its submission when it never started).
+    pub start_s: Seconds,
+    /// Its completion, migration costs included.
+    pub end_s: Seconds,
+    pub instances: u32,
+    pub gpus: u32,
+    /// Migration costs charged to it (per instance or per job, as
+    /// [`SimConfig::charge`] says).
+    pub migration_charges: u64,
 }
 
 /// One pool's figures (issue 12): paper Section 5.5's metrics with `N` the
@@ -2022,11 +2049,23 @@ impl<'a> Sim<'a> {
         let mut by_size: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
         let mut last_end = self.first_submit;
         let mut migrated_jobs = 0;
+        let mut job_outcomes = Vec::new();
         for &i in &self.order {
             let (job, s) = (&self.jobs[i], &self.state[i]);
             let start = s.start.unwrap_or(job.submit_s);
             let wait = start - job.submit_s;
             jct += s.end - job.submit_s;
+            if self.cfg.record_jobs {
+                job_outcomes.push(JobOutcome {
+                    name: job.name.clone(),
+                    submit_s: job.submit_s,
+                    start_s: start,
+                    end_s: s.end,
+                    instances: job.shape.instances,
+                    gpus: job.shape.gpus,
+                    migration_charges: s.charges,
+                });
+            }
             if let Some(p) = self.job_pool[i] {
                 pool_jct[p].0 += 1;
                 pool_jct[p].1 += s.end - job.submit_s;
@@ -2143,6 +2182,7 @@ impl<'a> Sim<'a> {
             },
             pools,
             timeseries: self.timeseries,
+            job_outcomes,
         }
     }
 

@@ -315,6 +315,58 @@ fn backfill_uses_spare_capacity_at_the_reservation() {
 }
 
 #[test]
+fn job_outcomes_are_each_jobs_wait_and_completion_in_submission_order() {
+    // One node: A (4 GPUs) and B (4 GPUs) run at once, C (8 GPUs) waits
+    // for both to end (A at 30, B at 100); D (8 GPUs) after C.
+    let jobs = vec![
+        job("A", 0.0, 30.0, 1, 4),
+        job("B", 0.0, 100.0, 1, 4),
+        job("C", 10.0, 10.0, 1, 8),
+        job("D", 20.0, 5.0, 1, 8),
+    ];
+    let mut cfg = config(1, QueuePolicy::Fifo);
+    let (r, _) = run(&mut Spread::new(1), &jobs, &cfg);
+    assert!(r.job_outcomes.is_empty(), "kept only when asked");
+    cfg.record_jobs = true;
+    let (r, starts) = run(&mut Spread::new(1), &jobs, &cfg);
+    let got: Vec<(&str, Seconds, Seconds, Seconds, u32, u32)> = r
+        .job_outcomes
+        .iter()
+        .map(|o| {
+            (
+                o.name.as_str(),
+                o.submit_s,
+                o.start_s,
+                o.end_s,
+                o.instances,
+                o.gpus,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("A", 0.0, 0.0, 30.0, 1, 4),
+            ("B", 0.0, 0.0, 100.0, 1, 4),
+            ("C", 10.0, 100.0, 110.0, 1, 8),
+            ("D", 20.0, 110.0, 115.0, 1, 8),
+        ]
+    );
+    for (i, o) in r.job_outcomes.iter().enumerate() {
+        assert_eq!(o.start_s, starts[&(i as u64)]);
+        assert_eq!(o.migration_charges, 0);
+    }
+    // AJCT (eq. 16) is their mean completion time.
+    let mean = r
+        .job_outcomes
+        .iter()
+        .map(|o| o.end_s - o.submit_s)
+        .sum::<f64>()
+        / 4.0;
+    assert_eq!(r.ajct_s, mean);
+}
+
+#[test]
 fn afr_and_agu_average_only_while_the_queue_is_non_empty() {
     // Two nodes; spread puts A and B (4 GPUs each) on different nodes:
     // 2 partial nodes where one packing has none, N*SIF = 2, SIF = 1.
