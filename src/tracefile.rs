@@ -48,9 +48,10 @@ pub struct TraceArgs {
     pub gpus_per_node: u32,
 
     /// Cost of one migration, added to the job's completion: a whole number
-    /// with s, m, h or d (8s, 60s, 5m), or a Slurm time (M:SS, H:MM:SS,
-    /// D-H[:MM[:SS]]); 0 for none. Charged per migrated instance (the
-    /// paper) unless --migration-charge per-job.
+    /// with s, m, h or d (8s, 60s, 5m), a decimal number of seconds (2.5s:
+    /// the costs `compass replay` measures), or a Slurm time (M:SS,
+    /// H:MM:SS, D-H[:MM[:SS]]); 0 for none. Charged per migrated instance
+    /// (the paper) unless --migration-charge per-job.
     #[arg(long, default_value = "8s", value_name = "DURATION", value_parser = parse_cost)]
     pub migration_cost: f64,
 
@@ -284,12 +285,27 @@ pub fn parse_nodes(s: &str) -> std::result::Result<String, String> {
 
 /// A migration cost in seconds, `0` allowed: Slurm's forms through
 /// [`compass_core::duration::parse_unambiguous`] (`8s`, `5m`, `05:00`,
-/// `1-02:03`); a bare number other than 0, which meant seconds here before,
-/// is refused with the explicit forms.
+/// `1-02:03`), or a decimal number of seconds (`2.5s`, as a replay's
+/// report gives its measured cost); a bare number other than 0, which
+/// meant seconds here before, is refused with the explicit forms.
 pub fn parse_cost(s: &str) -> std::result::Result<f64, String> {
+    if let Some(secs) = decimal_seconds(s) {
+        return Ok(secs);
+    }
     compass_core::duration::parse_unambiguous(s)
         .map(|v| v as f64)
         .map_err(|e| e.to_string())
+}
+
+/// `2.5s`: digits, a point, digits, then `s`.
+fn decimal_seconds(s: &str) -> Option<f64> {
+    let number = s.trim().strip_suffix('s')?;
+    let (whole, fraction) = number.split_once('.')?;
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    if !(digits(whole) && digits(fraction)) {
+        return None;
+    }
+    number.parse::<f64>().ok().filter(|x| x.is_finite())
 }
 
 #[cfg(test)]
@@ -310,10 +326,16 @@ mod tests {
             ("1-00", 86_400.0),
             ("1-02:03", 86_400.0 + 7200.0 + 180.0),
             ("1-02:03:04", 86_400.0 + 7200.0 + 180.0 + 4.0),
+            ("2.5s", 2.5),
+            ("0.25s", 0.25),
+            ("2.1016s", 2.1016),
         ] {
             assert_eq!(parse_cost(text), Ok(secs), "{text}");
         }
-        for bad in ["", "-5", "5x", "1:2:3:4", "abc", "inf", "NaN", "1.5h", "8"] {
+        for bad in [
+            "", "-5", "5x", "1:2:3:4", "abc", "inf", "NaN", "1.5h", "8", "2.5", ".5s", "2.s",
+            "-2.5s", "1e3s", "2.5.1s",
+        ] {
             assert!(parse_cost(bad).is_err(), "{bad}");
         }
     }

@@ -235,4 +235,44 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
     ] {
         assert!(md.contains(needle), "report.md lacks `{needle}`:\n{md}");
     }
+
+    // The report's commands rerun its simulated columns to the digit.
+    let commands: Vec<&str> = md
+        .lines()
+        .filter(|l| l.starts_with("compass simulate --trace jobs.csv "))
+        .collect();
+    assert_eq!(commands.len(), 2, "one command per cluster:\n{md}");
+    let jobs_csv = out.0.join("jobs.csv");
+    for (line, sim) in commands.iter().zip([cs, ss]) {
+        let args: Vec<&str> = line
+            .split('#')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .skip(1)
+            .collect();
+        assert!(args.contains(&sim["policy"].as_str().unwrap()), "{line}");
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_compass"))
+            .args(args.iter().map(|a| {
+                if *a == "jobs.csv" {
+                    jobs_csv.as_os_str()
+                } else {
+                    std::ffi::OsStr::new(a)
+                }
+            }))
+            .args(["--json", "-q"])
+            .output()
+            .expect("run compass simulate");
+        assert!(
+            run.status.success(),
+            "{line}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let again: serde_json::Value = serde_json::from_slice(&run.stdout).expect("json");
+        for key in ["afr", "ajct_s", "agu"] {
+            let (a, b) = (again[key].as_f64().unwrap(), sim[key].as_f64().unwrap());
+            assert!((a - b).abs() < 1e-9, "{line}: {key} {a} against {b}");
+        }
+        assert_eq!(again["migration_charges"], sim["migrations"], "{line}");
+    }
 }

@@ -1266,6 +1266,7 @@ pub fn markdown(
         );
         s.push_str(&sim_table(results));
         s.push('\n');
+        s.push_str(&sim_commands(results));
     }
     if checks.is_empty() {
         s.push_str("Checks: all passed (every job completed exactly once, or was cancelled by compass-budgetd as a non-resumable preemption victim; compass jobs ran only on the engine's nodes; N*SIF <= 2 in each pool while WCC held there; compass AFR below stock).\n\n");
@@ -1286,6 +1287,30 @@ pub fn markdown(
         }
     }
     s.push_str(DEFINITIONS);
+    s
+}
+
+/// The `compass simulate` commands that give the report's simulated
+/// columns, one per simulated cluster (on the replay's `jobs.csv`), so
+/// that a figure can be rerun and taken apart job by job (`--jobs-out`).
+fn sim_commands(results: &[ClusterResult]) -> String {
+    let mut s = String::from("To rerun the simulated columns (`jobs.csv` of this replay's output directory; add `--jobs-out FILE` for each job's wait and completion):\n\n```sh\n");
+    for r in results {
+        let Some(sim) = r.simulated.as_ref() else {
+            continue;
+        };
+        let gate = match (r.is_compass(), sim.tidy_payback) {
+            (false, _) => String::new(),
+            (true, Some(k)) => format!(" --move-when {} --tidy-payback {k}", sim.move_when),
+            (true, None) => format!(" --move-when {}", sim.move_when),
+        };
+        let _ = writeln!(
+            s,
+            "compass simulate --trace jobs.csv --nodes {} --gpus-per-node {} --queue {} --remaining-run replay-limit --migration-cost {}s --policy {}{gate}   # {}",
+            r.nodes, r.gpus_per_node, sim.queue, sim.migration_cost_s, sim.policy, r.name
+        );
+    }
+    s.push_str("```\n\n");
     s
 }
 
@@ -1548,6 +1573,59 @@ mod tests {
         let md = markdown("t", "", &plan, std::slice::from_ref(&r), &f, 1.0);
         assert!(md.contains("## Pools"), "{md}");
         assert!(md.contains("| compass | 8xa100 | 4 | active | 4 |"), "{md}");
+    }
+
+    #[test]
+    fn sim_commands_give_each_simulated_column_with_the_exact_cost() {
+        use crate::replay::sim::Simulated;
+        let cost = 2.1015802534482813;
+        let sim = |policy: &str, tidy: Option<f64>| Simulated {
+            policy: policy.into(),
+            queue: "backfill".into(),
+            migration_cost_s: cost,
+            move_when: "pays".into(),
+            tidy_payback: tidy,
+            ..Default::default()
+        };
+        let compass = ClusterResult {
+            name: "compass".into(),
+            state_file: Some("/s".into()),
+            nodes: 16,
+            gpus_per_node: 8,
+            simulated: Some(sim("compass", Some(20.0))),
+            ..Default::default()
+        };
+        let stock = ClusterResult {
+            name: "stock".into(),
+            nodes: 16,
+            gpus_per_node: 8,
+            simulated: Some(sim("best-fit", None)),
+            ..Default::default()
+        };
+        let text = sim_commands(&[compass, stock]);
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("compass simulate"))
+            .collect();
+        let common = "compass simulate --trace jobs.csv --nodes 16 --gpus-per-node 8 --queue backfill --remaining-run replay-limit --migration-cost 2.1015802534482813s";
+        assert_eq!(
+            lines,
+            vec![
+                format!("{common} --policy compass --move-when pays --tidy-payback 20   # compass"),
+                format!("{common} --policy best-fit   # stock"),
+            ]
+        );
+        // the cost as printed parses back to the same number
+        assert_eq!(
+            crate::tracefile::parse_cost("2.1015802534482813s"),
+            Ok(cost)
+        );
+        assert_eq!(crate::tracefile::parse_cost("8s"), Ok(8.0));
+        assert_eq!(
+            format!("{}s", 8.0_f64),
+            "8s",
+            "a whole cost prints as Slurm's form"
+        );
     }
 
     #[test]
