@@ -294,7 +294,13 @@ pub fn parse_cost(s: &str) -> std::result::Result<f64, String> {
     }
     compass_core::duration::parse_unambiguous(s)
         .map(|v| v as f64)
-        .map_err(|e| e.to_string())
+        .map_err(|e| {
+            if s.contains('.') {
+                format!("{e}; a decimal is taken in seconds only (`2.5s`)")
+            } else {
+                e.to_string()
+            }
+        })
 }
 
 /// `2.5s`: digits, a point, digits, then `s`.
@@ -332,6 +338,7 @@ mod tests {
         ] {
             assert_eq!(parse_cost(text), Ok(secs), "{text}");
         }
+        assert!(parse_cost("1.5h").unwrap_err().contains("`2.5s`"));
         for bad in [
             "", "-5", "5x", "1:2:3:4", "abc", "inf", "NaN", "1.5h", "8", "2.5", ".5s", "2.s",
             "-2.5s", "1e3s", "2.5.1s",
