@@ -86,6 +86,7 @@ pub fn replay(
     let mut cfg = SimConfig::new(loaded.spec);
     cfg.queue = queue;
     cfg.migration_cost_s = args.migration_cost;
+    cfg.rule_cost_s = args.rule_cost;
     cfg.charge = MigrationCharge::parse_name(&args.migration_charge)?;
     cfg.payback = args.payback;
     cfg.remaining = RemainingRun::parse_name(&args.remaining_run)?;

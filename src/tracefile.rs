@@ -55,6 +55,14 @@ pub struct TraceArgs {
     #[arg(long, default_value = "8s", value_name = "DURATION", value_parser = parse_cost)]
     pub migration_cost: f64,
 
+    /// The cost the cost rule weighs (--payback, --tidy-payback), when it
+    /// is not --migration-cost: a live select plugin decides with its
+    /// configured `select.migration_cost`, while a replay measures what a
+    /// requeue really cost (its report's commands pass both). Same forms
+    /// as --migration-cost.
+    #[arg(long, value_name = "DURATION", value_parser = parse_cost)]
+    pub rule_cost: Option<f64>,
+
     /// Charge --migration-cost per migrated instance (the paper's `c` per
     /// migration) or once per moved job per event (one Slurm requeue).
     #[arg(long, default_value = "per-instance", value_parser = PossibleValuesParser::new(MigrationCharge::NAMES))]

@@ -989,6 +989,7 @@ fn attach_simulations(plan: &Plan, results: &mut [ClusterResult]) {
         if let Some(k) = r.tidy_payback {
             gate.tidy_payback = k;
         }
+        gate.rule_cost_s = r.rule_cost_s;
         match sim::simulate(plan, r.nodes, r.gpus_per_node, policy, cost, gate) {
             Ok(mut s) => {
                 s.migration_cost_source = source.clone();

@@ -415,6 +415,11 @@ pub struct ClusterResult {
     /// Its `select.tidy_payback`, likewise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tidy_payback: Option<f64>,
+    /// Its `select.migration_cost` in seconds, likewise: the cost its
+    /// migration rule weighs (the simulation decides with it and charges
+    /// the measured cost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_cost_s: Option<f64>,
     /// Why there is no simulation (a mixed cluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub simulated_skipped: Option<String>,
@@ -503,6 +508,11 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
         completion: Completion::read(info.completion_log, &submitted, &preempted_cancel),
         move_when: obs.state.as_ref().and_then(|s| s.move_when.clone()),
         tidy_payback: obs.state.as_ref().and_then(|s| s.tidy_payback),
+        rule_cost_s: obs
+            .state
+            .as_ref()
+            .and_then(|s| s.migration_cost_s)
+            .map(|c| c as f64),
         ..Default::default()
     };
     let (window, name) = if obs.figures.peak.time_s > 0.0 {
@@ -1250,7 +1260,7 @@ pub fn markdown(
     if let Some(sim) = results.iter().find_map(|r| r.simulated.as_ref()) {
         let _ = writeln!(
             s,
-            "## Live against simulated\n\nThe simulator on the jobs this replay submitted (`jobs.csv`, wall seconds), same cluster size, backfill queue, a migration costing {:.1} wall s = {:.1} trace min at speedup {} ({}). Compass clusters are simulated with the `compass` policy, moving jobs under the plugin's `select.move_when` (`{}`, from its published state; the default when it publishes none) with remaining runs from the time limits submitted; stock clusters with `best-fit`, the closest model of cons_tres (it packs onto the fullest nodes that fit; Slurm's start latency, its scheduling passes and its backfill window are not modelled).\n",
+            "## Live against simulated\n\nThe simulator on the jobs this replay submitted (`jobs.csv`, wall seconds), same cluster size, backfill queue, a migration costing {:.1} wall s = {:.1} trace min at speedup {} ({}). Compass clusters are simulated with the `compass` policy, moving jobs under the plugin's `select.move_when` (`{}`, from its published state; the default when it publishes none) with remaining runs from the time limits submitted{}; stock clusters with `best-fit`, the closest model of cons_tres (it packs onto the fullest nodes that fit; Slurm's start latency, its scheduling passes and its backfill window are not modelled).\n",
             sim.migration_cost_s,
             sim.migration_cost_s * c.speedup / 60.0,
             c.speedup,
@@ -1262,7 +1272,14 @@ pub fn markdown(
                 .map_or("-".to_string(), |s| match s.tidy_payback {
                     Some(k) => format!("{}, tidy payback {k}", s.move_when),
                     None => s.move_when.clone(),
-                })
+                }),
+            results
+                .iter()
+                .filter(|r| r.is_compass())
+                .find_map(|r| r.simulated.as_ref()?.rule_cost_s)
+                .map_or(String::new(), |c| format!(
+                    ", its cost rule weighing the {c} s the plugin decides with (`select.migration_cost`) while completions pay the measured cost"
+                ))
         );
         s.push_str(&sim_table(results));
         s.push('\n');
@@ -1299,11 +1316,14 @@ fn sim_commands(results: &[ClusterResult]) -> String {
         let Some(sim) = r.simulated.as_ref() else {
             continue;
         };
-        let gate = match (r.is_compass(), sim.tidy_payback) {
+        let mut gate = match (r.is_compass(), sim.tidy_payback) {
             (false, _) => String::new(),
             (true, Some(k)) => format!(" --move-when {} --tidy-payback {k}", sim.move_when),
             (true, None) => format!(" --move-when {}", sim.move_when),
         };
+        if let Some(c) = sim.rule_cost_s {
+            let _ = write!(gate, " --rule-cost {c}s");
+        }
         let _ = writeln!(
             s,
             "compass simulate --trace jobs.csv --nodes {} --gpus-per-node {} --queue {} --remaining-run replay-limit --migration-cost {}s --policy {}{gate}   # {}",
@@ -1579,10 +1599,11 @@ mod tests {
     fn sim_commands_give_each_simulated_column_with_the_exact_cost() {
         use crate::replay::sim::Simulated;
         let cost = 2.1015802534482813;
-        let sim = |policy: &str, tidy: Option<f64>| Simulated {
+        let sim = |policy: &str, tidy: Option<f64>, rule: Option<f64>| Simulated {
             policy: policy.into(),
             queue: "backfill".into(),
             migration_cost_s: cost,
+            rule_cost_s: rule,
             move_when: "pays".into(),
             tidy_payback: tidy,
             ..Default::default()
@@ -1592,14 +1613,14 @@ mod tests {
             state_file: Some("/s".into()),
             nodes: 16,
             gpus_per_node: 8,
-            simulated: Some(sim("compass", Some(20.0))),
+            simulated: Some(sim("compass", Some(20.0), Some(5.0))),
             ..Default::default()
         };
         let stock = ClusterResult {
             name: "stock".into(),
             nodes: 16,
             gpus_per_node: 8,
-            simulated: Some(sim("best-fit", None)),
+            simulated: Some(sim("best-fit", None, None)),
             ..Default::default()
         };
         let text = sim_commands(&[compass, stock]);
@@ -1611,7 +1632,9 @@ mod tests {
         assert_eq!(
             lines,
             vec![
-                format!("{common} --policy compass --move-when pays --tidy-payback 20   # compass"),
+                format!(
+                    "{common} --policy compass --move-when pays --tidy-payback 20 --rule-cost 5s   # compass"
+                ),
                 format!("{common} --policy best-fit   # stock"),
             ]
         );

@@ -30,6 +30,10 @@ pub struct Simulated {
     pub migration_cost_s: f64,
     /// Where that cost comes from (measured on the live run, or assumed).
     pub migration_cost_source: String,
+    /// The cost the simulated cost rule weighed instead (the plugin's
+    /// published `select.migration_cost`); absent: the cost above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule_cost_s: Option<f64>,
     /// The gate the simulated compass moved jobs under (`--move-when`):
     /// the live plugin's published `select.move_when`.
     pub move_when: String,
@@ -98,6 +102,9 @@ impl sim::Observer for Starts {
 pub struct Gate {
     pub move_when: MoveWhen,
     pub tidy_payback: f64,
+    /// The cost its rule weighs (`select.migration_cost`; `None`: the
+    /// measured cost, as for a plugin that publishes none).
+    pub rule_cost_s: Option<f64>,
 }
 
 impl Default for Gate {
@@ -106,6 +113,7 @@ impl Default for Gate {
         Self {
             move_when: MoveWhen::SELECT_DEFAULT,
             tidy_payback: DEFAULT_TIDY_PAYBACK,
+            rule_cost_s: None,
         }
     }
 }
@@ -133,6 +141,7 @@ pub fn simulate(
     let cfg = SimConfig {
         queue: QueuePolicy::Backfill,
         migration_cost_s: cost_s,
+        rule_cost_s: gate.rule_cost_s,
         move_when: gate.move_when,
         tidy_payback: gate.tidy_payback,
         remaining: RemainingRun::ReplayLimit,
@@ -152,6 +161,7 @@ pub fn simulate(
         queue: cfg.queue.name().to_string(),
         migration_cost_s: cost_s,
         migration_cost_source: String::new(),
+        rule_cost_s: gate.rule_cost_s,
         move_when: gate.move_when.name().to_string(),
         tidy_payback: r.tidy_payback,
         afr: r.afr,
@@ -201,6 +211,13 @@ mod tests {
             (c.policy.as_str(), c.move_when.as_str(), c.tidy_payback),
             ("compass", "pays", Some(20.0))
         );
+        assert_eq!(c.rule_cost_s, None, "no published cost: the measured one");
+        let decided = Gate {
+            rule_cost_s: Some(60.0),
+            ..Gate::default()
+        };
+        let d = simulate(&plan, 1, 8, "compass", 5.0, decided).unwrap();
+        assert_eq!((d.migration_cost_s, d.rule_cost_s), (5.0, Some(60.0)));
         let starts = Gate {
             move_when: MoveWhen::Starts,
             ..Gate::default()

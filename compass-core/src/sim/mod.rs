@@ -212,8 +212,16 @@ pub struct SimConfig {
     pub spec: ClusterSpec,
     pub queue: QueuePolicy,
     /// `c`: seconds added to a job's completion per migration, charged as
-    /// [`SimConfig::charge`] says. Also the cost the rule weighs.
+    /// [`SimConfig::charge`] says. Also the cost the rule weighs, unless
+    /// [`SimConfig::rule_cost_s`] says otherwise.
     pub migration_cost_s: Seconds,
+    /// The cost the cost rule weighs (its payback and tidying tests,
+    /// [`MigrationRule::default_cost_s`]) when it is not `c`: a live
+    /// select plugin decides with its configured `select.migration_cost`,
+    /// while what a requeue really cost is measured afterwards, so the
+    /// simulation of a live run decides with the one and charges the other
+    /// (`compass replay`'s simulated columns; `--rule-cost`). `None`: `c`.
+    pub rule_cost_s: Option<Seconds>,
     /// Per migrated instance (the paper) or per moved job.
     pub charge: MigrationCharge,
     /// The cost rule ([`MigrationRule::payback`]): a running job may be
@@ -240,6 +248,11 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
+    /// The cost the cost rule weighs ([`SimConfig::rule_cost_s`], else `c`).
+    pub fn rule_cost(&self) -> Seconds {
+        self.rule_cost_s.unwrap_or(self.migration_cost_s)
+    }
+
     /// FIFO, `c = 8` s per instance, payback 2 on time limits, backfill
     /// depth 1000, no time series.
     pub fn new(spec: ClusterSpec) -> Self {
@@ -247,6 +260,7 @@ impl SimConfig {
             spec,
             queue: QueuePolicy::Fifo,
             migration_cost_s: 8.0,
+            rule_cost_s: None,
             charge: MigrationCharge::PerInstance,
             payback: MigrationRule::default().payback,
             remaining: RemainingRun::TimeLimit,
@@ -340,6 +354,10 @@ pub struct SimResult {
     #[serde(default)]
     pub cluster: String,
     pub migration_cost_s: Seconds,
+    /// The cost the cost rule weighed, when not `migration_cost_s`
+    /// ([`SimConfig::rule_cost_s`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_cost_s: Option<Seconds>,
     /// How `c` was charged.
     #[serde(default)]
     pub migration_charge: MigrationCharge,
@@ -615,6 +633,11 @@ pub fn simulate_cluster(
         return Err(CoreError::Invalid(format!(
             "migration cost must be >= 0, got {}",
             cfg.migration_cost_s
+        )));
+    }
+    if let Some(c) = cfg.rule_cost_s.filter(|c| !(c.is_finite() && *c >= 0.0)) {
+        return Err(CoreError::Invalid(format!(
+            "the cost rule's migration cost must be >= 0, got {c}"
         )));
     }
     if !(cfg.payback == 0.0 || (cfg.payback.is_finite() && cfg.payback >= 1.0)) {
@@ -911,7 +934,7 @@ impl<'a> Sim<'a> {
             snap: Snapshot::default(),
             now: EventState::default(),
             rule: (cfg.payback > 0.0 && honours_movable).then_some(MigrationRule {
-                default_cost_s: cfg.migration_cost_s,
+                default_cost_s: cfg.rule_cost(),
                 payback: cfg.payback,
                 tidy_payback: cfg.tidy_payback,
                 ..MigrationRule::default()
@@ -1482,7 +1505,7 @@ impl<'a> Sim<'a> {
         // cost rule off (payback 0), the site's cost `c` all the same (not
         // the rule's 8 s default).
         let rule = self.rule.unwrap_or(MigrationRule {
-            default_cost_s: self.cfg.migration_cost_s,
+            default_cost_s: self.cfg.rule_cost(),
             tidy_payback: self.cfg.tidy_payback,
             ..MigrationRule::default()
         });
@@ -2131,6 +2154,7 @@ impl<'a> Sim<'a> {
             gpus_per_node: self.max_gpus,
             cluster: String::new(),
             migration_cost_s: self.cfg.migration_cost_s,
+            rule_cost_s: self.cfg.rule_cost_s,
             migration_charge: self.cfg.charge,
             payback: self.cfg.payback,
             remaining_run: self.cfg.remaining,

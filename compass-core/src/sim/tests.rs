@@ -749,6 +749,43 @@ fn the_cost_rule_holds_a_job_whose_move_would_not_pay_for_itself() {
 }
 
 #[test]
+fn the_rule_decides_with_its_own_cost_and_completions_pay_the_charged_one() {
+    // The setting above (payback 2, B has 90 s left at 10 s, oracle). The
+    // rule weighs `rule_cost_s` when given, the completion pays `c`: a
+    // live plugin decides with its configured cost, a requeue costs what
+    // it costs.
+    let jobs = vec![job("A", 0.0, 10.0, 1, 4), job("B", 0.0, 100.0, 2, 2)];
+    let replay = |charged: f64, rule: Option<f64>| {
+        let mut cfg = config(2, QueuePolicy::Fifo);
+        cfg.migration_cost_s = charged;
+        cfg.rule_cost_s = rule;
+        cfg.payback = 2.0;
+        cfg.remaining = RemainingRun::Oracle;
+        let mut p = Spread::new(2);
+        p.compact_on_remove = true;
+        simulate(&jobs, &mut p, &cfg, &mut NoObserver)
+    };
+    // Weighed at 10 s the move pays (90 - 10 >= 2 x 10); each of B's two
+    // instances is charged 40 s.
+    let moved = replay(40.0, Some(10.0)).unwrap();
+    assert_eq!((moved.migrations, moved.makespan_s), (2, 180.0));
+    assert_eq!(
+        (moved.migration_cost_s, moved.rule_cost_s),
+        (40.0, Some(10.0))
+    );
+    // Weighed at 40 s it does not (90 - 40 < 2 x 40), whatever it costs.
+    let held = replay(1.0, Some(40.0)).unwrap();
+    assert_eq!((held.migrations, held.makespan_s), (0, 100.0));
+    // No rule cost: the rule weighs `c`, as before.
+    let same = replay(40.0, None).unwrap();
+    assert_eq!((same.migrations, same.rule_cost_s), (0, None));
+    for bad in [-1.0, f64::NAN, f64::INFINITY] {
+        let e = replay(40.0, Some(bad)).unwrap_err();
+        assert!(e.to_string().contains("cost rule"), "{e}");
+    }
+}
+
+#[test]
 fn the_cost_rule_never_moves_a_job_inside_its_protected_time() {
     // The setting above, where B is moved at 10 s when nothing else holds
     // it; with `--min-runtime` of 20 s B is protected at 10 s, as the Slurm

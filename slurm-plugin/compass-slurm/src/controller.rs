@@ -1712,6 +1712,7 @@ impl Controller {
             move_when: Some(self.config.move_when.name().to_string()),
             tidy_payback: (self.config.move_when == MoveWhen::Pays)
                 .then_some(self.config.tidy_payback),
+            migration_cost_s: Some(self.config.migration_cost_s),
         }
     }
 

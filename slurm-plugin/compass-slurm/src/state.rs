@@ -77,6 +77,11 @@ pub struct PublishedState {
     /// Its `select.tidy_payback` (with `pays`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tidy_payback: Option<f64>,
+    /// Its `select.migration_cost`, seconds: the cost its migration rule
+    /// weighs for a job that names none (`--resumable` without a value),
+    /// so a replay's simulation decides with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_cost_s: Option<u64>,
 }
 
 /// One pool of interchangeable GPU nodes (same GPU count and type) and its
