@@ -401,9 +401,10 @@ fn write_events(
     out.flush().map_err(|e| CliError::io(path.display(), e))
 }
 
-/// A failure to open or write the event log `path`, naming it (only I/O
-/// can fail: every record is strings).
-fn csv_error(path: &Path, e: csv::Error) -> CliError {
+/// A failure to open or write the CSV file `path` (the event log here,
+/// `simulate --jobs-out`), naming it (only I/O can fail: every record is
+/// strings).
+pub(crate) fn csv_error(path: &Path, e: csv::Error) -> CliError {
     match e.into_kind() {
         csv::ErrorKind::Io(io) => CliError::io(path.display(), io),
         other => CliError::Failed(format!("{}: {other:?}", path.display())),

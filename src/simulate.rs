@@ -1,7 +1,8 @@
 //! `compass simulate`: replay a trace under one placement policy.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::builder::PossibleValuesParser;
@@ -13,6 +14,7 @@ use compass_core::sim::{
 use serde::Serialize;
 
 use crate::error::{CliError, Result};
+use crate::policy::csv_error;
 use crate::progress::Progress;
 use crate::tracefile::{describe, Loaded, TraceArgs};
 
@@ -143,17 +145,26 @@ pub fn run(args: Args) -> Result<()> {
             args.trace.quiet,
         );
     }
+    // Opened before the replay, so a bad path fails before a long run (as
+    // the policy simulator's --events).
+    let jobs_out = match &args.jobs_out {
+        Some(path) => Some((
+            path,
+            csv::Writer::from_path(path).map_err(|e| csv_error(path, e))?,
+        )),
+        None => None,
+    };
     let record = Record {
         timeseries: args.timeseries.is_some(),
-        jobs: args.jobs_out.is_some(),
+        jobs: jobs_out.is_some(),
     };
     let (mut result, wall_s) = replay(&loaded, &args.trace, &args.policy, queue, record)?;
     if let Some(path) = &args.timeseries {
         write_timeseries(path, &result.timeseries)?;
         result.timeseries.clear();
     }
-    if let Some(path) = &args.jobs_out {
-        write_jobs(path, &result.job_outcomes)?;
+    if let Some((path, out)) = jobs_out {
+        write_jobs(path, out, &result.job_outcomes)?;
         result.job_outcomes.clear();
     }
     let report = Report {
@@ -188,35 +199,35 @@ pub fn write_timeseries(path: &PathBuf, samples: &[Sample]) -> Result<()> {
 }
 
 /// Writes every job's outcome as CSV (`--jobs-out`).
-pub fn write_jobs(path: &PathBuf, jobs: &[JobOutcome]) -> Result<()> {
-    let mut out = String::from(
-        "job,submit_s,start_s,end_s,wait_s,completion_s,instances,gpus,migration_charges\n",
-    );
+fn write_jobs(path: &Path, mut out: csv::Writer<File>, jobs: &[JobOutcome]) -> Result<()> {
+    let fail = |e| csv_error(path, e);
+    out.write_record([
+        "job",
+        "submit_s",
+        "start_s",
+        "end_s",
+        "wait_s",
+        "completion_s",
+        "instances",
+        "gpus",
+        "migration_charges",
+    ])
+    .map_err(fail)?;
     for j in jobs {
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{}",
-            csv_field(&j.name),
-            j.submit_s,
-            j.start_s,
-            j.end_s,
-            j.start_s - j.submit_s,
-            j.end_s - j.submit_s,
-            j.instances,
-            j.gpus,
-            j.migration_charges
-        );
+        out.write_record([
+            j.name.clone(),
+            j.submit_s.to_string(),
+            j.start_s.to_string(),
+            j.end_s.to_string(),
+            (j.start_s - j.submit_s).to_string(),
+            (j.end_s - j.submit_s).to_string(),
+            j.instances.to_string(),
+            j.gpus.to_string(),
+            j.migration_charges.to_string(),
+        ])
+        .map_err(fail)?;
     }
-    std::fs::write(path, out).map_err(|e| CliError::io(path.display(), e))
-}
-
-/// A CSV field, quoted when it holds a comma, a quote or a line break.
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
+    out.flush().map_err(|e| CliError::io(path.display(), e))
 }
 
 /// The AFR Theorem 1 allows where WCC holds: `2/N`, and on a mixed cluster

@@ -1258,6 +1258,10 @@ pub fn markdown(
         s.push('\n');
     }
     if let Some(sim) = results.iter().find_map(|r| r.simulated.as_ref()) {
+        let compass_sim = results
+            .iter()
+            .filter(|r| r.is_compass())
+            .find_map(|r| r.simulated.as_ref());
         let _ = writeln!(
             s,
             "## Live against simulated\n\nThe simulator on the jobs this replay submitted (`jobs.csv`, wall seconds), same cluster size, backfill queue, a migration costing {:.1} wall s = {:.1} trace min at speedup {} ({}). Compass clusters are simulated with the `compass` policy, moving jobs under the plugin's `select.move_when` (`{}`, from its published state; the default when it publishes none) with remaining runs from the time limits submitted{}; stock clusters with `best-fit`, the closest model of cons_tres (it packs onto the fullest nodes that fit; Slurm's start latency, its scheduling passes and its backfill window are not modelled).\n",
@@ -1265,18 +1269,12 @@ pub fn markdown(
             sim.migration_cost_s * c.speedup / 60.0,
             c.speedup,
             sim.migration_cost_source,
-            results
-                .iter()
-                .filter(|r| r.is_compass())
-                .find_map(|r| r.simulated.as_ref())
-                .map_or("-".to_string(), |s| match s.tidy_payback {
-                    Some(k) => format!("{}, tidy payback {k}", s.move_when),
-                    None => s.move_when.clone(),
-                }),
-            results
-                .iter()
-                .filter(|r| r.is_compass())
-                .find_map(|r| r.simulated.as_ref()?.rule_cost_s)
+            compass_sim.map_or("-".to_string(), |s| match s.tidy_payback {
+                Some(k) => format!("{}, tidy payback {k}", s.move_when),
+                None => s.move_when.clone(),
+            }),
+            compass_sim
+                .and_then(|s| s.rule_cost_s)
                 .map_or(String::new(), |c| format!(
                     ", its cost rule weighing the {c} s the plugin decides with (`select.migration_cost`) while completions pay the measured cost"
                 ))
