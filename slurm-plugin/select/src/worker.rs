@@ -504,7 +504,10 @@ fn lower_restarted(raised: &mut std::collections::BTreeMap<u32, Raised>, now: u6
         .collect();
     for (id, r) in done {
         raised.remove(&id);
-        if load_job(id).is_none() {
+        // Gone, or ended meanwhile (cancelled before it restarted): a
+        // finished job has no priority to give back, and Slurm refuses the
+        // update.
+        if load_job(id).is_none_or(|j| j.state & JOB_STATE_BASE > JOB_SUSPENDED) {
             continue;
         }
         let rc = update_job(id, |d| d.priority = PRIORITY_RECOMPUTE);
@@ -533,6 +536,8 @@ fn update_job(id: u32, set: impl FnOnce(&mut sys::job_desc_msg_t)) -> i32 {
 
 const JOB_PENDING: u32 = 0;
 const JOB_RUNNING: u32 = 1;
+/// Slurm's job states up to this one are not finished (`job_states`).
+const JOB_SUSPENDED: u32 = 2;
 const JOB_STATE_BASE: u32 = 0xff;
 const JOB_COMPLETING: u32 = 1 << 15;
 

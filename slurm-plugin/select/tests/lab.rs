@@ -397,6 +397,24 @@ fn abstract_example_compass_never_keeps_the_fragmented_layout() {
     );
 }
 
+/// Does the plugin's published state hold exactly `jobs`, none of them
+/// with a migration pending? Always true in a stock lab (no state file).
+fn engine_holds(lab: &Lab, jobs: &[u32]) -> bool {
+    if !lab.dir.join("run/compass-state.json").exists() {
+        return true;
+    }
+    let s = lab.state_json();
+    let mut held: Vec<u64> = s["jobs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|j| j["id"].as_u64()).collect())
+        .unwrap_or_default();
+    held.sort_unstable();
+    let mut want: Vec<u64> = jobs.iter().map(|&j| u64::from(j)).collect();
+    want.sort_unstable();
+    let pending = s["pending_migrations"].as_array().map_or(0, Vec::len);
+    held == want && pending == 0
+}
+
 /// A mixed 1/2/4/8-GPU workload, then every other job ends. Returns the
 /// partial nodes left once the cluster settled.
 fn mixed_workload(lab: &Lab, settle: Duration) -> usize {
@@ -417,10 +435,14 @@ fn mixed_workload(lab: &Lab, settle: Duration) -> usize {
     let left: Vec<u32> = ids.iter().step_by(2).copied().collect();
     std::thread::sleep(Duration::from_secs(1));
     let t0 = Instant::now();
-    // settled: every remaining job running, no migration pending, for 2 s
+    // Settled: every remaining job running, and (compass) the engine holds
+    // exactly them with no migration pending, for 2 s. Slurm tells the
+    // plugin a cancelled job is gone when its nodes report it done, which
+    // Slurm 24.11 took more than 3 s to do on a loaded CI machine: with
+    // squeue alone this checked before Compact had seen any job end.
     let mut stable_since = None;
     while t0.elapsed() < settle {
-        let all_run = left.iter().all(|&j| lab.job(j).0 == "RUNNING");
+        let all_run = left.iter().all(|&j| lab.job(j).0 == "RUNNING") && engine_holds(lab, &left);
         if all_run {
             let s = *stable_since.get_or_insert_with(Instant::now);
             if s.elapsed() > Duration::from_secs(2) {
@@ -458,10 +480,14 @@ fn mixed_workload_compass_leaves_at_most_two_partial_nodes() {
         "compass: {partial} partial nodes\n{}",
         lab.debug()
     );
-    // the plugin checks the engine's invariants every 10 s
+    // The plugin checks the engine's invariants every 10 s. Nor any other
+    // error of the plugin: a job migrated while the workload arrived and
+    // then cancelled before it restarted (most runs under 24.11) has no
+    // priority to give back, which is no error.
     std::thread::sleep(Duration::from_secs(10));
+    let log = lab.ctld_log();
     assert!(
-        !lab.ctld_log().contains("engine invariant violated"),
+        !log.contains("engine invariant violated") && !log.contains("error: compass"),
         "{}",
         lab.debug()
     );
