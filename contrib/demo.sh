@@ -59,6 +59,10 @@ ROOT=$PWD
 export PATH="$HOME/.cargo/bin:$PATH"
 
 DEMO=${COMPASS_DEMO_DIR:-/var/lib/compass-demo}
+# How to stop this demo, as it must be typed: with its state directory when
+# that is not the default (`stop` looks nowhere else).
+STOP_CMD="contrib/demo.sh stop"
+if [ -n "${COMPASS_DEMO_DIR:-}" ]; then STOP_CMD="COMPASS_DEMO_DIR=$(printf %q "$DEMO") $STOP_CMD"; fi
 TRACE=${TRACE:-../shared/traces/venus/venus_sample.csv}
 HOURS=${DEMO_HOURS:-20}
 SPEEDUP=${DEMO_SPEEDUP:-240}
@@ -96,7 +100,7 @@ step() { # step TITLE: closes the previous step (with its duration), opens the n
 on_error() {
     local rc=$?
     [ -n "$STEP_NAME" ] && echo "demo: step [$STEP_NO] \"$STEP_NAME\" failed (exit $rc) after $((SECONDS - STEP_START))s." >&2
-    echo "demo: logs: $DEMO/{compass,stock}/log/, $DEMO/budget/compass-budgetd.log; clean up with: contrib/demo.sh stop" >&2
+    echo "demo: logs: $DEMO/{compass,stock}/log/, $DEMO/budget/compass-budgetd.log; clean up with: $STOP_CMD" >&2
     exit "$rc"
 }
 
@@ -410,7 +414,7 @@ run_replay() {
     step "replay $HOURS h of $(basename "$TRACE") at ${SPEEDUP}x through sbatch on both clusters, $REPEATS time(s); $(config_label) (about 10 min a run with the defaults)"
     local replay=${COMPASS_REPLAY:-$REL/compass}
     if [ -z "${COMPASS_REPLAY:-}" ] && ! "$replay" replay --help >/dev/null 2>&1; then
-        die "this build of compass has no \`replay\` subcommand (issue 6); the clusters and the service are up: stop them with contrib/demo.sh stop"
+        die "this build of compass has no \`replay\` subcommand (issue 6); the clusters and the service are up: stop them with: $STOP_CMD"
     fi
     mkdir -p "$OUT"
     local extra=()
@@ -444,7 +448,7 @@ demo: the clusters keep running; try
 EOF
     if [ "$CONFIG" != placement ]; then echo "        $REL/compass budget --url $DASHBOARD show"; fi
     cat <<EOF
-      stop everything with: contrib/demo.sh stop
+      stop everything with: $STOP_CMD
 demo: total $((SECONDS / 60)) min $((SECONDS % 60)) s
 EOF
 }
@@ -463,7 +467,7 @@ preflight() {
     # they never hold it.
     mkdir -p "$(dirname "$DEMO")"
     exec 9<"$(dirname "$DEMO")"
-    flock -n 9 || die "another contrib/demo.sh is running (state in $DEMO)"
+    flock -n 9 || die "another contrib/demo.sh is running (state in $DEMO); stop it with: $STOP_CMD"
     check_ports
 }
 

@@ -821,6 +821,38 @@ fn demo_preflight_names_the_problem_and_the_fix() {
         "{e}"
     );
     drop(l);
+
+    // Another demo.sh on the same state directory: named, with the stop
+    // command as it must be typed for that directory.
+    let parent = scratch.0.to_str().unwrap();
+    // The lock's holder is the process spawned (bash exec'ing sleep), so
+    // killing it frees the lock.
+    let mut holder = Command::new("bash")
+        .args(["-c", r#"exec 9<"$0" && flock 9 && exec sleep 60"#, parent])
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while Command::new("flock")
+        .args(["-n", parent, "true"])
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(t0.elapsed().as_secs() < 10, "flock holder did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = demo(&["check"], &[("TRACE", trace), ("COMPASS_DEMO_DIR", dir)]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let e = one_error_line(&o);
+    assert!(
+        e.contains("another contrib/demo.sh is running")
+            && e.contains(&format!(
+                "stop it with: COMPASS_DEMO_DIR={dir} contrib/demo.sh stop"
+            )),
+        "{e}"
+    );
+
     let o = demo(
         &["check"],
         &[
