@@ -109,20 +109,38 @@ pub struct Window {
     pub in_flight_s: f64,
     /// Time that was not settled ([`Sample::settled`] false).
     pub unsettled_s: f64,
+    /// Idle GPU time as a share of the part's GPUs, integrated
+    /// (`(1 - utilisation) dt`, so `util_s + idle_s = time_s`): in all,
+    /// while some waiting job would have fitted the free GPUs as they were
+    /// ([`Sample::fit_waiting`] > 0: Slurm's cadence and start latency,
+    /// jobs held for planned nodes), and while a migration was in flight.
+    /// The rest of the idle time no waiting job could use as it was laid
+    /// out (fragmentation, or jobs larger than the free GPUs).
+    pub idle_s: f64,
+    pub idle_fit_s: f64,
+    pub idle_in_flight_s: f64,
 }
 
 impl Window {
-    /// `sif`, `utilisation` and `wcc` held for `dt` seconds, with the
-    /// cluster's `in_flight` and `settled` of that time.
-    fn add(&mut self, dt: f64, sif: f64, utilisation: f64, wcc: bool, s: &Sample) {
+    /// `sif`, `utilisation`, `wcc` and `fit_waiting` (of the part) held
+    /// for `dt` seconds, with the cluster's `in_flight` and `settled` of
+    /// that time.
+    fn add(&mut self, dt: f64, part: (f64, f64, bool, u64), s: &Sample) {
+        let (sif, utilisation, wcc, fit_waiting) = part;
+        let idle = (1.0 - utilisation) * dt;
         self.time_s += dt;
         self.sif_s += sif * dt;
         self.util_s += utilisation * dt;
+        self.idle_s += idle;
+        if fit_waiting > 0 {
+            self.idle_fit_s += idle;
+        }
         if wcc {
             self.wcc_s += dt;
         }
         if s.in_flight {
             self.in_flight_s += dt;
+            self.idle_in_flight_s += idle;
         }
         if !s.settled {
             self.unsettled_s += dt;
@@ -222,11 +240,12 @@ impl Figures {
     fn hold(&mut self, dt: f64, nodes: u32, part: (u64, f64, bool, u64), prev: &Sample) {
         let (n_sif, utilisation, wcc, fit_waiting) = part;
         let sif = n_sif as f64 / f64::from(nodes.max(1));
+        let part = (sif, utilisation, wcc, fit_waiting);
         if prev.pending > 0 {
-            self.peak.add(dt, sif, utilisation, wcc, prev);
+            self.peak.add(dt, part, prev);
         }
         if prev.pending > 0 || prev.running > 0 {
-            self.busy.add(dt, sif, utilisation, wcc, prev);
+            self.busy.add(dt, part, prev);
         }
         self.fit_wait_s += dt * fit_waiting as f64;
         if wcc && n_sif > 2 && prev.kept_still > 0 {
@@ -811,6 +830,12 @@ mod tests {
         // both waiting jobs fitted from 3 s to 4 s
         assert_eq!(o.figures.fit_wait_s, 2.0);
         assert_eq!(o.figures.peak.in_flight_s, 1.0);
+        // idle GPUs over T_peak: half the GPUs from 2 s to 3 s (nothing
+        // waiting fitted), three quarters from 3 s to 4 s (both waiting
+        // jobs fitted, job 2's migration in flight)
+        let w = o.figures.peak;
+        assert_eq!((w.util_s, w.idle_s), (0.75, 1.25));
+        assert_eq!((w.idle_fit_s, w.idle_in_flight_s), (0.75, 0.75));
         // a homogeneous cluster is one pool with the cluster's figures
         assert_eq!(o.pools.len(), 1);
         let p = &o.pools[0];

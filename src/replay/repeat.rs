@@ -67,6 +67,18 @@ pub fn figures(r: &ClusterResult) -> Vec<(&'static str, f64)> {
             r.causes.in_flight_share,
         ),
         ("AGU", r.agu),
+        (
+            "idle GPUs while a waiting job fit (share)",
+            r.causes.idle_fit_share,
+        ),
+        (
+            "idle GPUs while nothing waiting fit (share)",
+            r.causes.idle_share - r.causes.idle_fit_share,
+        ),
+        (
+            "idle GPUs with a migration in flight (share)",
+            r.causes.idle_in_flight_share,
+        ),
         ("AJCT (wall s)", r.ajct_s),
         ("wait p50, all (wall s)", r.waits.p50),
         ("wait p50, largest (wall s)", r.largest.waits.p50),

@@ -329,6 +329,16 @@ pub struct LossCauses {
     /// Share of the metric window with a migration in flight (a requeued
     /// job waiting to restart, or a migration decided and not carried out).
     pub in_flight_share: f64,
+    /// Where the GPUs the AGU misses went, as shares of the metric
+    /// window's GPU time (`idle_share = 1 - AGU`): idle while some waiting
+    /// job would have fitted the free GPUs as they were (Slurm's cadence
+    /// and start latency; on compass also jobs held for planned nodes),
+    /// and idle while a migration was in flight (either may hold with the
+    /// other). The rest of `idle_share` is idle that no waiting job could
+    /// use as laid out: fragmentation, or jobs larger than the free GPUs.
+    pub idle_share: f64,
+    pub idle_fit_share: f64,
+    pub idle_in_flight_share: f64,
     /// Age of the engine's published state at the polls (wall seconds):
     /// mean and max. The plugin rewrites it on change, at most once a second.
     pub state_age_mean_s: Option<f64>,
@@ -541,6 +551,9 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
     r.mean_n_sif = r.afr * f64::from(r.nodes);
     r.unsettled_share = avg(window.unsettled_s);
     r.causes.in_flight_share = avg(window.in_flight_s);
+    r.causes.idle_share = avg(window.idle_s);
+    r.causes.idle_fit_share = avg(window.idle_fit_s);
+    r.causes.idle_in_flight_share = avg(window.idle_in_flight_s);
     let ages: Vec<f64> = obs.samples.iter().filter_map(|x| x.state_age_s).collect();
     if !ages.is_empty() {
         r.causes.state_age_mean_s = Some(ages.iter().sum::<f64>() / ages.len() as f64);
@@ -997,6 +1010,19 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
         format!("{:.1} / {:.2}", r.ajct_s, r.ajct_s * speedup / 3600.0)
     });
     row("AGU", &|r| format!("{:.1}%", 100.0 * r.agu));
+    row(
+        "idle GPUs: all / a waiting job fit / nothing fit / migration in flight",
+        &|r| {
+            let c = &r.causes;
+            format!(
+                "{:.1}% / {:.1}% / {:.1}% / {:.1}%",
+                100.0 * c.idle_share,
+                100.0 * c.idle_fit_share,
+                100.0 * (c.idle_share - c.idle_fit_share),
+                100.0 * c.idle_in_flight_share
+            )
+        },
+    );
     row("migrations (jobs)", &|r| {
         format!("{} ({})", r.migrations, r.migrated_jobs)
     });
@@ -1591,6 +1617,12 @@ mod tests {
         let md = markdown("t", "", &plan, std::slice::from_ref(&r), &f, 1.0);
         assert!(md.contains("## Pools"), "{md}");
         assert!(md.contains("| compass | 8xa100 | 4 | active | 4 |"), "{md}");
+        // 8 of 44 GPUs busy, nobody waiting: all the idle time is idle that
+        // no waiting job could use
+        assert!(
+            md.contains("| idle GPUs: all / a waiting job fit / nothing fit / migration in flight | 81.8% / 0.0% / 81.8% / 0.0% |"),
+            "{md}"
+        );
     }
 
     #[test]
