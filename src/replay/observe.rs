@@ -91,6 +91,10 @@ pub struct Sample {
     /// Waiting jobs that would fit the free GPUs as they are at this poll
     /// (`w` nodes with at least `g` free GPUs each), each counted alone.
     pub fit_waiting: u64,
+    /// The share of the cluster's GPUs those jobs would use (`w x g` of
+    /// each, summed, at most the free share): the idle GPUs a start could
+    /// have used.
+    pub fit_share: f64,
     /// Running jobs the engine keeps still by its migration rule (not
     /// resumable, protected, starting up, cooling down, ending soon), from
     /// its published state: Theorem 1's bound is promised only while this
@@ -111,30 +115,29 @@ pub struct Window {
     pub unsettled_s: f64,
     /// Idle GPU time as a share of the part's GPUs, integrated
     /// (`(1 - utilisation) dt`, so `util_s + idle_s = time_s`): in all,
-    /// while some waiting job would have fitted the free GPUs as they were
-    /// ([`Sample::fit_waiting`] > 0: Slurm's cadence and start latency,
-    /// jobs held for planned nodes), and while a migration was in flight.
-    /// The rest of the idle time no waiting job could use as it was laid
-    /// out (fragmentation, or jobs larger than the free GPUs).
+    /// the part of it waiting jobs that fitted the free GPUs as they were
+    /// would have used ([`Sample::fit_share`]: Slurm's cadence and start
+    /// latency, jobs held for planned nodes), and all of it while a
+    /// migration was in flight. The rest of the idle time no waiting job
+    /// could use as it was laid out (fragmentation, jobs larger than the
+    /// free GPUs, or nothing waiting that needs that much).
     pub idle_s: f64,
     pub idle_fit_s: f64,
     pub idle_in_flight_s: f64,
 }
 
 impl Window {
-    /// `sif`, `utilisation`, `wcc` and `fit_waiting` (of the part) held
+    /// `sif`, `utilisation`, `wcc` and `fit_share` (of the part) held
     /// for `dt` seconds, with the cluster's `in_flight` and `settled` of
     /// that time.
-    fn add(&mut self, dt: f64, part: (f64, f64, bool, u64), s: &Sample) {
-        let (sif, utilisation, wcc, fit_waiting) = part;
+    fn add(&mut self, dt: f64, part: (f64, f64, bool, f64), s: &Sample) {
+        let (sif, utilisation, wcc, fit_share) = part;
         let idle = (1.0 - utilisation) * dt;
         self.time_s += dt;
         self.sif_s += sif * dt;
         self.util_s += utilisation * dt;
         self.idle_s += idle;
-        if fit_waiting > 0 {
-            self.idle_fit_s += idle;
-        }
+        self.idle_fit_s += idle.min(fit_share * dt);
         if wcc {
             self.wcc_s += dt;
         }
@@ -195,6 +198,8 @@ pub struct PoolSample {
     pub utilisation: f64,
     /// Waiting jobs that would fit this pool's free GPUs alone.
     pub fit_waiting: u64,
+    /// The share of the pool's GPUs they would use ([`Sample::fit_share`]).
+    pub fit_share: f64,
 }
 
 /// What the replay observed in one pool, integrated over time as the
@@ -237,10 +242,10 @@ impl Figures {
     /// in-flight and kept-still state), with this part's (the cluster's or
     /// one pool's, of `nodes` nodes) `n_sif`, `utilisation`, `wcc` and
     /// `fit_waiting` of that poll. `SIF = N*SIF / N` (eq. 15).
-    fn hold(&mut self, dt: f64, nodes: u32, part: (u64, f64, bool, u64), prev: &Sample) {
-        let (n_sif, utilisation, wcc, fit_waiting) = part;
+    fn hold(&mut self, dt: f64, nodes: u32, part: (u64, f64, bool, u64, f64), prev: &Sample) {
+        let (n_sif, utilisation, wcc, fit_waiting, fit_share) = part;
         let sif = n_sif as f64 / f64::from(nodes.max(1));
-        let part = (sif, utilisation, wcc, fit_waiting);
+        let part = (sif, utilisation, wcc, fit_share);
         if prev.pending > 0 {
             self.peak.add(dt, part, prev);
         }
@@ -605,10 +610,19 @@ impl Observer {
         let fits =
             |free: &[u32], (w, g): (u32, u32)| free.iter().filter(|&&f| f >= g).count() as u32 >= w;
         let all_free: Vec<u32> = free.iter().flatten().copied().collect();
-        let fit_waiting = waiting_shapes
-            .iter()
-            .filter(|&&s| fits(&all_free, s))
-            .count() as u64;
+        // The waiting jobs that fit `free` alone: how many, and the GPUs
+        // they would use, as a share of `total` (at most the free share).
+        let fitting = |free: &[u32], total: u32| -> (u64, f64) {
+            let (mut n, mut gpus) = (0u64, 0u64);
+            for &s in waiting_shapes.iter().filter(|&&s| fits(free, s)) {
+                n += 1;
+                gpus += u64::from(s.0) * u64::from(s.1);
+            }
+            let idle: u64 = free.iter().map(|&f| u64::from(f)).sum();
+            (n, gpus.min(idle) as f64 / f64::from(total.max(1)))
+        };
+        let all_gpus_u32: u32 = self.node_cap.values().map(|&(c, _)| c).sum();
+        let (fit_waiting, fit_share) = fitting(&all_free, all_gpus_u32);
         let mut pool_samples = Vec::with_capacity(self.pools.len());
         for (p, track) in self.pools.iter().enumerate() {
             let d = &track.def;
@@ -619,6 +633,7 @@ impl Observer {
                 .map(|n| used.get(n.as_str()).copied().unwrap_or(0))
                 .collect();
             let partial = used_p.iter().filter(|&&u| u > 0 && u < cap).count() as u32;
+            let pool_fit = fitting(&free[p], d.nodes.len() as u32 * cap);
             let used_gpus: u64 = used_p.iter().map(|&u| u64::from(u)).sum();
             let (phi, wcc) = if d.modelled {
                 (
@@ -639,10 +654,8 @@ impl Observer {
                 wcc,
                 used_gpus,
                 utilisation: used_gpus as f64 / f64::from(d.nodes.len() as u32 * cap).max(1.0),
-                fit_waiting: waiting_shapes
-                    .iter()
-                    .filter(|&&s| fits(&free[p], s))
-                    .count() as u64,
+                fit_waiting: pool_fit.0,
+                fit_share: pool_fit.1,
             });
         }
         let modelled = |k: usize| self.pools[k].def.modelled;
@@ -688,6 +701,7 @@ impl Observer {
             in_flight: in_flight || requeued_waiting,
             state_age_s,
             fit_waiting,
+            fit_share,
             kept_still,
         };
         // the state since the previous poll held until now
@@ -697,7 +711,13 @@ impl Observer {
                 self.figures.hold(
                     dt,
                     nodes,
-                    (prev.n_sif, prev.utilisation, prev.wcc, prev.fit_waiting),
+                    (
+                        prev.n_sif,
+                        prev.utilisation,
+                        prev.wcc,
+                        prev.fit_waiting,
+                        prev.fit_share,
+                    ),
                     &prev,
                 );
                 for track in &mut self.pools {
@@ -706,7 +726,13 @@ impl Observer {
                     track.figures.hold(
                         dt,
                         n,
-                        (ps.n_sif, ps.utilisation, ps.wcc, ps.fit_waiting),
+                        (
+                            ps.n_sif,
+                            ps.utilisation,
+                            ps.wcc,
+                            ps.fit_waiting,
+                            ps.fit_share,
+                        ),
                         &prev,
                     );
                 }
@@ -741,6 +767,37 @@ mod tests {
             node_gpus: nodes.iter().map(|(n, g)| (n.to_string(), *g)).collect(),
             preempted_cancel: false,
         }
+    }
+
+    #[test]
+    fn idle_gpus_count_as_usable_only_as_far_as_the_fitting_jobs_need_them() {
+        // n1 half busy, n2 free; a 2-GPU job waits and fits, a 2 x 8 job
+        // waits and does not: of the 12 idle GPUs, 2 were usable
+        let plan = [
+            PlannedJob::example(0, 1, 4),
+            PlannedJob::example(1, 1, 2),
+            PlannedJob::example(2, 2, 8),
+        ];
+        let mut o = Observer::new(&plan, vec!["n1".into(), "n2".into()], 8, None);
+        for i in 0..3 {
+            o.submitted(i, i as u64 + 1, 0.0);
+        }
+        let polled = |o: &mut Observer, t: f64| {
+            o.poll(
+                &[
+                    job(1, "RUNNING", 0, 0, &[("n1", 4)]),
+                    job(2, "PENDING", 0, 0, &[]),
+                    job(3, "PENDING", 0, 0, &[]),
+                ],
+                t,
+                1000 + t as u64,
+            )
+        };
+        let s = polled(&mut o, 1.0);
+        assert_eq!((s.fit_waiting, s.fit_share), (1, 0.125));
+        polled(&mut o, 3.0);
+        let w = o.figures.peak;
+        assert_eq!((w.time_s, w.idle_s, w.idle_fit_s), (2.0, 1.5, 0.25));
     }
 
     #[test]

@@ -68,11 +68,11 @@ pub fn figures(r: &ClusterResult) -> Vec<(&'static str, f64)> {
         ),
         ("AGU", r.agu),
         (
-            "idle GPUs while a waiting job fit (share)",
+            "idle GPUs usable by waiting jobs that fit (share)",
             r.causes.idle_fit_share,
         ),
         (
-            "idle GPUs while nothing waiting fit (share)",
+            "idle GPUs no waiting job could use (share)",
             r.causes.idle_share - r.causes.idle_fit_share,
         ),
         (

@@ -330,12 +330,13 @@ pub struct LossCauses {
     /// job waiting to restart, or a migration decided and not carried out).
     pub in_flight_share: f64,
     /// Where the GPUs the AGU misses went, as shares of the metric
-    /// window's GPU time (`idle_share = 1 - AGU`): idle while some waiting
-    /// job would have fitted the free GPUs as they were (Slurm's cadence
-    /// and start latency; on compass also jobs held for planned nodes),
-    /// and idle while a migration was in flight (either may hold with the
-    /// other). The rest of `idle_share` is idle that no waiting job could
-    /// use as laid out: fragmentation, or jobs larger than the free GPUs.
+    /// window's GPU time (`idle_share = 1 - AGU`): the idle GPUs that
+    /// waiting jobs which fitted the free GPUs as they were would have
+    /// used (Slurm's cadence and start latency; on compass also jobs held
+    /// for planned nodes), and the idle GPUs while a migration was in
+    /// flight (overlapping the first). The rest of `idle_share` no waiting
+    /// job could use as laid out: fragmentation, jobs larger than the free
+    /// GPUs, or nothing waiting that needs them.
     pub idle_share: f64,
     pub idle_fit_share: f64,
     pub idle_in_flight_share: f64,
@@ -1011,7 +1012,7 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
     });
     row("AGU", &|r| format!("{:.1}%", 100.0 * r.agu));
     row(
-        "idle GPUs: all / a waiting job fit / nothing fit / migration in flight",
+        "idle GPUs: all / usable by waiting jobs that fit / not usable / migration in flight",
         &|r| {
             let c = &r.causes;
             format!(
@@ -1620,7 +1621,7 @@ mod tests {
         // 8 of 44 GPUs busy, nobody waiting: all the idle time is idle that
         // no waiting job could use
         assert!(
-            md.contains("| idle GPUs: all / a waiting job fit / nothing fit / migration in flight | 81.8% / 0.0% / 81.8% / 0.0% |"),
+            md.contains("| idle GPUs: all / usable by waiting jobs that fit / not usable / migration in flight | 81.8% / 0.0% / 81.8% / 0.0% |"),
             "{md}"
         );
     }
