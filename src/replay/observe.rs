@@ -95,6 +95,11 @@ pub struct Sample {
     /// each, summed, at most the free share): the idle GPUs a start could
     /// have used.
     pub fit_share: f64,
+    /// The share of the cluster's GPUs the largest waiting job that the
+    /// layout alone kept out would use: one whose `w x g` GPUs the idle
+    /// GPUs hold but not as laid out (no `w` nodes with `g` free each), at
+    /// most the idle share left by `fit_share`.
+    pub layout_share: f64,
     /// Running jobs the engine keeps still by its migration rule (not
     /// resumable, protected, starting up, cooling down, ending soon), from
     /// its published state: Theorem 1's bound is promised only while this
@@ -118,11 +123,13 @@ pub struct Window {
     /// the part of it waiting jobs that fitted the free GPUs as they were
     /// would have used ([`Sample::fit_share`]: Slurm's cadence and start
     /// latency, jobs held for planned nodes), and all of it while a
-    /// migration was in flight. The rest of the idle time no waiting job
-    /// could use as it was laid out (fragmentation, jobs larger than the
-    /// free GPUs, or nothing waiting that needs that much).
+    /// migration was in flight. Of the rest, `idle_layout_s` the largest
+    /// waiting job the layout alone kept out would have used
+    /// ([`Sample::layout_share`]: fragmentation); the remainder no waiting
+    /// job needed (jobs larger than all idle GPUs, or nothing waiting).
     pub idle_s: f64,
     pub idle_fit_s: f64,
+    pub idle_layout_s: f64,
     pub idle_in_flight_s: f64,
 }
 
@@ -130,14 +137,16 @@ impl Window {
     /// `sif`, `utilisation`, `wcc` and `fit_share` (of the part) held
     /// for `dt` seconds, with the cluster's `in_flight` and `settled` of
     /// that time.
-    fn add(&mut self, dt: f64, part: (f64, f64, bool, f64), s: &Sample) {
-        let (sif, utilisation, wcc, fit_share) = part;
+    fn add(&mut self, dt: f64, part: (f64, f64, bool, f64, f64), s: &Sample) {
+        let (sif, utilisation, wcc, fit_share, layout_share) = part;
         let idle = (1.0 - utilisation) * dt;
+        let fit = idle.min(fit_share * dt);
         self.time_s += dt;
         self.sif_s += sif * dt;
         self.util_s += utilisation * dt;
         self.idle_s += idle;
-        self.idle_fit_s += idle.min(fit_share * dt);
+        self.idle_fit_s += fit;
+        self.idle_layout_s += (idle - fit).min(layout_share * dt);
         if wcc {
             self.wcc_s += dt;
         }
@@ -200,6 +209,8 @@ pub struct PoolSample {
     pub fit_waiting: u64,
     /// The share of the pool's GPUs they would use ([`Sample::fit_share`]).
     pub fit_share: f64,
+    /// [`Sample::layout_share`] in this pool.
+    pub layout_share: f64,
 }
 
 /// What the replay observed in one pool, integrated over time as the
@@ -242,10 +253,16 @@ impl Figures {
     /// in-flight and kept-still state), with this part's (the cluster's or
     /// one pool's, of `nodes` nodes) `n_sif`, `utilisation`, `wcc` and
     /// `fit_waiting` of that poll. `SIF = N*SIF / N` (eq. 15).
-    fn hold(&mut self, dt: f64, nodes: u32, part: (u64, f64, bool, u64, f64), prev: &Sample) {
-        let (n_sif, utilisation, wcc, fit_waiting, fit_share) = part;
+    fn hold(
+        &mut self,
+        dt: f64,
+        nodes: u32,
+        part: (u64, f64, bool, u64, (f64, f64)),
+        prev: &Sample,
+    ) {
+        let (n_sif, utilisation, wcc, fit_waiting, (fit_share, layout_share)) = part;
         let sif = n_sif as f64 / f64::from(nodes.max(1));
-        let part = (sif, utilisation, wcc, fit_share);
+        let part = (sif, utilisation, wcc, fit_share, layout_share);
         if prev.pending > 0 {
             self.peak.add(dt, part, prev);
         }
@@ -611,18 +628,31 @@ impl Observer {
             |free: &[u32], (w, g): (u32, u32)| free.iter().filter(|&&f| f >= g).count() as u32 >= w;
         let all_free: Vec<u32> = free.iter().flatten().copied().collect();
         // The waiting jobs that fit `free` alone: how many, and the GPUs
-        // they would use, as a share of `total` (at most the free share).
-        let fitting = |free: &[u32], total: u32| -> (u64, f64) {
-            let (mut n, mut gpus) = (0u64, 0u64);
-            for &s in waiting_shapes.iter().filter(|&&s| fits(free, s)) {
-                n += 1;
-                gpus += u64::from(s.0) * u64::from(s.1);
-            }
+        // they would use, as a share of `total` (at most the free share);
+        // and the GPUs of the largest one the layout alone keeps out (its
+        // GPUs are idle, not as it needs them), at most the idle rest.
+        let fitting = |free: &[u32], total: u32| -> (u64, f64, f64) {
             let idle: u64 = free.iter().map(|&f| u64::from(f)).sum();
-            (n, gpus.min(idle) as f64 / f64::from(total.max(1)))
+            let (mut n, mut gpus, mut kept_out) = (0u64, 0u64, 0u64);
+            for &s in &waiting_shapes {
+                let want = u64::from(s.0) * u64::from(s.1);
+                if fits(free, s) {
+                    n += 1;
+                    gpus += want;
+                } else if want <= idle {
+                    kept_out = kept_out.max(want);
+                }
+            }
+            let fit = gpus.min(idle);
+            let total = f64::from(total.max(1));
+            (
+                n,
+                fit as f64 / total,
+                kept_out.min(idle - fit) as f64 / total,
+            )
         };
         let all_gpus_u32: u32 = self.node_cap.values().map(|&(c, _)| c).sum();
-        let (fit_waiting, fit_share) = fitting(&all_free, all_gpus_u32);
+        let (fit_waiting, fit_share, layout_share) = fitting(&all_free, all_gpus_u32);
         let mut pool_samples = Vec::with_capacity(self.pools.len());
         for (p, track) in self.pools.iter().enumerate() {
             let d = &track.def;
@@ -656,6 +686,7 @@ impl Observer {
                 utilisation: used_gpus as f64 / f64::from(d.nodes.len() as u32 * cap).max(1.0),
                 fit_waiting: pool_fit.0,
                 fit_share: pool_fit.1,
+                layout_share: pool_fit.2,
             });
         }
         let modelled = |k: usize| self.pools[k].def.modelled;
@@ -702,6 +733,7 @@ impl Observer {
             state_age_s,
             fit_waiting,
             fit_share,
+            layout_share,
             kept_still,
         };
         // the state since the previous poll held until now
@@ -716,7 +748,7 @@ impl Observer {
                         prev.utilisation,
                         prev.wcc,
                         prev.fit_waiting,
-                        prev.fit_share,
+                        (prev.fit_share, prev.layout_share),
                     ),
                     &prev,
                 );
@@ -731,7 +763,7 @@ impl Observer {
                             ps.utilisation,
                             ps.wcc,
                             ps.fit_waiting,
-                            ps.fit_share,
+                            (ps.fit_share, ps.layout_share),
                         ),
                         &prev,
                     );
@@ -794,10 +826,48 @@ mod tests {
             )
         };
         let s = polled(&mut o, 1.0);
-        assert_eq!((s.fit_waiting, s.fit_share), (1, 0.125));
+        assert_eq!(
+            (s.fit_waiting, s.fit_share, s.layout_share),
+            (1, 0.125, 0.0)
+        );
         polled(&mut o, 3.0);
         let w = o.figures.peak;
         assert_eq!((w.time_s, w.idle_s, w.idle_fit_s), (2.0, 1.5, 0.25));
+        assert_eq!(w.idle_layout_s, 0.0, "16 GPUs are more than the idle 12");
+    }
+
+    #[test]
+    fn idle_gpus_a_job_the_layout_keeps_out_would_use_are_fragmentation() {
+        // n1 and n2 half busy: 8 idle GPUs, but a 1 x 8 job fits neither
+        // node; a 1 x 2 job fits. Of the 8 idle GPUs, 2 are usable and
+        // the other 6 the 1 x 8 job would use if they lay on one node.
+        let plan = [
+            PlannedJob::example(0, 1, 4),
+            PlannedJob::example(1, 1, 4),
+            PlannedJob::example(2, 1, 2),
+            PlannedJob::example(3, 1, 8),
+        ];
+        let mut o = Observer::new(&plan, vec!["n1".into(), "n2".into()], 8, None);
+        for i in 0..4 {
+            o.submitted(i, i as u64 + 1, 0.0);
+        }
+        let polled = |o: &mut Observer, t: f64| {
+            o.poll(
+                &[
+                    job(1, "RUNNING", 0, 0, &[("n1", 4)]),
+                    job(2, "RUNNING", 0, 0, &[("n2", 4)]),
+                    job(3, "PENDING", 0, 0, &[]),
+                    job(4, "PENDING", 0, 0, &[]),
+                ],
+                t,
+                1000 + t as u64,
+            )
+        };
+        let s = polled(&mut o, 1.0);
+        assert_eq!((s.fit_share, s.layout_share), (0.125, 0.375));
+        polled(&mut o, 3.0);
+        let w = o.figures.peak;
+        assert_eq!((w.idle_s, w.idle_fit_s, w.idle_layout_s), (1.0, 0.25, 0.75));
     }
 
     #[test]

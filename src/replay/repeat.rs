@@ -72,8 +72,12 @@ pub fn figures(r: &ClusterResult) -> Vec<(&'static str, f64)> {
             r.causes.idle_fit_share,
         ),
         (
-            "idle GPUs no waiting job could use (share)",
-            r.causes.idle_share - r.causes.idle_fit_share,
+            "idle GPUs kept from a waiting job by the layout (share)",
+            r.causes.idle_layout_share,
+        ),
+        (
+            "idle GPUs no waiting job needed (share)",
+            r.causes.idle_share - r.causes.idle_fit_share - r.causes.idle_layout_share,
         ),
         (
             "idle GPUs with a migration in flight (share)",

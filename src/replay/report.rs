@@ -334,11 +334,13 @@ pub struct LossCauses {
     /// waiting jobs which fitted the free GPUs as they were would have
     /// used (Slurm's cadence and start latency; on compass also jobs held
     /// for planned nodes), and the idle GPUs while a migration was in
-    /// flight (overlapping the first). The rest of `idle_share` no waiting
-    /// job could use as laid out: fragmentation, jobs larger than the free
-    /// GPUs, or nothing waiting that needs them.
+    /// flight (overlapping both others). Of the rest, `idle_layout_share`
+    /// the largest waiting job that the layout alone kept out would have
+    /// used (its GPUs were idle, not on `w` nodes with `g` free each:
+    /// fragmentation); the remainder no waiting job needed.
     pub idle_share: f64,
     pub idle_fit_share: f64,
+    pub idle_layout_share: f64,
     pub idle_in_flight_share: f64,
     /// Age of the engine's published state at the polls (wall seconds):
     /// mean and max. The plugin rewrites it on change, at most once a second.
@@ -554,6 +556,7 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
     r.causes.in_flight_share = avg(window.in_flight_s);
     r.causes.idle_share = avg(window.idle_s);
     r.causes.idle_fit_share = avg(window.idle_fit_s);
+    r.causes.idle_layout_share = avg(window.idle_layout_s);
     r.causes.idle_in_flight_share = avg(window.idle_in_flight_s);
     let ages: Vec<f64> = obs.samples.iter().filter_map(|x| x.state_age_s).collect();
     if !ages.is_empty() {
@@ -1012,14 +1015,15 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
     });
     row("AGU", &|r| format!("{:.1}%", 100.0 * r.agu));
     row(
-        "idle GPUs: all / usable by waiting jobs that fit / not usable / migration in flight",
+        "idle GPUs: all / usable by waiting jobs that fit / kept from a waiting job by the layout / not needed / migration in flight",
         &|r| {
             let c = &r.causes;
             format!(
-                "{:.1}% / {:.1}% / {:.1}% / {:.1}%",
+                "{:.1}% / {:.1}% / {:.1}% / {:.1}% / {:.1}%",
                 100.0 * c.idle_share,
                 100.0 * c.idle_fit_share,
-                100.0 * (c.idle_share - c.idle_fit_share),
+                100.0 * c.idle_layout_share,
+                100.0 * (c.idle_share - c.idle_fit_share - c.idle_layout_share),
                 100.0 * c.idle_in_flight_share
             )
         },
@@ -1621,7 +1625,7 @@ mod tests {
         // 8 of 44 GPUs busy, nobody waiting: all the idle time is idle that
         // no waiting job could use
         assert!(
-            md.contains("| idle GPUs: all / usable by waiting jobs that fit / not usable / migration in flight | 81.8% / 0.0% / 81.8% / 0.0% |"),
+            md.contains("| idle GPUs: all / usable by waiting jobs that fit / kept from a waiting job by the layout / not needed / migration in flight | 81.8% / 0.0% / 0.0% / 81.8% / 0.0% |"),
             "{md}"
         );
     }
