@@ -133,21 +133,31 @@ pub struct Window {
     pub idle_in_flight_s: f64,
 }
 
+/// What one part (the cluster, or one pool) showed at one poll, as the
+/// time integrals take it: [`Sample::part`], [`PoolSample::part`].
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    n_sif: u64,
+    utilisation: f64,
+    wcc: bool,
+    fit_waiting: u64,
+    fit_share: f64,
+    layout_share: f64,
+}
+
 impl Window {
-    /// `sif`, `utilisation`, `wcc` and `fit_share` (of the part) held
-    /// for `dt` seconds, with the cluster's `in_flight` and `settled` of
-    /// that time.
-    fn add(&mut self, dt: f64, part: (f64, f64, bool, f64, f64), s: &Sample) {
-        let (sif, utilisation, wcc, fit_share, layout_share) = part;
-        let idle = (1.0 - utilisation) * dt;
-        let fit = idle.min(fit_share * dt);
+    /// The part's `sif` and its poll `part` held for `dt` seconds, with
+    /// the cluster's `in_flight` and `settled` of that time.
+    fn add(&mut self, dt: f64, sif: f64, part: &Part, s: &Sample) {
+        let idle = (1.0 - part.utilisation) * dt;
+        let fit = idle.min(part.fit_share * dt);
         self.time_s += dt;
         self.sif_s += sif * dt;
-        self.util_s += utilisation * dt;
+        self.util_s += part.utilisation * dt;
         self.idle_s += idle;
         self.idle_fit_s += fit;
-        self.idle_layout_s += (idle - fit).min(layout_share * dt);
-        if wcc {
+        self.idle_layout_s += (idle - fit).min(part.layout_share * dt);
+        if part.wcc {
             self.wcc_s += dt;
         }
         if s.in_flight {
@@ -248,29 +258,49 @@ pub struct Figures {
     pub fit_wait_s: f64,
 }
 
+impl Sample {
+    /// The whole cluster's part of this poll.
+    fn part(&self) -> Part {
+        Part {
+            n_sif: self.n_sif,
+            utilisation: self.utilisation,
+            wcc: self.wcc,
+            fit_waiting: self.fit_waiting,
+            fit_share: self.fit_share,
+            layout_share: self.layout_share,
+        }
+    }
+}
+
+impl PoolSample {
+    /// This pool's part of its poll.
+    fn part(&self) -> Part {
+        Part {
+            n_sif: self.n_sif,
+            utilisation: self.utilisation,
+            wcc: self.wcc,
+            fit_waiting: self.fit_waiting,
+            fit_share: self.fit_share,
+            layout_share: self.layout_share,
+        }
+    }
+}
+
 impl Figures {
     /// `dt` seconds in which the cluster's poll `prev` held (its queue,
     /// in-flight and kept-still state), with this part's (the cluster's or
-    /// one pool's, of `nodes` nodes) `n_sif`, `utilisation`, `wcc` and
-    /// `fit_waiting` of that poll. `SIF = N*SIF / N` (eq. 15).
-    fn hold(
-        &mut self,
-        dt: f64,
-        nodes: u32,
-        part: (u64, f64, bool, u64, (f64, f64)),
-        prev: &Sample,
-    ) {
-        let (n_sif, utilisation, wcc, fit_waiting, (fit_share, layout_share)) = part;
-        let sif = n_sif as f64 / f64::from(nodes.max(1));
-        let part = (sif, utilisation, wcc, fit_share, layout_share);
+    /// one pool's, of `nodes` nodes) poll `part`. `SIF = N*SIF / N`
+    /// (eq. 15).
+    fn hold(&mut self, dt: f64, nodes: u32, part: Part, prev: &Sample) {
+        let sif = part.n_sif as f64 / f64::from(nodes.max(1));
         if prev.pending > 0 {
-            self.peak.add(dt, part, prev);
+            self.peak.add(dt, sif, &part, prev);
         }
         if prev.pending > 0 || prev.running > 0 {
-            self.busy.add(dt, part, prev);
+            self.busy.add(dt, sif, &part, prev);
         }
-        self.fit_wait_s += dt * fit_waiting as f64;
-        if wcc && n_sif > 2 && prev.kept_still > 0 {
+        self.fit_wait_s += dt * part.fit_waiting as f64;
+        if part.wcc && part.n_sif > 2 && prev.kept_still > 0 {
             self.over_bound_by_choice_s += dt;
         }
     }
@@ -631,7 +661,7 @@ impl Observer {
         // they would use, as a share of `total` (at most the free share);
         // and the GPUs of the largest one the layout alone keeps out (its
         // GPUs are idle, not as it needs them), at most the idle rest.
-        let fitting = |free: &[u32], total: u32| -> (u64, f64, f64) {
+        let fitting = |free: &[u32], total: u64| -> (u64, f64, f64) {
             let idle: u64 = free.iter().map(|&f| u64::from(f)).sum();
             let (mut n, mut gpus, mut kept_out) = (0u64, 0u64, 0u64);
             for &s in &waiting_shapes {
@@ -644,15 +674,15 @@ impl Observer {
                 }
             }
             let fit = gpus.min(idle);
-            let total = f64::from(total.max(1));
+            let total = total.max(1) as f64;
             (
                 n,
                 fit as f64 / total,
                 kept_out.min(idle - fit) as f64 / total,
             )
         };
-        let all_gpus_u32: u32 = self.node_cap.values().map(|&(c, _)| c).sum();
-        let (fit_waiting, fit_share, layout_share) = fitting(&all_free, all_gpus_u32);
+        let all_gpus: u64 = self.node_cap.values().map(|&(c, _)| u64::from(c)).sum();
+        let (fit_waiting, fit_share, layout_share) = fitting(&all_free, all_gpus);
         let mut pool_samples = Vec::with_capacity(self.pools.len());
         for (p, track) in self.pools.iter().enumerate() {
             let d = &track.def;
@@ -663,7 +693,8 @@ impl Observer {
                 .map(|n| used.get(n.as_str()).copied().unwrap_or(0))
                 .collect();
             let partial = used_p.iter().filter(|&&u| u > 0 && u < cap).count() as u32;
-            let pool_fit = fitting(&free[p], d.nodes.len() as u32 * cap);
+            let pool_gpus = d.nodes.len() as u64 * u64::from(cap);
+            let pool_fit = fitting(&free[p], pool_gpus);
             let used_gpus: u64 = used_p.iter().map(|&u| u64::from(u)).sum();
             let (phi, wcc) = if d.modelled {
                 (
@@ -683,7 +714,7 @@ impl Observer {
                 phi_star: phi,
                 wcc,
                 used_gpus,
-                utilisation: used_gpus as f64 / f64::from(d.nodes.len() as u32 * cap).max(1.0),
+                utilisation: used_gpus as f64 / (pool_gpus as f64).max(1.0),
                 fit_waiting: pool_fit.0,
                 fit_share: pool_fit.1,
                 layout_share: pool_fit.2,
@@ -701,7 +732,6 @@ impl Observer {
         let n_sif: u64 = pool_samples.iter().map(|x| x.n_sif).sum();
         let wcc = pool_samples.iter().all(|x| x.wcc);
         let used_gpus: u64 = pool_samples.iter().map(|x| x.used_gpus).sum();
-        let all_gpus: u64 = self.node_cap.values().map(|&(c, _)| u64::from(c)).sum();
         let nodes = self.modelled_nodes();
         let utilisation = used_gpus as f64 / (all_gpus as f64).max(1.0);
         let in_flight = self
@@ -740,33 +770,11 @@ impl Observer {
         if let Some(prev) = self.last {
             let dt = t_s - prev.t_s;
             if dt > 0.0 {
-                self.figures.hold(
-                    dt,
-                    nodes,
-                    (
-                        prev.n_sif,
-                        prev.utilisation,
-                        prev.wcc,
-                        prev.fit_waiting,
-                        (prev.fit_share, prev.layout_share),
-                    ),
-                    &prev,
-                );
+                self.figures.hold(dt, nodes, prev.part(), &prev);
                 for track in &mut self.pools {
                     let Some(ps) = track.last else { continue };
                     let n = track.def.nodes.len() as u32;
-                    track.figures.hold(
-                        dt,
-                        n,
-                        (
-                            ps.n_sif,
-                            ps.utilisation,
-                            ps.wcc,
-                            ps.fit_waiting,
-                            (ps.fit_share, ps.layout_share),
-                        ),
-                        &prev,
-                    );
+                    track.figures.hold(dt, n, ps.part(), &prev);
                 }
             }
         }
@@ -801,37 +809,39 @@ mod tests {
         }
     }
 
+    /// Every job of `plan` submitted at 0, Slurm showing `jobs` at polls
+    /// 1 s and 3 s: the first poll and the window `T_peak` of the two
+    /// seconds between.
+    fn held_two_seconds(plan: &[PlannedJob], jobs: &[JobObs]) -> (Sample, Window) {
+        let mut o = Observer::new(plan, vec!["n1".into(), "n2".into()], 8, None);
+        for i in 0..plan.len() {
+            o.submitted(i, i as u64 + 1, 0.0);
+        }
+        let s = o.poll(jobs, 1.0, 1001);
+        o.poll(jobs, 3.0, 1003);
+        (s, o.figures.peak)
+    }
+
     #[test]
     fn idle_gpus_count_as_usable_only_as_far_as_the_fitting_jobs_need_them() {
         // n1 half busy, n2 free; a 2-GPU job waits and fits, a 2 x 8 job
         // waits and does not: of the 12 idle GPUs, 2 were usable
-        let plan = [
-            PlannedJob::example(0, 1, 4),
-            PlannedJob::example(1, 1, 2),
-            PlannedJob::example(2, 2, 8),
-        ];
-        let mut o = Observer::new(&plan, vec!["n1".into(), "n2".into()], 8, None);
-        for i in 0..3 {
-            o.submitted(i, i as u64 + 1, 0.0);
-        }
-        let polled = |o: &mut Observer, t: f64| {
-            o.poll(
-                &[
-                    job(1, "RUNNING", 0, 0, &[("n1", 4)]),
-                    job(2, "PENDING", 0, 0, &[]),
-                    job(3, "PENDING", 0, 0, &[]),
-                ],
-                t,
-                1000 + t as u64,
-            )
-        };
-        let s = polled(&mut o, 1.0);
+        let (s, w) = held_two_seconds(
+            &[
+                PlannedJob::example(0, 1, 4),
+                PlannedJob::example(1, 1, 2),
+                PlannedJob::example(2, 2, 8),
+            ],
+            &[
+                job(1, "RUNNING", 0, 0, &[("n1", 4)]),
+                job(2, "PENDING", 0, 0, &[]),
+                job(3, "PENDING", 0, 0, &[]),
+            ],
+        );
         assert_eq!(
             (s.fit_waiting, s.fit_share, s.layout_share),
             (1, 0.125, 0.0)
         );
-        polled(&mut o, 3.0);
-        let w = o.figures.peak;
         assert_eq!((w.time_s, w.idle_s, w.idle_fit_s), (2.0, 1.5, 0.25));
         assert_eq!(w.idle_layout_s, 0.0, "16 GPUs are more than the idle 12");
     }
@@ -841,32 +851,21 @@ mod tests {
         // n1 and n2 half busy: 8 idle GPUs, but a 1 x 8 job fits neither
         // node; a 1 x 2 job fits. Of the 8 idle GPUs, 2 are usable and
         // the other 6 the 1 x 8 job would use if they lay on one node.
-        let plan = [
-            PlannedJob::example(0, 1, 4),
-            PlannedJob::example(1, 1, 4),
-            PlannedJob::example(2, 1, 2),
-            PlannedJob::example(3, 1, 8),
-        ];
-        let mut o = Observer::new(&plan, vec!["n1".into(), "n2".into()], 8, None);
-        for i in 0..4 {
-            o.submitted(i, i as u64 + 1, 0.0);
-        }
-        let polled = |o: &mut Observer, t: f64| {
-            o.poll(
-                &[
-                    job(1, "RUNNING", 0, 0, &[("n1", 4)]),
-                    job(2, "RUNNING", 0, 0, &[("n2", 4)]),
-                    job(3, "PENDING", 0, 0, &[]),
-                    job(4, "PENDING", 0, 0, &[]),
-                ],
-                t,
-                1000 + t as u64,
-            )
-        };
-        let s = polled(&mut o, 1.0);
+        let (s, w) = held_two_seconds(
+            &[
+                PlannedJob::example(0, 1, 4),
+                PlannedJob::example(1, 1, 4),
+                PlannedJob::example(2, 1, 2),
+                PlannedJob::example(3, 1, 8),
+            ],
+            &[
+                job(1, "RUNNING", 0, 0, &[("n1", 4)]),
+                job(2, "RUNNING", 0, 0, &[("n2", 4)]),
+                job(3, "PENDING", 0, 0, &[]),
+                job(4, "PENDING", 0, 0, &[]),
+            ],
+        );
         assert_eq!((s.fit_share, s.layout_share), (0.125, 0.375));
-        polled(&mut o, 3.0);
-        let w = o.figures.peak;
         assert_eq!((w.idle_s, w.idle_fit_s, w.idle_layout_s), (1.0, 0.25, 0.75));
     }
 

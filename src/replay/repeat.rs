@@ -77,7 +77,7 @@ pub fn figures(r: &ClusterResult) -> Vec<(&'static str, f64)> {
         ),
         (
             "idle GPUs no waiting job needed (share)",
-            r.causes.idle_share - r.causes.idle_fit_share - r.causes.idle_layout_share,
+            r.causes.idle_not_needed_share(),
         ),
         (
             "idle GPUs with a migration in flight (share)",

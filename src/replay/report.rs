@@ -348,6 +348,14 @@ pub struct LossCauses {
     pub state_age_max_s: Option<f64>,
 }
 
+impl LossCauses {
+    /// The idle share no waiting job needed: what is left of
+    /// `idle_share` after the usable part and the part the layout kept out.
+    pub fn idle_not_needed_share(&self) -> f64 {
+        self.idle_share - self.idle_fit_share - self.idle_layout_share
+    }
+}
+
 /// Every figure of one cluster.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ClusterResult {
@@ -1023,7 +1031,7 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
                 100.0 * c.idle_share,
                 100.0 * c.idle_fit_share,
                 100.0 * c.idle_layout_share,
-                100.0 * (c.idle_share - c.idle_fit_share - c.idle_layout_share),
+                100.0 * c.idle_not_needed_share(),
                 100.0 * c.idle_in_flight_share
             )
         },

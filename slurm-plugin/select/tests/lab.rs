@@ -442,8 +442,8 @@ fn mixed_workload(lab: &Lab, settle: Duration) -> usize {
     // squeue alone this checked before Compact had seen any job end.
     let mut stable_since = None;
     while t0.elapsed() < settle {
-        let all_run = left.iter().all(|&j| lab.job(j).0 == "RUNNING") && engine_holds(lab, &left);
-        if all_run {
+        let settled = left.iter().all(|&j| lab.job(j).0 == "RUNNING") && engine_holds(lab, &left);
+        if settled {
             let s = *stable_since.get_or_insert_with(Instant::now);
             if s.elapsed() > Duration::from_secs(2) {
                 break;
