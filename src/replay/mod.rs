@@ -713,6 +713,25 @@ fn write_summary(
         100.0 * args.not_resumable
     ));
     md.push_str(&table);
+    if runs.iter().flatten().any(|r| r.simulated.is_some()) {
+        md.push('\n');
+        let scope = report::sim_scope(spreads.iter().map(|c| {
+            let sum = |f: &dyn Fn(&ClusterResult) -> u64| {
+                runs.iter()
+                    .flatten()
+                    .filter(|r| r.name == c.name)
+                    .map(f)
+                    .sum::<u64>()
+            };
+            (
+                c.name.as_str(),
+                sum(&|r| r.preemptions),
+                sum(&|r| r.completion.preempted_cancelled.len() as u64),
+            )
+        }));
+        md.push_str(scope.trim_end());
+        md.push('\n');
+    }
     if failures.is_empty() {
         md.push_str(if args.check {
             "\nNo run failed (timeouts and --check).\n"

@@ -1318,6 +1318,13 @@ pub fn markdown(
                     ", its cost rule weighing the {c} s the plugin decides with (`select.migration_cost`) while completions pay the measured cost"
                 ))
         );
+        s.push_str(&sim_scope(results.iter().map(|r| {
+            (
+                r.name.as_str(),
+                r.preemptions,
+                r.completion.preempted_cancelled.len() as u64,
+            )
+        })));
         s.push_str(&sim_table(results));
         s.push('\n');
         s.push_str(&sim_commands(results));
@@ -1341,6 +1348,37 @@ pub fn markdown(
         }
     }
     s.push_str(DEFINITIONS);
+    s
+}
+
+/// What the simulated columns model, in one paragraph: placement only (the
+/// simulator's FIFO queue with backfill, by submission), never a budget
+/// service's fair-share order or its preemptions. When the live clusters
+/// preempted (`clusters`: name, preemption requeues, victims cancelled as
+/// not resumable, summed over the runs the text speaks for), it says so,
+/// and that only the fragmentation figures compare: the live completion
+/// times and utilisation are those of another configuration than the
+/// simulation's (issue 10: a live run with enforcement against a
+/// placement-only simulation).
+pub fn sim_scope<'a>(clusters: impl IntoIterator<Item = (&'a str, u64, u64)>) -> String {
+    let mut s = String::from(
+        "The simulation is **placement only**: its queue is first-come first-served with backfill, in submission order; a budget service's fair-share order and its preemptions are not simulated.",
+    );
+    let preempting: Vec<String> = clusters
+        .into_iter()
+        .filter(|&(_, requeued, cancelled)| requeued + cancelled > 0)
+        .map(|(name, requeued, cancelled)| {
+            format!("{name} {requeued} requeued and {cancelled} cancelled")
+        })
+        .collect();
+    if !preempting.is_empty() {
+        let _ = write!(
+            s,
+            " Here the live clusters preempted jobs ({}), which the simulation does not: live against simulated compares the fragmentation figures (AFR, max `N*SIF`), not completion times, waits or utilisation.",
+            preempting.join("; ")
+        );
+    }
+    s.push_str("\n\n");
     s
 }
 
@@ -1636,6 +1674,26 @@ mod tests {
             md.contains("| idle GPUs: all / usable by waiting jobs that fit / kept from a waiting job by the layout / not needed / migration in flight | 81.8% / 0.0% / 0.0% / 81.8% / 0.0% |"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn the_simulation_says_it_is_placement_only_and_when_the_live_run_preempted() {
+        let quiet = sim_scope([("compass", 0, 0), ("stock", 0, 0)]);
+        assert!(quiet.contains("**placement only**"), "{quiet}");
+        assert!(
+            !quiet.contains("preempted"),
+            "no preemption, no caveat: {quiet}"
+        );
+        let enforced = sim_scope([("compass", 14, 1), ("stock", 0, 0), ("other", 0, 2)]);
+        assert!(enforced.contains("**placement only**"), "{enforced}");
+        assert!(
+            enforced.contains(
+                "(compass 14 requeued and 1 cancelled; other 0 requeued and 2 cancelled)"
+            ),
+            "every preempting cluster named, the quiet one not: {enforced}"
+        );
+        assert!(enforced.contains("not completion times"), "{enforced}");
+        assert!(enforced.ends_with("\n\n"));
     }
 
     #[test]
