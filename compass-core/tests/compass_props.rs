@@ -185,6 +185,122 @@ fn check_reach(e: &CompassEngine, step: usize) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// The gate's bound (`CompassEngine::lowerable_fit`, issue #11) is exact
+/// as a refusal: no Compact, with the jobs held for tidying released as the
+/// gate's trial releases them, fits more instances of any size than it
+/// says; nor does a departure followed by Compact exceed
+/// `lowerable_fit_with` of the departing job, nor an arrival's Place and
+/// Compact the bound before it. It is never looser than the reach bound
+/// and never below the fit as it is, holds for tidying do not change it,
+/// and it equals a brute count (a full slotted node without guests gives
+/// nothing, every other node its GPUs less those of jobs that may not
+/// move).
+fn check_gate_bound(
+    e: &CompassEngine,
+    running: &[JobId],
+    arrival: &JobRequest,
+    step: usize,
+) -> Result<(), TestCaseError> {
+    let occ = e.occupancy();
+    let cap = occ.capacity();
+    let own_movable = |j: JobId| !e.is_foreign(j) && occ.job(j).is_some_and(|r| r.request.movable);
+    let brute = |g: u32| -> u64 {
+        e.snapshot()
+            .nodes
+            .iter()
+            .map(|v| {
+                let full_slotted =
+                    v.kind == NodeKind::Slotted && v.state.guests.is_empty() && v.used >= cap;
+                if full_slotted {
+                    return 0;
+                }
+                let fixed: u32 = v
+                    .state
+                    .instances()
+                    .filter(|(i, _)| !own_movable(i.job))
+                    .map(|(_, k)| k)
+                    .sum();
+                u64::from((cap - fixed.min(cap)) / g)
+            })
+            .sum()
+    };
+    let bound: Vec<u64> = (1..=cap).map(|g| e.lowerable_fit(g)).collect();
+    for g in 1..=cap {
+        let b = bound[g as usize - 1];
+        prop_assert_eq!(b, brute(g), "step {}: lowerable fit of {} GPUs", step, g);
+        prop_assert!(
+            b <= occ.reach_fit(g),
+            "step {}: looser than the reach",
+            step
+        );
+        prop_assert!(b >= occ.fit(g), "step {}: below the fit as it is", step);
+    }
+    // Every other movable job held for tidying: the bound is the same, and
+    // the trial that releases them fits no more than it says.
+    let mut held = e.clone();
+    let tidy: Vec<JobId> = running.iter().copied().step_by(2).collect();
+    held.set_tidy_hold(&tidy, true);
+    for g in 1..=cap {
+        prop_assert_eq!(
+            held.lowerable_fit(g),
+            bound[g as usize - 1],
+            "step {}: a hold changed it",
+            step
+        );
+    }
+    held.begin_trial();
+    held.set_tidy_hold(&tidy, false);
+    let moves = held.compact();
+    for g in 1..=cap {
+        prop_assert!(
+            held.occupancy().fit(g) <= bound[g as usize - 1],
+            "step {}: after Compact ({:?}) {} instances of {} GPUs fit, the bound said {}",
+            step,
+            moves,
+            held.occupancy().fit(g),
+            g,
+            bound[g as usize - 1]
+        );
+    }
+    // A departure, then Compact.
+    if let Some(&gone) = running.first() {
+        let with: Vec<u64> = (1..=cap)
+            .map(|g| e.lowerable_fit_with(g, &[gone]))
+            .collect();
+        let mut after = e.clone();
+        after.remove(gone).unwrap();
+        let moves = after.compact();
+        for g in 1..=cap {
+            prop_assert!(
+                after.occupancy().fit(g) <= with[g as usize - 1],
+                "step {}: after job {:?} left and Compact ({:?}), {} instances of {} GPUs fit, the bound said {}",
+                step,
+                gone,
+                moves,
+                after.occupancy().fit(g),
+                g,
+                with[g as usize - 1]
+            );
+        }
+    }
+    // An arrival's Place, then Compact.
+    let mut after = e.clone();
+    if after.place(arrival, None).unwrap().is_some() {
+        after.compact();
+        for g in 1..=cap {
+            prop_assert!(
+                after.occupancy().fit(g) <= bound[g as usize - 1],
+                "step {}: after an arrival and Compact, {} instances of {} GPUs fit, the bound said {}",
+                step,
+                after.occupancy().fit(g),
+                g,
+                bound[g as usize - 1]
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Room a node's slots and guests leave unprofiled: `D(n)`.
 fn room(v: &NodeView) -> u32 {
     let taken: u32 = v.state.slots.iter().map(|s| s.width).sum::<u32>()
@@ -617,6 +733,12 @@ fn replay_trials(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<
                 }
             }
         }
+        let arrival = JobRequest::new(
+            10_000 + step as u64,
+            1 + (step as u32 % 2),
+            1 + (step as u32 % cap),
+        );
+        check_gate_bound(&e, &running, &arrival, step)?;
         let copy = e.clone();
         let nested = step % 3 == 0;
         if nested {

@@ -132,6 +132,17 @@ pub trait PlacementPolicy {
     /// where each running instance is).
     fn occupancy(&self) -> &Occupancy;
 
+    /// An upper bound on the instances of `g` GPUs that could fit after
+    /// any migrations of this policy, with the running jobs `gone` left
+    /// (the gate's test that no move can start a waiting job). The default
+    /// counts the GPUs free or held by movable jobs
+    /// ([`Occupancy::reach_fit_with`]); COMPASS bounds it by the nodes its
+    /// Compact can take instances from
+    /// ([`compass::CompassEngine::lowerable_fit_with`]).
+    fn fit_after_moves_with(&self, g: u32, gone: &[JobId]) -> u64 {
+        self.occupancy().reach_fit_with(g, gone)
+    }
+
     /// Marks a running job movable or not by later migrations (the
     /// cost-aware rule of [`worth`], applied by the simulator before each
     /// event). Policies that never migrate ignore it (the default); a job

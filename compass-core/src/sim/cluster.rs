@@ -200,6 +200,11 @@ pub trait ClusterPolicy {
     /// GPU accounting of pool `p`, in its local node ids.
     fn pool_occupancy(&self, p: usize) -> &Occupancy;
 
+    /// [`PlacementPolicy::fit_after_moves_with`] of pool `p`: at most how
+    /// many instances of `g` GPUs fit there after any migrations, with the
+    /// running jobs `gone` left.
+    fn pool_fit_after_moves_with(&self, p: usize, g: u32, gone: &[JobId]) -> u64;
+
     /// The pool job `job` runs in.
     fn job_pool(&self, job: JobId) -> Option<usize>;
 
@@ -291,6 +296,10 @@ impl ClusterPolicy for Single<'_> {
         self.get().occupancy()
     }
 
+    fn pool_fit_after_moves_with(&self, _p: usize, g: u32, gone: &[JobId]) -> u64 {
+        self.get().fit_after_moves_with(g, gone)
+    }
+
     fn job_pool(&self, job: JobId) -> Option<usize> {
         self.get().occupancy().job(job).map(|_| 0)
     }
@@ -363,6 +372,12 @@ impl ClusterPolicy for PoolSet {
         self.engine(p)
             .expect("the simulator builds only modelled pools")
             .occupancy()
+    }
+
+    fn pool_fit_after_moves_with(&self, p: usize, g: u32, gone: &[JobId]) -> u64 {
+        self.engine(p)
+            .expect("the simulator builds only modelled pools")
+            .lowerable_fit_with(g, gone)
     }
 
     fn job_pool(&self, job: JobId) -> Option<usize> {
@@ -481,6 +496,10 @@ impl ClusterPolicy for PooledPolicy {
 
     fn pool_occupancy(&self, p: usize) -> &Occupancy {
         self.policies[p].occupancy()
+    }
+
+    fn pool_fit_after_moves_with(&self, p: usize, g: u32, gone: &[JobId]) -> u64 {
+        self.policies[p].fit_after_moves_with(g, gone)
     }
 
     fn job_pool(&self, job: JobId) -> Option<usize> {

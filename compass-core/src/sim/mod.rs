@@ -1640,15 +1640,21 @@ impl<'a> Sim<'a> {
     /// `event_job`) at all? Moves keep the cluster's free GPUs as they are
     /// (with `event_job`'s GPUs counted free when it is running: its
     /// departure frees them), so a job of `w x g` needs `floor(free / g) >=
-    /// w`, and they move only movable jobs, so it needs `sum_n floor(reach_n
-    /// / g) >= w` over the GPUs free or held by movable jobs (and by
-    /// `event_job`; [`Occupancy::reach_fit_with`], summed over the pools;
-    /// the jobs held for tidying count as movable, as the plugin's trial
-    /// releases them); `false` is exact. The plugin's twin is
+    /// w`, and they take instances only from the nodes Compact may lower
+    /// (not a full slotted node without guests) and move only movable
+    /// jobs, so it needs `sum_n floor(lowerable_n / g) >= w`
+    /// ([`PlacementPolicy::fit_after_moves_with`], summed over the pools:
+    /// COMPASS's [`CompassEngine::lowerable_fit_with`], with `event_job`'s
+    /// nodes counted lowerable and its GPUs free; the jobs held for tidying
+    /// count as movable, as the plugin's trial releases them). An arrival's
+    /// Place uses only nodes with a free GPU, which count lowerable
+    /// already. `false` is exact (issue #11: no trial that could start a
+    /// job is skipped). The plugin's twin is
     /// [`crate::placement::head::Blocked::may_start_after_moves`] (per
     /// pool).
     ///
-    /// [`Occupancy::reach_fit_with`]: crate::placement::Occupancy::reach_fit_with
+    /// [`PlacementPolicy::fit_after_moves_with`]: crate::placement::PlacementPolicy::fit_after_moves_with
+    /// [`CompassEngine::lowerable_fit_with`]: crate::placement::compass::CompassEngine::lowerable_fit_with
     fn may_start_after_moves(&self, event_job: Option<usize>) -> bool {
         let leaving = match event_job {
             Some(j) if self.state[j].running => self.jobs[j].shape.total_gpus(),
@@ -1659,7 +1665,7 @@ impl<'a> Sim<'a> {
         let policy = &*self.policy;
         let reach = |g: u32| -> u64 {
             (0..self.tracks.len())
-                .map(|p| policy.pool_occupancy(p).reach_fit_with(g, &gone))
+                .map(|p| policy.pool_fit_after_moves_with(p, g, &gone))
                 .sum()
         };
         self.queue

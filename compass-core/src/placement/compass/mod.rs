@@ -336,6 +336,51 @@ impl CompassEngine {
         }
     }
 
+    /// An upper bound on how many instances of `g` GPUs could fit after any
+    /// Compact (issue #11: the gate's test that no move can start a
+    /// waiting job, `placement::head::Blocked::may_start_after_moves`):
+    /// `sum_n floor(lowerable_n / g)`, where `lowerable_n` counts the GPUs
+    /// Compact could free on node `n`: none on a full slotted node without
+    /// guests (no pass takes an instance from one, and it cannot become a
+    /// source in the same Compact), else the GPUs free or held by jobs
+    /// free to move by their own verdict (the jobs held for tidying count
+    /// free to move, as the gate's trial releases them). Every Compact,
+    /// held, guarded or restricted, only moves fewer jobs, so the fit after
+    /// it never exceeds this. Tighter than [`Occupancy::reach_fit`], which
+    /// counts full nodes of movable jobs too (docs/compass-corrections.md,
+    /// section 9, "The room bound of the gate"). `O(G)` (an index of
+    /// nodes by `lowerable_n`, kept with the other keys).
+    pub fn lowerable_fit(&self, g: u32) -> u64 {
+        let g = g.max(1);
+        (g..=self.cap)
+            .map(|r| self.ix.lowerable[r as usize].len() as u64 * u64::from(r / g))
+            .sum()
+    }
+
+    /// [`CompassEngine::lowerable_fit`] as if the running jobs `gone` had
+    /// left (the simulator's gate before a departure): each of their nodes
+    /// counts as a node Compact may empty down to its other jobs that may
+    /// not move. Jobs not running here change nothing. `O(G + their
+    /// instances)`.
+    pub fn lowerable_fit_with(&self, g: u32, gone: &[JobId]) -> u64 {
+        let g = g.max(1);
+        let mut fit = self.lowerable_fit(g);
+        let mut freed: BTreeMap<NodeId, u32> = BTreeMap::new();
+        for j in gone {
+            let Some(r) = self.occ.job(*j) else { continue };
+            let own_movable = self.meta.get(j).is_some_and(|m| m.movable && !m.foreign);
+            for (&n, &k) in r.nodes.iter().zip(&r.gpus) {
+                *freed.entry(n).or_default() += if own_movable { 0 } else { k };
+            }
+        }
+        for (n, unfixed) in freed {
+            let before = self.keys[n as usize].lowerable;
+            let after = (self.cap - self.fixed_gpus(n).min(self.cap) + unfixed).min(self.cap);
+            fit = fit + u64::from(after / g) - u64::from(before / g);
+        }
+        fit
+    }
+
     /// Remembers the nodes a running job may use when they are fewer than
     /// the engine's (`None`, or a set with every node: no restriction), so
     /// Compact moves it only inside them; the plugin passes the candidate
@@ -562,6 +607,10 @@ impl PlacementPolicy for CompassEngine {
 
     fn occupancy(&self) -> &Occupancy {
         &self.occ
+    }
+
+    fn fit_after_moves_with(&self, g: u32, gone: &[JobId]) -> u64 {
+        self.lowerable_fit_with(g, gone)
     }
 
     fn set_movable(&mut self, job: JobId, movable: bool) -> Result<()> {

@@ -139,6 +139,12 @@ pub(super) struct Keys {
     /// Slotted node with a movable multi-GPU guest that becomes an anchor in
     /// place once movable units of this much room leave the node.
     pub(super) home_need: Option<u32>,
+    /// The GPUs Compact could free on the node: those free or held by jobs
+    /// free to move by their own verdict (a hold for tidying counts free,
+    /// as the gate's trial lifts it) when Compact may take anything off the
+    /// node at all, 0 on a full slotted node without guests, which no pass
+    /// takes an instance from (`CompassEngine::lowerable_fit`).
+    pub(super) lowerable: u32,
 }
 
 /// Subset sums (bit `v`) of the sizes of `items`, capped at `cap`.
@@ -272,7 +278,39 @@ impl CompassEngine {
         }
         keys.ones = ones;
         keys.multi = multi;
+        keys.lowerable = self.lowerable_of(n);
         keys
+    }
+
+    /// Node `n`'s [`Keys::lowerable`]. Compact takes instances only from
+    /// pool nodes, guests, and open slotted nodes (unprofiled room `D(n) >
+    /// 0`, so a free GPU); a slotted node whose every GPU is in use and
+    /// that holds no guest gives nothing, and cannot become a source in the
+    /// same Compact (with no free GPU it receives nothing, so it stays
+    /// full and guest-free). Every other node may be emptied down to the
+    /// GPUs of jobs that may not move.
+    pub(super) fn lowerable_of(&self, n: NodeId) -> u32 {
+        let st = &self.nodes[n as usize];
+        if st.kind() == NodeKind::Slotted && st.guests.is_empty() && st.used() >= self.cap {
+            return 0;
+        }
+        self.cap.saturating_sub(self.fixed_gpus(n))
+    }
+
+    /// GPUs on node `n` of jobs that may not move by their own verdict
+    /// (not resumable, in cool-down, foreign GPU use); holds for tidying
+    /// do not count.
+    pub(super) fn fixed_gpus(&self, n: NodeId) -> u32 {
+        self.nodes[n as usize]
+            .instances()
+            .filter(|(i, _)| {
+                !self
+                    .meta
+                    .get(&i.job)
+                    .is_some_and(|m| m.movable && !m.foreign)
+            })
+            .map(|(_, g)| g)
+            .sum()
     }
 
     /// Puts node `n` in the indexes by its current state, and marks it for
@@ -413,6 +451,9 @@ pub(super) struct Index {
     pub(super) accepts: Vec<BTreeSet<NodeId>>,
     /// Nodes whose multi-GPU guest gets home once this much room leaves.
     pub(super) home_need: Vec<BTreeSet<NodeId>>,
+    /// Nodes by the GPUs Compact could free on them (`Keys::lowerable`;
+    /// 0 not indexed).
+    pub(super) lowerable: Vec<BTreeSet<NodeId>>,
     /// Nodes changed since the slotted pass last looked at them.
     pub(super) dirty: BTreeSet<NodeId>,
 }
@@ -442,6 +483,8 @@ impl Index {
         update_level(&mut self.pool_sources, n, source(old), source(new));
         update_level(&mut self.dissolvable, n, old.dissolvable, new.dissolvable);
         update_level(&mut self.home_need, n, old.home_need, new.home_need);
+        let lowerable = |k: &Keys| (k.lowerable > 0).then_some(k.lowerable);
+        update_level(&mut self.lowerable, n, lowerable(old), lowerable(new));
         update_bits(&mut self.gives, n, old.gives, new.gives);
         update_bits(&mut self.accepts, n, old.accepts, new.accepts);
     }
@@ -484,6 +527,7 @@ impl Index {
             gives: levels(&self.gives),
             accepts: levels(&self.accepts),
             home_need: levels(&self.home_need),
+            lowerable: levels(&self.lowerable),
             dirty: by_node(&self.dirty),
         }
     }
@@ -512,7 +556,8 @@ impl Index {
             dissolvable: levels.clone(),
             gives: levels.clone(),
             accepts: levels.clone(),
-            home_need: levels,
+            home_need: levels.clone(),
+            lowerable: levels,
             dirty: BTreeSet::new(),
         }
     }
