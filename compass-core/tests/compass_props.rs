@@ -248,20 +248,27 @@ fn check_gate_bound(
             step
         );
     }
+    // No instance size fits more after `what` than `bound` says.
+    let within = |after: &CompassEngine, bound: &[u64], what: String| {
+        for g in 1..=cap {
+            let fit = after.occupancy().fit(g);
+            let b = bound[g as usize - 1];
+            prop_assert!(
+                fit <= b,
+                "step {}: after {}, {} instances of {} GPUs fit, the bound said {}",
+                step,
+                what,
+                fit,
+                g,
+                b
+            );
+        }
+        Ok(())
+    };
     held.begin_trial();
     held.set_tidy_hold(&tidy, false);
     let moves = held.compact();
-    for g in 1..=cap {
-        prop_assert!(
-            held.occupancy().fit(g) <= bound[g as usize - 1],
-            "step {}: after Compact ({:?}) {} instances of {} GPUs fit, the bound said {}",
-            step,
-            moves,
-            held.occupancy().fit(g),
-            g,
-            bound[g as usize - 1]
-        );
-    }
+    within(&held, &bound, format!("Compact ({moves:?})"))?;
     // A departure, then Compact.
     if let Some(&gone) = running.first() {
         let with: Vec<u64> = (1..=cap)
@@ -270,33 +277,21 @@ fn check_gate_bound(
         let mut after = e.clone();
         after.remove(gone).unwrap();
         let moves = after.compact();
-        for g in 1..=cap {
-            prop_assert!(
-                after.occupancy().fit(g) <= with[g as usize - 1],
-                "step {}: after job {:?} left and Compact ({:?}), {} instances of {} GPUs fit, the bound said {}",
-                step,
-                gone,
-                moves,
-                after.occupancy().fit(g),
-                g,
-                with[g as usize - 1]
-            );
-        }
+        within(
+            &after,
+            &with,
+            format!("job {gone:?} left and Compact ({moves:?})"),
+        )?;
     }
     // An arrival's Place, then Compact.
     let mut after = e.clone();
     if after.place(arrival, None).unwrap().is_some() {
-        after.compact();
-        for g in 1..=cap {
-            prop_assert!(
-                after.occupancy().fit(g) <= bound[g as usize - 1],
-                "step {}: after an arrival and Compact, {} instances of {} GPUs fit, the bound said {}",
-                step,
-                after.occupancy().fit(g),
-                g,
-                bound[g as usize - 1]
-            );
-        }
+        let moves = after.compact();
+        within(
+            &after,
+            &bound,
+            format!("an arrival and Compact ({moves:?})"),
+        )?;
     }
     Ok(())
 }
