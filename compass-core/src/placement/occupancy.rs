@@ -127,6 +127,13 @@ impl Occupancy {
             .sum()
     }
 
+    /// Node `n`'s reach: its capacity less the GPUs of jobs that may not
+    /// move there (not movable by their own verdict, or outside the
+    /// model), kept as jobs start, end, move and change movability.
+    pub fn reach(&self, n: NodeId) -> u32 {
+        self.capacity() - self.fixed[n as usize]
+    }
+
     /// [`Occupancy::reach_fit`] as if the jobs `movable` could move (held
     /// still now, but free to move in the trial the bound stands for: the
     /// controller's jobs held for tidying, which the gate's trial releases,
@@ -149,7 +156,7 @@ impl Occupancy {
         for (n, k) in freed {
             // (`k <= fixed`: the job's GPUs are among the node's fixed
             // ones, unless a job is listed twice)
-            let reach = cap - self.fixed[n as usize];
+            let reach = self.reach(n);
             fit = fit + u64::from((reach + k).min(cap) / g) - u64::from(reach / g);
         }
         fit

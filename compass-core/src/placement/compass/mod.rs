@@ -368,14 +368,14 @@ impl CompassEngine {
         let mut freed: BTreeMap<NodeId, u32> = BTreeMap::new();
         for j in gone {
             let Some(r) = self.occ.job(*j) else { continue };
-            let own_movable = self.meta.get(j).is_some_and(|m| m.movable && !m.foreign);
+            let fixed = !r.request.movable;
             for (&n, &k) in r.nodes.iter().zip(&r.gpus) {
-                *freed.entry(n).or_default() += if own_movable { 0 } else { k };
+                *freed.entry(n).or_default() += if fixed { k } else { 0 };
             }
         }
         for (n, unfixed) in freed {
             let before = self.keys[n as usize].lowerable;
-            let after = (self.cap - self.fixed_gpus(n).min(self.cap) + unfixed).min(self.cap);
+            let after = (self.occ.reach(n) + unfixed).min(self.cap);
             fit = fit + u64::from(after / g) - u64::from(before / g);
         }
         fit

@@ -288,29 +288,17 @@ impl CompassEngine {
     /// that holds no guest gives nothing, and cannot become a source in the
     /// same Compact (with no free GPU it receives nothing, so it stays
     /// full and guest-free). Every other node may be emptied down to the
-    /// GPUs of jobs that may not move.
+    /// GPUs of jobs that may not move by their own verdict: its reach in
+    /// the occupancy ([`Occupancy::reach`], where holds for tidying do not
+    /// count).
+    ///
+    /// [`Occupancy::reach`]: crate::placement::Occupancy::reach
     pub(super) fn lowerable_of(&self, n: NodeId) -> u32 {
         let st = &self.nodes[n as usize];
         if st.kind() == NodeKind::Slotted && st.guests.is_empty() && st.used() >= self.cap {
             return 0;
         }
-        self.cap.saturating_sub(self.fixed_gpus(n))
-    }
-
-    /// GPUs on node `n` of jobs that may not move by their own verdict
-    /// (not resumable, in cool-down, foreign GPU use); holds for tidying
-    /// do not count.
-    pub(super) fn fixed_gpus(&self, n: NodeId) -> u32 {
-        self.nodes[n as usize]
-            .instances()
-            .filter(|(i, _)| {
-                !self
-                    .meta
-                    .get(&i.job)
-                    .is_some_and(|m| m.movable && !m.foreign)
-            })
-            .map(|(_, g)| g)
-            .sum()
+        self.occ.reach(n)
     }
 
     /// Puts node `n` in the indexes by its current state, and marks it for
