@@ -5,7 +5,8 @@
 //! walks the reservation only when a trial's moves lower the head's fit
 //! somewhere; on random states (pinned jobs, layouts Slurm chose, foreign
 //! GPUs, drained nodes, mixed pools, jobs without an end, overdue jobs) it
-//! must reach the same verdict, the same migrations and the same state.
+//! must reach the same verdict, the same migrations and the same state,
+//! also when some jobs' moves are refused outright (`HeadTrial::refuse`).
 
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId};
 use compass_core::placement::compass::CompassConfig;
@@ -20,10 +21,16 @@ fn oracle(
     trial: &HeadTrial<'_>,
     ends: &Ends,
 ) -> (HeadVerdict, Vec<Migration>, PoolSet) {
+    let refused =
+        |fork: &PoolSet, m: &[Migration]| trial.refuse.map(|r| r(fork, m)).unwrap_or_default();
     let on_time = head_start(pools, trial, ends, &[]);
     if on_time.is_infinite() {
         let mut p = pools.clone();
         let m = p.compact();
+        let no = refused(&p, &m);
+        if !no.is_empty() {
+            return (HeadVerdict::Refused(no), Vec::new(), pools.clone());
+        }
         return (HeadVerdict::Free, m, p);
     }
     let mut hold: Vec<JobId> = Vec::new();
@@ -33,6 +40,10 @@ fn oracle(
             let _ = fork.set_movable(k, false);
         }
         let migrations = fork.compact();
+        let no = refused(&fork, &migrations);
+        if !no.is_empty() {
+            return (HeadVerdict::Refused(no), Vec::new(), pools.clone());
+        }
         let mut moved: Vec<JobId> = migrations.iter().map(|m| m.job).collect();
         moved.sort_unstable();
         moved.dedup();
@@ -334,12 +345,21 @@ fn check(
         } else {
             fit_now + head.0
         };
+        // One case in three, the moves of every fifth job are refused (the
+        // `pays` gate's unpaid tidying moves), whatever the head.
+        let refusing = end_seed % 3 == 1;
+        let refuse = |_: &PoolSet, m: &[Migration]| {
+            let mut no: Vec<JobId> = m.iter().map(|x| x.job).filter(|j| j.0 % 5 == 0).collect();
+            no.dedup();
+            no
+        };
         let trial = HeadTrial {
             shape: JobShape::new(w, g),
             gpu_type,
             now,
             end_if_moved: &end_if_moved,
             max_trials,
+            refuse: if refusing { Some(&refuse) } else { None },
         };
         let (verdict, migrations, after) = oracle(&world.pools, &trial, &known);
         let done = hold_for_head(&mut world.pools, &trial, &mut world.ends);

@@ -328,7 +328,17 @@ pub struct HeadTrial<'a> {
     /// Trials at most (each holds at least one more job still); past it
     /// the verdict is [`HeadVerdict::Skip`].
     pub max_trials: usize,
+    /// The jobs among a trial's migrations (global node ids) whose moves
+    /// are refused whatever the head (the `pays` gate's tidying moves that
+    /// do not pay): when some are, the trial is undone before the head is
+    /// looked at, and the verdict is [`HeadVerdict::Refused`]. `None`:
+    /// every move may be made.
+    pub refuse: Option<&'a Refuse<'a>>,
 }
+
+/// Which jobs of a trial's migrations may not move ([`HeadTrial::refuse`]),
+/// read on the pools after the trial.
+pub type Refuse<'a> = dyn Fn(&PoolSet, &[Migration]) -> Vec<JobId> + 'a;
 
 /// What Compact may do while the head waits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -340,13 +350,17 @@ pub enum HeadVerdict {
     Hold(Vec<JobId>),
     /// No hold found that keeps the head on time: make no move.
     Skip,
+    /// A trial moved these jobs, which [`HeadTrial::refuse`] refuses:
+    /// nothing moved, and the head was not looked at.
+    Refused(Vec<JobId>),
 }
 
 /// A Compact run under [`hold_for_head`].
 #[derive(Clone, Debug)]
 pub struct GuardedCompact {
     pub verdict: HeadVerdict,
-    /// The migrations made (global node ids); none for [`HeadVerdict::Skip`].
+    /// The migrations made (global node ids); none for [`HeadVerdict::Skip`]
+    /// and [`HeadVerdict::Refused`].
     pub migrations: Vec<Migration>,
     /// Whether the head's reservation had to be walked: some trial's moves
     /// lower the head's fit at some instant (otherwise no move can delay
@@ -363,7 +377,8 @@ pub struct GuardedCompact {
 /// still and Compact is tried again, until the head is on time
 /// ([`HeadVerdict::Hold`]), or nothing new moves or `max_trials` is reached
 /// ([`HeadVerdict::Skip`]: when in doubt, nothing moves, Slurm's own
-/// behaviour). The accepted trial is kept in `pools`; inside a trial the
+/// behaviour). A trial that moves a job [`HeadTrial::refuse`] refuses is
+/// undone at once ([`HeadVerdict::Refused`]). The accepted trial is kept in `pools`; inside a trial the
 /// caller opened ([`PoolSet::begin_trial`]) the caller can still undo it.
 ///
 /// Cost (issue #11): each trial is a Compact that can be undone (no copy
@@ -391,6 +406,23 @@ pub fn hold_for_head(
         }
         pools.begin_trial();
         let migrations = pools.compact();
+        // Refused moves first: judging them costs less than the head's
+        // check (issue #11: a tidying Compact tries up to eight donors).
+        let refused = trial
+            .refuse
+            .map(|r| r(pools, &migrations))
+            .unwrap_or_default();
+        if !refused.is_empty() {
+            for &k in &hold {
+                let _ = pools.set_movable(k, true);
+            }
+            pools.undo_trial();
+            return GuardedCompact {
+                verdict: HeadVerdict::Refused(refused),
+                migrations: Vec::new(),
+                walked: on_time.is_some(),
+            };
+        }
         let moved = moved_jobs(pools, &migrations);
         let late =
             !moved.is_empty() && delays_head(pools, trial, ends, &moved, timeline, &mut on_time);
@@ -861,6 +893,7 @@ mod tests {
             now: 0.0,
             end_if_moved: &later,
             max_trials: 8,
+            refuse: None,
         };
         let done = hold_for_head(&mut p, &trial, &mut ends);
         assert_eq!(done.verdict, HeadVerdict::Free);
@@ -893,6 +926,7 @@ mod tests {
             now: 0.0,
             end_if_moved: &longer,
             max_trials: 8,
+            refuse: None,
         };
         let done = hold_for_head(&mut p, &trial, &mut ends);
         assert_eq!(done.verdict, HeadVerdict::Free, "the head still gains");
@@ -906,6 +940,7 @@ mod tests {
             now: 0.0,
             end_if_moved: &later,
             max_trials: 8,
+            refuse: None,
         };
         let done = hold_for_head(&mut p, &trial, &mut ends);
         assert_eq!(done.verdict, HeadVerdict::Free);

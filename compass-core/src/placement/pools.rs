@@ -550,6 +550,20 @@ impl PoolSet {
         })
     }
 
+    /// Where a running job of one pool is, without a copy
+    /// ([`PoolSet::job`]): its GPUs per instance and each instance's node
+    /// (global ids).
+    pub fn job_nodes(&self, job: JobId) -> Option<(u32, impl Iterator<Item = NodeId> + '_)> {
+        let &[p] = self.jobs.get(&job)?.as_slice() else {
+            return None;
+        };
+        let r = self.engine(p)?.occupancy().job(job)?;
+        Some((
+            r.request.shape.gpus,
+            r.nodes.iter().map(move |&n| self.global(p, n)),
+        ))
+    }
+
     /// Compact in every pool (Algorithm 1, lines 9 and 16), global ids.
     pub fn compact(&mut self) -> Vec<Migration> {
         let mut out = Vec::new();

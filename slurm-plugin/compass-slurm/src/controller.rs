@@ -27,7 +27,7 @@ use compass_core::metric;
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet};
 use compass_core::placement::compass::{AdoptOutcome, CompassConfig};
 use compass_core::placement::head::{
-    hold_for_head, Blocked, Ends, HeadTrial, HeadVerdict, WaitingJob,
+    hold_for_head, Blocked, Ends, HeadTrial, HeadVerdict, Refuse, WaitingJob,
 };
 use compass_core::placement::pools::{NodeGpus, PoolSet};
 use compass_core::placement::worth::{
@@ -349,22 +349,7 @@ impl Controller {
 
     /// What the rule needs to know about a running job at `now`.
     fn candidate(&self, id: u64, rec: &JobRec, now: u64) -> MoveCandidate {
-        let running = now.saturating_sub(rec.start);
-        MoveCandidate {
-            resumable: rec.flags.resumable,
-            cost_s: rec.flags.migration_cost_s.map(|c| c as f64),
-            running_for_s: running as f64,
-            // Slurm's limit counts from the (re)start: a requeued job gets
-            // its whole limit again.
-            remaining_s: rec
-                .time_limit_s
-                .map(|limit| limit.saturating_sub(running) as f64),
-            protected_for_s: rec.flags.min_runtime_s.saturating_sub(running) as f64,
-            since_migrated_s: self
-                .last_migrated
-                .get(&id)
-                .map(|t| now.saturating_sub(*t) as f64),
-        }
+        candidate_of(rec, self.last_migrated.get(&id).copied(), now)
     }
 
     /// Will Compact be free to move `job` soon after it starts? No when it
@@ -869,13 +854,7 @@ impl Controller {
     /// gave it? Moves inside a node (a role change in the engine) leave
     /// Slurm's allocation as it is: nothing to requeue.
     fn needs_requeue(&self, j: u64) -> bool {
-        let Some(running) = self.engine.job(JobId(j)) else {
-            return false;
-        };
-        let target = per_node_of(&running.nodes, running.request.shape.gpus);
-        self.jobs
-            .get(&j)
-            .is_none_or(|r| sorted(&r.per_node) != target)
+        needs_requeue(&self.engine, &self.jobs, j)
     }
 
     /// Runs Compact now (after a rebuild) and orders its migrations.
@@ -1002,12 +981,45 @@ impl Controller {
     /// fit at some instant, reading the head's reservation from its fit over
     /// time ([`Ends`], the rises up to it), never a copy of the engine.
     fn compact_sparing_head(&mut self, now: u64) -> Vec<Migration> {
-        let Some((head, shape, gpu_type)) = self
+        self.compact_refusing(now, None).unwrap_or_default()
+    }
+
+    /// [`Controller::compact_sparing_head`], under the `pays` gate's rule
+    /// when `tidy` is given: then a trial that would requeue a job whose
+    /// tidying move does not pay ([`TidyJudge::unpaid`]) is refused before
+    /// the head's guard looks at it (the guard's check costs more; issue
+    /// #11), and `Err` names those jobs. The caller, which opened a trial
+    /// ([`PoolSet::begin_trial`]), undoes it.
+    fn compact_refusing(
+        &mut self,
+        now: u64,
+        tidy: Option<MigrationRule>,
+    ) -> Result<Vec<Migration>, Vec<JobId>> {
+        let judge = tidy.map(|rule| TidyJudge {
+            jobs: &self.jobs,
+            last_migrated: &self.last_migrated,
+            runs: &self.runs,
+            rule,
+            now,
+        });
+        let refuse = |engine: &PoolSet, m: &[Migration]| {
+            judge
+                .as_ref()
+                .map(|j| j.unpaid(engine, m))
+                .unwrap_or_default()
+        };
+        let head = self
             .head()
             .filter(|_| self.config.migrate)
-            .map(|(id, w)| (id, w.shape, w.gpu_type.clone()))
-        else {
-            return self.engine.compact();
+            .map(|(id, w)| (id, w.shape, w.gpu_type.clone()));
+        let Some((head, shape, gpu_type)) = head else {
+            let m = self.engine.compact();
+            let unpaid = refuse(&self.engine, &m);
+            return if unpaid.is_empty() {
+                Ok(m)
+            } else {
+                Err(unpaid)
+            };
         };
         let jobs = &self.jobs;
         let cost = self.config.migration_cost_s;
@@ -1026,6 +1038,7 @@ impl Controller {
             now: now as f64,
             end_if_moved: &end_if_moved,
             max_trials: HEAD_TRIALS,
+            refuse: judge.is_some().then_some(&refuse as &Refuse<'_>),
         };
         let done = hold_for_head(&mut self.engine, &trial, &mut self.ends);
         match done.verdict {
@@ -1041,8 +1054,9 @@ impl Controller {
                 self.counters.compacts_held_for_head += 1;
                 self.head_hold = Some(HeadHold { head, held: vec![] });
             }
+            HeadVerdict::Refused(unpaid) => return Err(unpaid),
         }
-        done.migrations
+        Ok(done.migrations)
     }
 
     /// Compact ([`Controller::compact_sparing_head`]) under the gate
@@ -1087,9 +1101,7 @@ impl Controller {
         if pays && !may_gain {
             // No move can start anyone: tidy at once, the jobs held for
             // tidying still held.
-            self.engine.begin_trial();
-            let m = self.compact_sparing_head(now);
-            return self.compact_tidying(now, m);
+            return self.compact_tidying(now, None);
         }
         // Every job its own verdict allows may move in the trial. The
         // release is a trial of its own, so that holding them again below
@@ -1121,7 +1133,7 @@ impl Controller {
             return Vec::new();
         }
         if !release_trial {
-            return self.compact_tidying(now, m);
+            return self.compact_tidying(now, Some(m));
         }
         // Tidy as above: the jobs held for tidying held again (the
         // release's undo, which marks their nodes for the slotted pass as
@@ -1130,9 +1142,7 @@ impl Controller {
         self.engine.undo_trial();
         self.head_hold = None;
         self.tidy_held.extend(released);
-        self.engine.begin_trial();
-        let m = self.compact_sparing_head(now);
-        self.compact_tidying(now, m)
+        self.compact_tidying(now, None)
     }
 
     /// Holds `jobs` still for tidying (`tidy_held`), in the engine's
@@ -1150,15 +1160,19 @@ impl Controller {
     }
 
     /// Does a tidying move of running job `id` at `now` pay for itself
-    /// ([`MigrationRule::pays_for_tidying`], its expected remaining run
-    /// from the runs of the jobs that ended lately,
-    /// [`RunHistory::expected_remaining`], by the time since its start)?
+    /// ([`TidyJudge::pays`])?
     fn pays_for_tidying(&self, rule: &MigrationRule, id: u64, now: u64) -> bool {
-        self.jobs.get(&id).is_some_and(|r| {
-            let age = now.saturating_sub(r.start) as f64;
-            let c = self.candidate(id, r, now);
-            rule.pays_for_tidying(&c, self.runs.expected_remaining(age))
-        })
+        self.judge(*rule, now).pays(id)
+    }
+
+    fn judge(&self, rule: MigrationRule, now: u64) -> TidyJudge<'_> {
+        TidyJudge {
+            jobs: &self.jobs,
+            last_migrated: &self.last_migrated,
+            runs: &self.runs,
+            rule,
+            now,
+        }
     }
 
     /// The jobs held still for tidying whose tidying move pays now are
@@ -1185,14 +1199,15 @@ impl Controller {
         self.release_movable(&pay);
     }
 
-    /// Under `select.move_when = "pays"` ([`MoveWhen::Pays`]), with the
-    /// trial of a Compact that lets no waiting job start still open (`m`,
-    /// its moves): keep only moves of jobs whose tidying move pays for
-    /// itself ([`Controller::pays_for_tidying`]). When the trial requeues
-    /// a job that does not pay, it is undone, the jobs it would requeue
-    /// that do not pay are held still, and Compact is tried again (still
-    /// sparing the head), at most [`TIDY_TRIALS`] times; then nothing
-    /// moves. The held jobs stay held for the next Compacts
+    /// Under `select.move_when = "pays"` ([`MoveWhen::Pays`]), a Compact
+    /// that lets no waiting job start (`first`: the trial already made,
+    /// still open; `None`: none yet) keeps only moves of jobs whose tidying
+    /// move pays for itself ([`TidyJudge::pays`]). When a trial requeues a
+    /// job that does not pay, it is undone, the jobs it would requeue that
+    /// do not pay are held still, and Compact is tried again (still sparing
+    /// the head; a trial's unpaid moves are found before the head's guard
+    /// looks at it, [`Controller::compact_refusing`]), at most
+    /// [`TIDY_TRIALS`] times; then nothing moves. The held jobs stay held for the next Compacts
     /// (`tidy_held`), until one could start a waiting job
     /// ([`Blocked::may_start_after_moves`]), their move pays
     /// ([`Controller::recheck_tidy_held`]) or they end, so the Compacts
@@ -1200,40 +1215,48 @@ impl Controller {
     /// touch: only the jobs a trial moves are judged and held (issue #11;
     /// before, every movable job was, O(jobs) per tick). The simulator's
     /// twin is `Sim::hold_unless_moves_start`.
-    fn compact_tidying(&mut self, now: u64, mut m: Vec<Migration>) -> Vec<Migration> {
+    fn compact_tidying(&mut self, now: u64, first: Option<Vec<Migration>>) -> Vec<Migration> {
         let rule = self.rule();
-        let mut tries = 1;
         // Did a trial requeue anyone (the gate closed on it)?
         let mut gated = false;
-        let kept = loop {
-            let mut unpaid: Vec<JobId> = Vec::new();
-            let mut requeues = false;
-            for x in &m {
-                if unpaid.contains(&x.job) || !self.needs_requeue(x.job.0) {
-                    continue;
+        let mut first = first;
+        let mut kept = Vec::new();
+        for tries in 1..=TIDY_TRIALS {
+            let trial = match first.take() {
+                Some(m) => {
+                    let unpaid = self.judge(rule, now).unpaid(&self.engine, &m);
+                    if unpaid.is_empty() {
+                        Ok(m)
+                    } else {
+                        Err(unpaid)
+                    }
                 }
-                requeues = true;
-                if !self.pays_for_tidying(&rule, x.job.0, now) {
-                    unpaid.push(x.job);
+                None => {
+                    self.engine.begin_trial();
+                    self.compact_refusing(now, Some(rule))
+                }
+            };
+            match trial {
+                Ok(m) => {
+                    let requeues = m.iter().any(|x| self.needs_requeue(x.job.0));
+                    gated |= requeues;
+                    self.engine.keep_trial();
+                    self.counters.compacts_tidying += u64::from(requeues);
+                    kept = m;
+                    break;
+                }
+                Err(unpaid) => {
+                    gated = true;
+                    self.engine.undo_trial();
+                    self.head_hold = None;
+                    let fresh = unpaid.iter().any(|j| !self.tidy_held.contains(&j.0));
+                    if tries == TIDY_TRIALS || !fresh {
+                        break;
+                    }
+                    self.hold_for_tidying(&unpaid);
                 }
             }
-            gated |= requeues;
-            if unpaid.is_empty() {
-                self.engine.keep_trial();
-                self.counters.compacts_tidying += u64::from(requeues);
-                break m;
-            }
-            self.engine.undo_trial();
-            self.head_hold = None;
-            let fresh = unpaid.iter().any(|j| !self.tidy_held.contains(&j.0));
-            if tries == TIDY_TRIALS || !fresh {
-                break Vec::new();
-            }
-            self.hold_for_tidying(&unpaid);
-            self.engine.begin_trial();
-            m = self.compact_sparing_head(now);
-            tries += 1;
-        };
+        }
         self.counters.compacts_no_gain += u64::from(gated);
         kept
     }
@@ -1722,6 +1745,95 @@ impl Controller {
             .cloned()
             .unwrap_or_else(|| format!("#{n}"))
     }
+}
+
+/// What the rule needs to know about a running job at `now`
+/// (`last_migrated`: when it last landed from a migration).
+fn candidate_of(rec: &JobRec, last_migrated: Option<u64>, now: u64) -> MoveCandidate {
+    let running = now.saturating_sub(rec.start);
+    MoveCandidate {
+        resumable: rec.flags.resumable,
+        cost_s: rec.flags.migration_cost_s.map(|c| c as f64),
+        running_for_s: running as f64,
+        // Slurm's limit counts from the (re)start: a requeued job gets
+        // its whole limit again.
+        remaining_s: rec
+            .time_limit_s
+            .map(|limit| limit.saturating_sub(running) as f64),
+        protected_for_s: rec.flags.min_runtime_s.saturating_sub(running) as f64,
+        since_migrated_s: last_migrated.map(|t| now.saturating_sub(t) as f64),
+    }
+}
+
+/// The `pays` gate's judge of a tidying trial's moves
+/// ([`Controller::compact_tidying`]), borrowed apart from the engine so
+/// that the head's guard can ask it inside the trial
+/// ([`HeadTrial::refuse`]).
+struct TidyJudge<'a> {
+    jobs: &'a BTreeMap<u64, JobRec>,
+    last_migrated: &'a BTreeMap<u64, u64>,
+    runs: &'a RunHistory,
+    rule: MigrationRule,
+    now: u64,
+}
+
+impl TidyJudge<'_> {
+    /// Does a tidying move of running job `id` pay for itself
+    /// ([`MigrationRule::pays_for_tidying`], its expected remaining run
+    /// from the runs of the jobs that ended lately,
+    /// [`RunHistory::expected_remaining`], by the time since its start)?
+    fn pays(&self, id: u64) -> bool {
+        self.jobs.get(&id).is_some_and(|r| {
+            let age = self.now.saturating_sub(r.start) as f64;
+            let c = candidate_of(r, self.last_migrated.get(&id).copied(), self.now);
+            self.rule
+                .pays_for_tidying(&c, self.runs.expected_remaining(age))
+        })
+    }
+
+    /// The jobs the migrations `m` requeue (read on `engine` after them)
+    /// whose tidying move does not pay, each once.
+    fn unpaid(&self, engine: &PoolSet, m: &[Migration]) -> Vec<JobId> {
+        let mut out: Vec<JobId> = Vec::new();
+        for x in m {
+            if !out.contains(&x.job)
+                && needs_requeue(engine, self.jobs, x.job.0)
+                && !self.pays(x.job.0)
+            {
+                out.push(x.job);
+            }
+        }
+        out
+    }
+}
+
+/// Does the engine's placement of job `j` (after a Compact) differ from
+/// where Slurm runs it, so that its move is a requeue?
+/// (No copy of the job and no map: a tidying Compact asks it of each
+/// move of each trial.)
+fn needs_requeue(engine: &PoolSet, jobs: &BTreeMap<u64, JobRec>, j: u64) -> bool {
+    let Some((g, nodes)) = engine.job_nodes(JobId(j)) else {
+        return false;
+    };
+    let Some(rec) = jobs.get(&j) else {
+        return true;
+    };
+    let mut target: Vec<(NodeId, u32)> = nodes.map(|n| (n, g)).collect();
+    let mut slurm: Vec<(NodeId, u32)> = rec.per_node.iter().copied().filter(|x| x.1 > 0).collect();
+    merge_per_node(&mut target) != merge_per_node(&mut slurm)
+}
+
+/// Sorts GPUs per node by node and adds up the entries of a node.
+fn merge_per_node(v: &mut Vec<(NodeId, u32)>) -> &[(NodeId, u32)] {
+    v.sort_unstable();
+    v.dedup_by(|b, a| {
+        let same = a.0 == b.0;
+        if same {
+            a.1 += b.1;
+        }
+        same
+    });
+    v
 }
 
 fn per_node_of(nodes: &[NodeId], g: u32) -> Vec<(NodeId, u32)> {

@@ -231,6 +231,7 @@ impl CompassEngine {
         for &n in &self.changed {
             self.changed_flag[n as usize] = false;
         }
+        self.journal_changed_taken();
         std::mem::take(&mut self.changed)
     }
 

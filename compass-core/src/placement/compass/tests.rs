@@ -311,6 +311,42 @@ fn undoing_a_trial_puts_back_the_tidy_holds_it_lifted_and_their_keys() {
 }
 
 #[test]
+fn an_undone_trial_reports_no_changed_node_unless_its_changes_were_taken() {
+    // The head's fit over time (`placement::head::Ends`) re-reads the nodes
+    // `take_changed` names. An undone trial leaves its nodes as they were:
+    // it names none of them again, unless the list was taken while the
+    // trial's moves were in place (issue #11: a tidying Compact undoes up
+    // to eight trials).
+    let mut e = counter_example_with_pinned_slots();
+    e.place(&JobRequest::new(10, 1, 4), None).unwrap().unwrap();
+    let held: Vec<JobId> = (4..=6).map(JobId).collect();
+    e.set_tidy_hold(&held, true);
+    for id in 4..=6 {
+        e.set_movable(JobId(id), true).unwrap();
+    }
+    e.set_tidy_hold(&held, false);
+    let _ = e.take_changed();
+    e.begin_trial();
+    let _ = e.take_changed(); // nothing changed yet: the trial stays clean
+    e.begin_trial();
+    assert!(!e.compact().is_empty());
+    e.undo_trial();
+    e.undo_trial();
+    assert_eq!(e.take_changed(), Vec::<NodeId>::new());
+    // Taken with the moves in place: the undo names the nodes again.
+    e.begin_trial();
+    assert!(!e.compact().is_empty());
+    let mut moved = e.take_changed();
+    assert!(!moved.is_empty());
+    e.undo_trial();
+    let mut again = e.take_changed();
+    moved.sort_unstable();
+    again.sort_unstable();
+    assert_eq!(again, moved);
+    e.check_invariants().unwrap();
+}
+
+#[test]
 fn one_gpu_jobs_overflow_into_slotted_room_on_small_clusters() {
     // Two nodes: a full pool node and a slotted node with 4 free GPUs.
     let mut e = engine(2);

@@ -50,6 +50,15 @@ pub(super) struct Journal {
     dirty: BTreeSet<NodeId>,
     migrations_total: u64,
     held_last: Vec<JobId>,
+    /// The length of the engine's list of changed nodes when the trial
+    /// began, while the list was not taken since with the trial's changes
+    /// in it ([`CompassEngine::take_changed`]): the undo then shortens the
+    /// list back, since every node it added is as it was ([`Ends`] need
+    /// not look at it again; issue #11, a tidying Compact undoes up to
+    /// eight trials). `None`: the undo marks the nodes it puts back.
+    ///
+    /// [`Ends`]: crate::placement::head::Ends
+    changed_len: Option<usize>,
 }
 
 impl Journal {
@@ -72,7 +81,18 @@ impl CompassEngine {
             dirty: self.ix.dirty.clone(),
             migrations_total: self.migrations_total,
             held_last: self.held_last.clone(),
+            changed_len: Some(self.changed.len()),
         });
+    }
+
+    /// The list of changed nodes was taken ([`CompassEngine::take_changed`]):
+    /// while no open trial has changed a node, each trial's nodes are those
+    /// added from now on; else the undo must mark what it puts back.
+    pub(super) fn journal_changed_taken(&mut self) {
+        let clean = self.journal.iter().all(|j| j.nodes.is_empty());
+        for j in &mut self.journal {
+            j.changed_len = clean.then_some(0);
+        }
     }
 
     /// Closes the innermost trial and keeps what it changed (inside an
@@ -113,9 +133,16 @@ impl CompassEngine {
         let mut afresh: Vec<NodeId> = Vec::new();
         for (n, st) in j.nodes {
             self.nodes[n as usize] = st;
-            self.mark_changed(n);
+            if j.changed_len.is_none() {
+                self.mark_changed(n);
+            }
             if !j.keys.contains_key(&n) {
                 afresh.push(n);
+            }
+        }
+        if let Some(len) = j.changed_len {
+            for n in self.changed.drain(len.min(self.changed.len())..) {
+                self.changed_flag[n as usize] = false;
             }
         }
         // Not journaled again: an outer trial that has no keys of a node
