@@ -473,7 +473,7 @@ impl Pools {
             now,
             end_if_moved: &end_if_moved,
             max_trials: HEAD_TRIALS,
-            refuse: None,
+            may_move: None,
         };
         let done = hold_for_head(set, &trial, &mut g.ends);
         let c = &mut g.counts;
@@ -482,7 +482,7 @@ impl Pools {
         match &done.verdict {
             HeadVerdict::Free => c.free += 1,
             HeadVerdict::Hold(_) => c.held += 1,
-            HeadVerdict::Skip | HeadVerdict::Refused(_) => c.skipped += 1,
+            HeadVerdict::Skip | HeadVerdict::Refused => c.skipped += 1,
         }
         for m in &done.migrations {
             if let Some(r) = g.runs.get_mut(&m.job) {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use compass_core::metric::{phi_star, wcc_holds};
 use compass_core::model::{ClusterSpec, JobId, JobRequest, NodeId};
-use compass_core::placement::compass::{CompassConfig, CompassEngine, NodeKind, NodeView};
+use compass_core::placement::compass::{CompassConfig, CompassEngine, NodeKind, NodeView, Veto};
 use compass_core::placement::PlacementPolicy;
 use proptest::prelude::*;
 
@@ -734,6 +734,7 @@ fn replay_trials(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<
             1 + (step as u32 % cap),
         );
         check_gate_bound(&e, &running, &arrival, step)?;
+        check_veto(&e, step)?;
         let copy = e.clone();
         let nested = step % 3 == 0;
         if nested {
@@ -788,6 +789,60 @@ fn replay_trials(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<
         prop_assert_eq!(e.snapshot(), copy.snapshot(), "step {}", step);
         if !nested && step % 2 == 1 {
             prop_assert_eq!(tried, again, "step {}: Compact is not deterministic", step);
+        }
+    }
+    Ok(())
+}
+
+/// Compact with a veto (the `pays` gate asks before each move to another
+/// node; issue #11), on a copy of `e`: every third job may not move. No
+/// refused job moves to another node, each is held for tidying afterwards
+/// (neither a second vetoed Compact nor a plain one moves it), the engine
+/// stays consistent, and an exhausted veto refused at least its limit.
+fn check_veto(e: &CompassEngine, step: usize) -> Result<(), TestCaseError> {
+    let may_move = |j: JobId| j.0 % 3 != step as u64 % 3;
+    for limit in [usize::MAX, 1 + step % 3] {
+        let mut c = e.clone();
+        let mut veto = Veto::new(&may_move, limit);
+        let m = c.compact_vetoed(&mut veto);
+        let refused = veto.refused().to_vec();
+        for x in &m {
+            prop_assert!(
+                x.from == x.to || may_move(x.job),
+                "step {}: {:?} moved though refused",
+                step,
+                x
+            );
+        }
+        for j in &refused {
+            prop_assert!(!may_move(*j), "step {}: {:?} refused", step, j);
+        }
+        if let Err(why) = c.check_invariants() {
+            return Err(TestCaseError::fail(format!(
+                "step {step}: after a vetoed Compact: {why}"
+            )));
+        }
+        if veto.exhausted() {
+            // A step of the slotted pass may refuse several jobs at once.
+            prop_assert!(refused.len() >= limit, "step {}", step);
+            continue;
+        }
+        // Held: a second vetoed Compact does not ask about them again.
+        let mut again = Veto::new(&may_move, usize::MAX);
+        let _ = c.clone().compact_vetoed(&mut again);
+        prop_assert!(
+            again.refused().iter().all(|j| !refused.contains(j)),
+            "step {}: asked again about {:?}",
+            step,
+            again.refused()
+        );
+        for x in c.compact() {
+            prop_assert!(
+                x.from == x.to || !refused.contains(&x.job),
+                "step {}: a held job moved: {:?}",
+                step,
+                x
+            );
         }
     }
     Ok(())

@@ -6,43 +6,58 @@
 //! somewhere; on random states (pinned jobs, layouts Slurm chose, foreign
 //! GPUs, drained nodes, mixed pools, jobs without an end, overdue jobs) it
 //! must reach the same verdict, the same migrations and the same state,
-//! also when some jobs' moves are refused outright (`HeadTrial::refuse`).
+//! also when some jobs may not move at all (`HeadTrial::may_move`).
 
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId};
-use compass_core::placement::compass::CompassConfig;
+use compass_core::placement::compass::{CompassConfig, Veto};
 use compass_core::placement::head::{hold_for_head, reservation, Ends, HeadTrial, HeadVerdict};
 use compass_core::placement::pools::{NodeGpus, PoolSet};
 use compass_core::placement::{Occupancy, PlacementPolicy};
 use proptest::prelude::*;
 
 /// The guard as it was: copies of `pools`, the reservation over every job.
+/// A job the veto refuses stays held for tidying in the copies that follow,
+/// and in the pools returned.
 fn oracle(
     pools: &PoolSet,
     trial: &HeadTrial<'_>,
     ends: &Ends,
-) -> (HeadVerdict, Vec<Migration>, PoolSet) {
-    let refused =
-        |fork: &PoolSet, m: &[Migration]| trial.refuse.map(|r| r(fork, m)).unwrap_or_default();
+) -> (HeadVerdict, Vec<Migration>, PoolSet, Vec<JobId>) {
+    let mut veto = match trial.may_move {
+        Some((may_move, limit)) => Veto::new(may_move, limit),
+        None => Veto::none(),
+    };
+    let mut base = pools.clone();
     let on_time = head_start(pools, trial, ends, &[]);
     if on_time.is_infinite() {
         let mut p = pools.clone();
-        let m = p.compact();
-        let no = refused(&p, &m);
-        if !no.is_empty() {
-            return (HeadVerdict::Refused(no), Vec::new(), pools.clone());
+        let m = p.compact_vetoed(&mut veto);
+        if veto.exhausted() {
+            base.set_tidy_hold(veto.refused(), true);
+            return (
+                HeadVerdict::Refused,
+                Vec::new(),
+                base,
+                veto.refused().to_vec(),
+            );
         }
-        return (HeadVerdict::Free, m, p);
+        return (HeadVerdict::Free, m, p, veto.refused().to_vec());
     }
     let mut hold: Vec<JobId> = Vec::new();
     for _ in 0..trial.max_trials.max(1) {
-        let mut fork = pools.clone();
+        let mut fork = base.clone();
         for &k in &hold {
             let _ = fork.set_movable(k, false);
         }
-        let migrations = fork.compact();
-        let no = refused(&fork, &migrations);
-        if !no.is_empty() {
-            return (HeadVerdict::Refused(no), Vec::new(), pools.clone());
+        let migrations = fork.compact_vetoed(&mut veto);
+        base.set_tidy_hold(veto.refused(), true);
+        if veto.exhausted() {
+            return (
+                HeadVerdict::Refused,
+                Vec::new(),
+                base,
+                veto.refused().to_vec(),
+            );
         }
         let mut moved: Vec<JobId> = migrations.iter().map(|m| m.job).collect();
         moved.sort_unstable();
@@ -57,7 +72,7 @@ fn oracle(
             } else {
                 HeadVerdict::Hold(hold)
             };
-            return (verdict, migrations, fork);
+            return (verdict, migrations, fork, veto.refused().to_vec());
         }
         let before = hold.len();
         for j in moved {
@@ -69,7 +84,7 @@ fn oracle(
             break;
         }
     }
-    (HeadVerdict::Skip, Vec::new(), pools.clone())
+    (HeadVerdict::Skip, Vec::new(), base, veto.refused().to_vec())
 }
 
 fn nodes_of(pools: &PoolSet, job: JobId) -> Vec<NodeId> {
@@ -345,26 +360,37 @@ fn check(
         } else {
             fit_now + head.0
         };
-        // One case in three, the moves of every fifth job are refused (the
-        // `pays` gate's unpaid tidying moves), whatever the head.
+        // One case in three, every fifth job may not move to another node
+        // (the `pays` gate's unpaid tidying moves), whatever the head, up to
+        // a limit of 1 to 8 refusals.
         let refusing = end_seed % 3 == 1;
-        let refuse = |_: &PoolSet, m: &[Migration]| {
-            let mut no: Vec<JobId> = m.iter().map(|x| x.job).filter(|j| j.0 % 5 == 0).collect();
-            no.dedup();
-            no
-        };
+        let limit = 1 + (end_seed >> 3) as usize % 8;
+        let may_move = |j: JobId| !j.0.is_multiple_of(5);
         let trial = HeadTrial {
             shape: JobShape::new(w, g),
             gpu_type,
             now,
             end_if_moved: &end_if_moved,
             max_trials,
-            refuse: if refusing { Some(&refuse) } else { None },
+            may_move: if refusing {
+                Some((&may_move, limit))
+            } else {
+                None
+            },
         };
-        let (verdict, migrations, after) = oracle(&world.pools, &trial, &known);
+        let (verdict, migrations, after, refused) = oracle(&world.pools, &trial, &known);
         let done = hold_for_head(&mut world.pools, &trial, &mut world.ends);
         prop_assert_eq!(&done.verdict, &verdict, "round {}", round);
         prop_assert_eq!(&done.migrations, &migrations, "round {}", round);
+        prop_assert_eq!(&done.refused, &refused, "round {}", round);
+        // No refused job moved to another node.
+        for m in &done.migrations {
+            prop_assert!(
+                m.from == m.to || !refused.contains(&m.job),
+                "round {}",
+                round
+            );
+        }
         prop_assert_eq!(world.pools.snapshot(), after.snapshot(), "round {}", round);
         if let Err(why) = world.pools.check_invariants() {
             return Err(TestCaseError::fail(why));

@@ -22,7 +22,7 @@ use rustc_hash::FxHashMap;
 
 use crate::clock::Instant;
 use crate::model::{JobId, JobShape, Migration, NodeId};
-use crate::placement::compass::CompassEngine;
+use crate::placement::compass::{CompassEngine, Veto};
 use crate::placement::pools::PoolSet;
 use crate::placement::{Occupancy, PlacementPolicy};
 
@@ -328,17 +328,12 @@ pub struct HeadTrial<'a> {
     /// Trials at most (each holds at least one more job still); past it
     /// the verdict is [`HeadVerdict::Skip`].
     pub max_trials: usize,
-    /// The jobs among a trial's migrations (global node ids) whose moves
-    /// are refused whatever the head (the `pays` gate's tidying moves that
-    /// do not pay): when some are, the trial is undone before the head is
-    /// looked at, and the verdict is [`HeadVerdict::Refused`]. `None`:
-    /// every move may be made.
-    pub refuse: Option<&'a Refuse<'a>>,
+    /// Which jobs may move to another node at all, asked by Compact before
+    /// each such move, and how many refusals make the trial give up (the
+    /// `pays` gate's tidying moves that do not pay; [`Veto`]). `None`:
+    /// every job Compact may move.
+    pub may_move: Option<(&'a dyn Fn(JobId) -> bool, usize)>,
 }
-
-/// Which jobs of a trial's migrations may not move ([`HeadTrial::refuse`]),
-/// read on the pools after the trial.
-pub type Refuse<'a> = dyn Fn(&PoolSet, &[Migration]) -> Vec<JobId> + 'a;
 
 /// What Compact may do while the head waits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -350,9 +345,9 @@ pub enum HeadVerdict {
     Hold(Vec<JobId>),
     /// No hold found that keeps the head on time: make no move.
     Skip,
-    /// A trial moved these jobs, which [`HeadTrial::refuse`] refuses:
-    /// nothing moved, and the head was not looked at.
-    Refused(Vec<JobId>),
+    /// [`HeadTrial::may_move`] refused as many jobs as it allows
+    /// ([`GuardedCompact::refused`]): nothing moves.
+    Refused,
 }
 
 /// A Compact run under [`hold_for_head`].
@@ -366,6 +361,9 @@ pub struct GuardedCompact {
     /// lower the head's fit at some instant (otherwise no move can delay
     /// it, and the check cost only what the moves touched).
     pub walked: bool,
+    /// The jobs [`HeadTrial::may_move`] refused, each once; they are held
+    /// still for tidying in `pools` ([`PoolSet::set_tidy_hold`]).
+    pub refused: Vec<JobId>,
 }
 
 /// Compact on `pools`, holding still the jobs it must so that its moves do
@@ -377,9 +375,12 @@ pub struct GuardedCompact {
 /// still and Compact is tried again, until the head is on time
 /// ([`HeadVerdict::Hold`]), or nothing new moves or `max_trials` is reached
 /// ([`HeadVerdict::Skip`]: when in doubt, nothing moves, Slurm's own
-/// behaviour). A trial that moves a job [`HeadTrial::refuse`] refuses is
-/// undone at once ([`HeadVerdict::Refused`]). The accepted trial is kept in `pools`; inside a trial the
-/// caller opened ([`PoolSet::begin_trial`]) the caller can still undo it.
+/// behaviour). Each Compact asks [`HeadTrial::may_move`] before it moves
+/// a job to another node; the refused jobs stay held for tidying through
+/// the trials that follow, and when they reach its limit nothing moves
+/// ([`HeadVerdict::Refused`]). The accepted trial is kept in `pools`;
+/// inside a trial the caller opened ([`PoolSet::begin_trial`]) the caller
+/// can still undo it.
 ///
 /// Cost (issue #11): each trial is a Compact that can be undone (no copy
 /// of the pools). Its moves change the head's fit `F(t) = sum_n
@@ -399,49 +400,48 @@ pub fn hold_for_head(
     ends.sync(pools, trial);
     let ends: &Ends = ends;
     let timeline = &ends.timelines[0];
+    let mut veto = match trial.may_move {
+        Some((may_move, limit)) => Veto::new(may_move, limit),
+        None => Veto::none(),
+    };
+    let mut verdict = HeadVerdict::Skip;
+    let mut migrations = Vec::new();
     for _ in 0..trial.max_trials.max(1) {
         for &k in &hold {
             // A held job was movable in the trial that moved it.
             let _ = pools.set_movable(k, false);
         }
         pools.begin_trial();
-        let migrations = pools.compact();
-        // Refused moves first: judging them costs less than the head's
-        // check (issue #11: a tidying Compact tries up to eight donors).
-        let refused = trial
-            .refuse
-            .map(|r| r(pools, &migrations))
-            .unwrap_or_default();
-        if !refused.is_empty() {
-            for &k in &hold {
-                let _ = pools.set_movable(k, true);
-            }
-            pools.undo_trial();
-            return GuardedCompact {
-                verdict: HeadVerdict::Refused(refused),
-                migrations: Vec::new(),
-                walked: on_time.is_some(),
-            };
-        }
-        let moved = moved_jobs(pools, &migrations);
-        let late =
-            !moved.is_empty() && delays_head(pools, trial, ends, &moved, timeline, &mut on_time);
+        let m = pools.compact_vetoed(&mut veto);
+        let moved = if veto.exhausted() {
+            BTreeMap::new()
+        } else {
+            moved_jobs(pools, &m)
+        };
+        // An exhausted veto ends the trial before the head is looked at.
+        let late = veto.exhausted()
+            || (!moved.is_empty()
+                && delays_head(pools, trial, ends, &moved, timeline, &mut on_time));
         for &k in &hold {
             let _ = pools.set_movable(k, true);
         }
         if !late {
             pools.keep_trial();
-            return GuardedCompact {
-                verdict: if hold.is_empty() {
-                    HeadVerdict::Free
-                } else {
-                    HeadVerdict::Hold(hold)
-                },
-                migrations,
-                walked: on_time.is_some(),
+            verdict = if hold.is_empty() {
+                HeadVerdict::Free
+            } else {
+                HeadVerdict::Hold(hold)
             };
+            migrations = m;
+            break;
         }
         pools.undo_trial();
+        // The undo lifted the holds of the refused jobs: they stay held.
+        pools.set_tidy_hold(veto.refused(), true);
+        if veto.exhausted() {
+            verdict = HeadVerdict::Refused;
+            break;
+        }
         let before = hold.len();
         for j in moved.keys() {
             if !hold.contains(j) {
@@ -453,9 +453,10 @@ pub fn hold_for_head(
         }
     }
     GuardedCompact {
-        verdict: HeadVerdict::Skip,
-        migrations: Vec::new(),
+        verdict,
+        migrations,
         walked: on_time.is_some(),
+        refused: veto.refused().to_vec(),
     }
 }
 
@@ -893,7 +894,7 @@ mod tests {
             now: 0.0,
             end_if_moved: &later,
             max_trials: 8,
-            refuse: None,
+            may_move: None,
         };
         let done = hold_for_head(&mut p, &trial, &mut ends);
         assert_eq!(done.verdict, HeadVerdict::Free);
@@ -926,7 +927,7 @@ mod tests {
             now: 0.0,
             end_if_moved: &longer,
             max_trials: 8,
-            refuse: None,
+            may_move: None,
         };
         let done = hold_for_head(&mut p, &trial, &mut ends);
         assert_eq!(done.verdict, HeadVerdict::Free, "the head still gains");
@@ -940,7 +941,7 @@ mod tests {
             now: 0.0,
             end_if_moved: &later,
             max_trials: 8,
-            refuse: None,
+            may_move: None,
         };
         let done = hold_for_head(&mut p, &trial, &mut ends);
         assert_eq!(done.verdict, HeadVerdict::Free);

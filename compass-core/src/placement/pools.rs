@@ -30,7 +30,7 @@ use crate::metric::{phi_star, wcc_holds};
 use crate::model::{
     Admission, ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet,
 };
-use crate::placement::compass::{AdoptOutcome, CompassConfig, CompassEngine, NodeView};
+use crate::placement::compass::{AdoptOutcome, CompassConfig, CompassEngine, NodeView, Veto};
 use crate::placement::PlacementPolicy;
 
 /// The GPUs of one node of the cluster, as the resource manager reports them.
@@ -566,10 +566,20 @@ impl PoolSet {
 
     /// Compact in every pool (Algorithm 1, lines 9 and 16), global ids.
     pub fn compact(&mut self) -> Vec<Migration> {
+        self.compact_vetoed(&mut Veto::none())
+    }
+
+    /// Compact in every pool, asking `veto` before each move of a job to
+    /// another node ([`CompassEngine::compact_vetoed`]); the pools after
+    /// the veto is exhausted are not compacted.
+    pub fn compact_vetoed(&mut self, veto: &mut Veto<'_>) -> Vec<Migration> {
         let mut out = Vec::new();
         for p in 0..self.pools.len() {
+            if veto.exhausted() {
+                break;
+            }
             let moves = match self.pools[p].engine.as_mut() {
-                Some(e) => e.compact(),
+                Some(e) => e.compact_vetoed(veto),
                 None => continue,
             };
             out.extend(self.globalise(p, moves));

@@ -25,9 +25,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use compass_core::metric;
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet};
-use compass_core::placement::compass::{AdoptOutcome, CompassConfig};
+use compass_core::placement::compass::{AdoptOutcome, CompassConfig, Veto};
 use compass_core::placement::head::{
-    hold_for_head, Blocked, Ends, HeadTrial, HeadVerdict, Refuse, WaitingJob,
+    hold_for_head, Blocked, Ends, HeadTrial, HeadVerdict, WaitingJob,
 };
 use compass_core::placement::pools::{NodeGpus, PoolSet};
 use compass_core::placement::worth::{
@@ -981,20 +981,23 @@ impl Controller {
     /// fit at some instant, reading the head's reservation from its fit over
     /// time ([`Ends`], the rises up to it), never a copy of the engine.
     fn compact_sparing_head(&mut self, now: u64) -> Vec<Migration> {
-        self.compact_refusing(now, None).unwrap_or_default()
+        self.compact_vetoed(now, None).0.unwrap_or_default()
     }
 
     /// [`Controller::compact_sparing_head`], under the `pays` gate's rule
-    /// when `tidy` is given: then a trial that would requeue a job whose
-    /// tidying move does not pay ([`TidyJudge::unpaid`]) is refused before
-    /// the head's guard looks at it (the guard's check costs more; issue
-    /// #11), and `Err` names those jobs. The caller, which opened a trial
-    /// ([`PoolSet::begin_trial`]), undoes it.
-    fn compact_refusing(
+    /// when `tidy` is given: then Compact moves no job to another node
+    /// whose tidying move does not pay ([`TidyJudge::pays`], asked before
+    /// each such move, [`Veto`]); it holds such a job still for tidying in
+    /// the engine and goes on without it (issue #11: one question where a
+    /// whole Compact used to be undone and tried again). Returns the
+    /// migrations, `None` when [`TIDY_TRIALS`] jobs were refused (then
+    /// nothing moves: the caller undoes the trial it opened,
+    /// [`PoolSet::begin_trial`]), and the refused jobs.
+    fn compact_vetoed(
         &mut self,
         now: u64,
         tidy: Option<MigrationRule>,
-    ) -> Result<Vec<Migration>, Vec<JobId>> {
+    ) -> (Option<Vec<Migration>>, Vec<JobId>) {
         let judge = tidy.map(|rule| TidyJudge {
             jobs: &self.jobs,
             last_migrated: &self.last_migrated,
@@ -1002,24 +1005,21 @@ impl Controller {
             rule,
             now,
         });
-        let refuse = |engine: &PoolSet, m: &[Migration]| {
-            judge
-                .as_ref()
-                .map(|j| j.unpaid(engine, m))
-                .unwrap_or_default()
-        };
+        let pays = |j: JobId| judge.as_ref().is_none_or(|t| t.pays(j.0));
+        let may_move = judge
+            .is_some()
+            .then_some((&pays as &dyn Fn(JobId) -> bool, TIDY_TRIALS));
         let head = self
             .head()
             .filter(|_| self.config.migrate)
             .map(|(id, w)| (id, w.shape, w.gpu_type.clone()));
         let Some((head, shape, gpu_type)) = head else {
-            let m = self.engine.compact();
-            let unpaid = refuse(&self.engine, &m);
-            return if unpaid.is_empty() {
-                Ok(m)
-            } else {
-                Err(unpaid)
+            let mut veto = match may_move {
+                Some((f, limit)) => Veto::new(f, limit),
+                None => Veto::none(),
             };
+            let m = self.engine.compact_vetoed(&mut veto);
+            return ((!veto.exhausted()).then_some(m), veto.refused().to_vec());
         };
         let jobs = &self.jobs;
         let cost = self.config.migration_cost_s;
@@ -1038,7 +1038,7 @@ impl Controller {
             now: now as f64,
             end_if_moved: &end_if_moved,
             max_trials: HEAD_TRIALS,
-            refuse: judge.is_some().then_some(&refuse as &Refuse<'_>),
+            may_move,
         };
         let done = hold_for_head(&mut self.engine, &trial, &mut self.ends);
         match done.verdict {
@@ -1054,9 +1054,9 @@ impl Controller {
                 self.counters.compacts_held_for_head += 1;
                 self.head_hold = Some(HeadHold { head, held: vec![] });
             }
-            HeadVerdict::Refused(unpaid) => return Err(unpaid),
+            HeadVerdict::Refused => return (None, done.refused),
         }
-        Ok(done.migrations)
+        (Some(done.migrations), done.refused)
     }
 
     /// Compact ([`Controller::compact_sparing_head`]) under the gate
@@ -1201,62 +1201,63 @@ impl Controller {
 
     /// Under `select.move_when = "pays"` ([`MoveWhen::Pays`]), a Compact
     /// that lets no waiting job start (`first`: the trial already made,
-    /// still open; `None`: none yet) keeps only moves of jobs whose tidying
-    /// move pays for itself ([`TidyJudge::pays`]). When a trial requeues a
-    /// job that does not pay, it is undone, the jobs it would requeue that
-    /// do not pay are held still, and Compact is tried again (still sparing
-    /// the head; a trial's unpaid moves are found before the head's guard
-    /// looks at it, [`Controller::compact_refusing`]), at most
-    /// [`TIDY_TRIALS`] times; then nothing moves. The held jobs stay held for the next Compacts
-    /// (`tidy_held`), until one could start a waiting job
-    /// ([`Blocked::may_start_after_moves`]), their move pays
-    /// ([`Controller::recheck_tidy_held`]) or they end, so the Compacts
-    /// that follow do not try them again. Its cost is what the Compacts
-    /// touch: only the jobs a trial moves are judged and held (issue #11;
-    /// before, every movable job was, O(jobs) per tick). The simulator's
-    /// twin is `Sim::hold_unless_moves_start`.
+    /// still open; `None`: none yet) moves to another node only jobs whose
+    /// tidying move pays for itself ([`TidyJudge::pays`]). A trial already
+    /// made that requeues a job that does not pay is undone and those jobs
+    /// are held still. Compact then asks before each move to another node
+    /// ([`Controller::compact_vetoed`]): a job whose move does not pay is
+    /// held still and Compact goes on without it, still sparing the head;
+    /// when [`TIDY_TRIALS`] jobs were refused, nothing moves. The held jobs
+    /// stay held for the next Compacts (`tidy_held`), until one could
+    /// start a waiting job ([`Blocked::may_start_after_moves`]), their move
+    /// pays ([`Controller::recheck_tidy_held`]) or they end, so the
+    /// Compacts that follow do not ask again. Its cost is what the Compact
+    /// touches: only the jobs it would move are judged (issue #11; before,
+    /// every movable job was, O(jobs) per tick, and later each refusal
+    /// undid the Compact and ran it again). The simulator's twin is
+    /// `Sim::hold_unless_moves_start`, which finds the same jobs by trying
+    /// the event again with the refused jobs held (docs/simulator.md).
     fn compact_tidying(&mut self, now: u64, first: Option<Vec<Migration>>) -> Vec<Migration> {
         let rule = self.rule();
-        // Did a trial requeue anyone (the gate closed on it)?
+        // Did a trial requeue anyone, or would it have (the gate closed on
+        // it)?
         let mut gated = false;
-        let mut first = first;
-        let mut kept = Vec::new();
-        for tries in 1..=TIDY_TRIALS {
-            let trial = match first.take() {
-                Some(m) => {
-                    let unpaid = self.judge(rule, now).unpaid(&self.engine, &m);
-                    if unpaid.is_empty() {
-                        Ok(m)
-                    } else {
-                        Err(unpaid)
-                    }
-                }
-                None => {
-                    self.engine.begin_trial();
-                    self.compact_refusing(now, Some(rule))
-                }
-            };
-            match trial {
-                Ok(m) => {
-                    let requeues = m.iter().any(|x| self.needs_requeue(x.job.0));
-                    gated |= requeues;
-                    self.engine.keep_trial();
-                    self.counters.compacts_tidying += u64::from(requeues);
-                    kept = m;
-                    break;
-                }
-                Err(unpaid) => {
-                    gated = true;
-                    self.engine.undo_trial();
-                    self.head_hold = None;
-                    let fresh = unpaid.iter().any(|j| !self.tidy_held.contains(&j.0));
-                    if tries == TIDY_TRIALS || !fresh {
-                        break;
-                    }
-                    self.hold_for_tidying(&unpaid);
-                }
+        let mut trial = None;
+        if let Some(m) = first {
+            let unpaid = self.judge(rule, now).unpaid(&self.engine, &m);
+            if unpaid.is_empty() {
+                trial = Some(m);
+            } else {
+                gated = true;
+                self.engine.undo_trial();
+                self.head_hold = None;
+                self.hold_for_tidying(&unpaid);
             }
         }
+        let mut refused = Vec::new();
+        if trial.is_none() {
+            self.engine.begin_trial();
+            let (m, r) = self.compact_vetoed(now, Some(rule));
+            gated |= !r.is_empty();
+            refused = r;
+            trial = m;
+            if trial.is_none() {
+                self.engine.undo_trial();
+                self.head_hold = None;
+            }
+        }
+        let kept = match trial {
+            Some(m) => {
+                let requeues = m.iter().any(|x| self.needs_requeue(x.job.0));
+                gated |= requeues;
+                self.engine.keep_trial();
+                self.counters.compacts_tidying += u64::from(requeues);
+                m
+            }
+            None => Vec::new(),
+        };
+        // Held in the engine already, unless the undo lifted them.
+        self.hold_for_tidying(&refused);
         self.counters.compacts_no_gain += u64::from(gated);
         kept
     }

@@ -41,6 +41,7 @@ mod remove;
 mod state;
 mod trial;
 
+pub use compact::Veto;
 pub use observe::{LayoutSnapshot, NodeView};
 pub use state::{Guest, NodeKind, NodeState, Slot};
 

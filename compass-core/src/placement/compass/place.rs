@@ -8,10 +8,16 @@ use crate::clock::Seconds;
 use crate::error::{CoreError, Result};
 use crate::model::{slot_width, InstanceRef, JobRequest, NodeId, NodeSet};
 
-/// Nodes saved before a tentative placement, to roll it back.
+/// Nodes saved before a tentative placement, to roll it back as if it had
+/// not been made.
 #[derive(Default)]
 pub(super) struct Undo {
-    pub(super) saved: BTreeMap<NodeId, NodeState>,
+    /// Each node's state before, and whether the slotted pass had it to
+    /// look at then.
+    saved: BTreeMap<NodeId, (NodeState, bool)>,
+    /// The length of the list of changed nodes before
+    /// ([`CompassEngine::take_changed`]).
+    changed_len: Option<usize>,
 }
 
 impl CompassEngine {
@@ -246,9 +252,10 @@ impl CompassEngine {
     }
 
     pub(super) fn save(&self, undo: &mut Undo, n: NodeId) {
+        undo.changed_len.get_or_insert(self.changed.len());
         undo.saved
             .entry(n)
-            .or_insert_with(|| self.nodes[n as usize].clone());
+            .or_insert_with(|| (self.nodes[n as usize].clone(), self.ix.dirty.contains(&n)));
     }
 
     pub(super) fn install(&mut self, inst: InstanceRef, g: u32, dest: Dest) -> NodeId {
@@ -279,10 +286,21 @@ impl CompassEngine {
         n
     }
 
+    /// Puts back the nodes `undo` saved: as they were, they are neither
+    /// changed for the head's fit over time nor new to the slotted pass
+    /// (issue #11: the plan of a 1,001-node head made the next Compact look
+    /// at its 1,001 nodes again).
     pub(super) fn rollback(&mut self, undo: Undo) {
-        for (n, st) in undo.saved {
+        for (n, (st, was_dirty)) in undo.saved {
             self.nodes[n as usize] = st;
-            self.reindex(n);
+            let k = self.keys_of(n);
+            self.put_keys(n, k);
+            if !was_dirty {
+                self.ix.dirty.remove(&n);
+            }
+        }
+        if let Some(len) = undo.changed_len {
+            self.unmark_changed_since(len);
         }
     }
 

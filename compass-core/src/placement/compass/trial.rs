@@ -141,9 +141,7 @@ impl CompassEngine {
             }
         }
         if let Some(len) = j.changed_len {
-            for n in self.changed.drain(len.min(self.changed.len())..) {
-                self.changed_flag[n as usize] = false;
-            }
+            self.unmark_changed_since(len);
         }
         // Not journaled again: an outer trial that has no keys of a node
         // saw them as they are put back here.
@@ -195,6 +193,14 @@ impl CompassEngine {
                 .or_insert_with(|| self.nodes[n as usize].clone());
         }
         &mut self.nodes[n as usize]
+    }
+
+    /// Forgets the nodes marked changed after the first `len` (put back as
+    /// they were since, and the list not taken meanwhile).
+    pub(super) fn unmark_changed_since(&mut self, len: usize) {
+        for n in self.changed.drain(len.min(self.changed.len())..) {
+            self.changed_flag[n as usize] = false;
+        }
     }
 
     /// Notes that node `n`'s instances may change

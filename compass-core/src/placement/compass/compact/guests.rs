@@ -3,6 +3,7 @@
 use std::ops::Bound;
 
 use super::super::{CompassEngine, Dest, MAX_INST};
+use super::Veto;
 use crate::model::{InstanceRef, Migration, NodeId};
 
 impl CompassEngine {
@@ -14,7 +15,11 @@ impl CompassEngine {
     ///
     /// Cost: only movable guests are looked at (`ones`, `multi`), and a
     /// class of guests with no home anywhere is skipped in one lookup.
-    pub(in crate::placement::compass) fn repair_guests(&mut self, out: &mut Vec<Migration>) {
+    pub(in crate::placement::compass) fn repair_guests(
+        &mut self,
+        out: &mut Vec<Migration>,
+        veto: &mut Veto<'_>,
+    ) {
         let cap = self.cap;
         // 1-GPU guests: a guest never sits on a pool node (it would be a
         // member), so a home found for one is a home for every one.
@@ -23,6 +28,12 @@ impl CompassEngine {
             let dest = Self::first_in(&self.ix.pools, (1..cap).rev(), fits)
                 .or_else(|| self.ix.empty.iter().copied().find(|&m| fits(m)));
             let Some(dest) = dest else { break };
+            if self.refuses(veto, &[inst.job]) {
+                if veto.exhausted() {
+                    return;
+                }
+                continue;
+            }
             self.migrate(inst, n, Dest::Pool(dest), out);
         }
         // Multi-GPU guests, one slot width at a time.
@@ -50,6 +61,11 @@ impl CompassEngine {
                 let dest = Self::first_in(&self.ix.slotted, gw..cap, fits)
                     .or_else(|| self.ix.empty.iter().copied().find(|&m| fits(m)));
                 match dest {
+                    Some(_) if self.refuses(veto, &[inst.job]) => {
+                        if veto.exhausted() {
+                            return;
+                        }
+                    }
                     Some(dest) => self.migrate(inst, n, Dest::NewSlot(dest), out),
                     None => after = Some((gw, n, inst)),
                 }

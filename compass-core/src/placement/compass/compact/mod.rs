@@ -27,24 +27,36 @@ impl CompassEngine {
     /// (`trial.rs`), so it costs what they touched. A restricted job may
     /// still move inside its set.
     pub fn compact(&mut self) -> Vec<Migration> {
+        self.compact_vetoed(&mut Veto::none())
+    }
+
+    /// [`CompassEngine::compact`], asking `veto` before each move of a job
+    /// to another node ([`Veto`]): a refused job is held still for tidying
+    /// and the passes go on without it. Once the veto is exhausted the
+    /// passes stop where they are (the caller undoes the trial it opened).
+    /// The refused jobs are held at the end.
+    pub fn compact_vetoed(&mut self, veto: &mut Veto<'_>) -> Vec<Migration> {
         self.held_last.clear();
         if self.restricted.is_empty() {
-            return self.compact_passes();
+            return self.compact_passes(veto);
         }
         let mut held: Vec<JobId> = Vec::new();
         let out = loop {
             self.begin_trial();
-            let out = self.compact_passes();
+            let out = self.compact_passes(veto);
             let outside: BTreeSet<JobId> = out
                 .iter()
                 .map(|m| m.job)
                 .filter(|j| !self.inside_allowed(*j))
                 .collect();
-            if outside.is_empty() {
+            if outside.is_empty() || veto.exhausted() {
                 self.keep_trial();
                 break out;
             }
             self.undo_trial();
+            // The undo lifted the holds of the jobs refused meanwhile.
+            let refused = veto.refused.clone();
+            self.set_tidy_hold(&refused, true);
             for j in outside {
                 // Only movable jobs migrate, so each is held once.
                 let _ = self.set_movable(j, false);
@@ -58,6 +70,38 @@ impl CompassEngine {
         out
     }
 
+    /// Does `veto` refuse to let any of `jobs` move to another node? Each
+    /// refused job is held still for tidying
+    /// ([`CompassEngine::set_tidy_hold`]), so that no pass offers it
+    /// again, and named in the veto.
+    pub(super) fn refuses(&mut self, veto: &mut Veto<'_>, jobs: &[JobId]) -> bool {
+        let mut refused = false;
+        for &j in jobs {
+            if !(veto.may_move)(j) {
+                if !veto.refused.contains(&j) {
+                    veto.refused.push(j);
+                }
+                self.set_tidy_hold(&[j], true);
+                refused = true;
+            }
+        }
+        refused
+    }
+
+    /// The jobs of the instances a unit on node `from` moves: a slot's
+    /// anchor and fillers, or a guest.
+    pub(super) fn jobs_of_slot(&self, from: NodeId, anchor: InstanceRef) -> Vec<JobId> {
+        let mut jobs = vec![anchor.job];
+        if let Some(s) = self.nodes[from as usize]
+            .slots
+            .iter()
+            .find(|s| s.anchor == anchor)
+        {
+            jobs.extend(s.fillers.iter().map(|f| f.job));
+        }
+        jobs
+    }
+
     /// Every instance of `job` sits on a node it may use.
     fn inside_allowed(&self, job: JobId) -> bool {
         let (Some(set), Some(run)) = (self.restricted.get(&job), self.occ.job(job)) else {
@@ -68,7 +112,7 @@ impl CompassEngine {
 
     /// The passes of [`CompassEngine::compact`], with no regard to
     /// restrictions.
-    fn compact_passes(&mut self) -> Vec<Migration> {
+    fn compact_passes(&mut self, veto: &mut Veto<'_>) -> Vec<Migration> {
         let mut out = Vec::new();
         // A pass can enable an earlier one (the pool pass empties a node a
         // guest can use, or turns a guest into an anchor with a vacancy): run
@@ -76,17 +120,17 @@ impl CompassEngine {
         // fewer guests, open vacancies or open nodes, so this ends quickly.
         for _round in 0..6 {
             let before = out.len();
-            self.repair_guests(&mut out);
-            self.saturate(&mut out);
-            self.compact_pool(&mut out);
+            self.repair_guests(&mut out, veto);
+            self.saturate(&mut out, veto);
+            self.compact_pool(&mut out, veto);
             match self.config.slotted_pass {
-                SlottedPass::Corrected => self.compact_slotted(&mut out),
+                SlottedPass::Corrected => self.compact_slotted(&mut out, veto),
                 SlottedPass::Paper => {
-                    self.paper_best_fit_drain(4, &mut out);
-                    self.paper_best_fit_drain(2, &mut out);
+                    self.paper_best_fit_drain(4, &mut out, veto);
+                    self.paper_best_fit_drain(2, &mut out, veto);
                 }
             }
-            if out.len() == before {
+            if out.len() == before || veto.exhausted() {
                 break;
             }
         }
@@ -153,5 +197,50 @@ impl CompassEngine {
         self.node_mut(to).slots.push(slot);
         self.reindex(to);
         self.normalize(from);
+    }
+}
+
+/// Which jobs Compact may move to another node, asked before each such
+/// move ([`CompassEngine::compact_vetoed`]; the select plugin's `pays`
+/// gate: a tidying move that does not pay for itself is not made, issue
+/// #11). A refused job is held still for tidying
+/// ([`CompassEngine::set_tidy_hold`]) and the passes go on without it: one
+/// question where the gate used to undo the whole Compact and try it again.
+/// After `limit` refused jobs the veto is exhausted and the passes stop (a
+/// step of the slotted pass that moves several jobs asks about them all
+/// at once, so it may refuse more).
+pub struct Veto<'a> {
+    may_move: &'a dyn Fn(JobId) -> bool,
+    limit: usize,
+    refused: Vec<JobId>,
+}
+
+impl<'a> Veto<'a> {
+    /// Asks `may_move` (`true`: the job may move); exhausted after `limit`
+    /// refused jobs.
+    pub fn new(may_move: &'a dyn Fn(JobId) -> bool, limit: usize) -> Self {
+        Self {
+            may_move,
+            limit,
+            refused: Vec::new(),
+        }
+    }
+
+    /// Every job may move: a plain Compact.
+    pub fn none() -> Veto<'static> {
+        fn anyone(_: JobId) -> bool {
+            true
+        }
+        Veto::new(&anyone, usize::MAX)
+    }
+
+    /// The jobs refused so far, in order, each once.
+    pub fn refused(&self) -> &[JobId] {
+        &self.refused
+    }
+
+    /// Were `limit` jobs refused?
+    pub fn exhausted(&self) -> bool {
+        self.refused.len() >= self.limit
     }
 }

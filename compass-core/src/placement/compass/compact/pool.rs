@@ -1,6 +1,7 @@
 //! The pool pass of Compact (Lemma A.3).
 
 use super::super::{CompassEngine, Dest};
+use super::Veto;
 use crate::model::Migration;
 
 impl CompassEngine {
@@ -11,7 +12,11 @@ impl CompassEngine {
     /// left). Both ends are index lookups (`pool_sources`, `pools`), so the
     /// pass costs its migrations, however many pool nodes hold only pinned
     /// members.
-    pub(in crate::placement::compass) fn compact_pool(&mut self, out: &mut Vec<Migration>) {
+    pub(in crate::placement::compass) fn compact_pool(
+        &mut self,
+        out: &mut Vec<Migration>,
+        veto: &mut Veto<'_>,
+    ) {
         loop {
             // Source: fewest members (ties: highest index), with a movable member.
             let Some(src) =
@@ -41,6 +46,12 @@ impl CompassEngine {
             else {
                 return;
             };
+            if self.refuses(veto, &[inst.job]) {
+                if veto.exhausted() {
+                    return;
+                }
+                continue;
+            }
             self.migrate(inst, src, Dest::Pool(dst), out);
         }
     }

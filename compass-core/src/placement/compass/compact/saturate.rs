@@ -3,6 +3,7 @@
 use std::ops::Bound;
 
 use super::super::{CompassEngine, Dest, MAX_INST, MIN_INST};
+use super::Veto;
 use crate::model::{InstanceRef, Migration, NodeId};
 
 impl CompassEngine {
@@ -14,7 +15,11 @@ impl CompassEngine {
     /// vacancy no source can fill, because then no movable 1-GPU instance
     /// exists outside a slot (vacancies only index usable nodes, and a
     /// same-node guest is relabelled by `normalize` already).
-    pub(in crate::placement::compass) fn saturate(&mut self, out: &mut Vec<Migration>) {
+    pub(in crate::placement::compass) fn saturate(
+        &mut self,
+        out: &mut Vec<Migration>,
+        veto: &mut Veto<'_>,
+    ) {
         let mut after: Option<(NodeId, InstanceRef)> = None;
         loop {
             let next = match after {
@@ -27,6 +32,12 @@ impl CompassEngine {
             };
             let Some(&(n, anchor)) = next else { return };
             match self.filler_source(n) {
+                // Refused: held, so the next source is another.
+                Some((from, inst)) if from != n && self.refuses(veto, &[inst.job]) => {
+                    if veto.exhausted() {
+                        return;
+                    }
+                }
                 Some((from, inst)) => self.migrate(inst, from, Dest::Filler(n, anchor), out),
                 None if self.has_filler_source() => after = Some((n, anchor)),
                 None => return,

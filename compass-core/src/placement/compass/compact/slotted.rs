@@ -28,7 +28,8 @@ use std::collections::BTreeMap;
 
 use super::super::state::{bits, Item, Unit};
 use super::super::{CompassEngine, NodeKind, Slot};
-use crate::model::{InstanceRef, Migration, NodeId};
+use super::Veto;
+use crate::model::{InstanceRef, JobId, Migration, NodeId};
 
 /// Candidates looked at per index level: any node of a level fits the
 /// lookup, so two (one may be the node itself) are enough.
@@ -36,7 +37,11 @@ const PER_LEVEL: usize = 2;
 
 impl CompassEngine {
     /// Corrected slotted pass (docs/compass-corrections.md, section 1).
-    pub(in crate::placement::compass) fn compact_slotted(&mut self, out: &mut Vec<Migration>) {
+    pub(in crate::placement::compass) fn compact_slotted(
+        &mut self,
+        out: &mut Vec<Migration>,
+        veto: &mut Veto<'_>,
+    ) {
         // Every step closes a node or homes a guest; the guard only protects
         // slurmctld from a bug, it never binds on a correct state.
         let mut guard = 4 * (self.nodes.len() + self.ix.guests.len()) + 64;
@@ -44,8 +49,25 @@ impl CompassEngine {
             let Some(step) = self.step_for(x) else {
                 continue;
             };
-            for (from, unit, to) in step.moves {
-                self.move_unit(from, unit, to, out);
+            // A step is made whole or not at all: a refused job is held
+            // (its nodes look different now) and `x` is looked at again.
+            let jobs: Vec<JobId> = step
+                .moves
+                .iter()
+                .filter(|(from, _, to)| from != to)
+                .flat_map(|&(from, unit, _)| match unit {
+                    Unit::Slot(anchor) => self.jobs_of_slot(from, anchor),
+                    Unit::Guest(inst) => vec![inst.job],
+                })
+                .collect();
+            if self.refuses(veto, &jobs) {
+                if veto.exhausted() {
+                    return;
+                }
+            } else {
+                for (from, unit, to) in step.moves {
+                    self.move_unit(from, unit, to, out);
+                }
             }
             // The step may not have involved `x` (a better home for a
             // partner): look at `x` again.
@@ -296,6 +318,7 @@ impl CompassEngine {
         &mut self,
         width: u32,
         out: &mut Vec<Migration>,
+        veto: &mut Veto<'_>,
     ) {
         let count = |e: &Self, n: NodeId| {
             e.nodes[n as usize]
@@ -325,6 +348,13 @@ impl CompassEngine {
                     .filter(|&n| room(self, n) >= 1)
                     .min_by_key(|&n| (room(self, n), n));
                 let Some(dst) = dst else { break };
+                let jobs = self.jobs_of_slot(src, a);
+                if self.refuses(veto, &jobs) {
+                    if veto.exhausted() {
+                        return;
+                    }
+                    continue;
+                }
                 self.move_slot(src, a, dst, out);
                 progress = true;
             }
