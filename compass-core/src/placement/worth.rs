@@ -151,10 +151,12 @@ pub struct MigrationRule {
 /// (docs/results.md, "Moves that pay: `--move-when pays`").
 pub const DEFAULT_TIDY_PAYBACK: f64 = 20.0;
 
-/// Under [`MoveWhen::Pays`], Compact trials at most for one tidying
-/// Compact: each trial that moves a job whose move does not pay holds those
-/// jobs still and tries again; after this many, nothing moves (the select
-/// plugin's `Controller::compact_tidying` and the simulator's gate alike).
+/// Under [`MoveWhen::Pays`], how many jobs whose move does not pay one
+/// tidying Compact may meet before it gives up (then nothing moves). The
+/// simulator's gate tries the event again, holding the jobs each trial
+/// moved that do not pay, at most this many trials; the select plugin's
+/// `Controller::compact_tidying` asks before each move instead and stops
+/// after this many refused jobs ([`crate::placement::compass::Veto`]).
 pub const TIDY_TRIALS: usize = 8;
 
 /// Under [`MoveWhen::Pays`], the jobs held still for tidying that one
