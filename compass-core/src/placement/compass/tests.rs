@@ -274,10 +274,10 @@ fn a_tidy_hold_keeps_jobs_from_compact_but_not_from_the_reach() {
     e.check_invariants().unwrap();
 }
 
-#[test]
-fn undoing_a_trial_puts_back_the_tidy_holds_it_lifted_and_their_keys() {
-    // The gate's trial (issue #11): the release of the jobs held for
-    // tidying is a trial of its own, and its undo holds them again.
+/// [`counter_example_with_pinned_slots`] with a 1 x 4 job placed and its
+/// three 2-GPU slots movable but held for tidying (returned): released,
+/// Compact moves two of them.
+fn slots_held_for_tidying() -> (CompassEngine, Vec<JobId>) {
     let mut e = counter_example_with_pinned_slots();
     e.place(&JobRequest::new(10, 1, 4), None).unwrap().unwrap();
     let held: Vec<JobId> = (4..=6).map(JobId).collect();
@@ -285,6 +285,14 @@ fn undoing_a_trial_puts_back_the_tidy_holds_it_lifted_and_their_keys() {
     for id in 4..=6 {
         e.set_movable(JobId(id), true).unwrap();
     }
+    (e, held)
+}
+
+#[test]
+fn undoing_a_trial_puts_back_the_tidy_holds_it_lifted_and_their_keys() {
+    // The gate's trial (issue #11): the release of the jobs held for
+    // tidying is a trial of its own, and its undo holds them again.
+    let (mut e, held) = slots_held_for_tidying();
     e.check_invariants().unwrap();
     let nodes: Vec<NodeState> = (0..e.occupancy().spec().nodes)
         .map(|n| e.node(n).clone())
@@ -317,13 +325,7 @@ fn an_undone_trial_reports_no_changed_node_unless_its_changes_were_taken() {
     // it names none of them again, unless the list was taken while the
     // trial's moves were in place (issue #11: a tidying Compact undoes up
     // to eight trials).
-    let mut e = counter_example_with_pinned_slots();
-    e.place(&JobRequest::new(10, 1, 4), None).unwrap().unwrap();
-    let held: Vec<JobId> = (4..=6).map(JobId).collect();
-    e.set_tidy_hold(&held, true);
-    for id in 4..=6 {
-        e.set_movable(JobId(id), true).unwrap();
-    }
+    let (mut e, held) = slots_held_for_tidying();
     e.set_tidy_hold(&held, false);
     let _ = e.take_changed();
     e.begin_trial();
