@@ -2404,6 +2404,53 @@ mod tests {
     }
 
     #[test]
+    fn a_tidying_compact_that_meets_too_many_unpaid_jobs_moves_nothing() {
+        // Twelve nodes; ten 1-GPU jobs, each alone on a node (Slurm put
+        // them there). Jobs 3 to 10 have 1,600 s limits, which leave 600 s
+        // at 1,000 s: their tidying moves do not pay; jobs 1 and 2 have no
+        // limit and are taken as long. A 12 x 8 job waits, which no move
+        // starts. The pool pass offers the emptiest-last nodes first (jobs
+        // 10, 9, ...): each is refused and held, one question each, and at
+        // the eighth refusal (TIDY_TRIALS) the Compact gives up before it
+        // reaches job 2, whose move would pay: nothing moves.
+        assert_eq!(TIDY_TRIALS, 8);
+        let pays = SelectConfig {
+            move_when: MoveWhen::Pays,
+            ..Config::default().select
+        };
+        let names = (1..=12).map(|i| format!("n{i}")).collect();
+        let mut c = Controller::new(pays, ClusterSpec::new(12, 8).unwrap(), names);
+        for id in 1..=10 {
+            let j = JobInfo {
+                time_limit_s: (id > 2).then_some(1600),
+                ..job(id, 1, 1)
+            };
+            assert_eq!(c.begin(&j, &[(id as NodeId - 1, 1)], 0), None);
+        }
+        assert!(c.tick(0).is_empty(), "nobody waits");
+        let before = c.snapshot(1000, true).partial_nodes;
+        assert_eq!(before, 10);
+        assert_eq!(c.narrow(&job(20, 12, 8), &NodeSet::full(12)), Ok(None));
+        assert!(c.tick(1000).is_empty());
+        assert_eq!(c.tidy_held, (3..=10).collect::<BTreeSet<u64>>());
+        assert_eq!(
+            (c.counters.compacts_no_gain, c.counters.compacts_tidying),
+            (1, 0)
+        );
+        assert_eq!(
+            c.snapshot(1000, true).partial_nodes,
+            before,
+            "nothing moved"
+        );
+        assert_eq!(c.self_check(), None);
+        // The next Compact does not ask about them again: job 2's move,
+        // which pays, is made.
+        c.compact_due = true;
+        let orders: Vec<u64> = c.tick(1001).iter().map(|o| o.job).collect();
+        assert_eq!(orders, vec![2]);
+    }
+
+    #[test]
     fn move_when_pays_tidies_only_with_jobs_expected_to_run_long_enough() {
         let pays = SelectConfig {
             move_when: MoveWhen::Pays,
