@@ -8,7 +8,7 @@ mod slotted;
 
 use std::collections::BTreeSet;
 
-use super::{CompassEngine, Dest, SlottedPass};
+use super::{CompassEngine, Dest, Guest, SlottedPass};
 use crate::model::{InstanceRef, JobId, Migration, NodeId};
 
 impl CompassEngine {
@@ -175,11 +175,31 @@ impl CompassEngine {
         to: NodeId,
         out: &mut Vec<Migration>,
     ) {
-        let st = self.node_mut(from);
-        let Some(i) = st.slots.iter().position(|s| s.anchor == anchor) else {
+        let Some(i) = self.nodes[from as usize]
+            .slots
+            .iter()
+            .position(|s| s.anchor == anchor)
+        else {
             return;
         };
-        let slot = st.slots.remove(i);
+        // A filler that may not move stays, as a guest: the slot's
+        // movability was judged when its step was planned, and `normalize`
+        // may have put a pinned 1-GPU guest of `from` into its vacancy
+        // since (a step that empties `from` moves its units one by one).
+        let stay: Vec<InstanceRef> = self.nodes[from as usize].slots[i]
+            .fillers
+            .iter()
+            .copied()
+            .filter(|f| !self.movable(*f))
+            .collect();
+        let st = self.node_mut(from);
+        let mut slot = st.slots.remove(i);
+        slot.fillers.retain(|f| !stay.contains(f));
+        st.guests.extend(stay.iter().map(|&instance| Guest {
+            instance,
+            gpus: 1,
+            foreign: false,
+        }));
         self.reindex(from);
         for inst in std::iter::once(slot.anchor).chain(slot.fillers.iter().copied()) {
             self.occ
