@@ -606,7 +606,7 @@ impl Controller {
             let planned = self
                 .engine
                 .job(JobId(job.id))
-                .map(|r| per_node_of(&r.nodes, r.request.shape.gpus));
+                .map(|r| per_node_of(r.nodes.iter().copied(), r.request.shape.gpus));
             if planned.as_deref() == Some(&sorted(per_node)[..]) {
                 // The engine still holds the job as movable (it was when it
                 // was chosen); the cool-down starts now, so it is not.
@@ -1809,23 +1809,32 @@ impl TidyJudge<'_> {
 }
 
 /// Does the engine's placement of job `j` (after a Compact) differ from
-/// where Slurm runs it, so that its move is a requeue?
-/// (No copy of the job and no map: a tidying Compact asks it of each
-/// move of each trial.)
+/// where Slurm runs it, so that its move is a requeue? (No copy of the
+/// job: a tidying Compact asks it of each move.)
 fn needs_requeue(engine: &PoolSet, jobs: &BTreeMap<u64, JobRec>, j: u64) -> bool {
     let Some((g, nodes)) = engine.job_nodes(JobId(j)) else {
         return false;
     };
-    let Some(rec) = jobs.get(&j) else {
-        return true;
-    };
-    let mut target: Vec<(NodeId, u32)> = nodes.map(|n| (n, g)).collect();
-    let mut slurm: Vec<(NodeId, u32)> = rec.per_node.iter().copied().filter(|x| x.1 > 0).collect();
-    merge_per_node(&mut target) != merge_per_node(&mut slurm)
+    jobs.get(&j)
+        .is_none_or(|r| sorted(&r.per_node) != per_node_of(nodes, g))
+}
+
+/// GPUs per node of instances of `g` GPUs on `nodes`, by node.
+fn per_node_of(nodes: impl IntoIterator<Item = NodeId>, g: u32) -> Vec<(NodeId, u32)> {
+    let mut v: Vec<(NodeId, u32)> = nodes.into_iter().map(|n| (n, g)).collect();
+    merge_per_node(&mut v);
+    v
+}
+
+/// `per_node` by node, the entries of a node added up, empty ones left out.
+fn sorted(per_node: &[(NodeId, u32)]) -> Vec<(NodeId, u32)> {
+    let mut v: Vec<(NodeId, u32)> = per_node.iter().copied().filter(|x| x.1 > 0).collect();
+    merge_per_node(&mut v);
+    v
 }
 
 /// Sorts GPUs per node by node and adds up the entries of a node.
-fn merge_per_node(v: &mut Vec<(NodeId, u32)>) -> &[(NodeId, u32)] {
+fn merge_per_node(v: &mut Vec<(NodeId, u32)>) {
     v.sort_unstable();
     v.dedup_by(|b, a| {
         let same = a.0 == b.0;
@@ -1834,23 +1843,6 @@ fn merge_per_node(v: &mut Vec<(NodeId, u32)>) -> &[(NodeId, u32)] {
         }
         same
     });
-    v
-}
-
-fn per_node_of(nodes: &[NodeId], g: u32) -> Vec<(NodeId, u32)> {
-    let mut m: BTreeMap<NodeId, u32> = BTreeMap::new();
-    for &n in nodes {
-        *m.entry(n).or_default() += g;
-    }
-    m.into_iter().collect()
-}
-
-fn sorted(per_node: &[(NodeId, u32)]) -> Vec<(NodeId, u32)> {
-    let mut m: BTreeMap<NodeId, u32> = BTreeMap::new();
-    for &(n, g) in per_node {
-        *m.entry(n).or_default() += g;
-    }
-    m.into_iter().filter(|(_, g)| *g > 0).collect()
 }
 
 #[cfg(test)]
