@@ -738,3 +738,75 @@ fn events_log_lists_every_start_preemption_and_completion() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/dir/ev.csv"), "{err}");
 }
+
+/// Issue #11's small clusters, on the committed traces
+/// (`tests/fixtures/small-cluster`: 4 and 8 nodes of 8 GPUs, long 2- to
+/// 8-GPU jobs, load 1.3). Under FIFO compass is faster than best-fit on
+/// every trace. Under backfill the single traces are chaotic (first-fit,
+/// best-fit's own twin, is more than 1% slower than best-fit on a quarter
+/// of 200 generated traces, `contrib/small-cluster-ensemble.py`), so
+/// what is held is the mean: compass's AJCT is on average below
+/// best-fit's, and no trace is more than 5% slower. docs/results.md,
+/// "Small clusters".
+#[test]
+fn compass_beats_best_fit_on_small_clusters() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small-cluster");
+    let mut traces: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "csv"))
+        .collect();
+    traces.sort();
+    assert_eq!(traces.len(), 18, "the committed small-cluster traces");
+    let ajct = |trace: &Path, queue: &str, policy: &str| {
+        let nodes = if trace
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("n8-")
+        {
+            "8"
+        } else {
+            "4"
+        };
+        let v = json(&compass(&[
+            "simulate",
+            "--trace",
+            path(trace),
+            "--nodes",
+            nodes,
+            "--queue",
+            queue,
+            "--policy",
+            policy,
+            "--json",
+            "-q",
+        ]));
+        v["ajct_s"].as_f64().unwrap()
+    };
+    let mut changes = Vec::new();
+    for t in &traces {
+        let fifo = ajct(t, "fifo", "compass") / ajct(t, "fifo", "best-fit") - 1.0;
+        assert!(
+            fifo < 0.0,
+            "{}: FIFO AJCT {:+.2}% against best-fit",
+            t.display(),
+            100.0 * fifo
+        );
+        let bf = ajct(t, "backfill", "compass") / ajct(t, "backfill", "best-fit") - 1.0;
+        assert!(
+            bf < 0.05,
+            "{}: backfill AJCT {:+.2}% against best-fit",
+            t.display(),
+            100.0 * bf
+        );
+        changes.push(bf);
+    }
+    let mean = changes.iter().sum::<f64>() / changes.len() as f64;
+    assert!(
+        mean < -0.01,
+        "backfill AJCT on average {:+.2}% against best-fit",
+        100.0 * mean
+    );
+}
