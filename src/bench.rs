@@ -145,6 +145,11 @@ struct LatencyRow {
     /// The head's guard (`head-guard` mix): what its Compacts came to.
     #[serde(skip_serializing_if = "Option::is_none")]
     head: Option<HeadCounts>,
+    /// The plugin's callbacks one by one (`plugin` mix), during the timed
+    /// churn: each call holds the controller's lock, so it is how long a
+    /// slurmctld thread (or the plugin thread) can wait for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    callbacks: Option<CallbackTimes>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
 }
@@ -319,6 +324,8 @@ trait Churn {
     fn take_untimed_ns(&mut self) -> f64 {
         0.0
     }
+    /// The cluster is filled: what follows is timed.
+    fn start_timing(&mut self) {}
 }
 
 /// One placement policy on identical nodes.
@@ -595,6 +602,7 @@ fn latency<C: Churn>(
             Ok::<u64, compass_core::CoreError>(moved)
         };
     migrations += refill(cluster, &mut running, None, &mut rng)?;
+    cluster.start_timing();
     let tick_every = cluster.tick_interval();
     for event in 0..args.events {
         if running.is_empty() {
@@ -652,6 +660,54 @@ struct Plugin {
     untimed_ns: f64,
     /// The waiting head.
     head: JobInfo,
+    /// Each callback's time, once the churn is timed.
+    calls: Calls,
+}
+
+/// The controller's entry points the plugin mix times one by one.
+#[derive(Clone, Copy)]
+enum Callback {
+    Narrow,
+    Begin,
+    Fini,
+    Tick,
+}
+
+/// Nanoseconds of each call, per [`Callback`] (recording from
+/// [`Churn::start_timing`] on).
+#[derive(Default)]
+struct Calls {
+    on: bool,
+    times: [Vec<f64>; 4],
+}
+
+impl Calls {
+    fn record(&mut self, c: Callback, since: Instant) {
+        if self.on {
+            self.times[c as usize].push(nanos(since));
+        }
+    }
+}
+
+/// [`LatencyRow::callbacks`].
+#[derive(Serialize)]
+struct CallbackTimes {
+    narrow: Micros,
+    begin: Micros,
+    fini: Micros,
+    tick: Micros,
+}
+
+impl CallbackTimes {
+    fn of(calls: Calls) -> Self {
+        let [narrow, begin, fini, tick] = calls.times.map(Micros::of);
+        Self {
+            narrow,
+            begin,
+            fini,
+            tick,
+        }
+    }
 }
 
 impl Plugin {
@@ -668,6 +724,7 @@ impl Plugin {
             jobs: HashMap::new(),
             now: 0,
             untimed_ns: 0.0,
+            calls: Calls::default(),
             head: JobInfo {
                 id: u64::MAX,
                 mapping: Mapping::Model {
@@ -724,6 +781,28 @@ impl Plugin {
         Some(info)
     }
 
+    /// `Controller::begin`, timed as a callback.
+    fn begin(&mut self, job: &JobInfo, per_node: &[(NodeId, u32)]) {
+        let t = Instant::now();
+        self.c.begin(job, per_node, self.now);
+        self.calls.record(Callback::Begin, t);
+    }
+
+    /// `Controller::fini`, timed as a callback.
+    fn fini(&mut self, job: u64) {
+        let t = Instant::now();
+        self.c.fini(job, self.now);
+        self.calls.record(Callback::Fini, t);
+    }
+
+    /// `Controller::narrow`, timed as a callback.
+    fn narrow(&mut self, job: &JobInfo) -> std::result::Result<Option<NodeSet>, String> {
+        let t = Instant::now();
+        let r = self.c.narrow(job, &self.all);
+        self.calls.record(Callback::Narrow, t);
+        r
+    }
+
     /// Times the controller's self-check (`Controller::self_check`, the
     /// engine's invariants) on the state the churn left, forty times (each
     /// call checks one part of the nodes, in rotation). A violation is an
@@ -744,12 +823,15 @@ impl Plugin {
     /// carries them out. Returns the migrations made.
     fn tick(&mut self) -> u64 {
         let mut moved = 0;
-        for order in self.c.tick(self.now) {
+        let t = Instant::now();
+        let orders = self.c.tick(self.now);
+        self.calls.record(Callback::Tick, t);
+        for order in orders {
             let Some(info) = self.give_back(order.job) else {
                 self.c.requeue_failed(&order);
                 continue;
             };
-            self.c.fini(order.job, self.now);
+            self.fini(order.job);
             let mut per_node: Vec<(NodeId, u32)> = Vec::new();
             let g = match info.mapping {
                 Mapping::Model { shape, .. } => shape.gpus,
@@ -768,7 +850,7 @@ impl Plugin {
                 self.c.requeue_failed(&order);
                 continue;
             }
-            self.c.begin(&info, &per_node, self.now);
+            self.begin(&info, &per_node);
             self.take(order.job, info, per_node);
             moved += 1;
         }
@@ -807,10 +889,7 @@ impl Churn for Plugin {
         let Mapping::Model { shape, .. } = job.mapping else {
             return Ok(None);
         };
-        let narrowed = self
-            .c
-            .narrow(job, &self.all)
-            .map_err(compass_core::CoreError::Invalid)?;
+        let narrowed = self.narrow(job).map_err(compass_core::CoreError::Invalid)?;
         let t = Instant::now();
         let set = narrowed.unwrap_or_else(|| self.all.clone());
         self.untimed_ns += nanos(t);
@@ -818,7 +897,7 @@ impl Churn for Plugin {
             // It waits: Slurm offered it, the controller counts it.
             return Ok(None);
         };
-        self.c.begin(job, &per_node, self.now);
+        self.begin(job, &per_node);
         self.take(job.id, job.clone(), per_node);
         Ok(Some(self.tick()))
     }
@@ -831,11 +910,14 @@ impl Churn for Plugin {
     fn remove(&mut self, job: JobId) -> compass_core::Result<u64> {
         self.now += 1;
         if self.give_back(job.0).is_some() {
-            self.c.fini(job.0, self.now);
+            self.fini(job.0);
         }
         let head = self.head.clone();
-        let _ = self.c.narrow(&head, &self.all);
+        let _ = self.narrow(&head);
         Ok(self.tick())
+    }
+    fn start_timing(&mut self) {
+        self.calls.on = true;
     }
 }
 
@@ -880,9 +962,11 @@ pub fn run(args: Args) -> Result<()> {
                 let spec = ClusterSpec::new(n, 8)?;
                 let mut head = None;
                 let mut self_check = None;
+                let mut callbacks = None;
                 let outcome = if mix.plugin {
                     let mut plugin = Plugin::new(n, args.load);
                     latency(&mut plugin, &args, mix).and_then(|r| {
+                        callbacks = Some(CallbackTimes::of(std::mem::take(&mut plugin.calls)));
                         self_check = Some(plugin.self_check_cost()?);
                         Ok(r)
                     })
@@ -908,6 +992,7 @@ pub fn run(args: Args) -> Result<()> {
                         migrations,
                         self_check,
                         head,
+                        callbacks,
                         error: None,
                     },
                     Err(e) => LatencyRow {
@@ -920,6 +1005,7 @@ pub fn run(args: Args) -> Result<()> {
                         migrations: 0,
                         self_check: None,
                         head: None,
+                        callbacks: None,
                         error: Some(e.to_string()),
                     },
                 };
@@ -1074,6 +1160,27 @@ fn tables(r: &BenchReport, args: &Args) -> String {
                 "Plugin self-check at {} nodes (every tenth round of the plugin thread, under \
                  the controller's lock): p50 {:.1} us, max {:.1} us",
                 l.nodes, c.p50_us, c.max_us
+            );
+        }
+        if let Some(c) = &l.callbacks {
+            let _ = writeln!(
+                s,
+                "Plugin callbacks at {} nodes, one call each (each holds the controller's lock), \
+                 p50 / p99 / max us: narrow {:.1} / {:.1} / {:.1}, begin {:.1} / {:.1} / {:.1}, \
+                 fini {:.1} / {:.1} / {:.1}, tick {:.1} / {:.1} / {:.1}",
+                l.nodes,
+                c.narrow.p50_us,
+                c.narrow.p99_us,
+                c.narrow.max_us,
+                c.begin.p50_us,
+                c.begin.p99_us,
+                c.begin.max_us,
+                c.fini.p50_us,
+                c.fini.p99_us,
+                c.fini.max_us,
+                c.tick.p50_us,
+                c.tick.p99_us,
+                c.tick.max_us,
             );
         }
         if let Some(h) = &l.head {

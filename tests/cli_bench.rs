@@ -140,4 +140,16 @@ fn bench_plugin_mix_drives_the_controller() {
     assert_eq!(r["remove"]["calls"], 1000, "{r}");
     assert!(r["place"]["calls"].as_u64().unwrap() >= 800, "{r}");
     assert!(r["migrations"].as_u64().unwrap() > 0, "{r}");
+    // Each callback timed on its own: every arrival and every departure
+    // (the waiting head) is narrowed once, every departure is a `fini`, and
+    // a tick follows each departure and each admitted arrival.
+    let calls = |k: &str| r["callbacks"][k]["calls"].as_u64().unwrap();
+    let (place, remove) = (
+        r["place"]["calls"].as_u64().unwrap(),
+        r["remove"]["calls"].as_u64().unwrap(),
+    );
+    assert_eq!(calls("narrow"), place + remove, "{r}");
+    assert!(calls("fini") >= remove, "{r}");
+    assert!(calls("begin") > 0, "{r}");
+    assert!((remove..=place + remove).contains(&calls("tick")), "{r}");
 }
