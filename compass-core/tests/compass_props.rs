@@ -155,6 +155,53 @@ fn pick_nodes(e: &CompassEngine, g: u32, k: u32, seed: u64) -> Option<Vec<NodeId
     Some(out)
 }
 
+/// The whole-node shortcut of `CompassEngine::plan` gives the nodes the
+/// plan instance by instance gives (`plan_each`), and neither changes the
+/// engine: jobs of node-sized instances, 1, 2, half and all the nodes
+/// wide, movable or not, anywhere, on the first half, or on one node (a
+/// candidate set small enough to be read node by node).
+fn check_whole_node_plans(
+    e: &mut CompassEngine,
+    half: &compass_core::model::NodeSet,
+    step: usize,
+) -> Result<(), TestCaseError> {
+    let spec = e.occupancy().spec();
+    let (nodes, cap) = (spec.nodes, spec.gpus_per_node);
+    let one = compass_core::model::NodeSet::from_nodes(nodes, [step as u32 % nodes]);
+    let before = e.snapshot();
+    let mut widths = vec![1, 2, nodes / 2, nodes];
+    widths.retain(|&w| w >= 1 && w <= nodes);
+    widths.dedup();
+    for w in widths {
+        for movable in [true, false] {
+            for allowed in [None, Some(half), Some(&one)] {
+                let mut job = JobRequest::new(u64::MAX - 1, w, cap);
+                job.movable = movable;
+                let fast = e.plan(&job, allowed).unwrap();
+                let each = e.plan_each(&job, allowed).unwrap();
+                prop_assert_eq!(
+                    &fast,
+                    &each,
+                    "step {}: {} x {} (movable {}, allowed {:?}) planned apart: {}",
+                    step,
+                    w,
+                    cap,
+                    movable,
+                    allowed.map(|a| a.iter().collect::<Vec<_>>()),
+                    layout(e)
+                );
+            }
+        }
+    }
+    prop_assert_eq!(
+        e.snapshot(),
+        before,
+        "step {}: a plan changed the engine",
+        step
+    );
+    Ok(())
+}
+
 /// The index by reach is exact (`Occupancy::reach_fit` against the jobs'
 /// GPUs that may not move, counted node by node) and bounds the physical
 /// fit, for every instance size.
@@ -622,6 +669,7 @@ fn replay(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<(), Tes
         prop_assert_eq!(e.occupancy().used_gpus(), expected + foreign_gpus);
         prop_assert_eq!(e.occupancy().running_jobs(), running.len() + foreign.len());
         check_reach(&e, step)?;
+        check_whole_node_plans(&mut e, &half, step)?;
         for j in running.values() {
             let placed = e.occupancy().job(j.id).map(|r| r.nodes.len());
             prop_assert_eq!(
