@@ -31,9 +31,7 @@ impl CompassEngine {
         allowed: Option<&NodeSet>,
         end: Option<Seconds>,
     ) -> Option<Dest> {
-        // A small candidate set (a partition, a feature): look at its nodes
-        // rather than skip the rest of the cluster in the indexes.
-        let small = allowed.filter(|a| (a.count() as usize) * 8 < self.nodes.len());
+        let small = self.small_set(allowed);
         let dest = match small {
             Some(a) => self.choose_among(g, a, end),
             None => self.choose_indexed(g, allowed, end),
@@ -55,6 +53,13 @@ impl CompassEngine {
             }
         };
         Some(guest.map(Dest::Guest).unwrap_or(dest))
+    }
+
+    /// `allowed` when it is a small candidate set (a partition, a
+    /// feature): Place looks at its nodes rather than skip the rest of the
+    /// cluster in the indexes.
+    fn small_set<'a>(&self, allowed: Option<&'a NodeSet>) -> Option<&'a NodeSet> {
+        allowed.filter(|a| (a.count() as usize) * 8 < self.nodes.len())
     }
 
     /// The expected end of a node's last job (when it would be empty if
@@ -354,10 +359,9 @@ impl CompassEngine {
         allowed: Option<&NodeSet>,
     ) -> Result<Option<Vec<NodeId>>> {
         self.check_new(job)?;
-        if let Some(nodes) = self.plan_whole_nodes(job, allowed) {
-            return Ok(Some(nodes));
-        }
-        self.plan_each(job, allowed)
+        Ok(self
+            .plan_whole_nodes(job, allowed)
+            .or_else(|| self.plan_instances(job, allowed)))
     }
 
     /// [`CompassEngine::plan`] instance by instance: each is installed where
@@ -370,10 +374,19 @@ impl CompassEngine {
         allowed: Option<&NodeSet>,
     ) -> Result<Option<Vec<NodeId>>> {
         self.check_new(job)?;
+        Ok(self.plan_instances(job, allowed))
+    }
+
+    /// Installs each instance where Place puts it, then rolls them all back.
+    fn plan_instances(
+        &mut self,
+        job: &JobRequest,
+        allowed: Option<&NodeSet>,
+    ) -> Option<Vec<NodeId>> {
         let mut undo = Undo::default();
         let nodes = self.place_instances(job, allowed, &mut undo);
         self.rollback(undo);
-        Ok(nodes)
+        nodes
     }
 
     /// Place's nodes for a job of whole-node instances (`g` = the node
@@ -395,8 +408,7 @@ impl CompassEngine {
         }
         let w = job.shape.instances as usize;
         // As `choose`: a small candidate set is read node by node.
-        let small = allowed.filter(|a| (a.count() as usize) * 8 < self.nodes.len());
-        let nodes: Vec<NodeId> = match small {
+        let nodes: Vec<NodeId> = match self.small_set(allowed) {
             Some(a) => a
                 .iter()
                 .filter(|&n| {
