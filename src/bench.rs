@@ -1163,24 +1163,21 @@ fn tables(r: &BenchReport, args: &Args) -> String {
             );
         }
         if let Some(c) = &l.callbacks {
+            let each: Vec<String> = [
+                ("narrow", &c.narrow),
+                ("begin", &c.begin),
+                ("fini", &c.fini),
+                ("tick", &c.tick),
+            ]
+            .iter()
+            .map(|(name, m)| format!("{name} {:.1} / {:.1} / {:.1}", m.p50_us, m.p99_us, m.max_us))
+            .collect();
             let _ = writeln!(
                 s,
                 "Plugin callbacks at {} nodes, one call each (each holds the controller's lock), \
-                 p50 / p99 / max us: narrow {:.1} / {:.1} / {:.1}, begin {:.1} / {:.1} / {:.1}, \
-                 fini {:.1} / {:.1} / {:.1}, tick {:.1} / {:.1} / {:.1}",
+                 p50 / p99 / max us: {}",
                 l.nodes,
-                c.narrow.p50_us,
-                c.narrow.p99_us,
-                c.narrow.max_us,
-                c.begin.p50_us,
-                c.begin.p99_us,
-                c.begin.max_us,
-                c.fini.p50_us,
-                c.fini.p99_us,
-                c.fini.max_us,
-                c.tick.p50_us,
-                c.tick.p99_us,
-                c.tick.max_us,
+                each.join(", ")
             );
         }
         if let Some(h) = &l.head {
