@@ -120,6 +120,15 @@ pub struct TraceArgs {
     #[arg(long)]
     pub compass_no_overflow: bool,
 
+    /// COMPASS: a job that finds no room although its GPUs are free in
+    /// total moves movable jobs of the least-used nodes aside onto other
+    /// partial nodes when that lets it start (correction 12). Shortens
+    /// waits under --queue fifo, lengthens them under backfill (measured:
+    /// docs/results.md, "Room for the waiting job"); not in the select
+    /// plugin yet.
+    #[arg(long)]
+    pub compass_make_room: bool,
+
     /// COMPASS experiments: run the paper's literal slotted pass of Compact
     /// (Section 4.3.4) instead of our correction.
     #[arg(long)]
@@ -175,6 +184,7 @@ impl TraceArgs {
         };
         opts.compass.overflow = !self.compass_no_overflow;
         opts.compass.pinned_fill = !self.compass_no_pinned_fill;
+        opts.compass.make_room = self.compass_make_room;
         if self.compass_end_ties {
             opts.compass.end_ties = EndTies::CoEnd;
         }

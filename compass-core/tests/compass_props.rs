@@ -516,8 +516,18 @@ fn check_theorem1(
 
 /// Replays `events`, checking every property after every event.
 fn replay(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<(), TestCaseError> {
+    replay_with(nodes, cap, events, CompassConfig::default())
+}
+
+/// [`replay`] with an engine of `config`.
+fn replay_with(
+    nodes: u32,
+    cap: u32,
+    events: &[Event],
+    config: CompassConfig,
+) -> std::result::Result<(), TestCaseError> {
     let spec = ClusterSpec::new(nodes, cap).unwrap();
-    let mut e = CompassEngine::new(spec, CompassConfig::default());
+    let mut e = CompassEngine::new(spec, config);
     let mut running: BTreeMap<JobId, JobRequest> = BTreeMap::new();
     let mut foreign: Vec<JobId> = Vec::new();
     let mut within: std::collections::BTreeSet<JobId> = Default::default();
@@ -940,6 +950,25 @@ proptest! {
         (nodes, cap, evs) in cluster().prop_flat_map(|(n, c)| (Just(n), Just(c), events(c, n, Mix { pinned: 0.3, adopt: true, foreign: true, drain: true, within: false })))
     ) {
         replay(nodes, cap, &evs)?;
+    }
+
+    /// Correction 12 (`make_room`) on, with every kind of event: a job
+    /// that makes room moves only movable jobs, never onto a drained node,
+    /// a refused one leaves the state as it was, and every check above
+    /// holds (Theorem 1 with guests included).
+    #[test]
+    fn making_room_keeps_every_promise(
+        (nodes, cap, evs) in cluster().prop_flat_map(|(n, c)| (Just(n), Just(c), events(c, n, Mix { pinned: 0.3, adopt: true, foreign: true, drain: true, within: true })))
+    ) {
+        let config = CompassConfig { make_room: true, ..CompassConfig::default() };
+        replay_with(nodes, cap, &evs, config)?;
+    }
+
+    /// The same on the small, often full cluster, every job resumable.
+    #[test]
+    fn making_room_on_a_small_cluster(evs in events(8, 4, Mix::default())) {
+        let config = CompassConfig { make_room: true, ..CompassConfig::default() };
+        replay_with(4, 8, &evs, config)?;
     }
 
     /// Compact as a trial, undone or kept, nested or not, with every kind

@@ -80,6 +80,13 @@ pub struct CompassConfig {
     /// ends of the jobs already there ([`CompassEngine::set_expected_end`]).
     #[serde(default)]
     pub end_ties: EndTies,
+    /// Correction 12: a job that finds no room although its GPUs are free
+    /// in total moves movable instances of the least-used nodes aside, as
+    /// guests on other partial nodes, when that lets it fit. Off by
+    /// default: it shortens waits under a FIFO queue and lengthens them
+    /// under backfill (docs/results.md, "Room for the waiting job").
+    #[serde(default)]
+    pub make_room: bool,
 }
 
 /// How Place breaks ties between equally good nodes (correction 10, beyond
@@ -129,6 +136,7 @@ impl Default for CompassConfig {
             slotted_pass: SlottedPass::Corrected,
             pinned_fill: true,
             end_ties: EndTies::Index,
+            make_room: false,
         }
     }
 }
@@ -498,20 +506,30 @@ impl CompassEngine {
         self.check_new(job)?;
         self.keep_all_trials();
         let mut undo = Undo::default();
-        let Some(nodes) = self.place_instances(job, allowed, &mut undo) else {
-            self.rollback(undo);
-            return Ok(None);
+        let (nodes, room) = match self.place_instances(job, allowed, &mut undo) {
+            Some(nodes) => (nodes, Vec::new()),
+            None => {
+                self.rollback(undo);
+                if allowed.is_some() {
+                    return Ok(None);
+                }
+                match self.place_making_room(job) {
+                    Some(placed) => placed,
+                    None => return Ok(None),
+                }
+            }
         };
         self.record_job(job, nodes.clone())?;
         self.reindex_job(job.id);
         if keep_within {
             self.set_allowed(job.id, allowed)?;
         }
-        let migrations = if self.config.compact {
+        let mut migrations = room;
+        migrations.extend(if self.config.compact {
             self.compact()
         } else {
             Vec::new()
-        };
+        });
         // Compact may move the new job's own instances too.
         let nodes = self
             .occ
@@ -519,6 +537,30 @@ impl CompassEngine {
             .map(|j| j.nodes.clone())
             .unwrap_or(nodes);
         Ok(Some(Admission { nodes, migrations }))
+    }
+
+    /// Correction 12 (`CompassConfig::make_room`, off by default): a job
+    /// Place found no room for moves others aside as guests
+    /// ([`CompassEngine::make_room`]) and is placed; `None`, with nothing
+    /// changed, when that does not let it fit. Returns its nodes and the
+    /// moves.
+    fn place_making_room(&mut self, job: &JobRequest) -> Option<(Vec<NodeId>, Vec<Migration>)> {
+        if !self.config.make_room || !self.config.overflow {
+            return None;
+        }
+        self.begin_trial();
+        let Some(moves) = self.make_room(job.shape.instances, job.shape.gpus) else {
+            self.undo_trial();
+            return None;
+        };
+        let mut undo = Undo::default();
+        let Some(nodes) = self.place_instances(job, None, &mut undo) else {
+            self.rollback(undo);
+            self.undo_trial();
+            return None;
+        };
+        self.keep_trial();
+        Some((nodes, moves))
     }
 
     fn movable(&self, inst: InstanceRef) -> bool {

@@ -803,3 +803,82 @@ fn a_partial_check_finds_a_stale_index_entry_in_its_own_part_only() {
     e.ix.empty.insert(stale);
     assert_eq!(e.check_invariants(), Ok(()));
 }
+
+/// Correction 12: the layout a small-cluster trace kept for 84,000 s
+/// under FIFO (docs/results.md, "Room for the waiting job"). A 2x4 job
+/// fills node 0, a 4x2 job node 3, a lone 1-GPU job sits on pool node 1
+/// and node 2 holds a 2- and a 4-GPU job: 13 GPUs free, and an 8-GPU job
+/// waits. The ABS breaks no rule here (one non-full slotted and one
+/// non-full pool node), so Compact moves nothing; with `make_room` the
+/// 1-GPU job goes to node 2 as a guest and the waiting job starts on
+/// node 1.
+fn blocked_head_layout(make_room: bool) -> CompassEngine {
+    let config = CompassConfig {
+        make_room,
+        ..CompassConfig::default()
+    };
+    let mut e = CompassEngine::new(ClusterSpec::new(4, 8).unwrap(), config);
+    e.adopt(&JobRequest::new(1, 2, 4), &[0, 0]).unwrap();
+    e.adopt(&JobRequest::new(2, 1, 1), &[1]).unwrap();
+    e.adopt(&JobRequest::new(3, 1, 2), &[2]).unwrap();
+    e.adopt(&JobRequest::new(4, 1, 4), &[2]).unwrap();
+    e.adopt(&JobRequest::new(5, 4, 2), &[3, 3, 3, 3]).unwrap();
+    assert!(e.compact().is_empty(), "the ABS has nothing to repair");
+    assert_eq!(used(&e), vec![8, 1, 6, 8]);
+    e
+}
+
+#[test]
+fn make_room_moves_the_lone_one_gpu_job_aside_for_a_waiting_job() {
+    let head = JobRequest::new(9, 1, 8);
+    let mut off = blocked_head_layout(false);
+    assert!(off.place(&head, None).unwrap().is_none());
+    assert_eq!(used(&off), vec![8, 1, 6, 8]);
+
+    let mut on = blocked_head_layout(true);
+    let adm = on.place(&head, None).unwrap().expect("room was made");
+    assert_eq!(adm.nodes, vec![1]);
+    assert_eq!(
+        adm.migrations,
+        vec![Migration {
+            job: JobId(2),
+            instance: 0,
+            from: 1,
+            to: 2
+        }]
+    );
+    assert_eq!(used(&on), vec![8, 8, 7, 8]);
+    on.check_invariants().unwrap();
+}
+
+#[test]
+fn make_room_changes_nothing_when_it_cannot_make_enough() {
+    // With the 1-GPU job pinned, node 2 is emptied onto node 1 instead.
+    let mut e = blocked_head_layout(true);
+    e.set_movable(JobId(2), false).unwrap();
+    let adm = e.place(&JobRequest::new(9, 1, 8), None).unwrap().unwrap();
+    assert_eq!(adm.nodes, vec![2]);
+    assert_eq!(used(&e), vec![8, 7, 8, 8]);
+    // With nodes 1 and 2 pinned too, no source can be emptied.
+    let mut e = blocked_head_layout(true);
+    for j in [2, 3, 4] {
+        e.set_movable(JobId(j), false).unwrap();
+    }
+    let before = e.snapshot();
+    assert!(e.place(&JobRequest::new(9, 1, 8), None).unwrap().is_none());
+    assert_eq!(e.snapshot(), before);
+    // Two whole nodes asked, 13 GPUs free: too few in total, nothing tried.
+    let mut e = blocked_head_layout(true);
+    let before = e.snapshot();
+    assert!(e.place(&JobRequest::new(9, 2, 8), None).unwrap().is_none());
+    assert_eq!(e.snapshot(), before);
+    // A job restricted to part of the nodes is left to Slurm's own order.
+    let mut e = blocked_head_layout(true);
+    let before = e.snapshot();
+    let all = NodeSet::from_nodes(4, 0..4);
+    assert!(e
+        .place_within(&JobRequest::new(9, 1, 8), &all)
+        .unwrap()
+        .is_none());
+    assert_eq!(e.snapshot(), before);
+}

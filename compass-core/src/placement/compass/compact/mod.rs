@@ -3,6 +3,7 @@
 
 mod guests;
 mod pool;
+mod room;
 mod saturate;
 mod slotted;
 
