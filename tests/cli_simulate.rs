@@ -750,32 +750,14 @@ fn events_log_lists_every_start_preemption_and_completion() {
 /// "Small clusters".
 #[test]
 fn compass_beats_best_fit_on_small_clusters() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small-cluster");
-    let mut traces: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "csv"))
-        .collect();
-    traces.sort();
-    assert_eq!(traces.len(), 18, "the committed small-cluster traces");
+    let traces = small_cluster_traces();
     let ajct = |trace: &Path, queue: &str, policy: &str| {
-        let nodes = if trace
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .starts_with("n8-")
-        {
-            "8"
-        } else {
-            "4"
-        };
         let v = json(&compass(&[
             "simulate",
             "--trace",
             path(trace),
             "--nodes",
-            nodes,
+            small_cluster_nodes(trace),
             "--queue",
             queue,
             "--policy",
@@ -809,14 +791,9 @@ fn compass_beats_best_fit_on_small_clusters() {
     );
 }
 
-/// Correction 12 (`--compass-make-room`) under FIFO, on the committed
-/// small-cluster traces: a job that finds no room although its GPUs are
-/// free in total moves others aside, so compass is faster than without it
-/// on every trace, and on average at least as fast as the `defrag`
-/// baseline (which it trailed by 3.5 points without it). docs/results.md,
-/// "Room for the waiting job".
-#[test]
-fn making_room_catches_up_with_defrag_under_fifo() {
+/// The committed small-cluster traces (`tests/fixtures/small-cluster`),
+/// in name order.
+fn small_cluster_traces() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small-cluster");
     let mut traces: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
@@ -825,15 +802,36 @@ fn making_room_catches_up_with_defrag_under_fifo() {
         .collect();
     traces.sort();
     assert_eq!(traces.len(), 18, "the committed small-cluster traces");
+    traces
+}
+
+/// The cluster a small-cluster trace was made for: `n8-*` on 8 nodes, the
+/// rest on 4.
+fn small_cluster_nodes(trace: &Path) -> &'static str {
+    let name = trace.file_name().unwrap().to_str().unwrap();
+    if name.starts_with("n8-") {
+        "8"
+    } else {
+        "4"
+    }
+}
+
+/// Correction 12 (`--compass-make-room`) under FIFO, on the committed
+/// small-cluster traces: a job that finds no room although its GPUs are
+/// free in total moves others aside, so compass is faster than without it
+/// on every trace, and on average at least as fast as the `defrag`
+/// baseline (which it trailed by 3.5 points without it). docs/results.md,
+/// "Room for the waiting job".
+#[test]
+fn making_room_catches_up_with_defrag_under_fifo() {
+    let traces = small_cluster_traces();
     let ajct = |trace: &Path, policy: &str, extra: &[&str]| {
-        let name = trace.file_name().unwrap().to_str().unwrap();
-        let nodes = if name.starts_with("n8-") { "8" } else { "4" };
         let mut args = vec![
             "simulate",
             "--trace",
             path(trace),
             "--nodes",
-            nodes,
+            small_cluster_nodes(trace),
             "--queue",
             "fifo",
             "--policy",
