@@ -751,22 +751,8 @@ fn events_log_lists_every_start_preemption_and_completion() {
 #[test]
 fn compass_beats_best_fit_on_small_clusters() {
     let traces = small_cluster_traces();
-    let ajct = |trace: &Path, queue: &str, policy: &str| {
-        let v = json(&compass(&[
-            "simulate",
-            "--trace",
-            path(trace),
-            "--nodes",
-            small_cluster_nodes(trace),
-            "--queue",
-            queue,
-            "--policy",
-            policy,
-            "--json",
-            "-q",
-        ]));
-        v["ajct_s"].as_f64().unwrap()
-    };
+    let ajct =
+        |trace: &Path, queue: &str, policy: &str| small_cluster_ajct(trace, queue, policy, &[]);
     // compass's AJCT against best-fit's under `queue`, below `bound`.
     let change = |t: &Path, queue: &str, bound: f64| {
         let c = ajct(t, queue, "compass") / ajct(t, queue, "best-fit") - 1.0;
@@ -805,15 +791,27 @@ fn small_cluster_traces() -> Vec<PathBuf> {
     traces
 }
 
-/// The cluster a small-cluster trace was made for: `n8-*` on 8 nodes, the
-/// rest on 4.
-fn small_cluster_nodes(trace: &Path) -> &'static str {
+/// `compass simulate`'s AJCT for a small-cluster trace under `queue` and
+/// `policy` (with `extra` arguments), on the cluster it was made for:
+/// `n8-*` on 8 nodes, the rest on 4.
+fn small_cluster_ajct(trace: &Path, queue: &str, policy: &str, extra: &[&str]) -> f64 {
     let name = trace.file_name().unwrap().to_str().unwrap();
-    if name.starts_with("n8-") {
-        "8"
-    } else {
-        "4"
-    }
+    let nodes = if name.starts_with("n8-") { "8" } else { "4" };
+    let mut args = vec![
+        "simulate",
+        "--trace",
+        path(trace),
+        "--nodes",
+        nodes,
+        "--queue",
+        queue,
+        "--policy",
+        policy,
+        "--json",
+        "-q",
+    ];
+    args.extend_from_slice(extra);
+    json(&compass(&args))["ajct_s"].as_f64().unwrap()
 }
 
 /// Correction 12 (`--compass-make-room`) under FIFO, on the committed
@@ -826,21 +824,7 @@ fn small_cluster_nodes(trace: &Path) -> &'static str {
 fn making_room_catches_up_with_defrag_under_fifo() {
     let traces = small_cluster_traces();
     let ajct = |trace: &Path, policy: &str, extra: &[&str]| {
-        let mut args = vec![
-            "simulate",
-            "--trace",
-            path(trace),
-            "--nodes",
-            small_cluster_nodes(trace),
-            "--queue",
-            "fifo",
-            "--policy",
-            policy,
-            "--json",
-            "-q",
-        ];
-        args.extend_from_slice(extra);
-        json(&compass(&args))["ajct_s"].as_f64().unwrap()
+        small_cluster_ajct(trace, "fifo", policy, extra)
     };
     let (mut room_sum, mut defrag_sum) = (0.0, 0.0);
     for t in &traces {
