@@ -1097,7 +1097,16 @@ fn replay_pools(
     nodes: &[NodeGpus],
     events: &[PoolEvent],
 ) -> std::result::Result<(), TestCaseError> {
-    let mut s = PoolSet::new(nodes, CompassConfig::default());
+    replay_pools_with(nodes, events, CompassConfig::default())
+}
+
+/// [`replay_pools`] with engines of `config`.
+fn replay_pools_with(
+    nodes: &[NodeGpus],
+    events: &[PoolEvent],
+    config: CompassConfig,
+) -> std::result::Result<(), TestCaseError> {
+    let mut s = PoolSet::new(nodes, config);
     let pools: Vec<_> = s.pools().cloned().collect();
     let total = nodes.len() as u32;
     let mut running: BTreeMap<JobId, (usize, JobRequest)> = BTreeMap::new();
@@ -1290,5 +1299,14 @@ proptest! {
         (nodes, evs) in mixed_cluster().prop_flat_map(|n| { let len = n.len() as u32; (Just(n), pool_events(len, Mix { pinned: 0.3, adopt: false, foreign: true, drain: true, within: false })) })
     ) {
         replay_pools(&nodes, &evs)?;
+    }
+
+    /// The same with correction 12 (`make_room`) on in every pool.
+    #[test]
+    fn making_room_per_pool_on_mixed_clusters(
+        (nodes, evs) in mixed_cluster().prop_flat_map(|n| { let len = n.len() as u32; (Just(n), pool_events(len, Mix { pinned: 0.3, adopt: false, foreign: true, drain: true, within: false })) })
+    ) {
+        let config = CompassConfig { make_room: true, ..CompassConfig::default() };
+        replay_pools_with(&nodes, &evs, config)?;
     }
 }

@@ -396,7 +396,7 @@ impl PoolSet {
         allowed: Option<&NodeSet>,
     ) -> Result<Option<(usize, Admission)>> {
         let Some((p, _)) = self.choose(options, allowed)? else {
-            return Ok(None);
+            return self.place_making_room(options, allowed);
         };
         let job = options
             .iter()
@@ -418,6 +418,44 @@ impl PoolSet {
                 migrations: self.globalise(p, adm.migrations),
             },
         )))
+    }
+
+    /// No pool has room for the job as the nodes are: with correction 12
+    /// on (`CompassConfig::make_room`), the first pool of `options` whose
+    /// engine can make room for it by moving others aside places it there
+    /// (a pool that cannot changes nothing). Off, or with `allowed`: `None`.
+    fn place_making_room(
+        &mut self,
+        options: &[(usize, JobRequest)],
+        allowed: Option<&NodeSet>,
+    ) -> Result<Option<(usize, Admission)>> {
+        if allowed.is_some() {
+            return Ok(None);
+        }
+        for (p, job) in options {
+            let p = *p;
+            let Some(engine) = self.pools.get_mut(p).and_then(|x| x.engine.as_mut()) else {
+                continue;
+            };
+            if !engine.config().make_room {
+                return Ok(None);
+            }
+            if self.jobs.contains_key(&job.id) {
+                return Err(CoreError::DuplicateJob(job.id));
+            }
+            let Some(adm) = engine.place(job, None)? else {
+                continue;
+            };
+            self.jobs.insert(job.id, vec![p]);
+            return Ok(Some((
+                p,
+                Admission {
+                    nodes: adm.nodes.iter().map(|&n| self.global(p, n)).collect(),
+                    migrations: self.globalise(p, adm.migrations),
+                },
+            )));
+        }
+        Ok(None)
     }
 
     /// Slurm placed `job` itself on `nodes` (global ids, one per instance),
@@ -917,5 +955,51 @@ mod tests {
         let layout = s.snapshot();
         assert!(layout.nodes[0].is_some() && layout.nodes[15].is_none());
         assert_eq!(layout.nodes[m.to as usize].as_ref().unwrap().used, 4);
+    }
+
+    #[test]
+    fn a_pool_makes_room_when_correction_12_is_on() {
+        // Two CPU-only nodes, then 4 a100 nodes and 2 l40s nodes: in the
+        // a100 pool (global 2-5) a 2x4 job fills node 2, a 4x2 job node
+        // 5, a lone 1-GPU job sits on node 3 and node 4 holds 2 + 4 GPUs.
+        // An 8-GPU a100 job finds no room; with `make_room` the 1-GPU job
+        // moves to node 4 and it starts on node 3.
+        let mut nodes = vec![NodeGpus::new(0, None); 2];
+        nodes.extend((0..4).map(|_| NodeGpus::new(8, Some("a100"))));
+        nodes.extend((0..2).map(|_| NodeGpus::new(4, Some("l40s"))));
+        let blocked = |make_room: bool| {
+            let cfg = CompassConfig {
+                make_room,
+                ..CompassConfig::default()
+            };
+            let mut s = PoolSet::new(&nodes, cfg);
+            for (job, at) in [
+                (req(1, 2, 4), vec![2, 2]),
+                (req(2, 1, 1), vec![3]),
+                (req(3, 1, 2), vec![4]),
+                (req(4, 1, 4), vec![4]),
+                (req(5, 4, 2), vec![5, 5, 5, 5]),
+            ] {
+                s.adopt(&job, &at).unwrap();
+            }
+            assert!(s.compact().is_empty());
+            s
+        };
+        let head = [(0, req(9, 1, 8))];
+        assert_eq!(blocked(false).place(&head, None).unwrap(), None);
+        let (p, adm) = blocked(true).place(&head, None).unwrap().unwrap();
+        assert_eq!((p, adm.nodes), (0, vec![3]));
+        assert_eq!(
+            adm.migrations,
+            vec![Migration {
+                job: JobId(2),
+                instance: 0,
+                from: 3,
+                to: 4
+            }]
+        );
+        // Restricted to part of the nodes, a job makes no room.
+        let all = NodeSet::from_nodes(8, 0..8);
+        assert_eq!(blocked(true).place(&head, Some(&all)).unwrap(), None);
     }
 }
