@@ -410,14 +410,18 @@ impl PoolSet {
         let Some(adm) = self.engine_mut(p)?.place(&job, local.as_ref())? else {
             return Ok(None);
         };
-        self.jobs.insert(job.id, vec![p]);
-        Ok(Some((
-            p,
-            Admission {
-                nodes: adm.nodes.iter().map(|&n| self.global(p, n)).collect(),
-                migrations: self.globalise(p, adm.migrations),
-            },
-        )))
+        Ok(Some(self.admitted(p, job.id, adm)))
+    }
+
+    /// Pool `p`'s engine admitted `job` (`adm`, its own ids): the job is
+    /// recorded in `p`, and the admission returned in global ids.
+    fn admitted(&mut self, p: usize, job: JobId, adm: Admission) -> (usize, Admission) {
+        self.jobs.insert(job, vec![p]);
+        let adm = Admission {
+            nodes: adm.nodes.iter().map(|&n| self.global(p, n)).collect(),
+            migrations: self.globalise(p, adm.migrations),
+        };
+        (p, adm)
     }
 
     /// No pool has room for the job as the nodes are: with correction 12
@@ -443,17 +447,9 @@ impl PoolSet {
             if self.jobs.contains_key(&job.id) {
                 return Err(CoreError::DuplicateJob(job.id));
             }
-            let Some(adm) = engine.place(job, None)? else {
-                continue;
-            };
-            self.jobs.insert(job.id, vec![p]);
-            return Ok(Some((
-                p,
-                Admission {
-                    nodes: adm.nodes.iter().map(|&n| self.global(p, n)).collect(),
-                    migrations: self.globalise(p, adm.migrations),
-                },
-            )));
+            if let Some(adm) = engine.place(job, None)? {
+                return Ok(Some(self.admitted(p, job.id, adm)));
+            }
         }
         Ok(None)
     }

@@ -510,10 +510,7 @@ impl CompassEngine {
             Some(nodes) => (nodes, Vec::new()),
             None => {
                 self.rollback(undo);
-                if allowed.is_some() {
-                    return Ok(None);
-                }
-                match self.place_making_room(job) {
+                match self.place_making_room(job, allowed) {
                     Some(placed) => placed,
                     None => return Ok(None),
                 }
@@ -542,10 +539,15 @@ impl CompassEngine {
     /// Correction 12 (`CompassConfig::make_room`, off by default): a job
     /// Place found no room for moves others aside as guests
     /// ([`CompassEngine::make_room`]) and is placed; `None`, with nothing
-    /// changed, when that does not let it fit. Returns its nodes and the
-    /// moves.
-    fn place_making_room(&mut self, job: &JobRequest) -> Option<(Vec<NodeId>, Vec<Migration>)> {
-        if !self.config.make_room || !self.config.overflow {
+    /// changed, when that does not let it fit, or when it is restricted to
+    /// `allowed` (correction 12 leaves such jobs to Place as it is).
+    /// Returns its nodes and the moves.
+    fn place_making_room(
+        &mut self,
+        job: &JobRequest,
+        allowed: Option<&NodeSet>,
+    ) -> Option<(Vec<NodeId>, Vec<Migration>)> {
+        if !self.config.make_room || !self.config.overflow || allowed.is_some() {
             return None;
         }
         self.begin_trial();
