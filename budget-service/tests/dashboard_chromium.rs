@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{free_port, Daemon, TempDir};
+use common::{Daemon, TempDir};
 use compass_budget::cli::parse_budgets_toml;
 use compass_budget::db::{CycleSample, Db};
 use compass_budget::slurm::{SlurmJob, SlurmSnapshot};
@@ -299,7 +299,7 @@ fn dashboard_shows_seeded_numbers_in_headless_chromium() {
         ),
     )
     .unwrap();
-    let d = Daemon::start(&cfg, free_port());
+    let d = Daemon::start(&cfg);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()

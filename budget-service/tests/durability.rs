@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{conn, free_port, write_config, Daemon, Munged, TempDir};
+use common::{conn, write_config, Daemon, Munged, TempDir};
 use compass_budget::cli::Client;
 use compass_budget::db::Db;
 use serde_json::json;
@@ -36,7 +36,7 @@ fn kill_9_mid_stream_loses_no_acknowledged_write() {
     let mut cuts = 0;
 
     for round in 0..3 {
-        let mut d = Daemon::start(&cfg, free_port());
+        let mut d = Daemon::start(&cfg);
         let c = conn(&d.url, &m.socket);
         if !root_made {
             Client::new(&c)
@@ -192,7 +192,7 @@ fn kill_9_mid_stream_loses_no_acknowledged_write() {
     );
     drop(db);
     // ... and the restarted daemon serves them.
-    let d = Daemon::start(&cfg, free_port());
+    let d = Daemon::start(&cfg);
     let v = Client::new(&conn(&d.url, &m.socket))
         .unwrap()
         .get("/api/v1/export")

@@ -534,7 +534,7 @@ fn lab_enforcement_preempts_protects_and_drains() {
             ),
         )
         .expect("daemon config");
-        let daemon = common::Daemon::start(&cfg, common::free_port());
+        let daemon = common::Daemon::start(&cfg);
         let get = |path: &str| -> serde_json::Value {
             ureq::get(&format!("{}{path}", daemon.url))
                 .call()

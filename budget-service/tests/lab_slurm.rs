@@ -282,7 +282,7 @@ fn lab_cluster_order_outage_and_seventy_thirty() {
             ),
         )
         .expect("daemon config");
-        let daemon = common::Daemon::start(&cfg, common::free_port());
+        let daemon = common::Daemon::start(&cfg);
         let daemon_order = || -> Vec<(u64, u64)> {
             let body: serde_json::Value = ureq::get(&format!("{}/api/v1/queue", daemon.url))
                 .call()

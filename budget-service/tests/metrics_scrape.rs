@@ -9,7 +9,7 @@
 mod common;
 mod prom;
 
-use common::{free_port, Daemon, TempDir};
+use common::{Daemon, TempDir};
 use compass_budget::cli::parse_budgets_toml;
 use compass_budget::db::Db;
 use compass_budget::slurm::{SlurmJob, SlurmNode, SlurmSnapshot};
@@ -197,7 +197,7 @@ fn metrics_of_the_real_daemon_parse_strictly_and_match_dashboard_and_docs() {
         ),
     )
     .unwrap();
-    let d = Daemon::start(&cfg, free_port());
+    let d = Daemon::start(&cfg);
 
     let (ct, _) = scrape(&d.url);
     assert!(ct.starts_with("application/openmetrics-text"), "{ct}");
@@ -429,7 +429,7 @@ fn select_figures_are_what_the_plugin_logic_publishes() {
         ),
     )
     .unwrap();
-    let d = Daemon::start(&cfg, free_port());
+    let d = Daemon::start(&cfg);
     let m = scrape_until(&d.url, "a read of the state file", |m| {
         m.value("compass_select_state_up", &[]) == Some(1.0)
     });

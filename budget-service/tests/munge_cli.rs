@@ -66,7 +66,7 @@ fn cli_manages_the_tree_through_the_daemon() {
     let m = Munged::start();
     let dir = TempDir::new("cli");
     let cfg = write_config(dir.path(), &["root"], 64, &m.socket);
-    let mut d = Daemon::start(&cfg, free_port());
+    let mut d = Daemon::start(&cfg);
     let c = conn(&d.url, &m.socket);
     let client = Client::new(&c).unwrap();
 
@@ -342,7 +342,7 @@ fn cli_imports_a_first_tree_from_sacctmgr_output() {
     let m = Munged::start();
     let dir = TempDir::new("cli-sacctmgr");
     let cfg = write_config(dir.path(), &["root"], 64, &m.socket);
-    let mut d = Daemon::start(&cfg, free_port());
+    let mut d = Daemon::start(&cfg);
     let c = conn(&d.url, &m.socket);
     let client = Client::new(&c).unwrap();
     let fixture =
@@ -436,7 +436,7 @@ fn a_hung_munged_never_stalls_healthz_and_stuck_writes_get_503() {
     let mut text = std::fs::read_to_string(&cfg).unwrap();
     text.push_str("request_timeout_s = 5\n");
     std::fs::write(&cfg, text).unwrap();
-    let d = Daemon::start(&cfg, free_port());
+    let d = Daemon::start(&cfg);
 
     let writers: Vec<_> = (0..6)
         .map(|i| {
@@ -500,7 +500,7 @@ fn cli_node_fault_refuses_a_host_list() {
     let m = Munged::start();
     let dir = TempDir::new("node-list");
     let cfg = write_config(dir.path(), &["root"], 64, &m.socket);
-    let d = Daemon::start(&cfg, free_port());
+    let d = Daemon::start(&cfg);
     let c = conn(&d.url, &m.socket);
     let fault = |node: &str| {
         run_node(&NodeArgs {
@@ -557,7 +557,7 @@ fn cli_errors_tell_not_found_not_allowed_and_service_down() {
     let dir = TempDir::new("exit-codes");
     // No admins: root manages nothing.
     let cfg = write_config(dir.path(), &[], 64, &m.socket);
-    let d = Daemon::start(&cfg, free_port());
+    let d = Daemon::start(&cfg);
     let c = conn(&d.url, &m.socket);
     let import = |c: &Connection| {
         budget(
@@ -672,7 +672,7 @@ fn why_me_lists_own_jobs_and_private_data_hides_others() {
         snap_path.display()
     ));
     std::fs::write(&cfg, text).unwrap();
-    let d = Daemon::start(&cfg, free_port());
+    let d = Daemon::start(&cfg);
     let c = conn(&d.url, &m.socket);
     let client = Client::new(&c).unwrap();
     let start = std::time::Instant::now();
@@ -778,7 +778,7 @@ fn private_data_from_slurm_conf_is_reread_on_sighup() {
         ),
     )
     .unwrap();
-    let mut d = Daemon::start(&cfg, free_port());
+    let mut d = Daemon::start(&cfg);
     let total = || -> serde_json::Value {
         let body = ureq::get(&format!("{}/api/v1/queue", d.url))
             .call()

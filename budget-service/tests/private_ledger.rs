@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{free_port, write_config, Daemon, Munged, TempDir};
+use common::{write_config, Daemon, Munged, TempDir};
 use compass_budget::slurm::{SlurmJob, SlurmSnapshot};
 use compass_core::fairshare::{Interval, Kind};
 use compass_core::model::JobId;
@@ -96,7 +96,7 @@ fn owner_reads_ended_job_after_restart_and_old_rows_stay_admin_only() {
     ));
     std::fs::write(&cfg, text).unwrap();
 
-    let mut d = Daemon::start(&cfg, free_port());
+    let mut d = Daemon::start(&cfg);
     wait_until("job 201 in the ledger", || {
         get_as(&d.url, "/api/v1/queue/201", Some("root")).1["state"] == "running"
     });
@@ -108,7 +108,7 @@ fn owner_reads_ended_job_after_restart_and_old_rows_stay_admin_only() {
     d.kill9();
 
     // After a kill -9 and a restart, from the SQLite file alone.
-    let d = Daemon::start(&cfg, free_port());
+    let d = Daemon::start(&cfg);
     let (st, v) = get_as(&d.url, "/api/v1/queue/201", Some("alice"));
     assert_eq!(st, 200, "the owner reads their ended job: {v}");
     assert_eq!(v["state"], "ended", "{v}");

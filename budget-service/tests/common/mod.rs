@@ -160,6 +160,8 @@ impl Drop for Munged {
     }
 }
 
+/// A port nothing listens on at the time of the call (for a "service
+/// down" URL). Daemons pick their own port: see `Daemon::start`.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -172,6 +174,10 @@ pub fn free_port() -> u16 {
 pub struct Daemon {
     pub child: Child,
     pub url: String,
+    /// The daemon's log (stdout and stderr), and where this run's part of
+    /// it starts: printed when a test fails with the daemon up.
+    log: PathBuf,
+    log_from: usize,
 }
 
 pub fn write_config(dir: &Path, admins: &[&str], capacity: u32, munge_socket: &Path) -> PathBuf {
@@ -191,29 +197,51 @@ pub fn write_config(dir: &Path, admins: &[&str], capacity: u32, munge_socket: &P
 }
 
 impl Daemon {
-    pub fn start(config: &Path, port: u16) -> Self {
+    /// Starts the daemon on a port the kernel picks (`--listen
+    /// 127.0.0.1:0`) and reads the bound address from the daemon's own
+    /// "listening" log line. No port is chosen before the daemon binds, so
+    /// two tests (or a client's ephemeral port) can never share one, and
+    /// the address is the daemon's, not whatever else answers there.
+    /// Panics with the daemon's log when it exits or never listens.
+    pub fn start(config: &Path) -> Self {
+        let log_path = config.with_file_name("budgetd.log");
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(config.with_file_name("budgetd.log"))
+            .open(&log_path)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_compass-budgetd"))
+        let from = log.metadata().unwrap().len() as usize;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_compass-budgetd"))
             .arg("--config")
             .arg(config)
             .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .stdout(Stdio::null())
+            .arg("127.0.0.1:0")
+            .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .unwrap();
-        let d = Daemon {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
+        let start = Instant::now();
+        let addr = loop {
+            let text = std::fs::read(&log_path).unwrap_or_default();
+            let text = String::from_utf8_lossy(&text[from.min(text.len())..]).into_owned();
+            if let Some(addr) = listening_addr(&text) {
+                break addr;
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("compass-budgetd exited ({status}) before listening:\n{text}");
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("compass-budgetd never logged its address in 20 s:\n{text}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
         };
-        wait_for("compass-budgetd /healthz", Duration::from_secs(20), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        d
+        Daemon {
+            child,
+            url: format!("http://{addr}"),
+            log: log_path,
+            log_from: from,
+        }
     }
 
     /// SIGKILL, no chance to clean up.
@@ -230,8 +258,34 @@ impl Daemon {
     }
 }
 
+/// The address in the daemon's "compass-budgetd listening addr=..." line.
+fn listening_addr(log: &str) -> Option<std::net::SocketAddr> {
+    log.lines()
+        .filter(|l| l.contains("compass-budgetd listening"))
+        .find_map(|l| {
+            l.split("addr=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The test failed: say whether the daemon was still up, and
+            // what it logged.
+            let status = self.child.try_wait().ok().flatten();
+            let text = std::fs::read(&self.log).unwrap_or_default();
+            eprintln!(
+                "compass-budgetd at {} ({}), its log:\n{}",
+                self.url,
+                status.map_or("still running".to_string(), |s| format!("exited: {s}")),
+                String::from_utf8_lossy(&text[self.log_from.min(text.len())..])
+            );
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
