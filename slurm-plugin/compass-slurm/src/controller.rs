@@ -120,6 +120,9 @@ struct JobRec {
     /// `no-gain` in the published state).
     keep: Option<KeepReason>,
     in_engine: bool,
+    /// Its entry in `recheck` (`Controller::recheck`): the next instant
+    /// its verdict can change.
+    check_at: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -207,8 +210,12 @@ pub struct Controller {
     /// kept with `jobs` ([`Controller::put_job`]), for the head's guard.
     ends: Ends,
     /// When a running job's verdict ([`Controller::eligible`]) can change
-    /// next, (instant, job): the tick re-checks only the jobs due
-    /// ([`Controller::verdict_changes`]), not every job.
+    /// next, (instant, job): the tick re-checks only the jobs due, not
+    /// every job. One entry per job (`JobRec::check_at`), the next of its
+    /// instants ([`Controller::next_change`]); the re-check at the tick
+    /// puts in the one after. Its start, its end and a migration each cost
+    /// one insertion or removal, not one per instant (issue #11: the plugin
+    /// mix's departures and their requeues).
     recheck: BTreeSet<(u64, u64)>,
     pins: BTreeMap<u64, Pin>,
     /// Jobs requeued for a migration, not yet restarted.
@@ -608,22 +615,29 @@ impl Controller {
                 .job(JobId(job.id))
                 .map(|r| per_node_of(r.nodes.iter().copied(), r.request.shape.gpus));
             if planned.as_deref() == Some(&sorted(per_node)[..]) {
-                // The engine still holds the job as movable (it was when it
-                // was chosen); the cool-down starts now, so it is not.
-                let _ = self.engine.set_movable(JobId(job.id), false);
-                self.put_job(
-                    job.id,
-                    JobRec {
-                        shape,
-                        per_node: per_node.to_vec(),
-                        flags,
-                        time_limit_s: job.time_limit_s,
-                        start: now,
-                        movable: false,
-                        keep: Some(KeepReason::CoolingDown),
-                        in_engine: true,
-                    },
-                );
+                let mut rec = JobRec {
+                    shape,
+                    per_node: per_node.to_vec(),
+                    flags,
+                    time_limit_s: job.time_limit_s,
+                    start: now,
+                    movable: false,
+                    keep: None,
+                    in_engine: true,
+                    check_at: None,
+                };
+                // Its verdict as the rule gives it: the cool-down starts
+                // now, and so does the start-up grace (the rule names the
+                // first reason that holds).
+                let verdict = self.eligible(job.id, &rec, now);
+                rec.movable = verdict.is_ok();
+                rec.keep = verdict.err();
+                if !rec.movable {
+                    // The engine still holds the job as movable (it was
+                    // when it was chosen).
+                    let _ = self.engine.set_movable(JobId(job.id), false);
+                }
+                self.put_job(job.id, rec);
                 return None;
             }
             if planned.is_some() {
@@ -642,6 +656,7 @@ impl Controller {
             movable: false,
             keep: None,
             in_engine: false,
+            check_at: None,
         };
         let gpus: u32 = per_node.iter().map(|(_, g)| g).sum();
         if gpus == 0 {
@@ -700,61 +715,94 @@ impl Controller {
     }
 
     /// Records a running job, its expected end for the head's guard, and
-    /// when its verdict can change.
-    fn put_job(&mut self, id: u64, rec: JobRec) {
+    /// when its verdict can change next (its first instant, even one
+    /// already past: then it is re-checked at the next tick).
+    fn put_job(&mut self, id: u64, mut rec: JobRec) {
         let end = rec
             .time_limit_s
             .map_or(f64::INFINITY, |l| rec.start.saturating_add(l) as f64);
         self.ends.set(JobId(id), end);
-        for t in self.verdict_changes(id, &rec) {
+        if let Some(t) = self.jobs.get(&id).and_then(|old| old.check_at) {
+            self.recheck.remove(&(t, id));
+        }
+        rec.check_at = self.next_change(id, &rec, None);
+        if let Some(t) = rec.check_at {
             self.recheck.insert((t, id));
         }
         self.jobs.insert(id, rec);
     }
 
-    /// The instants at which job `id`'s verdict ([`Controller::eligible`])
-    /// can change, by [`MigrationRule::check`]: the ends of its protection
+    /// The first instant after `after` (`None`: the first) at which job
+    /// `id`'s verdict ([`Controller::eligible`]) can change, by
+    /// [`MigrationRule::check`]: the ends of its protection
     /// (`--min-runtime`), of the start-up grace
     /// (`select.min_run_before_migration`) and of its cool-down, and the
     /// instant its time limit leaves too little run to pay for a move (each
     /// also a second later, against rounding). Between them the verdict
     /// holds, so the tick need not look at the job.
-    fn verdict_changes(&self, id: u64, rec: &JobRec) -> Vec<u64> {
-        let mut at = vec![
-            rec.start.saturating_add(rec.flags.min_runtime_s),
-            rec.start
-                .saturating_add(self.config.min_run_before_migration_s),
-        ];
-        if let Some(t) = self.last_migrated.get(&id) {
-            at.push(t.saturating_add(self.config.migration_cooldown_s));
+    fn next_change(&self, id: u64, rec: &JobRec, after: Option<u64>) -> Option<u64> {
+        let cooldown_end = self
+            .last_migrated
+            .get(&id)
+            .map(|t| t.saturating_add(self.config.migration_cooldown_s));
+        [
+            Some(rec.start.saturating_add(rec.flags.min_runtime_s)),
+            Some(
+                rec.start
+                    .saturating_add(self.config.min_run_before_migration_s),
+            ),
+            cooldown_end,
+            self.limit_change(id, rec),
+        ]
+        .into_iter()
+        .flatten()
+        .flat_map(|t| [t, t.saturating_add(1)])
+        .filter(|&t| after.is_none_or(|a| t > a))
+        .min()
+    }
+
+    /// The instant job `id`'s time limit leaves too little run to pay for
+    /// a move ([`Controller::next_change`]); `None` without a time limit.
+    fn limit_change(&self, id: u64, rec: &JobRec) -> Option<u64> {
+        let limit = rec.time_limit_s?;
+        let rule = self.rule();
+        let cost = rule.cost_of(&self.candidate(id, rec, rec.start));
+        let t = (rec.start as f64) + (limit as f64) - (1.0 + rule.payback.max(1.0)) * cost;
+        (t.is_finite() && t > 0.0).then(|| t.floor() as u64)
+    }
+
+    /// Moves running job `id`'s entry in `recheck` to `at`.
+    fn recheck_at(&mut self, id: u64, at: Option<u64>) {
+        let Some(rec) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        let old = std::mem::replace(&mut rec.check_at, at);
+        if old == at {
+            return;
         }
-        if let Some(limit) = rec.time_limit_s {
-            let rule = self.rule();
-            let cost = rule.cost_of(&self.candidate(id, rec, rec.start));
-            let t = (rec.start as f64) + (limit as f64) - (1.0 + rule.payback.max(1.0)) * cost;
-            if t.is_finite() && t > 0.0 {
-                at.push(t.floor() as u64);
-            }
+        if let Some(t) = old {
+            self.recheck.remove(&(t, id));
         }
-        let mut out: Vec<u64> = at
-            .into_iter()
-            .flat_map(|t| [t, t.saturating_add(1)])
-            .collect();
-        out.sort_unstable();
-        out.dedup();
-        out
+        if let Some(t) = at {
+            self.recheck.insert((t, id));
+        }
     }
 
     /// Starts `job`'s cool-down at `t` (its migration landed, or did not):
-    /// its verdict is re-checked then and when the cool-down ends.
+    /// a running job's verdict is re-checked at `t`, and then when the
+    /// cool-down ends ([`Controller::next_change`]). A job not running
+    /// gets its instants when it starts ([`Controller::put_job`]).
     fn note_migrated(&mut self, job: u64, t: u64) {
         if let Some(old) = self.last_migrated.insert(job, t) {
             self.cooldowns.remove(&(old, job));
         }
         self.cooldowns.insert((t, job));
-        let end = t.saturating_add(self.config.migration_cooldown_s);
-        for at in [t, end, end.saturating_add(1)] {
-            self.recheck.insert((at, job));
+        let at = self
+            .jobs
+            .get(&job)
+            .map(|r| r.check_at.map_or(t, |c| c.min(t)));
+        if at.is_some() {
+            self.recheck_at(job, at);
         }
     }
 
@@ -767,6 +815,8 @@ impl Controller {
         if !rec.in_engine || rec.shape.is_none() {
             return;
         }
+        // Its next instant replaces the one due now.
+        let next = self.next_change(id, rec, Some(now));
         let verdict = self.eligible(id, rec, now);
         let want = verdict.is_ok();
         // A job held still for tidying stays still for Compact; the engine
@@ -775,11 +825,22 @@ impl Controller {
         let held = self.tidy_held.contains(&id);
         let freed = want && !rec.movable && !held;
         let moved_ok = want == rec.movable || self.engine.set_movable(JobId(id), want).is_ok();
+        let mut old = None;
         if let Some(r) = self.jobs.get_mut(&id) {
             if moved_ok {
                 r.movable = want;
             }
             r.keep = verdict.err();
+            old = std::mem::replace(&mut r.check_at, next);
+        }
+        if old != next {
+            // (The tick took out the entry due, so one still ahead only.)
+            if let Some(t) = old.filter(|&t| t > now) {
+                self.recheck.remove(&(t, id));
+            }
+            if let Some(t) = next {
+                self.recheck.insert((t, id));
+            }
         }
         // A job that may move now (its protection, first minutes or
         // cool-down are over) can be what a waiting job needs moved: Compact
@@ -800,10 +861,8 @@ impl Controller {
         self.tidy_held.remove(&job);
         let rec = self.jobs.remove(&job);
         self.ends.remove(JobId(job));
-        if let Some(r) = &rec {
-            for t in self.verdict_changes(job, r) {
-                self.recheck.remove(&(t, job));
-            }
+        if let Some(t) = rec.as_ref().and_then(|r| r.check_at) {
+            self.recheck.remove(&(t, job));
         }
         if self.migrating.contains(&job) {
             return None; // requeued by us: the engine keeps it at its target
@@ -3201,13 +3260,24 @@ mod tests {
     /// engine's movability are what a check of every job would give.
     #[test]
     fn the_tick_keeps_every_verdict_as_a_full_check_would() {
+        // Without orders, and with every order carried out at once (the
+        // requeue's `fini`, then its start on the target nodes: the
+        // cool-down's instants come from the migration).
+        for migrate in [false, true] {
+            let migrated = tick_keeps_verdicts(migrate);
+            assert_eq!(migrated > 10, migrate, "{migrated} migrations");
+        }
+    }
+
+    /// [`the_tick_keeps_every_verdict_as_a_full_check_would`] with
+    /// `select.migrate = migrate`; returns the migrations carried out.
+    fn tick_keeps_verdicts(migrate: bool) -> u64 {
         let cfg = SelectConfig {
             min_run_before_migration_s: 30,
             migration_cooldown_s: 100,
             migration_cost_s: 20,
             payback: 2.0,
-            // no orders: the test does not carry out requeues
-            migrate: false,
+            migrate,
             ..always()
         };
         let names = (0..16).map(|i| format!("n{i}")).collect();
@@ -3219,8 +3289,9 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             (x >> 33) % m
         };
-        let mut running: Vec<u64> = Vec::new();
+        let mut running: BTreeMap<u64, JobInfo> = BTreeMap::new();
         let mut next = 1u64;
+        let mut migrated = 0;
         for now in 0..1500u64 {
             if draw(4) == 0 && running.len() < 30 {
                 let mut j = job(next, 1, 1 + draw(4) as u32);
@@ -3230,25 +3301,40 @@ mod tests {
                 flags.migration_cost_s = [None, Some(5), Some(60)][draw(3) as usize];
                 j.time_limit_s = [None, Some(120), Some(400), Some(3600)][draw(4) as usize];
                 let node = draw(16) as u32;
-                if c.begin(&j, &[(node, 1)], now).is_none() && c.knows(next) {
-                    running.push(next);
+                let g = match j.mapping {
+                    Mapping::Model { shape, .. } => shape.gpus,
+                    _ => unreachable!(),
+                };
+                if c.begin(&j, &[(node, g)], now).is_none() && c.knows(next) {
+                    running.insert(next, j);
                 }
                 next += 1;
             }
             if draw(6) == 0 && !running.is_empty() {
                 let k = draw(running.len() as u64) as usize;
-                let j = running.remove(k);
+                let j = *running.keys().nth(k).unwrap();
+                running.remove(&j);
                 c.fini(j, now);
             }
             if now == 700 {
                 // A restart: cool-downs of two running jobs come back.
                 let saved = Saved {
-                    last_migrated: running.iter().take(2).map(|&j| (j, now - 10)).collect(),
+                    last_migrated: running.keys().take(2).map(|&j| (j, now - 10)).collect(),
                     ..Saved::default()
                 };
                 c.restore(&saved, now);
             }
-            let _ = c.tick(now);
+            for order in c.tick(now) {
+                let j = running[&order.job].clone();
+                let g = match j.mapping {
+                    Mapping::Model { shape, .. } => shape.gpus,
+                    _ => unreachable!(),
+                };
+                c.fini(order.job, now);
+                let per_node = per_node_of(order.to_nodes.iter().copied(), g);
+                assert!(c.begin(&j, &per_node, now).is_none());
+                migrated += 1;
+            }
             for (&id, rec) in &c.jobs {
                 if !rec.in_engine || rec.shape.is_none() {
                     continue;
@@ -3259,5 +3345,6 @@ mod tests {
             }
         }
         assert!(next > 200, "{next} jobs");
+        migrated
     }
 }
