@@ -7,6 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use rustc_hash::FxHashMap;
+
 use crate::error::{CoreError, Result};
 use crate::model::{ClusterSpec, JobId, JobRequest, NodeId, NodeSet};
 
@@ -27,7 +29,9 @@ pub struct Occupancy {
     used: Vec<u32>,
     /// `by_free[f]`: nodes with exactly `f` free GPUs.
     by_free: Vec<BTreeSet<NodeId>>,
-    jobs: BTreeMap<JobId, RunningJob>,
+    /// Hashed: looked up at every event; never iterated in an order that
+    /// decides anything ([`Occupancy::jobs`]).
+    jobs: FxHashMap<JobId, RunningJob>,
     partial: u32,
     empty: u32,
     used_total: u64,
@@ -50,7 +54,7 @@ impl Occupancy {
             spec,
             used: vec![0; spec.nodes as usize],
             by_free,
-            jobs: BTreeMap::new(),
+            jobs: FxHashMap::default(),
             partial: 0,
             empty: spec.nodes,
             used_total: 0,
@@ -97,6 +101,8 @@ impl Occupancy {
     pub fn job(&self, job: JobId) -> Option<&RunningJob> {
         self.jobs.get(&job)
     }
+    /// The running jobs, in no particular order (sort them where the
+    /// order decides anything).
     pub fn jobs(&self) -> impl Iterator<Item = &RunningJob> {
         self.jobs.values()
     }

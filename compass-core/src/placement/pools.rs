@@ -23,6 +23,8 @@
 
 use std::collections::BTreeMap;
 
+use rustc_hash::FxHashMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CoreError, Result};
@@ -124,7 +126,8 @@ pub struct PoolSet {
     at: Vec<Option<(usize, NodeId)>>,
     /// Pools each job holds GPUs in (several only for jobs outside the
     /// model that Slurm spread over pools).
-    jobs: BTreeMap<JobId, Vec<usize>>,
+    /// (Hashed: looked up at every event, never iterated.)
+    jobs: FxHashMap<JobId, Vec<usize>>,
 }
 
 impl PoolSet {
@@ -179,7 +182,7 @@ impl PoolSet {
             nodes: nodes.len() as u32,
             pools,
             at,
-            jobs: BTreeMap::new(),
+            jobs: FxHashMap::default(),
         }
     }
 

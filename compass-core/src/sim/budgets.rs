@@ -1496,9 +1496,11 @@ impl<'a> Sim<'a> {
     /// Running jobs that may be victims now, as the victim planner sees them.
     /// `with_protected`: also the protected jobs (for [`plan_drain`]).
     fn running_view(&self, with_protected: bool) -> Vec<RunningJob> {
-        self.policy
-            .occupancy()
-            .jobs()
+        // By job id: the planner breaks ties in this order.
+        let mut running: Vec<_> = self.policy.occupancy().jobs().collect();
+        running.sort_unstable_by_key(|r| r.request.id);
+        running
+            .into_iter()
             .filter_map(|r| {
                 let i = (r.request.id.0 - 1) as usize;
                 let start = self.live.get(i)?.run_start?;

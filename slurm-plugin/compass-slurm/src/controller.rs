@@ -23,6 +23,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use rustc_hash::FxHashMap;
+
 use compass_core::metric;
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet};
 use compass_core::placement::compass::{AdoptOutcome, CompassConfig, Veto};
@@ -205,7 +207,9 @@ pub struct Controller {
     node_gpus: Vec<u32>,
     engine: PoolSet,
     engine_error: Option<String>,
-    jobs: BTreeMap<u64, JobRec>,
+    /// The running jobs Slurm reported, by job id (hashed: looked up
+    /// several times per event; the published state sorts them).
+    jobs: FxHashMap<u64, JobRec>,
     /// The running jobs' expected ends (start plus time limit), in order,
     /// kept with `jobs` ([`Controller::put_job`]), for the head's guard.
     ends: Ends,
@@ -294,7 +298,7 @@ impl Controller {
             node_gpus: nodes.iter().map(|n| n.gpus).collect(),
             node_names,
             engine_error: None,
-            jobs: BTreeMap::new(),
+            jobs: FxHashMap::default(),
             ends: Ends::default(),
             recheck: BTreeSet::new(),
             pins: BTreeMap::new(),
@@ -1656,7 +1660,9 @@ impl Controller {
         let pool_of = |n: NodeId| self.engine.pool_of(n).map(|(p, _)| p);
         let mut jobs = Vec::new();
         let mut kept_still: BTreeMap<String, u64> = BTreeMap::new();
-        for (&id, rec) in &self.jobs {
+        let mut by_id: Vec<(&u64, &JobRec)> = self.jobs.iter().collect();
+        by_id.sort_unstable_by_key(|(id, _)| **id);
+        for (&id, rec) in by_id {
             if rec.in_engine && rec.shape.is_some() {
                 // Held by the gate, or for tidying (its move would start
                 // nobody and does not pay).
@@ -1830,7 +1836,7 @@ fn candidate_of(rec: &JobRec, last_migrated: Option<u64>, now: u64) -> MoveCandi
 /// that the head's guard can ask it inside the trial
 /// ([`HeadTrial::refuse`]).
 struct TidyJudge<'a> {
-    jobs: &'a BTreeMap<u64, JobRec>,
+    jobs: &'a FxHashMap<u64, JobRec>,
     last_migrated: &'a BTreeMap<u64, u64>,
     runs: &'a RunHistory,
     rule: MigrationRule,
@@ -1870,7 +1876,7 @@ impl TidyJudge<'_> {
 /// Does the engine's placement of job `j` (after a Compact) differ from
 /// where Slurm runs it, so that its move is a requeue? (No copy of the
 /// job: a tidying Compact asks it of each move.)
-fn needs_requeue(engine: &PoolSet, jobs: &BTreeMap<u64, JobRec>, j: u64) -> bool {
+fn needs_requeue(engine: &PoolSet, jobs: &FxHashMap<u64, JobRec>, j: u64) -> bool {
     let Some((g, nodes)) = engine.job_nodes(JobId(j)) else {
         return false;
     };
