@@ -609,7 +609,17 @@ impl Controller {
             Mapping::Model { shape, .. } => Some(shape),
             _ => None,
         };
-        let flags = job.flags.unwrap_or_default();
+        let mut rec = JobRec {
+            shape,
+            per_node: per_node.to_vec(),
+            flags: job.flags.unwrap_or_default(),
+            time_limit_s: job.time_limit_s,
+            start: now,
+            movable: false,
+            keep: None,
+            in_engine: false,
+            check_at: None,
+        };
         if self.migrating.remove(&job.id) {
             self.note_migrated(job.id, now);
             self.counters.migrations_done += 1;
@@ -619,17 +629,7 @@ impl Controller {
                 .job(JobId(job.id))
                 .map(|r| per_node_of(r.nodes.iter().copied(), r.request.shape.gpus));
             if planned.as_deref() == Some(&sorted(per_node)[..]) {
-                let mut rec = JobRec {
-                    shape,
-                    per_node: per_node.to_vec(),
-                    flags,
-                    time_limit_s: job.time_limit_s,
-                    start: now,
-                    movable: false,
-                    keep: None,
-                    in_engine: true,
-                    check_at: None,
-                };
+                rec.in_engine = true;
                 // Its verdict as the rule gives it: the cool-down starts
                 // now, and so does the start-up grace (the rule names the
                 // first reason that holds).
@@ -651,17 +651,6 @@ impl Controller {
                     .map(|m| self.order_migrations(&m));
             }
         }
-        let mut rec = JobRec {
-            shape,
-            per_node: per_node.to_vec(),
-            flags,
-            time_limit_s: job.time_limit_s,
-            start: now,
-            movable: false,
-            keep: None,
-            in_engine: false,
-            check_at: None,
-        };
         let gpus: u32 = per_node.iter().map(|(_, g)| g).sum();
         if gpus == 0 {
             self.put_job(job.id, rec);
