@@ -60,8 +60,11 @@ pub struct Args {
     /// as slurmctld drives it: `narrow`, `begin`, `fini` and the plugin
     /// thread's `tick` after every event, with its Compact through the
     /// head's guard and the `pays` gate, the requeues it orders carried out;
-    /// every other job not resumable, and the same waiting head).
-    #[arg(long, value_delimiter = ',', default_value = "venus,pinned,wcc-fails,pinned-wcc-fails,mixed,head-guard,plugin",
+    /// every other job not resumable, and the same waiting head),
+    /// `plugin-mixed` (the `plugin` mix on the `mixed` mix's cluster and
+    /// jobs: Slurm offers a job the nodes of its GPU type, the head waits
+    /// for whole a100 nodes).
+    #[arg(long, value_delimiter = ',', default_value = "venus,pinned,wcc-fails,pinned-wcc-fails,mixed,head-guard,plugin,plugin-mixed",
           value_parser = PossibleValuesParser::new(MIX_NAMES))]
     pub mix: Vec<String>,
 
@@ -217,6 +220,7 @@ const MIX_NAMES: &[&str] = &[
     "mixed",
     "head-guard",
     "plugin",
+    "plugin-mixed",
 ];
 
 /// A workload mix of the latency benchmark.
@@ -241,9 +245,9 @@ impl Mix {
         };
         Self {
             shapes,
-            pinned: name.starts_with("pinned") || name == "plugin",
+            pinned: name.starts_with("pinned") || name.starts_with("plugin"),
             head: name == "head-guard",
-            plugin: name == "plugin",
+            plugin: name.starts_with("plugin"),
         }
     }
 }
@@ -650,7 +654,12 @@ fn latency<C: Churn>(
 /// clock advances one second per departure.
 struct Plugin {
     c: Controller,
+    /// The nodes Slurm offers a job that names no GPU type (every node
+    /// with GPUs), and those of each type (the `plugin-mixed` mix).
     all: NodeSet,
+    typed: Vec<(&'static str, NodeSet)>,
+    /// GPUs of each node.
+    node_gpus: Vec<u32>,
     free: Vec<u32>,
     total: u64,
     used: u64,
@@ -711,15 +720,36 @@ impl CallbackTimes {
 }
 
 impl Plugin {
+    /// The `plugin` mix: `n` nodes of 8 untyped GPUs.
     fn new(n: u32, load: f64) -> Self {
-        let free_nodes = (f64::from(n) * (1.0 - load)).ceil() as u32;
+        Self::on(&vec![NodeGpus::new(8, None); n.max(1) as usize], load)
+    }
+
+    /// The controller on `nodes` (the `plugin-mixed` mix: [`mixed_nodes`]),
+    /// with a head of whole nodes of the widest kind (the first listed),
+    /// one node wider than that kind's nodes free at `load`.
+    fn on(nodes: &[NodeGpus], load: f64) -> Self {
+        let n = nodes.len() as u32;
         let names = (0..n).map(|i| format!("n{i}")).collect();
-        let spec = ClusterSpec::new(n.max(1), 8).expect("nodes of 8 GPUs");
+        let widest = nodes[0].clone();
+        let of_kind = nodes.iter().filter(|x| **x == widest).count() as u32;
+        let free_nodes = (f64::from(of_kind) * (1.0 - load)).ceil() as u32;
+        let with_gpus: Vec<NodeId> = (0..n).filter(|&i| nodes[i as usize].gpus > 0).collect();
+        let typed = ["a100", "l40s"]
+            .into_iter()
+            .map(|t| {
+                let ids = (0..n).filter(|&i| nodes[i as usize].gpu_type.as_deref() == Some(t));
+                (t, NodeSet::from_nodes(n, ids))
+            })
+            .filter(|(_, set)| set.count() > 0)
+            .collect();
         Self {
-            c: Controller::new(PluginConfig::default().select, spec, names),
-            all: NodeSet::full(n),
-            free: vec![8; n as usize],
-            total: u64::from(n) * 8,
+            c: Controller::with_nodes(PluginConfig::default().select, nodes, names),
+            all: NodeSet::from_nodes(n, with_gpus),
+            typed,
+            node_gpus: nodes.iter().map(|x| x.gpus).collect(),
+            free: nodes.iter().map(|x| x.gpus).collect(),
+            total: nodes.iter().map(|x| u64::from(x.gpus)).sum(),
             used: 0,
             jobs: HashMap::new(),
             now: 0,
@@ -728,15 +758,24 @@ impl Plugin {
             head: JobInfo {
                 id: u64::MAX,
                 mapping: Mapping::Model {
-                    shape: JobShape::new((free_nodes + 1).min(n.max(1)), 8),
+                    shape: JobShape::new((free_nodes + 1).min(of_kind.max(1)), widest.gpus),
                     distinct_nodes: false,
                 },
                 flags: Some(JobFlags::default()),
                 time_limit_s: Some(TIME_LIMITS_S[0] as u64),
-                gpu_type: None,
+                gpu_type: widest.gpu_type.clone(),
                 required_nodes: false,
             },
         }
+    }
+
+    /// The nodes Slurm offers `job`: those of its GPU type, else every
+    /// node with GPUs.
+    fn offered<'a>(all: &'a NodeSet, typed: &'a [(&str, NodeSet)], job: &JobInfo) -> &'a NodeSet {
+        job.gpu_type
+            .as_deref()
+            .and_then(|t| typed.iter().find(|(k, _)| *k == t))
+            .map_or(all, |(_, set)| set)
     }
 
     /// cons_tres' part (not timed): instance by instance, the first node
@@ -798,7 +837,9 @@ impl Plugin {
     /// `Controller::narrow`, timed as a callback.
     fn narrow(&mut self, job: &JobInfo) -> std::result::Result<Option<NodeSet>, String> {
         let t = Instant::now();
-        let r = self.c.narrow(job, &self.all);
+        let r = self
+            .c
+            .narrow(job, Self::offered(&self.all, &self.typed, job));
         self.calls.record(Callback::Narrow, t);
         r
     }
@@ -869,7 +910,15 @@ impl Churn for Plugin {
     fn draw(&self, rng: &mut Rng, id: u64, mix: Mix) -> Option<JobInfo> {
         let (w, g) = shape(rng, mix.shapes);
         let limit = TIME_LIMITS_S[rng.below(TIME_LIMITS_S.len() as u64) as usize];
-        Some(JobInfo {
+        // On a mixed cluster (`plugin-mixed`) a third of the jobs ask for
+        // a100, a sixth for l40s, as in the `mixed` mix; a job no node of
+        // its kind could hold is not submitted.
+        let gpu_type = match (!self.typed.is_empty()).then(|| rng.below(6)) {
+            Some(0 | 1) => Some("a100"),
+            Some(2) => Some("l40s"),
+            _ => None,
+        };
+        let job = JobInfo {
             id: id + 1,
             mapping: Mapping::Model {
                 shape: JobShape::new(w, g),
@@ -881,9 +930,17 @@ impl Churn for Plugin {
                 migration_cost_s: None,
             }),
             time_limit_s: Some(limit as u64),
-            gpu_type: None,
+            gpu_type: gpu_type.map(str::to_string),
             required_nodes: false,
-        })
+        };
+        if self.typed.is_empty() {
+            return Some(job);
+        }
+        let room: u32 = Self::offered(&self.all, &self.typed, &job)
+            .iter()
+            .map(|n| self.node_gpus[n as usize] / g.max(1))
+            .sum();
+        (room >= w).then_some(job)
     }
     fn place(&mut self, job: &JobInfo) -> compass_core::Result<Option<u64>> {
         let Mapping::Model { shape, .. } = job.mapping else {
@@ -891,7 +948,7 @@ impl Churn for Plugin {
         };
         let narrowed = self.narrow(job).map_err(compass_core::CoreError::Invalid)?;
         let t = Instant::now();
-        let set = narrowed.unwrap_or_else(|| self.all.clone());
+        let set = narrowed.unwrap_or_else(|| Self::offered(&self.all, &self.typed, job).clone());
         self.untimed_ns += nanos(t);
         let Some(per_node) = self.first_fit(&set, shape.instances, shape.gpus) else {
             // It waits: Slurm offered it, the controller counts it.
@@ -964,7 +1021,11 @@ pub fn run(args: Args) -> Result<()> {
                 let mut self_check = None;
                 let mut callbacks = None;
                 let outcome = if mix.plugin {
-                    let mut plugin = Plugin::new(n, args.load);
+                    let mut plugin = if mix_name == "plugin-mixed" {
+                        Plugin::on(&mixed_nodes(n), args.load)
+                    } else {
+                        Plugin::new(n, args.load)
+                    };
                     latency(&mut plugin, &args, mix).and_then(|r| {
                         callbacks = Some(CallbackTimes::of(std::mem::take(&mut plugin.calls)));
                         self_check = Some(plugin.self_check_cost()?);

@@ -113,43 +113,50 @@ fn bench_table_prints_the_head_guard_row() {
 
 /// The `plugin` mix drives the select plugin's controller (compass only):
 /// arrivals and departures reach it, its tick orders requeues that are
-/// carried out, and the row reports the same fields as the others.
+/// carried out, and the row reports the same fields as the others. The
+/// `plugin-mixed` mix does the same on a mixed cluster (a100, l40s, small
+/// untyped and CPU-only nodes, jobs naming GPU types).
 #[test]
 fn bench_plugin_mix_drives_the_controller() {
-    let stdout = bench(&[
-        "--nodes",
-        "100",
-        "--events",
-        "1000",
-        "--mix",
-        "plugin",
-        "--no-replay",
-        "--no-policy-replay",
-        "--json",
-        "-q",
-    ]);
-    let v: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
-    let rows = v["latency"].as_array().unwrap();
-    assert_eq!(rows.len(), 1, "{v}");
-    let r = &rows[0];
-    assert_eq!(
-        (r["policy"].as_str(), r["mix"].as_str()),
-        (Some("compass"), Some("plugin"))
-    );
-    assert!(r["error"].is_null(), "{r}");
-    assert_eq!(r["remove"]["calls"], 1000, "{r}");
-    assert!(r["place"]["calls"].as_u64().unwrap() >= 800, "{r}");
-    assert!(r["migrations"].as_u64().unwrap() > 0, "{r}");
-    // Each callback timed on its own: every arrival and every departure
-    // (the waiting head) is narrowed once, every departure is a `fini`, and
-    // a tick follows each departure and each admitted arrival.
-    let calls = |k: &str| r["callbacks"][k]["calls"].as_u64().unwrap();
-    let (place, remove) = (
-        r["place"]["calls"].as_u64().unwrap(),
-        r["remove"]["calls"].as_u64().unwrap(),
-    );
-    assert_eq!(calls("narrow"), place + remove, "{r}");
-    assert!(calls("fini") >= remove, "{r}");
-    assert!(calls("begin") > 0, "{r}");
-    assert!((remove..=place + remove).contains(&calls("tick")), "{r}");
+    for mix in ["plugin", "plugin-mixed"] {
+        let stdout = bench(&[
+            "--nodes",
+            "100",
+            "--events",
+            "1000",
+            "--mix",
+            mix,
+            "--no-replay",
+            "--no-policy-replay",
+            "--json",
+            "-q",
+        ]);
+        let v: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
+        let rows = v["latency"].as_array().unwrap();
+        assert_eq!(rows.len(), 1, "{v}");
+        let r = &rows[0];
+        assert_eq!(
+            (r["policy"].as_str(), r["mix"].as_str()),
+            (Some("compass"), Some(mix))
+        );
+        assert!(r["error"].is_null(), "{r}");
+        assert_eq!(r["remove"]["calls"], 1000, "{r}");
+        assert!(r["place"]["calls"].as_u64().unwrap() >= 800, "{r}");
+        assert!(r["migrations"].as_u64().unwrap() > 0, "{r}");
+        // Each callback timed on its own: every arrival and every departure
+        // (the waiting head) is narrowed once, every departure is a `fini`,
+        // and a tick follows each departure and each admitted arrival.
+        let calls = |k: &str| r["callbacks"][k]["calls"].as_u64().unwrap();
+        let (place, remove) = (
+            r["place"]["calls"].as_u64().unwrap(),
+            r["remove"]["calls"].as_u64().unwrap(),
+        );
+        assert_eq!(calls("narrow"), place + remove, "{mix}: {r}");
+        assert!(calls("fini") >= remove, "{mix}: {r}");
+        assert!(calls("begin") > 0, "{mix}: {r}");
+        assert!(
+            (remove..=place + remove).contains(&calls("tick")),
+            "{mix}: {r}"
+        );
+    }
 }
