@@ -19,9 +19,17 @@ fn bench(args: &[&str]) -> Vec<u8> {
     out.stdout
 }
 
+/// The latency rows of `compass bench ARGS` (no replay, JSON).
+fn latency_rows(args: &[&str]) -> Vec<serde_json::Value> {
+    let mut all = args.to_vec();
+    all.extend(["--no-replay", "--no-policy-replay", "--json", "-q"]);
+    let v: serde_json::Value = serde_json::from_slice(&bench(&all)).unwrap();
+    v["latency"].as_array().unwrap().clone()
+}
+
 #[test]
 fn bench_latency_covers_homogeneous_and_mixed_clusters() {
-    let stdout = bench(&[
+    let rows = latency_rows(&[
         "--nodes",
         "36",
         "--events",
@@ -30,13 +38,7 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
         "venus,pinned,mixed,head-guard",
         "--policies",
         "compass,best-fit",
-        "--no-replay",
-        "--no-policy-replay",
-        "--json",
-        "-q",
     ]);
-    let v: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
-    let rows = v["latency"].as_array().unwrap();
     let keys: Vec<(&str, &str)> = rows
         .iter()
         .map(|r| (r["policy"].as_str().unwrap(), r["mix"].as_str().unwrap()))
@@ -53,7 +55,7 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
             ("best-fit", "pinned"),
         ]
     );
-    for r in rows {
+    for r in &rows {
         assert!(r["error"].is_null(), "{r}");
         assert_eq!(r["nodes"], 36);
         assert_eq!(r["remove"]["calls"], 300, "{r}");
@@ -74,7 +76,7 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
     // verdict; the head is wider than the free nodes, and some moves
     // (restarted jobs hold their new nodes longer) lower its fit, so its
     // reservation is walked.
-    for r in rows {
+    for r in &rows {
         assert_eq!(r["head"].is_null(), r["mix"] != "head-guard", "{r}");
     }
     let r = &rows[3];
@@ -119,21 +121,8 @@ fn bench_table_prints_the_head_guard_row() {
 #[test]
 fn bench_plugin_mix_drives_the_controller() {
     for mix in ["plugin", "plugin-mixed"] {
-        let stdout = bench(&[
-            "--nodes",
-            "100",
-            "--events",
-            "1000",
-            "--mix",
-            mix,
-            "--no-replay",
-            "--no-policy-replay",
-            "--json",
-            "-q",
-        ]);
-        let v: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
-        let rows = v["latency"].as_array().unwrap();
-        assert_eq!(rows.len(), 1, "{v}");
+        let rows = latency_rows(&["--nodes", "100", "--events", "1000", "--mix", mix]);
+        assert_eq!(rows.len(), 1, "{rows:?}");
         let r = &rows[0];
         assert_eq!(
             (r["policy"].as_str(), r["mix"].as_str()),
