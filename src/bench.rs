@@ -518,11 +518,7 @@ impl Churn for Pools {
     }
     fn draw(&self, rng: &mut Rng, id: u64, mix: Mix) -> Option<Self::Job> {
         let (w, g) = shape(rng, mix.shapes);
-        let want = match self.typed.then(|| rng.below(6)) {
-            Some(0 | 1) => Some("a100"),
-            Some(2) => Some("l40s"),
-            _ => None,
-        };
+        let want = gpu_type(rng, self.typed);
         let mut job = JobRequest::new(id, w, g);
         job.movable = !(mix.pinned && id % 2 == 1);
         let options: Vec<(usize, JobRequest)> = self
@@ -910,14 +906,10 @@ impl Churn for Plugin {
     fn draw(&self, rng: &mut Rng, id: u64, mix: Mix) -> Option<JobInfo> {
         let (w, g) = shape(rng, mix.shapes);
         let limit = TIME_LIMITS_S[rng.below(TIME_LIMITS_S.len() as u64) as usize];
-        // On a mixed cluster (`plugin-mixed`) a third of the jobs ask for
-        // a100, a sixth for l40s, as in the `mixed` mix; a job no node of
-        // its kind could hold is not submitted.
-        let gpu_type = match (!self.typed.is_empty()).then(|| rng.below(6)) {
-            Some(0 | 1) => Some("a100"),
-            Some(2) => Some("l40s"),
-            _ => None,
-        };
+        // On a mixed cluster (`plugin-mixed`) jobs name types as in the
+        // `mixed` mix; a job no node of its kind could hold is not
+        // submitted.
+        let want = gpu_type(rng, !self.typed.is_empty());
         let job = JobInfo {
             id: id + 1,
             mapping: Mapping::Model {
@@ -930,7 +922,7 @@ impl Churn for Plugin {
                 migration_cost_s: None,
             }),
             time_limit_s: Some(limit as u64),
-            gpu_type: gpu_type.map(str::to_string),
+            gpu_type: want.map(str::to_string),
             required_nodes: false,
         };
         if self.typed.is_empty() {
@@ -975,6 +967,17 @@ impl Churn for Plugin {
     }
     fn start_timing(&mut self) {
         self.calls.on = true;
+    }
+}
+
+/// The GPU type a job of a mix on a mixed cluster (`typed`) asks for: a
+/// third a100, a sixth l40s, the rest any (`None`, as on a uniform
+/// cluster, where nothing is drawn).
+fn gpu_type(rng: &mut Rng, typed: bool) -> Option<&'static str> {
+    match typed.then(|| rng.below(6)) {
+        Some(0 | 1) => Some("a100"),
+        Some(2) => Some("l40s"),
+        _ => None,
     }
 }
 

@@ -633,9 +633,7 @@ impl Controller {
                 // Its verdict as the rule gives it: the cool-down starts
                 // now, and so does the start-up grace (the rule names the
                 // first reason that holds).
-                let verdict = self.eligible(job.id, &rec, now);
-                rec.movable = verdict.is_ok();
-                rec.keep = verdict.err();
+                self.set_verdict(job.id, &mut rec, now);
                 if !rec.movable {
                     // The engine still holds the job as movable (it was
                     // when it was chosen).
@@ -657,9 +655,7 @@ impl Controller {
             return None;
         }
         let planned = self.planned.remove(&job.id);
-        let verdict = self.eligible(job.id, &rec, now);
-        rec.movable = verdict.is_ok();
-        rec.keep = verdict.err();
+        self.set_verdict(job.id, &mut rec, now);
         // In the model when its instances are all in one modelled pool; GPUs
         // elsewhere (pass-through pools, spread over pools) are foreign.
         let adopted = match shape
@@ -707,6 +703,14 @@ impl Controller {
         log
     }
 
+    /// Job `id`'s verdict ([`Controller::eligible`]) at `now`, into its
+    /// record (a record not yet in `jobs`).
+    fn set_verdict(&self, id: u64, rec: &mut JobRec, now: u64) {
+        let verdict = self.eligible(id, rec, now);
+        rec.movable = verdict.is_ok();
+        rec.keep = verdict.err();
+    }
+
     /// Records a running job, its expected end for the head's guard, and
     /// when its verdict can change next (its first instant, even one
     /// already past: then it is re-checked at the next tick).
@@ -715,14 +719,11 @@ impl Controller {
             .time_limit_s
             .map_or(f64::INFINITY, |l| rec.start.saturating_add(l) as f64);
         self.ends.set(JobId(id), end);
-        if let Some(t) = self.jobs.get(&id).and_then(|old| old.check_at) {
-            self.recheck.remove(&(t, id));
-        }
-        rec.check_at = self.next_change(id, &rec, None);
-        if let Some(t) = rec.check_at {
-            self.recheck.insert((t, id));
-        }
+        let at = self.next_change(id, &rec, None);
+        // The entry of a record it replaces is moved, not left behind.
+        rec.check_at = self.jobs.get(&id).and_then(|old| old.check_at);
         self.jobs.insert(id, rec);
+        self.recheck_at(id, at);
     }
 
     /// The first instant after `after` (`None`: the first) at which job
@@ -794,9 +795,7 @@ impl Controller {
             .jobs
             .get(&job)
             .map(|r| r.check_at.map_or(t, |c| c.min(t)));
-        if at.is_some() {
-            self.recheck_at(job, at);
-        }
+        self.recheck_at(job, at);
     }
 
     /// Re-checks a running job's verdict now, and tells the engine when its
@@ -818,23 +817,15 @@ impl Controller {
         let held = self.tidy_held.contains(&id);
         let freed = want && !rec.movable && !held;
         let moved_ok = want == rec.movable || self.engine.set_movable(JobId(id), want).is_ok();
-        let mut old = None;
         if let Some(r) = self.jobs.get_mut(&id) {
             if moved_ok {
                 r.movable = want;
             }
             r.keep = verdict.err();
-            old = std::mem::replace(&mut r.check_at, next);
+            // The tick took out the entry due (one still ahead is moved).
+            r.check_at = r.check_at.filter(|&t| t > now);
         }
-        if old != next {
-            // (The tick took out the entry due, so one still ahead only.)
-            if let Some(t) = old.filter(|&t| t > now) {
-                self.recheck.remove(&(t, id));
-            }
-            if let Some(t) = next {
-                self.recheck.insert((t, id));
-            }
-        }
+        self.recheck_at(id, next);
         // A job that may move now (its protection, first minutes or
         // cool-down are over) can be what a waiting job needs moved: Compact
         // at this tick, not at the next arrival or departure, which on a
