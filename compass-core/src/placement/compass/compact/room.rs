@@ -22,9 +22,10 @@ impl CompassEngine {
     /// whole is left as it was. It stops as soon as the instances fit.
     ///
     /// Returns the migrations, or `None` when the instances already fit,
-    /// the free GPUs are too few, or the sources do not make room; then
-    /// nothing changed. A trial ([`CompassEngine::begin_trial`]) holds the
-    /// moves, so giving up costs what was tried.
+    /// the free GPUs are too few, or the sources do not make room. Run it
+    /// inside a trial ([`CompassEngine::begin_trial`]) and undo that on
+    /// `None` (the sources emptied are kept in it), so giving up costs
+    /// what was tried; `place_making_room` does.
     ///
     /// Under a FIFO queue this is what the `defrag` baseline's rounds do
     /// for the blocked head; Compact alone does not, since a lone 1-GPU job
@@ -54,7 +55,6 @@ impl CompassEngine {
                 }
             }
         }
-        self.begin_trial();
         let mut out = Vec::new();
         // Emptied here, or given guests here: neither is a source or a
         // destination again.
@@ -97,11 +97,9 @@ impl CompassEngine {
             emptied.insert(s);
             received.extend(got);
             if self.occ.fit(g) >= need {
-                self.keep_trial();
                 return Some(out);
             }
         }
-        self.undo_trial();
         None
     }
 }
