@@ -684,6 +684,8 @@ enum Callback {
 struct Calls {
     on: bool,
     times: [Vec<f64>; 4],
+    /// The controller's gate counters when timing began.
+    gate_trials_before: (u64, u64),
 }
 
 impl Calls {
@@ -701,16 +703,23 @@ struct CallbackTimes {
     begin: Micros,
     fini: Micros,
     tick: Micros,
+    /// The gate's trials during the timed churn (`Counters::gate_trials`),
+    /// and those its memory of failed trials skipped
+    /// (`Counters::gate_trials_remembered`).
+    gate_trials: u64,
+    gate_trials_remembered: u64,
 }
 
 impl CallbackTimes {
-    fn of(calls: Calls) -> Self {
+    fn of(calls: Calls, c: &Controller) -> Self {
         let [narrow, begin, fini, tick] = calls.times.map(Micros::of);
         Self {
             narrow,
             begin,
             fini,
             tick,
+            gate_trials: c.counters.gate_trials - calls.gate_trials_before.0,
+            gate_trials_remembered: c.counters.gate_trials_remembered - calls.gate_trials_before.1,
         }
     }
 }
@@ -967,6 +976,8 @@ impl Churn for Plugin {
     }
     fn start_timing(&mut self) {
         self.calls.on = true;
+        let c = &self.c.counters;
+        self.calls.gate_trials_before = (c.gate_trials, c.gate_trials_remembered);
     }
 }
 
@@ -1030,7 +1041,8 @@ pub fn run(args: Args) -> Result<()> {
                         Plugin::new(n, args.load)
                     };
                     latency(&mut plugin, &args, mix).and_then(|r| {
-                        callbacks = Some(CallbackTimes::of(std::mem::take(&mut plugin.calls)));
+                        let calls = std::mem::take(&mut plugin.calls);
+                        callbacks = Some(CallbackTimes::of(calls, &plugin.c));
                         self_check = Some(plugin.self_check_cost()?);
                         Ok(r)
                     })
@@ -1239,9 +1251,12 @@ fn tables(r: &BenchReport, args: &Args) -> String {
             let _ = writeln!(
                 s,
                 "Plugin callbacks at {} nodes, one call each (each holds the controller's lock), \
-                 p50 / p99 / max us: {}",
+                 p50 / p99 / max us: {}; the gate's trials: {} made, {} skipped as a failed \
+                 one covers them",
                 l.nodes,
-                each.join(", ")
+                each.join(", "),
+                c.gate_trials,
+                c.gate_trials_remembered
             );
         }
         if let Some(h) = &l.head {

@@ -35,6 +35,7 @@ use crate::clock::{Instant as T, Seconds};
 use crate::error::{CoreError, Result};
 use crate::metric;
 use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration};
+use crate::placement::head::{Chance, TrialMemory};
 use crate::placement::pools::PoolSpec;
 pub use crate::placement::worth::MoveWhen;
 use crate::placement::worth::{tidy_turn, MigrationRule, MoveCandidate, RunHistory, TIDY_TRIALS};
@@ -448,6 +449,17 @@ pub struct SimResult {
     /// [`MoveWhen::Pays`], made with the jobs that pay for tidying only).
     #[serde(default)]
     pub compact_no_gain: u64,
+    /// Events at which the gate (`--move-when starts` or `pays`) made its
+    /// first trial: every job free to move, to see whether the moves let a
+    /// queued job start.
+    #[serde(default)]
+    pub gate_trials: u64,
+    /// Under `--move-when pays`, events whose first trial was not made
+    /// because a trial that started nobody in the last
+    /// [`crate::placement::head::TRIAL_MEMORY_S`] seconds covers its
+    /// chances ([`TrialMemory`], as the select plugin keeps it).
+    #[serde(default)]
+    pub gate_trials_remembered: u64,
     /// Heads of a backfill queue that started later than the reservation
     /// first computed for them (for any reason: a backfilled start, a
     /// departure's Compact, migration costs added to running jobs, or a
@@ -808,12 +820,19 @@ struct Sim<'a> {
     /// The held job re-judged last (the gate re-judges a bounded turn of
     /// them, [`tidy_turn`]; a cell, as the gate only reads the rest).
     tidy_cursor: std::cell::Cell<Option<usize>>,
+    /// Under [`MoveWhen::Pays`], the gate's trials that started nobody
+    /// ([`TrialMemory`], as the plugin keeps them).
+    trial_memory: std::cell::RefCell<TrialMemory>,
     over_events: u64,
     over_events_held: u64,
     refused_slip: u64,
     /// See [`SimResult::compact_held_for_head`].
     compact_held: u64,
     compact_no_gain: u64,
+    /// [`SimResult::gate_trials`], [`SimResult::gate_trials_remembered`]
+    /// (cells: the gate only reads the rest).
+    gate_trials: std::cell::Cell<u64>,
+    gate_trials_remembered: std::cell::Cell<u64>,
     /// The last policy call was a departure with jobs held still for the
     /// head: until the next call (which compacts again) the bound may be
     /// exceeded by choice.
@@ -943,11 +962,14 @@ impl<'a> Sim<'a> {
             runs: RunHistory::default(),
             tidy_held: BTreeSet::new(),
             tidy_cursor: std::cell::Cell::new(None),
+            trial_memory: std::cell::RefCell::new(TrialMemory::default()),
             over_events: 0,
             over_events_held: 0,
             refused_slip: 0,
             compact_held: 0,
             compact_no_gain: 0,
+            gate_trials: std::cell::Cell::new(0),
+            gate_trials_remembered: std::cell::Cell::new(0),
             holding_for_head: false,
             reserved: None,
             first_reservation: BTreeMap::new(),
@@ -1471,7 +1493,7 @@ impl<'a> Sim<'a> {
     /// (`tidy_held`, re-judged at each, at most [`TIDY_RECHECKS`] of them
     /// in rotation ([`tidy_turn`]), and kept through the events that
     /// try nothing: an empty queue, no movable job) until a queued job could start
-    /// after moves at all ([`Sim::may_start_after_moves`]; then every job
+    /// after moves at all ([`Sim::gate_chances`]; then every job
     /// may move in the first trial), they pay, or they end; with none
     /// held and no queued job that could start, no first trial is made.
     /// The select plugin's `Controller::compact_if_it_starts_a_job` and
@@ -1546,10 +1568,18 @@ impl<'a> Sim<'a> {
         };
         let all: Vec<usize> = hold.iter().copied().chain(movable).collect();
         let mut first = None;
-        if !pays || self.may_start_after_moves(event_job) {
+        let chances = self.gate_chances(event_job);
+        let worth_a_trial =
+            !chances.is_empty() && self.trial_memory.borrow().any_new(&chances, t as u64);
+        if pays && !chances.is_empty() && !worth_a_trial {
+            let n = self.gate_trials_remembered.get();
+            self.gate_trials_remembered.set(n + 1);
+        }
+        if !pays || worth_a_trial {
             let Some((moved, charges)) = trial(hold)? else {
                 return Ok(open);
             };
+            self.gate_trials.set(self.gate_trials.get() + 1);
             if charges.is_empty() {
                 return Ok(open);
             }
@@ -1567,7 +1597,11 @@ impl<'a> Sim<'a> {
                 .filter(|&q| Some(q) != event_job)
                 .any(|q| fits(&*moved, q) && !fits(&*still, q));
             if gains {
+                self.trial_memory.borrow_mut().clear();
                 return Ok(open);
+            }
+            if worth_a_trial {
+                self.trial_memory.borrow_mut().failed(&chances, t as u64);
             }
             if !pays {
                 return Ok(Gate {
@@ -1648,14 +1682,17 @@ impl<'a> Sim<'a> {
     /// nodes counted lowerable and its GPUs free; the jobs held for tidying
     /// count as movable, as the plugin's trial releases them). An arrival's
     /// Place uses only nodes with a free GPU, which count lowerable
-    /// already. `false` is exact (issue #11: no trial that could start a
-    /// job is skipped). The plugin's twin is
-    /// [`crate::placement::head::Blocked::may_start_after_moves`] (per
-    /// pool).
+    /// already. None is exact (issue #11: no trial that could start a job
+    /// is skipped). Returns one chance per queued job it lets through, for
+    /// the gate's memory of failed trials ([`TrialMemory`]): the place is
+    /// the whole cluster (the bound sums the pools), the fit `sum_n
+    /// floor(free_n / g)` over the pools before the event, the room
+    /// `min(floor(free / g), reach(g))` of the bound. The plugin's twin is
+    /// [`crate::placement::head::Blocked::chances`] (per pool).
     ///
     /// [`PlacementPolicy::fit_after_moves_with`]: crate::placement::PlacementPolicy::fit_after_moves_with
     /// [`CompassEngine::lowerable_fit_with`]: crate::placement::compass::CompassEngine::lowerable_fit_with
-    fn may_start_after_moves(&self, event_job: Option<usize>) -> bool {
+    fn gate_chances(&self, event_job: Option<usize>) -> Vec<Chance> {
         let leaving = match event_job {
             Some(j) if self.state[j].running => self.jobs[j].shape.total_gpus(),
             _ => 0,
@@ -1668,16 +1705,27 @@ impl<'a> Sim<'a> {
                 .map(|p| policy.pool_fit_after_moves_with(p, g, &gone))
                 .sum()
         };
+        let fit = |g: u32| -> u64 {
+            (0..self.tracks.len())
+                .map(|p| policy.pool_occupancy(p).fit(g))
+                .sum()
+        };
         self.queue
             .iter()
             .take(self.cfg.backfill_depth.max(1))
             .map(|&r| self.order[r])
             .filter(|&q| Some(q) != event_job)
-            .any(|q| {
+            .filter_map(|q| {
                 let shape = self.jobs[q].shape;
-                let n = u64::from(shape.instances);
-                free / u64::from(shape.gpus.max(1)) >= n && reach(shape.gpus) >= n
+                let room = (free / u64::from(shape.gpus.max(1))).min(reach(shape.gpus));
+                (room >= u64::from(shape.instances)).then(|| Chance {
+                    place: 0,
+                    shape,
+                    fit: fit(shape.gpus),
+                    room,
+                })
             })
+            .collect()
     }
 
     /// Under [`MoveWhen::Pays`]: does a tidying move of running job `k` at
@@ -2194,6 +2242,8 @@ impl<'a> Sim<'a> {
             backfill_refused_slip: self.refused_slip,
             compact_held_for_head: self.compact_held,
             compact_no_gain: self.compact_no_gain,
+            gate_trials: self.gate_trials.get(),
+            gate_trials_remembered: self.gate_trials_remembered.get(),
             heads_late: self.heads_late,
             heads_late_s: self.heads_late_s,
             reservation_slips: self.slips,

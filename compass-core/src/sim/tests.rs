@@ -1533,3 +1533,24 @@ fn with_move_when_pays_jobs_held_for_tidying_stay_held_while_the_queue_is_empty(
     );
     assert_eq!((r.migrations, r.compact_no_gain), (0, 1));
 }
+
+#[test]
+fn with_move_when_pays_a_trial_that_started_nobody_is_not_repeated_for_the_same_chances() {
+    // COMPASS under `pays` on mixed traces: the gate makes first trials,
+    // and skips those a failed trial of the last TRIAL_MEMORY_S seconds
+    // covers (the select plugin's memory, `placement::head::TrialMemory`).
+    let mut remembered = 0;
+    for queue in [QueuePolicy::Fifo, QueuePolicy::Backfill] {
+        let mut cfg = config(6, queue);
+        cfg.move_when = MoveWhen::Pays;
+        let opts = PolicyOptions::default();
+        let r = simulate_named("compass", &mixed_trace(600), &cfg, &opts, &mut NoObserver).unwrap();
+        assert!(r.gate_trials > 0, "{queue:?}");
+        remembered += r.gate_trials_remembered;
+        // Under `starts` nothing is remembered: every first trial is made.
+        cfg.move_when = MoveWhen::Starts;
+        let r = simulate_named("compass", &mixed_trace(600), &cfg, &opts, &mut NoObserver).unwrap();
+        assert_eq!(r.gate_trials_remembered, 0, "{queue:?}");
+    }
+    assert!(remembered > 0);
+}

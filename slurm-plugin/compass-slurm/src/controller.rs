@@ -29,7 +29,7 @@ use compass_core::metric;
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet};
 use compass_core::placement::compass::{AdoptOutcome, CompassConfig, Veto};
 use compass_core::placement::head::{
-    hold_for_head, Blocked, Ends, HeadTrial, HeadVerdict, WaitingJob,
+    hold_for_head, Blocked, Ends, HeadTrial, HeadVerdict, TrialMemory, WaitingJob,
 };
 use compass_core::placement::pools::{NodeGpus, PoolSet};
 use compass_core::placement::worth::{
@@ -180,6 +180,14 @@ pub struct Counters {
     /// Compacts run with jobs held still, or not run, so that their moves
     /// would not delay the waiting head ([`Controller::compact_sparing_head`]).
     pub compacts_held_for_head: u64,
+    /// Trials of the gate `select.move_when` (`"starts"`, `"pays"`): a
+    /// Compact with every job its verdict allows free to move, made to see
+    /// whether its moves let a waiting job start
+    /// ([`Controller::compact_if_it_starts_a_job`]).
+    pub gate_trials: u64,
+    /// Under `"pays"`, trials not made because a trial that started
+    /// nobody covers their chances ([`TrialMemory`]).
+    pub gate_trials_remembered: u64,
     /// Compacts tried and not made under `select.move_when = "starts"`:
     /// their moves let no waiting job start
     /// ([`Controller::compact_if_it_starts_a_job`]).
@@ -262,6 +270,10 @@ pub struct Controller {
     tidy_held: BTreeSet<u64>,
     /// The held job re-judged last ([`Controller::recheck_tidy_held`]).
     tidy_cursor: Option<u64>,
+    /// Under `"pays"`, the gate's trials that started no waiting job, not
+    /// made again for the same chances for a while
+    /// ([`Controller::compact_if_it_starts_a_job`]).
+    trial_memory: TrialMemory,
     /// The part of the nodes the next [`Controller::self_check`] checks.
     check_part: u32,
     pub counters: Counters,
@@ -316,6 +328,7 @@ impl Controller {
             releases: Vec::new(),
             head_hold: None,
             tidy_held: BTreeSet::new(),
+            trial_memory: TrialMemory::default(),
             tidy_cursor: None,
             check_part: 0,
             runs: RunHistory::default(),
@@ -1111,11 +1124,16 @@ impl Controller {
     /// moves, or, with `"pays"` ([`MoveWhen::Pays`]), only the moves that
     /// pay for themselves are made ([`Controller::compact_tidying`]). A
     /// Compact whose moves stay inside nodes costs no requeue and is always
-    /// kept. When no waiting job could start whatever moves
+    /// kept. Under `"pays"`, no trial is made (the tidying Compact at
+    /// once) when no waiting job could start whatever moves
     /// ([`Blocked::may_start_after_moves`]: too few free GPUs, or too few
-    /// nodes that moves of the jobs free to move could clear), the gate is
-    /// closed without a trial.
+    /// nodes that moves of the jobs free to move could clear), or when a
+    /// trial that started nobody in the last [`TRIAL_MEMORY_S`] seconds
+    /// covers every chance ([`TrialMemory`]: the same pool and width, a
+    /// job no wider, no more fit or room; counted in
+    /// `Counters::gate_trials_remembered`).
     ///
+    /// [`TRIAL_MEMORY_S`]: compass_core::placement::head::TRIAL_MEMORY_S
     /// [`MoveWhen::Starts`]: compass_core::placement::worth::MoveWhen::Starts
     fn compact_if_it_starts_a_job(&mut self, now: u64) -> Vec<Migration> {
         if !self.config.move_when.tries_first() || !self.config.migrate {
@@ -1139,13 +1157,18 @@ impl Controller {
         );
         // Could moves start anyone, with the jobs held for tidying that the
         // trial below releases counted movable (the engine's reach counts
-        // them so)?
-        let may_gain = blocked.may_start_after_moves(&self.engine);
-        if pays && !may_gain {
-            // No move can start anyone: tidy at once, the jobs held for
-            // tidying still held.
+        // them so)? And has no trial that started nobody lately had the
+        // same chances (`trial_memory`)?
+        let chances = blocked.chances(&self.engine);
+        let may_gain = !chances.is_empty();
+        let worth_a_trial = may_gain && self.trial_memory.any_new(&chances, now);
+        if pays && !worth_a_trial {
+            // No move can start anyone, or the same chances failed lately:
+            // tidy at once, the jobs held for tidying still held.
+            self.counters.gate_trials_remembered += u64::from(may_gain);
             return self.compact_tidying(now, None);
         }
+        self.counters.gate_trials += 1;
         // Every job its own verdict allows may move in the trial. The
         // release is a trial of its own, so that holding them again below
         // is its undo: it puts back the index entries the release changed
@@ -1159,7 +1182,13 @@ impl Controller {
         self.engine.begin_trial();
         let m = self.compact_sparing_head(now);
         let requeues = m.iter().any(|x| self.needs_requeue(x.job.0));
-        if !requeues || (may_gain && blocked.start_after(&self.engine)) {
+        let starts = requeues && may_gain && blocked.start_after(&self.engine);
+        if starts {
+            self.trial_memory.clear();
+        } else if requeues && worth_a_trial {
+            self.trial_memory.failed(&chances, now);
+        }
+        if !requeues || starts {
             self.engine.keep_trial();
             if release_trial {
                 self.engine.keep_trial();
@@ -1894,6 +1923,7 @@ fn merge_per_node(v: &mut Vec<(NodeId, u32)>) {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use compass_core::placement::head::TRIAL_MEMORY_S;
 
     /// The site defaults, but jobs move whenever a move pays (most tests
     /// exercise Compact with no job waiting).
@@ -2485,6 +2515,75 @@ mod tests {
         c.compact_due = true;
         let orders: Vec<u64> = c.tick(1001).iter().map(|o| o.job).collect();
         assert_eq!(orders, vec![2]);
+    }
+
+    #[test]
+    fn a_trial_that_started_nobody_is_not_made_again_for_the_same_chances() {
+        // Five nodes, Slurm's own layout: n1 holds job 1 (1 x 4); n2 and n3
+        // each a 1 x 4 and a 1 x 2 job, not resumable, and two free GPUs;
+        // n4 and n5 each a 1-GPU job (jobs 3 and 4) beside six 1-GPU jobs
+        // not resumable. Ten GPUs are free and n1 could be emptied as far
+        // as the bound counts (`Blocked::may_start_after_moves`), so a
+        // waiting 1 x 8 job makes the gate try a Compact. It moves job 3
+        // or 4 onto the other pool node, which starts nobody (job 1's four
+        // GPUs fit on no other node). Jobs 1, 3 and 4 have 1,600 s limits:
+        // at 1,000 s their tidying moves do not pay, so nothing moves.
+        let pays = SelectConfig {
+            move_when: MoveWhen::Pays,
+            ..Config::default().select
+        };
+        let names = (1..=5).map(|i| format!("n{i}")).collect();
+        let mut c = Controller::new(pays, ClusterSpec::new(5, 8).unwrap(), names);
+        let limited = |id, g| JobInfo {
+            time_limit_s: Some(1600),
+            ..job(id, 1, g)
+        };
+        let pinned = |id, g| JobInfo {
+            flags: None,
+            ..job(id, 1, g)
+        };
+        let mut layout = vec![
+            (limited(1, 4), 0, 4),
+            (pinned(5, 4), 1, 4),
+            (pinned(6, 2), 1, 2),
+            (pinned(7, 4), 2, 4),
+            (pinned(8, 2), 2, 2),
+            (limited(3, 1), 3, 1),
+            (limited(4, 1), 4, 1),
+        ];
+        for k in 0..12 {
+            layout.push((pinned(10 + k, 1), 3 + k as NodeId / 6, 1));
+        }
+        for (j, n, g) in &layout {
+            assert_eq!(c.begin(j, &[(*n, *g)], 0), None);
+        }
+        assert!(c.tick(0).is_empty(), "nobody waits");
+        assert_eq!(c.narrow(&job(30, 1, 8), &NodeSet::full(5)), Ok(None));
+        let before = c.snapshot(1000, true).nodes;
+        assert!(c.tick(1000).is_empty());
+        assert_eq!(c.counters.gate_trials, 1, "the bound lets a trial through");
+        assert_eq!(c.counters.compacts_no_gain, 1, "the trial moved a job");
+        assert_eq!(c.snapshot(1000, true).nodes, before, "nothing moved");
+        // The same chances a second later: the failed trial covers them.
+        c.compact_due = true;
+        assert!(c.tick(1001).is_empty());
+        assert_eq!(
+            (c.counters.gate_trials, c.counters.gate_trials_remembered),
+            (1, 1)
+        );
+        // Remembered for TRIAL_MEMORY_S seconds only.
+        c.compact_due = true;
+        assert!(c.tick(1000 + TRIAL_MEMORY_S - 1).is_empty());
+        assert_eq!(c.counters.gate_trials, 1);
+        c.compact_due = true;
+        assert!(c.tick(1000 + TRIAL_MEMORY_S).is_empty());
+        assert_eq!(c.counters.gate_trials, 2, "tried again");
+        // A chance of another width is new: a 2 x 4 job waits.
+        assert_eq!(c.narrow(&job(31, 2, 4), &NodeSet::full(5)), Ok(None));
+        c.compact_due = true;
+        c.tick(1061);
+        assert_eq!(c.counters.gate_trials, 3);
+        assert_eq!(c.self_check(), None);
     }
 
     #[test]
