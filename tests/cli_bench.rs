@@ -147,5 +147,10 @@ fn bench_plugin_mix_drives_the_controller() {
             (remove..=place + remove).contains(&calls("tick")),
             "{mix}: {r}"
         );
+        // The waiting head keeps the `pays` gate open: it makes trials,
+        // and counts those its memory of failed trials skipped.
+        let gate = |k: &str| r["callbacks"][k].as_u64();
+        assert!(gate("gate_trials").is_some_and(|n| n > 0), "{mix}: {r}");
+        assert!(gate("gate_trials_remembered").is_some(), "{mix}: {r}");
     }
 }
