@@ -145,6 +145,12 @@ struct LatencyRow {
     /// the controller's lock, so slurmctld's callbacks wait that long.
     #[serde(skip_serializing_if = "Option::is_none")]
     self_check: Option<Micros>,
+    /// The published state's snapshot (`plugin` mix,
+    /// `Controller::snapshot_parts`): what one costs at the end of the
+    /// churn. The plugin thread takes one every round (each second), under
+    /// the controller's lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot: Option<Micros>,
     /// The head's guard (`head-guard` mix): what its Compacts came to.
     #[serde(skip_serializing_if = "Option::is_none")]
     head: Option<HeadCounts>,
@@ -849,6 +855,20 @@ impl Plugin {
         r
     }
 
+    /// Times the published state's snapshot, as the plugin thread takes
+    /// it under the controller's lock every round
+    /// (`Controller::snapshot_parts`), twenty times on the state the churn
+    /// left.
+    fn snapshot_cost(&self) -> Micros {
+        let mut times = Vec::new();
+        for _ in 0..20 {
+            let t = Instant::now();
+            std::hint::black_box(self.c.snapshot_parts(self.now, true));
+            times.push(nanos(t));
+        }
+        Micros::of(times)
+    }
+
     /// Times the controller's self-check (`Controller::self_check`, the
     /// engine's invariants) on the state the churn left, forty times (each
     /// call checks one part of the nodes, in rotation). A violation is an
@@ -1033,6 +1053,7 @@ pub fn run(args: Args) -> Result<()> {
                 let spec = ClusterSpec::new(n, 8)?;
                 let mut head = None;
                 let mut self_check = None;
+                let mut snapshot = None;
                 let mut callbacks = None;
                 let outcome = if mix.plugin {
                     let mut plugin = if mix_name == "plugin-mixed" {
@@ -1044,6 +1065,7 @@ pub fn run(args: Args) -> Result<()> {
                         let calls = std::mem::take(&mut plugin.calls);
                         callbacks = Some(CallbackTimes::of(calls, &plugin.c));
                         self_check = Some(plugin.self_check_cost()?);
+                        snapshot = Some(plugin.snapshot_cost());
                         Ok(r)
                     })
                 } else if mix_name == "mixed" {
@@ -1067,6 +1089,7 @@ pub fn run(args: Args) -> Result<()> {
                         tick,
                         migrations,
                         self_check,
+                        snapshot,
                         head,
                         callbacks,
                         error: None,
@@ -1080,6 +1103,7 @@ pub fn run(args: Args) -> Result<()> {
                         tick: None,
                         migrations: 0,
                         self_check: None,
+                        snapshot: None,
                         head: None,
                         callbacks: None,
                         error: Some(e.to_string()),
@@ -1235,6 +1259,14 @@ fn tables(r: &BenchReport, args: &Args) -> String {
                 s,
                 "Plugin self-check at {} nodes (every tenth round of the plugin thread, under \
                  the controller's lock): p50 {:.1} us, max {:.1} us",
+                l.nodes, c.p50_us, c.max_us
+            );
+        }
+        if let Some(c) = &l.snapshot {
+            let _ = writeln!(
+                s,
+                "Plugin state snapshot at {} nodes (every round of the plugin thread, each \
+                 second, under the controller's lock): p50 {:.1} us, max {:.1} us",
                 l.nodes, c.p50_us, c.max_us
             );
         }

@@ -152,5 +152,8 @@ fn bench_plugin_mix_drives_the_controller() {
         let gate = |k: &str| r["callbacks"][k].as_u64();
         assert!(gate("gate_trials").is_some_and(|n| n > 0), "{mix}: {r}");
         assert!(gate("gate_trials_remembered").is_some(), "{mix}: {r}");
+        // What the plugin thread's snapshot of the state costs under the
+        // controller's lock.
+        assert_eq!(r["snapshot"]["calls"], 20, "{mix}: {r}");
     }
 }

@@ -484,11 +484,7 @@ pub unsafe extern "C" fn select_p_job_init(job_list: *mut c_void) -> c_int {
 }
 
 fn ctl_names(ctl: &Controller) -> Vec<String> {
-    ctl.snapshot(0, false)
-        .nodes
-        .into_iter()
-        .map(|n| n.name)
-        .collect()
+    ctl.node_names().to_vec()
 }
 
 /// Narrows the candidate nodes to the engine's plan, then forwards through

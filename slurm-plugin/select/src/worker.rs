@@ -210,7 +210,7 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
                 let orders = ctl.tick(now);
                 (
                     orders,
-                    Some(ctl.snapshot(now, true)),
+                    Some(ctl.snapshot_parts(now, true)),
                     ctl.take_releases(),
                     ctl.take_head_hold(),
                 )
@@ -273,11 +273,12 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .map(|ctl| ctl.snapshot(now, true))
+            .map(|ctl| ctl.snapshot_parts(now, true))
     } else {
         snapshot
     };
-    if let Some(mut s) = snapshot {
+    // The layout becomes JSON here, with no lock held.
+    if let Some(mut s) = snapshot.map(|s| s.finish()) {
         s.job_test = crate::stats::job_test();
         let mut key = s.clone();
         key.updated_unix = 0;
