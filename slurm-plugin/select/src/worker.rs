@@ -277,7 +277,7 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
     } else {
         snapshot
     };
-    // The layout becomes JSON here, with no lock held.
+    // The state is built here from the copy, with no lock held.
     if let Some(mut s) = snapshot.map(|s| s.finish()) {
         s.job_test = crate::stats::job_test();
         let mut key = s.clone();
