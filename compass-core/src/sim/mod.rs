@@ -1572,8 +1572,8 @@ impl<'a> Sim<'a> {
         let worth_a_trial =
             !chances.is_empty() && self.trial_memory.borrow().any_new(&chances, t as u64);
         if pays && !chances.is_empty() && !worth_a_trial {
-            let n = self.gate_trials_remembered.get();
-            self.gate_trials_remembered.set(n + 1);
+            self.gate_trials_remembered
+                .set(self.gate_trials_remembered.get() + 1);
         }
         if !pays || worth_a_trial {
             let Some((moved, charges)) = trial(hold)? else {

@@ -1711,10 +1711,7 @@ impl Controller {
     }
 
     fn name(&self, n: NodeId) -> String {
-        self.node_names
-            .get(n as usize)
-            .cloned()
-            .unwrap_or_else(|| format!("#{n}"))
+        node_name(&self.node_names, n)
     }
 }
 
@@ -1756,10 +1753,7 @@ struct JobCopy {
 
 impl Snapshot {
     fn name(&self, n: NodeId) -> String {
-        self.node_names
-            .get(n as usize)
-            .cloned()
-            .unwrap_or_else(|| format!("#{n}"))
+        node_name(&self.node_names, n)
     }
 
     /// The state to publish, the engine's layout in it as JSON
@@ -1835,8 +1829,8 @@ impl Snapshot {
                 shape: rec.shape.map(|s| (s.instances, s.gpus)),
                 nodes: names,
                 flags: rec.flags,
-                foreign: per_node.iter().any(|(_, g)| *g > 0)
-                    && (rec.shape.is_none() || instances.is_none()),
+                // No shape, or an allocation that is not its instances.
+                foreign: per_node.iter().any(|(_, g)| *g > 0) && instances.is_none(),
             });
         }
         let partial_of = |n: &NodeView| n.used_gpus > 0 && n.used_gpus < n.capacity;
@@ -1927,6 +1921,14 @@ impl Snapshot {
             migration_cost_s: Some(self.migration_cost_s),
         }
     }
+}
+
+/// Node `n`'s name in Slurm's node index order (`#n` past the end).
+fn node_name(names: &[String], n: NodeId) -> String {
+    names
+        .get(n as usize)
+        .cloned()
+        .unwrap_or_else(|| format!("#{n}"))
 }
 
 /// What the rule needs to know about a running job at `now`
