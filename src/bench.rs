@@ -3,7 +3,7 @@
 //! speed of a full trace under every policy. A command, not a timed test:
 //! build with `--release` for meaningful numbers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::BufReader;
@@ -60,7 +60,9 @@ pub struct Args {
     /// as slurmctld drives it: `narrow`, `begin`, `fini` and the plugin
     /// thread's `tick` after every event, with its Compact through the
     /// head's guard and the `pays` gate, the requeues it orders carried out;
-    /// every other job not resumable, and the same waiting head),
+    /// a job that finds no room waits in Slurm's queue, at most 100, and is
+    /// offered again after every departure; every other job not resumable,
+    /// and the same waiting head),
     /// `plugin-mixed` (the `plugin` mix on the `mixed` mix's cluster and
     /// jobs: Slurm offers a job the nodes of its GPU type, the head waits
     /// for whole a100 nodes).
@@ -336,6 +338,13 @@ trait Churn {
     }
     /// The cluster is filled: what follows is timed.
     fn start_timing(&mut self) {}
+    /// After a departure, the jobs that wait are offered again, as Slurm's
+    /// scheduler offers its pending jobs after a job ends: each that fits
+    /// now starts, timed as an arrival (pushed to `times`). Returns the
+    /// migrations made and the jobs started.
+    fn retry_waiting(&mut self, _times: &mut Vec<f64>) -> compass_core::Result<(u64, Vec<JobId>)> {
+        Ok((0, Vec::new()))
+    }
 }
 
 /// One placement policy on identical nodes.
@@ -491,6 +500,7 @@ impl Pools {
             end_if_moved: &end_if_moved,
             max_trials: HEAD_TRIALS,
             may_move: None,
+            gain: None,
         };
         let done = hold_for_head(set, &trial, &mut g.ends);
         let c = &mut g.counts;
@@ -499,7 +509,7 @@ impl Pools {
         match &done.verdict {
             HeadVerdict::Free => c.free += 1,
             HeadVerdict::Hold(_) => c.held += 1,
-            HeadVerdict::Skip | HeadVerdict::Refused => c.skipped += 1,
+            HeadVerdict::Skip | HeadVerdict::Refused | HeadVerdict::NoGain => c.skipped += 1,
         }
         for m in &done.migrations {
             if let Some(r) = g.runs.get_mut(&m.job) {
@@ -623,6 +633,9 @@ fn latency<C: Churn>(
         let m = cluster.remove(job)?;
         remove.push(nanos(t) - cluster.take_untimed_ns());
         migrations += m;
+        let (m, started) = cluster.retry_waiting(&mut place)?;
+        migrations += m;
+        running.extend(started);
         migrations += refill(cluster, &mut running, Some(&mut place), &mut rng)?;
         if let Some(iv) = tick_every {
             if event % 100 == 99 {
@@ -637,6 +650,11 @@ fn latency<C: Churn>(
     Ok((Micros::of(place), Micros::of(remove), tick, migrations))
 }
 
+/// Jobs at most waiting in the plugin mixes' queue ([`Plugin`]): Slurm's
+/// default `default_queue_depth`, the pending jobs its scheduler looks at
+/// in one pass.
+const QUEUE_LIMIT: usize = 100;
+
 /// The select plugin's controller (`compass_slurm::controller::Controller`,
 /// what slurmctld's callbacks call, with its default configuration:
 /// `select.move_when = "pays"`, a 60 s migration cost) on `n` nodes of 8
@@ -646,8 +664,11 @@ fn latency<C: Churn>(
 /// `fini`. After each, the plugin thread's `tick` (its Compact through the
 /// head's guard and the `pays` gate), and the requeues it orders carried
 /// out as Slurm would (`fini`, then `begin` on the pinned nodes): all of it
-/// timed with the event. A job that does not fit waits (Slurm offered it:
-/// the gate opens) until it expires from the controller's list; a head
+/// timed with the event. A job that does not fit waits, as in Slurm's queue
+/// (the gate opens): after every departure the waiting jobs are offered
+/// again, oldest first, and each that fits starts (an arrival); at most
+/// [`QUEUE_LIMIT`] wait, beyond that the oldest is withdrawn (its user
+/// cancels it; the controller forgets it after `WAITING_TTL_S`). A head
 /// waits throughout, as in the `head-guard` mix (a whole-node job one node
 /// wider than the nodes free at `--load`, offered to `narrow` again after
 /// every departure, as Slurm's scheduler retries it), so the gate stays
@@ -663,6 +684,13 @@ struct Plugin {
     /// GPUs of each node.
     node_gpus: Vec<u32>,
     free: Vec<u32>,
+    /// Nodes by free GPUs, of every node with GPUs (`[0]`) and of each
+    /// type's nodes (`[1 + i]`, `typed[i]`): cons_tres' stand-in refuses a
+    /// job the offered nodes cannot hold without a scan (not timed either;
+    /// it keeps the queue's offers cheap to run).
+    by_free: Vec<Vec<u32>>,
+    /// Each node's type, an index into `typed`.
+    node_type: Vec<Option<usize>>,
     total: u64,
     used: u64,
     jobs: HashMap<u64, (JobInfo, Vec<(NodeId, u32)>)>,
@@ -671,6 +699,14 @@ struct Plugin {
     untimed_ns: f64,
     /// The waiting head.
     head: JobInfo,
+    /// Jobs that found no room, oldest first ([`Churn::retry_waiting`]).
+    queue: VecDeque<JobInfo>,
+    /// Offers of a waiting job that found no room again, and jobs withdrawn
+    /// from a full queue, and jobs started after waiting, during the timed
+    /// churn.
+    offers_refused: u64,
+    withdrawn: u64,
+    started_after_waiting: u64,
     /// Each callback's time, once the churn is timed.
     calls: Calls,
 }
@@ -714,10 +750,16 @@ struct CallbackTimes {
     /// (`Counters::gate_trials_remembered`).
     gate_trials: u64,
     gate_trials_remembered: u64,
+    /// Jobs started after waiting in the queue, offers of a waiting job
+    /// that found no room again, and jobs withdrawn from a full queue.
+    started_after_waiting: u64,
+    offers_refused: u64,
+    withdrawn: u64,
 }
 
 impl CallbackTimes {
-    fn of(calls: Calls, c: &Controller) -> Self {
+    fn of(calls: Calls, p: &Plugin) -> Self {
+        let c = &p.c;
         let [narrow, begin, fini, tick] = calls.times.map(Micros::of);
         Self {
             narrow,
@@ -726,6 +768,9 @@ impl CallbackTimes {
             tick,
             gate_trials: c.counters.gate_trials - calls.gate_trials_before.0,
             gate_trials_remembered: c.counters.gate_trials_remembered - calls.gate_trials_before.1,
+            started_after_waiting: p.started_after_waiting,
+            offers_refused: p.offers_refused,
+            withdrawn: p.withdrawn,
         }
     }
 }
@@ -746,7 +791,7 @@ impl Plugin {
         let of_kind = nodes.iter().filter(|x| **x == widest).count() as u32;
         let free_nodes = (f64::from(of_kind) * (1.0 - load)).ceil() as u32;
         let with_gpus: Vec<NodeId> = (0..n).filter(|&i| nodes[i as usize].gpus > 0).collect();
-        let typed = ["a100", "l40s"]
+        let typed: Vec<(&str, NodeSet)> = ["a100", "l40s"]
             .into_iter()
             .map(|t| {
                 let ids = (0..n).filter(|&i| nodes[i as usize].gpu_type.as_deref() == Some(t));
@@ -754,18 +799,37 @@ impl Plugin {
             })
             .filter(|(_, set)| set.count() > 0)
             .collect();
+        let node_type: Vec<Option<usize>> = (0..n)
+            .map(|i| typed.iter().position(|(_, set)| set.contains(i)))
+            .collect();
+        let most = nodes.iter().map(|x| x.gpus).max().unwrap_or(0) as usize;
+        let mut by_free = vec![vec![0u32; most + 1]; 1 + typed.len()];
+        for (i, x) in nodes.iter().enumerate() {
+            if x.gpus > 0 {
+                by_free[0][x.gpus as usize] += 1;
+            }
+            if let Some(t) = node_type[i] {
+                by_free[1 + t][x.gpus as usize] += 1;
+            }
+        }
         Self {
             c: Controller::with_nodes(PluginConfig::default().select, nodes, names),
             all: NodeSet::from_nodes(n, with_gpus),
             typed,
             node_gpus: nodes.iter().map(|x| x.gpus).collect(),
             free: nodes.iter().map(|x| x.gpus).collect(),
+            by_free,
+            node_type,
             total: nodes.iter().map(|x| u64::from(x.gpus)).sum(),
             used: 0,
             jobs: HashMap::new(),
             now: 0,
             untimed_ns: 0.0,
             calls: Calls::default(),
+            queue: VecDeque::new(),
+            offers_refused: 0,
+            withdrawn: 0,
+            started_after_waiting: 0,
             head: JobInfo {
                 id: u64::MAX,
                 mapping: Mapping::Model {
@@ -816,7 +880,7 @@ impl Plugin {
 
     fn take(&mut self, id: u64, info: JobInfo, per_node: Vec<(NodeId, u32)>) {
         for &(n, g) in &per_node {
-            self.free[n as usize] -= g;
+            self.set_free(n, self.free[n as usize] - g);
             self.used += u64::from(g);
         }
         self.jobs.insert(id, (info, per_node));
@@ -825,10 +889,38 @@ impl Plugin {
     fn give_back(&mut self, id: u64) -> Option<JobInfo> {
         let (info, per_node) = self.jobs.remove(&id)?;
         for (n, g) in per_node {
-            self.free[n as usize] += g;
+            self.set_free(n, self.free[n as usize] + g);
             self.used -= u64::from(g);
         }
         Some(info)
+    }
+
+    fn set_free(&mut self, n: NodeId, free: u32) {
+        let i = n as usize;
+        let was = self.free[i] as usize;
+        let sets = [Some(0), self.node_type[i].map(|t| 1 + t)];
+        for s in sets.into_iter().flatten() {
+            self.by_free[s][was] -= 1;
+            self.by_free[s][free as usize] += 1;
+        }
+        self.free[i] = free;
+    }
+
+    /// Could the nodes Slurm offers `job` hold `w` instances of `g` GPUs
+    /// at all (instances may share a node)?
+    fn may_fit(&self, job: &JobInfo, w: u32, g: u32) -> bool {
+        let set = job
+            .gpu_type
+            .as_deref()
+            .and_then(|t| self.typed.iter().position(|(k, _)| *k == t))
+            .map_or(0, |i| 1 + i);
+        let g = g.max(1) as usize;
+        let fit: usize = self.by_free[set]
+            .iter()
+            .enumerate()
+            .map(|(free, count)| free / g * *count as usize)
+            .sum();
+        fit >= w as usize
     }
 
     /// `Controller::begin`, timed as a callback.
@@ -883,6 +975,29 @@ impl Plugin {
             times.push(nanos(t));
         }
         Ok(Micros::of(times))
+    }
+
+    /// Slurm offers `job`: `narrow`, cons_tres' first fit among the nodes
+    /// left, and when it fits, `begin` and the tick after it. `None`: no
+    /// room (the controller counts it waiting); else the migrations made.
+    fn offer(&mut self, job: &JobInfo) -> compass_core::Result<Option<u64>> {
+        let Mapping::Model { shape, .. } = job.mapping else {
+            return Ok(None);
+        };
+        let narrowed = self.narrow(job).map_err(compass_core::CoreError::Invalid)?;
+        let t = Instant::now();
+        if !self.may_fit(job, shape.instances, shape.gpus) {
+            self.untimed_ns += nanos(t);
+            return Ok(None);
+        }
+        let set = narrowed.unwrap_or_else(|| Self::offered(&self.all, &self.typed, job).clone());
+        self.untimed_ns += nanos(t);
+        let Some(per_node) = self.first_fit(&set, shape.instances, shape.gpus) else {
+            return Ok(None);
+        };
+        self.begin(job, &per_node);
+        self.take(job.id, job.clone(), per_node);
+        Ok(Some(self.tick()))
     }
 
     /// The plugin thread's tick, and the requeues it orders, as Slurm
@@ -964,20 +1079,16 @@ impl Churn for Plugin {
         (room >= w).then_some(job)
     }
     fn place(&mut self, job: &JobInfo) -> compass_core::Result<Option<u64>> {
-        let Mapping::Model { shape, .. } = job.mapping else {
-            return Ok(None);
-        };
-        let narrowed = self.narrow(job).map_err(compass_core::CoreError::Invalid)?;
-        let t = Instant::now();
-        let set = narrowed.unwrap_or_else(|| Self::offered(&self.all, &self.typed, job).clone());
-        self.untimed_ns += nanos(t);
-        let Some(per_node) = self.first_fit(&set, shape.instances, shape.gpus) else {
-            // It waits: Slurm offered it, the controller counts it.
-            return Ok(None);
-        };
-        self.begin(job, &per_node);
-        self.take(job.id, job.clone(), per_node);
-        Ok(Some(self.tick()))
+        let started = self.offer(job)?;
+        if started.is_none() {
+            // It waits in Slurm's queue.
+            self.queue.push_back(job.clone());
+            if self.queue.len() > QUEUE_LIMIT {
+                self.queue.pop_front();
+                self.withdrawn += u64::from(self.calls.on);
+            }
+        }
+        Ok(started)
     }
     fn id(job: &JobInfo) -> JobId {
         JobId(job.id)
@@ -993,6 +1104,31 @@ impl Churn for Plugin {
         let head = self.head.clone();
         let _ = self.narrow(&head);
         Ok(self.tick())
+    }
+    fn retry_waiting(&mut self, times: &mut Vec<f64>) -> compass_core::Result<(u64, Vec<JobId>)> {
+        let mut moved = 0;
+        let mut started = Vec::new();
+        for _ in 0..self.queue.len() {
+            let Some(job) = self.queue.pop_front() else {
+                break;
+            };
+            let t = Instant::now();
+            let r = self.offer(&job)?;
+            let spent = nanos(t) - self.take_untimed_ns();
+            match r {
+                Some(m) => {
+                    times.push(spent);
+                    self.started_after_waiting += 1;
+                    moved += m;
+                    started.push(JobId(job.id));
+                }
+                None => {
+                    self.offers_refused += u64::from(self.calls.on);
+                    self.queue.push_back(job);
+                }
+            }
+        }
+        Ok((moved, started))
     }
     fn start_timing(&mut self) {
         self.calls.on = true;
@@ -1063,7 +1199,7 @@ pub fn run(args: Args) -> Result<()> {
                     };
                     latency(&mut plugin, &args, mix).and_then(|r| {
                         let calls = std::mem::take(&mut plugin.calls);
-                        callbacks = Some(CallbackTimes::of(calls, &plugin.c));
+                        callbacks = Some(CallbackTimes::of(calls, &plugin));
                         self_check = Some(plugin.self_check_cost()?);
                         snapshot = Some(plugin.snapshot_cost());
                         Ok(r)
@@ -1284,11 +1420,15 @@ fn tables(r: &BenchReport, args: &Args) -> String {
                 s,
                 "Plugin callbacks at {} nodes, one call each (each holds the controller's lock), \
                  p50 / p99 / max us: {}; the gate's trials: {} made, {} skipped as a failed \
-                 one covers them",
+                 one covers them; the queue: {} jobs started after waiting, {} offers found \
+                 no room again, {} withdrawn when full",
                 l.nodes,
                 each.join(", "),
                 c.gate_trials,
-                c.gate_trials_remembered
+                c.gate_trials_remembered,
+                c.started_after_waiting,
+                c.offers_refused,
+                c.withdrawn
             );
         }
         if let Some(h) = &l.head {

@@ -377,6 +377,7 @@ fn check(
             } else {
                 None
             },
+            gain: None,
         };
         let (verdict, migrations, after, refused) = oracle(&world.pools, &trial, &known);
         let done = hold_for_head(&mut world.pools, &trial, &mut world.ends);

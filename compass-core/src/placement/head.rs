@@ -333,6 +333,17 @@ pub struct HeadTrial<'a> {
     /// `pays` gate's tidying moves that do not pay; [`Veto`]). `None`:
     /// every job Compact may move.
     pub may_move: Option<(&'a dyn Fn(JobId) -> bool, usize)>,
+    /// What the moves must gain to be worth keeping, asked of the engine
+    /// after each trial's Compact, before the head is looked at (the
+    /// `move_when` gate's trial: some waiting job fits after the moves,
+    /// [`Blocked::start_after`]). A trial whose moves gain nothing ends the
+    /// guard: nothing moves ([`HeadVerdict::NoGain`]). Holding more jobs
+    /// still only takes moves away, so the head's check and the trials
+    /// after it are not made for moves that are not kept anyway (issue
+    /// #11: on a mixed cluster with a deep queue, up to eight Compacts of
+    /// 20 us, each undone, for a trial that then started nobody). `None`:
+    /// every move is worth keeping.
+    pub gain: Option<&'a dyn Fn(&PoolSet) -> bool>,
 }
 
 /// What Compact may do while the head waits.
@@ -348,14 +359,16 @@ pub enum HeadVerdict {
     /// [`HeadTrial::may_move`] refused as many jobs as it allows
     /// ([`GuardedCompact::refused`]): nothing moves.
     Refused,
+    /// A trial's moves gained nothing ([`HeadTrial::gain`]): nothing moves.
+    NoGain,
 }
 
 /// A Compact run under [`hold_for_head`].
 #[derive(Clone, Debug)]
 pub struct GuardedCompact {
     pub verdict: HeadVerdict,
-    /// The migrations made (global node ids); none for [`HeadVerdict::Skip`]
-    /// and [`HeadVerdict::Refused`].
+    /// The migrations made (global node ids); none for [`HeadVerdict::Skip`],
+    /// [`HeadVerdict::Refused`] and [`HeadVerdict::NoGain`].
     pub migrations: Vec<Migration>,
     /// Whether the head's reservation had to be walked: some trial's moves
     /// lower the head's fit at some instant (otherwise no move can delay
@@ -413,6 +426,15 @@ pub fn hold_for_head(
         }
         pools.begin_trial();
         let m = pools.compact_vetoed(&mut veto);
+        if !veto.exhausted() && trial.gain.is_some_and(|gain| !gain(pools)) {
+            for &k in &hold {
+                let _ = pools.set_movable(k, true);
+            }
+            pools.undo_trial();
+            pools.set_tidy_hold(veto.refused(), true);
+            verdict = HeadVerdict::NoGain;
+            break;
+        }
         let moved = if veto.exhausted() {
             BTreeMap::new()
         } else {
@@ -1047,11 +1069,63 @@ mod tests {
             end_if_moved: &later,
             max_trials: 8,
             may_move: None,
+            gain: None,
         };
         let done = hold_for_head(&mut p, &trial, &mut ends);
         assert_eq!(done.verdict, HeadVerdict::Free);
         assert_eq!(done.migrations, expected);
         assert_eq!(p.snapshot(), plain.snapshot());
+    }
+
+    #[test]
+    fn moves_that_gain_nothing_end_the_guard_with_nothing_moved() {
+        // n0 and n1 half used: Compact empties one of them (an empty node,
+        // where a 1 x 8 waiting job would start). A trial that asks of the
+        // moves (`gain`, the gate's "some waiting job starts") what they do
+        // not give stops there: nothing moves and the head (2 x 8) is not
+        // looked at.
+        let build = || {
+            let mut p = pools(3);
+            p.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();
+            p.adopt(&JobRequest::new(2, 1, 4), &[1]).unwrap();
+            p.adopt(&JobRequest::new(3, 1, 8), &[2]).unwrap();
+            p
+        };
+        let mut ends = Ends::default();
+        for (j, e) in [(1, 100.0), (2, 200.0), (3, 50.0)] {
+            ends.set(JobId(j), e);
+        }
+        let later = |_: JobId| 1000.0;
+        let guard = |gain| HeadTrial {
+            shape: JobShape::new(2, 8),
+            gpu_type: None,
+            now: 0.0,
+            end_if_moved: &later,
+            max_trials: 8,
+            may_move: None,
+            gain,
+        };
+        let mut plain = build();
+        let free = hold_for_head(&mut plain, &guard(None), &mut ends.clone());
+        assert_eq!(free.verdict, HeadVerdict::Free);
+        assert_eq!(free.migrations.len(), 1);
+        // Moves that gain what is asked are kept as without the question.
+        let empties = |p: &PoolSet| p.engine(0).unwrap().occupancy().fit(8) >= 1;
+        let mut p = build();
+        let done = hold_for_head(&mut p, &guard(Some(&empties)), &mut ends.clone());
+        assert_eq!(done.verdict, HeadVerdict::Free);
+        assert_eq!(done.migrations, free.migrations);
+        assert_eq!(p.snapshot(), plain.snapshot());
+        // Moves that do not: nothing moves, the engine as it was.
+        let never = |_: &PoolSet| false;
+        let mut p = build();
+        let before = p.snapshot();
+        let done = hold_for_head(&mut p, &guard(Some(&never)), &mut ends);
+        assert_eq!(done.verdict, HeadVerdict::NoGain);
+        assert!(done.migrations.is_empty());
+        assert!(!done.walked, "the head is not looked at");
+        assert_eq!(p.snapshot(), before);
+        assert_eq!(p.engine(0).unwrap().open_trials(), 0);
     }
 
     #[test]
@@ -1080,6 +1154,7 @@ mod tests {
             end_if_moved: &longer,
             max_trials: 8,
             may_move: None,
+            gain: None,
         };
         let done = hold_for_head(&mut p, &trial, &mut ends);
         assert_eq!(done.verdict, HeadVerdict::Free, "the head still gains");
@@ -1094,6 +1169,7 @@ mod tests {
             end_if_moved: &later,
             max_trials: 8,
             may_move: None,
+            gain: None,
         };
         let done = hold_for_head(&mut p, &trial, &mut ends);
         assert_eq!(done.verdict, HeadVerdict::Free);

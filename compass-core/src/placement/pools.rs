@@ -550,9 +550,18 @@ impl PoolSet {
     /// that runs them, its occupancy untouched
     /// ([`CompassEngine::set_tidy_hold`]).
     pub fn set_tidy_hold(&mut self, jobs: &[JobId], held: bool) {
-        for pool in &mut self.pools {
-            if let Some(e) = pool.engine.as_mut() {
-                e.set_tidy_hold(jobs, held);
+        // Each engine is handed its own jobs only (issue #11: the gate's
+        // trial releases every held job, and each engine looked up every
+        // one of them).
+        let mut of_pool: Vec<Vec<JobId>> = vec![Vec::new(); self.pools.len()];
+        for j in jobs {
+            for &p in self.jobs.get(j).map_or(&[][..], Vec::as_slice) {
+                of_pool[p].push(*j);
+            }
+        }
+        for (pool, mine) in self.pools.iter_mut().zip(of_pool) {
+            if let Some(e) = pool.engine.as_mut().filter(|_| !mine.is_empty()) {
+                e.set_tidy_hold(&mine, held);
             }
         }
     }

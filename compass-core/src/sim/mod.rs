@@ -1581,6 +1581,10 @@ impl<'a> Sim<'a> {
             };
             self.gate_trials.set(self.gate_trials.get() + 1);
             if charges.is_empty() {
+                // Moves only inside nodes start nobody: a failed trial.
+                if worth_a_trial {
+                    self.trial_memory.borrow_mut().failed(&chances, t as u64);
+                }
                 return Ok(open);
             }
             let Some((still, _)) = trial(&all)? else {

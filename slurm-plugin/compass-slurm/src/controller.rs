@@ -1038,7 +1038,7 @@ impl Controller {
     /// fit at some instant, reading the head's reservation from its fit over
     /// time ([`Ends`], the rises up to it), never a copy of the engine.
     fn compact_sparing_head(&mut self, now: u64) -> Vec<Migration> {
-        self.compact_vetoed(now, None).0.unwrap_or_default()
+        self.compact_vetoed(now, None, None).0.unwrap_or_default()
     }
 
     /// [`Controller::compact_sparing_head`], under the `pays` gate's rule
@@ -1047,13 +1047,16 @@ impl Controller {
     /// each such move, [`Veto`]); it holds such a job still for tidying in
     /// the engine and goes on without it (issue #11: one question where a
     /// whole Compact used to be undone and tried again). Returns the
-    /// migrations, `None` when [`TIDY_TRIALS`] jobs were refused (then
-    /// nothing moves: the caller undoes the trial it opened,
-    /// [`PoolSet::begin_trial`]), and the refused jobs.
+    /// migrations, `None` when [`TIDY_TRIALS`] jobs were refused or, with
+    /// `gain` given and a head waiting, when the moves of the head guard's
+    /// trial gain nothing ([`HeadTrial::gain`]; then nothing moves: the
+    /// caller undoes the trial it opened, [`PoolSet::begin_trial`]), and
+    /// the refused jobs.
     fn compact_vetoed(
         &mut self,
         now: u64,
         tidy: Option<MigrationRule>,
+        gain: Option<&dyn Fn(&PoolSet) -> bool>,
     ) -> (Option<Vec<Migration>>, Vec<JobId>) {
         let judge = tidy.map(|rule| TidyJudge {
             jobs: &self.jobs,
@@ -1096,6 +1099,7 @@ impl Controller {
             end_if_moved: &end_if_moved,
             max_trials: HEAD_TRIALS,
             may_move,
+            gain,
         };
         let done = hold_for_head(&mut self.engine, &trial, &mut self.ends);
         match done.verdict {
@@ -1111,7 +1115,7 @@ impl Controller {
                 self.counters.compacts_held_for_head += 1;
                 self.head_hold = Some(HeadHold { head, held: vec![] });
             }
-            HeadVerdict::Refused => return (None, done.refused),
+            HeadVerdict::Refused | HeadVerdict::NoGain => return (None, done.refused),
         }
         (Some(done.migrations), done.refused)
     }
@@ -1132,7 +1136,12 @@ impl Controller {
     /// trial that started nobody in the last [`TRIAL_MEMORY_S`] seconds
     /// covers every chance ([`TrialMemory`]: the same pool and width, a
     /// job no wider, no more fit or room; counted in
-    /// `Counters::gate_trials_remembered`).
+    /// `Counters::gate_trials_remembered`). A trial that moves no job to
+    /// another node started nobody either and is remembered so. Under
+    /// `"pays"` the head's guard stops at the first trial Compact whose
+    /// moves start nobody ([`HeadTrial::gain`]): they would be undone
+    /// anyway, so the holds that would keep the head on time are not
+    /// looked for (issue #11: up to eight Compacts per trial).
     ///
     /// [`TRIAL_MEMORY_S`]: compass_core::placement::head::TRIAL_MEMORY_S
     /// [`MoveWhen::Starts`]: compass_core::placement::worth::MoveWhen::Starts
@@ -1181,24 +1190,43 @@ impl Controller {
             self.release_movable(&released);
         }
         self.engine.begin_trial();
-        let m = self.compact_sparing_head(now);
-        let requeues = m.iter().any(|x| self.needs_requeue(x.job.0));
+        // Under `pays` the head's guard stops at moves that start nobody
+        // (`HeadTrial::gain`; `None` back): they are not kept anyway.
+        let gain = |pools: &PoolSet| blocked.start_after(pools);
+        let gain = pays.then_some(&gain as &dyn Fn(&PoolSet) -> bool);
+        let kept = self.compact_vetoed(now, None, gain).0;
+        let requeues = kept
+            .as_ref()
+            .is_some_and(|m| m.iter().any(|x| self.needs_requeue(x.job.0)));
         let starts = requeues && may_gain && blocked.start_after(&self.engine);
+        // A trial that moves jobs only inside nodes starts nobody either
+        // (each node's free GPUs stay as they were): remembered as failed.
         if starts {
             self.trial_memory.clear();
-        } else if requeues && worth_a_trial {
+        } else if worth_a_trial {
             self.trial_memory.failed(&chances, now);
         }
-        if !requeues || starts {
-            self.engine.keep_trial();
-            if release_trial {
+        let m = match kept {
+            Some(m) if !requeues || starts => {
                 self.engine.keep_trial();
+                if release_trial {
+                    self.engine.keep_trial();
+                }
+                return m;
             }
-            return m;
-        }
+            Some(m) => Some(m),
+            None => {
+                // Nothing moved in the trial: it is closed here, and the
+                // tidying Compact below makes its own.
+                self.engine.undo_trial();
+                None
+            }
+        };
         if !pays {
             self.counters.compacts_no_gain += 1;
-            self.engine.undo_trial();
+            if m.is_some() {
+                self.engine.undo_trial();
+            }
             if release_trial {
                 self.engine.keep_trial();
             }
@@ -1206,12 +1234,14 @@ impl Controller {
             return Vec::new();
         }
         if !release_trial {
-            return self.compact_tidying(now, Some(m));
+            return self.compact_tidying(now, m);
         }
         // Tidy as above: the jobs held for tidying held again (the
         // release's undo, which marks their nodes for the slotted pass as
         // a hold does).
-        self.engine.undo_trial();
+        if m.is_some() {
+            self.engine.undo_trial();
+        }
         self.engine.undo_trial();
         self.head_hold = None;
         self.tidy_held.extend(released);
@@ -1310,7 +1340,7 @@ impl Controller {
         let mut refused = Vec::new();
         if trial.is_none() {
             self.engine.begin_trial();
-            let (m, r) = self.compact_vetoed(now, Some(rule));
+            let (m, r) = self.compact_vetoed(now, Some(rule), None);
             gated |= !r.is_empty();
             refused = r;
             trial = m;
@@ -2692,6 +2722,43 @@ mod tests {
         c.compact_due = true;
         c.tick(1061);
         assert_eq!(c.counters.gate_trials, 3);
+        assert_eq!(c.self_check(), None);
+    }
+
+    #[test]
+    fn a_trial_that_moves_nothing_is_remembered_as_failed() {
+        // Three nodes: n1 holds job 1 (1 x 4, free to move), n2 and n3 a
+        // 1 x 6 job each, not resumable. Eight GPUs are free and n1 could
+        // be emptied as far as the bound counts, so a waiting 1 x 8 job
+        // makes the gate try a Compact; job 1 fits on no other node, so
+        // the trial moves nothing and starts nobody. It is remembered as a
+        // failed one: the same chances a second later make no trial.
+        let pays = SelectConfig {
+            move_when: MoveWhen::Pays,
+            ..Config::default().select
+        };
+        let names = (1..=3).map(|i| format!("n{i}")).collect();
+        let mut c = Controller::new(pays, ClusterSpec::new(3, 8).unwrap(), names);
+        let pinned = |id, g| JobInfo {
+            flags: None,
+            ..job(id, 1, g)
+        };
+        assert_eq!(c.begin(&job(1, 1, 4), &[(0, 4)], 0), None);
+        assert_eq!(c.begin(&pinned(2, 6), &[(1, 6)], 0), None);
+        assert_eq!(c.begin(&pinned(3, 6), &[(2, 6)], 0), None);
+        assert!(c.tick(0).is_empty(), "nobody waits");
+        assert_eq!(c.narrow(&job(30, 1, 8), &NodeSet::full(3)), Ok(None));
+        let before = c.snapshot(1000, true).nodes;
+        assert!(c.tick(1000).is_empty());
+        assert_eq!(c.counters.gate_trials, 1, "the bound lets a trial through");
+        assert_eq!(c.snapshot(1000, true).nodes, before, "nothing moved");
+        c.compact_due = true;
+        assert!(c.tick(1001).is_empty());
+        assert_eq!(
+            (c.counters.gate_trials, c.counters.gate_trials_remembered),
+            (1, 1),
+            "the trial that moved nothing covers the same chances"
+        );
         assert_eq!(c.self_check(), None);
     }
 
