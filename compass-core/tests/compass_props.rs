@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 
 use compass_core::metric::{phi_star, wcc_holds};
 use compass_core::model::{ClusterSpec, JobId, JobRequest, NodeId};
-use compass_core::placement::compass::{CompassConfig, CompassEngine, NodeKind, NodeView, Veto};
+use compass_core::placement::compass::{
+    CompassConfig, CompassEngine, NodeKind, NodePart, NodeView, Veto,
+};
 use compass_core::placement::PlacementPolicy;
 use proptest::prelude::*;
 
@@ -205,6 +207,40 @@ fn check_whole_node_plans(
 /// The index by reach is exact (`Occupancy::reach_fit` against the jobs'
 /// GPUs that may not move, counted node by node) and bounds the physical
 /// fit, for every instance size.
+/// The layout's parts ([`CompassEngine::layout_parts`], each node's state
+/// shared with a copy the engine forgets when the node changes) give the
+/// layout as it was when they were taken: those of the step before against
+/// the copy taken then, and new ones against a copy of every node now.
+/// Returns the parts and the layout of this step.
+fn check_layout_parts(
+    e: &CompassEngine,
+    before: Option<(Vec<NodePart>, Vec<NodeView>)>,
+    step: usize,
+) -> Result<(Vec<NodePart>, Vec<NodeView>), TestCaseError> {
+    let views = |parts: &[NodePart]| -> Vec<NodeView> {
+        parts
+            .iter()
+            .enumerate()
+            .map(|(n, p)| p.view(n as NodeId))
+            .collect()
+    };
+    if let Some((parts, then)) = before {
+        prop_assert!(
+            views(&parts) == then,
+            "step {}: earlier parts changed",
+            step
+        );
+    }
+    let parts = e.layout_parts();
+    let now = e.snapshot().nodes;
+    prop_assert!(
+        views(&parts) == now,
+        "step {}: parts are not the layout",
+        step
+    );
+    Ok((parts, now))
+}
+
 fn check_reach(e: &CompassEngine, step: usize) -> Result<(), TestCaseError> {
     let occ = e.occupancy();
     let cap = occ.capacity();
@@ -533,6 +569,7 @@ fn replay_with(
     let mut within: std::collections::BTreeSet<JobId> = Default::default();
     let half = compass_core::model::NodeSet::from_nodes(nodes, 0..nodes.div_ceil(2));
     let mut next = 1u64;
+    let mut parts = None;
     let check_moves = |moves: &[compass_core::model::Migration],
                        running: &BTreeMap<JobId, JobRequest>,
                        new: Option<&JobRequest>,
@@ -667,6 +704,7 @@ fn replay_with(
         if let Err(why) = e.check_invariants() {
             return Err(TestCaseError::fail(format!("step {step}: {why}")));
         }
+        parts = Some(check_layout_parts(&e, parts, step)?);
         let expected: u64 = running.values().map(|j| j.shape.total_gpus()).sum();
         let foreign_gpus: u64 = foreign
             .iter()
@@ -739,6 +777,7 @@ fn replay_trials(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<
     let mut e = CompassEngine::new(spec, config);
     let mut running: Vec<JobId> = Vec::new();
     let half = compass_core::model::NodeSet::from_nodes(nodes, 0..nodes.div_ceil(2));
+    let mut parts = None;
     for (step, ev) in events.iter().enumerate() {
         let id = JobId(1 + step as u64);
         match *ev {
@@ -805,6 +844,9 @@ fn replay_trials(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<
         }
         e.begin_trial();
         let tried = e.compact();
+        // Parts taken inside the trial share the trial's nodes, which the
+        // undo below must forget.
+        drop(e.layout_parts());
         if nested {
             prop_assert!(e.keep_trial());
             if let Some(&j) = running.first() {
@@ -829,6 +871,7 @@ fn replay_trials(nodes: u32, cap: u32, events: &[Event]) -> std::result::Result<
                 "step {step}: after undo: {why}"
             )));
         }
+        parts = Some(check_layout_parts(&e, parts, step)?);
         check_reach(&e, step)?;
         let mut copy = copy;
         let again = copy.compact();

@@ -32,7 +32,9 @@ use crate::metric::{phi_star, wcc_holds};
 use crate::model::{
     Admission, ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet,
 };
-use crate::placement::compass::{AdoptOutcome, CompassConfig, CompassEngine, NodeView, Veto};
+use crate::placement::compass::{
+    AdoptOutcome, CompassConfig, CompassEngine, NodePart, NodeView, Veto,
+};
 use crate::placement::PlacementPolicy;
 
 /// The GPUs of one node of the cluster, as the resource manager reports them.
@@ -105,6 +107,36 @@ pub struct PoolStats {
 pub struct PoolsLayout {
     pub nodes: Vec<Option<NodeView>>,
     pub pools: Vec<PoolSpec>,
+}
+
+/// What a [`PoolsLayout`] is made of, taken at the cost of a few words per
+/// node ([`PoolSet::layout_parts`]); [`PoolsLayoutParts::finish`] builds
+/// it, copying the nodes' states (issue #11: the select plugin takes the
+/// parts under its lock and builds the layout after).
+#[derive(Clone, Debug)]
+pub struct PoolsLayoutParts {
+    nodes: u32,
+    pools: Vec<PoolSpec>,
+    /// Each modelled pool's nodes, by local id.
+    parts: Vec<(usize, Vec<NodePart>)>,
+}
+
+impl PoolsLayoutParts {
+    /// The layout, by global node id.
+    pub fn finish(self) -> PoolsLayout {
+        let mut nodes = vec![None; self.nodes as usize];
+        for (p, parts) in &self.parts {
+            let spec = &self.pools[*p];
+            for (local, part) in parts.iter().enumerate() {
+                let g = spec.nodes[local];
+                nodes[g as usize] = Some(part.view(g));
+            }
+        }
+        PoolsLayout {
+            nodes,
+            pools: self.pools,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -697,7 +729,8 @@ impl PoolSet {
         self.engine(p).map(stats_of)
     }
 
-    /// Every modelled pool's layout, by global node id.
+    /// Every modelled pool's layout, by global node id (every node's
+    /// state copied).
     pub fn snapshot(&self) -> PoolsLayout {
         let mut nodes = vec![None; self.nodes as usize];
         for pool in &self.pools {
@@ -711,6 +744,22 @@ impl PoolSet {
         PoolsLayout {
             nodes,
             pools: self.pools().cloned().collect(),
+        }
+    }
+
+    /// [`PoolSet::snapshot`]'s parts, each node's state shared with a copy
+    /// the engine keeps until the node changes, so only the nodes changed
+    /// since the last call are copied ([`CompassEngine::layout_parts`]).
+    pub fn layout_parts(&self) -> PoolsLayoutParts {
+        PoolsLayoutParts {
+            nodes: self.nodes,
+            pools: self.pools().cloned().collect(),
+            parts: self
+                .pools
+                .iter()
+                .enumerate()
+                .filter_map(|(p, pool)| Some((p, pool.engine.as_ref()?.layout_parts())))
+                .collect(),
         }
     }
 
@@ -782,6 +831,40 @@ mod tests {
 
     fn req(id: u64, w: u32, g: u32) -> JobRequest {
         JobRequest::new(id, w, g)
+    }
+
+    #[test]
+    fn layout_parts_keep_the_layout_as_it_was_when_taken() {
+        // The select plugin takes the parts under its lock and builds the
+        // layout after, while the engine changes: the layout built is the
+        // one of the instant the parts were taken, in every pool.
+        let mut s = PoolSet::new(&site(), CompassConfig::default());
+        s.adopt(&req(1, 1, 4), &[0]).unwrap();
+        s.adopt(&req(2, 1, 2), &[8]).unwrap();
+        let parts = s.layout_parts();
+        let then = s.snapshot();
+        s.adopt(&req(3, 2, 8), &[1, 2]).unwrap();
+        s.remove(JobId(2)).unwrap();
+        s.adopt(&req(4, 1, 1), &[0]).unwrap();
+        let now = s.snapshot();
+        assert_ne!(now, then);
+        assert_eq!(parts.finish(), then);
+        // Parts taken now are the layout now (`snapshot` copies every
+        // node afresh), also after a trial undone, which puts nodes back
+        // behind the copies, and one kept. (Every event of the property
+        // tests checks the same, `compass_props`.)
+        assert_eq!(s.layout_parts().finish(), now);
+        assert_eq!(now.nodes[1].as_ref().map(|v| v.used), Some(8));
+        assert_eq!(then.nodes[1].as_ref().map(|v| v.used), Some(0));
+        s.adopt(&req(5, 1, 4), &[3]).unwrap();
+        s.begin_trial();
+        assert!(!s.compact().is_empty(), "the trial moves a job");
+        s.undo_trial();
+        assert_eq!(s.layout_parts().finish(), s.snapshot());
+        s.begin_trial();
+        s.compact();
+        s.keep_trial();
+        assert_eq!(s.layout_parts().finish(), s.snapshot());
     }
 
     #[test]

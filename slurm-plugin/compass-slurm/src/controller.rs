@@ -32,7 +32,7 @@ use compass_core::placement::compass::{AdoptOutcome, CompassConfig, Veto};
 use compass_core::placement::head::{
     hold_for_head, Blocked, Ends, HeadTrial, HeadVerdict, TrialMemory, WaitingJob,
 };
-use compass_core::placement::pools::{NodeGpus, PoolSet, PoolSpec, PoolsLayout};
+use compass_core::placement::pools::{NodeGpus, PoolSet, PoolSpec, PoolsLayoutParts};
 use compass_core::placement::worth::{
     tidy_turn, KeepReason, MigrationRule, MoveCandidate, MoveWhen, RunHistory, TIDY_TRIALS,
 };
@@ -1692,7 +1692,8 @@ impl Controller {
     /// [`Controller::snapshot`] as the plugin thread takes it under the
     /// controller's lock every round: a copy of what the published state is
     /// made of (the running jobs' records in one flat list, the jobs held
-    /// for tidying, the pools, the engine's layout, the counters), a few
+    /// for tidying, the pools, the engine's layout with each node's state
+    /// shared, not copied, [`PoolSet::layout_parts`], the counters), a few
     /// allocations and O(jobs + nodes) copying. The state itself (node and
     /// job views with their names, Phi* and SIF per pool, the layout as
     /// JSON) is built by [`Snapshot::finish`], which needs no lock. Issue
@@ -1736,7 +1737,7 @@ impl Controller {
             move_when: self.config.move_when,
             tidy_payback: self.config.tidy_payback,
             migration_cost_s: self.config.migration_cost_s,
-            layout: self.engine.snapshot(),
+            layout: self.engine.layout_parts(),
         }
     }
 
@@ -1766,7 +1767,9 @@ pub struct Snapshot {
     move_when: MoveWhen,
     tidy_payback: f64,
     migration_cost_s: u64,
-    layout: PoolsLayout,
+    /// Each node's state shared with the engine, copied in
+    /// [`Snapshot::finish`].
+    layout: PoolsLayoutParts,
 }
 
 /// A running job's record as [`Snapshot`] copies it.
@@ -1945,7 +1948,7 @@ impl Snapshot {
                 .collect(),
             jobs,
             job_test: Default::default(),
-            layout: serde_json::to_value(self.layout).ok(),
+            layout: serde_json::to_value(self.layout.finish()).ok(),
             move_when: Some(self.move_when.name().to_string()),
             tidy_payback: (self.move_when == MoveWhen::Pays).then_some(self.tidy_payback),
             migration_cost_s: Some(self.migration_cost_s),

@@ -42,7 +42,7 @@ mod state;
 mod trial;
 
 pub use compact::Veto;
-pub use observe::{LayoutSnapshot, NodeView};
+pub use observe::{LayoutSnapshot, NodePart, NodeView};
 pub use state::{Guest, NodeKind, NodeState, Slot};
 
 use std::collections::BTreeMap;
@@ -169,6 +169,9 @@ pub struct CompassEngine {
     config: CompassConfig,
     occ: Occupancy,
     nodes: Vec<NodeState>,
+    /// Copies of the nodes' states the layouts taken share, until the node
+    /// changes ([`CompassEngine::layout_parts`]).
+    shared: observe::SharedNodes,
     keys: Vec<Keys>,
     /// By job id (never iterated: any hash order does).
     meta: FxHashMap<JobId, JobMeta>,
@@ -207,6 +210,7 @@ impl CompassEngine {
             config,
             occ: Occupancy::new(spec),
             nodes: vec![NodeState::default(); spec.nodes as usize],
+            shared: observe::SharedNodes::new(spec.nodes as usize),
             keys: vec![Keys::default(); spec.nodes as usize],
             meta: FxHashMap::default(),
             usable: NodeSet::full(spec.nodes),

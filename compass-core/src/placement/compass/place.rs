@@ -298,6 +298,7 @@ impl CompassEngine {
     pub(super) fn rollback(&mut self, undo: Undo) {
         for (n, (st, was_dirty)) in undo.saved {
             self.nodes[n as usize] = st;
+            self.shared.forget(n);
             let k = self.keys_of(n);
             self.put_keys(n, k);
             if !was_dirty {

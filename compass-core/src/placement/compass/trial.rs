@@ -133,6 +133,7 @@ impl CompassEngine {
         let mut afresh: Vec<NodeId> = Vec::new();
         for (n, st) in j.nodes {
             self.nodes[n as usize] = st;
+            self.shared.forget(n);
             if j.changed_len.is_none() {
                 self.mark_changed(n);
             }
@@ -187,6 +188,7 @@ impl CompassEngine {
     /// Node `n`'s state, to change it: saved first when a trial is open.
     pub(super) fn node_mut(&mut self, n: NodeId) -> &mut NodeState {
         self.mark_changed(n);
+        self.shared.forget(n);
         if let Some(j) = self.journal.last_mut() {
             j.nodes
                 .entry(n)
