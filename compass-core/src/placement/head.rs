@@ -1077,24 +1077,28 @@ mod tests {
         assert_eq!(p.snapshot(), plain.snapshot());
     }
 
-    #[test]
-    fn moves_that_gain_nothing_end_the_guard_with_nothing_moved() {
-        // n0 and n1 half used: Compact empties one of them (an empty node,
-        // where a 1 x 8 waiting job would start). A trial that asks of the
-        // moves (`gain`, the gate's "some waiting job starts") what they do
-        // not give stops there: nothing moves and the head (2 x 8) is not
-        // looked at.
-        let build = || {
-            let mut p = pools(3);
-            p.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();
-            p.adopt(&JobRequest::new(2, 1, 4), &[1]).unwrap();
-            p.adopt(&JobRequest::new(3, 1, 8), &[2]).unwrap();
-            p
-        };
+    /// n0 and n1 half used (jobs 1 and 2, 1 x 4, ending at 100 and 200),
+    /// n2 full (job 3, 1 x 8, ending at 50): Compact empties n0 or n1.
+    fn two_half_nodes() -> (PoolSet, Ends) {
+        let mut p = pools(3);
+        p.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();
+        p.adopt(&JobRequest::new(2, 1, 4), &[1]).unwrap();
+        p.adopt(&JobRequest::new(3, 1, 8), &[2]).unwrap();
         let mut ends = Ends::default();
         for (j, e) in [(1, 100.0), (2, 200.0), (3, 50.0)] {
             ends.set(JobId(j), e);
         }
+        (p, ends)
+    }
+
+    #[test]
+    fn moves_that_gain_nothing_end_the_guard_with_nothing_moved() {
+        // Compact empties n0 or n1 (an empty node, where a 1 x 8 waiting job
+        // would start). A trial that asks of the moves (`gain`, the gate's
+        // "some waiting job starts") what they do not give stops there:
+        // nothing moves and the head (2 x 8) is not looked at.
+        let build = || two_half_nodes().0;
+        let mut ends = two_half_nodes().1;
         let later = |_: JobId| 1000.0;
         let guard = |gain| HeadTrial {
             shape: JobShape::new(2, 8),
@@ -1130,21 +1134,12 @@ mod tests {
 
     #[test]
     fn moves_that_only_free_room_for_the_head_need_no_reservation() {
-        // n0 and n1 half used: Compact empties one of them. A moved job
-        // that ends when it would have (here) can only bring a 2 x 8 head
-        // forward: the reservation is not walked. One that restarts for
-        // longer holds its new node past its old end: then it is.
-        let build = || {
-            let mut p = pools(3);
-            p.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();
-            p.adopt(&JobRequest::new(2, 1, 4), &[1]).unwrap();
-            p.adopt(&JobRequest::new(3, 1, 8), &[2]).unwrap();
-            p
-        };
-        let mut ends = Ends::default();
-        for (j, e) in [(1, 100.0), (2, 200.0), (3, 50.0)] {
-            ends.set(JobId(j), e);
-        }
+        // Compact empties n0 or n1. A moved job that ends when it would
+        // have (here) can only bring a 2 x 8 head forward: the reservation
+        // is not walked. One that restarts for longer holds its new node
+        // past its old end: then it is.
+        let build = || two_half_nodes().0;
+        let mut ends = two_half_nodes().1;
         let longer = |_: JobId| 1000.0;
         let mut p = build();
         let trial = HeadTrial {
