@@ -204,9 +204,6 @@ fn check_whole_node_plans(
     Ok(())
 }
 
-/// The index by reach is exact (`Occupancy::reach_fit` against the jobs'
-/// GPUs that may not move, counted node by node) and bounds the physical
-/// fit, for every instance size.
 /// The layout's parts ([`CompassEngine::layout_parts`], each node's state
 /// shared with a copy the engine forgets when the node changes) give the
 /// layout as it was when they were taken: those of the step before against
@@ -241,6 +238,9 @@ fn check_layout_parts(
     Ok((parts, now))
 }
 
+/// The index by reach is exact (`Occupancy::reach_fit` against the jobs'
+/// GPUs that may not move, counted node by node) and bounds the physical
+/// fit, for every instance size.
 fn check_reach(e: &CompassEngine, step: usize) -> Result<(), TestCaseError> {
     let occ = e.occupancy();
     let cap = occ.capacity();

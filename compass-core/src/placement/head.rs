@@ -426,22 +426,17 @@ pub fn hold_for_head(
         }
         pools.begin_trial();
         let m = pools.compact_vetoed(&mut veto);
-        if !veto.exhausted() && trial.gain.is_some_and(|gain| !gain(pools)) {
-            for &k in &hold {
-                let _ = pools.set_movable(k, true);
-            }
-            pools.undo_trial();
-            pools.set_tidy_hold(veto.refused(), true);
-            verdict = HeadVerdict::NoGain;
-            break;
-        }
-        let moved = if veto.exhausted() {
+        // Moves that gain nothing end the guard, undone, before the head is
+        // looked at ([`HeadTrial::gain`]).
+        let no_gain = !veto.exhausted() && trial.gain.is_some_and(|gain| !gain(pools));
+        let moved = if veto.exhausted() || no_gain {
             BTreeMap::new()
         } else {
             moved_jobs(pools, &m)
         };
         // An exhausted veto ends the trial before the head is looked at.
         let late = veto.exhausted()
+            || no_gain
             || (!moved.is_empty()
                 && delays_head(pools, trial, ends, &moved, timeline, &mut on_time));
         for &k in &hold {
@@ -460,6 +455,10 @@ pub fn hold_for_head(
         pools.undo_trial();
         // The undo lifted the holds of the refused jobs: they stay held.
         pools.set_tidy_hold(veto.refused(), true);
+        if no_gain {
+            verdict = HeadVerdict::NoGain;
+            break;
+        }
         if veto.exhausted() {
             verdict = HeadVerdict::Refused;
             break;

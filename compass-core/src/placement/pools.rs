@@ -122,6 +122,11 @@ pub struct PoolsLayoutParts {
 }
 
 impl PoolsLayoutParts {
+    /// The pools, as [`PoolSet::pools`] gave them.
+    pub fn pools(&self) -> &[PoolSpec] {
+        &self.pools
+    }
+
     /// The layout, by global node id.
     pub fn finish(self) -> PoolsLayout {
         let mut nodes = vec![None; self.nodes as usize];

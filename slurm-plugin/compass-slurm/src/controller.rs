@@ -32,7 +32,7 @@ use compass_core::placement::compass::{AdoptOutcome, CompassConfig, Veto};
 use compass_core::placement::head::{
     hold_for_head, Blocked, Ends, HeadTrial, HeadVerdict, TrialMemory, WaitingJob,
 };
-use compass_core::placement::pools::{NodeGpus, PoolSet, PoolSpec, PoolsLayoutParts};
+use compass_core::placement::pools::{NodeGpus, PoolSet, PoolsLayoutParts};
 use compass_core::placement::worth::{
     tidy_turn, KeepReason, MigrationRule, MoveCandidate, MoveWhen, RunHistory, TIDY_TRIALS,
 };
@@ -1727,7 +1727,6 @@ impl Controller {
             engine_error: self.engine_error.clone(),
             node_names: Arc::clone(&self.node_names),
             node_gpus: self.node_gpus.clone(),
-            pools: self.engine.pools().cloned().collect(),
             gate_open: self.gate_open,
             tidy_held: self.tidy_held.iter().copied().collect(),
             jobs,
@@ -1754,7 +1753,6 @@ pub struct Snapshot {
     engine_error: Option<String>,
     node_names: Arc<[String]>,
     node_gpus: Vec<u32>,
-    pools: Vec<PoolSpec>,
     gate_open: bool,
     /// Ascending.
     tidy_held: Vec<u64>,
@@ -1768,7 +1766,7 @@ pub struct Snapshot {
     tidy_payback: f64,
     migration_cost_s: u64,
     /// Each node's state shared with the engine, copied in
-    /// [`Snapshot::finish`].
+    /// [`Snapshot::finish`]; the pools with it.
     layout: PoolsLayoutParts,
 }
 
@@ -1802,10 +1800,10 @@ impl Snapshot {
             })
             .collect();
         // Running instances by size, per pool (Slurm's allocation).
-        let pool_count = self.pools.len();
+        let pool_count = self.layout.pools().len();
         let mut counts = vec![[0u64; 9]; pool_count];
         let mut pool_at: Vec<Option<usize>> = vec![None; node_count];
-        for (p, spec) in self.pools.iter().enumerate() {
+        for (p, spec) in self.layout.pools().iter().enumerate() {
             for &n in &spec.nodes {
                 if let Some(x) = pool_at.get_mut(n as usize) {
                     *x = Some(p);
@@ -1871,7 +1869,7 @@ impl Snapshot {
         // Per pool (issue 12): Theorem 1 bounds N*SIF in each pool.
         let mut pools = Vec::with_capacity(pool_count);
         let (mut phi, mut n_sif, mut modelled_nodes) = (0u64, 0.0f64, 0u32);
-        for (p, spec) in self.pools.iter().enumerate() {
+        for (p, spec) in self.layout.pools().iter().enumerate() {
             let part = spec
                 .nodes
                 .iter()
