@@ -760,8 +760,10 @@ enum Callback {
 struct Calls {
     on: bool,
     times: [Vec<f64>; 4],
-    /// The controller's gate counters when timing began.
+    /// The controller's gate counters when timing began, and when it
+    /// ended (the snapshot rounds after the timed churn make trials too).
     gate_trials_before: (u64, u64),
+    gate_trials_after: (u64, u64),
 }
 
 impl Calls {
@@ -793,15 +795,15 @@ struct CallbackTimes {
 
 impl CallbackTimes {
     fn of(calls: Calls, p: &Plugin) -> Self {
-        let c = &p.c;
+        let (before, after) = (calls.gate_trials_before, calls.gate_trials_after);
         let [narrow, begin, fini, tick] = calls.times.map(Micros::of);
         Self {
             narrow,
             begin,
             fini,
             tick,
-            gate_trials: c.counters.gate_trials - calls.gate_trials_before.0,
-            gate_trials_remembered: c.counters.gate_trials_remembered - calls.gate_trials_before.1,
+            gate_trials: after.0 - before.0,
+            gate_trials_remembered: after.1 - before.1,
             started_after_waiting: p.started_after_waiting,
             offers_refused: p.offers_refused,
             withdrawn: p.withdrawn,
@@ -1158,6 +1160,8 @@ impl Churn for Plugin {
     }
     fn stop_timing(&mut self) {
         self.calls.on = false;
+        let c = &self.c.counters;
+        self.calls.gate_trials_after = (c.gate_trials, c.gate_trials_remembered);
     }
     fn takes_snapshots(&self) -> bool {
         true
