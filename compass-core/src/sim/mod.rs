@@ -38,7 +38,9 @@ use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration};
 use crate::placement::head::{Chance, TrialMemory};
 use crate::placement::pools::PoolSpec;
 pub use crate::placement::worth::MoveWhen;
-use crate::placement::worth::{tidy_turn, MigrationRule, MoveCandidate, RunHistory, TIDY_TRIALS};
+use crate::placement::worth::{
+    release_turn, tidy_turn, MigrationRule, MoveCandidate, RunHistory, TIDY_TRIALS, TRIAL_RELEASES,
+};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
 use crate::trace::TraceJob;
 
@@ -239,6 +241,10 @@ pub struct SimConfig {
     /// that ended recently, to run at least this many times `c` after it
     /// ([`MigrationRule::tidy_payback`]).
     pub tidy_payback: f64,
+    /// Under [`MoveWhen::Pays`]: the jobs held for tidying that one trial
+    /// of the gate releases at most ([`TRIAL_RELEASES`], as the select
+    /// plugin; smaller in tests, to exercise the bound on a few jobs).
+    pub trial_releases: usize,
     /// With backfill: how many waiting jobs behind the head are examined per
     /// scheduling pass (Slurm's `bf_max_job_test`).
     pub backfill_depth: usize,
@@ -267,6 +273,7 @@ impl SimConfig {
             remaining: RemainingRun::TimeLimit,
             move_when: MoveWhen::Always,
             tidy_payback: crate::placement::worth::DEFAULT_TIDY_PAYBACK,
+            trial_releases: TRIAL_RELEASES,
             backfill_depth: 1000,
             record_timeseries: false,
             record_jobs: false,
@@ -820,6 +827,9 @@ struct Sim<'a> {
     /// The held job re-judged last (the gate re-judges a bounded turn of
     /// them, [`tidy_turn`]; a cell, as the gate only reads the rest).
     tidy_cursor: std::cell::Cell<Option<usize>>,
+    /// The held job the gate's last trial released last (a trial releases
+    /// a bounded turn of them, [`release_turn`]).
+    release_cursor: std::cell::Cell<Option<usize>>,
     /// Under [`MoveWhen::Pays`], the gate's trials that started nobody
     /// ([`TrialMemory`], as the plugin keeps them).
     trial_memory: std::cell::RefCell<TrialMemory>,
@@ -962,6 +972,7 @@ impl<'a> Sim<'a> {
             runs: RunHistory::default(),
             tidy_held: BTreeSet::new(),
             tidy_cursor: std::cell::Cell::new(None),
+            release_cursor: std::cell::Cell::new(None),
             trial_memory: std::cell::RefCell::new(TrialMemory::default()),
             over_events: 0,
             over_events_held: 0,
@@ -1493,8 +1504,11 @@ impl<'a> Sim<'a> {
     /// (`tidy_held`, re-judged at each, at most [`TIDY_RECHECKS`] of them
     /// in rotation ([`tidy_turn`]), and kept through the events that
     /// try nothing: an empty queue, no movable job) until a queued job could start
-    /// after moves at all ([`Sim::gate_chances`]; then every job
-    /// may move in the first trial), they pay, or they end; with none
+    /// after moves at all ([`Sim::gate_chances`]; then every job may move
+    /// in the first trial, but of the held jobs only a turn of
+    /// [`SimConfig::trial_releases`], [`release_turn`]; a first trial kept
+    /// is the event, with the others held still), they pay, or they end;
+    /// with none
     /// held and no queued job that could start, no first trial is made.
     /// The select plugin's `Controller::compact_if_it_starts_a_job` and
     /// `compact_tidying` follow the same rule.
@@ -1546,13 +1560,16 @@ impl<'a> Sim<'a> {
         if let Some(&last) = turn.last() {
             self.tidy_cursor.set(Some(last));
         }
+        let kept_held: BTreeSet<usize> = self
+            .tidy_held
+            .iter()
+            .copied()
+            .filter(|k| !(turn.contains(k) && self.pays_for_tidying(&rule, *k, t)))
+            .collect();
         let sticky: Vec<usize> = movable
             .iter()
             .copied()
-            .filter(|k| {
-                self.tidy_held.contains(k)
-                    && !(turn.contains(k) && self.pays_for_tidying(&rule, *k, t))
-            })
+            .filter(|k| kept_held.contains(k))
             .collect();
         type Trial = (Box<dyn ClusterPolicy>, Vec<(usize, u64)>);
         let trial = |still: &[usize]| -> Result<Option<Trial>> {
@@ -1576,7 +1593,37 @@ impl<'a> Sim<'a> {
                 .set(self.gate_trials_remembered.get() + 1);
         }
         if !pays || worth_a_trial {
-            let Some((moved, charges)) = trial(hold)? else {
+            // The trial releases a bounded turn of the held jobs (the
+            // plugin's `compact_if_it_starts_a_job`); the others stay held
+            // in it, and stay held after it whatever it does.
+            let released = release_turn(
+                &kept_held,
+                self.release_cursor.get(),
+                self.cfg.trial_releases,
+            );
+            if let Some(&last) = released.last() {
+                self.release_cursor.set(Some(last));
+            }
+            let unreleased: Vec<usize> = hold
+                .iter()
+                .copied()
+                .chain(sticky.iter().copied().filter(|k| !released.contains(k)))
+                .collect();
+            // A trial kept is the event: the jobs it held stay still in it
+            // (none but the caller's when every held job was released).
+            let still = unreleased.len() > hold.len();
+            let open = Gate {
+                hold: still.then(|| unreleased.clone()),
+                no_gain: false,
+                tidy_held: Some(
+                    kept_held
+                        .iter()
+                        .copied()
+                        .filter(|k| !released.contains(k))
+                        .collect(),
+                ),
+            };
+            let Some((moved, charges)) = trial(&unreleased)? else {
                 return Ok(open);
             };
             self.gate_trials.set(self.gate_trials.get() + 1);

@@ -1535,6 +1535,63 @@ fn with_move_when_pays_jobs_held_for_tidying_stay_held_while_the_queue_is_empty(
 }
 
 #[test]
+fn with_move_when_pays_a_trial_releases_a_bounded_turn_of_the_held_jobs() {
+    // Three nodes of 8, backfill. B and C (1 x 4, long, not resumable) on
+    // nodes 0 and 1, U (1 x 1) and X (1 x 2) on node 2 with D (1 x 1, to
+    // 50); E (to 200) on node 0 and F (to 300) on node 1 (1 x 1, not
+    // resumable). Q (2 x 8) waits for B and C. At D's end Spread's Compact
+    // would move U and X onto node 0, which starts nobody and does not
+    // pay (their time limit, 15 min, leaves 850 s, short of 60 s + 20 x
+    // 60 s): both are held for
+    // tidying. W (1 x 7) comes at 100 and starts once X leaves node 2. At
+    // E's end the gate's trial releases the held jobs: all of them by
+    // default (both move, W starts at 200); one per trial with
+    // `trial_releases` 1 (the plugin's `TRIAL_RELEASES` made small): U
+    // moves alone and W cannot start, so nothing moves; at F's end, the
+    // failed trial's memory lapsed, the next turn releases X, which moves,
+    // and W starts at 300.
+    let mut jobs = vec![
+        job("B", 0.0, 10_000.0, 1, 4),
+        job("C", 0.0, 10_000.0, 1, 4),
+        job("U", 0.0, 800.0, 1, 1),
+        job("X", 0.0, 800.0, 1, 2),
+        job("D", 0.0, 50.0, 1, 1),
+        job("E", 0.0, 200.0, 1, 1),
+        job("F", 0.0, 300.0, 1, 1),
+        job("Q", 1.0, 10.0, 2, 8),
+        job("W", 100.0, 10.0, 1, 7),
+    ];
+    for j in &mut jobs {
+        j.resumable = j.name == "U" || j.name == "X";
+    }
+    let replay = |releases: usize| {
+        let mut cfg = config(3, QueuePolicy::Backfill);
+        cfg.move_when = MoveWhen::Pays;
+        cfg.migration_cost_s = 60.0;
+        cfg.trial_releases = releases;
+        let mut p = Spread::new(3);
+        p.compact_on_remove = true;
+        p.forkable = true;
+        let mut moved = Vec::new();
+        let mut starts = BTreeMap::new();
+        let mut obs = FnObserver(|e: &Event<'_>, _p: &dyn PlacementPolicy| {
+            moved.extend(e.migrations.iter().map(|m| (e.time, m.job.0)));
+            if e.kind == EventKind::Start {
+                starts.insert(e.job.unwrap().0, e.time);
+            }
+        });
+        simulate(&jobs, &mut p, &cfg, &mut obs).unwrap();
+        (moved, starts[&8])
+    };
+    let (u, x) = (2, 3);
+    assert_eq!(
+        replay(TRIAL_RELEASES),
+        (vec![(200.0, x), (200.0, u)], 200.0)
+    );
+    assert_eq!(replay(1), (vec![(300.0, x)], 300.0));
+}
+
+#[test]
 fn with_move_when_pays_a_trial_that_started_nobody_is_not_repeated_for_the_same_chances() {
     // COMPASS under `pays` on mixed traces: the gate makes first trials,
     // and skips those a failed trial of the last TRIAL_MEMORY_S seconds

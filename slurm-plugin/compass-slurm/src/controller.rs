@@ -34,7 +34,8 @@ use compass_core::placement::head::{
 };
 use compass_core::placement::pools::{NodeGpus, PoolSet, PoolsLayoutParts};
 use compass_core::placement::worth::{
-    tidy_turn, KeepReason, MigrationRule, MoveCandidate, MoveWhen, RunHistory, TIDY_TRIALS,
+    release_turn, tidy_turn, KeepReason, MigrationRule, MoveCandidate, MoveWhen, RunHistory,
+    TIDY_TRIALS, TRIAL_RELEASES,
 };
 use compass_core::placement::PlacementPolicy;
 
@@ -271,6 +272,9 @@ pub struct Controller {
     tidy_held: BTreeSet<u64>,
     /// The held job re-judged last ([`Controller::recheck_tidy_held`]).
     tidy_cursor: Option<u64>,
+    /// The held job the gate's last trial released last
+    /// ([`Controller::compact_if_it_starts_a_job`]).
+    release_cursor: Option<u64>,
     /// Under `"pays"`, the gate's trials that started no waiting job, not
     /// made again for the same chances for a while
     /// ([`Controller::compact_if_it_starts_a_job`]).
@@ -331,6 +335,7 @@ impl Controller {
             tidy_held: BTreeSet::new(),
             trial_memory: TrialMemory::default(),
             tidy_cursor: None,
+            release_cursor: None,
             check_part: 0,
             runs: RunHistory::default(),
             counters: Counters::default(),
@@ -1137,7 +1142,11 @@ impl Controller {
     /// covers every chance ([`TrialMemory`]: the same pool and width, a
     /// job no wider, no more fit or room; counted in
     /// `Counters::gate_trials_remembered`). A trial that moves no job to
-    /// another node started nobody either and is remembered so. Under
+    /// another node started nobody either and is remembered so. Of the
+    /// jobs held for tidying, a trial releases at most [`TRIAL_RELEASES`],
+    /// the next in rotation by job id ([`release_turn`]); the others stay
+    /// held through it, and after it when it is kept (issue #11: a trial
+    /// that released every held job cost in proportion to them). Under
     /// `"pays"` the head's guard stops at the first trial Compact whose
     /// moves start nobody ([`HeadTrial::gain`]): they would be undone
     /// anyway, so the holds that would keep the head on time are not
@@ -1179,11 +1188,17 @@ impl Controller {
             return self.compact_tidying(now, None);
         }
         self.counters.gate_trials += 1;
-        // Every job its own verdict allows may move in the trial. The
-        // release is a trial of its own, so that holding them again below
-        // is its undo: it puts back the index entries the release changed
-        // rather than computing them again (issue #11).
-        let released: Vec<u64> = std::mem::take(&mut self.tidy_held).into_iter().collect();
+        // Every job its own verdict allows may move in the trial, but of
+        // the jobs held for tidying only a bounded turn (`release_turn`):
+        // the others stay held, so the trial costs what it releases, not
+        // every job held (issue #11). The release is a trial of its own, so
+        // that holding them again below is its undo: it puts back the index
+        // entries the release changed rather than computing them again.
+        let released = release_turn(&self.tidy_held, self.release_cursor, TRIAL_RELEASES);
+        self.release_cursor = released.last().copied().or(self.release_cursor);
+        for id in &released {
+            self.tidy_held.remove(id);
+        }
         let release_trial = !released.is_empty();
         if release_trial {
             self.engine.begin_trial();
@@ -2760,6 +2775,68 @@ mod tests {
             (1, 1),
             "the trial that moved nothing covers the same chances"
         );
+        assert_eq!(c.self_check(), None);
+    }
+
+    #[test]
+    fn a_trial_releases_a_bounded_turn_of_the_held_jobs() {
+        // Six nodes: n1 holds seven pinned 1-GPU jobs and a free GPU, n2
+        // job X (1 GPU) alone, n3-n6 32 1-GPU jobs. Every resumable job is
+        // held for tidying (its move would not pay: 500 s left of 1,500).
+        // A waiting 1 x 8 job starts if X moves into n1's free GPU, but X
+        // has the highest id: the gate's first trial releases the first
+        // TRIAL_RELEASES held jobs only, and X stays held. The next trial
+        // (once the memory of the failed one lapses) releases the next
+        // turn, X with it, and X moves.
+        assert_eq!(TRIAL_RELEASES, 32);
+        let pays = SelectConfig {
+            move_when: MoveWhen::Pays,
+            ..Config::default().select
+        };
+        let names = (1..=6).map(|i| format!("n{i}")).collect();
+        let mut c = Controller::new(pays, ClusterSpec::new(6, 8).unwrap(), names);
+        let short = |id| JobInfo {
+            time_limit_s: Some(1500),
+            ..job(id, 1, 1)
+        };
+        for id in 1..=7 {
+            let pinned = JobInfo {
+                flags: None,
+                ..job(id, 1, 1)
+            };
+            assert_eq!(c.begin(&pinned, &[(0, 1)], 0), None);
+        }
+        let x = 100;
+        assert_eq!(c.begin(&short(x), &[(1, 1)], 0), None);
+        let mut held = vec![JobId(x)];
+        for (k, id) in (8..40).enumerate() {
+            let node = 2 + k as u32 / 8;
+            assert_eq!(c.begin(&short(id), &[(node, 1)], 0), None);
+            held.push(JobId(id));
+        }
+        assert!(c.tick(0).is_empty(), "nobody waits");
+        c.hold_for_tidying(&held);
+        let wide = job(200, 1, 8);
+        assert_eq!(c.narrow(&wide, &NodeSet::full(6)), Ok(None));
+        c.compact_due = true;
+        assert!(c.tick(1000).is_empty(), "X was not released");
+        assert_eq!(c.counters.gate_trials, 1);
+        assert!(c.tidy_held.contains(&x), "X is still held");
+        assert_eq!(c.tidy_held.len(), held.len(), "every job held again");
+        let t = 1000 + TRIAL_MEMORY_S + 1;
+        assert_eq!(c.narrow(&wide, &NodeSet::full(6)), Ok(None));
+        c.compact_due = true;
+        let orders = c.tick(t);
+        assert_eq!(c.counters.gate_trials, 2);
+        assert_eq!(
+            orders,
+            vec![MigrationOrder {
+                job: x,
+                to_nodes: vec![0]
+            }]
+        );
+        assert!(!c.tidy_held.contains(&x), "released by the trial kept");
+        assert_eq!(c.tidy_held.len(), held.len() - TRIAL_RELEASES);
         assert_eq!(c.self_check(), None);
     }
 
