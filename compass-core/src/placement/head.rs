@@ -1116,6 +1116,20 @@ mod tests {
 
     /// n0 and n1 half used (jobs 1 and 2, 1 x 4, ending at 100 and 200),
     /// n2 full (job 3, 1 x 8, ending at 50): Compact empties n0 or n1.
+    /// A waiting head of two whole nodes at time 0, eight trials at most,
+    /// every job free to move, every move worth keeping.
+    fn two_node_head(end_if_moved: &dyn Fn(JobId) -> f64) -> HeadTrial<'_> {
+        HeadTrial {
+            shape: JobShape::new(2, 8),
+            gpu_type: None,
+            now: 0.0,
+            end_if_moved,
+            max_trials: 8,
+            may_move: None,
+            gain: None,
+        }
+    }
+
     fn two_half_nodes() -> (PoolSet, Ends) {
         let mut p = pools(3);
         p.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();
@@ -1138,13 +1152,8 @@ mod tests {
         let mut ends = two_half_nodes().1;
         let later = |_: JobId| 1000.0;
         let guard = |gain| HeadTrial {
-            shape: JobShape::new(2, 8),
-            gpu_type: None,
-            now: 0.0,
-            end_if_moved: &later,
-            max_trials: 8,
-            may_move: None,
             gain,
+            ..two_node_head(&later)
         };
         let mut plain = build();
         let free = hold_for_head(&mut plain, &guard(None), &mut ends.clone());
@@ -1179,30 +1188,14 @@ mod tests {
         let mut ends = two_half_nodes().1;
         let longer = |_: JobId| 1000.0;
         let mut p = build();
-        let trial = HeadTrial {
-            shape: JobShape::new(2, 8),
-            gpu_type: None,
-            now: 0.0,
-            end_if_moved: &longer,
-            max_trials: 8,
-            may_move: None,
-            gain: None,
-        };
+        let trial = two_node_head(&longer);
         let done = hold_for_head(&mut p, &trial, &mut ends);
         assert_eq!(done.verdict, HeadVerdict::Free, "the head still gains");
         assert!(done.walked);
         let mut p = build();
         let known = ends.clone();
         let later = |j: JobId| known.get(j);
-        let trial = HeadTrial {
-            shape: JobShape::new(2, 8),
-            gpu_type: None,
-            now: 0.0,
-            end_if_moved: &later,
-            max_trials: 8,
-            may_move: None,
-            gain: None,
-        };
+        let trial = two_node_head(&later);
         let done = hold_for_head(&mut p, &trial, &mut ends);
         assert_eq!(done.verdict, HeadVerdict::Free);
         assert_eq!(done.migrations.len(), 1);
@@ -1231,15 +1224,7 @@ mod tests {
             ends.set(JobId(j), 10_000.0);
         }
         let longer = |_: JobId| 1000.0;
-        let trial = HeadTrial {
-            shape: JobShape::new(2, 8),
-            gpu_type: None,
-            now: 0.0,
-            end_if_moved: &longer,
-            max_trials: 8,
-            may_move: None,
-            gain: None,
-        };
+        let trial = two_node_head(&longer);
         let parts = 603u32.div_ceil(TIMELINE_BUILD_NODES);
         assert!(parts > 1);
         for _ in 1..parts {

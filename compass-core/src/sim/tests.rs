@@ -1542,14 +1542,14 @@ fn with_move_when_pays_a_trial_releases_a_bounded_turn_of_the_held_jobs() {
     // resumable). Q (2 x 8) waits for B and C. At D's end Spread's Compact
     // would move U and X onto node 0, which starts nobody and does not
     // pay (their time limit, 15 min, leaves 850 s, short of 60 s + 20 x
-    // 60 s): both are held for
-    // tidying. W (1 x 7) comes at 100 and starts once X leaves node 2. At
-    // E's end the gate's trial releases the held jobs: all of them by
-    // default (both move, W starts at 200); one per trial with
-    // `trial_releases` 1 (the plugin's `TRIAL_RELEASES` made small): U
-    // moves alone and W cannot start, so nothing moves; at F's end, the
-    // failed trial's memory lapsed, the next turn releases X, which moves,
-    // and W starts at 300.
+    // 60 s): both are held for tidying. W (1 x 7) comes at 100 and starts
+    // once X leaves node 2. At E's end the gate's trial releases the held
+    // jobs: all of them by default (both move, W starts at 200); one per
+    // trial with `trial_releases` 1 (the plugin's `TRIAL_RELEASES` made
+    // small): U moves alone and W cannot start, so nothing moves; at F's
+    // end, the failed trial's memory lapsed, the next turn releases X,
+    // which moves alone (U held still, as in the trial), and W starts at
+    // 300.
     let mut jobs = vec![
         job("B", 0.0, 10_000.0, 1, 4),
         job("C", 0.0, 10_000.0, 1, 4),
