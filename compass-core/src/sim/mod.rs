@@ -1508,8 +1508,8 @@ impl<'a> Sim<'a> {
     /// in the first trial, but of the held jobs only a turn of
     /// [`SimConfig::trial_releases`], [`release_turn`]; a first trial kept
     /// is the event, with the others held still), they pay, or they end;
-    /// with none
-    /// held and no queued job that could start, no first trial is made.
+    /// with none held and no queued job that could start, no first trial
+    /// is made.
     /// The select plugin's `Controller::compact_if_it_starts_a_job` and
     /// `compact_tidying` follow the same rule.
     ///
