@@ -1114,8 +1114,6 @@ mod tests {
         assert_eq!(p.snapshot(), plain.snapshot());
     }
 
-    /// n0 and n1 half used (jobs 1 and 2, 1 x 4, ending at 100 and 200),
-    /// n2 full (job 3, 1 x 8, ending at 50): Compact empties n0 or n1.
     /// A waiting head of two whole nodes at time 0, eight trials at most,
     /// every job free to move, every move worth keeping.
     fn two_node_head(end_if_moved: &dyn Fn(JobId) -> f64) -> HeadTrial<'_> {
@@ -1130,6 +1128,8 @@ mod tests {
         }
     }
 
+    /// n0 and n1 half used (jobs 1 and 2, 1 x 4, ending at 100 and 200),
+    /// n2 full (job 3, 1 x 8, ending at 50): Compact empties n0 or n1.
     fn two_half_nodes() -> (PoolSet, Ends) {
         let mut p = pools(3);
         p.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();

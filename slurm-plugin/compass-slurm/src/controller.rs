@@ -2094,8 +2094,21 @@ mod tests {
     }
 
     fn ctl_with(config: SelectConfig) -> Controller {
-        let names = (1..=4).map(|i| format!("n{i}")).collect();
-        Controller::new(config, ClusterSpec::new(4, 8).unwrap(), names)
+        ctl_on(config, 4)
+    }
+
+    /// `nodes` nodes of 8 GPUs, named n1, n2, ...
+    fn ctl_on(config: SelectConfig, nodes: u32) -> Controller {
+        let names = (1..=nodes).map(|i| format!("n{i}")).collect();
+        Controller::new(config, ClusterSpec::new(nodes, 8).unwrap(), names)
+    }
+
+    /// The site defaults: `select.move_when = "pays"`.
+    fn pays() -> SelectConfig {
+        SelectConfig {
+            move_when: MoveWhen::Pays,
+            ..Config::default().select
+        }
     }
 
     fn job(id: u64, w: u32, g: u32) -> JobInfo {
@@ -2569,10 +2582,7 @@ mod tests {
 
     #[test]
     fn move_when_pays_holds_only_the_moved_jobs_that_do_not_pay() {
-        let pays = SelectConfig {
-            move_when: MoveWhen::Pays,
-            ..Config::default().select
-        };
+        let pays = pays();
         // Jobs 2 and 3 (1 x 4) on two nodes at 1,000 s, a 4 x 8 job waits
         // (no move starts it). `limits`: their time limits; 1,600 s leaves
         // 600 s, worth a move at all (payback 2) but short of 60 s + 20 x
@@ -2636,12 +2646,7 @@ mod tests {
         // the eighth refusal (TIDY_TRIALS) the Compact gives up before it
         // reaches job 2, whose move would pay: nothing moves.
         assert_eq!(TIDY_TRIALS, 8);
-        let pays = SelectConfig {
-            move_when: MoveWhen::Pays,
-            ..Config::default().select
-        };
-        let names = (1..=12).map(|i| format!("n{i}")).collect();
-        let mut c = Controller::new(pays, ClusterSpec::new(12, 8).unwrap(), names);
+        let mut c = ctl_on(pays(), 12);
         for id in 1..=10 {
             let j = JobInfo {
                 time_limit_s: (id > 2).then_some(1600),
@@ -2683,12 +2688,7 @@ mod tests {
         // or 4 onto the other pool node, which starts nobody (job 1's four
         // GPUs fit on no other node). Jobs 1, 3 and 4 have 1,600 s limits:
         // at 1,000 s their tidying moves do not pay, so nothing moves.
-        let pays = SelectConfig {
-            move_when: MoveWhen::Pays,
-            ..Config::default().select
-        };
-        let names = (1..=5).map(|i| format!("n{i}")).collect();
-        let mut c = Controller::new(pays, ClusterSpec::new(5, 8).unwrap(), names);
+        let mut c = ctl_on(pays(), 5);
         let limited = |id, g| JobInfo {
             time_limit_s: Some(1600),
             ..job(id, 1, g)
@@ -2749,12 +2749,7 @@ mod tests {
         // makes the gate try a Compact; job 1 fits on no other node, so
         // the trial moves nothing and starts nobody. It is remembered as a
         // failed one: the same chances a second later make no trial.
-        let pays = SelectConfig {
-            move_when: MoveWhen::Pays,
-            ..Config::default().select
-        };
-        let names = (1..=3).map(|i| format!("n{i}")).collect();
-        let mut c = Controller::new(pays, ClusterSpec::new(3, 8).unwrap(), names);
+        let mut c = ctl_on(pays(), 3);
         let pinned = |id, g| JobInfo {
             flags: None,
             ..job(id, 1, g)
@@ -2789,12 +2784,7 @@ mod tests {
         // (once the memory of the failed one lapses) releases the next
         // turn, X with it, and X moves.
         assert_eq!(TRIAL_RELEASES, 32);
-        let pays = SelectConfig {
-            move_when: MoveWhen::Pays,
-            ..Config::default().select
-        };
-        let names = (1..=6).map(|i| format!("n{i}")).collect();
-        let mut c = Controller::new(pays, ClusterSpec::new(6, 8).unwrap(), names);
+        let mut c = ctl_on(pays(), 6);
         let short = |id| JobInfo {
             time_limit_s: Some(1500),
             ..job(id, 1, 1)
@@ -2842,10 +2832,7 @@ mod tests {
 
     #[test]
     fn move_when_pays_tidies_only_with_jobs_expected_to_run_long_enough() {
-        let pays = SelectConfig {
-            move_when: MoveWhen::Pays,
-            ..Config::default().select
-        };
+        let pays = pays();
         // One move due (jobs 2 and 3, 1 x 4, started at 0, on two nodes);
         // a 4 x 8 job waits, which no move lets start. `runs`: the runs of
         // jobs that ended before (restored, as after a restart).
