@@ -20,7 +20,7 @@ use compass_core::sim::budgets::{assign_venus, run_budgets, scale_demand, Budget
 use compass_core::sim::{simulate_named, size_cluster, Percentiles, QueuePolicy, SimConfig};
 use compass_core::trace::{self, ReadOptions};
 use compass_slurm::config::Config as PluginConfig;
-use compass_slurm::controller::{Controller, JobInfo};
+use compass_slurm::controller::{Controller, JobInfo, Published};
 use compass_slurm::flags::JobFlags;
 use compass_slurm::shape::Mapping;
 use serde::Serialize;
@@ -743,6 +743,9 @@ struct Plugin {
     calls: Calls,
     /// Each round's snapshot time ([`Churn::snapshot_round`]).
     snapshots: Vec<f64>,
+    /// The job records the rounds' snapshots brought, as the plugin
+    /// thread keeps them.
+    published: Published,
 }
 
 /// The controller's entry points the plugin mix times one by one.
@@ -863,6 +866,7 @@ impl Plugin {
             untimed_ns: 0.0,
             calls: Calls::default(),
             snapshots: Vec::new(),
+            published: Published::default(),
             queue: VecDeque::new(),
             offers_refused: 0,
             withdrawn: 0,
@@ -1172,7 +1176,8 @@ impl Churn for Plugin {
         let t = Instant::now();
         let parts = self.c.snapshot_parts(self.now, true);
         self.snapshots.push(nanos(t));
-        drop(parts);
+        // The plugin thread takes the records in with no lock held.
+        self.published.absorb(parts);
     }
     fn start_timing(&mut self) {
         self.calls.on = true;

@@ -207,7 +207,10 @@ fn check_whole_node_plans(
 /// The layout's parts ([`CompassEngine::layout_parts`], each node's state
 /// shared with a copy the engine forgets when the node changes) give the
 /// layout as it was when they were taken: those of the step before against
-/// the copy taken then, and new ones against a copy of every node now.
+/// the copy taken then, and new ones against a copy of every node now; and
+/// the parts of the step before brought up to date with the nodes changed
+/// since ([`CompassEngine::layout_changes`], as the select plugin's thread
+/// keeps its published layout) against the same copy.
 /// Returns the parts and the layout of this step.
 fn check_layout_parts(
     e: &CompassEngine,
@@ -221,15 +224,23 @@ fn check_layout_parts(
             .map(|(n, p)| p.view(n as NodeId))
             .collect()
     };
-    if let Some((parts, then)) = before {
+    let now = e.snapshot().nodes;
+    if let Some((mut parts, then)) = before {
         prop_assert!(
             views(&parts) == then,
             "step {}: earlier parts changed",
             step
         );
+        for (n, part) in e.layout_changes() {
+            parts[n as usize] = part;
+        }
+        prop_assert!(
+            views(&parts) == now,
+            "step {}: earlier parts with the changes are not the layout",
+            step
+        );
     }
     let parts = e.layout_parts();
-    let now = e.snapshot().nodes;
     prop_assert!(
         views(&parts) == now,
         "step {}: parts are not the layout",

@@ -128,7 +128,7 @@ impl PoolsLayoutParts {
     }
 
     /// The layout, by global node id.
-    pub fn finish(self) -> PoolsLayout {
+    pub fn finish(&self) -> PoolsLayout {
         let mut nodes = vec![None; self.nodes as usize];
         for (p, parts) in &self.parts {
             let spec = &self.pools[*p];
@@ -139,7 +139,20 @@ impl PoolsLayoutParts {
         }
         PoolsLayout {
             nodes,
-            pools: self.pools,
+            pools: self.pools.clone(),
+        }
+    }
+
+    /// Brings the parts up to date with `changes` (from
+    /// [`PoolSet::layout_changes`] on the pool set these parts were taken
+    /// of): (pool, local id, part). A change of a pool or node these parts
+    /// do not hold is left out.
+    pub fn apply(&mut self, changes: Vec<(usize, NodeId, NodePart)>) {
+        for (p, n, part) in changes {
+            let at = self.parts.iter_mut().find(|(q, _)| *q == p);
+            if let Some(slot) = at.and_then(|(_, parts)| parts.get_mut(n as usize)) {
+                *slot = part;
+            }
         }
     }
 }
@@ -755,6 +768,20 @@ impl PoolSet {
     /// [`PoolSet::snapshot`]'s parts, each node's state shared with a copy
     /// the engine keeps until the node changes, so only the nodes changed
     /// since the last call are copied ([`CompassEngine::layout_parts`]).
+    /// The parts of the nodes that changed since the last call, (pool,
+    /// local id, part), for [`PoolsLayoutParts::apply`] on parts taken of
+    /// this pool set before ([`CompassEngine::layout_changes`]); the cost
+    /// is that of the nodes changed.
+    pub fn layout_changes(&self) -> Vec<(usize, NodeId, NodePart)> {
+        let mut out = Vec::new();
+        for (p, pool) in self.pools.iter().enumerate() {
+            if let Some(e) = pool.engine.as_ref() {
+                out.extend(e.layout_changes().into_iter().map(|(n, part)| (p, n, part)));
+            }
+        }
+        out
+    }
+
     pub fn layout_parts(&self) -> PoolsLayoutParts {
         PoolsLayoutParts {
             nodes: self.nodes,

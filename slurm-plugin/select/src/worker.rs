@@ -92,6 +92,9 @@ struct Rounds {
     /// Migrated jobs whose priority was raised to the top until they
     /// restart ([`raise_priority`]), with when and the nice they had.
     raised: std::collections::BTreeMap<u32, Raised>,
+    /// The running jobs' records as last published: each round's snapshot
+    /// brings only what changed, outside the controller's lock.
+    published: compass_slurm::controller::Published,
 }
 
 /// A migrated job at the top of the queue until it restarts.
@@ -268,17 +271,22 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
     // engine holds now, not what it held before them, so jobs that started
     // meanwhile are in the state file at once.
     let snapshot = if carried_out {
+        // The first snapshot's job records are taken in: the second brings
+        // only what changed since it.
+        if let Some(first) = snapshot {
+            rounds.published.absorb(first);
+        }
         plugin
             .ctl
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
+            .as_mut()
             .map(|ctl| ctl.snapshot_parts(now, true))
     } else {
         snapshot
     };
     // The state is built here from the copy, with no lock held.
-    if let Some(mut s) = snapshot.map(|s| s.finish()) {
+    if let Some(mut s) = snapshot.map(|s| s.finish(&mut rounds.published)) {
         s.job_test = crate::stats::job_test();
         let mut key = s.clone();
         key.updated_unix = 0;

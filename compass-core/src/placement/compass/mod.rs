@@ -295,6 +295,8 @@ impl CompassEngine {
         } else {
             self.usable.remove(n);
         }
+        // Its part of the published layout changed.
+        self.shared.forget(n);
         self.reindex(n);
         Ok(())
     }
