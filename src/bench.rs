@@ -20,7 +20,7 @@ use compass_core::sim::budgets::{assign_venus, run_budgets, scale_demand, Budget
 use compass_core::sim::{simulate_named, size_cluster, Percentiles, QueuePolicy, SimConfig};
 use compass_core::trace::{self, ReadOptions};
 use compass_slurm::config::Config as PluginConfig;
-use compass_slurm::controller::{Controller, JobInfo, Published};
+use compass_slurm::controller::{Controller, JobInfo, Published, RECHECKS_PER_TURN};
 use compass_slurm::flags::JobFlags;
 use compass_slurm::shape::Mapping;
 use serde::Serialize;
@@ -58,7 +58,9 @@ pub struct Args {
     /// at --load, the running jobs' time limits drawn from 4 h to 72 h),
     /// `plugin` (compass only: the select plugin's controller itself, driven
     /// as slurmctld drives it: `narrow`, `begin`, `fini` and the plugin
-    /// thread's `tick` after every event, with its Compact through the
+    /// thread's `tick` after every event (the verdicts due re-checked
+    /// first in turns of at most 64, one lock hold each, as the thread
+    /// does), with its Compact through the
     /// head's guard and the `pays` gate, the requeues it orders carried out;
     /// a job that finds no room waits in Slurm's queue, at most 100, and is
     /// offered again after every departure; every other job not resumable,
@@ -754,6 +756,9 @@ enum Callback {
     Narrow,
     Begin,
     Fini,
+    /// A turn of the verdicts due re-checked before the tick
+    /// (`Controller::recheck_due`), one lock hold each.
+    Recheck,
     Tick,
 }
 
@@ -762,7 +767,7 @@ enum Callback {
 #[derive(Default)]
 struct Calls {
     on: bool,
-    times: [Vec<f64>; 4],
+    times: [Vec<f64>; 5],
     /// The controller's gate counters when timing began, and when it
     /// ended (the snapshot rounds after the timed churn make trials too).
     gate_trials_before: (u64, u64),
@@ -783,6 +788,7 @@ struct CallbackTimes {
     narrow: Micros,
     begin: Micros,
     fini: Micros,
+    recheck: Micros,
     tick: Micros,
     /// The gate's trials during the timed churn (`Counters::gate_trials`),
     /// and those its memory of failed trials skipped
@@ -799,11 +805,12 @@ struct CallbackTimes {
 impl CallbackTimes {
     fn of(calls: Calls, p: &Plugin) -> Self {
         let (before, after) = (calls.gate_trials_before, calls.gate_trials_after);
-        let [narrow, begin, fini, tick] = calls.times.map(Micros::of);
+        let [narrow, begin, fini, recheck, tick] = calls.times.map(Micros::of);
         Self {
             narrow,
             begin,
             fini,
+            recheck,
             tick,
             gate_trials: after.0 - before.0,
             gate_trials_remembered: after.1 - before.1,
@@ -1036,6 +1043,18 @@ impl Plugin {
     /// carries them out. Returns the migrations made.
     fn tick(&mut self) -> u64 {
         let mut moved = 0;
+        // The verdicts due, in turns (one lock hold each; those that
+        // re-check any are timed), then the tick.
+        loop {
+            let t = Instant::now();
+            let done = self.c.recheck_due(self.now, RECHECKS_PER_TURN);
+            if done > 0 {
+                self.calls.record(Callback::Recheck, t);
+            }
+            if done < RECHECKS_PER_TURN {
+                break;
+            }
+        }
         let t = Instant::now();
         let orders = self.c.tick(self.now);
         self.calls.record(Callback::Tick, t);
@@ -1461,6 +1480,7 @@ fn tables(r: &BenchReport, args: &Args) -> String {
                 ("narrow", &c.narrow),
                 ("begin", &c.begin),
                 ("fini", &c.fini),
+                ("recheck turn", &c.recheck),
                 ("tick", &c.tick),
             ]
             .iter()

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use compass_slurm::controller::MigrationOrder;
+use compass_slurm::controller::{MigrationOrder, RECHECKS_PER_TURN};
 use compass_slurm::wait::{poll_until, sleep, Waited};
 use slurm_sys as sys;
 
@@ -204,6 +204,21 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
             if let Some(msg) = ctl.self_check() {
                 log::error(&msg);
             }
+        }
+    }
+    // The verdicts due are re-checked in turns, the lock taken for each
+    // (issue #11: after a restart every adopted job's verdict is due at
+    // once): slurmctld's callbacks wait for one turn at most. The tick
+    // re-checks any left.
+    loop {
+        let done = plugin
+            .ctl
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+            .map_or(0, |ctl| ctl.recheck_due(now, RECHECKS_PER_TURN));
+        if done < RECHECKS_PER_TURN || STOP.load(Ordering::SeqCst) {
+            break;
         }
     }
     let (orders, snapshot, released, head_hold) = {
