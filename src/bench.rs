@@ -745,8 +745,8 @@ struct Plugin {
     calls: Calls,
     /// Each round's snapshot time ([`Churn::snapshot_round`]).
     snapshots: Vec<f64>,
-    /// The job records the rounds' snapshots brought, as the plugin
-    /// thread keeps them.
+    /// The job records and layout the rounds' snapshots brought, as the
+    /// plugin thread keeps them.
     published: Published,
 }
 

@@ -765,9 +765,6 @@ impl PoolSet {
         }
     }
 
-    /// [`PoolSet::snapshot`]'s parts, each node's state shared with a copy
-    /// the engine keeps until the node changes, so only the nodes changed
-    /// since the last call are copied ([`CompassEngine::layout_parts`]).
     /// The parts of the nodes that changed since the last call, (pool,
     /// local id, part), for [`PoolsLayoutParts::apply`] on parts taken of
     /// this pool set before ([`CompassEngine::layout_changes`]); the cost
@@ -782,6 +779,9 @@ impl PoolSet {
         out
     }
 
+    /// [`PoolSet::snapshot`]'s parts, each node's state shared with a copy
+    /// the engine keeps until the node changes, so only the nodes changed
+    /// since the last call are copied ([`CompassEngine::layout_parts`]).
     pub fn layout_parts(&self) -> PoolsLayoutParts {
         PoolsLayoutParts {
             nodes: self.nodes,

@@ -1031,12 +1031,13 @@ impl Controller {
     /// while many verdicts come due at once: the cool-downs ended are
     /// dropped and at most `limit` of the verdicts due at `now` are
     /// re-checked. Returns how many: fewer than `limit`, none is due any
-    /// more; [`Controller::tick`] re-checks any left. The tick decides as it would alone: what it
-    /// does before its re-checks (the gate, pins and holds past their
-    /// limits) changes no verdict due, and a verdict a pin's end brings
-    /// due is re-checked by the tick (issue #11: after a restart every
-    /// adopted job's verdict is due at the first tick, about 9,000 at
-    /// 10,000 nodes in 5.8-8.5 ms under one hold).
+    /// more; [`Controller::tick`] re-checks any left. The tick decides as
+    /// it would alone: what it does before its re-checks (the gate, pins
+    /// and holds past their limits) changes no verdict due, and a verdict
+    /// a pin's end brings due is re-checked by the tick (issue #11: after a
+    /// restart every adopted job's verdict is due at the first tick; in the
+    /// plugin bench about 9,000 at 10,000 nodes took 5.8-8.5 ms under one
+    /// hold).
     pub fn recheck_due(&mut self, now: u64, limit: usize) -> usize {
         self.drop_ended_cooldowns(now);
         self.refresh_due(now, limit)

@@ -92,8 +92,9 @@ struct Rounds {
     /// Migrated jobs whose priority was raised to the top until they
     /// restart ([`raise_priority`]), with when and the nice they had.
     raised: std::collections::BTreeMap<u32, Raised>,
-    /// The running jobs' records as last published: each round's snapshot
-    /// brings only what changed, outside the controller's lock.
+    /// The running jobs' records and the engine's layout as last
+    /// published: each round's snapshot brings only what changed, taken in
+    /// outside the controller's lock.
     published: compass_slurm::controller::Published,
 }
 
@@ -286,8 +287,8 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
     // engine holds now, not what it held before them, so jobs that started
     // meanwhile are in the state file at once.
     let snapshot = if carried_out {
-        // The first snapshot's job records are taken in: the second brings
-        // only what changed since it.
+        // The first snapshot's job records and layout are taken in: the
+        // second brings only what changed since it.
         if let Some(first) = snapshot {
             rounds.published.absorb(first);
         }

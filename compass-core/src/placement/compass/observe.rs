@@ -210,9 +210,10 @@ pub struct LayoutSnapshot {
 /// The copies of the nodes' states the layouts share
 /// ([`CompassEngine::layout_parts`]): `None`, the node changed since the
 /// last layout (forgotten by every change of a node: `node_mut` and the
-/// two undos that put a node back). A lock, not a cell, so that the
-/// engine stays `Sync`; only `layout_parts` takes it, and every change goes
-/// through `&mut` without it.
+/// two undos that put a node back; and `set_node_usable`). A lock, not a
+/// cell, so that the engine stays `Sync`; only `layout_parts` and
+/// `layout_changes` take it, and every change goes through `&mut` without
+/// it.
 #[derive(Debug, Default)]
 pub(super) struct SharedNodes(Mutex<Copies>);
 
