@@ -882,7 +882,9 @@ impl Controller {
         self.holds.remove(&job);
         self.tidy_held.remove(&job);
         let rec = self.jobs.remove(&job);
-        self.snap_changed.insert(job);
+        if rec.is_some() {
+            self.snap_changed.insert(job);
+        }
         self.ends.remove(JobId(job));
         if let Some(t) = rec.as_ref().and_then(|r| r.check_at) {
             self.recheck.remove(&(t, job));
@@ -964,7 +966,21 @@ impl Controller {
             self.compact_due = true;
         }
         self.gate_open = open;
-        self.drop_ended_cooldowns(now);
+        // Cool-downs past their end are dropped, in order of their start
+        // (issue #11: not a pass over every cool-down at every tick); those
+        // of jobs that ended are dropped by `fini`. (A job whose migration
+        // did not land keeps its cool-down while it waits to restart
+        // elsewhere: `drop_pin`.)
+        let cooldown = self.config.migration_cooldown_s;
+        while let Some(&(t, j)) = self.cooldowns.first() {
+            if now.saturating_sub(t) < cooldown {
+                break;
+            }
+            self.cooldowns.pop_first();
+            if self.last_migrated.get(&j) == Some(&t) {
+                self.last_migrated.remove(&j);
+            }
+        }
         let stale: Vec<u64> = self
             .pins
             .iter()
@@ -977,7 +993,7 @@ impl Controller {
         self.expire_holds(now);
         // Only the jobs whose verdict can have changed since the last tick
         // (issue #11: a tick costs what changed, not the number of jobs).
-        self.refresh_due(now, usize::MAX);
+        self.recheck_due(now, usize::MAX);
         // While the gate is closed no job may move: Compact waits until it
         // opens (it is due then anyway).
         if self.compact_due && open && !self.in_flight() {
@@ -992,27 +1008,21 @@ impl Controller {
         orders
     }
 
-    /// Cool-downs past their end at `now` are dropped, in order of their
-    /// start (issue #11: not a pass over every cool-down at every tick);
-    /// those of jobs that ended are dropped by `fini`. (A job whose
-    /// migration did not land keeps its cool-down while it waits to
-    /// restart elsewhere: `drop_pin`.)
-    fn drop_ended_cooldowns(&mut self, now: u64) {
-        let cooldown = self.config.migration_cooldown_s;
-        while let Some(&(t, j)) = self.cooldowns.first() {
-            if now.saturating_sub(t) < cooldown {
-                break;
-            }
-            self.cooldowns.pop_first();
-            if self.last_migrated.get(&j) == Some(&t) {
-                self.last_migrated.remove(&j);
-            }
-        }
-    }
-
-    /// Re-checks at most `limit` of the verdicts due at `now`, in order of
-    /// their instants; returns how many.
-    fn refresh_due(&mut self, now: u64, limit: usize) -> usize {
+    /// The first part of [`Controller::tick`], in turns the plugin thread
+    /// takes the controller's lock for one at a time ([`RECHECKS_PER_TURN`]
+    /// verdicts each), so that slurmctld's callbacks are not kept waiting
+    /// while many verdicts come due at once: at most `limit` of the
+    /// verdicts due at `now` are re-checked, in order of their instants.
+    /// Returns how many: fewer than `limit`, none is due any more;
+    /// [`Controller::tick`] re-checks any left. The tick decides as it
+    /// would alone: what it does before its re-checks (the gate, pins and
+    /// holds past their limits, the cool-downs ended, which keep no job
+    /// still once over: the rule compares the time since the migration)
+    /// changes no verdict due, and a verdict a pin's end brings due is
+    /// re-checked by the tick (issue #11: after a restart every adopted
+    /// job's verdict is due at the first tick; in the plugin bench about
+    /// 9,000 at 10,000 nodes took 5.8-8.5 ms under one hold).
+    pub fn recheck_due(&mut self, now: u64, limit: usize) -> usize {
         for done in 0..limit {
             match self.recheck.first() {
                 Some(&(t, id)) if t <= now => {
@@ -1023,24 +1033,6 @@ impl Controller {
             }
         }
         limit
-    }
-
-    /// The first part of [`Controller::tick`], in turns the plugin thread
-    /// takes the controller's lock for one at a time ([`RECHECKS_PER_TURN`]
-    /// verdicts each), so that slurmctld's callbacks are not kept waiting
-    /// while many verdicts come due at once: the cool-downs ended are
-    /// dropped and at most `limit` of the verdicts due at `now` are
-    /// re-checked. Returns how many: fewer than `limit`, none is due any
-    /// more; [`Controller::tick`] re-checks any left. The tick decides as
-    /// it would alone: what it does before its re-checks (the gate, pins
-    /// and holds past their limits) changes no verdict due, and a verdict
-    /// a pin's end brings due is re-checked by the tick (issue #11: after a
-    /// restart every adopted job's verdict is due at the first tick; in the
-    /// plugin bench about 9,000 at 10,000 nodes took 5.8-8.5 ms under one
-    /// hold).
-    pub fn recheck_due(&mut self, now: u64, limit: usize) -> usize {
-        self.drop_ended_cooldowns(now);
-        self.refresh_due(now, limit)
     }
 
     /// The gate `select.move_when` at `now` ([`MoveWhen::allows`], the
@@ -1754,13 +1746,8 @@ impl Controller {
     /// Every job is copied: it needs no [`Published`] kept between
     /// calls (the plugin thread's rounds use [`Controller::snapshot_parts`]).
     pub fn snapshot(&self, now: u64, engine_active: bool) -> PublishedState {
-        let jobs = self
-            .jobs
-            .keys()
-            .map(|&id| (id, self.job_copy(id)))
-            .collect();
-        let layout = Some(self.engine.layout_parts());
-        self.snapshot_with(now, engine_active, jobs, true, (layout, Vec::new()))
+        let (jobs, layout) = self.copy_all();
+        self.snapshot_with(now, engine_active, jobs, true, layout)
             .finish(&mut Published::default())
     }
 
@@ -1781,25 +1768,28 @@ impl Controller {
     /// node ([`PoolSet::layout_parts`]).
     pub fn snapshot_parts(&mut self, now: u64, engine_active: bool) -> Snapshot {
         let full = std::mem::take(&mut self.snap_full);
-        let layout = if full {
-            (Some(self.engine.layout_parts()), Vec::new())
+        let changed = std::mem::take(&mut self.snap_changed);
+        let (jobs, layout) = if full {
+            self.copy_all()
         } else {
-            (None, self.engine.layout_changes())
-        };
-        let jobs = if full {
-            self.snap_changed.clear();
-            self.jobs
-                .keys()
-                .map(|&id| (id, self.job_copy(id)))
-                .collect()
-        } else {
-            let changed = std::mem::take(&mut self.snap_changed);
-            changed
+            let jobs = changed
                 .into_iter()
                 .map(|id| (id, self.job_copy(id)))
-                .collect()
+                .collect();
+            (jobs, (None, self.engine.layout_changes()))
         };
         self.snapshot_with(now, engine_active, jobs, full, layout)
+    }
+
+    /// Every running job's record and every node's part of the layout, as
+    /// a full snapshot publishes them.
+    fn copy_all(&self) -> (Vec<(u64, Option<JobCopy>)>, LayoutCopy) {
+        let jobs = self
+            .jobs
+            .keys()
+            .map(|&id| (id, self.job_copy(id)))
+            .collect();
+        (jobs, (Some(self.engine.layout_parts()), Vec::new()))
     }
 
     /// Job `id`'s record as the published state needs it (`None`: not
