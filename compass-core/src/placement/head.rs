@@ -234,10 +234,11 @@ pub const TIMELINES: usize = 4;
 
 /// Nodes one [`hold_for_head`] adds at most to a head's fit over time that
 /// is not built yet (issue #11: built at once, it held the controller's lock
-/// 1.6-1.9 ms at 10,000 nodes for each new head shape). Until it is
+/// 1.6-1.9 ms at 10,000 nodes for each new head shape; 256 at a time, 40-50
+/// us, one of the causes of the plugin bench's slowest ticks). Until it is
 /// complete, a Compact whose moves lower the head's fit at some instant is
 /// taken to delay the head: when in doubt, nothing moves.
-pub const TIMELINE_BUILD_NODES: u32 = 256;
+pub const TIMELINE_BUILD_NODES: u32 = 64;
 
 /// The head's fit over time in the pools that admit it: `F_p(t) = base_p
 /// + #{rises of pool p at or before t}`, where a node's rises are the
@@ -257,8 +258,12 @@ struct Timeline {
     /// `F_p` now, with no job ended (`None`: the pool does not admit it).
     base: Vec<Option<i64>>,
     rises: FxHashMap<(usize, NodeId), Vec<f64>>,
-    /// Every rise: (instant, pool, node, rank on the node).
-    order: BTreeSet<(Instant, usize, NodeId, u32)>,
+    /// Every node's rises by instant: (instant, pool, node) and how many
+    /// rises the node has then. A node's change touches only the instants
+    /// whose count changes (issue #11: one entry per rise, removed and put
+    /// back at every change of the node, was most of the cost of keeping
+    /// the fit over time up to date).
+    order: BTreeMap<(Instant, usize, NodeId), u32>,
 }
 
 impl Timeline {
@@ -289,19 +294,47 @@ impl Timeline {
         })
     }
 
+    /// Node `n` of pool `p` now rises at `rises` (sorted): only the
+    /// instants whose count of rises changes are touched in `order`.
     fn set_node(&mut self, p: usize, n: NodeId, rises: Vec<f64>) {
-        if let Some(old) = self.rises.remove(&(p, n)) {
-            for (k, e) in old.into_iter().enumerate() {
-                self.order.remove(&(Instant(e), p, n, k as u32));
+        let old = self.rises.remove(&(p, n)).unwrap_or_default();
+        self.update_order(p, n, &old, &rises);
+        if !rises.is_empty() {
+            self.rises.insert((p, n), rises);
+        }
+    }
+
+    /// Node `n` of pool `p` rose at `old` and now at `new` (both sorted):
+    /// the counts in `order` of the instants that differ are set.
+    fn update_order(&mut self, p: usize, n: NodeId, old: &[f64], new: &[f64]) {
+        let (mut a, mut b) = (counts(old).peekable(), counts(new).peekable());
+        loop {
+            // the earlier instant of the two lists, with its count in each
+            let (t, was, now) = match (a.peek(), b.peek()) {
+                (None, None) => break,
+                (Some(&(t, k)), None) => (t, k, 0),
+                (None, Some(&(t, k))) => (t, 0, k),
+                (Some(&(ta, ka)), Some(&(tb, kb))) => match ta.total_cmp(&tb) {
+                    std::cmp::Ordering::Less => (ta, ka, 0),
+                    std::cmp::Ordering::Greater => (tb, 0, kb),
+                    std::cmp::Ordering::Equal => (ta, ka, kb),
+                },
+            };
+            if was > 0 {
+                a.next();
+            }
+            if now > 0 {
+                b.next();
+            }
+            if was != now {
+                let key = (Instant(t), p, n);
+                if now == 0 {
+                    self.order.remove(&key);
+                } else {
+                    self.order.insert(key, now);
+                }
             }
         }
-        if rises.is_empty() {
-            return;
-        }
-        for (k, &e) in rises.iter().enumerate() {
-            self.order.insert((Instant(e), p, n, k as u32));
-        }
-        self.rises.insert((p, n), rises);
     }
 
     /// The head's reservation: the first instant (from `now`) at which
@@ -312,12 +345,12 @@ impl Timeline {
         // Fitting now, the fit at `now` still counts the overdue jobs (ends
         // before now) as freed, as the moves' fit does.
         let mut t0 = if best(&fit) >= w { now } else { f64::INFINITY };
-        for &(Instant(e), p, _, _) in &self.order {
+        for (&(Instant(e), p, _), &k) in &self.order {
             if e > t0 {
                 break;
             }
             if let Some(f) = fit[p].as_mut() {
-                *f += 1;
+                *f += i64::from(k);
             }
             if t0.is_infinite() && best(&fit) >= w {
                 t0 = e.max(now);
@@ -325,6 +358,14 @@ impl Timeline {
         }
         OnTime { t0, fit }
     }
+}
+
+/// The distinct instants of sorted `rises`, each with how many times it
+/// comes.
+fn counts(rises: &[f64]) -> impl Iterator<Item = (f64, u32)> + '_ {
+    rises
+        .chunk_by(|x, y| x.total_cmp(y).is_eq())
+        .map(|c| (c[0], c.len() as u32))
 }
 
 /// The instants node `n`'s `floor(free / g)` grows as its jobs end at their

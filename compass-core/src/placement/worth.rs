@@ -182,8 +182,11 @@ pub fn tidy_turn<T: Ord + Copy>(held: &std::collections::BTreeSet<T>, after: Opt
 /// Compact has more to move, so a trial that released every held job cost
 /// in proportion to them (issue #11: with 365 held at 10,000 nodes, in one
 /// course of the plugin bench, 110 us to release them, 131 us of Compact
-/// and 74 us of undo in one tick).
-pub const TRIAL_RELEASES: usize = 32;
+/// and 74 us of undo in one tick). Eight, not the 32 of the twenty-fourth
+/// round: a failed trial of 32 still took about 60 us on a mixed cluster
+/// of 1,000 nodes, most of it the trial's Compact with more jobs free and
+/// its undo (docs/results.md, "Eight held jobs per trial").
+pub const TRIAL_RELEASES: usize = 8;
 
 /// The held jobs the gate's next trial releases: at most `releases` of
 /// `held` ([`TRIAL_RELEASES`] in the select plugin and by default in the

@@ -1205,11 +1205,18 @@ impl Controller {
         if pays {
             self.recheck_tidy_held(now);
         }
-        let waiting: Vec<(JobShape, Option<String>)> = self
-            .waiting
-            .values()
-            .map(|w| (w.shape, w.gpu_type.clone()))
-            .collect();
+        // One per shape and GPU type, as `Blocked::before` keeps them (the
+        // first of each, in the same order), so that a deep queue costs no
+        // copy of each job's GPU type.
+        let mut waiting: Vec<(JobShape, Option<String>)> = Vec::new();
+        for w in self.waiting.values() {
+            let seen = waiting
+                .iter()
+                .any(|(shape, t)| *shape == w.shape && t.as_deref() == w.gpu_type.as_deref());
+            if !seen {
+                waiting.push((w.shape, w.gpu_type.clone()));
+            }
+        }
         let blocked = Blocked::before(
             &self.engine,
             waiting.iter().map(|(shape, gpu_type)| WaitingJob {
@@ -2911,16 +2918,17 @@ mod tests {
 
     #[test]
     fn a_trial_releases_a_bounded_turn_of_the_held_jobs() {
-        // Six nodes: n1 holds seven pinned 1-GPU jobs and a free GPU, n2
-        // job X (1 GPU) alone, n3-n6 32 1-GPU jobs. Every resumable job is
-        // held for tidying (its move would not pay: 500 s left of 1,500).
-        // A waiting 1 x 8 job starts if X moves into n1's free GPU, but X
-        // has the highest id: the gate's first trial releases the first
-        // TRIAL_RELEASES held jobs only, and X stays held. The next trial
-        // (once the memory of the failed one lapses) releases the next
-        // turn, X with it, and X moves.
-        assert_eq!(TRIAL_RELEASES, 32);
-        let mut c = ctl_on(pays(), 6);
+        // n0 holds seven pinned 1-GPU jobs and a free GPU, n1 job X (1 GPU)
+        // alone, and the nodes after it TRIAL_RELEASES 1-GPU jobs, eight
+        // each. Every resumable job is held for tidying (its move would not
+        // pay: 500 s left of 1,500). A waiting 1 x 8 job starts if X moves
+        // into n0's free GPU, but X has the highest id: the gate's first
+        // trial releases the first TRIAL_RELEASES held jobs only, and X
+        // stays held. The next trial (once the memory of the failed one
+        // lapses) releases the next turn, X with it, and X moves.
+        assert_eq!(TRIAL_RELEASES % 8, 0, "the nodes after n1 are full");
+        let nodes = 2 + (TRIAL_RELEASES / 8) as u32;
+        let mut c = ctl_on(pays(), nodes);
         let short = |id| JobInfo {
             time_limit_s: Some(1500),
             ..job(id, 1, 1)
@@ -2932,25 +2940,25 @@ mod tests {
             };
             assert_eq!(c.begin(&pinned, &[(0, 1)], 0), None);
         }
-        let x = 100;
+        let x = 1000;
         assert_eq!(c.begin(&short(x), &[(1, 1)], 0), None);
         let mut held = vec![JobId(x)];
-        for (k, id) in (8..40).enumerate() {
+        for (k, id) in (8..8 + TRIAL_RELEASES as u64).enumerate() {
             let node = 2 + k as u32 / 8;
             assert_eq!(c.begin(&short(id), &[(node, 1)], 0), None);
             held.push(JobId(id));
         }
         assert!(c.tick(0).is_empty(), "nobody waits");
         c.hold_for_tidying(&held);
-        let wide = job(200, 1, 8);
-        assert_eq!(c.narrow(&wide, &NodeSet::full(6)), Ok(None));
+        let wide = job(2000, 1, 8);
+        assert_eq!(c.narrow(&wide, &NodeSet::full(nodes)), Ok(None));
         c.compact_due = true;
         assert!(c.tick(1000).is_empty(), "X was not released");
         assert_eq!(c.counters.gate_trials, 1);
         assert!(c.tidy_held.contains(&x), "X is still held");
         assert_eq!(c.tidy_held.len(), held.len(), "every job held again");
         let t = 1000 + TRIAL_MEMORY_S + 1;
-        assert_eq!(c.narrow(&wide, &NodeSet::full(6)), Ok(None));
+        assert_eq!(c.narrow(&wide, &NodeSet::full(nodes)), Ok(None));
         c.compact_due = true;
         let orders = c.tick(t);
         assert_eq!(c.counters.gate_trials, 2);
