@@ -44,6 +44,7 @@ fi
 step "cargo fmt --check" cargo fmt --all -- --check
 if has 22.05; then
     step "cargo clippy (Slurm 22.05)" cargo clippy --workspace --all-targets --locked -- -D warnings
+    step "cargo doc (Slurm 22.05)" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
     step "cargo test (Slurm 22.05)" cargo test --workspace --locked
 fi
 

@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "fifo", value_parser = PossibleValuesParser::new(QueuePolicy::NAMES))]
     pub queue: Vec<String>,
 
-    /// Directory for compare.md, compare.json and timeseries-<queue>.png.
+    /// Directory for compare.md, compare.json and `timeseries-<queue>.png`.
     #[arg(long, default_value = "compass-compare", value_name = "DIR")]
     pub out: PathBuf,
 }

@@ -34,7 +34,7 @@ pub struct TraceArgs {
 
     /// Use exactly these nodes instead of sizing by --eta: a node count N
     /// (N nodes of --gpus-per-node GPUs), or a mixed cluster as
-    /// COUNTxGPUS[:TYPE] items, comma separated, e.g. 8x8:a100,4x4:l40s,2x2
+    /// `COUNTxGPUS[:TYPE]` items, comma separated, e.g. 8x8:a100,4x4:l40s,2x2
     /// (8 nodes of 8 A100s, 4 of 4 L40S, 2 untyped 2-GPU nodes; GPUs per
     /// node 1, 2, 4 or 8). Each GPU count and type is a pool with its own
     /// engine, as in the select plugin; jobs are cut into instances of at
@@ -49,8 +49,8 @@ pub struct TraceArgs {
 
     /// Cost of one migration, added to the job's completion: a whole number
     /// with s, m, h or d (8s, 60s, 5m), a decimal number of seconds (2.5s:
-    /// the costs `compass replay` measures), or a Slurm time (M:SS,
-    /// H:MM:SS, D-H[:MM[:SS]]); 0 for none. Charged per migrated instance
+    /// the costs `compass replay` measures), or a Slurm time (`M:SS`,
+    /// `H:MM:SS`, `D-H[:MM[:SS]]`); 0 for none. Charged per migrated instance
     /// (the paper) unless --migration-charge per-job.
     #[arg(long, default_value = "8s", value_name = "DURATION", value_parser = parse_cost)]
     pub migration_cost: f64,

@@ -239,7 +239,7 @@ fn timed_out(what: &str, limit: std::time::Duration) -> BudgetError {
 }
 
 /// A write request as received: authenticated and parsed later, off the
-/// runtime ([`Write::authenticate`] inside [`blocking`]).
+/// runtime (`Write::authenticate` inside [`blocking`]).
 pub struct Write {
     method: Method,
     uri: OriginalUri,
@@ -394,7 +394,7 @@ impl Reader {
 }
 
 /// The viewer of a read: everyone sees everything while nothing is private
-/// (no MUNGE round trip); else [`Reader::viewer`] off the runtime.
+/// (no MUNGE round trip); else `Reader::viewer` off the runtime.
 pub async fn viewer_of(state: &Arc<AppState>, reader: Reader) -> ApiResult<Viewer> {
     if state.read_policy().private == PrivateData::default() {
         return Ok(Viewer::everything());

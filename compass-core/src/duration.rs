@@ -8,7 +8,7 @@
 //! `compass replay` flags ([`parse_unambiguous`]: there a bare number used to
 //! mean seconds, so it is refused rather than silently read as minutes).
 //!
-//! Printed durations use Slurm's format too ([`format`]: `4:00:00`,
+//! Printed durations use Slurm's format too ([`format`](fn@format): `4:00:00`,
 //! `1-00:00:00`).
 
 use crate::error::{CoreError, Result};

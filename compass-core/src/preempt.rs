@@ -15,7 +15,7 @@
 //!   the requester's by a hysteresis margin ([`TeamTable::loads_decide`]);
 //!   under the under-allocation-first order either that holds or the
 //!   victim's team, without the victim, still runs at least its allocation
-//!   ([`job_yields`]). A team's head (its first job that may preempt) may
+//!   (`job_yields`). A team's head (its first job that may preempt) may
 //!   take any of these; its later jobs only unallocated jobs, and only while
 //!   the team, with them, stays within its allocation
 //!   ([`later_job_may_preempt`]). Unallocated requests never preempt.
@@ -1005,7 +1005,7 @@ impl Ratios for CycleLoads<'_> {
 /// may take any legal victims; its later jobs only unallocated ones, and
 /// only while the team, with each, stays within its allocation
 /// ([`later_job_may_preempt`]). The loads count this cycle's earlier
-/// admissions and allocated victims ([`CycleLoads`]), so two plans never
+/// admissions and allocated victims (`CycleLoads`), so two plans never
 /// together take a team below its allocation by the load test. At most `cfg.max_preemptions_per_cycle` victims
 /// (or the first job's, if it needs more): once a job's victims would pass
 /// the limit, no later job preempts either (they may still take free room).

@@ -110,7 +110,7 @@ pub struct Args {
     #[arg(long, default_value = "8h", value_name = "DURATION", value_parser = crate::policy::parse_duration)]
     pub min_runtime_cap: f64,
 
-    /// A cluster to replay on, repeatable: NAME=SLURM_CONF[:STATE_FILE]. The
+    /// A cluster to replay on, repeatable: `NAME=SLURM_CONF[:STATE_FILE]`. The
     /// STATE_FILE (select.state_file of compass.conf) marks the compass
     /// cluster: its published placement is checked against Slurm's.
     #[arg(long = "cluster", value_name = "NAME=SLURM_CONF[:STATE_FILE]", value_parser = slurm::parse_cluster, required = true)]

@@ -1,6 +1,6 @@
 //! The real Slurm source and sink: [`LibSlurm`] reads jobs with
 //! `slurm_load_jobs` and pushes site factors with `slurm_update_job`, through
-//! the safe wrappers of [`super::ffi`] (config `slurm = "libslurm"`).
+//! the safe wrappers of `super::ffi` (config `slurm = "libslurm"`).
 //!
 //! What is read from each `slurm_job_info_t`:
 //! - state (`job_state & JOB_STATE_BASE`): PENDING -> pending; RUNNING and

@@ -213,11 +213,11 @@ pub enum TeamOrder {
     #[default]
     UnderAllocationFirst,
     /// Slurm's Fair Tree (`priority/multifactor`, `PriorityFlags=FAIR_TREE`,
-    /// [`crate::sim::fair_tree`]): teams by Level Fairshare of usage decayed
-    /// with `PriorityDecayHalfLife`, from the root down; fair share dominant,
-    /// age (submit time) the tie-breaker within a team. An anchor of the
-    /// policy simulator (issue 15): the simulator passes its Fair Tree rank
-    /// as the base order of [`team_orders`]; the budget service does not
+    /// [`crate::sim::budgets::fair_tree`]): teams by Level Fairshare of usage
+    /// decayed with `PriorityDecayHalfLife`, from the root down; fair share
+    /// dominant, age (submit time) the tie-breaker within a team. An anchor
+    /// of the policy simulator (issue 15): the simulator passes its Fair Tree
+    /// rank as the base order of [`team_orders`]; the budget service does not
     /// run it (Slurm does, with `priority/multifactor`).
     FairTree,
 }

@@ -6,7 +6,7 @@
 //!   packings of the running instances. Appendix C of the paper computes it
 //!   with a heuristic; ours is exact: the closed form of eq. (21) when the
 //!   Workload Composition Condition holds, and otherwise an exact structured
-//!   search over the residual (see [`exact`] and `docs/metric.md` for the
+//!   search over the residual (see `exact` and `docs/metric.md` for the
 //!   proofs).
 //! - `SIF = (Phi_pi - Phi*) / N` ([`sif`], eq. 2).
 //!
@@ -65,7 +65,7 @@ pub fn sif(partial: u32, phi_star: u64, nodes: u32) -> f64 {
 /// Memoised [`phi_star`] for trace replays, which ask after every event.
 ///
 /// The closed form (eq. 21) is answered without a lookup. Otherwise the key
-/// is the *reduced* residual (after the exact reductions R1-R3 of [`exact`]:
+/// is the *reduced* residual (after the exact reductions R1-R3 of `exact`:
 /// full nodes of `G`-GPU instances, pairs of `G/2` instances, `{5,3}` pairs),
 /// so states that differ only by such full nodes share one entry. The memo is
 /// a fixed-size direct-mapped table (a slot per hash, the newest state wins):

@@ -389,7 +389,7 @@ impl PoolSet {
     /// The pool for `job` among `options` (pool, request in that pool's
     /// terms) and its plan there, among `allowed` nodes (global ids):
     /// every option whose engine can place the job now is scored by the
-    /// fragmentation its plan leaves in that pool ([`stats_after`]: the
+    /// fragmentation its plan leaves in that pool (`stats_after`: the
     /// pool's state right after Place, before the Compact that follows in
     /// either pool); the least `N * SIF` added wins, then the pool of the
     /// smallest nodes (what sites ask of Slurm with node `Weight`: a small

@@ -181,23 +181,23 @@ pub struct Counters {
     pub migrations_failed: u64,
     pub engine_errors: u64,
     /// Compacts run with jobs held still, or not run, so that their moves
-    /// would not delay the waiting head ([`Controller::compact_sparing_head`]).
+    /// would not delay the waiting head (`Controller::compact_sparing_head`).
     pub compacts_held_for_head: u64,
     /// Trials of the gate `select.move_when` (`"starts"`, `"pays"`): a
     /// Compact with every job its verdict allows free to move, made to see
     /// whether its moves let a waiting job start
-    /// ([`Controller::compact_if_it_starts_a_job`]).
+    /// (`Controller::compact_if_it_starts_a_job`).
     pub gate_trials: u64,
     /// Under `"pays"`, trials not made because a trial that started
     /// nobody covers their chances ([`TrialMemory`]).
     pub gate_trials_remembered: u64,
     /// Compacts tried and not made under `select.move_when = "starts"`:
     /// their moves let no waiting job start
-    /// ([`Controller::compact_if_it_starts_a_job`]).
+    /// (`Controller::compact_if_it_starts_a_job`).
     pub compacts_no_gain: u64,
     /// Of those, under `"pays"`, Compacts made with only the moves of jobs
     /// whose tidying move pays for itself, that requeued some
-    /// ([`Controller::compact_tidying`]).
+    /// (`Controller::compact_tidying`).
     pub compacts_tidying: u64,
 }
 

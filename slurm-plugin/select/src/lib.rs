@@ -11,7 +11,7 @@
 //! engine error is logged through Slurm's logger and the job goes to plain
 //! cons_tres. The controller mutex is only held for in-memory work; requeues
 //! and the state file are handled by the plugin's own thread
-//! ([`worker`]), outside Slurm's locks.
+//! (`worker`), outside Slurm's locks.
 //!
 //! Runs from a private PluginDir without `select_cons_tres.so`
 //! (`contrib/install-select-plugin.sh`): slurmctld loads every select plugin

@@ -8,7 +8,7 @@
 //!   (Mo et al. 2025) and DRR (Wu et al. 2025).
 //!
 //! All of them admit a job all-or-nothing: the node of every instance is
-//! chosen on a tentative view first ([`Tentative`]) and the job is recorded
+//! chosen on a tentative view first (`Tentative`) and the job is recorded
 //! only if every instance found a node, so `Ok(None)` leaves the state exactly
 //! as before. Ties are always broken by the lowest node index and only
 //! `BTree*` collections are used, so every run is deterministic.

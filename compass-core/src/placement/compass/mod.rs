@@ -28,10 +28,10 @@
 //! changed since the slotted pass last ran), never from a scan of nodes
 //! that pinned jobs keep open (docs/compass-corrections.md, section 7).
 //!
-//! Where things are: [`state`] (per-node structure and its indexes),
-//! [`place`] (Place, Section 4.3.2), [`remove`] (Remove, Section 4.3.3),
-//! [`adopt`] (recording what Slurm did), [`compact`] (Compact, Section
-//! 4.3.4, one module per pass) and [`observe`] (snapshot, invariants).
+//! Where things are: `state` (per-node structure and its indexes),
+//! `place` (Place, Section 4.3.2), `remove` (Remove, Section 4.3.3),
+//! `adopt` (recording what Slurm did), `compact` (Compact, Section
+//! 4.3.4, one module per pass) and `observe` (snapshot, invariants).
 
 mod adopt;
 mod compact;

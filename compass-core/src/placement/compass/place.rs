@@ -354,6 +354,8 @@ impl CompassEngine {
 
     /// Dry run of [`PlacementPolicy::place`] without Compact: the node of each
     /// instance. The state is left exactly as it was.
+    ///
+    /// [`PlacementPolicy::place`]: crate::placement::PlacementPolicy::place
     pub fn plan(
         &mut self,
         job: &JobRequest,
