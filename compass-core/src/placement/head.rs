@@ -790,22 +790,33 @@ pub fn fits_now(pools: &PoolSet, job: &WaitingJob<'_>) -> bool {
     })
 }
 
+/// `waiting`, one per shape and GPU type: the first of each, in order (the
+/// jobs [`Blocked::before`] looks at).
+pub fn distinct_waiting<'a>(
+    waiting: impl IntoIterator<Item = WaitingJob<'a>>,
+) -> Vec<WaitingJob<'a>> {
+    let mut out: Vec<WaitingJob<'a>> = Vec::new();
+    for w in waiting {
+        if !out
+            .iter()
+            .any(|x| x.shape == w.shape && x.gpu_type == w.gpu_type)
+        {
+            out.push(w);
+        }
+    }
+    out
+}
+
 /// The waiting jobs a Compact could help, taken before it: those that do
-/// not fit now ([`fits_now`]), one per shape and GPU type.
+/// not fit now ([`fits_now`]), one per shape and GPU type
+/// ([`distinct_waiting`]).
 #[derive(Clone, Debug)]
 pub struct Blocked<'a>(Vec<WaitingJob<'a>>);
 
 impl<'a> Blocked<'a> {
     pub fn before(pools: &PoolSet, waiting: impl IntoIterator<Item = WaitingJob<'a>>) -> Self {
-        let mut out: Vec<WaitingJob<'a>> = Vec::new();
-        for w in waiting {
-            let seen = out
-                .iter()
-                .any(|x| x.shape == w.shape && x.gpu_type == w.gpu_type);
-            if !seen && !fits_now(pools, &w) {
-                out.push(w);
-            }
-        }
+        let mut out = distinct_waiting(waiting);
+        out.retain(|w| !fits_now(pools, w));
         Self(out)
     }
 

@@ -30,7 +30,7 @@ use compass_core::metric;
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet};
 use compass_core::placement::compass::{AdoptOutcome, CompassConfig, NodePart, Veto};
 use compass_core::placement::head::{
-    hold_for_head, Blocked, Ends, HeadTrial, HeadVerdict, TrialMemory, WaitingJob,
+    distinct_waiting, hold_for_head, Blocked, Ends, HeadTrial, HeadVerdict, TrialMemory, WaitingJob,
 };
 use compass_core::placement::pools::{NodeGpus, PoolSet, PoolsLayoutParts};
 use compass_core::placement::worth::{
@@ -1205,18 +1205,17 @@ impl Controller {
         if pays {
             self.recheck_tidy_held(now);
         }
-        // One per shape and GPU type, as `Blocked::before` keeps them (the
-        // first of each, in the same order), so that a deep queue costs no
-        // copy of each job's GPU type.
-        let mut waiting: Vec<(JobShape, Option<String>)> = Vec::new();
-        for w in self.waiting.values() {
-            let seen = waiting
-                .iter()
-                .any(|(shape, t)| *shape == w.shape && t.as_deref() == w.gpu_type.as_deref());
-            if !seen {
-                waiting.push((w.shape, w.gpu_type.clone()));
-            }
-        }
+        // Copied out of `self.waiting` (the trial below needs `&mut self`),
+        // one per shape and GPU type, as `Blocked::before` keeps them, so
+        // that a deep queue costs no copy of each job's GPU type.
+        let waiting: Vec<(JobShape, Option<String>)> =
+            distinct_waiting(self.waiting.values().map(|w| WaitingJob {
+                shape: w.shape,
+                gpu_type: w.gpu_type.as_deref(),
+            }))
+            .into_iter()
+            .map(|w| (w.shape, w.gpu_type.map(str::to_string)))
+            .collect();
         let blocked = Blocked::before(
             &self.engine,
             waiting.iter().map(|(shape, gpu_type)| WaitingJob {
