@@ -104,6 +104,16 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', value_parser = PossibleValuesParser::new(POLICY_NAMES))]
     pub policies: Vec<String>,
 
+    /// Runs of each latency row. Each run replays the same seeded events
+    /// and must make the same decisions (else the row is an error); with
+    /// more than one, an event's time is the least of its times in the
+    /// runs, and so is each callback's: the code's cost, with the
+    /// machine's interruptions (another process, the hypervisor) taken
+    /// out, as they seldom hit the same event in every run. Each run's own
+    /// p99 is printed below the table.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
+
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -139,8 +149,14 @@ struct LatencyRow {
     policy: String,
     mix: String,
     nodes: u32,
+    /// Runs measured (`--repeat`); with more than one, the figures are
+    /// each event's least time over the runs.
+    runs: u32,
     place: Micros,
     remove: Micros,
+    /// Each run's own p99 of `place` and of `remove`, in run order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    run_p99_us: Vec<(f64, f64)>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tick: Option<Micros>,
     migrations: u64,
@@ -170,7 +186,7 @@ struct LatencyRow {
 
 /// Verdicts of the guarded Compacts of the `head-guard` mix
 /// ([`hold_for_head`]).
-#[derive(Serialize, Default, Clone, Copy)]
+#[derive(Serialize, Default, Clone, Copy, PartialEq, Eq)]
 struct HeadCounts {
     /// Guarded Compacts (one after every admission and departure).
     compacts: u64,
@@ -584,11 +600,7 @@ impl Churn for Pools {
 
 /// Steady-state churn at `load`: remove a random job, then place new ones
 /// until the load is back or the cluster refuses one.
-fn latency<C: Churn>(
-    cluster: &mut C,
-    args: &Args,
-    mix: Mix,
-) -> compass_core::Result<(Micros, Micros, Option<Micros>, u64)> {
+fn latency<C: Churn>(cluster: &mut C, args: &Args, mix: Mix) -> compass_core::Result<Timed> {
     let target = (cluster.total_gpus() as f64 * args.load) as u64;
     let mut rng = Rng(7);
     let mut running: Vec<JobId> = Vec::new();
@@ -671,8 +683,118 @@ fn latency<C: Churn>(
             cluster.snapshot_round();
         }
     }
-    let tick = tick_every.map(|_| Micros::of(tick));
-    Ok((Micros::of(place), Micros::of(remove), tick, migrations))
+    Ok(Timed {
+        place,
+        remove,
+        tick: tick_every.map(|_| tick),
+        migrations,
+    })
+}
+
+/// One run of a latency row: the nanoseconds of each event, in order.
+#[derive(Default)]
+struct Timed {
+    place: Vec<f64>,
+    remove: Vec<f64>,
+    tick: Option<Vec<f64>>,
+    migrations: u64,
+}
+
+/// One run of a latency row, with what its mix measures besides.
+#[derive(Default)]
+struct Run {
+    timed: Timed,
+    head: Option<HeadCounts>,
+    self_check: Option<Vec<f64>>,
+    snapshot: Option<Vec<f64>>,
+    callbacks: Option<CallbackRun>,
+}
+
+/// Each event's least time over `runs`, which must have timed the same
+/// events (`what` names them in the error).
+fn least(runs: Vec<Vec<f64>>, what: &str) -> compass_core::Result<Vec<f64>> {
+    let mut it = runs.into_iter();
+    let mut out = it.next().unwrap_or_default();
+    for r in it {
+        if r.len() != out.len() {
+            return Err(different(what));
+        }
+        for (a, b) in out.iter_mut().zip(r) {
+            *a = a.min(b);
+        }
+    }
+    Ok(out)
+}
+
+fn different(what: &str) -> compass_core::CoreError {
+    compass_core::CoreError::Invalid(format!(
+        "the runs made different decisions ({what}): their times cannot be compared"
+    ))
+}
+
+/// [`least`] of an optional series, present in every run or in none.
+fn least_of(runs: Vec<Option<Vec<f64>>>, what: &str) -> compass_core::Result<Option<Vec<f64>>> {
+    if runs.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let runs: Option<Vec<Vec<f64>>> = runs.into_iter().collect();
+    least(runs.ok_or_else(|| different(what))?, what).map(Some)
+}
+
+/// The runs of a row as one ([`Args::repeat`]): each event's least time,
+/// after checking that every run decided alike (the same migrations, the
+/// same events timed, the same counts).
+fn combine(runs: Vec<Run>) -> compass_core::Result<(Run, Vec<(f64, f64)>)> {
+    let spread = runs
+        .iter()
+        .map(|r| {
+            let p99 = |v: &[f64]| Percentiles::of(v.to_vec()).p99 / 1e3;
+            (p99(&r.timed.place), p99(&r.timed.remove))
+        })
+        .collect();
+    let first = runs.first().map(|r| (r.timed.migrations, r.head));
+    if runs
+        .iter()
+        .any(|r| Some((r.timed.migrations, r.head)) != first)
+    {
+        return Err(different("migrations or head guard verdicts"));
+    }
+    let mut place = Vec::new();
+    let mut remove = Vec::new();
+    let mut tick = Vec::new();
+    let mut self_check = Vec::new();
+    let mut snapshot = Vec::new();
+    let mut callbacks = Vec::new();
+    let (migrations, head) = first.unwrap_or_default();
+    for r in runs {
+        place.push(r.timed.place);
+        remove.push(r.timed.remove);
+        tick.push(r.timed.tick);
+        self_check.push(r.self_check);
+        snapshot.push(r.snapshot);
+        callbacks.push(r.callbacks);
+    }
+    let callbacks = if callbacks.iter().all(Option::is_none) {
+        None
+    } else {
+        let runs: Option<Vec<CallbackRun>> = callbacks.into_iter().collect();
+        Some(CallbackRun::least(
+            runs.ok_or_else(|| different("callbacks"))?,
+        )?)
+    };
+    let run = Run {
+        timed: Timed {
+            place: least(place, "arrivals")?,
+            remove: least(remove, "departures")?,
+            tick: least_of(tick, "ticks")?,
+            migrations,
+        },
+        head,
+        self_check: least_of(self_check, "self-checks")?,
+        snapshot: least_of(snapshot, "snapshots")?,
+        callbacks,
+    };
+    Ok((run, spread))
 }
 
 /// After the timed churn, the plugin mixes go on for this many departures
@@ -802,21 +924,65 @@ struct CallbackTimes {
     withdrawn: u64,
 }
 
-impl CallbackTimes {
+/// The callbacks of one run of a plugin mix: each call's nanoseconds,
+/// per [`Callback`], and the counts of [`CallbackTimes`].
+struct CallbackRun {
+    times: [Vec<f64>; 5],
+    counts: [u64; 5],
+}
+
+impl CallbackRun {
     fn of(calls: Calls, p: &Plugin) -> Self {
         let (before, after) = (calls.gate_trials_before, calls.gate_trials_after);
-        let [narrow, begin, fini, recheck, tick] = calls.times.map(Micros::of);
+        Self {
+            times: calls.times,
+            counts: [
+                after.0 - before.0,
+                after.1 - before.1,
+                p.started_after_waiting,
+                p.offers_refused,
+                p.withdrawn,
+            ],
+        }
+    }
+
+    /// Each call's least time over `runs`, which must have made the same
+    /// calls and counted alike.
+    fn least(runs: Vec<CallbackRun>) -> compass_core::Result<CallbackRun> {
+        let counts = runs.first().map(|r| r.counts).unwrap_or_default();
+        if runs.iter().any(|r| r.counts != counts) {
+            return Err(different("the gate's trials or the queue"));
+        }
+        let mut per: [Vec<Vec<f64>>; 5] = Default::default();
+        for r in runs {
+            for (k, v) in r.times.into_iter().enumerate() {
+                per[k].push(v);
+            }
+        }
+        let mut times: [Vec<f64>; 5] = Default::default();
+        for (k, v) in per.into_iter().enumerate() {
+            times[k] = least(v, "callbacks")?;
+        }
+        Ok(CallbackRun { times, counts })
+    }
+}
+
+impl CallbackTimes {
+    fn of(run: CallbackRun) -> Self {
+        let [narrow, begin, fini, recheck, tick] = run.times.map(Micros::of);
+        let [gate_trials, gate_trials_remembered, started_after_waiting, offers_refused, withdrawn] =
+            run.counts;
         Self {
             narrow,
             begin,
             fini,
             recheck,
             tick,
-            gate_trials: after.0 - before.0,
-            gate_trials_remembered: after.1 - before.1,
-            started_after_waiting: p.started_after_waiting,
-            offers_refused: p.offers_refused,
-            withdrawn: p.withdrawn,
+            gate_trials,
+            gate_trials_remembered,
+            started_after_waiting,
+            offers_refused,
+            withdrawn,
         }
     }
 }
@@ -996,15 +1162,15 @@ impl Plugin {
     }
 
     /// [`Churn::snapshot_round`]'s times.
-    fn snapshot_cost(&mut self) -> Micros {
-        Micros::of(std::mem::take(&mut self.snapshots))
+    fn snapshot_cost(&mut self) -> Vec<f64> {
+        std::mem::take(&mut self.snapshots)
     }
 
     /// Times the controller's self-check (`Controller::self_check`, the
     /// engine's invariants) on the state the churn left, forty times (each
     /// call checks one part of the nodes, in rotation). A violation is an
     /// error of the row, not a figure.
-    fn self_check_cost(&mut self) -> compass_core::Result<Micros> {
+    fn self_check_cost(&mut self) -> compass_core::Result<Vec<f64>> {
         let mut times = Vec::new();
         for _ in 0..40 {
             let t = Instant::now();
@@ -1013,7 +1179,7 @@ impl Plugin {
             }
             times.push(nanos(t));
         }
-        Ok(Micros::of(times))
+        Ok(times)
     }
 
     /// Slurm offers `job`: `narrow`, cons_tres' first fit among the nodes
@@ -1255,55 +1421,78 @@ pub fn run(args: Args) -> Result<()> {
             }
             for &n in &args.nodes {
                 let spec = ClusterSpec::new(n, 8)?;
-                let mut head = None;
-                let mut self_check = None;
-                let mut snapshot = None;
-                let mut callbacks = None;
-                let outcome = if mix.plugin {
-                    let mut plugin = if mix_name == "plugin-mixed" {
-                        Plugin::on(&mixed_nodes(n), args.load)
-                    } else {
-                        Plugin::new(n, args.load)
-                    };
-                    latency(&mut plugin, &args, mix).and_then(|r| {
+                let once = || -> compass_core::Result<Run> {
+                    if mix.plugin {
+                        let mut plugin = if mix_name == "plugin-mixed" {
+                            Plugin::on(&mixed_nodes(n), args.load)
+                        } else {
+                            Plugin::new(n, args.load)
+                        };
+                        let timed = latency(&mut plugin, &args, mix)?;
                         let calls = std::mem::take(&mut plugin.calls);
-                        callbacks = Some(CallbackTimes::of(calls, &plugin));
-                        self_check = Some(plugin.self_check_cost()?);
-                        snapshot = Some(plugin.snapshot_cost());
-                        Ok(r)
-                    })
-                } else if mix_name == "mixed" {
-                    latency(&mut Pools::new(&mixed_nodes(n), true), &args, mix)
-                } else if mix.head {
-                    let mut pools = Pools::guarded(n, mix, args.load);
-                    let r = latency(&mut pools, &args, mix);
-                    head = pools.guard.map(|g| g.counts);
-                    r
-                } else {
-                    build(policy, spec, &opts)
-                        .and_then(|mut p| latency(&mut OnePolicy(p.as_mut()), &args, mix))
+                        Ok(Run {
+                            timed,
+                            callbacks: Some(CallbackRun::of(calls, &plugin)),
+                            self_check: Some(plugin.self_check_cost()?),
+                            snapshot: Some(plugin.snapshot_cost()),
+                            ..Run::default()
+                        })
+                    } else if mix_name == "mixed" {
+                        let timed = latency(&mut Pools::new(&mixed_nodes(n), true), &args, mix)?;
+                        Ok(Run {
+                            timed,
+                            ..Run::default()
+                        })
+                    } else if mix.head {
+                        let mut pools = Pools::guarded(n, mix, args.load);
+                        let timed = latency(&mut pools, &args, mix)?;
+                        Ok(Run {
+                            timed,
+                            head: pools.guard.map(|g| g.counts),
+                            ..Run::default()
+                        })
+                    } else {
+                        let mut p = build(policy, spec, &opts)?;
+                        let timed = latency(&mut OnePolicy(p.as_mut()), &args, mix)?;
+                        Ok(Run {
+                            timed,
+                            ..Run::default()
+                        })
+                    }
                 };
+                let outcome = (0..args.repeat)
+                    .map(|_| once())
+                    .collect::<compass_core::Result<Vec<Run>>>()
+                    .and_then(combine);
                 let row = match outcome {
-                    Ok((place, remove, tick, migrations)) => LatencyRow {
+                    Ok((run, run_p99_us)) => LatencyRow {
                         policy: policy.clone(),
                         mix: mix_name.clone(),
                         nodes: n,
-                        place,
-                        remove,
-                        tick,
-                        migrations,
-                        self_check,
-                        snapshot,
-                        head,
-                        callbacks,
+                        runs: args.repeat,
+                        place: Micros::of(run.timed.place),
+                        remove: Micros::of(run.timed.remove),
+                        run_p99_us: if args.repeat > 1 {
+                            run_p99_us
+                        } else {
+                            Vec::new()
+                        },
+                        tick: run.timed.tick.map(Micros::of),
+                        migrations: run.timed.migrations,
+                        self_check: run.self_check.map(Micros::of),
+                        snapshot: run.snapshot.map(Micros::of),
+                        head: run.head,
+                        callbacks: run.callbacks.map(CallbackTimes::of),
                         error: None,
                     },
                     Err(e) => LatencyRow {
                         policy: policy.clone(),
                         mix: mix_name.clone(),
                         nodes: n,
+                        runs: args.repeat,
                         place: Micros::default(),
                         remove: Micros::default(),
+                        run_p99_us: Vec::new(),
                         tick: None,
                         migrations: 0,
                         self_check: None,
@@ -1402,9 +1591,14 @@ fn tables(r: &BenchReport, args: &Args) -> String {
     let _ =
         writeln!(
         s,
-        "Per-event latency, microseconds (steady churn at {:.0}% load, {} departures per row{})",
+        "Per-event latency, microseconds (steady churn at {:.0}% load, {} departures per row{}{})",
         args.load * 100.0,
         args.events,
+        if args.repeat > 1 {
+            format!("; each event the least of its times in {} runs", args.repeat)
+        } else {
+            String::new()
+        },
         if cfg!(debug_assertions) { "; DEBUG BUILD: use --release" } else { "" }
     );
     let _ = writeln!(
@@ -1455,6 +1649,24 @@ fn tables(r: &BenchReport, args: &Args) -> String {
             "Target: compass p99 under 50 us per event in every mix; worst here {p99:.2} us \
              ({op}, {} mix, {} nodes)",
             l.mix, l.nodes
+        );
+    }
+    for l in r.latency.iter().filter(|l| !l.run_p99_us.is_empty()) {
+        let range = |f: fn(&(f64, f64)) -> f64| {
+            let v: Vec<f64> = l.run_p99_us.iter().map(f).collect();
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{lo:.2}-{hi:.2}")
+        };
+        let _ = writeln!(
+            s,
+            "Each run's own p99 ({} runs), {} {} mix at {} nodes: place {}, remove {}",
+            l.runs,
+            l.policy,
+            l.mix,
+            l.nodes,
+            range(|x| x.0),
+            range(|x| x.1)
         );
     }
     for l in &r.latency {
@@ -1539,4 +1751,38 @@ fn tables(r: &BenchReport, args: &Args) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn least_takes_each_events_minimum_and_refuses_runs_of_other_events() {
+        let runs = vec![
+            vec![3.0, 1.0, 5.0],
+            vec![2.0, 4.0, 6.0],
+            vec![9.0, 0.5, 7.0],
+        ];
+        assert_eq!(least(runs, "x").unwrap(), vec![2.0, 0.5, 5.0]);
+        assert!(least(vec![vec![1.0], vec![1.0, 2.0]], "x").is_err());
+        assert_eq!(least_of(vec![None, None], "x").unwrap(), None);
+        assert!(least_of(vec![Some(vec![1.0]), None], "x").is_err());
+    }
+
+    #[test]
+    fn runs_that_decide_differently_are_not_combined() {
+        let run = |migrations| Run {
+            timed: Timed {
+                place: vec![1.0],
+                remove: vec![1.0],
+                tick: None,
+                migrations,
+            },
+            ..Run::default()
+        };
+        assert!(combine(vec![run(3), run(3)]).is_ok());
+        let e = combine(vec![run(3), run(4)]).err().unwrap();
+        assert!(e.to_string().contains("different decisions"), "{e}");
+    }
 }

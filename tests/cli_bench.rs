@@ -170,3 +170,64 @@ fn bench_plugin_mix_drives_the_controller() {
         assert_eq!(r["snapshot"]["calls"], 200, "{mix}: {r}");
     }
 }
+
+/// `--repeat`: every run of a row replays the same events and decides
+/// alike, and each event's time is the least of its runs' (so no
+/// percentile of the row exceeds that of any run, and each callback is
+/// combined the same way). Timings are compared with each other only.
+#[test]
+fn bench_repeat_takes_each_events_least_time_over_identical_runs() {
+    let one = latency_rows(&["--nodes", "100", "--events", "500", "--mix", "plugin"]);
+    let three = latency_rows(&[
+        "--nodes",
+        "100",
+        "--events",
+        "500",
+        "--mix",
+        "plugin,venus",
+        "--policies",
+        "compass",
+        "--repeat",
+        "3",
+    ]);
+    assert_eq!(three.len(), 2, "{three:?}");
+    for r in &three {
+        assert!(r["error"].is_null(), "{r}");
+        assert_eq!(r["runs"], 3, "{r}");
+        let runs = r["run_p99_us"].as_array().unwrap();
+        assert_eq!(runs.len(), 3, "{r}");
+        for (k, op) in ["place", "remove"].iter().enumerate() {
+            let row = r[op]["p99_us"].as_f64().unwrap();
+            for run in runs {
+                let p99 = run[k].as_f64().unwrap();
+                assert!(row <= p99, "{op}: least {row} over a run's {p99}: {r}");
+            }
+        }
+    }
+    // The same decisions as one run: the runs are the same churn.
+    let plugin = &three[0];
+    assert_eq!(plugin["mix"], "plugin");
+    assert_eq!(plugin["migrations"], one[0]["migrations"]);
+    assert_eq!(plugin["remove"]["calls"], one[0]["remove"]["calls"]);
+    assert_eq!(plugin["place"]["calls"], one[0]["place"]["calls"]);
+    for k in ["narrow", "begin", "fini", "tick"] {
+        assert_eq!(
+            plugin["callbacks"][k]["calls"], one[0]["callbacks"][k]["calls"],
+            "{k}"
+        );
+    }
+    assert_eq!(one[0]["runs"], 1);
+    assert!(one[0].get("run_p99_us").is_none(), "{:?}", one[0]);
+    // Out of range.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_compass"))
+        .args([
+            "bench",
+            "--repeat",
+            "0",
+            "--no-replay",
+            "--no-policy-replay",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}

@@ -359,9 +359,13 @@ impl MigrationRule {
 pub struct RunHistory {
     /// The runs in the order they ended (the oldest first).
     recent: std::collections::VecDeque<Seconds>,
-    /// The same runs, ascending, with `suffix[i] = sum(sorted[i..])`.
+    /// The same runs, ascending.
     sorted: Vec<Seconds>,
-    suffix: Vec<Seconds>,
+    /// `suffix[i] = sum(sorted[i..])`, summed from the last, computed at
+    /// the first estimate after a change (issue #11: not at every job end,
+    /// where it was most of the select plugin's `job_fini`; an estimate is
+    /// asked only of a tidying move).
+    suffix: std::cell::OnceCell<Vec<Seconds>>,
 }
 
 impl RunHistory {
@@ -385,12 +389,20 @@ impl RunHistory {
         self.recent.push_back(run_s);
         let i = self.sorted.partition_point(|&x| x < run_s);
         self.sorted.insert(i, run_s);
-        self.suffix.resize(self.sorted.len(), 0.0);
-        let mut acc = 0.0;
-        for k in (0..self.sorted.len()).rev() {
-            acc += self.sorted[k];
-            self.suffix[k] = acc;
-        }
+        self.suffix.take();
+    }
+
+    /// `suffix[i] = sum(sorted[i..])`, computed once per change.
+    fn suffix(&self) -> &[Seconds] {
+        self.suffix.get_or_init(|| {
+            let mut suffix = vec![0.0; self.sorted.len()];
+            let mut acc = 0.0;
+            for k in (0..self.sorted.len()).rev() {
+                acc += self.sorted[k];
+                suffix[k] = acc;
+            }
+            suffix
+        })
     }
 
     /// The runs kept, in the order they ended (the oldest first).
@@ -418,7 +430,7 @@ impl RunHistory {
         }
         let i = self.sorted.partition_point(|&x| x <= age_s);
         let n = self.sorted.len() - i;
-        (n > 0).then(|| self.suffix[i] / n as f64 - age_s)
+        (n > 0).then(|| self.suffix()[i] / n as f64 - age_s)
     }
 }
 

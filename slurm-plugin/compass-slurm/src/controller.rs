@@ -191,6 +191,9 @@ pub struct Counters {
     /// Under `"pays"`, trials not made because a trial that started
     /// nobody covers their chances ([`TrialMemory`]).
     pub gate_trials_remembered: u64,
+    /// Under `"pays"`, tidying Compacts left to the next tick by a trial
+    /// that started nobody (`Controller::tidy_next_tick`).
+    pub tidies_deferred: u64,
     /// Compacts tried and not made under `select.move_when = "starts"`:
     /// their moves let no waiting job start
     /// (`Controller::compact_if_it_starts_a_job`).
@@ -280,6 +283,10 @@ pub struct Controller {
     /// made again for the same chances for a while
     /// ([`Controller::compact_if_it_starts_a_job`]).
     trial_memory: TrialMemory,
+    /// A trial that started nobody left its tidying Compact to the next
+    /// tick ([`Controller::tidy_next_tick`]): the next Compact tidies and
+    /// makes no trial.
+    tidy_waits: bool,
     /// The part of the nodes the next [`Controller::self_check`] checks.
     check_part: u32,
     /// The running jobs whose published record changed since the last
@@ -347,6 +354,7 @@ impl Controller {
             head_hold: None,
             tidy_held: BTreeSet::new(),
             trial_memory: TrialMemory::default(),
+            tidy_waits: false,
             tidy_cursor: None,
             release_cursor: None,
             check_part: 0,
@@ -1175,7 +1183,9 @@ impl Controller {
     /// the moves that it has not before); else the gate is closed (counted
     /// in `Counters::compacts_no_gain`) and the trial is undone, so nothing
     /// moves, or, with `"pays"` ([`MoveWhen::Pays`]), only the moves that
-    /// pay for themselves are made ([`Controller::compact_tidying`]). A
+    /// pay for themselves are made: the trial's own when each pays
+    /// ([`Controller::keep_paid_trial`]), else a tidying Compact's at the
+    /// next tick ([`Controller::compact_tidying`]). A
     /// Compact whose moves stay inside nodes costs no requeue and is always
     /// kept. Under `"pays"`, no trial is made (the tidying Compact at
     /// once) when no waiting job could start whatever moves
@@ -1184,7 +1194,9 @@ impl Controller {
     /// trial that started nobody in the last [`TRIAL_MEMORY_S`] seconds
     /// covers every chance ([`TrialMemory`]: the same pool and width, a
     /// job no wider, no more fit or room; counted in
-    /// `Counters::gate_trials_remembered`). A trial that moves no job to
+    /// `Counters::gate_trials_remembered`), or when the last trial started
+    /// nobody and left its tidying to this Compact
+    /// ([`Controller::tidy_next_tick`]). A trial that moves no job to
     /// another node started nobody either and is remembered so. Of the
     /// jobs held for tidying, a trial releases at most [`TRIAL_RELEASES`],
     /// the next in rotation by job id ([`release_turn`]); the others stay
@@ -1230,11 +1242,13 @@ impl Controller {
         let chances = blocked.chances(&self.engine);
         let may_gain = !chances.is_empty();
         let worth_a_trial = may_gain && self.trial_memory.any_new(&chances, now);
-        if pays && !worth_a_trial {
-            // No move can start anyone, or the same chances failed lately:
-            // tidy at once, the jobs held for tidying still held.
-            self.counters.gate_trials_remembered += u64::from(may_gain);
-            return self.compact_tidying(now, None);
+        let tidy_waited = std::mem::take(&mut self.tidy_waits);
+        if pays && (!worth_a_trial || tidy_waited) {
+            // No move can start anyone, or the same chances failed lately,
+            // or the last trial left its tidying to this tick: tidy at
+            // once, the jobs held for tidying still held.
+            self.counters.gate_trials_remembered += u64::from(may_gain && !worth_a_trial);
+            return self.compact_tidying(now);
         }
         self.counters.gate_trials += 1;
         // Every job its own verdict allows may move in the trial, but of
@@ -1298,18 +1312,57 @@ impl Controller {
             return Vec::new();
         }
         if !release_trial {
-            return self.compact_tidying(now, m);
+            return self.keep_paid_trial(now, m);
         }
-        // Tidy as above: the jobs held for tidying held again (the
-        // release's undo, which marks their nodes for the slotted pass as
-        // a hold does).
+        // The jobs held for tidying held again (the release's undo, which
+        // marks their nodes for the slotted pass as a hold does), and the
+        // tidying left to the next tick.
         if m.is_some() {
             self.engine.undo_trial();
         }
         self.engine.undo_trial();
         self.head_hold = None;
         self.tidy_held.extend(released);
-        self.compact_tidying(now, None)
+        self.tidy_next_tick();
+        Vec::new()
+    }
+
+    /// Under `"pays"`, after a trial that started nobody and released no
+    /// held job (`first`: its moves, still open; `None`: it moved no job):
+    /// when every job it moves to another node pays for its tidying move
+    /// ([`TidyJudge::pays`]), its moves are kept as a tidying Compact's;
+    /// else it is undone, the jobs that do not pay are held still for
+    /// tidying, and the tidying Compact is left to the next tick
+    /// ([`Controller::tidy_next_tick`]).
+    fn keep_paid_trial(&mut self, now: u64, first: Option<Vec<Migration>>) -> Vec<Migration> {
+        if let Some(m) = first {
+            let unpaid = self.judge(self.rule(), now).unpaid(&self.engine, &m);
+            if unpaid.is_empty() {
+                let requeues = m.iter().any(|x| self.needs_requeue(x.job.0));
+                self.engine.keep_trial();
+                self.counters.compacts_tidying += u64::from(requeues);
+                self.counters.compacts_no_gain += u64::from(requeues);
+                return m;
+            }
+            self.engine.undo_trial();
+            self.head_hold = None;
+            self.hold_for_tidying(&unpaid);
+            self.counters.compacts_no_gain += 1;
+        }
+        self.tidy_next_tick();
+        Vec::new()
+    }
+
+    /// A trial that started nobody leaves the tidying Compact that follows
+    /// it to the next tick, which makes no trial: one Compact per tick,
+    /// each its own hold of the controller's lock (issue #11: a trial and a
+    /// tidying Compact in one tick were the slowest ticks, 1.5-2 times
+    /// either). The tidying waits a tick, a second; the simulator makes
+    /// both at the same event (`Sim::hold_unless_moves_start`).
+    fn tidy_next_tick(&mut self) {
+        self.compact_due = true;
+        self.tidy_waits = true;
+        self.counters.tidies_deferred += 1;
     }
 
     /// Holds `jobs` still for tidying (`tidy_held`), in the engine's
@@ -1367,52 +1420,30 @@ impl Controller {
     }
 
     /// Under `select.move_when = "pays"` ([`MoveWhen::Pays`]), a Compact
-    /// that lets no waiting job start (`first`: the trial already made,
-    /// still open; `None`: none yet) moves to another node only jobs whose
-    /// tidying move pays for itself ([`TidyJudge::pays`]). A trial already
-    /// made that requeues a job that does not pay is undone and those jobs
-    /// are held still. Compact then asks before each move to another node
-    /// ([`Controller::compact_vetoed`]): a job whose move does not pay is
-    /// held still and Compact goes on without it, still sparing the head;
-    /// when [`TIDY_TRIALS`] jobs were refused, nothing moves. The held jobs
-    /// stay held for the next Compacts (`tidy_held`), until one could
-    /// start a waiting job ([`Blocked::may_start_after_moves`]), their move
-    /// pays ([`Controller::recheck_tidy_held`]) or they end, so the
-    /// Compacts that follow do not ask again. Its cost is what the Compact
-    /// touches: only the jobs it would move are judged (issue #11; before,
-    /// every movable job was, O(jobs) per tick, and later each refusal
-    /// undid the Compact and ran it again). The simulator's twin is
+    /// that lets no waiting job start moves to another node only jobs whose
+    /// tidying move pays for itself ([`TidyJudge::pays`]). Compact asks
+    /// before each move to another node ([`Controller::compact_vetoed`]):
+    /// a job whose move does not pay is held still and Compact goes on
+    /// without it, still sparing the head; when [`TIDY_TRIALS`] jobs were
+    /// refused, nothing moves. The held jobs stay held for the next
+    /// Compacts (`tidy_held`), until one could start a waiting job
+    /// ([`Blocked::may_start_after_moves`]), their move pays
+    /// ([`Controller::recheck_tidy_held`]) or they end, so the Compacts
+    /// that follow do not ask again. Its cost is what the Compact touches:
+    /// only the jobs it would move are judged (issue #11; before, every
+    /// movable job was, O(jobs) per tick, and later each refusal undid the
+    /// Compact and ran it again). The simulator's twin is
     /// `Sim::hold_unless_moves_start`, which finds the same jobs by trying
-    /// the event again with the refused jobs held (docs/simulator.md).
-    fn compact_tidying(&mut self, now: u64, first: Option<Vec<Migration>>) -> Vec<Migration> {
+    /// the event again with the refused jobs held (docs/simulator.md). A
+    /// trial already made is kept or undone by
+    /// [`Controller::keep_paid_trial`].
+    fn compact_tidying(&mut self, now: u64) -> Vec<Migration> {
         let rule = self.rule();
-        // Did a trial requeue anyone, or would it have (the gate closed on
-        // it)?
-        let mut gated = false;
-        let mut trial = None;
-        if let Some(m) = first {
-            let unpaid = self.judge(rule, now).unpaid(&self.engine, &m);
-            if unpaid.is_empty() {
-                trial = Some(m);
-            } else {
-                gated = true;
-                self.engine.undo_trial();
-                self.head_hold = None;
-                self.hold_for_tidying(&unpaid);
-            }
-        }
-        let mut refused = Vec::new();
-        if trial.is_none() {
-            self.engine.begin_trial();
-            let (m, r) = self.compact_vetoed(now, Some(rule), None);
-            gated |= !r.is_empty();
-            refused = r;
-            trial = m;
-            if trial.is_none() {
-                self.engine.undo_trial();
-                self.head_hold = None;
-            }
-        }
+        self.engine.begin_trial();
+        let (trial, refused) = self.compact_vetoed(now, Some(rule), None);
+        // Did it requeue anyone, or would it have (it met a job whose move
+        // does not pay)?
+        let mut gated = !refused.is_empty();
         let kept = match trial {
             Some(m) => {
                 let requeues = m.iter().any(|x| self.needs_requeue(x.job.0));
@@ -1421,7 +1452,11 @@ impl Controller {
                 self.counters.compacts_tidying += u64::from(requeues);
                 m
             }
-            None => Vec::new(),
+            None => {
+                self.engine.undo_trial();
+                self.head_hold = None;
+                Vec::new()
+            }
         };
         // Held in the engine already, unless the undo lifted them.
         self.hold_for_tidying(&refused);
@@ -2859,15 +2894,21 @@ mod tests {
         let before = c.snapshot(1000, true).nodes;
         assert!(c.tick(1000).is_empty());
         assert_eq!(c.counters.gate_trials, 1, "the bound lets a trial through");
-        assert_eq!(c.counters.compacts_no_gain, 1, "the trial moved a job");
         assert_eq!(c.snapshot(1000, true).nodes, before, "nothing moved");
+        assert_eq!(
+            (c.counters.tidies_deferred, c.counters.compacts_no_gain),
+            (1, 0),
+            "its tidying Compact is left to the next tick"
+        );
         // The same chances a second later: the failed trial covers them.
-        c.compact_due = true;
+        // The tick tidies: job 3's or 4's move does not pay.
         assert!(c.tick(1001).is_empty());
         assert_eq!(
             (c.counters.gate_trials, c.counters.gate_trials_remembered),
             (1, 1)
         );
+        assert_eq!(c.counters.compacts_no_gain, 1, "the tidying Compact ran");
+        assert_eq!(c.snapshot(1001, true).nodes, before, "nothing moved");
         // Remembered for TRIAL_MEMORY_S seconds only.
         c.compact_due = true;
         assert!(c.tick(1000 + TRIAL_MEMORY_S - 1).is_empty());
@@ -2875,10 +2916,15 @@ mod tests {
         c.compact_due = true;
         assert!(c.tick(1000 + TRIAL_MEMORY_S).is_empty());
         assert_eq!(c.counters.gate_trials, 2, "tried again");
-        // A chance of another width is new: a 2 x 4 job waits.
+        // A chance of another width is new: a 2 x 4 job waits. The tick
+        // after a trial that started nobody tidies and makes no trial; the
+        // one after it tries.
         assert_eq!(c.narrow(&job(31, 2, 4), &NodeSet::full(5)), Ok(None));
+        assert!(c.tick(1000 + TRIAL_MEMORY_S + 1).is_empty());
+        assert_eq!(c.counters.gate_trials, 2, "the deferred tidying first");
+        assert_eq!(c.counters.tidies_deferred, 2);
         c.compact_due = true;
-        c.tick(1061);
+        c.tick(1000 + TRIAL_MEMORY_S + 2);
         assert_eq!(c.counters.gate_trials, 3);
         assert_eq!(c.self_check(), None);
     }
@@ -2956,6 +3002,11 @@ mod tests {
         assert_eq!(c.counters.gate_trials, 1);
         assert!(c.tidy_held.contains(&x), "X is still held");
         assert_eq!(c.tidy_held.len(), held.len(), "every job held again");
+        // The tidying Compact the failed trial left to the next tick: no
+        // held job's move pays, nothing moves.
+        assert!(c.tick(1001).is_empty());
+        assert_eq!(c.counters.tidies_deferred, 1);
+        assert_eq!(c.tidy_held.len(), held.len());
         let t = 1000 + TRIAL_MEMORY_S + 1;
         assert_eq!(c.narrow(&wide, &NodeSet::full(nodes)), Ok(None));
         c.compact_due = true;
