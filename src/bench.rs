@@ -732,26 +732,34 @@ fn different(what: &str) -> compass_core::CoreError {
     ))
 }
 
-/// [`least`] of an optional series, present in every run or in none.
-fn least_of(runs: Vec<Option<Vec<f64>>>, what: &str) -> compass_core::Result<Option<Vec<f64>>> {
+/// What every run measured (`None`: no run did); an error if only some
+/// did.
+fn in_every<T>(runs: Vec<Option<T>>, what: &str) -> compass_core::Result<Option<Vec<T>>> {
     if runs.iter().all(Option::is_none) {
         return Ok(None);
     }
-    let runs: Option<Vec<Vec<f64>>> = runs.into_iter().collect();
-    least(runs.ok_or_else(|| different(what))?, what).map(Some)
+    let runs: Option<Vec<T>> = runs.into_iter().collect();
+    runs.ok_or_else(|| different(what)).map(Some)
+}
+
+/// [`least`] of an optional series, present in every run or in none.
+fn least_of(runs: Vec<Option<Vec<f64>>>, what: &str) -> compass_core::Result<Option<Vec<f64>>> {
+    in_every(runs, what)?.map(|r| least(r, what)).transpose()
 }
 
 /// The runs of a row as one ([`Args::repeat`]): each event's least time,
 /// after checking that every run decided alike (the same migrations, the
-/// same events timed, the same counts).
+/// same events timed, the same counts), and, of more than one run, each
+/// run's own p99 of `place` and of `remove`.
 fn combine(runs: Vec<Run>) -> compass_core::Result<(Run, Vec<(f64, f64)>)> {
-    let spread = runs
-        .iter()
-        .map(|r| {
-            let p99 = |v: &[f64]| Percentiles::of(v.to_vec()).p99 / 1e3;
-            (p99(&r.timed.place), p99(&r.timed.remove))
-        })
-        .collect();
+    let p99 = |v: &[f64]| Percentiles::of(v.to_vec()).p99 / 1e3;
+    let spread = if runs.len() > 1 {
+        runs.iter()
+            .map(|r| (p99(&r.timed.place), p99(&r.timed.remove)))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let first = runs.first().map(|r| (r.timed.migrations, r.head));
     if runs
         .iter()
@@ -774,14 +782,9 @@ fn combine(runs: Vec<Run>) -> compass_core::Result<(Run, Vec<(f64, f64)>)> {
         snapshot.push(r.snapshot);
         callbacks.push(r.callbacks);
     }
-    let callbacks = if callbacks.iter().all(Option::is_none) {
-        None
-    } else {
-        let runs: Option<Vec<CallbackRun>> = callbacks.into_iter().collect();
-        Some(CallbackRun::least(
-            runs.ok_or_else(|| different("callbacks"))?,
-        )?)
-    };
+    let callbacks = in_every(callbacks, "callbacks")?
+        .map(CallbackRun::least)
+        .transpose()?;
     let run = Run {
         timed: Timed {
             place: least(place, "arrivals")?,
@@ -1472,11 +1475,7 @@ pub fn run(args: Args) -> Result<()> {
                         runs: args.repeat,
                         place: Micros::of(run.timed.place),
                         remove: Micros::of(run.timed.remove),
-                        run_p99_us: if args.repeat > 1 {
-                            run_p99_us
-                        } else {
-                            Vec::new()
-                        },
+                        run_p99_us,
                         tick: run.timed.tick.map(Micros::of),
                         migrations: run.timed.migrations,
                         self_check: run.self_check.map(Micros::of),
