@@ -508,8 +508,13 @@ load_outcomes() { # lab
     ' "$OUT/$1/load.log" "$OUT/$1/lab/log/slurmctld.log"
 }
 MOVES=n/a
+ENGINE=n/a
 if has compass "${LAB_LIST[@]}"; then
     MOVES=$(migration_moves "$OUT/compass/lab/log/slurmctld.log")
+    # Jobs the engine could not record (`adopt_foreign job N: ... would put
+    # 10 GPUs on a node of 8`), and migrations whose target Slurm gave to
+    # another job (their pins dropped).
+    ENGINE="$(grep -ac 'compass: adopt' "$OUT/compass/lab/log/slurmctld.log" || true) jobs the engine could not record (\"compass: adopt...\" errors), $(grep -ac 'engine held room for migrating job' "$OUT/compass/lab/log/slurmctld.log" || true) starts on a migration's target that dropped its pin"
 fi
 for l in "${LAB_LIST[@]}"; do
     [ -f "$OUT/$l/load.log" ] || continue
@@ -580,6 +585,7 @@ SUMMARY=$OUT/summary.md
     echo "Migrations on the compass lab during the run: $MIGR_LOG requeues logged by the plugin"
     echo "(\"migration of job N: requeued\" in slurmctld.log), migrations_done=$MIGR_STATE in its state file."
     echo "Where the migrated jobs started again: $MOVES."
+    echo "Engine against Slurm: $ENGINE."
     echo
     if [ -n "$LOAD_JOBS" ]; then
         echo "Load driver (--resumable GPU jobs) per lab:$LOAD_JOBS"

@@ -1,6 +1,7 @@
-//! `compass bench` on tiny sizes: the homogeneous, the mixed and the
-//! head-guard latency mixes run through the same churn loop and report the
-//! same fields. (Counts only: timings are never asserted.)
+//! `compass bench` on tiny sizes: the homogeneous, the mixed, the
+//! head-guard and the WCC-failing latency mixes run through the same churn
+//! loop and report the same fields. (Counts only: timings are never
+//! asserted.)
 
 use std::process::Command;
 
@@ -35,7 +36,7 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
         "--events",
         "300",
         "--mix",
-        "venus,pinned,mixed,head-guard",
+        "venus,pinned,mixed,head-guard,wcc-fails,pinned-wcc-fails",
         "--policies",
         "compass,best-fit",
     ]);
@@ -51,8 +52,12 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
             ("compass", "pinned"),
             ("compass", "mixed"),
             ("compass", "head-guard"),
+            ("compass", "wcc-fails"),
+            ("compass", "pinned-wcc-fails"),
             ("best-fit", "venus"),
             ("best-fit", "pinned"),
+            ("best-fit", "wcc-fails"),
+            ("best-fit", "pinned-wcc-fails"),
         ]
     );
     for r in &rows {

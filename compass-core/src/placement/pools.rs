@@ -280,6 +280,13 @@ impl PoolSet {
         self.at.get(n as usize).copied().flatten()
     }
 
+    /// Free GPUs of node `n` (global id) in its pool's engine; `None` on
+    /// pass-through and CPU-only nodes (no engine counts them).
+    pub fn free_on(&self, n: NodeId) -> Option<u32> {
+        let (p, l) = self.pool_of(n)?;
+        Some(self.engine(p)?.occupancy().free(l))
+    }
+
     /// The modelled pool holding every one of `nodes` (global ids), if one
     /// does: where a job Slurm placed on them can be adopted in the model.
     pub fn modelled_pool_of_all(&self, nodes: &[NodeId]) -> Option<usize> {

@@ -189,7 +189,9 @@ pub struct Counters {
     /// (`Controller::compact_if_it_starts_a_job`).
     pub gate_trials: u64,
     /// Under `"pays"`, trials not made because a trial that started
-    /// nobody covers their chances ([`TrialMemory`]).
+    /// nobody covers their chances ([`TrialMemory`]); not the tick after
+    /// such a trial, which tidies without a look at the chances
+    /// (`tidies_deferred`).
     pub gate_trials_remembered: u64,
     /// Under `"pays"`, tidying Compacts left to the next tick by a trial
     /// that started nobody (`Controller::tidy_next_tick`).
@@ -202,6 +204,9 @@ pub struct Counters {
     /// whose tidying move pays for itself, that requeued some
     /// (`Controller::compact_tidying`).
     pub compacts_tidying: u64,
+    /// Migrations in flight whose pins were dropped because Slurm started
+    /// another job on their targets (`Controller::yield_targets`).
+    pub targets_yielded: u64,
 }
 
 /// One Compact the head's guard restrained, for Slurm's log
@@ -691,6 +696,13 @@ impl Controller {
                     .map(|m| self.order_migrations(&m));
             }
         }
+        let yielded = self.yield_targets(job.id, per_node, now);
+        if !yielded.is_empty() {
+            log = Some(format!(
+                "job {} started where the engine held room for migrating job(s) {yielded:?}: their pins are dropped, Slurm's placement stands",
+                job.id
+            ));
+        }
         let gpus: u32 = per_node.iter().map(|(_, g)| g).sum();
         if gpus == 0 {
             self.put_job(job.id, rec);
@@ -743,6 +755,56 @@ impl Controller {
         }
         self.put_job(job.id, rec);
         log
+    }
+
+    /// Slurm started job `id` with `per_node` GPUs. Where the engine has
+    /// less room on one of those nodes than Slurm gave the job, the room is
+    /// held for migrations in flight (jobs recorded at their targets, not
+    /// restarted there yet), and Slurm's placement stands: those
+    /// migrations lose their pins until the job fits. A job already
+    /// requeued plans anew and its cool-down starts
+    /// ([`Controller::drop_pin`]); one whose requeue has not reached Slurm
+    /// yet goes back to where Slurm runs it in the engine
+    /// ([`Controller::back_to_slurm`]), and its requeue, which the plugin's
+    /// thread is about to make, is then a plain end. Slurm places jobs
+    /// the plugin does not narrow (no GPUs but `--exclusive`, outside the
+    /// model, `-w`) on such nodes; before, the engine then refused to record
+    /// the job (`adopt_foreign job N: ... would put 10 GPUs on a node of 8`,
+    /// Slurm's testsuite run, issue #11 defect 4), did not count its GPUs
+    /// until it ended, and the pinned job waited for room that was not
+    /// coming. Returns the jobs whose pins were dropped.
+    fn yield_targets(&mut self, id: u64, per_node: &[(NodeId, u32)], now: u64) -> Vec<u64> {
+        let mut dropped = Vec::new();
+        for &(n, g) in per_node {
+            let short = |c: &Self| c.engine.free_on(n).is_some_and(|f| f < g);
+            if self.migrating.is_empty() || !short(self) {
+                continue;
+            }
+            let held: Vec<u64> = self
+                .migrating
+                .iter()
+                .copied()
+                .filter(|&m| m != id)
+                .filter(|&m| {
+                    self.engine
+                        .job_nodes(JobId(m))
+                        .is_some_and(|(_, mut at)| at.any(|x| x == n))
+                })
+                .collect();
+            for m in held {
+                if !short(self) {
+                    break;
+                }
+                if self.jobs.contains_key(&m) {
+                    self.back_to_slurm(m);
+                } else {
+                    self.drop_pin(m, now);
+                }
+                self.counters.targets_yielded += 1;
+                dropped.push(m);
+            }
+        }
+        dropped
     }
 
     /// Job `id`'s verdict ([`Controller::eligible`]) at `now`, into its
@@ -1217,6 +1279,13 @@ impl Controller {
         if pays {
             self.recheck_tidy_held(now);
         }
+        if std::mem::take(&mut self.tidy_waits) && pays {
+            // The last trial started nobody and left its tidying to this
+            // tick: tidy at once, the jobs held for tidying still held,
+            // without looking at the waiting jobs' chances again (whatever
+            // they are, this tick makes no trial).
+            return self.compact_tidying(now);
+        }
         // Copied out of `self.waiting` (the trial below needs `&mut self`),
         // one per shape and GPU type, as `Blocked::before` keeps them, so
         // that a deep queue costs no copy of each job's GPU type.
@@ -1242,12 +1311,10 @@ impl Controller {
         let chances = blocked.chances(&self.engine);
         let may_gain = !chances.is_empty();
         let worth_a_trial = may_gain && self.trial_memory.any_new(&chances, now);
-        let tidy_waited = std::mem::take(&mut self.tidy_waits);
-        if pays && (!worth_a_trial || tidy_waited) {
-            // No move can start anyone, or the same chances failed lately,
-            // or the last trial left its tidying to this tick: tidy at
-            // once, the jobs held for tidying still held.
-            self.counters.gate_trials_remembered += u64::from(may_gain && !worth_a_trial);
+        if pays && !worth_a_trial {
+            // No move can start anyone, or the same chances failed lately:
+            // tidy at once, the jobs held for tidying still held.
+            self.counters.gate_trials_remembered += u64::from(may_gain);
             return self.compact_tidying(now);
         }
         self.counters.gate_trials += 1;
@@ -1489,19 +1556,27 @@ impl Controller {
     /// goes back to what Slurm really runs.
     pub fn requeue_failed(&mut self, order: &MigrationOrder) {
         self.counters.migrations_failed += 1;
-        self.migrating.remove(&order.job);
-        self.pins.remove(&order.job);
-        let Some(rec) = self.jobs.get(&order.job).cloned() else {
-            let _ = self.engine.remove(JobId(order.job));
+        self.back_to_slurm(order.job);
+    }
+
+    /// A migration given up before its requeue reached Slurm (the requeue
+    /// failed, or Slurm gave its target to another job,
+    /// [`Controller::yield_targets`]): no pin, and the engine goes back to
+    /// what Slurm really runs.
+    fn back_to_slurm(&mut self, job: u64) {
+        self.migrating.remove(&job);
+        self.pins.remove(&job);
+        let Some(rec) = self.jobs.get(&job).cloned() else {
+            let _ = self.engine.remove(JobId(job));
             return;
         };
-        let _ = self.engine.remove(JobId(order.job));
+        let _ = self.engine.remove(JobId(job));
         if let Some(shape) = rec.shape {
             if let Some(nodes) = instances_from_alloc(shape, &rec.per_node)
                 .filter(|n| self.engine.modelled_pool_of_all(n).is_some())
             {
                 let req = JobRequest {
-                    id: JobId(order.job),
+                    id: JobId(job),
                     shape,
                     movable: false,
                 };
@@ -1510,7 +1585,7 @@ impl Controller {
                 }
             }
         }
-        let _ = self.engine.adopt_foreign(JobId(order.job), &rec.per_node);
+        let _ = self.engine.adopt_foreign(JobId(job), &rec.per_node);
     }
 
     /// May `job_test` retry a job on all of Slurm's candidates after cons_tres
@@ -1602,6 +1677,38 @@ impl Controller {
     /// Whether `job`'s hold was released (Slurm places it).
     pub fn released(&self, job: u64) -> bool {
         self.holds.get(&job).is_some_and(|h| h.released.is_some())
+    }
+
+    /// How many nodes cons_tres must use for `job`'s plan, when narrowing
+    /// to the planned nodes is not enough to say it: `Some(k)` for a job
+    /// whose instances may share a node (`--ntasks=w --gpus-per-task=g`,
+    /// [`Mapping::Model`] with `distinct_nodes` false, paper Section 3.2's
+    /// `w x g`) planned or pinned on `k > 1` nodes. Given only the `k`
+    /// nodes, cons_tres packs such a job on as few of them as it can (a
+    /// node with room for two instances takes both), so a migration moved
+    /// toward its plan landed back on the node it left and Compact moved it
+    /// again (issue #11, defect 2 of Slurm's testsuite run): the select
+    /// plugin passes `k` as cons_tres's node count, and with exactly `k`
+    /// candidates each gets an instance. `None` for every other job (`-N n`
+    /// forms are spread by Slurm itself; a plan of one node is the
+    /// narrowing).
+    pub fn plan_spread(&self, job: &JobInfo) -> Option<u32> {
+        let Mapping::Model {
+            shape,
+            distinct_nodes: false,
+        } = job.mapping
+        else {
+            return None;
+        };
+        if shape.instances < 2 {
+            return None;
+        }
+        let nodes = match self.pins.get(&job.id) {
+            Some(pin) => &pin.nodes,
+            None => self.planned.get(&job.id)?,
+        };
+        let k = nodes.iter().collect::<BTreeSet<_>>().len() as u32;
+        (k > 1).then_some(k)
     }
 
     /// Holds released since the last call, for the plugin's log.
@@ -2368,6 +2475,53 @@ mod tests {
     }
 
     #[test]
+    fn a_plan_over_several_nodes_of_a_job_whose_tasks_may_share_one_is_spread() {
+        let mut c = ctl();
+        let all = NodeSet::full(4);
+        // Two 4-GPU jobs fill n1 and n2 by halves: a 2 x 4 job is planned on
+        // the two halves left.
+        for (id, n) in [(1, 0), (2, 1)] {
+            c.narrow(&job(id, 1, 4), &all).unwrap();
+            assert_eq!(c.begin(&job(id, 1, 4), &[(n, 4)], 0), None);
+        }
+        let plan = c.narrow(&job(3, 2, 4), &all).unwrap().unwrap();
+        assert_eq!(plan, NodeSet::from_nodes(4, [0, 1]), "{plan:?}");
+        assert_eq!(c.plan_spread(&job(3, 2, 4)), Some(2));
+        // A plan of one node is the narrowing itself.
+        c.narrow(&job(4, 2, 2), &NodeSet::from_nodes(4, [2]))
+            .unwrap();
+        assert_eq!(c.plan_spread(&job(4, 2, 2)), None);
+        // `-N 2` forms: Slurm spreads them itself.
+        let mut n2 = job(3, 2, 4);
+        n2.mapping = Mapping::Model {
+            shape: JobShape::new(2, 4),
+            distinct_nodes: true,
+        };
+        assert_eq!(c.plan_spread(&n2), None);
+        // A pin of two instances on two nodes: spread over both, whatever
+        // Slurm's candidates are (a pin never narrows past its target).
+        c.mark_migrating(
+            &MigrationOrder {
+                job: 7,
+                to_nodes: vec![3, 2],
+            },
+            100,
+        );
+        assert_eq!(c.plan_spread(&job(7, 2, 2)), Some(2));
+        c.mark_migrating(
+            &MigrationOrder {
+                job: 8,
+                to_nodes: vec![3, 3],
+            },
+            100,
+        );
+        assert_eq!(c.plan_spread(&job(8, 2, 2)), None);
+        // One instance, or no plan: nothing to spread.
+        assert_eq!(c.plan_spread(&job(9, 1, 8)), None);
+        assert_eq!(c.plan_spread(&job(10, 2, 2)), None);
+    }
+
+    #[test]
     fn a_job_held_still_from_its_start_is_planned_into_a_partial_node() {
         // n1 is a pool node with three 1-GPU jobs. A resumable 4-GPU job
         // opens a slotted node (Compact can move it later); a protected or
@@ -2686,6 +2840,68 @@ mod tests {
     }
 
     #[test]
+    fn a_job_slurm_starts_on_a_migrations_target_takes_the_room_from_it() {
+        // Jobs 2 and 3 (4 GPUs each) on two nodes once job 1 left: Compact
+        // moves one onto the other's node. It is requeued; before it
+        // restarts, Slurm starts a job the plugin does not narrow on the
+        // GPUs it sees free there (outside the model: `--gpus=4` that may
+        // spread; in Slurm's testsuite also `-w` jobs and GPU-less
+        // `--exclusive` jobs, which cons_tres gives every GPU of a node).
+        let mut c = one_move_due(always());
+        let orders = c.tick(1000);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        let moved = orders[0].job;
+        let target = orders[0].to_nodes[0];
+        assert_eq!(c.fini(moved, 1001), None, "the requeue");
+        let outside = JobInfo {
+            id: 9,
+            mapping: Mapping::Outside("--gpus=4".into()),
+            flags: None,
+            time_limit_s: None,
+            gpu_type: None,
+            required_nodes: false,
+        };
+        let log = c.begin(&outside, &[(target, 4)], 1002);
+        assert!(
+            log.as_deref()
+                .is_some_and(|l| l.contains(&format!("migrating job(s) [{moved}]"))),
+            "{log:?}"
+        );
+        assert_eq!(c.counters.engine_errors, 0, "the engine records job 9");
+        assert_eq!(c.counters.targets_yielded, 1);
+        assert_eq!(c.pinned(moved), None, "the moved job plans anew");
+        assert_eq!(
+            c.engine.free_on(target),
+            Some(0),
+            "job 9's 4 GPUs and the other job's 4"
+        );
+        // When it restarts elsewhere, it is a plain start, its cool-down
+        // running since its pin was dropped.
+        let other = (0..4).find(|&n| c.engine.free_on(n) == Some(8)).unwrap();
+        assert_eq!(c.begin(&job(moved, 1, 4), &[(other, 4)], 1003), None);
+        assert_eq!(c.counters.migrations_done, 0);
+        c.engine.check_invariants().unwrap();
+
+        // The same start a moment earlier, between the order and its
+        // requeue (the plugin's thread has not made it yet): the moved job
+        // goes back to where Slurm still runs it, and the requeue that
+        // follows is a plain end.
+        let mut c = one_move_due(always());
+        let orders = c.tick(1000);
+        let (moved, target) = (orders[0].job, orders[0].to_nodes[0]);
+        let from = c.jobs[&moved].per_node[0].0;
+        let log = c.begin(&outside, &[(target, 4)], 1001);
+        assert!(log.is_some_and(|l| l.contains("migrating job(s)")));
+        assert_eq!(c.counters.engine_errors, 0, "the engine records job 9");
+        assert_eq!(c.pinned(moved), None);
+        assert_eq!(c.engine.free_on(from), Some(4), "back where it runs");
+        assert_eq!(c.fini(moved, 1002), None, "the requeue");
+        assert_eq!(c.engine.free_on(from), Some(8));
+        assert_eq!(c.counters.engine_errors, 0);
+        c.engine.check_invariants().unwrap();
+    }
+
+    #[test]
     fn a_waiting_job_stops_counting_when_it_starts_or_is_not_offered_again() {
         let mut c = one_move_due(Config::default().select);
         let all = NodeSet::full(4);
@@ -2900,15 +3116,24 @@ mod tests {
             (1, 0),
             "its tidying Compact is left to the next tick"
         );
-        // The same chances a second later: the failed trial covers them.
-        // The tick tidies: job 3's or 4's move does not pay.
+        // The next tick makes the tidying Compact the trial left to it,
+        // without a look at the chances: job 3's or 4's move does not pay.
         assert!(c.tick(1001).is_empty());
+        assert_eq!(
+            (c.counters.gate_trials, c.counters.gate_trials_remembered),
+            (1, 0)
+        );
+        assert_eq!(c.counters.compacts_no_gain, 1, "the tidying Compact ran");
+        assert_eq!(c.snapshot(1001, true).nodes, before, "nothing moved");
+        // The same chances at the next Compact: the failed trial covers
+        // them, and the tick tidies again.
+        c.compact_due = true;
+        assert!(c.tick(1002).is_empty());
         assert_eq!(
             (c.counters.gate_trials, c.counters.gate_trials_remembered),
             (1, 1)
         );
-        assert_eq!(c.counters.compacts_no_gain, 1, "the tidying Compact ran");
-        assert_eq!(c.snapshot(1001, true).nodes, before, "nothing moved");
+        assert_eq!(c.snapshot(1002, true).nodes, before, "nothing moved");
         // Remembered for TRIAL_MEMORY_S seconds only.
         c.compact_due = true;
         assert!(c.tick(1000 + TRIAL_MEMORY_S - 1).is_empty());
@@ -2951,8 +3176,15 @@ mod tests {
         assert!(c.tick(1000).is_empty());
         assert_eq!(c.counters.gate_trials, 1, "the bound lets a trial through");
         assert_eq!(c.snapshot(1000, true).nodes, before, "nothing moved");
-        c.compact_due = true;
+        // The next tick tidies, as after any trial that started nobody;
+        // the one after has the same chances and makes no trial.
         assert!(c.tick(1001).is_empty());
+        assert_eq!(
+            (c.counters.gate_trials, c.counters.gate_trials_remembered),
+            (1, 0)
+        );
+        c.compact_due = true;
+        assert!(c.tick(1002).is_empty());
         assert_eq!(
             (c.counters.gate_trials, c.counters.gate_trials_remembered),
             (1, 1),

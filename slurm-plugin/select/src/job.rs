@@ -42,6 +42,36 @@ enum ModeRule {
     Plan,
 }
 
+/// The stock `select_p_job_test` with Slurm's other arguments, given the
+/// candidate bitmap and, for a plan spread over `k` nodes
+/// ([`Controller::plan_spread`]), `Some(k)` ([`node_counts`]).
+pub(crate) type Call<'a> = dyn Fn(*mut sys::bitstr_t, Option<u32>) -> c_int + 'a;
+
+/// The engine's plan for one `select_p_job_test`.
+struct Narrowed {
+    /// The planned nodes among Slurm's candidates.
+    nodes: NodeSet,
+    /// May the test go on to Slurm's own candidates when cons_tres refuses
+    /// the plan ([`Controller::may_widen`])?
+    may_widen: bool,
+    /// Nodes the plan spreads over that cons_tres must use
+    /// ([`Controller::plan_spread`]).
+    spread: Option<u32>,
+}
+
+/// cons_tres's `(min_nodes, req_nodes)` for a test on a plan spread over
+/// `spread` nodes: both raised to it when it is more than Slurm asked for
+/// and within the job's `max_nodes` (0 is no limit), so that cons_tres
+/// uses every planned node (with exactly those nodes as candidates, one
+/// instance or more on each) instead of packing the instances on the
+/// fewest; otherwise Slurm's own counts.
+pub(crate) fn node_counts(spread: Option<u32>, min: u32, max: u32, req: u32) -> (u32, u32) {
+    match spread {
+        Some(k) if k > min && (max == 0 || k <= max) => (k, k),
+        _ => (min, req),
+    }
+}
+
 fn mode_rule(mode: u16) -> ModeRule {
     if mode & SELECT_MODE_TEST_ONLY != 0 {
         ModeRule::TestOnly
@@ -497,12 +527,12 @@ pub(crate) fn job_test(
     job_ptr: *mut sys::job_record_t,
     bitmap: *mut sys::bitstr_t,
     mode: u16,
-    call: &dyn Fn(*mut sys::bitstr_t) -> c_int,
+    call: &Call,
 ) -> c_int {
     let t_engine = std::time::Instant::now();
-    // The engine's nodes (and whether the plan may widen), and whether the
-    // job's hold was released (`Controller::hold`: Slurm places it).
-    type Decision = (Option<(NodeSet, bool)>, bool);
+    // The engine's plan, and whether the job's hold was released
+    // (`Controller::hold`: Slurm places it).
+    type Decision = (Option<Narrowed>, bool);
     let (narrowed, released): Decision = guard("select_p_job_test (engine)", (None, false), || {
         if job_ptr.is_null() || bitmap.is_null() {
             return (None, false);
@@ -516,7 +546,11 @@ pub(crate) fn job_test(
             // Which waiting job is the head Compact must not delay.
             ctl.note_priority(info.id, job.priority);
             let narrowed = match planned {
-                Ok(n) => n.map(|set| (set, ctl.may_widen(info.id))),
+                Ok(n) => n.map(|nodes| Narrowed {
+                    nodes,
+                    may_widen: ctl.may_widen(info.id),
+                    spread: ctl.plan_spread(&info),
+                }),
                 Err(msg) => {
                     log::error(&format!("{msg}; job {} goes to plain cons_tres", info.id));
                     None
@@ -543,21 +577,26 @@ pub(crate) fn job_test(
 /// The forwarding half of `select_p_job_test` (timed as "stock" by the
 /// benchmark counters; the bitmap edits are negligible next to cons_tres).
 fn select_p_job_test_narrowed(
-    narrowed: Option<(NodeSet, bool)>,
+    narrowed: Option<Narrowed>,
     bitmap: *mut sys::bitstr_t,
     job_ptr: *mut sys::job_record_t,
     mode: u16,
-    call: &dyn Fn(*mut sys::bitstr_t) -> c_int,
+    call: &Call,
 ) -> c_int {
     let rule = mode_rule(mode);
-    let Some((want, may_widen)) = narrowed.filter(|_| rule != ModeRule::TestOnly) else {
-        return guard("select_p_job_test", SLURM_ERROR, || call(bitmap));
+    let Some(Narrowed {
+        nodes: want,
+        may_widen,
+        spread,
+    }) = narrowed.filter(|_| rule != ModeRule::TestOnly)
+    else {
+        return guard("select_p_job_test", SLURM_ERROR, || call(bitmap, None));
     };
     // An empty plan (the job waits for migrations to land) only holds the
     // job back from starting now: backfill's planning sees Slurm's own
     // candidates.
     if want.count() == 0 && rule != ModeRule::RunNow {
-        return guard("select_p_job_test", SLURM_ERROR, || call(bitmap));
+        return guard("select_p_job_test", SLURM_ERROR, || call(bitmap, None));
     }
     guard("select_p_job_test", SLURM_ERROR, || {
         // SAFETY: bitmap valid; copy freed below.
@@ -568,20 +607,21 @@ fn select_p_job_test_narrowed(
                 unsafe { sys::bit_clear(bitmap, i) };
             }
         }
-        let mut rc = call(bitmap);
+        let mut rc = call(bitmap, spread);
         // SAFETY: job_ptr checked non-null above.
         let id = unsafe { (*job_ptr).job_id };
         if rc == SLURM_SUCCESS {
             log::detail(&format!(
-                "job_test job {id} mode {mode}: narrowed {} -> {} nodes",
+                "job_test job {id} mode {mode}: narrowed {} -> {} nodes{}",
                 bits_count(orig),
-                want.count()
+                want.count(),
+                spread.map_or(String::new(), |k| format!(", spread over {k}"))
             ));
         } else if rule == ModeRule::RunNow && !may_widen {
             rc = hold_or_release(id, orig, bitmap, call);
         } else {
             unsafe { sys::bit_copybits(bitmap, orig) };
-            rc = call(bitmap);
+            rc = call(bitmap, None);
             log::detail(&format!("job_test job {id} mode {mode}: planned nodes refused by cons_tres, retried on all candidates (rc {rc})"));
         }
         let mut o = orig;
@@ -599,7 +639,7 @@ fn hold_or_release(
     id: u32,
     orig: *mut sys::bitstr_t,
     bitmap: *mut sys::bitstr_t,
-    call: &dyn Fn(*mut sys::bitstr_t) -> c_int,
+    call: &Call,
 ) -> c_int {
     let verdict = with_ctl(|ctl| ctl.hold(u64::from(id), now_unix()));
     let Some(Hold::Release { keep_off }) = verdict else {
@@ -616,7 +656,7 @@ fn hold_or_release(
             unsafe { sys::bit_clear(bitmap, n) };
         }
     }
-    let rc = call(bitmap);
+    let rc = call(bitmap, None);
     log::detail(&format!(
         "job_test job {id}: hold released, tried on Slurm's candidates (rc {rc})"
     ));
@@ -703,5 +743,18 @@ mod tests {
         // SELECT_MODE_IGN_ERR with TEST_ONLY.
         assert_eq!(mode_rule(0x0300), ModeRule::RunNow);
         assert_eq!(mode_rule(0x0401), ModeRule::TestOnly);
+    }
+
+    #[test]
+    fn a_spread_plan_raises_the_node_counts_within_the_jobs_maximum() {
+        // Slurm's own counts without a spread, or when it asks for as many.
+        assert_eq!(node_counts(None, 1, 500_000, 1), (1, 1));
+        assert_eq!(node_counts(Some(2), 2, 2, 2), (2, 2));
+        assert_eq!(node_counts(Some(2), 3, 4, 3), (3, 3));
+        // `--ntasks=2 --gpus-per-task=2` planned on two nodes.
+        assert_eq!(node_counts(Some(2), 1, 500_000, 1), (2, 2));
+        assert_eq!(node_counts(Some(3), 1, 0, 2), (3, 3));
+        // Never past the job's maximum (`-N 1-2`).
+        assert_eq!(node_counts(Some(3), 1, 2, 1), (1, 1));
     }
 }

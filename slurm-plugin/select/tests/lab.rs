@@ -724,6 +724,77 @@ fn a_protected_job_is_not_migrated_before_its_min_runtime() {
     );
 }
 
+/// The node lists job `id` started on, in order, from slurmctld.log (the
+/// main scheduler's `Allocate` and backfill's `Started` lines).
+fn starts_of(lab: &Lab, id: u32) -> Vec<String> {
+    let alloc = format!("Allocate JobId={id} NodeList=");
+    let started = format!("Started JobId={id} in ");
+    lab.ctld_log()
+        .lines()
+        .filter_map(|l| {
+            if let Some(i) = l.find(&alloc) {
+                return l[i + alloc.len()..].split_whitespace().next();
+            }
+            let i = l.find(&started)?;
+            l[i + started.len()..]
+                .split(" on ")
+                .nth(1)?
+                .split_whitespace()
+                .next()
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_job_whose_tasks_may_share_a_node_starts_and_moves_as_planned() {
+    // Slurm's testsuite run (issue #11, defect 2): a `--ntasks=2
+    // --gpus-per-task=2` job planned on two nodes was packed by cons_tres
+    // on one of them, and each migration toward the plan landed on the node
+    // it left. A (2 GPUs, 15 s) and B (4 GPUs) share n1; C (2 x 2,
+    // resumable) is planned on n1's last two GPUs and a second node, and
+    // must start there; when A ends, C's lone instance joins n1 in one
+    // migration, never a restart where it was.
+    let lab = Lab::start("spread", COMPASS);
+    let a = lab
+        .sbatch(&["-n1", "--gpus-per-task=2"], "sleep 15")
+        .unwrap();
+    let b = lab.submit(&["-n1", "--gpus-per-task=4"]);
+    lab.wait_running(&[a, b], Duration::from_secs(15));
+    let n1 = lab.job(b).1;
+    assert_eq!(lab.job(a).1, n1, "{}", lab.debug());
+    let c = lab.submit(&["--ntasks=2", "--gpus-per-task=2", "--resumable"]);
+    lab.wait_running(&[c], Duration::from_secs(15));
+    let first = lab.job(c).1;
+    assert!(
+        lab.ctld_log().contains(&format!(
+            "job_test job {c} mode 0: narrowed 8 -> 2 nodes, spread over 2"
+        )),
+        "{}",
+        lab.debug()
+    );
+    let used = lab.gpus_used();
+    let on = |node: &str| used.iter().find(|(n, _)| n == node).map_or(0, |u| u.1);
+    assert_eq!(on(&n1), 8, "C's first instance fills n1\n{}", lab.debug());
+    assert_ne!(first, n1, "C spreads over two nodes\n{}", lab.debug());
+    lab.wait_until("C joins B on n1", Duration::from_secs(40), || {
+        lab.job(c) == ("RUNNING".to_string(), n1.clone()) && lab.job(a).0 == "GONE"
+    });
+    let starts = starts_of(&lab, c);
+    assert_eq!(
+        starts.len(),
+        2,
+        "one migration: {starts:?}\n{}",
+        lab.debug()
+    );
+    assert!(
+        starts.windows(2).all(|w| w[0] != w[1]),
+        "a migration landed where it started: {starts:?}\n{}",
+        lab.debug()
+    );
+    assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
+}
+
 #[test]
 fn a_job_about_to_end_is_not_migrated_while_a_long_one_is() {
     // A and B (1 x 4 GPUs, the partition's 1-hour default limit) share a

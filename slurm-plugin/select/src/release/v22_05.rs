@@ -34,8 +34,11 @@ pub unsafe extern "C" fn select_p_job_test(
     preemptee_job_list: *mut P,
     exc_core_bitmap: Bitmap,
 ) -> c_int {
-    // SAFETY: all pointers from Slurm, forwarded unchanged.
-    let call = |b: Bitmap| unsafe {
+    // SAFETY: all pointers from Slurm, forwarded unchanged (the node counts
+    // raised for a spread plan, `crate::job::node_counts`).
+    let call = |b: Bitmap, spread: Option<u32>| unsafe {
+        let (min_nodes, req_nodes) =
+            crate::job::node_counts(spread, min_nodes, max_nodes, req_nodes);
         (StockRelease::get().select_p_job_test)(
             job_ptr,
             b,

@@ -32,8 +32,11 @@ pub unsafe extern "C" fn select_p_job_test(
     resv_exc_ptr: P,
     will_run_ptr: P,
 ) -> c_int {
-    // SAFETY: all pointers from Slurm, forwarded unchanged.
-    let call = |b: Bitmap| unsafe {
+    // SAFETY: all pointers from Slurm, forwarded unchanged (the node counts
+    // raised for a spread plan, `crate::job::node_counts`).
+    let call = |b: Bitmap, spread: Option<u32>| unsafe {
+        let (min_nodes, req_nodes) =
+            crate::job::node_counts(spread, min_nodes, max_nodes, req_nodes);
         (StockRelease::get().select_p_job_test)(
             job_ptr,
             b,
