@@ -487,7 +487,9 @@ impl Controller {
         }
         if let Some(keep_off) = self.released_keep_off(job.id) {
             // Held past HOLD_LIMIT_S: Slurm places it, off the targets of
-            // the migrations in flight.
+            // the migrations in flight. No plan of it stands (nor its
+            // spread, `plan_spread`, nor a divergence from it).
+            self.planned.remove(&job.id);
             if keep_off.iter().all(|n| !candidates.contains(*n)) {
                 return Ok(None);
             }
@@ -1703,6 +1705,7 @@ impl Controller {
         if shape.instances < 2 {
             return None;
         }
+        // The plan `narrow` gave last: a hold released drops it.
         let nodes = match self.pins.get(&job.id) {
             Some(pin) => &pin.nodes,
             None => self.planned.get(&job.id)?,
@@ -2619,13 +2622,17 @@ mod tests {
         );
         assert!(c.released(9));
         // Released once: later refusals and plans leave it to Slurm, off
-        // the migration's target (backfill's plans too).
+        // the migration's target (backfill's plans too), and a plan made
+        // before does not stand (no spread, no divergence from it).
         assert_eq!(c.hold(9, 102 + HOLD_LIMIT_S), released);
         assert!(c.take_releases().is_empty());
+        c.planned.insert(9, vec![1, 2]);
+        assert_eq!(c.plan_spread(&job(9, 2, 4)), Some(2));
         assert_eq!(
             c.narrow(&job(9, 1, 8), &all),
             Ok(Some(NodeSet::from_nodes(4, [1, 2, 3])))
         );
+        assert_eq!(c.plan_spread(&job(9, 2, 4)), None);
         assert_eq!(c.pinned(1), Some(&[0][..]), "the migration keeps its pin");
         // Starting ends it: a new refusal is a new episode.
         c.begin(&job(9, 1, 8), &[(3, 8)], 200);
