@@ -2416,27 +2416,26 @@ mod tests {
         }
     }
 
+    /// A job the plugin does not narrow (no GPUs, outside the model),
+    /// submitted without the SPANK plugin's values.
+    fn unmodelled(id: u64, mapping: Mapping) -> JobInfo {
+        JobInfo {
+            id,
+            mapping,
+            flags: None,
+            time_limit_s: None,
+            gpu_type: None,
+            required_nodes: false,
+        }
+    }
+
     #[test]
     fn jobs_without_gpus_or_outside_the_model_are_never_narrowed() {
         let mut c = ctl();
         let all = NodeSet::full(4);
-        let no_gpu = JobInfo {
-            id: 1,
-            mapping: Mapping::NoGpu,
-            flags: None,
-            time_limit_s: None,
-            gpu_type: None,
-            required_nodes: false,
-        };
+        let no_gpu = unmodelled(1, Mapping::NoGpu);
         assert_eq!(c.narrow(&no_gpu, &all), Ok(None));
-        let outside = JobInfo {
-            id: 2,
-            mapping: Mapping::Outside("x".into()),
-            flags: None,
-            time_limit_s: None,
-            gpu_type: None,
-            required_nodes: false,
-        };
+        let outside = unmodelled(2, Mapping::Outside("x".into()));
         assert_eq!(c.narrow(&outside, &all), Ok(None));
     }
 
@@ -2860,14 +2859,7 @@ mod tests {
         let moved = orders[0].job;
         let target = orders[0].to_nodes[0];
         assert_eq!(c.fini(moved, 1001), None, "the requeue");
-        let outside = JobInfo {
-            id: 9,
-            mapping: Mapping::Outside("--gpus=4".into()),
-            flags: None,
-            time_limit_s: None,
-            gpu_type: None,
-            required_nodes: false,
-        };
+        let outside = unmodelled(9, Mapping::Outside("--gpus=4".into()));
         let log = c.begin(&outside, &[(target, 4)], 1002);
         assert!(
             log.as_deref()
@@ -3707,18 +3699,7 @@ mod tests {
         let mut c = ctl();
         c.begin(&job(1, 2, 4), &[(0, 8)], 10);
         c.begin(&job(2, 1, 3), &[(1, 3)], 10);
-        c.begin(
-            &JobInfo {
-                id: 3,
-                mapping: Mapping::NoGpu,
-                flags: None,
-                time_limit_s: None,
-                gpu_type: None,
-                required_nodes: false,
-            },
-            &[(2, 0)],
-            10,
-        );
+        c.begin(&unmodelled(3, Mapping::NoGpu), &[(2, 0)], 10);
         let s = c.snapshot(20, true);
         assert_eq!(s.nodes[0].used_gpus, 8);
         assert_eq!(s.nodes[1].used_gpus, 3);
