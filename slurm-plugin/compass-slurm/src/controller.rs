@@ -66,6 +66,25 @@ pub const HOLD_LIMIT_S: u64 = 10;
 /// (`bf_interval`, 30 s by default).
 pub const WAITING_TTL_S: u64 = 120;
 
+/// Nodes kept for one waiting job at most ([`Controller::keep_for_waiting`]):
+/// a `-w` list longer than this keeps its first nodes only.
+pub const KEPT_NODES_PER_JOB: usize = 64;
+
+/// Waiting jobs nodes are kept for at most; a job past them is not kept
+/// for (counted in `Counters::keeps_over_limit`) until one of them starts
+/// or stops waiting.
+pub const KEPT_JOBS: usize = 64;
+
+/// Nodes kept for a pending job the engine does not place
+/// ([`Controller::keep_for_waiting`]).
+#[derive(Clone, Debug)]
+struct Kept {
+    /// Sorted, GPU nodes only.
+    nodes: Vec<NodeId>,
+    /// The last `job_test` of the job.
+    seen: u64,
+}
+
 /// A pending GPU job as `narrow` last saw it (for `select.move_when` and
 /// the head's guard, [`Controller::compact_sparing_head`]).
 #[derive(Clone, Debug)]
@@ -207,6 +226,12 @@ pub struct Counters {
     /// Migrations in flight whose pins were dropped because Slurm started
     /// another job on their targets (`Controller::yield_targets`).
     pub targets_yielded: u64,
+    /// Pending jobs the engine does not place that nodes were kept for,
+    /// off Compact's targets and new instances
+    /// (`Controller::keep_for_waiting`).
+    pub kept_for_waiting: u64,
+    /// Of those, jobs not kept for because [`KEPT_JOBS`] already were.
+    pub keeps_over_limit: u64,
 }
 
 /// One Compact the head's guard restrained, for Slurm's log
@@ -253,6 +278,12 @@ pub struct Controller {
     orders: VecDeque<MigrationOrder>,
     /// Nodes Slurm reports down/drained/failing.
     unusable: BTreeSet<NodeId>,
+    /// Nodes kept for pending jobs the engine does not place, by job
+    /// ([`Controller::keep_for_waiting`]); with `unusable`, what the engine
+    /// counts unusable ([`Controller::sync_usable`]).
+    kept: BTreeMap<u64, Kept>,
+    /// How many of `kept`'s jobs keep each node.
+    kept_nodes: BTreeMap<NodeId, u32>,
     /// An arrival or departure happened since the last Compact.
     compact_due: bool,
     /// The last plan `narrow` gave each pending job (instance nodes,
@@ -350,6 +381,8 @@ impl Controller {
             restored_shapes: BTreeMap::new(),
             orders: VecDeque::new(),
             unusable: BTreeSet::new(),
+            kept: BTreeMap::new(),
+            kept_nodes: BTreeMap::new(),
             compact_due: false,
             planned: BTreeMap::new(),
             waiting: BTreeMap::new(),
@@ -508,9 +541,8 @@ impl Controller {
             .filter(|n| candidates.contains(*n))
             .collect();
         for n in back {
-            if self.engine.set_node_usable(n, true).is_ok() {
-                self.unusable.remove(&n);
-            }
+            self.unusable.remove(&n);
+            self.sync_usable(n);
         }
         let req = JobRequest {
             id: JobId(job.id),
@@ -653,6 +685,7 @@ impl Controller {
         self.pins.remove(&job.id);
         self.waiting.remove(&job.id);
         self.holds.remove(&job.id);
+        self.unkeep(job.id);
         let mut log = None;
         let shape = match job.mapping {
             Mapping::Model { shape, .. } => Some(shape),
@@ -949,6 +982,7 @@ impl Controller {
 
     /// Slurm ended (or requeued) `job` at `now`.
     pub fn fini(&mut self, job: u64, now: u64) -> Option<String> {
+        self.unkeep(job);
         self.planned.remove(&job);
         self.waiting.remove(&job);
         self.holds.remove(&job);
@@ -1063,6 +1097,15 @@ impl Controller {
             self.drop_pin(j, now);
         }
         self.expire_holds(now);
+        let gone: Vec<u64> = self
+            .kept
+            .iter()
+            .filter(|(_, k)| now.saturating_sub(k.seen) > WAITING_TTL_S)
+            .map(|(j, _)| *j)
+            .collect();
+        for j in gone {
+            self.unkeep(j);
+        }
         // Only the jobs whose verdict can have changed since the last tick
         // (issue #11: a tick costs what changed, not the number of jobs).
         self.recheck_due(now, usize::MAX);
@@ -1762,16 +1805,121 @@ impl Controller {
             if self.unusable.contains(&n) != *ok {
                 continue;
             }
-            if self.engine.set_node_usable(n, *ok).is_ok() {
-                if *ok {
-                    self.unusable.remove(&n);
-                } else {
-                    self.unusable.insert(n);
-                }
-                changed.push(name.clone());
+            if *ok {
+                self.unusable.remove(&n);
+            } else {
+                self.unusable.insert(n);
             }
+            self.sync_usable(n);
+            changed.push(name.clone());
         }
         changed
+    }
+
+    /// Tells the engine whether node `n` takes new instances and Compact's
+    /// moves: not while Slurm reports it unusable, nor while it is kept for
+    /// a waiting job ([`Controller::keep_for_waiting`]). Its jobs may still
+    /// move away.
+    fn sync_usable(&mut self, n: NodeId) {
+        let usable = !self.unusable.contains(&n) && !self.kept_nodes.contains_key(&n);
+        // Only a node id past the node table fails; `n` comes from it.
+        let _ = self.engine.set_node_usable(n, usable);
+    }
+
+    /// A pending job the engine does not place (no GPUs, out of the model,
+    /// or a GPU job with `-w`) waits for the nodes it names with `-w`
+    /// (`nodes`: the plugin gives them at each `select_p_job_test` that
+    /// does not start it; GPU nodes of the pools count, others are
+    /// ignored). While it waits they take no Compact move and no new
+    /// instance (their own jobs may still move away): a migration is a
+    /// requeue that restarts first in the queue, so a job moved onto such a
+    /// node would take it ahead of the waiting job, as no job of lower
+    /// priority can in Slurm (issue #11: Slurm's test1.84, `srun
+    /// --exclusive -w n3`, waited 120 s while Compact moved five jobs onto
+    /// n3). A job that names no node is not kept for: a move that fills a
+    /// node also empties or frees another it may take (the lab test
+    /// `a_waiting_exclusive_job_takes_the_node_a_migration_empties`). Kept
+    /// until the job starts or ends, or goes [`WAITING_TTL_S`] without a
+    /// test; at most [`KEPT_NODES_PER_JOB`] nodes each, for at most
+    /// [`KEPT_JOBS`] jobs. Returns a line for Slurm's log when the nodes
+    /// kept for the job changed.
+    pub fn keep_for_waiting(&mut self, job: u64, nodes: &[NodeId], now: u64) -> Option<String> {
+        if self.jobs.contains_key(&job) {
+            return None;
+        }
+        let mut nodes: Vec<NodeId> = nodes
+            .iter()
+            .copied()
+            .filter(|&n| self.node_gpus.get(n as usize).is_some_and(|&g| g > 0))
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes.truncate(KEPT_NODES_PER_JOB);
+        let old = self.kept.remove(&job);
+        match &old {
+            Some(k) if k.nodes == nodes => {
+                self.kept.insert(job, Kept { nodes, seen: now });
+                return None;
+            }
+            Some(_) => {}
+            None if nodes.is_empty() => return None,
+            None if self.kept.len() >= KEPT_JOBS => {
+                self.counters.keeps_over_limit += 1;
+                return None;
+            }
+            None => self.counters.kept_for_waiting += 1,
+        }
+        // The new nodes first: a node kept before and now stays unusable
+        // throughout.
+        for &n in &nodes {
+            let c = self.kept_nodes.entry(n).or_insert(0);
+            *c += 1;
+            if *c == 1 {
+                self.sync_usable(n);
+            }
+        }
+        if let Some(k) = old {
+            self.release_kept(k.nodes);
+        }
+        if nodes.is_empty() {
+            return None;
+        }
+        let names: Vec<String> = nodes.iter().map(|&n| self.name(n)).collect();
+        self.kept.insert(job, Kept { nodes, seen: now });
+        Some(format!(
+            "job {job} waits for node(s) {}: no migration onto them and no new GPU job placed there while it waits",
+            names.join(",")
+        ))
+    }
+
+    /// The nodes kept for `job` (tests, logs).
+    pub fn kept_for(&self, job: u64) -> Option<&[NodeId]> {
+        self.kept.get(&job).map(|k| &k.nodes[..])
+    }
+
+    /// Stops keeping nodes for `job` (it started, ended or stopped
+    /// waiting); a node no other job keeps takes moves again, and Compact
+    /// is due to use it.
+    fn unkeep(&mut self, job: u64) {
+        if let Some(k) = self.kept.remove(&job) {
+            self.release_kept(k.nodes);
+        }
+    }
+
+    /// One keep of each of `nodes` ends; a node no job keeps any more takes
+    /// moves again, and Compact is due to use it.
+    fn release_kept(&mut self, nodes: Vec<NodeId>) {
+        for n in nodes {
+            let Some(c) = self.kept_nodes.get_mut(&n) else {
+                continue;
+            };
+            *c -= 1;
+            if *c == 0 {
+                self.kept_nodes.remove(&n);
+                self.sync_usable(n);
+                self.compact_due = true;
+            }
+        }
     }
 
     /// What must survive a reconfigure or restart ([`crate::persist`]):
@@ -3360,6 +3508,116 @@ mod tests {
             c.fini(if o.job == 2 { 3 } else { 2 }, 1000);
             assert!(c.tick(1002).is_empty());
         }
+    }
+
+    /// Jobs 1 and 2 (1 x 4, not resumable) on one node, job 3 (1 x 2,
+    /// resumable) on another; `keep` is called with the first node before
+    /// job 1 ends. Returns the controller, the two nodes and the orders of
+    /// the tick after job 1's end.
+    fn a_node_kept_or_not(
+        keep: impl FnOnce(&mut Controller, NodeId),
+    ) -> (Controller, NodeId, NodeId, Vec<MigrationOrder>) {
+        let mut c = ctl();
+        let pinned = |id| JobInfo {
+            flags: Some(JobFlags {
+                min_runtime_s: 0,
+                resumable: false,
+                migration_cost_s: None,
+            }),
+            ..job(id, 1, 4)
+        };
+        let full = run(&mut c, &pinned(1), 0);
+        assert_eq!(run(&mut c, &pinned(2), 0), full);
+        let other = run(&mut c, &job(3, 1, 2), 0);
+        assert_ne!(other, full);
+        assert!(c.tick(1000).is_empty());
+        keep(&mut c, full[0]);
+        c.fini(1, 1000);
+        let orders = c.tick(1000);
+        (c, full[0], other[0], orders)
+    }
+
+    #[test]
+    fn a_node_a_waiting_job_needs_takes_no_migration_while_it_waits() {
+        // Slurm's test1.84 under compass (issue #11): `srun --exclusive -w
+        // n3` waited while Compact moved jobs onto n3, each restarting
+        // first in the queue. Unkept, job 1's end moves job 3 onto the
+        // node of job 2; kept for waiting job 99 (no GPUs), nothing moves
+        // there.
+        let (_, full, _, orders) = a_node_kept_or_not(|_, _| ());
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert_eq!((orders[0].job, &orders[0].to_nodes[..]), (3, &[full][..]));
+
+        let (mut c, full, other, orders) = a_node_kept_or_not(|c, n| {
+            let line = c.keep_for_waiting(99, &[n], 1000).expect("newly kept");
+            assert!(line.contains(&format!("job 99 waits for node(s) n{}", n + 1)));
+        });
+        assert!(orders.is_empty(), "a move onto a kept node: {orders:?}");
+        assert_eq!(c.kept_for(99), Some(&[full][..]));
+        assert_eq!(c.counters.kept_for_waiting, 1);
+        // No new instance goes there either while another node has room.
+        let all = NodeSet::full(4);
+        let plan = c.narrow(&job(4, 1, 4), &all).unwrap().unwrap();
+        assert!(
+            !plan.contains(full),
+            "{:?}",
+            plan.iter().collect::<Vec<_>>()
+        );
+        c.planned.remove(&4);
+        c.waiting.remove(&4);
+        // Tested again while it waits: the same nodes, no new line.
+        assert_eq!(c.keep_for_waiting(99, &[full], 1200), None);
+        assert!(c.tick(1200 + WAITING_TTL_S).is_empty(), "kept still");
+        // Not tested for longer than WAITING_TTL_S (cancelled or held):
+        // the node takes the move again.
+        let orders = c.tick(1201 + WAITING_TTL_S);
+        assert_eq!(c.kept_for(99), None);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert_eq!((orders[0].job, &orders[0].to_nodes[..]), (3, &[full][..]));
+        assert_ne!(other, full);
+
+        // The job starts (on its node, no GPUs): nothing is kept for it.
+        let (mut c, full, _, _) = a_node_kept_or_not(|c, n| {
+            c.keep_for_waiting(99, &[n], 1000);
+        });
+        c.begin(&unmodelled(99, Mapping::NoGpu), &[(full, 0)], 1001);
+        assert_eq!(c.kept_for(99), None);
+        // A node Slurm reports drained stays unusable when the job that
+        // kept it stops waiting, and a kept node stays unusable when Slurm
+        // resumes it.
+        let usable =
+            |c: &Controller, n: usize| c.pools().engine(0).unwrap().snapshot().nodes[n].usable;
+        let mut c = ctl();
+        c.keep_for_waiting(7, &[0, 1], 0);
+        assert_eq!(c.set_usable_nodes(&[("n1".into(), false)]), vec!["n1"]);
+        c.fini(7, 1);
+        assert!(!usable(&c, 0));
+        assert!(usable(&c, 1));
+        c.keep_for_waiting(8, &[0], 2);
+        c.set_usable_nodes(&[("n1".into(), true)]);
+        assert!(!usable(&c, 0));
+        // The nodes it names change (`scontrol update job NodeList=`): a
+        // node in both stays kept, the one left behind takes moves again.
+        let mut c = ctl();
+        c.keep_for_waiting(9, &[1, 2], 0);
+        let line = c.keep_for_waiting(9, &[3, 2], 1).expect("changed");
+        assert!(line.contains("node(s) n3,n4:"), "{line}");
+        assert_eq!(
+            (0..4).map(|n| usable(&c, n)).collect::<Vec<_>>(),
+            [true, true, false, false]
+        );
+        assert_eq!(c.counters.kept_for_waiting, 1);
+        // Bounded: KEPT_JOBS jobs at most, KEPT_NODES_PER_JOB nodes each.
+        let mut c = ctl_on(always(), 100);
+        let all: Vec<NodeId> = (0..100).collect();
+        c.keep_for_waiting(1, &all, 0);
+        assert_eq!(c.kept_for(1).map(<[_]>::len), Some(KEPT_NODES_PER_JOB));
+        for j in 2..=KEPT_JOBS as u64 {
+            assert!(c.keep_for_waiting(j, &[0], 0).is_some());
+        }
+        assert_eq!(c.keep_for_waiting(1000, &[99], 0), None);
+        assert_eq!(c.counters.keeps_over_limit, 1);
+        assert!(usable(&c, 99));
     }
 
     #[test]

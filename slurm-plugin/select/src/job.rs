@@ -72,6 +72,26 @@ pub(crate) fn node_counts(spread: Option<u32>, min: u32, max: u32, req: u32) -> 
     }
 }
 
+/// Does a test that ended with `ok` in a mode of `rule` leave the job
+/// waiting, so that the nodes it names stay kept for it
+/// ([`Controller::keep_for_waiting`])? Every test but one that starts it.
+fn still_waits(rule: ModeRule, ok: bool) -> bool {
+    !(rule == ModeRule::RunNow && ok)
+}
+
+/// The nodes a pending job the engine does not place names with `-w`
+/// (`required`), for [`Controller::keep_for_waiting`]; none without.
+///
+/// # Safety
+/// `job` is a live job record (its `details` NULL or valid).
+unsafe fn named_nodes(job: &sys::job_record_t, required: bool) -> Vec<NodeId> {
+    // SAFETY: NULL or valid details; its bitmap is set when `required`.
+    match unsafe { job.details.as_ref() } {
+        Some(d) if required => unsafe { bits(d.req_node_bitmap) },
+        _ => vec![],
+    }
+}
+
 fn mode_rule(mode: u16) -> ModeRule {
     if mode & SELECT_MODE_TEST_ONLY != 0 {
         ModeRule::TestOnly
@@ -530,12 +550,14 @@ pub(crate) fn job_test(
     call: &Call,
 ) -> c_int {
     let t_engine = std::time::Instant::now();
-    // The engine's plan, and whether the job's hold was released
-    // (`Controller::hold`: Slurm places it).
-    type Decision = (Option<Narrowed>, bool);
-    let (narrowed, released): Decision = guard("select_p_job_test (engine)", (None, false), || {
+    // The engine's plan, whether the job's hold was released
+    // (`Controller::hold`: Slurm places it), and the nodes to keep for it
+    // if it waits (a job the engine does not place that names nodes).
+    type Decision = (Option<Narrowed>, bool, Vec<NodeId>);
+    let nothing = || (None, false, vec![]);
+    let decision: Decision = guard("select_p_job_test (engine)", nothing(), || {
         if job_ptr.is_null() || bitmap.is_null() {
-            return (None, false);
+            return nothing();
         }
         // SAFETY: live job record and bitmap.
         let (job, size) = unsafe { (&*job_ptr, sys::bit_size(bitmap)) };
@@ -556,14 +578,28 @@ pub(crate) fn job_test(
                     None
                 }
             };
-            (narrowed, ctl.released(info.id))
+            let keep = match narrowed {
+                Some(_) => vec![],
+                None => unsafe { named_nodes(job, info.required_nodes) },
+            };
+            (narrowed, ctl.released(info.id), keep)
         })
-        .unwrap_or((None, false))
+        .unwrap_or_else(nothing)
     });
+    let (narrowed, released, keep) = decision;
     let engine_ns = t_engine.elapsed().as_nanos() as u64;
     let t_stock = std::time::Instant::now();
     let rc = select_p_job_test_narrowed(narrowed, bitmap, job_ptr, mode, call);
     crate::stats::record_job_test(engine_ns, t_stock.elapsed().as_nanos() as u64);
+    if !keep.is_empty() && still_waits(mode_rule(mode), rc == SLURM_SUCCESS) {
+        guard("select_p_job_test (keep)", (), || {
+            // SAFETY: non-null when `keep` is set.
+            let id = u64::from(unsafe { (*job_ptr).job_id });
+            if let Some(Some(line)) = with_ctl(|ctl| ctl.keep_for_waiting(id, &keep, now_unix())) {
+                log::detail(&line);
+            }
+        });
+    }
     if released && rc == SLURM_SUCCESS && mode_rule(mode) == ModeRule::RunNow {
         // SAFETY: job_ptr is non-null when `released` is set.
         let id = unsafe { (*job_ptr).job_id };
@@ -743,6 +779,16 @@ mod tests {
         // SELECT_MODE_IGN_ERR with TEST_ONLY.
         assert_eq!(mode_rule(0x0300), ModeRule::RunNow);
         assert_eq!(mode_rule(0x0401), ModeRule::TestOnly);
+    }
+
+    #[test]
+    fn a_job_naming_nodes_waits_after_every_test_but_one_that_starts_it() {
+        assert!(!still_waits(ModeRule::RunNow, true));
+        assert!(still_waits(ModeRule::RunNow, false));
+        for ok in [true, false] {
+            assert!(still_waits(ModeRule::TestOnly, ok));
+            assert!(still_waits(ModeRule::Plan, ok));
+        }
     }
 
     #[test]

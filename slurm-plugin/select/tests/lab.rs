@@ -795,6 +795,107 @@ fn a_job_whose_tasks_may_share_a_node_starts_and_moves_as_planned() {
     assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
 }
 
+/// A (4 GPUs, 2-minute limit) and B (4 GPUs, 1-minute limit, ends after
+/// `b_s` seconds), not resumable, fill one node X; C (2 GPUs, resumable)
+/// runs alone on Y; with `fill_others`, a job of 8 GPUs fills each other
+/// node. Returns the lab, `[A, B, C]`, X and Y.
+fn x_full_and_c_alone(name: &str, b_s: u32, fill_others: bool) -> (Lab, [u32; 3], String, String) {
+    let lab = Lab::start(name, COMPASS);
+    let a = lab.submit(&["-n1", "--gpus-per-task=4", "-t", "2"]);
+    let b = lab
+        .sbatch(
+            &["-n1", "--gpus-per-task=4", "-t", "1"],
+            &format!("sleep {b_s}"),
+        )
+        .unwrap();
+    lab.wait_running(&[a, b], Duration::from_secs(15));
+    let x = lab.job(a).1;
+    assert_eq!(lab.job(b).1, x, "{}", lab.debug());
+    let c = lab.submit(&["-n1", "--gpus-per-task=2", "--resumable"]);
+    lab.wait_running(&[c], Duration::from_secs(15));
+    let y = lab.job(c).1;
+    assert_ne!(y, x, "{}", lab.debug());
+    if fill_others {
+        let full: Vec<u32> = (0..6)
+            .map(|_| lab.submit(&["-n1", "--gpus-per-task=8"]))
+            .collect();
+        lab.wait_running(&full, Duration::from_secs(20));
+    }
+    (lab, [a, b, c], x, y)
+}
+
+#[test]
+fn a_node_a_waiting_job_names_takes_no_migration_until_it_starts() {
+    // Slurm's testsuite run (issue #11): test1.84's `srun --exclusive -w
+    // n3` waited 120 s while Compact moved five jobs onto n3, each
+    // restarting first in the queue. D (no GPUs, `--exclusive -w X`) waits
+    // for X. A's end would move C onto X, the fuller node; while D waits
+    // nothing moves there, and D starts on X when B ends.
+    let (lab, [a, _, c], x, y) = x_full_and_c_alone("keep-named", 25, false);
+    let d = lab
+        .sbatch(&["-n1", "--exclusive", "-w", &x], "sleep 3")
+        .unwrap();
+    lab.wait_until("X kept for D", Duration::from_secs(20), || {
+        lab.ctld_log().contains(&format!(
+            "job {d} waits for node(s) {x}: no migration onto them"
+        ))
+    });
+    assert_eq!(lab.job(d).0, "PENDING", "{}", lab.debug());
+    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        assert_eq!(
+            lab.job(c),
+            ("RUNNING".to_string(), y.clone()),
+            "C moved while D waited for X\n{}",
+            lab.debug()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    lab.wait_until("D ran", Duration::from_secs(40), || {
+        !starts_of(&lab, d).is_empty()
+    });
+    assert_eq!(starts_of(&lab, d), vec![x.clone()], "{}", lab.debug());
+    assert!(
+        lab.show_job(c).contains("Restarts=0"),
+        "{}",
+        lab.show_job(c)
+    );
+    assert!(
+        !lab.ctld_log().contains(&format!("migration of job {c}:")),
+        "{}",
+        lab.debug()
+    );
+}
+
+#[test]
+fn a_waiting_exclusive_job_takes_the_node_a_migration_empties() {
+    // Every node busy; X empties first (A's and B's limits), so backfill
+    // plans D, `--exclusive` without a node list, on X. Nothing is kept for
+    // a job that names no node: A's end moves C onto X, which empties Y,
+    // and D starts there at once, before B ends and X could take it.
+    let (lab, [a, b, c], x, y) = x_full_and_c_alone("keep-exclusive", 50, true);
+    let d = lab.sbatch(&["-n1", "--exclusive"], "sleep 3").unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(lab.job(d).0, "PENDING", "{}", lab.debug());
+    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    lab.wait_until("D ran", Duration::from_secs(30), || {
+        !starts_of(&lab, d).is_empty()
+    });
+    assert_eq!(starts_of(&lab, d), vec![y.clone()], "{}", lab.debug());
+    assert_eq!(lab.job(b).0, "RUNNING", "{}", lab.debug());
+    lab.wait_running(&[c], Duration::from_secs(15));
+    assert_eq!(lab.job(c).1, x, "{}", lab.debug());
+    assert!(
+        lab.show_job(c).contains("Restarts=1"),
+        "{}",
+        lab.show_job(c)
+    );
+    assert!(!lab
+        .ctld_log()
+        .contains(&format!("job {d} waits for node(s)")));
+}
+
 #[test]
 fn a_job_about_to_end_is_not_migrated_while_a_long_one_is() {
     // A and B (1 x 4 GPUs, the partition's 1-hour default limit) share a
