@@ -87,6 +87,9 @@ pub struct JobPlaces<'a> {
     pub excluded: Vec<NodeId>,
     /// Its `--constraint` (`details->features`).
     pub features: Option<&'a str>,
+    /// It names nodes (`-w`/`--nodelist`, `details->req_node_bitmap`):
+    /// requeued, it restarts only on a set of nodes that includes them.
+    pub named: bool,
     /// The nodes it runs on now.
     pub current: Vec<NodeId>,
 }
@@ -94,14 +97,17 @@ pub struct JobPlaces<'a> {
 /// The nodes the job may ever use among `node_count` nodes, each node's
 /// active features given by `node_features`; `None` when nothing restricts
 /// it (no partition known, no exclusion, no constraint). An unread
-/// constraint gives the nodes it runs on now: Compact holds it still.
+/// constraint, or nodes it names (`-w`), give the nodes it runs on now:
+/// Compact holds it still (a `-w` job moved off its named nodes could not
+/// restart on its planned target; Slurm would start it on its named nodes
+/// again after the hold, a requeue for nothing).
 pub fn allowed_nodes<'n>(
     job: &JobPlaces,
     node_count: u32,
     node_features: impl Fn(NodeId) -> Option<&'n str>,
 ) -> Option<NodeSet> {
     let constraint = Constraint::parse(job.features);
-    if let Constraint::Unread(_) = constraint {
+    if job.named || matches!(constraint, Constraint::Unread(_)) {
         return Some(NodeSet::from_nodes(node_count, job.current.iter().copied()));
     }
     if job.partition.is_none() && job.excluded.is_empty() && constraint == Constraint::None {
@@ -251,6 +257,20 @@ mod tests {
         );
         // not read: held on the nodes it runs on
         assert_eq!(allowed(&with(Some("nvme*2"), vec![])), Some(vec![5]));
+        // nodes named with -w: held on the nodes it runs on
+        let named = JobPlaces {
+            named: true,
+            current: vec![2, 3],
+            ..Default::default()
+        };
+        assert_eq!(allowed(&named), Some(vec![2, 3]));
+        assert_eq!(
+            allowed(&JobPlaces {
+                named: true,
+                ..with(Some("nvme"), vec![])
+            }),
+            Some(vec![5])
+        );
         assert_eq!(
             allowed(&JobPlaces {
                 current: vec![4, 6],

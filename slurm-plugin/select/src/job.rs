@@ -205,6 +205,14 @@ unsafe fn nodes_from_names(names: *mut c_char) -> Vec<NodeId> {
     }
 }
 
+/// Does the job name nodes (`-w`/`--nodelist`: `req_node_bitmap` set)?
+///
+/// # Safety
+/// `d` is a live job's details (its bitmap NULL or valid).
+unsafe fn names_nodes(d: &sys::job_details) -> bool {
+    !d.req_node_bitmap.is_null() && unsafe { sys::bit_set_count(d.req_node_bitmap) } > 0
+}
+
 /// What the controller needs to know about a job; `capacity`: the largest
 /// GPU count of a node (each pool then admits what fits its nodes).
 unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
@@ -232,10 +240,7 @@ unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
         id: u64::from(job.job_id),
         mapping: map_request(&req, capacity),
         gpu_type: requested_gpu_type(&req),
-        // SAFETY: NULL or a valid bitmap.
-        required_nodes: d.is_some_and(|d| {
-            !d.req_node_bitmap.is_null() && unsafe { sys::bit_set_count(d.req_node_bitmap) } > 0
-        }),
+        required_nodes: d.is_some_and(|d| unsafe { names_nodes(d) }),
         flags: flags::from_spank_env(env),
         time_limit_s: time_limit_s(job.time_limit),
     }
@@ -273,6 +278,7 @@ unsafe fn allowed_nodes(job: &sys::job_record_t, current: &[NodeId]) -> Option<N
         partition: part.map(|p| unsafe { bits(p.node_bitmap) }),
         excluded,
         features: features.as_deref(),
+        named: d.is_some_and(|d| unsafe { names_nodes(d) }),
         current: current.to_vec(),
     };
     if let Constraint::Unread(expr) = Constraint::parse(places.features) {
@@ -295,8 +301,8 @@ unsafe fn allowed_nodes(job: &sys::job_record_t, current: &[NodeId]) -> Option<N
 
 /// What [`allowed_nodes`] reads besides the job's own nodes (partition,
 /// `--exclude`, `--constraint`): jobs with the same key have the same
-/// allowed nodes. `None` for a constraint form not read (its nodes are the
-/// job's own).
+/// allowed nodes. `None` for a constraint form not read or a job that
+/// names nodes (its nodes are the job's own).
 ///
 /// # Safety
 /// As [`allowed_nodes`].
@@ -306,6 +312,9 @@ unsafe fn restriction_key(job: &sys::job_record_t) -> Option<(usize, String, Str
     let text = |p: *mut c_char| unsafe { lossy_str(p) }.unwrap_or_default();
     let features = d.map_or(String::new(), |d| text(d.features));
     if let Constraint::Unread(_) = Constraint::parse(Some(&features)) {
+        return None;
+    }
+    if d.is_some_and(|d| unsafe { names_nodes(d) }) {
         return None;
     }
     let excluded = d.map_or(String::new(), |d| text(d.exc_nodes));

@@ -897,6 +897,42 @@ fn a_waiting_exclusive_job_takes_the_node_a_migration_empties() {
 }
 
 #[test]
+fn a_resumable_job_that_names_its_node_is_never_migrated_off_it() {
+    // A and B (4 GPUs each, not resumable) share X; C (4 GPUs, resumable,
+    // `-w Y`) runs on Y. A's end leaves two half nodes, and C is the only
+    // job free to move: moved onto X, it could not restart there (Slurm
+    // starts it on a set that includes Y), so after the hold it would
+    // restart on Y, a requeue for nothing. The engine holds it on Y.
+    let lab = Lab::start("named", COMPASS);
+    let a = lab.submit(&["-n1", "--gpus-per-task=4"]);
+    let b = lab.submit(&["-n1", "--gpus-per-task=4"]);
+    lab.wait_running(&[a, b], Duration::from_secs(15));
+    let x = lab.job(a).1;
+    assert_eq!(lab.job(b).1, x, "{}", lab.debug());
+    let y = if x == "n1" { "n2" } else { "n1" };
+    let c = lab.submit(&["-n1", "--gpus-per-task=4", "--resumable", "-w", y]);
+    lab.wait_running(&[c], Duration::from_secs(15));
+    assert_eq!(lab.job(c).1, y, "{}", lab.debug());
+    assert!(lab.run("scancel", &[&a.to_string()]).status.success());
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        assert_eq!(
+            lab.job(c),
+            ("RUNNING".to_string(), y.to_string()),
+            "C was moved off the node it names\n{}",
+            lab.debug()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        lab.show_job(c).contains("Restarts=0"),
+        "{}",
+        lab.show_job(c)
+    );
+    assert_eq!(lab.partial_nodes(8), 2, "{}", lab.debug());
+}
+
+#[test]
 fn a_job_about_to_end_is_not_migrated_while_a_long_one_is() {
     // A and B (1 x 4 GPUs, the partition's 1-hour default limit) share a
     // node; C (2-minute limit) is alone. When A ends, moving C would cost
