@@ -605,7 +605,7 @@ pub(crate) fn job_test(
             // SAFETY: non-null when `keep` is set.
             let id = u64::from(unsafe { (*job_ptr).job_id });
             if let Some(Some(line)) = with_ctl(|ctl| ctl.keep_for_waiting(id, &keep, now_unix())) {
-                log::detail(&line);
+                log::info(&line);
             }
         });
     }
