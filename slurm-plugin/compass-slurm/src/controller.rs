@@ -1827,22 +1827,26 @@ impl Controller {
     }
 
     /// A pending job the engine does not place (no GPUs, out of the model,
-    /// or a GPU job with `-w`) waits for the nodes it names with `-w`
-    /// (`nodes`: the plugin gives them at each `select_p_job_test` that
-    /// does not start it; GPU nodes of the pools count, others are
-    /// ignored). While it waits they take no Compact move and no new
-    /// instance (their own jobs may still move away): a migration is a
-    /// requeue that restarts first in the queue, so a job moved onto such a
-    /// node would take it ahead of the waiting job, as no job of lower
-    /// priority can in Slurm (issue #11: Slurm's test1.84, `srun
-    /// --exclusive -w n3`, waited 120 s while Compact moved five jobs onto
-    /// n3). A job that names no node is not kept for: a move that fills a
-    /// node also empties or frees another it may take (the lab test
+    /// or a GPU job with `-w`) waits for `nodes` (GPU nodes of the pools
+    /// count, others are ignored): the nodes it names with `-w` (the plugin
+    /// gives them at each `select_p_job_test` that does not start it), or,
+    /// for a `--exclusive` job that may use only part of the GPU nodes
+    /// (`--constraint`, `--exclude`, its partition), the nodes Slurm plans
+    /// to start it on (backfill's "when and where" test). While it waits
+    /// they take no Compact move and no new instance (their own jobs may
+    /// still move away): a migration is a requeue that restarts first in
+    /// the queue, so a job moved onto such a node would take it ahead of
+    /// the waiting job, as no job of lower priority can in Slurm (issue
+    /// #11: Slurm's test1.84, `srun --exclusive -w n3`, waited 120 s while
+    /// Compact moved five jobs onto n3; test17.12, `--exclusive -C feat1`,
+    /// 135 s while three moved onto its node). A `--exclusive` job that may
+    /// use any GPU node is not kept for: a move that fills one node empties
+    /// or frees another it may take (the lab test
     /// `a_waiting_exclusive_job_takes_the_node_a_migration_empties`). Kept
     /// until the job starts or ends, or goes [`WAITING_TTL_S`] without a
-    /// test; at most [`KEPT_NODES_PER_JOB`] nodes each, for at most
-    /// [`KEPT_JOBS`] jobs. Returns a line for Slurm's log when the nodes
-    /// kept for the job changed.
+    /// test ([`Controller::still_waiting`]); at most [`KEPT_NODES_PER_JOB`]
+    /// nodes each, for at most [`KEPT_JOBS`] jobs. Returns a line for
+    /// Slurm's log when the nodes kept for the job are set or change.
     pub fn keep_for_waiting(&mut self, job: u64, nodes: &[NodeId], now: u64) -> Option<String> {
         if self.jobs.contains_key(&job) {
             return None;
@@ -1895,6 +1899,19 @@ impl Controller {
     /// The nodes kept for `job` (tests, logs).
     pub fn kept_for(&self, job: u64) -> Option<&[NodeId]> {
         self.kept.get(&job).map(|k| &k.nodes[..])
+    }
+
+    /// `job` was tested again while waiting: the nodes kept for it stay
+    /// kept ([`Controller::keep_for_waiting`]).
+    pub fn still_waiting(&mut self, job: u64, now: u64) {
+        if let Some(k) = self.kept.get_mut(&job) {
+            k.seen = now;
+        }
+    }
+
+    /// The GPU nodes (of any pool), in order.
+    pub fn gpu_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        (0..self.node_gpus.len() as NodeId).filter(|&n| self.node_gpus[n as usize] > 0)
     }
 
     /// Stops keeping nodes for `job` (it started, ended or stopped
@@ -3566,7 +3583,8 @@ mod tests {
         c.planned.remove(&4);
         c.waiting.remove(&4);
         // Tested again while it waits: the same nodes, no new line.
-        assert_eq!(c.keep_for_waiting(99, &[full], 1200), None);
+        assert_eq!(c.keep_for_waiting(99, &[full], 1100), None);
+        c.still_waiting(99, 1200);
         assert!(c.tick(1200 + WAITING_TTL_S).is_empty(), "kept still");
         // Not tested for longer than WAITING_TTL_S (cancelled or held):
         // the node takes the move again.
@@ -3596,8 +3614,9 @@ mod tests {
         c.keep_for_waiting(8, &[0], 2);
         c.set_usable_nodes(&[("n1".into(), true)]);
         assert!(!usable(&c, 0));
-        // The nodes it names change (`scontrol update job NodeList=`): a
-        // node in both stays kept, the one left behind takes moves again.
+        // The nodes Slurm plans for a restricted `--exclusive` job change: a
+        // node in both plans stays kept, the one left behind takes moves
+        // again.
         let mut c = ctl();
         c.keep_for_waiting(9, &[1, 2], 0);
         let line = c.keep_for_waiting(9, &[3, 2], 1).expect("changed");

@@ -72,24 +72,98 @@ pub(crate) fn node_counts(spread: Option<u32>, min: u32, max: u32, req: u32) -> 
     }
 }
 
-/// Does a test that ended with `ok` in a mode of `rule` leave the job
-/// waiting, so that the nodes it names stay kept for it
-/// ([`Controller::keep_for_waiting`])? Every test but one that starts it.
-fn still_waits(rule: ModeRule, ok: bool) -> bool {
-    !(rule == ModeRule::RunNow && ok)
+/// What a test of a pending job the engine does not place keeps for it
+/// while it waits ([`Controller::keep_for_waiting`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Keep {
+    Nothing,
+    /// The nodes it names with `-w`: it needs each of them.
+    Named(Vec<NodeId>),
+    /// A `--exclusive` job that may use only part of the GPU nodes
+    /// ([`restricted`]): the nodes Slurm plans to start it on, read after a
+    /// successful "when and where" test (backfill's).
+    Planned,
 }
 
-/// The nodes a pending job the engine does not place names with `-w`
-/// (`required`), for [`Controller::keep_for_waiting`]; none without.
+/// `WHOLE_NODE_REQUIRED` of `job_details.whole_node` (slurmctld.h in 22.05,
+/// job_record.h in 24.11): `--exclusive`.
+const WHOLE_NODE_REQUIRED: u8 = 0x01;
+
+/// The nodes to keep for a waiting job after its test ended with `ok` in a
+/// mode of `rule`: the nodes it names after every test that does not start
+/// it; for [`Keep::Planned`], `planned()` (what cons_tres left in the
+/// bitmap) after a successful "when and where" test. `None`: nothing new
+/// (what is kept for it stays while it is tested again,
+/// [`Controller::still_waiting`]).
+fn kept_nodes(
+    keep: Keep,
+    rule: ModeRule,
+    ok: bool,
+    planned: impl FnOnce() -> Vec<NodeId>,
+) -> Option<Vec<NodeId>> {
+    match keep {
+        Keep::Nothing => None,
+        _ if rule == ModeRule::RunNow && ok => None,
+        Keep::Named(nodes) => Some(nodes),
+        Keep::Planned if rule == ModeRule::Plan && ok => Some(planned()),
+        Keep::Planned => None,
+    }
+}
+
+/// What to keep for `job`, a pending job the engine does not place, tested
+/// in a mode of `rule`: the nodes it names (`required`: `-w`), or for a
+/// `--exclusive` job that may use only part of the GPU nodes, in a "when
+/// and where" test, the nodes Slurm plans for it. A `--exclusive` job that
+/// may use any GPU node is not kept for: a move that fills one node
+/// empties or frees another it may take.
 ///
 /// # Safety
-/// `job` is a live job record (its `details` NULL or valid).
-unsafe fn named_nodes(job: &sys::job_record_t, required: bool) -> Vec<NodeId> {
+/// `job` is a live job record (its `details` and `part_ptr` NULL or
+/// valid).
+unsafe fn keep_of(
+    job: &sys::job_record_t,
+    required: bool,
+    rule: ModeRule,
+    ctl: &Controller,
+) -> Keep {
     // SAFETY: NULL or valid details; its bitmap is set when `required`.
-    match unsafe { job.details.as_ref() } {
-        Some(d) if required => unsafe { bits(d.req_node_bitmap) },
-        _ => vec![],
+    let Some(d) = (unsafe { job.details.as_ref() }) else {
+        return Keep::Nothing;
+    };
+    if required {
+        return Keep::Named(unsafe { bits(d.req_node_bitmap) });
     }
+    if rule != ModeRule::Plan || d.whole_node & WHOLE_NODE_REQUIRED == 0 {
+        return Keep::Nothing;
+    }
+    if unsafe { restricted(job, d, ctl) } {
+        Keep::Planned
+    } else {
+        Keep::Nothing
+    }
+}
+
+/// May the job use only part of the GPU nodes? Yes with a `--constraint`
+/// or an `--exclude` (whatever they name: read as restricting), or in a
+/// partition that lacks some GPU node.
+///
+/// # Safety
+/// As [`keep_of`]; `d` is the job's details.
+unsafe fn restricted(job: &sys::job_record_t, d: &sys::job_details, ctl: &Controller) -> bool {
+    // SAFETY: NULL or NUL-terminated strings.
+    let given = |p: *mut c_char| !p.is_null() && unsafe { *p } != 0;
+    if given(d.features) || given(d.exc_nodes) {
+        return true;
+    }
+    // SAFETY: NULL or a valid partition record and bitmap.
+    let Some(part) = (unsafe { job.part_ptr.as_ref() }).filter(|p| !p.node_bitmap.is_null()) else {
+        return false;
+    };
+    let size = unsafe { sys::bit_size(part.node_bitmap) };
+    ctl.gpu_nodes().any(|n| {
+        let n = sys::bitoff_t::from(n);
+        n >= size || unsafe { sys::bit_test(part.node_bitmap, n) } == 0
+    })
 }
 
 fn mode_rule(mode: u16) -> ModeRule {
@@ -560,10 +634,10 @@ pub(crate) fn job_test(
 ) -> c_int {
     let t_engine = std::time::Instant::now();
     // The engine's plan, whether the job's hold was released
-    // (`Controller::hold`: Slurm places it), and the nodes to keep for it
-    // if it waits (a job the engine does not place that names nodes).
-    type Decision = (Option<Narrowed>, bool, Vec<NodeId>);
-    let nothing = || (None, false, vec![]);
+    // (`Controller::hold`: Slurm places it), and what to keep for it if it
+    // waits (a job the engine does not place).
+    type Decision = (Option<Narrowed>, bool, Keep);
+    let nothing = || (None, false, Keep::Nothing);
     let decision: Decision = guard("select_p_job_test (engine)", nothing(), || {
         if job_ptr.is_null() || bitmap.is_null() {
             return nothing();
@@ -588,8 +662,12 @@ pub(crate) fn job_test(
                 }
             };
             let keep = match narrowed {
-                Some(_) => vec![],
-                None => unsafe { named_nodes(job, info.required_nodes) },
+                Some(_) => Keep::Nothing,
+                None => {
+                    // Tested again: what is kept for it stays.
+                    ctl.still_waiting(info.id, now_unix());
+                    unsafe { keep_of(job, info.required_nodes, mode_rule(mode), ctl) }
+                }
             };
             (narrowed, ctl.released(info.id), keep)
         })
@@ -600,11 +678,18 @@ pub(crate) fn job_test(
     let t_stock = std::time::Instant::now();
     let rc = select_p_job_test_narrowed(narrowed, bitmap, job_ptr, mode, call);
     crate::stats::record_job_test(engine_ns, t_stock.elapsed().as_nanos() as u64);
-    if !keep.is_empty() && still_waits(mode_rule(mode), rc == SLURM_SUCCESS) {
+    if keep != Keep::Nothing {
         guard("select_p_job_test (keep)", (), || {
-            // SAFETY: non-null when `keep` is set.
+            // SAFETY: both non-null when `keep` is set; in a "when and
+            // where" test the bitmap holds the nodes cons_tres planned.
+            let nodes = kept_nodes(keep, mode_rule(mode), rc == SLURM_SUCCESS, || unsafe {
+                bits(bitmap)
+            });
+            let Some(nodes) = nodes else {
+                return;
+            };
             let id = u64::from(unsafe { (*job_ptr).job_id });
-            if let Some(Some(line)) = with_ctl(|ctl| ctl.keep_for_waiting(id, &keep, now_unix())) {
+            if let Some(Some(line)) = with_ctl(|ctl| ctl.keep_for_waiting(id, &nodes, now_unix())) {
                 log::info(&line);
             }
         });
@@ -791,13 +876,38 @@ mod tests {
     }
 
     #[test]
-    fn a_job_naming_nodes_waits_after_every_test_but_one_that_starts_it() {
-        assert!(!still_waits(ModeRule::RunNow, true));
-        assert!(still_waits(ModeRule::RunNow, false));
-        for ok in [true, false] {
-            assert!(still_waits(ModeRule::TestOnly, ok));
-            assert!(still_waits(ModeRule::Plan, ok));
+    fn a_waiting_job_keeps_its_named_nodes_or_slurms_planned_ones() {
+        let planned = || vec![4, 5];
+        let named = || Keep::Named(vec![2]);
+        // `-w`: kept after every test that does not start it.
+        for (rule, ok) in [
+            (ModeRule::RunNow, false),
+            (ModeRule::TestOnly, true),
+            (ModeRule::TestOnly, false),
+            (ModeRule::Plan, true),
+            (ModeRule::Plan, false),
+        ] {
+            assert_eq!(kept_nodes(named(), rule, ok, planned), Some(vec![2]));
         }
+        assert_eq!(kept_nodes(named(), ModeRule::RunNow, true, planned), None);
+        // A restricted `--exclusive` job: Slurm's plan, from a successful
+        // "when and where".
+        assert_eq!(
+            kept_nodes(Keep::Planned, ModeRule::Plan, true, planned),
+            Some(vec![4, 5])
+        );
+        for (rule, ok) in [
+            (ModeRule::Plan, false),
+            (ModeRule::RunNow, false),
+            (ModeRule::RunNow, true),
+            (ModeRule::TestOnly, true),
+        ] {
+            assert_eq!(kept_nodes(Keep::Planned, rule, ok, planned), None);
+        }
+        assert_eq!(
+            kept_nodes(Keep::Nothing, ModeRule::Plan, true, planned),
+            None
+        );
     }
 
     #[test]

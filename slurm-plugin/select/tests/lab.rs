@@ -824,17 +824,10 @@ fn x_full_and_c_alone(name: &str, b_s: u32, fill_others: bool) -> (Lab, [u32; 3]
     (lab, [a, b, c], x, y)
 }
 
-#[test]
-fn a_node_a_waiting_job_names_takes_no_migration_until_it_starts() {
-    // Slurm's testsuite run (issue #11): test1.84's `srun --exclusive -w
-    // n3` waited 120 s while Compact moved five jobs onto n3, each
-    // restarting first in the queue. D (no GPUs, `--exclusive -w X`) waits
-    // for X. A's end would move C onto X, the fuller node; while D waits
-    // nothing moves there, and D starts on X when B ends.
-    let (lab, [a, _, c], x, y) = x_full_and_c_alone("keep-named", 25, false);
-    let d = lab
-        .sbatch(&["-n1", "--exclusive", "-w", &x], "sleep 3")
-        .unwrap();
+/// D waits for X and X is kept for it: A's end would move C onto X, the
+/// fuller node; while D waits nothing moves there (C stays on Y), and D
+/// starts on X when B ends.
+fn x_is_kept_until_d_starts(lab: &Lab, [a, _, c]: [u32; 3], x: &str, y: &str, d: u32) {
     lab.wait_until("X kept for D", Duration::from_secs(20), || {
         lab.ctld_log().contains(&format!(
             "job {d} waits for node(s) {x}: no migration onto them"
@@ -846,16 +839,16 @@ fn a_node_a_waiting_job_names_takes_no_migration_until_it_starts() {
     while t0.elapsed() < Duration::from_secs(10) {
         assert_eq!(
             lab.job(c),
-            ("RUNNING".to_string(), y.clone()),
+            ("RUNNING".to_string(), y.to_string()),
             "C moved while D waited for X\n{}",
             lab.debug()
         );
         std::thread::sleep(Duration::from_millis(250));
     }
     lab.wait_until("D ran", Duration::from_secs(40), || {
-        !starts_of(&lab, d).is_empty()
+        !starts_of(lab, d).is_empty()
     });
-    assert_eq!(starts_of(&lab, d), vec![x.clone()], "{}", lab.debug());
+    assert_eq!(starts_of(lab, d), vec![x.to_string()], "{}", lab.debug());
     assert!(
         lab.show_job(c).contains("Restarts=0"),
         "{}",
@@ -869,11 +862,48 @@ fn a_node_a_waiting_job_names_takes_no_migration_until_it_starts() {
 }
 
 #[test]
+fn a_node_a_waiting_job_names_takes_no_migration_until_it_starts() {
+    // Slurm's testsuite run (issue #11): test1.84's `srun --exclusive -w
+    // n3` waited 120 s while Compact moved five jobs onto n3, each
+    // restarting first in the queue. D (no GPUs) names X: `--exclusive -w
+    // X`.
+    let (lab, jobs, x, y) = x_full_and_c_alone("keep-named", 25, false);
+    let d = lab
+        .sbatch(&["-n1", "--exclusive", "-w", &x], "sleep 3")
+        .unwrap();
+    x_is_kept_until_d_starts(&lab, jobs, &x, &y, d);
+}
+
+#[test]
+fn the_node_slurm_plans_for_a_restricted_exclusive_job_takes_no_migration() {
+    // Slurm's test17.12 under compass (issue #11): an `--exclusive -C
+    // feat1` job waited 135 s while three migrations restarted jobs on its
+    // node. Only X has feature `f`; D (no GPUs, `--exclusive -C f`) names
+    // no node, but backfill plans it on X, the one node it may use.
+    let (lab, jobs, x, y) = x_full_and_c_alone("keep-feature", 25, false);
+    let set = lab.run(
+        "scontrol",
+        &[
+            "update",
+            &format!("NodeName={x}"),
+            "AvailableFeatures=f",
+            "ActiveFeatures=f",
+        ],
+    );
+    assert!(set.status.success(), "{set:?}");
+    let d = lab
+        .sbatch(&["-n1", "--exclusive", "-C", "f"], "sleep 3")
+        .unwrap();
+    x_is_kept_until_d_starts(&lab, jobs, &x, &y, d);
+}
+
+#[test]
 fn a_waiting_exclusive_job_takes_the_node_a_migration_empties() {
     // Every node busy; X empties first (A's and B's limits), so backfill
-    // plans D, `--exclusive` without a node list, on X. Nothing is kept for
-    // a job that names no node: A's end moves C onto X, which empties Y,
-    // and D starts there at once, before B ends and X could take it.
+    // plans D, `--exclusive` without a node list or a constraint, on X.
+    // Nothing is kept for a job that may use any node: A's end moves C onto
+    // X, which empties Y, and D starts there at once, before B ends and X
+    // could take it.
     let (lab, [a, b, c], x, y) = x_full_and_c_alone("keep-exclusive", 50, true);
     let d = lab.sbatch(&["-n1", "--exclusive"], "sleep 3").unwrap();
     std::thread::sleep(Duration::from_secs(3));
