@@ -136,34 +136,42 @@ unsafe fn keep_of(
     if rule != ModeRule::Plan || d.whole_node & WHOLE_NODE_REQUIRED == 0 {
         return Keep::Nothing;
     }
-    if unsafe { restricted(job, d, ctl) } {
+    if unsafe { restricted(job, ctl) } {
         Keep::Planned
     } else {
         Keep::Nothing
     }
 }
 
-/// May the job use only part of the GPU nodes? Yes with a `--constraint`
-/// or an `--exclude` (whatever they name: read as restricting), or in a
-/// partition that lacks some GPU node.
+/// May the job use some of the GPU nodes but not all? Its partition holds
+/// some GPU node (a CPU-only partition: Compact never moves a job onto its
+/// nodes), and it names a `--constraint` or an `--exclude` (whatever they
+/// name: read as restricting) or the partition lacks some GPU node.
 ///
 /// # Safety
-/// As [`keep_of`]; `d` is the job's details.
-unsafe fn restricted(job: &sys::job_record_t, d: &sys::job_details, ctl: &Controller) -> bool {
-    // SAFETY: NULL or NUL-terminated strings.
+/// As [`keep_of`].
+unsafe fn restricted(job: &sys::job_record_t, ctl: &Controller) -> bool {
+    // SAFETY: NULL or valid details; NULL or NUL-terminated strings.
     let given = |p: *mut c_char| !p.is_null() && unsafe { *p } != 0;
-    if given(d.features) || given(d.exc_nodes) {
-        return true;
-    }
+    let narrowed_by_job =
+        unsafe { job.details.as_ref() }.is_some_and(|d| given(d.features) || given(d.exc_nodes));
     // SAFETY: NULL or a valid partition record and bitmap.
     let Some(part) = (unsafe { job.part_ptr.as_ref() }).filter(|p| !p.node_bitmap.is_null()) else {
-        return false;
+        return narrowed_by_job;
     };
     let size = unsafe { sys::bit_size(part.node_bitmap) };
-    ctl.gpu_nodes().any(|n| {
-        let n = sys::bitoff_t::from(n);
-        n >= size || unsafe { sys::bit_test(part.node_bitmap, n) } == 0
-    })
+    let (mut inside, mut outside) = (false, false);
+    for n in ctl.gpu_nodes().map(sys::bitoff_t::from) {
+        if n < size && unsafe { sys::bit_test(part.node_bitmap, n) } != 0 {
+            inside = true;
+        } else {
+            outside = true;
+        }
+        if inside && (outside || narrowed_by_job) {
+            return true;
+        }
+    }
+    false
 }
 
 fn mode_rule(mode: u16) -> ModeRule {
@@ -282,9 +290,13 @@ unsafe fn nodes_from_names(names: *mut c_char) -> Vec<NodeId> {
 /// Does the job name nodes (`-w`/`--nodelist`: `req_node_bitmap` set)?
 ///
 /// # Safety
-/// `d` is a live job's details (its bitmap NULL or valid).
-unsafe fn names_nodes(d: &sys::job_details) -> bool {
-    !d.req_node_bitmap.is_null() && unsafe { sys::bit_set_count(d.req_node_bitmap) } > 0
+/// `job` is a live job record (its `details` and their bitmap NULL or
+/// valid).
+unsafe fn names_nodes(job: &sys::job_record_t) -> bool {
+    // SAFETY: caller contract.
+    unsafe { job.details.as_ref() }.is_some_and(|d| {
+        !d.req_node_bitmap.is_null() && unsafe { sys::bit_set_count(d.req_node_bitmap) } > 0
+    })
 }
 
 /// What the controller needs to know about a job; `capacity`: the largest
@@ -314,7 +326,7 @@ unsafe fn job_info(job: &sys::job_record_t, capacity: u32) -> JobInfo {
         id: u64::from(job.job_id),
         mapping: map_request(&req, capacity),
         gpu_type: requested_gpu_type(&req),
-        required_nodes: d.is_some_and(|d| unsafe { names_nodes(d) }),
+        required_nodes: unsafe { names_nodes(job) },
         flags: flags::from_spank_env(env),
         time_limit_s: time_limit_s(job.time_limit),
     }
@@ -352,7 +364,7 @@ unsafe fn allowed_nodes(job: &sys::job_record_t, current: &[NodeId]) -> Option<N
         partition: part.map(|p| unsafe { bits(p.node_bitmap) }),
         excluded,
         features: features.as_deref(),
-        named: d.is_some_and(|d| unsafe { names_nodes(d) }),
+        named: unsafe { names_nodes(job) },
         current: current.to_vec(),
     };
     if let Constraint::Unread(expr) = Constraint::parse(places.features) {
@@ -388,7 +400,7 @@ unsafe fn restriction_key(job: &sys::job_record_t) -> Option<(usize, String, Str
     if let Constraint::Unread(_) = Constraint::parse(Some(&features)) {
         return None;
     }
-    if d.is_some_and(|d| unsafe { names_nodes(d) }) {
+    if unsafe { names_nodes(job) } {
         return None;
     }
     let excluded = d.map_or(String::new(), |d| text(d.exc_nodes));
