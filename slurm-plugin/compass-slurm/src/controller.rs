@@ -75,6 +75,29 @@ pub const KEPT_NODES_PER_JOB: usize = 64;
 /// or stops waiting.
 pub const KEPT_JOBS: usize = 64;
 
+/// Which nodes [`Controller::keep_for_waiting`] is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeepNodes {
+    /// The nodes the job names (`-w`): kept exactly.
+    Named,
+    /// Where Slurm plans to start it now: added to those kept for it
+    /// before. Slurm's plan moves from node to node as the jobs there come
+    /// and go (or move); kept, each stays kept until the job starts or
+    /// stops waiting, so Compact does not fill the node the plan left a
+    /// moment ago (Slurm's testsuite run: an `--exclusive -C` job's plan
+    /// went back and forth between two nodes at every backfill pass).
+    Planned,
+}
+
+/// The nodes kept for a waiting job were set or changed, for Slurm's log
+/// ([`Controller::keep_for_waiting`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeptLine {
+    /// The job had none kept before.
+    pub first: bool,
+    pub line: String,
+}
+
 /// Nodes kept for a pending job the engine does not place
 /// ([`Controller::keep_for_waiting`]).
 #[derive(Clone, Debug)]
@@ -1847,19 +1870,31 @@ impl Controller {
     /// test ([`Controller::still_waiting`]); at most [`KEPT_NODES_PER_JOB`]
     /// nodes each, for at most [`KEPT_JOBS`] jobs. Returns a line for
     /// Slurm's log when the nodes kept for the job are set or change.
-    pub fn keep_for_waiting(&mut self, job: u64, nodes: &[NodeId], now: u64) -> Option<String> {
+    pub fn keep_for_waiting(
+        &mut self,
+        job: u64,
+        nodes: &[NodeId],
+        how: KeepNodes,
+        now: u64,
+    ) -> Option<KeptLine> {
         if self.jobs.contains_key(&job) {
             return None;
         }
+        let before = match (how, self.kept.get(&job)) {
+            (KeepNodes::Planned, Some(k)) => &k.nodes[..],
+            _ => &[],
+        };
         let mut nodes: Vec<NodeId> = nodes
             .iter()
             .copied()
             .filter(|&n| self.node_gpus.get(n as usize).is_some_and(|&g| g > 0))
+            .chain(before.iter().copied())
             .collect();
         nodes.sort_unstable();
         nodes.dedup();
         nodes.truncate(KEPT_NODES_PER_JOB);
         let old = self.kept.remove(&job);
+        let first = old.is_none();
         match &old {
             Some(k) if k.nodes == nodes => {
                 self.kept.insert(job, Kept { nodes, seen: now });
@@ -1890,10 +1925,13 @@ impl Controller {
         }
         let names: Vec<String> = nodes.iter().map(|&n| self.name(n)).collect();
         self.kept.insert(job, Kept { nodes, seen: now });
-        Some(format!(
-            "job {job} waits for node(s) {}: no migration onto them and no new GPU job placed there while it waits",
-            names.join(",")
-        ))
+        Some(KeptLine {
+            first,
+            line: format!(
+                "job {job} waits for node(s) {}: no migration onto them and no new GPU job placed there while it waits",
+                names.join(",")
+            ),
+        })
     }
 
     /// The nodes kept for `job` (tests, logs).
@@ -3566,8 +3604,12 @@ mod tests {
         assert_eq!((orders[0].job, &orders[0].to_nodes[..]), (3, &[full][..]));
 
         let (mut c, full, other, orders) = a_node_kept_or_not(|c, n| {
-            let line = c.keep_for_waiting(99, &[n], 1000).expect("newly kept");
-            assert!(line.contains(&format!("job 99 waits for node(s) n{}", n + 1)));
+            let kept = c.keep_for_waiting(99, &[n], KeepNodes::Named, 1000);
+            let kept = kept.expect("newly kept");
+            assert!(kept.first);
+            assert!(kept
+                .line
+                .contains(&format!("job 99 waits for node(s) n{}", n + 1)));
         });
         assert!(orders.is_empty(), "a move onto a kept node: {orders:?}");
         assert_eq!(c.kept_for(99), Some(&[full][..]));
@@ -3583,7 +3625,10 @@ mod tests {
         c.planned.remove(&4);
         c.waiting.remove(&4);
         // Tested again while it waits: the same nodes, no new line.
-        assert_eq!(c.keep_for_waiting(99, &[full], 1100), None);
+        assert_eq!(
+            c.keep_for_waiting(99, &[full], KeepNodes::Named, 1100),
+            None
+        );
         c.still_waiting(99, 1200);
         assert!(c.tick(1200 + WAITING_TTL_S).is_empty(), "kept still");
         // Not tested for longer than WAITING_TTL_S (cancelled or held):
@@ -3596,7 +3641,7 @@ mod tests {
 
         // The job starts (on its node, no GPUs): nothing is kept for it.
         let (mut c, full, _, _) = a_node_kept_or_not(|c, n| {
-            c.keep_for_waiting(99, &[n], 1000);
+            c.keep_for_waiting(99, &[n], KeepNodes::Named, 1000);
         });
         c.begin(&unmodelled(99, Mapping::NoGpu), &[(full, 0)], 1001);
         assert_eq!(c.kept_for(99), None);
@@ -3606,35 +3651,46 @@ mod tests {
         let usable =
             |c: &Controller, n: usize| c.pools().engine(0).unwrap().snapshot().nodes[n].usable;
         let mut c = ctl();
-        c.keep_for_waiting(7, &[0, 1], 0);
+        c.keep_for_waiting(7, &[0, 1], KeepNodes::Named, 0);
         assert_eq!(c.set_usable_nodes(&[("n1".into(), false)]), vec!["n1"]);
         c.fini(7, 1);
         assert!(!usable(&c, 0));
         assert!(usable(&c, 1));
-        c.keep_for_waiting(8, &[0], 2);
+        c.keep_for_waiting(8, &[0], KeepNodes::Named, 2);
         c.set_usable_nodes(&[("n1".into(), true)]);
         assert!(!usable(&c, 0));
-        // The nodes Slurm plans for a restricted `--exclusive` job change: a
-        // node in both plans stays kept, the one left behind takes moves
-        // again.
+        // The nodes a job names change (`scontrol update job NodeList=`): a
+        // node in both stays kept, the one left behind takes moves again.
         let mut c = ctl();
-        c.keep_for_waiting(9, &[1, 2], 0);
-        let line = c.keep_for_waiting(9, &[3, 2], 1).expect("changed");
-        assert!(line.contains("node(s) n3,n4:"), "{line}");
+        c.keep_for_waiting(9, &[1, 2], KeepNodes::Named, 0);
+        let kept = c.keep_for_waiting(9, &[3, 2], KeepNodes::Named, 1);
+        let kept = kept.expect("changed");
+        assert!(!kept.first);
+        assert!(kept.line.contains("node(s) n3,n4:"), "{}", kept.line);
         assert_eq!(
             (0..4).map(|n| usable(&c, n)).collect::<Vec<_>>(),
             [true, true, false, false]
         );
         assert_eq!(c.counters.kept_for_waiting, 1);
+        // Slurm's plan for a restricted `--exclusive` job moves: every node
+        // it was planned on stays kept, and a plan on kept nodes only says
+        // nothing new.
+        let mut c = ctl();
+        c.keep_for_waiting(9, &[1], KeepNodes::Planned, 0);
+        let kept = c.keep_for_waiting(9, &[2], KeepNodes::Planned, 1);
+        assert!(kept.expect("grew").line.contains("node(s) n2,n3:"));
+        assert_eq!(c.keep_for_waiting(9, &[1], KeepNodes::Planned, 2), None);
+        assert_eq!(c.kept_for(9), Some(&[1, 2][..]));
+        assert!(!usable(&c, 1) && !usable(&c, 2));
         // Bounded: KEPT_JOBS jobs at most, KEPT_NODES_PER_JOB nodes each.
         let mut c = ctl_on(always(), 100);
         let all: Vec<NodeId> = (0..100).collect();
-        c.keep_for_waiting(1, &all, 0);
+        c.keep_for_waiting(1, &all, KeepNodes::Named, 0);
         assert_eq!(c.kept_for(1).map(<[_]>::len), Some(KEPT_NODES_PER_JOB));
         for j in 2..=KEPT_JOBS as u64 {
-            assert!(c.keep_for_waiting(j, &[0], 0).is_some());
+            assert!(c.keep_for_waiting(j, &[0], KeepNodes::Named, 0).is_some());
         }
-        assert_eq!(c.keep_for_waiting(1000, &[99], 0), None);
+        assert_eq!(c.keep_for_waiting(1000, &[99], KeepNodes::Named, 0), None);
         assert_eq!(c.counters.keeps_over_limit, 1);
         assert!(usable(&c, 99));
     }

@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 use compass_core::model::{NodeId, NodeSet};
 use compass_core::placement::pools::NodeGpus;
-use compass_slurm::controller::{Controller, Hold, JobInfo};
+use compass_slurm::controller::{Controller, Hold, JobInfo, KeepNodes};
 use compass_slurm::flags;
 use compass_slurm::persist::{Saved, FILE_NAME};
 use compass_slurm::restriction::{allowed_nodes as allowed_nodes_among, Constraint, JobPlaces};
@@ -100,12 +100,12 @@ fn kept_nodes(
     rule: ModeRule,
     ok: bool,
     planned: impl FnOnce() -> Vec<NodeId>,
-) -> Option<Vec<NodeId>> {
+) -> Option<(Vec<NodeId>, KeepNodes)> {
     match keep {
         Keep::Nothing => None,
         _ if rule == ModeRule::RunNow && ok => None,
-        Keep::Named(nodes) => Some(nodes),
-        Keep::Planned if rule == ModeRule::Plan && ok => Some(planned()),
+        Keep::Named(nodes) => Some((nodes, KeepNodes::Named)),
+        Keep::Planned if rule == ModeRule::Plan && ok => Some((planned(), KeepNodes::Planned)),
         Keep::Planned => None,
     }
 }
@@ -697,12 +697,15 @@ pub(crate) fn job_test(
             let nodes = kept_nodes(keep, mode_rule(mode), rc == SLURM_SUCCESS, || unsafe {
                 bits(bitmap)
             });
-            let Some(nodes) = nodes else {
+            let Some((nodes, how)) = nodes else {
                 return;
             };
             let id = u64::from(unsafe { (*job_ptr).job_id });
-            if let Some(Some(line)) = with_ctl(|ctl| ctl.keep_for_waiting(id, &nodes, now_unix())) {
-                log::info(&line);
+            let kept = with_ctl(|ctl| ctl.keep_for_waiting(id, &nodes, how, now_unix()));
+            match kept.flatten() {
+                Some(k) if k.first => log::info(&k.line),
+                Some(k) => log::detail(&k.line),
+                None => {}
             }
         });
     }
@@ -899,14 +902,17 @@ mod tests {
             (ModeRule::Plan, true),
             (ModeRule::Plan, false),
         ] {
-            assert_eq!(kept_nodes(named(), rule, ok, planned), Some(vec![2]));
+            assert_eq!(
+                kept_nodes(named(), rule, ok, planned),
+                Some((vec![2], KeepNodes::Named))
+            );
         }
         assert_eq!(kept_nodes(named(), ModeRule::RunNow, true, planned), None);
         // A restricted `--exclusive` job: Slurm's plan, from a successful
         // "when and where".
         assert_eq!(
             kept_nodes(Keep::Planned, ModeRule::Plan, true, planned),
-            Some(vec![4, 5])
+            Some((vec![4, 5], KeepNodes::Planned))
         );
         for (rule, ok) in [
             (ModeRule::Plan, false),
