@@ -824,6 +824,21 @@ fn x_full_and_c_alone(name: &str, b_s: u32, fill_others: bool) -> (Lab, [u32; 3]
     (lab, [a, b, c], x, y)
 }
 
+/// `job` keeps running on `node` for the next 10 s (Compact runs within a
+/// second of the event before); `what` names the failure.
+fn stays_on(lab: &Lab, job: u32, node: &str, what: &str) {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        assert_eq!(
+            lab.job(job),
+            ("RUNNING".to_string(), node.to_string()),
+            "{what}\n{}",
+            lab.debug()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 /// D waits for X and X is kept for it: A's end would move C onto X, the
 /// fuller node; while D waits nothing moves there (C stays on Y), and D
 /// starts on X when B ends.
@@ -835,16 +850,7 @@ fn x_is_kept_until_d_starts(lab: &Lab, [a, _, c]: [u32; 3], x: &str, y: &str, d:
     });
     assert_eq!(lab.job(d).0, "PENDING", "{}", lab.debug());
     assert!(lab.run("scancel", &[&a.to_string()]).status.success());
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(10) {
-        assert_eq!(
-            lab.job(c),
-            ("RUNNING".to_string(), y.to_string()),
-            "C moved while D waited for X\n{}",
-            lab.debug()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    stays_on(lab, c, y, "C moved while D waited for X");
     lab.wait_until("D ran", Duration::from_secs(40), || {
         !starts_of(lab, d).is_empty()
     });
@@ -944,16 +950,7 @@ fn a_resumable_job_that_names_its_node_is_never_migrated_off_it() {
     lab.wait_running(&[c], Duration::from_secs(15));
     assert_eq!(lab.job(c).1, y, "{}", lab.debug());
     assert!(lab.run("scancel", &[&a.to_string()]).status.success());
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(10) {
-        assert_eq!(
-            lab.job(c),
-            ("RUNNING".to_string(), y.to_string()),
-            "C was moved off the node it names\n{}",
-            lab.debug()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    stays_on(&lab, c, y, "C was moved off the node it names");
     assert!(
         lab.show_job(c).contains("Restarts=0"),
         "{}",
