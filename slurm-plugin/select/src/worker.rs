@@ -406,9 +406,27 @@ fn serde_json_key(s: &compass_slurm::state::PublishedState) -> String {
 }
 
 /// Requeue + pin + begin time now (a plain requeue waits cred_expire + 1 s).
+/// The names of a migration's target nodes, for the log (`n1,n3`).
+fn target_names(plugin: &Plugin, order: &MigrationOrder) -> String {
+    let ctl = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(ctl) = ctl.as_ref() else {
+        return "?".into();
+    };
+    let mut nodes = order.to_nodes.clone();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let names = ctl.node_names();
+    nodes
+        .iter()
+        .map(|&n| names.get(n as usize).map_or("?", String::as_str))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn migrate(plugin: &Plugin, order: &MigrationOrder) -> Option<Raised> {
     // tick() marked the order in flight (pinned) before handing it out.
     let id = order.job as u32;
+    let target = target_names(plugin, order);
     let nice = load_job(id).map_or(NICE_OFFSET, |j| j.nice);
     // A job that is ending (cancelled, completing) must not be requeued: that
     // would start it again. Small race left between this check and the RPC.
@@ -457,7 +475,7 @@ fn migrate(plugin: &Plugin, order: &MigrationOrder) -> Option<Raised> {
         Waited::Done(()) => {
             let raised = raise_priority(id);
             log::info(&format!(
-                "migration of job {id}: requeued, pinned to its planned nodes, eligible now{}",
+                "migration of job {id}: requeued, pinned to its planned nodes, eligible now{}; target {target}",
                 if raised {
                     ", first in the queue until it restarts"
                 } else {

@@ -558,7 +558,8 @@ fn departure_requeues_a_resumable_job_onto_the_planned_node_within_5s() {
     // its computed priority and its nice back.
     assert!(
         lab.ctld_log().contains(&format!(
-            "migration of job {moved}: requeued, pinned to its planned nodes, eligible now, first in the queue until it restarts"
+            "migration of job {moved}: requeued, pinned to its planned nodes, eligible now, first in the queue until it restarts; target {}",
+            lab.job(moved).1
         )),
         "{}",
         lab.debug()
