@@ -481,19 +481,67 @@ if has compass "${LAB_LIST[@]}"; then
 fi
 # Migrations, from the plugin's log lines and Slurm's starts: where did each
 # requeued job start again (the same nodes as before, other nodes, not yet)?
-migration_moves() { # slurmctld.log -> "M migrations: A restarted elsewhere, B on the same nodes, C not restarted"
+# Where the migrated jobs started again: slurmctld.log -> "M migrations: A
+# restarted elsewhere, B on the same nodes, C not restarted; of those with a
+# logged target (`; target n1`), D on it, E elsewhere; F requeued while a
+# node they restarted on was kept for a waiting job (G jobs had nodes
+# kept)". Node lists are compared as sets (Slurm logs hostlists, `n[1-2]`;
+# the plugin `n1,n2`). A node stays kept until its job starts, ends or is
+# cancelled.
+migration_moves() {
     awk '
-        function started(j, nodes) {
-            if (j in pend) { if (nodes == last[j]) same++; else moved++; delete pend[j] }
-            last[j] = nodes
+        # Hostlists (n[1-3,5],n7) as sorted, space-separated node names.
+        function expand1(it,    b, pre, body, n, rr, j, lo, hi, k, out, w, x) {
+            b = index(it, "["); if (b == 0) return it " "
+            pre = substr(it, 1, b - 1); body = substr(it, b + 1); sub(/\].*/, "", body)
+            n = split(body, rr, ","); out = ""
+            for (j = 1; j <= n; j++) {
+                if (split(rr[j], x, "-") == 2) { lo = x[1]; hi = x[2] } else { lo = rr[j]; hi = rr[j] }
+                w = length(lo)
+                for (k = lo + 0; k <= hi + 0; k++) out = out sprintf("%s%0" w "d ", pre, k)
+            }
+            return out
+        }
+        function hosts(s,    i, c, depth, cur, res, n, a, j, k, t) {
+            res = ""; depth = 0; cur = ""
+            for (i = 1; i <= length(s); i++) {
+                c = substr(s, i, 1)
+                if (c == "[") depth++
+                if (c == "]") depth--
+                if (c == "," && depth == 0) { res = res expand1(cur); cur = "" } else cur = cur c
+            }
+            res = res expand1(cur)
+            n = split(res, a, " ")
+            for (j = 2; j <= n; j++) { t = a[j]; k = j - 1; while (k > 0 && a[k] > t) { a[k + 1] = a[k]; k-- } a[k + 1] = t }
+            res = ""; for (j = 1; j <= n; j++) if (j == 1 || a[j] != a[j - 1]) res = res a[j] " "
+            return res
+        }
+        function started(j, nodes,    h, k, n, a, i) {
+            h = hosts(nodes)
+            if (j in pend) {
+                if (h == last[j]) same++; else moved++
+                if (j in target) { if (h == target[j]) ontarget++; else offtarget++ }
+                n = split(h, a, " ")
+                for (k in kept) if (keptat[k] < requeuedat[j]) for (i = 1; i <= n; i++) if (index(" " kept[k], " " a[i] " ")) { onkept++; break }
+                delete pend[j]; delete target[j]
+            }
+            delete kept[j]
+            last[j] = h
         }
         /_start_job: Started JobId=[0-9]+ in [^ ]+ on / { j = $0; sub(/.*JobId=/, "", j); sub(/ .*/, "", j); started(j, $NF) }
         /sched: Allocate JobId=[0-9]+ NodeList=/ { j = $0; sub(/.*JobId=/, "", j); sub(/ .*/, "", j)
             n = $0; sub(/.*NodeList=/, "", n); sub(/ .*/, "", n); started(j, n) }
         /compass: migration of job [0-9]+: requeued/ { j = $0; sub(/.*migration of job /, "", j); sub(/:.*/, "", j)
-            pend[j] = 1; m++; if (!(j in seen)) { seen[j] = 1; mj++ } }
+            pend[j] = 1; requeuedat[j] = NR; m++; if (!(j in seen)) { seen[j] = 1; mj++ }
+            if (index($0, "; target ")) { t = $0; sub(/.*; target /, "", t); sub(/ .*/, "", t); target[j] = hosts(t) } }
+        /compass: job [0-9]+ waits for node\(s\) / { j = $0; sub(/.*compass: job /, "", j); sub(/ .*/, "", j)
+            n = $0; sub(/.*waits for node\(s\) /, "", n); sub(/:.*/, "", n); if (!(j in kept)) keptat[j] = NR
+            kept[j] = hosts(n); if (!(j in keptseen)) { keptseen[j] = 1; kj++ } }
+        /_job_complete: JobId=[0-9]+ done|of pending JobId=[0-9]+|REQUEST_KILL_JOB JobId=[0-9]+|deadline_ok: JobId=[0-9]+/ { j = $0; sub(/.*JobId=/, "", j); sub(/[^0-9].*/, "", j); delete kept[j] }
         END { c = 0; for (j in pend) c++
-              printf "%d migrations of %d jobs: %d restarted on other nodes, %d on the same nodes, %d not restarted when the run stopped", m, mj, moved, same, c }
+              printf "%d migrations of %d jobs: %d restarted on other nodes, %d on the same nodes, %d not restarted when the run stopped", m, mj, moved, same, c
+              if (ontarget + offtarget > 0) printf "; of those restarted with a logged target, %d on it, %d elsewhere (a hold released)", ontarget, offtarget
+              printf "; %d requeued while a node they restarted on was kept for a waiting job (%d jobs had nodes kept)", onkept, kj }
     ' "$1"
 }
 # The driver's jobs: how they ended (last _job_complete line of each).

@@ -2003,6 +2003,11 @@ impl Controller {
                 })
                 .collect(),
             runs: self.runs.runs().map(|r| r as u64).collect(),
+            kept: self
+                .kept
+                .iter()
+                .map(|(j, k)| (*j, k.nodes.iter().map(|n| self.name(*n)).collect()))
+                .collect(),
         }
     }
 
@@ -2014,6 +2019,17 @@ impl Controller {
     pub fn restore(&mut self, saved: &Saved, now: u64) {
         for &r in &saved.runs {
             self.runs.record(r as f64);
+        }
+        // Nodes kept for waiting jobs, with a fresh WAITING_TTL_S: the
+        // Compact after the rebuild must not fill them before the jobs'
+        // next tests (a job that started since is dropped when adopted).
+        for (job, names) in &saved.kept {
+            let nodes: Vec<NodeId> = names
+                .iter()
+                .filter_map(|name| self.node_names.iter().position(|x| x == name))
+                .map(|n| n as NodeId)
+                .collect();
+            self.keep_for_waiting(*job, &nodes, KeepNodes::Named, now);
         }
         for &(j, t) in &saved.last_migrated {
             if t <= now && now - t < self.config.migration_cooldown_s {
@@ -3950,6 +3966,10 @@ mod tests {
                 },
             ],
             runs: vec![60, 120],
+            kept: vec![
+                (11, vec!["n3".into(), "n99".into()]),
+                (12, vec!["n2".into()]),
+            ],
         };
         c.restore(&saved, 2000);
         c.adopt_in_flight();
@@ -3958,6 +3978,17 @@ mod tests {
         assert_eq!(c.pinned(7), None, "expired pin");
         assert_eq!(c.pinned(8), None, "node gone");
         assert_eq!(c.pinned(9), Some(&[1][..]));
+        // Nodes kept for waiting jobs survive (a node gone is dropped), for
+        // WAITING_TTL_S from the rebuild; a job that started is dropped.
+        assert_eq!(c.kept_for(11), Some(&[2][..]));
+        assert_eq!(c.kept_for(12), Some(&[1][..]));
+        c.adopt_running(&unmodelled(12, Mapping::NoGpu), &[(1, 0)], 2000);
+        assert_eq!(c.kept_for(12), None);
+        assert_eq!(c.saved(2000).kept, vec![(11, vec!["n3".to_string()])]);
+        c.tick(2000 + WAITING_TTL_S);
+        assert_eq!(c.kept_for(11), Some(&[2][..]));
+        c.tick(2001 + WAITING_TTL_S);
+        assert_eq!(c.kept_for(11), None);
     }
 
     #[test]

@@ -31,6 +31,12 @@ pub struct Saved {
     /// them). Absent in files of earlier versions.
     #[serde(default)]
     pub runs: Vec<u64>,
+    /// Nodes kept for waiting jobs (`Controller::keep_for_waiting`), by
+    /// name; restored with a fresh `WAITING_TTL_S` (their last test is not
+    /// kept: it changes at every test, and the file would be rewritten at
+    /// every round).
+    #[serde(default)]
+    pub kept: Vec<(u64, Vec<String>)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,7 +53,10 @@ pub struct SavedMigration {
 impl Saved {
     /// Nothing to keep.
     pub fn is_empty(&self) -> bool {
-        self.last_migrated.is_empty() && self.in_flight.is_empty() && self.runs.is_empty()
+        self.last_migrated.is_empty()
+            && self.in_flight.is_empty()
+            && self.runs.is_empty()
+            && self.kept.is_empty()
     }
 
     /// Writes `path` atomically (temporary file, fsync, rename).
@@ -95,6 +104,7 @@ mod tests {
                 shape: Some((1, 4)),
             }],
             runs: vec![30, 7200],
+            kept: vec![(11, vec!["n3".into()])],
         };
         s.write_atomic(&path).unwrap();
         assert_eq!(Saved::read(&path), Ok(Some(s)));
@@ -103,6 +113,7 @@ mod tests {
         // A file of an earlier version, without runs.
         std::fs::write(&path, r#"{"format":1,"last_migrated":[],"in_flight":[]}"#).unwrap();
         assert_eq!(Saved::read(&path).unwrap().unwrap().runs, Vec::<u64>::new());
+        assert!(Saved::read(&path).unwrap().unwrap().kept.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
