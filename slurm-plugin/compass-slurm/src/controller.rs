@@ -1821,10 +1821,9 @@ impl Controller {
     pub fn set_usable_nodes(&mut self, usable: &[(String, bool)]) -> Vec<String> {
         let mut changed = Vec::new();
         for (name, ok) in usable {
-            let Some(n) = self.node_names.iter().position(|x| x == name) else {
+            let Some(n) = self.node_id(name) else {
                 continue;
             };
-            let n = n as NodeId;
             if self.unusable.contains(&n) != *ok {
                 continue;
             }
@@ -1923,15 +1922,12 @@ impl Controller {
         if nodes.is_empty() {
             return None;
         }
-        let names: Vec<String> = nodes.iter().map(|&n| self.name(n)).collect();
+        let line = format!(
+            "job {job} waits for node(s) {}: no migration onto them and no new GPU job placed there while it waits",
+            self.node_list(&nodes)
+        );
         self.kept.insert(job, Kept { nodes, seen: now });
-        Some(KeptLine {
-            first,
-            line: format!(
-                "job {job} waits for node(s) {}: no migration onto them and no new GPU job placed there while it waits",
-                names.join(",")
-            ),
-        })
+        Some(KeptLine { first, line })
     }
 
     /// The nodes kept for `job` (tests, logs).
@@ -2024,11 +2020,7 @@ impl Controller {
         // Compact after the rebuild must not fill them before the jobs'
         // next tests (a job that started since is dropped when adopted).
         for (job, names) in &saved.kept {
-            let nodes: Vec<NodeId> = names
-                .iter()
-                .filter_map(|name| self.node_names.iter().position(|x| x == name))
-                .map(|n| n as NodeId)
-                .collect();
+            let nodes: Vec<NodeId> = names.iter().filter_map(|name| self.node_id(name)).collect();
             self.keep_for_waiting(*job, &nodes, KeepNodes::Named, now);
         }
         for &(j, t) in &saved.last_migrated {
@@ -2040,16 +2032,8 @@ impl Controller {
             if now.saturating_sub(m.since) > PIN_TIMEOUT_S {
                 continue;
             }
-            let nodes: Option<Vec<NodeId>> = m
-                .to_nodes
-                .iter()
-                .map(|name| {
-                    self.node_names
-                        .iter()
-                        .position(|x| x == name)
-                        .map(|n| n as NodeId)
-                })
-                .collect();
+            let nodes: Option<Vec<NodeId>> =
+                m.to_nodes.iter().map(|name| self.node_id(name)).collect();
             let Some(nodes) = nodes else { continue };
             self.migrating.insert(m.job);
             self.pins.insert(
@@ -2100,6 +2084,23 @@ impl Controller {
     /// Node names, in Slurm's node index order.
     pub fn node_names(&self) -> &[String] {
         &self.node_names
+    }
+
+    /// The node of that name (a name Slurm no longer has: `None`).
+    fn node_id(&self, name: &str) -> Option<NodeId> {
+        self.node_names
+            .iter()
+            .position(|x| x == name)
+            .map(|n| n as NodeId)
+    }
+
+    /// `nodes` by name, each once, in node order (`n1,n3`), for logs.
+    pub fn node_list(&self, nodes: &[NodeId]) -> String {
+        let mut nodes = nodes.to_vec();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let names: Vec<String> = nodes.iter().map(|&n| self.name(n)).collect();
+        names.join(",")
     }
 
     /// Whether the controller has recorded this running job.

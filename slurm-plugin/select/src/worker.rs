@@ -405,24 +405,14 @@ fn serde_json_key(s: &compass_slurm::state::PublishedState) -> String {
     format!("{s:?}")
 }
 
-/// Requeue + pin + begin time now (a plain requeue waits cred_expire + 1 s).
 /// The names of a migration's target nodes, for the log (`n1,n3`).
 fn target_names(plugin: &Plugin, order: &MigrationOrder) -> String {
     let ctl = plugin.ctl.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(ctl) = ctl.as_ref() else {
-        return "?".into();
-    };
-    let mut nodes = order.to_nodes.clone();
-    nodes.sort_unstable();
-    nodes.dedup();
-    let names = ctl.node_names();
-    nodes
-        .iter()
-        .map(|&n| names.get(n as usize).map_or("?", String::as_str))
-        .collect::<Vec<_>>()
-        .join(",")
+    ctl.as_ref()
+        .map_or_else(|| "?".into(), |c| c.node_list(&order.to_nodes))
 }
 
+/// Requeue + pin + begin time now (a plain requeue waits cred_expire + 1 s).
 fn migrate(plugin: &Plugin, order: &MigrationOrder) -> Option<Raised> {
     // tick() marked the order in flight (pinned) before handing it out.
     let id = order.job as u32;

@@ -713,16 +713,7 @@ fn a_protected_job_is_not_migrated_before_its_min_runtime() {
         lab.job(c) == ("RUNNING".to_string(), nb.clone())
     });
     assert_eq!(lab.job(b), ("RUNNING".to_string(), nb.clone()));
-    assert!(
-        lab.show_job(b).contains("Restarts=0"),
-        "{}",
-        lab.show_job(b)
-    );
-    assert!(
-        !lab.ctld_log().contains(&format!("migration of job {b}")),
-        "{}",
-        lab.debug()
-    );
+    never_migrated(&lab, b);
 }
 
 /// The node lists job `id` started on, in order, from slurmctld.log (the
@@ -825,6 +816,21 @@ fn x_full_and_c_alone(name: &str, b_s: u32, fill_others: bool) -> (Lab, [u32; 3]
     (lab, [a, b, c], x, y)
 }
 
+/// `job` never restarted (`Restarts=0`) and the plugin never requeued it
+/// (no `migration of job N` line, any N that begins so).
+fn never_migrated(lab: &Lab, job: u32) {
+    assert!(
+        lab.show_job(job).contains("Restarts=0"),
+        "{}",
+        lab.show_job(job)
+    );
+    assert!(
+        !lab.ctld_log().contains(&format!("migration of job {job}")),
+        "{}",
+        lab.debug()
+    );
+}
+
 /// `job` keeps running on `node` for the next 10 s (Compact runs within a
 /// second of the event before); `what` names the failure.
 fn stays_on(lab: &Lab, job: u32, node: &str, what: &str) {
@@ -856,16 +862,7 @@ fn x_is_kept_until_d_starts(lab: &Lab, [a, _, c]: [u32; 3], x: &str, y: &str, d:
         !starts_of(lab, d).is_empty()
     });
     assert_eq!(starts_of(lab, d), vec![x.to_string()], "{}", lab.debug());
-    assert!(
-        lab.show_job(c).contains("Restarts=0"),
-        "{}",
-        lab.show_job(c)
-    );
-    assert!(
-        !lab.ctld_log().contains(&format!("migration of job {c}:")),
-        "{}",
-        lab.debug()
-    );
+    never_migrated(lab, c);
 }
 
 #[test]
@@ -990,16 +987,7 @@ fn a_job_about_to_end_is_not_migrated_while_a_long_one_is() {
         lab.show_job(b)
     );
     assert_eq!(lab.job(c), ("RUNNING".to_string(), nc.clone()));
-    assert!(
-        lab.show_job(c).contains("Restarts=0"),
-        "{}",
-        lab.show_job(c)
-    );
-    assert!(
-        !lab.ctld_log().contains(&format!("migration of job {c}")),
-        "{}",
-        lab.debug()
-    );
+    never_migrated(&lab, c);
     assert_eq!(lab.partial_nodes(8), 0, "{}", lab.debug());
 }
 
