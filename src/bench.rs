@@ -351,7 +351,8 @@ trait Churn {
         0
     }
     /// Nanoseconds of the last timed call spent outside what is measured
-    /// (the `plugin` mix's stand-in for cons_tres), subtracted from it.
+    /// (the plugin mixes' stand-in for Slurm: cons_tres' fit and the
+    /// accounting of free GPUs and running jobs), subtracted from it.
     fn take_untimed_ns(&mut self) -> f64 {
         0.0
     }
@@ -822,8 +823,9 @@ const QUEUE_LIMIT: usize = 100;
 /// nodes it leaves (cons_tres), `begin` (`job_begin`); a departure is
 /// `fini`. After each, the plugin thread's `tick` (its Compact through the
 /// head's guard and the `pays` gate), and the requeues it orders carried
-/// out as Slurm would (`fini`, then `begin` on the pinned nodes): all of it
-/// timed with the event. A job that does not fit waits, as in Slurm's queue
+/// out as Slurm would (`fini`, then `begin` on the pinned nodes): all of the
+/// plugin's calls timed with the event, the stand-in's own accounting of
+/// free GPUs and running jobs not (as cons_tres' part is not). A job that does not fit waits, as in Slurm's queue
 /// (the gate opens): after every departure the waiting jobs are offered
 /// again, oldest first, and each that fits starts (an arrival); at most
 /// [`QUEUE_LIMIT`] wait, beyond that the oldest is withdrawn (its user
@@ -1095,6 +1097,36 @@ impl Plugin {
         ok.then_some(per_node)
     }
 
+    /// Runs `f` as Slurm's part of a call (not timed: the stand-in's
+    /// accounting of free GPUs and running jobs, not the plugin's work).
+    fn untimed<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        let t = Instant::now();
+        let r = f(self);
+        self.untimed_ns += nanos(t);
+        r
+    }
+
+    /// Where a requeued job lands on `to_nodes` (its GPUs per node), if
+    /// they have room for it.
+    fn landing(&self, info: &JobInfo, to_nodes: &[NodeId]) -> Option<Vec<(NodeId, u32)>> {
+        let g = match info.mapping {
+            Mapping::Model { shape, .. } => shape.gpus,
+            _ => 0,
+        };
+        let mut per_node: Vec<(NodeId, u32)> = Vec::new();
+        for &n in to_nodes {
+            match per_node.iter_mut().find(|(m, _)| *m == n) {
+                Some(x) => x.1 += g,
+                None => per_node.push((n, g)),
+            }
+        }
+        per_node.sort_unstable();
+        per_node
+            .iter()
+            .all(|&(n, g)| self.free[n as usize] >= g)
+            .then_some(per_node)
+    }
+
     fn take(&mut self, id: u64, info: JobInfo, per_node: Vec<(NodeId, u32)>) {
         for &(n, g) in &per_node {
             self.set_free(n, self.free[n as usize] - g);
@@ -1204,7 +1236,7 @@ impl Plugin {
             return Ok(None);
         };
         self.begin(job, &per_node);
-        self.take(job.id, job.clone(), per_node);
+        self.untimed(|p| p.take(job.id, job.clone(), per_node));
         Ok(Some(self.tick()))
     }
 
@@ -1228,31 +1260,20 @@ impl Plugin {
         let orders = self.c.tick(self.now);
         self.calls.record(Callback::Tick, t);
         for order in orders {
-            let Some(info) = self.give_back(order.job) else {
+            let Some(info) = self.untimed(|p| p.give_back(order.job)) else {
                 self.c.requeue_failed(&order);
                 continue;
             };
             self.fini(order.job);
-            let mut per_node: Vec<(NodeId, u32)> = Vec::new();
-            let g = match info.mapping {
-                Mapping::Model { shape, .. } => shape.gpus,
-                _ => 0,
-            };
-            for &n in &order.to_nodes {
-                match per_node.iter_mut().find(|(m, _)| *m == n) {
-                    Some(x) => x.1 += g,
-                    None => per_node.push((n, g)),
-                }
-            }
-            per_node.sort_unstable();
-            if per_node.iter().any(|&(n, g)| self.free[n as usize] < g) {
+            let per_node = self.untimed(|p| p.landing(&info, &order.to_nodes));
+            let Some(per_node) = per_node else {
                 // not free after all: Slurm would leave it pending; here it
                 // restarts where it was not, so account it back as failed
                 self.c.requeue_failed(&order);
                 continue;
-            }
+            };
             self.begin(&info, &per_node);
-            self.take(order.job, info, per_node);
+            self.untimed(|p| p.take(order.job, info, per_node));
             moved += 1;
         }
         moved
@@ -1318,10 +1339,10 @@ impl Churn for Plugin {
     }
     fn remove(&mut self, job: JobId) -> compass_core::Result<u64> {
         self.now += 1;
-        if self.give_back(job.0).is_some() {
+        if self.untimed(|p| p.give_back(job.0)).is_some() {
             self.fini(job.0);
         }
-        let head = self.head.clone();
+        let head = self.untimed(|p| p.head.clone());
         let _ = self.narrow(&head);
         Ok(self.tick())
     }

@@ -16,7 +16,7 @@
 //! - [`moves_let_a_job_start`]: the gate `MoveWhen::Starts` (issue #10):
 //!   a Compact is made only when its moves give some waiting job room.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
@@ -108,6 +108,16 @@ pub struct Ends {
     /// The head's fit over time, per instance size and GPU type, the
     /// latest first.
     timelines: Vec<Timeline>,
+    /// The nodes whose fit over time changed, in order, from the first
+    /// change a kept timeline has not seen: `log[k]` is change number
+    /// `log_base + k` (each timeline has seen the changes before its
+    /// `seen`). The head's own timeline sees every change before it is
+    /// read; the others at most [`TIMELINE_LAG`] changes late, sooner
+    /// when the caller has time ([`Ends::catch_up`]).
+    log: Vec<(usize, NodeId)>,
+    log_base: usize,
+    /// Buffers of [`node_rises`], kept between calls.
+    scratch: RisesScratch,
 }
 
 impl Ends {
@@ -163,7 +173,10 @@ impl Ends {
     /// last call, and those of the jobs whose end changed, are recomputed.
     /// It is kept for the last [`TIMELINES`] heads' instance sizes and GPU
     /// types; for a new one it is built from every node of the pools that
-    /// admit it, [`TIMELINE_BUILD_NODES`] per call.
+    /// admit it, [`TIMELINE_BUILD_NODES`] per call. Only the head's own is
+    /// brought up to date at once; the others at most [`TIMELINE_LAG`]
+    /// changes late (issue #11: the four kept up to date at every call were
+    /// half of this call's cost, for a head that rarely changes shape).
     fn sync(&mut self, pools: &mut PoolSet, trial: &HeadTrial<'_>) {
         let g = trial.shape.gpus.max(1);
         let sizes: Vec<usize> = pools.pools().map(|p| p.nodes.len()).collect();
@@ -174,7 +187,7 @@ impl Ends {
         }
         self.timelines.retain(|t| t.sizes == sizes);
         if !self.timelines.is_empty() && (!changed.is_empty() || !jobs.is_empty()) {
-            let mut nodes: BTreeSet<(usize, NodeId)> = changed.into_iter().collect();
+            let mut nodes = changed;
             for j in jobs {
                 for &p in pools.pools_of_job(j).unwrap_or(&[]) {
                     if let Some(r) = pools.engine(p).and_then(|e| e.occupancy().job(j)) {
@@ -182,15 +195,11 @@ impl Ends {
                     }
                 }
             }
-            for t in &mut self.timelines {
-                for &(p, n) in &nodes {
-                    let built = t.built.get(p).is_some_and(|&b| n < b);
-                    if let Some(e) = pools.engine(p).filter(|_| t.admitted[p] && built) {
-                        t.set_node(p, n, node_rises(e, n, t.g, &self.by_job));
-                    }
-                }
-            }
+            nodes.sort_unstable();
+            nodes.dedup();
+            self.log.extend(nodes);
         }
+        let end = self.log_end();
         let gpu_type = trial.gpu_type.map(str::to_string);
         let at = self
             .timelines
@@ -200,17 +209,32 @@ impl Ends {
             Some(i) => self.timelines.remove(i),
             None => {
                 let admitted = admitted(pools, trial);
+                // built from the pools as they are: no change before is news
                 Timeline {
                     g,
                     gpu_type,
                     built: vec![0; admitted.len()],
                     sizes,
                     admitted,
+                    seen: end,
                     ..Timeline::default()
                 }
             }
         };
-        t.build(pools, &self.by_job, TIMELINE_BUILD_NODES);
+        let (log, base) = (&self.log, self.log_base);
+        t.advance(pools, &self.by_job, (log, base), end, &mut self.scratch);
+        for o in &mut self.timelines {
+            if end - o.seen > TIMELINE_LAG {
+                o.advance(
+                    pools,
+                    &self.by_job,
+                    (log, base),
+                    end - TIMELINE_LAG,
+                    &mut self.scratch,
+                );
+            }
+        }
+        t.build(pools, &self.by_job, TIMELINE_BUILD_NODES, &mut self.scratch);
         t.base = t
             .admitted
             .iter()
@@ -224,11 +248,53 @@ impl Ends {
             .collect();
         self.timelines.insert(0, t);
         self.timelines.truncate(TIMELINES);
+        self.trim_log();
+    }
+
+    /// The number of the next change to log.
+    fn log_end(&self) -> usize {
+        self.log_base + self.log.len()
+    }
+
+    /// Forgets the changes every kept timeline has seen.
+    fn trim_log(&mut self) {
+        let end = self.log_end();
+        let seen = self.timelines.iter().map(|t| t.seen).min().unwrap_or(end);
+        self.log.drain(..seen - self.log_base);
+        self.log_base = seen;
+    }
+
+    /// Brings the fit over time of heads other than the last up to date by
+    /// at most `budget` changes, the earliest first: for a caller with time
+    /// to spare (the select plugin, after a tick that moved nobody), so that
+    /// a head of another shape finds its fit over time nearly up to date.
+    /// What it decides does not change: a head's own is brought up to date
+    /// before it is read.
+    pub fn catch_up(&mut self, pools: &PoolSet, budget: usize) {
+        let end = self.log_end();
+        let (log, base) = (&self.log, self.log_base);
+        let mut left = budget;
+        for t in self.timelines.iter_mut().skip(1) {
+            let to = end.min(t.seen + left);
+            left -= to - t.seen;
+            t.advance(pools, &self.by_job, (log, base), to, &mut self.scratch);
+            if left == 0 {
+                break;
+            }
+        }
+        self.trim_log();
     }
 }
 
+/// Changes of the fit over time a head's timeline that is not the last
+/// head's may be behind at most ([`Ends::sync`]): what a head of that shape
+/// costs to bring up to date when it comes back (a change is a node's
+/// rises recomputed, about 0.2 us at 10,000 nodes).
+pub const TIMELINE_LAG: usize = 64;
+
 /// Heads' instance sizes and GPU types whose fit over time [`Ends`] keeps
-/// up to date at once (a new one costs a pass over the pools' nodes, made
+/// (the last head's up to date, the others at most [`TIMELINE_LAG`]
+/// changes late; a new one costs a pass over the pools' nodes, made
 /// [`TIMELINE_BUILD_NODES`] at a time).
 pub const TIMELINES: usize = 4;
 
@@ -255,9 +321,13 @@ struct Timeline {
     /// Nodes `0..built[p]` of each pool are in `rises` and `order`; the
     /// others are added by [`Timeline::build`].
     built: Vec<NodeId>,
+    /// The changes of [`Ends`]'s log before this one are in it.
+    seen: usize,
     /// `F_p` now, with no job ended (`None`: the pool does not admit it).
     base: Vec<Option<i64>>,
-    rises: FxHashMap<(usize, NodeId), Vec<f64>>,
+    /// Each node's rises, by pool and node (issue #11: a map keyed by
+    /// both was a fifth of the cost of bringing the fit up to date).
+    rises: Vec<Vec<Vec<f64>>>,
     /// Every node's rises by instant: (instant, pool, node) and how many
     /// rises the node has then. A node's change touches only the instants
     /// whose count changes (issue #11: one entry per rise, removed and put
@@ -267,8 +337,41 @@ struct Timeline {
 }
 
 impl Timeline {
+    /// Takes in the changes of `log` (the log and the number of its first
+    /// change) up to change number `to`: each node they name that is built
+    /// is recomputed from `pools` as they are now, once.
+    fn advance(
+        &mut self,
+        pools: &PoolSet,
+        ends: &FxHashMap<JobId, f64>,
+        (log, base): (&[(usize, NodeId)], usize),
+        to: usize,
+        scratch: &mut RisesScratch,
+    ) {
+        if to <= self.seen {
+            return;
+        }
+        let mut nodes = log[self.seen - base..to - base].to_vec();
+        self.seen = to;
+        nodes.sort_unstable();
+        nodes.dedup();
+        for (p, n) in nodes {
+            let built = self.built.get(p).is_some_and(|&b| n < b);
+            if let Some(e) = pools.engine(p).filter(|_| self.admitted[p] && built) {
+                node_rises(e, n, self.g, ends, scratch);
+                self.set_node(p, n, &scratch.rises);
+            }
+        }
+    }
+
     /// Adds up to `budget` nodes not in it yet, pool by pool.
-    fn build(&mut self, pools: &PoolSet, ends: &FxHashMap<JobId, f64>, mut budget: u32) {
+    fn build(
+        &mut self,
+        pools: &PoolSet,
+        ends: &FxHashMap<JobId, f64>,
+        mut budget: u32,
+        scratch: &mut RisesScratch,
+    ) {
         for p in 0..self.admitted.len() {
             let Some(e) = pools.engine(p).filter(|_| self.admitted[p]) else {
                 continue;
@@ -277,7 +380,8 @@ impl Timeline {
             let from = self.built[p];
             let to = size.min(from.saturating_add(budget));
             for n in from..to {
-                self.set_node(p, n, node_rises(e, n, self.g, ends));
+                node_rises(e, n, self.g, ends, scratch);
+                self.set_node(p, n, &scratch.rises);
             }
             self.built[p] = to;
             budget -= to - from;
@@ -296,12 +400,22 @@ impl Timeline {
 
     /// Node `n` of pool `p` now rises at `rises` (sorted): only the
     /// instants whose count of rises changes are touched in `order`.
-    fn set_node(&mut self, p: usize, n: NodeId, rises: Vec<f64>) {
-        let old = self.rises.remove(&(p, n)).unwrap_or_default();
-        self.update_order(p, n, &old, &rises);
-        if !rises.is_empty() {
-            self.rises.insert((p, n), rises);
+    fn set_node(&mut self, p: usize, n: NodeId, rises: &[f64]) {
+        if self.rises.len() <= p {
+            self.rises.resize_with(p + 1, Vec::new);
         }
+        let of_pool = &mut self.rises[p];
+        if of_pool.len() <= n as usize {
+            of_pool.resize_with(n as usize + 1, Vec::new);
+        }
+        let old = std::mem::take(&mut of_pool[n as usize]);
+        if old != rises {
+            self.update_order(p, n, &old, rises);
+        }
+        let mut kept = old;
+        kept.clear();
+        kept.extend_from_slice(rises);
+        self.rises[p][n as usize] = kept;
     }
 
     /// Node `n` of pool `p` rose at `old` and now at `new` (both sorted):
@@ -368,25 +482,41 @@ fn counts(rises: &[f64]) -> impl Iterator<Item = (f64, u32)> + '_ {
         .map(|c| (c[0], c.len() as u32))
 }
 
+/// [`node_rises`]'s buffers, reused from call to call.
+#[derive(Clone, Debug, Default)]
+struct RisesScratch {
+    instances: Vec<(f64, u32)>,
+    /// The last call's answer.
+    rises: Vec<f64>,
+}
+
 /// The instants node `n`'s `floor(free / g)` grows as its jobs end at their
-/// `ends` (one entry per unit; jobs without an end never free).
-fn node_rises(e: &CompassEngine, n: NodeId, g: u32, ends: &FxHashMap<JobId, f64>) -> Vec<f64> {
-    let mut inst: Vec<(f64, u32)> = e
-        .node(n)
-        .instances()
-        .filter_map(|(i, gpus)| ends.get(&i.job).map(|&t| (t, gpus)))
-        .collect();
+/// `ends` (one entry per unit; jobs without an end never free), into
+/// `out.rises`.
+fn node_rises(
+    e: &CompassEngine,
+    n: NodeId,
+    g: u32,
+    ends: &FxHashMap<JobId, f64>,
+    out: &mut RisesScratch,
+) {
+    let inst = &mut out.instances;
+    inst.clear();
+    inst.extend(
+        e.node(n)
+            .instances()
+            .filter_map(|(i, gpus)| ends.get(&i.job).map(|&t| (t, gpus))),
+    );
     inst.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
     let mut free = e.occupancy().free(n);
-    let mut out = Vec::new();
-    for (t, gpus) in inst {
+    out.rises.clear();
+    for &(t, gpus) in inst.iter() {
         let before = free / g;
         free += gpus;
         for _ in before..free / g {
-            out.push(t);
+            out.rises.push(t);
         }
     }
-    out
 }
 
 /// The waiting head and what is known of the running jobs, for
@@ -622,17 +752,15 @@ fn node_fit(cap: u32, g: u32, instances: &[(JobId, u32, f64)], t: f64) -> i64 {
 
 /// Is the moves' change of the head's fit, `sum_n fit(after_n, t) -
 /// fit(before_n, t)` per pool over the touched `nodes` (pool, capacity,
-/// instances before and after), below zero at some instant of `times`
-/// (sorted, distinct, from now on)? One sweep over the instances' ends in
-/// order, each node's two fits kept as its GPUs free, so the check costs
-/// `O(E log E + |times| * pools)` for `E` instances (issue #11: evaluated
-/// afresh at every instant it was quadratic in the nodes a trial touched).
-fn lowers_fit(
-    nodes: &[(usize, u32, Holding, Holding)],
-    g: u32,
-    pools: usize,
-    times: &[f64],
-) -> bool {
+/// instances before and after), below zero at some instant from `now` on:
+/// at `now`, or at an instance's end after it (the instants where a fit
+/// can change; an end that is not finite never comes)? One sweep over the
+/// instances' ends in order, each node's two fits kept as its GPUs free, so
+/// the check costs `O(E log E + E * pools)` for `E` instances (issue #11:
+/// evaluated afresh at every instant it was quadratic in the nodes a trial
+/// touched; the instants are the sorted ends themselves, not a list sorted
+/// apart).
+fn lowers_fit(nodes: &[(usize, u32, Holding, Holding)], g: u32, pools: usize, now: f64) -> bool {
     // used GPUs before and after, per touched node, all held (an end that
     // is not a number holds nothing, as in `node_fit`)
     let holds = |e: f64| !e.is_nan();
@@ -658,7 +786,8 @@ fn lowers_fit(
     }
     ends.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
     let mut next = ends.iter().peekable();
-    for &t in times {
+    let mut t = now;
+    loop {
         // an instance holds its GPUs while its end is later than `t`
         while let Some(&(_, i, side, gpus)) = next.next_if(|x| x.0 <= t) {
             let (p, cap) = (nodes[i].0, nodes[i].1);
@@ -670,8 +799,12 @@ fn lowers_fit(
         if d.iter().any(|&x| x < 0) {
             return true;
         }
+        // the next instant: the earliest end not come yet (after `t`)
+        match next.peek() {
+            Some(x) if x.0.is_finite() => t = x.0,
+            _ => return false,
+        }
     }
-    false
 }
 
 /// Does the open trial (its moved jobs `moved`) make the head's reservation
@@ -689,17 +822,19 @@ fn delays_head(
     let ok = &timeline.admitted;
     // The nodes whose fit the moves can change: every node a moved job is
     // on, before or after (a requeue restarts all its instances).
-    let mut touched: BTreeSet<(usize, NodeId)> = BTreeSet::new();
+    let mut touched: Vec<(usize, NodeId)> = Vec::new();
     for (&j, from) in moved {
         let Some(r) = pools.job(j) else { continue };
         for &n in r.nodes.iter().chain(from.iter().map(|(_, n)| n)) {
             if let Some((p, local)) = pools.pool_of(n) {
                 if ok[p] {
-                    touched.insert((p, local));
+                    touched.push((p, local));
                 }
             }
         }
     }
+    touched.sort_unstable();
+    touched.dedup();
     let end_after = |j: JobId| {
         if moved.contains_key(&j) {
             (trial.end_if_moved)(j)
@@ -708,8 +843,7 @@ fn delays_head(
         }
     };
     // Each touched node's instances before and after, with their ends.
-    let mut nodes: Vec<(usize, u32, Holding, Holding)> = Vec::new();
-    let mut times: Vec<f64> = vec![trial.now];
+    let mut nodes: Vec<(usize, u32, Holding, Holding)> = Vec::with_capacity(touched.len());
     for &(p, n) in &touched {
         let Some(e) = pools.engine(p) else { continue };
         let before: Holding = e
@@ -722,17 +856,8 @@ fn delays_head(
             .instances()
             .map(|(i, gpus)| (i.job, gpus, end_after(i.job)))
             .collect();
-        times.extend(
-            before
-                .iter()
-                .chain(&after)
-                .map(|x| x.2)
-                .filter(|t| t.is_finite() && *t > trial.now),
-        );
         nodes.push((p, e.occupancy().capacity(), before, after));
     }
-    times.sort_unstable_by(f64::total_cmp);
-    times.dedup();
     let delta = |t: f64| -> Vec<i64> {
         let mut d = vec![0i64; ok.len()];
         for (p, cap, before, after) in &nodes {
@@ -740,7 +865,7 @@ fn delays_head(
         }
         d
     };
-    if !lowers_fit(&nodes, g, ok.len(), &times) {
+    if !lowers_fit(&nodes, g, ok.len(), trial.now) {
         // The moves lower the head's fit at no instant: it cannot be later.
         return false;
     }
@@ -1293,6 +1418,110 @@ mod tests {
         assert_eq!(p.engine(0).unwrap().open_trials(), 0);
     }
 
+    /// A head's fit over time as two lists, to compare two: each node's
+    /// rises (pool, node, instants), and each instant's count of a node's
+    /// rises then (instant, pool, node, count).
+    type FitOverTime = (
+        Vec<(usize, NodeId, Vec<f64>)>,
+        Vec<(f64, usize, NodeId, u32)>,
+    );
+
+    fn fit_over_time(t: &Timeline) -> FitOverTime {
+        let mut rises = Vec::new();
+        for (p, of_pool) in t.rises.iter().enumerate() {
+            for (n, r) in of_pool.iter().enumerate() {
+                if !r.is_empty() {
+                    rises.push((p, n as NodeId, r.clone()));
+                }
+            }
+        }
+        let order = t
+            .order
+            .iter()
+            .map(|(&(Instant(e), p, n), &k)| (e, p, n, k))
+            .collect();
+        (rises, order)
+    }
+
+    #[test]
+    fn a_heads_fit_over_time_left_behind_is_brought_up_to_date_when_it_comes_back() {
+        // Heads of 1 x 8 and 1 x 4 on 200 nodes: both fits over time are
+        // built; then 150 changes while only the 1 x 8 head is asked about.
+        // The 1 x 4 head's fit falls at most TIMELINE_LAG changes behind
+        // (less with `catch_up`), and when that head comes back it is the
+        // fit built afresh on the nodes as they are.
+        let mut p = pools(200);
+        let mut ends = Ends::default();
+        for n in 0..200u32 {
+            let j = 1000 + u64::from(n);
+            p.adopt(&JobRequest::new(j, 1, 2 + n % 5), &[n]).unwrap();
+            ends.set(JobId(j), f64::from(100 + n % 37));
+        }
+        let never = |_: JobId| f64::INFINITY;
+        let head = |g: u32| HeadTrial {
+            shape: JobShape::new(1, g),
+            ..two_node_head(&never)
+        };
+        let built = |ends: &Ends| ends.timelines[0].complete(&pools(200));
+        for g in [8, 4] {
+            ends.sync(&mut p, &head(g));
+            while !built(&ends) {
+                ends.sync(&mut p, &head(g));
+            }
+        }
+        let mut behind = 0;
+        for i in 0..150u32 {
+            let n = (i * 7) % 200;
+            p.remove(JobId(1000 + u64::from(n))).unwrap();
+            let j = 5000 + u64::from(i);
+            p.adopt(&JobRequest::new(j, 1, 1 + i % 8), &[n]).unwrap();
+            ends.set(JobId(j), f64::from(50 + i % 23));
+            ends.set(JobId(1000 + u64::from((n + 1) % 200)), f64::from(400 + i));
+            ends.sync(&mut p, &head(8));
+            let lag = ends.log_end() - ends.timelines[1].seen;
+            assert!(lag <= TIMELINE_LAG, "change {i}: {lag} behind");
+            behind = behind.max(lag);
+            if i % 40 == 39 {
+                ends.catch_up(&p, 5);
+            }
+        }
+        assert_eq!(behind, TIMELINE_LAG, "the lag bound was reached");
+        assert!(
+            ends.log.len() <= TIMELINE_LAG,
+            "the log keeps only what is unseen"
+        );
+        ends.sync(&mut p, &head(4));
+        assert_eq!(ends.timelines[0].g, 4);
+        let mut fresh = Ends {
+            by_job: ends.by_job.clone(),
+            ..Ends::default()
+        };
+        fresh.sync(&mut p.clone(), &head(4));
+        while !built(&fresh) {
+            fresh.sync(&mut p.clone(), &head(4));
+        }
+        assert_eq!(
+            fit_over_time(&ends.timelines[0]),
+            fit_over_time(&fresh.timelines[0])
+        );
+        assert_eq!(ends.timelines[0].base, fresh.timelines[0].base);
+        // The other head's, brought up to date by `catch_up`, is too.
+        ends.catch_up(&p, usize::MAX);
+        assert!(ends.log.is_empty());
+        let mut fresh8 = Ends {
+            by_job: ends.by_job.clone(),
+            ..Ends::default()
+        };
+        fresh8.sync(&mut p.clone(), &head(8));
+        while !built(&fresh8) {
+            fresh8.sync(&mut p.clone(), &head(8));
+        }
+        assert_eq!(
+            fit_over_time(&ends.timelines[1]),
+            fit_over_time(&fresh8.timelines[0])
+        );
+    }
+
     #[test]
     fn ends_are_kept_and_forgotten() {
         let mut ends = Ends::default();
@@ -1363,7 +1592,7 @@ mod tests {
                     }
                     d.iter().any(|&x| x < 0)
                 });
-                prop_assert_eq!(lowers_fit(&nodes, g, 3, &times), afresh);
+                prop_assert_eq!(lowers_fit(&nodes, g, 3, now), afresh);
             }
         }
     }
