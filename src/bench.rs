@@ -62,6 +62,8 @@ pub struct Args {
     /// first in turns of at most 64, one lock hold each, as the thread
     /// does), with its Compact through the
     /// head's guard and the `pays` gate, the requeues it orders carried out;
+    /// the stand-in for Slurm's own part, cons_tres' fit and its accounting
+    /// of free GPUs and jobs, is not timed;
     /// a job that finds no room waits in Slurm's queue, at most 100, and is
     /// offered again after every departure; every other job not resumable,
     /// and the same waiting head),
