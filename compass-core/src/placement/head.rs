@@ -1462,12 +1462,26 @@ mod tests {
             shape: JobShape::new(1, g),
             ..two_node_head(&never)
         };
-        let built = |ends: &Ends| ends.timelines[0].complete(&pools(200));
-        for g in [8, 4] {
-            ends.sync(&mut p, &head(g));
-            while !built(&ends) {
-                ends.sync(&mut p, &head(g));
+        // The guard's calls until the head's fit over time is built.
+        let build = |ends: &mut Ends, p: &mut PoolSet, g: u32| {
+            ends.sync(p, &head(g));
+            while !ends.timelines[0].complete(p) {
+                ends.sync(p, &head(g));
             }
+        };
+        // The head's fit over time built afresh on the pools as they are,
+        // and its fit now.
+        let afresh = |ends: &Ends, p: &PoolSet, g: u32| {
+            let mut fresh = Ends {
+                by_job: ends.by_job.clone(),
+                ..Ends::default()
+            };
+            build(&mut fresh, &mut p.clone(), g);
+            let t = &fresh.timelines[0];
+            (fit_over_time(t), t.base.clone())
+        };
+        for g in [8, 4] {
+            build(&mut ends, &mut p, g);
         }
         let mut behind = 0;
         for i in 0..150u32 {
@@ -1491,35 +1505,14 @@ mod tests {
             "the log keeps only what is unseen"
         );
         ends.sync(&mut p, &head(4));
-        assert_eq!(ends.timelines[0].g, 4);
-        let mut fresh = Ends {
-            by_job: ends.by_job.clone(),
-            ..Ends::default()
-        };
-        fresh.sync(&mut p.clone(), &head(4));
-        while !built(&fresh) {
-            fresh.sync(&mut p.clone(), &head(4));
-        }
-        assert_eq!(
-            fit_over_time(&ends.timelines[0]),
-            fit_over_time(&fresh.timelines[0])
-        );
-        assert_eq!(ends.timelines[0].base, fresh.timelines[0].base);
-        // The other head's, brought up to date by `catch_up`, is too.
+        let t = &ends.timelines[0];
+        assert_eq!(t.g, 4);
+        assert_eq!((fit_over_time(t), t.base.clone()), afresh(&ends, &p, 4));
+        // The other head's, brought up to date by `catch_up`, is too (its
+        // fit now is taken when it is the head again).
         ends.catch_up(&p, usize::MAX);
         assert!(ends.log.is_empty());
-        let mut fresh8 = Ends {
-            by_job: ends.by_job.clone(),
-            ..Ends::default()
-        };
-        fresh8.sync(&mut p.clone(), &head(8));
-        while !built(&fresh8) {
-            fresh8.sync(&mut p.clone(), &head(8));
-        }
-        assert_eq!(
-            fit_over_time(&ends.timelines[1]),
-            fit_over_time(&fresh8.timelines[0])
-        );
+        assert_eq!(fit_over_time(&ends.timelines[1]), afresh(&ends, &p, 8).0);
     }
 
     #[test]
