@@ -275,7 +275,7 @@ impl Ends {
         let (log, base) = (&self.log, self.log_base);
         let mut left = budget;
         for t in self.timelines.iter_mut().skip(1) {
-            let to = end.min(t.seen + left);
+            let to = end.min(t.seen.saturating_add(left));
             left -= to - t.seen;
             t.advance(pools, &self.by_job, (log, base), to, &mut self.scratch);
             if left == 0 {
@@ -1483,14 +1483,19 @@ mod tests {
         for g in [8, 4] {
             build(&mut ends, &mut p, g);
         }
-        let mut behind = 0;
-        for i in 0..150u32 {
+        // Change `i`: node 7i's job ends, a new one takes it, a
+        // neighbour's end moves.
+        let change = |p: &mut PoolSet, ends: &mut Ends, i: u32| {
             let n = (i * 7) % 200;
             p.remove(JobId(1000 + u64::from(n))).unwrap();
             let j = 5000 + u64::from(i);
             p.adopt(&JobRequest::new(j, 1, 1 + i % 8), &[n]).unwrap();
             ends.set(JobId(j), f64::from(50 + i % 23));
             ends.set(JobId(1000 + u64::from((n + 1) % 200)), f64::from(400 + i));
+        };
+        let mut behind = 0;
+        for i in 0..150u32 {
+            change(&mut p, &mut ends, i);
             ends.sync(&mut p, &head(8));
             let lag = ends.log_end() - ends.timelines[1].seen;
             assert!(lag <= TIMELINE_LAG, "change {i}: {lag} behind");
@@ -1508,8 +1513,23 @@ mod tests {
         let t = &ends.timelines[0];
         assert_eq!(t.g, 4);
         assert_eq!((fit_over_time(t), t.base.clone()), afresh(&ends, &p, 4));
-        // The other head's, brought up to date by `catch_up`, is too (its
-        // fit now is taken when it is the head again).
+        // Now the 1 x 8 head's falls behind; `catch_up` brings it up to
+        // date in steps, and then it is the fit built afresh too (its fit
+        // now is taken when it is the head again).
+        for i in 150..170u32 {
+            change(&mut p, &mut ends, i);
+            ends.sync(&mut p, &head(4));
+        }
+        let lag = |ends: &Ends| ends.log_end() - ends.timelines[1].seen;
+        let before = lag(&ends);
+        assert!(before > 7, "{before} behind");
+        ends.catch_up(&p, 7);
+        assert_eq!(lag(&ends), before - 7);
+        assert_eq!(
+            ends.log.len(),
+            before - 7,
+            "what all have seen is forgotten"
+        );
         ends.catch_up(&p, usize::MAX);
         assert!(ends.log.is_empty());
         assert_eq!(fit_over_time(&ends.timelines[1]), afresh(&ends, &p, 8).0);
