@@ -287,9 +287,9 @@ impl Ends {
 }
 
 /// Changes of the fit over time a head's timeline that is not the last
-/// head's may be behind at most ([`Ends::sync`]): what a head of that shape
-/// costs to bring up to date when it comes back (a change is a node's
-/// rises recomputed, about 0.2 us at 10,000 nodes).
+/// head's may be behind at most (each guarded Compact keeps them so): what
+/// a head of that shape costs to bring up to date when it comes back (a
+/// change is a node's rises recomputed, about 0.2 us at 10,000 nodes).
 pub const TIMELINE_LAG: usize = 64;
 
 /// Heads' instance sizes and GPU types whose fit over time [`Ends`] keeps
