@@ -827,8 +827,8 @@ const QUEUE_LIMIT: usize = 100;
 /// head's guard and the `pays` gate), and the requeues it orders carried
 /// out as Slurm would (`fini`, then `begin` on the pinned nodes): all of the
 /// plugin's calls timed with the event, the stand-in's own accounting of
-/// free GPUs and running jobs not (as cons_tres' part is not). A job that does not fit waits, as in Slurm's queue
-/// (the gate opens): after every departure the waiting jobs are offered
+/// free GPUs and running jobs not (as cons_tres' part is not). A job that
+/// does not fit waits, as in Slurm's queue (the gate opens): after every departure the waiting jobs are offered
 /// again, oldest first, and each that fits starts (an arrival); at most
 /// [`QUEUE_LIMIT`] wait, beyond that the oldest is withdrawn (its user
 /// cancels it; the controller forgets it after `WAITING_TTL_S`). A head
@@ -1074,29 +1074,21 @@ impl Plugin {
             .map_or(all, |(_, set)| set)
     }
 
-    /// cons_tres' part (not timed): instance by instance, the first node
-    /// among `set` with room (instances may share a node). `None`: no room.
-    fn first_fit(&mut self, set: &NodeSet, w: u32, g: u32) -> Option<Vec<(NodeId, u32)>> {
-        let t = Instant::now();
+    /// cons_tres' part (run [`Plugin::untimed`]): instance by instance,
+    /// the first node among `set` with room (instances may share a node).
+    /// `None`: no room.
+    fn first_fit(&self, set: &NodeSet, w: u32, g: u32) -> Option<Vec<(NodeId, u32)>> {
         let mut per_node: Vec<(NodeId, u32)> = Vec::new();
         let room = |n: NodeId, per_node: &[(NodeId, u32)]| {
             let taken = per_node.iter().find(|(m, _)| *m == n).map_or(0, |x| x.1);
             self.free[n as usize] - taken >= g
         };
-        let mut ok = true;
         for _ in 0..w {
-            let Some(n) = set.iter().find(|&n| room(n, &per_node)) else {
-                ok = false;
-                break;
-            };
-            match per_node.iter_mut().find(|(m, _)| *m == n) {
-                Some(x) => x.1 += g,
-                None => per_node.push((n, g)),
-            }
+            let n = set.iter().find(|&n| room(n, &per_node))?;
+            add_gpus(&mut per_node, n, g);
         }
         per_node.sort_unstable();
-        self.untimed_ns += nanos(t);
-        ok.then_some(per_node)
+        Some(per_node)
     }
 
     /// Runs `f` as Slurm's part of a call (not timed: the stand-in's
@@ -1117,10 +1109,7 @@ impl Plugin {
         };
         let mut per_node: Vec<(NodeId, u32)> = Vec::new();
         for &n in to_nodes {
-            match per_node.iter_mut().find(|(m, _)| *m == n) {
-                Some(x) => x.1 += g,
-                None => per_node.push((n, g)),
-            }
+            add_gpus(&mut per_node, n, g);
         }
         per_node.sort_unstable();
         per_node
@@ -1227,14 +1216,14 @@ impl Plugin {
             return Ok(None);
         };
         let narrowed = self.narrow(job).map_err(compass_core::CoreError::Invalid)?;
-        let t = Instant::now();
-        if !self.may_fit(job, shape.instances, shape.gpus) {
-            self.untimed_ns += nanos(t);
-            return Ok(None);
-        }
-        let set = narrowed.unwrap_or_else(|| Self::offered(&self.all, &self.typed, job).clone());
-        self.untimed_ns += nanos(t);
-        let Some(per_node) = self.first_fit(&set, shape.instances, shape.gpus) else {
+        let fit = self.untimed(|p| {
+            if !p.may_fit(job, shape.instances, shape.gpus) {
+                return None;
+            }
+            let set = narrowed.unwrap_or_else(|| Self::offered(&p.all, &p.typed, job).clone());
+            p.first_fit(&set, shape.instances, shape.gpus)
+        });
+        let Some(per_node) = fit else {
             return Ok(None);
         };
         self.begin(job, &per_node);
@@ -1394,6 +1383,14 @@ impl Churn for Plugin {
         self.calls.on = true;
         let c = &self.c.counters;
         self.calls.gate_trials_before = (c.gate_trials, c.gate_trials_remembered);
+    }
+}
+
+/// Adds an instance of `g` GPUs on node `n` to `per_node` (GPUs by node).
+fn add_gpus(per_node: &mut Vec<(NodeId, u32)>, n: NodeId, g: u32) {
+    match per_node.iter_mut().find(|(m, _)| *m == n) {
+        Some(x) => x.1 += g,
+        None => per_node.push((n, g)),
     }
 }
 

@@ -358,10 +358,22 @@ impl Timeline {
         for (p, n) in nodes {
             let built = self.built.get(p).is_some_and(|&b| n < b);
             if let Some(e) = pools.engine(p).filter(|_| self.admitted[p] && built) {
-                node_rises(e, n, self.g, ends, scratch);
-                self.set_node(p, n, &scratch.rises);
+                self.recompute(e, p, n, ends, scratch);
             }
         }
+    }
+
+    /// Node `n` of pool `p` (on engine `e`) from the engine as it is now.
+    fn recompute(
+        &mut self,
+        e: &CompassEngine,
+        p: usize,
+        n: NodeId,
+        ends: &FxHashMap<JobId, f64>,
+        scratch: &mut RisesScratch,
+    ) {
+        node_rises(e, n, self.g, ends, scratch);
+        self.set_node(p, n, &scratch.rises);
     }
 
     /// Adds up to `budget` nodes not in it yet, pool by pool.
@@ -380,8 +392,7 @@ impl Timeline {
             let from = self.built[p];
             let to = size.min(from.saturating_add(budget));
             for n in from..to {
-                node_rises(e, n, self.g, ends, scratch);
-                self.set_node(p, n, &scratch.rises);
+                self.recompute(e, p, n, ends, scratch);
             }
             self.built[p] = to;
             budget -= to - from;
@@ -408,14 +419,13 @@ impl Timeline {
         if of_pool.len() <= n as usize {
             of_pool.resize_with(n as usize + 1, Vec::new);
         }
-        let old = std::mem::take(&mut of_pool[n as usize]);
+        let mut old = std::mem::take(&mut of_pool[n as usize]);
         if old != rises {
             self.update_order(p, n, &old, rises);
+            old.clear();
+            old.extend_from_slice(rises);
         }
-        let mut kept = old;
-        kept.clear();
-        kept.extend_from_slice(rises);
-        self.rises[p][n as usize] = kept;
+        self.rises[p][n as usize] = old;
     }
 
     /// Node `n` of pool `p` rose at `old` and now at `new` (both sorted):
