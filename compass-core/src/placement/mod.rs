@@ -12,6 +12,7 @@
 pub mod baselines;
 pub mod compass;
 pub mod head;
+pub mod node_bits;
 pub mod occupancy;
 pub mod pools;
 pub mod worth;

@@ -5,12 +5,13 @@
 //!
 //! Nodes are also indexed by free GPUs, so best-fit queries cost `O(G log N)`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
 use crate::error::{CoreError, Result};
 use crate::model::{ClusterSpec, JobId, JobRequest, NodeId, NodeSet};
+use crate::placement::node_bits::NodeBits;
 
 /// A running job: its request and the node of each instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,7 +29,7 @@ pub struct Occupancy {
     spec: ClusterSpec,
     used: Vec<u32>,
     /// `by_free[f]`: nodes with exactly `f` free GPUs.
-    by_free: Vec<BTreeSet<NodeId>>,
+    by_free: Vec<NodeBits>,
     /// Hashed: looked up at every event; never iterated in an order that
     /// decides anything ([`Occupancy::jobs`]).
     jobs: FxHashMap<JobId, RunningJob>,
@@ -48,7 +49,7 @@ pub struct Occupancy {
 impl Occupancy {
     pub fn new(spec: ClusterSpec) -> Self {
         let g = spec.gpus_per_node as usize;
-        let mut by_free = vec![BTreeSet::new(); g + 1];
+        let mut by_free = vec![NodeBits::new(); g + 1];
         by_free[g] = (0..spec.nodes).collect();
         Self {
             spec,
@@ -170,7 +171,7 @@ impl Occupancy {
 
     /// Nodes with exactly `free` free GPUs, lowest index first.
     pub fn nodes_with_free(&self, free: u32) -> impl Iterator<Item = NodeId> + '_ {
-        self.by_free[free as usize].iter().copied()
+        self.by_free[free as usize].iter()
     }
 
     /// Best fit: the allowed node whose free GPUs are the fewest that still fit
@@ -179,7 +180,6 @@ impl Occupancy {
         (g..=self.capacity()).find_map(|f| {
             self.by_free[f as usize]
                 .iter()
-                .copied()
                 .find(|n| allowed.is_none_or(|a| a.contains(*n)))
         })
     }
@@ -191,7 +191,6 @@ impl Occupancy {
             .filter_map(|f| {
                 self.by_free[f as usize]
                     .iter()
-                    .copied()
                     .find(|n| allowed.is_none_or(|a| a.contains(*n)))
             })
             .min()
@@ -207,7 +206,7 @@ impl Occupancy {
         let (e1, p1) = class(after);
         self.empty = self.empty + u32::from(e1) - u32::from(e0);
         self.partial = self.partial + u32::from(p1) - u32::from(p0);
-        self.by_free[(cap - before) as usize].remove(&node);
+        self.by_free[(cap - before) as usize].remove(node);
         self.by_free[(cap - after) as usize].insert(node);
         self.used[node as usize] = after;
         self.used_total = (self.used_total as i64 + delta) as u64;

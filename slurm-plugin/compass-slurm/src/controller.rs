@@ -30,7 +30,7 @@ use compass_core::metric;
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeId, NodeSet};
 use compass_core::placement::compass::{AdoptOutcome, CompassConfig, NodePart, Veto};
 use compass_core::placement::head::{
-    distinct_waiting, hold_for_head, Blocked, Ends, HeadTrial, HeadVerdict, TrialMemory, WaitingJob,
+    hold_for_head, Blocked, Ends, HeadTrial, HeadVerdict, TrialMemory, WaitingJob,
 };
 use compass_core::placement::pools::{NodeGpus, PoolSet, PoolsLayoutParts};
 use compass_core::placement::worth::{
@@ -42,6 +42,7 @@ use compass_core::placement::PlacementPolicy;
 use crate::config::SelectConfig;
 use crate::flags::JobFlags;
 use crate::persist::{Saved, SavedMigration, FORMAT as SAVED_FORMAT};
+use crate::queue::{Queue, Waiting};
 use crate::shape::{instances_from_alloc, Mapping};
 use crate::state::{JobView, NodeView, PendingMigration, PoolView, PublishedState, FORMAT};
 
@@ -106,21 +107,6 @@ struct Kept {
     nodes: Vec<NodeId>,
     /// The last `job_test` of the job.
     seen: u64,
-}
-
-/// A pending GPU job as `narrow` last saw it (for `select.move_when` and
-/// the head's guard, [`Controller::compact_sparing_head`]).
-#[derive(Clone, Debug)]
-struct Waiting {
-    /// GPUs it asks for, all instances.
-    gpus: u64,
-    /// Its shape and the GPU type it names.
-    shape: JobShape,
-    gpu_type: Option<String>,
-    /// Slurm's priority ([`Controller::note_priority`]; 0 until known).
-    priority: u32,
-    /// The tick that first saw this offer (`None`: since the last tick).
-    seen: Option<u64>,
 }
 
 /// Compact trials at most per guarded Compact
@@ -316,7 +302,7 @@ pub struct Controller {
     planned: BTreeMap<u64, Vec<NodeId>>,
     /// Pending GPU jobs Slurm offered to `narrow` lately, for the gate
     /// `select.move_when` ([`compass_core::placement::worth::MoveWhen`]).
-    waiting: BTreeMap<u64, Waiting>,
+    waiting: Queue,
     /// Whether the gate let jobs move at the last tick.
     gate_open: bool,
     /// Jobs `job_test` holds back for planned nodes not yet free.
@@ -413,7 +399,7 @@ impl Controller {
             kept_nodes: BTreeMap::new(),
             compact_due: false,
             planned: BTreeMap::new(),
-            waiting: BTreeMap::new(),
+            waiting: Queue::default(),
             gate_open: true,
             holds: BTreeMap::new(),
             releases: Vec::new(),
@@ -530,19 +516,11 @@ impl Controller {
         // It waits (until it starts) for the gate `select.move_when`. Under
         // `"starts"` a job that newly waits may be the one a Compact lets
         // start: try one at the next tick.
-        if self.config.move_when.tries_first() && !self.waiting.contains_key(&job.id) {
+        if self.config.move_when.tries_first() && !self.waiting.contains(job.id) {
             self.compact_due = true;
         }
-        self.waiting.insert(
-            job.id,
-            Waiting {
-                gpus: shape.total_gpus(),
-                shape,
-                gpu_type: job.gpu_type.clone(),
-                priority: 0,
-                seen: None,
-            },
-        );
+        self.waiting
+            .offer(job.id, Waiting::offered(shape, job.gpu_type.clone()));
         if job.required_nodes {
             return Ok(None);
         }
@@ -711,7 +689,7 @@ impl Controller {
         now: u64,
     ) -> Option<String> {
         self.pins.remove(&job.id);
-        self.waiting.remove(&job.id);
+        self.waiting.remove(job.id);
         self.holds.remove(&job.id);
         self.unkeep(job.id);
         let mut log = None;
@@ -1012,7 +990,7 @@ impl Controller {
     pub fn fini(&mut self, job: u64, now: u64) -> Option<String> {
         self.unkeep(job);
         self.planned.remove(&job);
-        self.waiting.remove(&job);
+        self.waiting.remove(job);
         self.holds.remove(&job);
         self.tidy_held.remove(&job);
         let rec = self.jobs.remove(&job);
@@ -1193,35 +1171,26 @@ impl Controller {
     ///
     /// [`MoveWhen::allows`]: compass_core::placement::worth::MoveWhen::allows
     fn gate(&mut self, now: u64) -> bool {
-        for w in self.waiting.values_mut() {
-            w.seen.get_or_insert(now);
-        }
-        self.waiting
-            .retain(|_, w| now.saturating_sub(w.seen.unwrap_or(now)) <= WAITING_TTL_S);
+        self.waiting.expire(now, WAITING_TTL_S);
         let free: u64 = (0..self.engine.pools().count())
             .filter_map(|p| Some(self.engine.engine(p)?.occupancy().free_gpus()))
             .sum();
         self.config
             .move_when
-            .allows(self.waiting.values().map(|w| w.gpus), free)
+            .allows(self.waiting.least_gpus(), free)
     }
 
     /// Slurm's priority of a pending job `narrow` just saw (the plugin
     /// calls it after [`Controller::narrow`]): the waiting job of highest
     /// priority is the head the Compact guard keeps on time.
     pub fn note_priority(&mut self, job: u64, priority: u32) {
-        if let Some(w) = self.waiting.get_mut(&job) {
-            w.priority = priority;
-        }
+        self.waiting.set_priority(job, priority);
     }
 
     /// The waiting GPU job Slurm starts first: highest priority, then the
     /// lowest job id (Slurm's order of equal priorities by submission).
     fn head(&self) -> Option<(u64, &Waiting)> {
-        self.waiting
-            .iter()
-            .max_by(|a, b| a.1.priority.cmp(&b.1.priority).then(b.0.cmp(a.0)))
-            .map(|(id, w)| (*id, w))
+        self.waiting.head()
     }
 
     /// Compact, unless its moves would delay the waiting head (issue #11;
@@ -1370,11 +1339,9 @@ impl Controller {
         // Copied out of `self.waiting` (the trial below needs `&mut self`),
         // one per shape and GPU type, as `Blocked::before` keeps them, so
         // that a deep queue costs no copy of each job's GPU type.
-        let waiting: Vec<(JobShape, Option<String>)> =
-            distinct_waiting(self.waiting.values().map(|w| WaitingJob {
-                shape: w.shape,
-                gpu_type: w.gpu_type.as_deref(),
-            }))
+        let waiting: Vec<(JobShape, Option<String>)> = self
+            .waiting
+            .distinct()
             .into_iter()
             .map(|w| (w.shape, w.gpu_type.map(str::to_string)))
             .collect();
@@ -3653,7 +3620,7 @@ mod tests {
             plan.iter().collect::<Vec<_>>()
         );
         c.planned.remove(&4);
-        c.waiting.remove(&4);
+        c.waiting.remove(4);
         // Tested again while it waits: the same nodes, no new line.
         assert_eq!(
             c.keep_for_waiting(99, &[full], KeepNodes::Named, 1100),

@@ -21,6 +21,7 @@ pub mod duration;
 pub mod error;
 pub mod flags;
 pub mod persist;
+mod queue;
 pub mod restriction;
 pub mod shape;
 pub mod state;

@@ -1,12 +1,13 @@
 //! Place (paper Section 4.3.2, Algorithm 1 lines 3-9): where an arriving
 //! instance goes, and the tentative install / rollback of a whole job.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::{CompassEngine, Dest, EndTies, Guest, NodeKind, NodeState, Slot, END_TIE_WINDOW};
 use crate::clock::Seconds;
 use crate::error::{CoreError, Result};
 use crate::model::{slot_width, InstanceRef, JobRequest, NodeId, NodeSet};
+use crate::placement::node_bits::NodeBits;
 
 /// Nodes saved before a tentative placement, to roll it back as if it had
 /// not been made.
@@ -104,7 +105,7 @@ impl CompassEngine {
     /// `N*SIF`).
     fn pick_in(
         &self,
-        index: &[BTreeSet<NodeId>],
+        index: &[NodeBits],
         levels: impl IntoIterator<Item = u32>,
         ok: impl Fn(NodeId) -> bool,
         end: Option<Seconds>,
@@ -114,7 +115,7 @@ impl CompassEngine {
             return Self::first_in(index, levels, ok);
         };
         let levels: Vec<u32> = levels.into_iter().collect();
-        let at = |l: u32| index[l as usize].iter().copied().filter(|&n| ok(n));
+        let at = |l: u32| index[l as usize].iter().filter(|&n| ok(n));
         let first = levels.iter().position(|&l| at(l).next().is_some())?;
         let top = levels[first];
         if self.config.end_ties != EndTies::CoEndWide || top == exact || top >= self.cap {
@@ -149,7 +150,7 @@ impl CompassEngine {
     ) -> Option<Dest> {
         let cap = self.cap;
         let ok = |n: NodeId| self.ok_dest(n, allowed);
-        let empty = || self.ix.empty.iter().copied().find(|&n| ok(n));
+        let empty = || self.ix.empty.iter().find(|&n| ok(n));
         if g >= 2 {
             // Best fit over slotted nodes with D(n) >= w (Place, lines 4-5),
             // else open an empty node (line 6).
@@ -424,7 +425,6 @@ impl CompassEngine {
                 .ix
                 .empty
                 .iter()
-                .copied()
                 .filter(|&n| self.ok_dest(n, allowed))
                 .take(w)
                 .collect(),

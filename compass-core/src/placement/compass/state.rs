@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::CompassEngine;
 use crate::model::{slot_width, InstanceRef, JobId, NodeId, NodeSet};
+use crate::placement::node_bits::NodeBits;
 
 /// Node types of Section 4.2: empty, pool (1-GPU instances only) or slotted.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -347,13 +348,13 @@ impl CompassEngine {
     /// The lowest-index node passing `ok` in the first level of `index`, in
     /// the order of `levels`: every best-fit query of the engine.
     pub(super) fn first_in(
-        index: &[BTreeSet<NodeId>],
+        index: &[NodeBits],
         levels: impl IntoIterator<Item = u32>,
         ok: impl Fn(NodeId) -> bool,
     ) -> Option<NodeId> {
         levels
             .into_iter()
-            .find_map(|l| index[l as usize].iter().copied().find(|&n| ok(n)))
+            .find_map(|l| index[l as usize].iter().find(|&n| ok(n)))
     }
 }
 
@@ -375,9 +376,9 @@ fn update_entries<K: PartialEq, E: Ord>(
 
 /// Moves `n` in a by-level index from the levels set in mask `old` to
 /// those set in mask `new`.
-fn update_bits(index: &mut [BTreeSet<NodeId>], n: NodeId, old: u32, new: u32) {
+fn update_bits(index: &mut [NodeBits], n: NodeId, old: u32, new: u32) {
     for v in bits(old & !new) {
-        index[v as usize].remove(&n);
+        index[v as usize].remove(n);
     }
     for v in bits(new & !old) {
         index[v as usize].insert(n);
@@ -386,10 +387,10 @@ fn update_bits(index: &mut [BTreeSet<NodeId>], n: NodeId, old: u32, new: u32) {
 
 /// Moves `n` in a by-level index from level `old` to level `new` (`None`:
 /// not in the index).
-fn update_level(index: &mut [BTreeSet<NodeId>], n: NodeId, old: Option<u32>, new: Option<u32>) {
+fn update_level(index: &mut [NodeBits], n: NodeId, old: Option<u32>, new: Option<u32>) {
     if old != new {
         if let Some(l) = old {
-            index[l as usize].remove(&n);
+            index[l as usize].remove(n);
         }
         if let Some(l) = new {
             index[l as usize].insert(n);
@@ -414,13 +415,13 @@ pub(super) fn bits(mut mask: u32) -> impl Iterator<Item = u32> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Index {
     /// Usable empty nodes.
-    pub(super) empty: BTreeSet<NodeId>,
+    pub(super) empty: NodeBits,
     /// Usable slotted nodes by `D(n)`.
-    pub(super) slotted: Vec<BTreeSet<NodeId>>,
+    pub(super) slotted: Vec<NodeBits>,
     /// Usable pool nodes by used GPUs (members and guests).
-    pub(super) pools: Vec<BTreeSet<NodeId>>,
+    pub(super) pools: Vec<NodeBits>,
     /// Usable nodes by physically free GPUs (overflow).
-    pub(super) phys: Vec<BTreeSet<NodeId>>,
+    pub(super) phys: Vec<NodeBits>,
     /// Open slot vacancies on usable nodes, by (node, anchor).
     pub(super) vacant: BTreeSet<(NodeId, InstanceRef)>,
     /// Every guest, by (node, instance).
@@ -430,18 +431,18 @@ pub(super) struct Index {
     /// Movable multi-GPU guests by (slot width, node, instance).
     pub(super) multi: BTreeSet<(u32, NodeId, InstanceRef)>,
     /// Pool nodes with a movable member, by used GPUs.
-    pub(super) pool_sources: Vec<BTreeSet<NodeId>>,
+    pub(super) pool_sources: Vec<NodeBits>,
     /// Fully movable open slotted nodes by the room their units take.
-    pub(super) dissolvable: Vec<BTreeSet<NodeId>>,
+    pub(super) dissolvable: Vec<NodeBits>,
     /// Open slotted nodes by each room their movable units can give.
-    pub(super) gives: Vec<BTreeSet<NodeId>>,
+    pub(super) gives: Vec<NodeBits>,
     /// Usable open slotted nodes by each room that fills them.
-    pub(super) accepts: Vec<BTreeSet<NodeId>>,
+    pub(super) accepts: Vec<NodeBits>,
     /// Nodes whose multi-GPU guest gets home once this much room leaves.
-    pub(super) home_need: Vec<BTreeSet<NodeId>>,
+    pub(super) home_need: Vec<NodeBits>,
     /// Nodes by the GPUs Compact could free on them (`Keys::lowerable`;
     /// 0 not indexed).
-    pub(super) lowerable: Vec<BTreeSet<NodeId>>,
+    pub(super) lowerable: Vec<NodeBits>,
     /// Nodes changed since the slotted pass last looked at them.
     pub(super) dirty: BTreeSet<NodeId>,
 }
@@ -454,8 +455,8 @@ impl Index {
         let place = |k: &Keys| (k.usable, k.kind, k.level, k.phys_free);
         if place(old) != place(new) {
             if old.usable {
-                self.kind_set(old).remove(&n);
-                self.phys[old.phys_free as usize].remove(&n);
+                self.kind_set(old).remove(n);
+                self.phys[old.phys_free as usize].remove(n);
             }
             if new.usable {
                 self.kind_set(new).insert(n);
@@ -482,8 +483,8 @@ impl Index {
     /// read by range, so the cost is the entries of those nodes (and the
     /// levels), not the cluster's.
     pub(super) fn restricted(&self, nodes: Range<NodeId>) -> Index {
-        let by_node = |s: &BTreeSet<NodeId>| s.range(nodes.clone()).copied().collect();
-        let levels = |v: &[BTreeSet<NodeId>]| v.iter().map(by_node).collect::<Vec<_>>();
+        let by_node = |s: &NodeBits| s.range(nodes.clone()).collect();
+        let levels = |v: &[NodeBits]| v.iter().map(by_node).collect::<Vec<_>>();
         let first = InstanceRef {
             job: JobId(0),
             index: 0,
@@ -516,12 +517,12 @@ impl Index {
             accepts: levels(&self.accepts),
             home_need: levels(&self.home_need),
             lowerable: levels(&self.lowerable),
-            dirty: by_node(&self.dirty),
+            dirty: self.dirty.range(nodes.clone()).copied().collect(),
         }
     }
 
     /// The destination index of a usable node's kind and level.
-    fn kind_set(&mut self, k: &Keys) -> &mut BTreeSet<NodeId> {
+    fn kind_set(&mut self, k: &Keys) -> &mut NodeBits {
         match k.kind.expect("a usable node's keys have a kind") {
             NodeKind::Empty => &mut self.empty,
             NodeKind::Slotted => &mut self.slotted[k.level as usize],
@@ -530,9 +531,9 @@ impl Index {
     }
 
     pub(super) fn new(cap: u32) -> Self {
-        let levels = vec![BTreeSet::new(); cap as usize + 1];
+        let levels = vec![NodeBits::new(); cap as usize + 1];
         Self {
-            empty: BTreeSet::new(),
+            empty: NodeBits::new(),
             slotted: levels.clone(),
             pools: levels.clone(),
             phys: levels.clone(),

@@ -26,7 +26,7 @@ impl CompassEngine {
         while let Some(&(n, inst)) = self.ix.ones.iter().next() {
             let fits = |m: NodeId| m != n;
             let dest = Self::first_in(&self.ix.pools, (1..cap).rev(), fits)
-                .or_else(|| self.ix.empty.iter().copied().find(|&m| fits(m)));
+                .or_else(|| self.ix.empty.iter().find(|&m| fits(m)));
             let Some(dest) = dest else { break };
             if self.refuses(veto, &[inst.job]) {
                 if veto.exhausted() {
@@ -59,7 +59,7 @@ impl CompassEngine {
                 };
                 let fits = |m: NodeId| m != n;
                 let dest = Self::first_in(&self.ix.slotted, gw..cap, fits)
-                    .or_else(|| self.ix.empty.iter().copied().find(|&m| fits(m)));
+                    .or_else(|| self.ix.empty.iter().find(|&m| fits(m)));
                 match dest {
                     Some(_) if self.refuses(veto, &[inst.job]) => {
                         if veto.exhausted() {

@@ -19,18 +19,15 @@ impl CompassEngine {
     ) {
         loop {
             // Source: fewest members (ties: highest index), with a movable member.
-            let Some(src) =
-                (1..self.cap).find_map(|c| self.ix.pool_sources[c as usize].last().copied())
+            let Some(src) = (1..self.cap).find_map(|c| self.ix.pool_sources[c as usize].last())
             else {
                 return;
             };
             // Destination: fullest other non-full usable pool node (ties: lowest index).
-            let Some(dst) = (1..self.cap).rev().find_map(|c| {
-                self.ix.pools[c as usize]
-                    .iter()
-                    .find(|&&m| m != src)
-                    .copied()
-            }) else {
+            let Some(dst) = (1..self.cap)
+                .rev()
+                .find_map(|c| self.ix.pools[c as usize].iter().find(|&m| m != src))
+            else {
                 return;
             };
             if self.keys[dst as usize].level < self.keys[src as usize].level {

@@ -70,7 +70,7 @@ impl CompassEngine {
             return Some((m, inst));
         }
         for c in 1..=self.cap {
-            if let Some(&m) = self.ix.pool_sources[c as usize].iter().next() {
+            if let Some(m) = self.ix.pool_sources[c as usize].first() {
                 let inst = self.nodes[m as usize]
                     .pool
                     .iter()

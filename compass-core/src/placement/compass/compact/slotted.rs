@@ -127,7 +127,7 @@ impl CompassEngine {
         }
         if k.usable && d > 0 {
             for s in (1..=d).rev() {
-                for &a in self.ix.dissolvable[s as usize].iter().take(PER_LEVEL) {
+                for a in self.ix.dissolvable[s as usize].iter().take(PER_LEVEL) {
                     if a != x {
                         // `a` may have a better home than `x` (one it fills).
                         consider(&mut best, self.dissolve_into(a, x));
@@ -137,14 +137,14 @@ impl CompassEngine {
             }
         }
         for v in bits(k.accepts) {
-            for &a in self.ix.gives[v as usize].iter().take(PER_LEVEL) {
+            for a in self.ix.gives[v as usize].iter().take(PER_LEVEL) {
                 if a != x {
                     consider(&mut best, self.top_up(x, a, v));
                 }
             }
         }
         for v in bits(k.gives) {
-            for &b in self.ix.accepts[v as usize].iter().take(PER_LEVEL) {
+            for b in self.ix.accepts[v as usize].iter().take(PER_LEVEL) {
                 if b != x {
                     consider(&mut best, self.top_up(b, x, v));
                 }
@@ -160,7 +160,7 @@ impl CompassEngine {
         }
         if k.usable && d > 0 {
             for s in 1..=d {
-                for &a in self.ix.home_need[s as usize].iter().take(PER_LEVEL) {
+                for a in self.ix.home_need[s as usize].iter().take(PER_LEVEL) {
                     if a != x {
                         consider(&mut best, self.home(a, s, x));
                     }
@@ -181,8 +181,8 @@ impl CompassEngine {
         let indexed = (size..self.cap).find_map(|d| {
             self.ix.slotted[d as usize]
                 .iter()
-                .find(|&&n| n != x && !overlay.contains_key(&n))
-                .map(|&n| (d, n))
+                .find(|&n| n != x && !overlay.contains_key(&n))
+                .map(|n| (d, n))
         });
         planned.into_iter().chain(indexed).min().map(|(_, n)| n)
     }
@@ -273,8 +273,7 @@ impl CompassEngine {
         let to = (1..self.cap).find_map(|f| {
             self.ix.phys[f as usize]
                 .iter()
-                .find(|&&n| n != x && overlay.get(&n).copied().unwrap_or(0) < f)
-                .copied()
+                .find(|&n| n != x && overlay.get(&n).copied().unwrap_or(0) < f)
         })?;
         *overlay.entry(to).or_default() += 1;
         Some(to)
