@@ -183,11 +183,37 @@ impl NodeSet {
         }
         s
     }
+    /// The set whose word `i` (nodes `64 i .. 64 i + 64`) is `word(i)`,
+    /// bits past `len` dropped: a bitmap read a word at a time.
+    pub fn from_words(len: u32, mut word: impl FnMut(usize) -> u64) -> Self {
+        let mut s = Self::empty(len);
+        for (i, w) in s.words.iter_mut().enumerate() {
+            *w = word(i);
+        }
+        if !len.is_multiple_of(64) {
+            if let Some(last) = s.words.last_mut() {
+                *last &= (1u64 << (len % 64)) - 1;
+            }
+        }
+        s
+    }
     pub fn len(&self) -> u32 {
         self.len
     }
     pub fn is_empty(&self) -> bool {
         self.words.iter().all(|w| *w == 0)
+    }
+    /// Do the two sets share a member?
+    pub fn intersects(&self, other: &NodeSet) -> bool {
+        self.words.iter().zip(&other.words).any(|(a, b)| a & b != 0)
+    }
+    /// Is every member of `self` a member of `other`?
+    pub fn is_subset(&self, other: &NodeSet) -> bool {
+        let word = |i: usize| other.words.get(i).copied().unwrap_or(0);
+        self.words
+            .iter()
+            .enumerate()
+            .all(|(i, &a)| a & !word(i) == 0)
     }
     /// Members `start..start + len`, renumbered from 0: a word at a time
     /// (a pool of contiguous nodes reads Slurm's candidates this way).
@@ -246,6 +272,21 @@ impl NodeSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_sets_from_words_compare_word_by_word() {
+        let a = NodeSet::from_words(70, |i| if i == 0 { 0b1010 } else { !0 });
+        assert_eq!(a.iter().take(2).collect::<Vec<_>>(), vec![1, 3]);
+        // the second word holds nodes 64..70 only
+        assert_eq!(a.count(), 2 + 6);
+        let b = NodeSet::from_nodes(70, [3, 69]);
+        assert!(a.intersects(&b) && b.is_subset(&a) && !a.is_subset(&b));
+        let c = NodeSet::from_nodes(70, [0, 2]);
+        assert!(!a.intersects(&c) && !c.is_subset(&a));
+        // a shorter set: its missing words count as empty
+        assert!(NodeSet::empty(10).is_subset(&NodeSet::empty(0)));
+        assert!(!NodeSet::from_nodes(10, [9]).is_subset(&NodeSet::empty(0)));
+    }
 
     #[test]
     fn slot_widths_follow_eq3() {

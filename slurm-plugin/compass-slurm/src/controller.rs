@@ -258,6 +258,8 @@ pub struct Controller {
     node_names: Arc<[String]>,
     /// GPUs of each node (0: CPU-only), in Slurm's node index order.
     node_gpus: Vec<u32>,
+    /// The nodes with GPUs ([`Controller::gpu_node_set`]).
+    gpu_set: NodeSet,
     engine: PoolSet,
     engine_error: Option<String>,
     /// The running jobs Slurm reported, by job id (hashed: looked up
@@ -383,6 +385,10 @@ impl Controller {
             ),
             config,
             node_gpus: nodes.iter().map(|n| n.gpus).collect(),
+            gpu_set: NodeSet::from_nodes(
+                nodes.len() as u32,
+                (0..nodes.len() as NodeId).filter(|&n| nodes[n as usize].gpus > 0),
+            ),
             node_names: node_names.into(),
             engine_error: None,
             jobs: FxHashMap::default(),
@@ -876,29 +882,38 @@ impl Controller {
     /// `id`'s verdict ([`Controller::eligible`]) can change, by
     /// [`MigrationRule::check`]: the ends of its protection
     /// (`--min-runtime`), of the start-up grace
-    /// (`select.min_run_before_migration`) and of its cool-down, and the
-    /// instant its time limit leaves too little run to pay for a move (each
-    /// also a second later, against rounding). Between them the verdict
-    /// holds, so the tick need not look at the job.
+    /// (`select.min_run_before_migration`) and of its cool-down (whole
+    /// seconds compared with whole seconds: the verdict changes at the
+    /// instant itself), and the instant its time limit leaves too little
+    /// run to pay for a move (floored from a product of floats: also a
+    /// second later, against rounding). Between them the verdict holds, so
+    /// the tick need not look at the job. A job that is not resumable has
+    /// none: its verdict (`NotResumable`, the rule's first test) never
+    /// changes while it runs (issue #11: half of the re-checks in the plugin
+    /// bench, and most jobs on a real cluster, where resumable is opt-in).
     fn next_change(&self, id: u64, rec: &JobRec, after: Option<u64>) -> Option<u64> {
+        if !rec.flags.resumable {
+            return None;
+        }
         let cooldown_end = self
             .last_migrated
             .get(&id)
             .map(|t| t.saturating_add(self.config.migration_cooldown_s));
-        [
+        let exact = [
             Some(rec.start.saturating_add(rec.flags.min_runtime_s)),
             Some(
                 rec.start
                     .saturating_add(self.config.min_run_before_migration_s),
             ),
             cooldown_end,
-            self.limit_change(id, rec),
-        ]
-        .into_iter()
-        .flatten()
-        .flat_map(|t| [t, t.saturating_add(1)])
-        .filter(|&t| after.is_none_or(|a| t > a))
-        .min()
+        ];
+        let limit = self.limit_change(id, rec).map(|t| [t, t.saturating_add(1)]);
+        exact
+            .into_iter()
+            .flatten()
+            .chain(limit.into_iter().flatten())
+            .filter(|&t| after.is_none_or(|a| t > a))
+            .min()
     }
 
     /// The instant job `id`'s time limit leaves too little run to pay for
@@ -1926,6 +1941,12 @@ impl Controller {
     /// The GPU nodes (of any pool), in order.
     pub fn gpu_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
         (0..self.node_gpus.len() as NodeId).filter(|&n| self.node_gpus[n as usize] > 0)
+    }
+
+    /// The GPU nodes (of any pool) as a set: whether a partition holds
+    /// some and lacks some is two word-by-word comparisons.
+    pub fn gpu_node_set(&self) -> &NodeSet {
+        &self.gpu_set
     }
 
     /// Stops keeping nodes for `job` (it started, ended or stopped
@@ -4506,6 +4527,11 @@ mod tests {
                 let full = c.eligible(id, rec, now);
                 assert_eq!(rec.keep, full.err(), "job {id} at {now}");
                 assert_eq!(rec.movable, full.is_ok(), "job {id} at {now}");
+                // A job that cannot be requeued is never re-checked: its
+                // verdict cannot change.
+                if !rec.flags.resumable {
+                    assert_eq!(rec.check_at, None, "job {id} at {now}");
+                }
             }
         }
         assert!(next > 200, "{next} jobs");

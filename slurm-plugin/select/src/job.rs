@@ -151,7 +151,7 @@ unsafe fn keep_of(
 /// # Safety
 /// As [`keep_of`].
 unsafe fn restricted(job: &sys::job_record_t, ctl: &Controller) -> bool {
-    // SAFETY: NULL or valid details; NULL or NUL-terminated strings.
+    // SAFETY: NULL or NUL-terminated strings.
     let given = |p: *mut c_char| !p.is_null() && unsafe { *p } != 0;
     let narrowed_by_job =
         unsafe { job.details.as_ref() }.is_some_and(|d| given(d.features) || given(d.exc_nodes));
@@ -159,19 +159,10 @@ unsafe fn restricted(job: &sys::job_record_t, ctl: &Controller) -> bool {
     let Some(part) = (unsafe { job.part_ptr.as_ref() }).filter(|p| !p.node_bitmap.is_null()) else {
         return narrowed_by_job;
     };
-    let size = unsafe { sys::bit_size(part.node_bitmap) };
-    let (mut inside, mut outside) = (false, false);
-    for n in ctl.gpu_nodes().map(sys::bitoff_t::from) {
-        if n < size && unsafe { sys::bit_test(part.node_bitmap, n) } != 0 {
-            inside = true;
-        } else {
-            outside = true;
-        }
-        if inside && (outside || narrowed_by_job) {
-            return true;
-        }
-    }
-    false
+    let part = unsafe { members(part.node_bitmap) };
+    let gpu = ctl.gpu_node_set();
+    let inside = gpu.intersects(&part);
+    inside && (narrowed_by_job || !gpu.is_subset(&part))
 }
 
 fn mode_rule(mode: u16) -> ModeRule {
@@ -259,15 +250,62 @@ fn pools_line(ctl: &Controller) -> String {
 
 /// Bits set in a Slurm bitmap.
 unsafe fn bits(b: *mut sys::bitstr_t) -> Vec<NodeId> {
+    // SAFETY: caller contract.
+    unsafe { members(b) }.iter().collect()
+}
+
+/// The members of a Slurm bitmap (empty for NULL), read 64 nodes at a
+/// time ([`read_word`]): a `select_p_job_test` reads its candidates this
+/// way, one call per 64 nodes where they are all free or all taken rather
+/// than one per node (issue #11: a test cost `O(nodes)` calls into
+/// slurmctld).
+///
+/// # Safety
+/// `b` is NULL or a valid bitmap.
+unsafe fn members(b: *mut sys::bitstr_t) -> NodeSet {
     if b.is_null() {
-        return vec![];
+        return NodeSet::empty(0);
     }
-    // SAFETY: valid bitmap.
-    let size = unsafe { sys::bit_size(b) };
-    (0..size)
-        .filter(|&i| unsafe { sys::bit_test(b, i) } != 0)
-        .map(|i| i as NodeId)
-        .collect()
+    // SAFETY: valid bitmap; `read_word` asks for ranges and bits inside it.
+    let size = u32::try_from(unsafe { sys::bit_size(b) }).unwrap_or(0);
+    let count = |start: u32, end: u32| {
+        let n = unsafe { sys::bit_set_count_range(b, start as i32, end as i32) };
+        u32::try_from(n).unwrap_or(0)
+    };
+    let test = |n: u32| unsafe { sys::bit_test(b, sys::bitoff_t::from(n)) } != 0;
+    NodeSet::from_words(size, |i| read_word(i, size, count, test))
+}
+
+/// Word `i` (nodes `64 i .. 64 i + 64`) of a bitmap of `size` bits: the
+/// count of its set bits first (`count(start, end)`, Slurm's
+/// `bit_set_count_range` over `[start, end)`, a popcount); each bit is
+/// read (`test`) only when some but not all are set.
+fn read_word(
+    i: usize,
+    size: u32,
+    count: impl Fn(u32, u32) -> u32,
+    test: impl Fn(u32) -> bool,
+) -> u64 {
+    let start = (i as u64 * 64).min(u64::from(size)) as u32;
+    let end = start.saturating_add(64).min(size);
+    let width = end - start;
+    match count_of(width, || count(start, end)) {
+        0 => 0,
+        c if c == width && width == 64 => !0,
+        c if c == width => (1u64 << width) - 1,
+        _ => (0..width)
+            .filter(|&k| test(start + k))
+            .fold(0, |w, k| w | 1 << k),
+    }
+}
+
+/// The set bits of a word of `width` bits (none to count when 0).
+fn count_of(width: u32, count: impl FnOnce() -> u32) -> u32 {
+    if width == 0 {
+        0
+    } else {
+        count()
+    }
 }
 
 /// Node indices of a Slurm host list (`n[1-3]`).
@@ -746,10 +784,13 @@ fn select_p_job_test_narrowed(
     guard("select_p_job_test", SLURM_ERROR, || {
         // SAFETY: bitmap valid; copy freed below.
         let orig = unsafe { sys::bit_copy(bitmap) };
+        // The candidates left: those of Slurm's that the plan names (a
+        // call per planned node, not per node of the cluster).
         let size = unsafe { sys::bit_size(bitmap) };
-        for i in 0..size {
-            if !want.contains(i as NodeId) {
-                unsafe { sys::bit_clear(bitmap, i) };
+        unsafe { sys::bit_clear_all(bitmap) };
+        for n in want.iter().map(sys::bitoff_t::from) {
+            if n < size && unsafe { sys::bit_test(orig, n) } != 0 {
+                unsafe { sys::bit_set(bitmap, n) };
             }
         }
         let mut rc = call(bitmap, spread);
@@ -877,6 +918,37 @@ pub unsafe extern "C" fn select_p_job_fini(job_ptr: *mut sys::job_record_t) -> c
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bitmap_is_read_a_word_at_a_time_with_bits_only_where_words_are_mixed() {
+        use std::cell::Cell;
+        // 200 bits: word 0 empty, word 1 full, word 2 mixed, word 3 the
+        // last 8 bits, full.
+        let set: Vec<bool> = (0..200u32)
+            .map(|n| (64..128).contains(&n) || [130, 191].contains(&n) || n >= 192)
+            .collect();
+        let tests = Cell::new(0);
+        let count = |s: u32, e: u32| (s..e).filter(|&n| set[n as usize]).count() as u32;
+        let test = |n: u32| {
+            tests.set(tests.get() + 1);
+            set[n as usize]
+        };
+        let read = NodeSet::from_words(200, |i| read_word(i, 200, count, test));
+        let want: Vec<NodeId> = (0..200).filter(|&n| set[n as usize]).collect();
+        assert_eq!(read.iter().collect::<Vec<_>>(), want);
+        assert_eq!(
+            tests.get(),
+            64,
+            "only the mixed word's bits are read one by one"
+        );
+        // a size that is a multiple of 64, and none at all
+        let full = NodeSet::from_words(128, |i| read_word(i, 128, |s, e| e - s, |_| true));
+        assert_eq!(full.count(), 128);
+        assert_eq!(
+            read_word(0, 0, |_, _| unreachable!(), |_| unreachable!()),
+            0
+        );
+    }
 
     #[test]
     fn modes_are_read_from_the_low_byte_and_test_only_is_never_narrowed() {
