@@ -112,7 +112,7 @@ pub struct Args {
     /// runs, and so is each callback's: the code's cost, with the
     /// machine's interruptions (another process, the hypervisor) taken
     /// out, as they seldom hit the same event in every run. Each run's own
-    /// p99 is printed below the table.
+    /// p99 is printed below the table (range and median).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
 
@@ -1671,11 +1671,19 @@ fn tables(r: &BenchReport, args: &Args) -> String {
         );
     }
     for l in r.latency.iter().filter(|l| !l.run_p99_us.is_empty()) {
+        // The range, and the median: one run the machine interrupted
+        // more than the others moves the range's top, not the median.
         let range = |f: fn(&(f64, f64)) -> f64| {
-            let v: Vec<f64> = l.run_p99_us.iter().map(f).collect();
-            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            format!("{lo:.2}-{hi:.2}")
+            let mut v: Vec<f64> = l.run_p99_us.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            let (lo, hi) = (v[0], v[v.len() - 1]);
+            let mid = v.len() / 2;
+            let median = if v.len() % 2 == 1 {
+                v[mid]
+            } else {
+                (v[mid - 1] + v[mid]) / 2.0
+            };
+            format!("{lo:.2}-{hi:.2} (median {median:.2})")
         };
         let _ = writeln!(
             s,
