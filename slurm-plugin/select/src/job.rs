@@ -289,22 +289,16 @@ fn read_word(
     let start = (i as u64 * 64).min(u64::from(size)) as u32;
     let end = start.saturating_add(64).min(size);
     let width = end - start;
-    match count_of(width, || count(start, end)) {
+    if width == 0 {
+        return 0;
+    }
+    match count(start, end) {
         0 => 0,
         c if c == width && width == 64 => !0,
         c if c == width => (1u64 << width) - 1,
         _ => (0..width)
             .filter(|&k| test(start + k))
             .fold(0, |w, k| w | 1 << k),
-    }
-}
-
-/// The set bits of a word of `width` bits (none to count when 0).
-fn count_of(width: u32, count: impl FnOnce() -> u32) -> u32 {
-    if width == 0 {
-        0
-    } else {
-        count()
     }
 }
 
