@@ -661,7 +661,7 @@ pub fn plan_room(
     // The team rule depends on the account only: decide it once per account.
     let mut by_team: HashMap<&str, Option<VictimRule>, BuildHasherDefault<Fnv>> =
         HashMap::default();
-    let mut cands: Vec<(&RunningJob, VictimRule)> = running
+    let cands: Vec<(&RunningJob, VictimRule)> = running
         .iter()
         .filter(|v| !v.protected(now, cfg) && !excluded.contains(&v.id))
         .filter(|v| pending.preempted_by != Some(v.id))
@@ -702,13 +702,15 @@ pub fn plan_room(
         // Even every legal victim together does not make room.
         return None;
     }
-    // Cheapest first: unallocated before allocated, then by loss, then id.
-    let key = |v: &RunningJob| (v.allocated(), v.loss(now, cfg), v.id);
-    cands.sort_by(|a, b| {
-        key(a.0)
-            .partial_cmp(&key(b.0))
-            .unwrap_or(std::cmp::Ordering::Equal)
-    });
+    // Cheapest first: unallocated before allocated, then by loss, then id
+    // (a stable sort on keys computed once per candidate).
+    let mut keyed: Vec<_> = cands
+        .into_iter()
+        .map(|c| ((c.0.allocated(), c.0.loss(now, cfg), c.0.id), c))
+        .collect();
+    keyed.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
+    let (losses, cands): (Vec<f64>, Vec<(&RunningJob, VictimRule)>) =
+        keyed.into_iter().map(|(k, c)| (k.1, c)).unzip();
 
     let freed = |set: &[usize]| {
         let mut extra: FreedMap = BTreeMap::new();
@@ -722,29 +724,40 @@ pub fn plan_room(
     };
     // Victims taken by the load test alone, per team, stay within the
     // team's excess over its allocation ([`load_budget`]).
-    let budgets: Vec<Option<(&str, f64, f64)>> = cands
+    // Each budgeted victim's team as an index into `teams`, so that a
+    // set's spending per team is a few slots of a vector rather than a map
+    // keyed by account name: the exact search asks for up to 1,023 sets and
+    // the greedy one for every candidate at every step (the policy
+    // simulator's 30-day replay spent most of its time here).
+    let mut teams: Vec<&str> = Vec::new();
+    let budgets: Vec<Option<(usize, f64, f64)>> = cands
         .iter()
-        .map(|(v, _)| load_budget(v, pending, ratios, cfg))
+        .map(|(v, _)| {
+            let (team, gpus, excess) = load_budget(v, pending, ratios, cfg)?;
+            let k = teams.iter().position(|&t| t == team).unwrap_or_else(|| {
+                teams.push(team);
+                teams.len() - 1
+            });
+            Some((k, gpus, excess))
+        })
         .collect();
     let within_budget = |set: &[usize]| {
-        let mut spent: BTreeMap<&str, f64> = BTreeMap::new();
+        let mut spent = vec![0.0; teams.len()];
         set.iter()
             .filter_map(|&i| budgets[i])
-            .all(|(team, gpus, excess)| {
-                let s = spent.entry(team).or_default();
-                *s += gpus;
-                *s <= excess
+            .all(|(k, gpus, excess)| {
+                spent[k] += gpus;
+                spent[k] <= excess
             })
     };
     let feasible = |set: &[usize]| fit_with(&freed(set)) >= w && within_budget(set);
     let cost = |set: &[usize]| {
         let (mut alloc, mut unalloc) = (0.0, 0.0);
         for &i in set {
-            let v = cands[i].0;
-            if v.allocated() {
-                alloc += v.loss(now, cfg);
+            if cands[i].0.allocated() {
+                alloc += losses[i];
             } else {
-                unalloc += v.loss(now, cfg);
+                unalloc += losses[i];
             }
         }
         (
@@ -782,14 +795,15 @@ pub fn plan_room(
         // GPU-second lost, then drop any victim that is not needed.
         let mut set: Vec<usize> = Vec::new();
         let mut extra: FreedMap = BTreeMap::new();
+        // What `set` holds and spends per team, kept as it grows: a
+        // candidate is within budget when adding it is (every earlier
+        // victim passed the same test, so `within_budget(set + [i])`).
+        let mut in_set = vec![false; cands.len()];
+        let mut spent = vec![0.0; teams.len()];
         while fit_with(&extra) < w {
             let next = (0..cands.len())
-                .filter(|i| !set.contains(i))
-                .filter(|&i| {
-                    let mut with = set.clone();
-                    with.push(i);
-                    within_budget(&with)
-                })
+                .filter(|&i| !in_set[i])
+                .filter(|&i| budgets[i].is_none_or(|(k, gpus, excess)| spent[k] + gpus <= excess))
                 .max_by(|&a, &b| {
                     // Extra instances candidate `i` makes fit, from its nodes only.
                     let score = |i: usize| {
@@ -807,7 +821,7 @@ pub fn plan_room(
                             })
                             .sum();
                         let weight = if v.allocated() { 1e6 } else { 1.0 };
-                        gain as f64 / (1.0 + weight * v.loss(now, cfg))
+                        gain as f64 / (1.0 + weight * losses[i])
                     };
                     score(a)
                         .partial_cmp(&score(b))
@@ -818,6 +832,10 @@ pub fn plan_room(
             for &(n, gpus) in &v.gpus_on {
                 extra.entry(n).or_default().add(Freed::of(v, gpus));
             }
+            if let Some((k, gpus, _)) = budgets[next] {
+                spent[k] += gpus;
+            }
+            in_set[next] = true;
             set.push(next);
         }
         for i in (0..set.len()).rev() {

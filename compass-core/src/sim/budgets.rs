@@ -791,6 +791,9 @@ struct Sim<'a> {
     /// Teams in fair-share order (allocated jobs of the first team first).
     order: Vec<usize>,
     ratios: TeamTable,
+    /// The team of each entry of `ratios.load`, in its order
+    /// ([`Sim::refresh_loads`]).
+    load_teams: Vec<usize>,
     capacity: u64,
     waiting: usize,
     peak_used_gpu_s: f64,
@@ -880,6 +883,7 @@ impl<'a> Sim<'a> {
             cycle_pending: false,
             order: Vec::new(),
             ratios: TeamTable::default(),
+            load_teams: Vec::new(),
             capacity: cfg.spec.total_gpus(),
             waiting: 0,
             peak_used_gpu_s: 0.0,
@@ -1124,20 +1128,42 @@ impl<'a> Sim<'a> {
     }
 
     /// Allocated GPUs each team runs now against its allocation.
+    ///
+    /// The table is keyed by account; it is filled once, and then each
+    /// entry is updated in place from its team, in the table's order (the
+    /// preemption pass asks for this before every job it plans for;
+    /// rebuilding the table, an account name copied and compared per team,
+    /// was a quarter of the 30-day replay).
     fn refresh_loads(&mut self) {
         let cap = self.capacity as f64;
         self.ratios.loads_decide = self.cfg.team_order.preempts_by_load();
-        self.ratios.load = self
-            .teams
-            .iter()
-            .map(|t| {
-                let load = TeamLoad {
-                    running_gpus: t.run_charged as f64,
-                    allocation_gpus: t.share * cap,
-                };
-                (t.account.clone(), load)
-            })
-            .collect();
+        let load = |t: &Team| TeamLoad {
+            running_gpus: t.run_charged as f64,
+            allocation_gpus: t.share * cap,
+        };
+        if self.load_teams.len() != self.teams.len() {
+            // One team per account (`Sim::new`): the table's entries.
+            self.ratios.load = self
+                .teams
+                .iter()
+                .map(|t| (t.account.clone(), load(t)))
+                .collect();
+            let team_of: HashMap<&str, usize> = self
+                .teams
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.account.as_str(), i))
+                .collect();
+            self.load_teams = self
+                .ratios
+                .load
+                .keys()
+                .map(|a| team_of[a.as_str()])
+                .collect();
+        }
+        for (l, &t) in self.ratios.load.values_mut().zip(&self.load_teams) {
+            *l = load(&self.teams[t]);
+        }
     }
 
     /// Teams in the order their allocated and their unallocated jobs are
