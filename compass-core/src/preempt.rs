@@ -519,7 +519,7 @@ pub fn victim_rule(
 /// this test, 5,542 under the ratio test alone; owed (allocated) 85.7%,
 /// 88.8%, 88.8%: docs/results.md, "The preemption rule, second round").
 /// Checked per victim here; [`plan_room`] also bounds the victims it takes
-/// together by the load test alone ([`load_budget`]: two of them may not
+/// together by the load test alone ([`Teams::load_budget`]: two of them may not
 /// together take a team below its allocation), and [`plan_cycle`] counts
 /// the victims and admissions of its earlier plans in the loads.
 fn job_yields(
@@ -528,47 +528,80 @@ fn job_yields(
     ratios: &dyn Ratios,
     cfg: &ProtectionConfig,
 ) -> bool {
-    if !ratios.loads_decide() {
-        return true;
-    }
-    let (Some(v), Some(_)) = (
-        ratios.allocation(&victim.account),
-        ratios.allocation(&pending.account),
-    ) else {
-        return true;
+    let teams = Teams {
+        victim: TeamView::of(ratios, &victim.account),
+        pending: TeamView::of(ratios, &pending.account),
+        loads_decide: ratios.loads_decide(),
     };
-    v.running_gpus - f64::from(victim.gpus()) >= v.allocation_gpus
-        || ratios.ratio(&victim.account)
-            > ratios.ratio(&pending.account) * (1.0 + cfg.preempt_margin)
+    teams.job_yields(victim, cfg)
 }
 
-/// How many of `victim`'s GPUs count against its team's budget in one
-/// plan ([`plan_room`]): an allocated victim that yields by the load test
-/// alone ([`job_yields`]: its team runs above its allocation, and the
-/// ratio test does not hold) spends its GPUs from the team's excess over
-/// its allocation; `None` for a victim the ratio test (or no known load)
-/// makes legal whatever else is taken. With the team's excess
-/// (`running - allocation`), as `(account, gpus, excess)`.
-fn load_budget<'a>(
-    victim: &'a RunningJob,
-    pending: &PendingJob,
-    ratios: &dyn Ratios,
-    cfg: &ProtectionConfig,
-) -> Option<(&'a str, f64, f64)> {
-    if !victim.allocated() || !ratios.loads_decide() {
-        return None;
+/// A team's ratio and load, looked up once ([`plan_room`] asks them for
+/// every victim of the team, and a driver's table is keyed by account
+/// name).
+#[derive(Clone, Copy, Debug)]
+struct TeamView {
+    ratio: f64,
+    load: Option<TeamLoad>,
+}
+
+impl TeamView {
+    fn of(ratios: &dyn Ratios, account: &str) -> Self {
+        Self {
+            ratio: ratios.ratio(account),
+            load: ratios.allocation(account),
+        }
     }
-    let v = ratios.allocation(&victim.account)?;
-    ratios.allocation(&pending.account)?;
-    let by_ratio =
-        ratios.ratio(&victim.account) > ratios.ratio(&pending.account) * (1.0 + cfg.preempt_margin);
-    (!by_ratio).then(|| {
-        (
-            victim.account.as_str(),
-            f64::from(victim.gpus()),
-            v.running_gpus - v.allocation_gpus,
-        )
-    })
+}
+
+/// The victim's team and the requester's, as [`job_yields`] and
+/// [`Teams::load_budget`] read them.
+#[derive(Clone, Copy, Debug)]
+struct Teams {
+    victim: TeamView,
+    pending: TeamView,
+    loads_decide: bool,
+}
+
+impl Teams {
+    /// [`job_yields`] on looked-up teams.
+    fn job_yields(&self, victim: &RunningJob, cfg: &ProtectionConfig) -> bool {
+        if !self.loads_decide {
+            return true;
+        }
+        let (Some(v), Some(_)) = (self.victim.load, self.pending.load) else {
+            return true;
+        };
+        v.running_gpus - f64::from(victim.gpus()) >= v.allocation_gpus
+            || self.victim.ratio > self.pending.ratio * (1.0 + cfg.preempt_margin)
+    }
+
+    /// How many of `victim`'s GPUs count against its team's budget in one
+    /// plan ([`plan_room`]): an allocated victim that yields by the load test
+    /// alone ([`job_yields`]: its team runs above its allocation, and the
+    /// ratio test does not hold) spends its GPUs from the team's excess over
+    /// its allocation; `None` for a victim the ratio test (or no known load)
+    /// makes legal whatever else is taken. With the team's excess
+    /// (`running - allocation`), as `(account, gpus, excess)`.
+    fn load_budget<'a>(
+        &self,
+        victim: &'a RunningJob,
+        cfg: &ProtectionConfig,
+    ) -> Option<(&'a str, f64, f64)> {
+        if !victim.allocated() || !self.loads_decide {
+            return None;
+        }
+        let v = self.victim.load?;
+        self.pending.load?;
+        let by_ratio = self.victim.ratio > self.pending.ratio * (1.0 + cfg.preempt_margin);
+        (!by_ratio).then(|| {
+            (
+                victim.account.as_str(),
+                f64::from(victim.gpus()),
+                v.running_gpus - v.allocation_gpus,
+            )
+        })
+    }
 }
 
 /// May a team's job other than its head (its first waiting allocated job
@@ -633,6 +666,10 @@ fn team_rule(
     (victim_ratio > requester_ratio * (1.0 + cfg.preempt_margin)).then_some(rule)
 }
 
+/// A legal victim of [`plan_room`]: the job, the rule that lets it be
+/// taken, and its team as looked up (allocated jobs only).
+type Candidate<'a> = (&'a RunningJob, VictimRule, Option<Teams>);
+
 /// Chooses the victims that make `pending` placeable, or `None` if no legal
 /// set does. `Some(vec![])` means it fits already. `excluded` jobs (already
 /// chosen this cycle) are not considered.
@@ -658,26 +695,33 @@ pub fn plan_room(
     if !pending.may_preempt() {
         return None;
     }
-    // The team rule depends on the account only: decide it once per account.
-    let mut by_team: HashMap<&str, Option<VictimRule>, BuildHasherDefault<Fnv>> =
+    // The team rule depends on the account only: decide it once per account,
+    // and look the team up once (its ratio and load, for each of its jobs).
+    let pending_team = TeamView::of(ratios, &pending.account);
+    let loads_decide = ratios.loads_decide();
+    let mut by_team: HashMap<&str, (Option<VictimRule>, Teams), BuildHasherDefault<Fnv>> =
         HashMap::default();
-    let cands: Vec<(&RunningJob, VictimRule)> = running
+    let cands: Vec<Candidate<'_>> = running
         .iter()
         .filter(|v| !v.protected(now, cfg) && !excluded.contains(&v.id))
         .filter(|v| pending.preempted_by != Some(v.id))
         // Only jobs on nodes the pending job could run on free room for it.
         .filter(|v| v.gpus_on.iter().any(|(n, _)| room.eligible(*n, needs)))
         .filter_map(|v| {
-            let rule = if v.allocated() {
-                by_team
-                    .entry(v.account.as_str())
-                    .or_insert_with(|| team_rule(&v.account, pending, ratios, cfg))
-                    .clone()
-                    .filter(|_| job_yields(v, pending, ratios, cfg))
-            } else {
-                Some(VictimRule::Unallocated)
-            };
-            rule.map(|r| (v, r))
+            if !v.allocated() {
+                return Some((v, VictimRule::Unallocated, None));
+            }
+            let (rule, teams) = by_team.entry(v.account.as_str()).or_insert_with(|| {
+                let teams = Teams {
+                    victim: TeamView::of(ratios, &v.account),
+                    pending: pending_team,
+                    loads_decide,
+                };
+                (team_rule(&v.account, pending, ratios, cfg), teams)
+            });
+            let teams = *teams;
+            let rule = rule.clone().filter(|_| teams.job_yields(v, cfg))?;
+            Some((v, rule, Some(teams)))
         })
         .collect();
     // Instances that fit with `extra` freed, counting only touched nodes.
@@ -693,7 +737,7 @@ pub fn plan_room(
                 .sum::<u64>()
     };
     let mut all: FreedMap = BTreeMap::new();
-    for (v, _) in &cands {
+    for (v, _, _) in &cands {
         for &(n, gpus) in &v.gpus_on {
             all.entry(n).or_default().add(Freed::of(v, gpus));
         }
@@ -709,7 +753,7 @@ pub fn plan_room(
         .map(|c| ((c.0.allocated(), c.0.loss(now, cfg), c.0.id), c))
         .collect();
     keyed.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
-    let (losses, cands): (Vec<f64>, Vec<(&RunningJob, VictimRule)>) =
+    let (losses, cands): (Vec<f64>, Vec<Candidate<'_>>) =
         keyed.into_iter().map(|(k, c)| (k.1, c)).unzip();
 
     let freed = |set: &[usize]| {
@@ -723,7 +767,7 @@ pub fn plan_room(
         extra
     };
     // Victims taken by the load test alone, per team, stay within the
-    // team's excess over its allocation ([`load_budget`]).
+    // team's excess over its allocation ([`Teams::load_budget`]).
     // Each budgeted victim's team as an index into `teams`, so that a
     // set's spending per team is a few slots of a vector rather than a map
     // keyed by account name: the exact search asks for up to 1,023 sets and
@@ -732,8 +776,8 @@ pub fn plan_room(
     let mut teams: Vec<&str> = Vec::new();
     let budgets: Vec<Option<(usize, f64, f64)>> = cands
         .iter()
-        .map(|(v, _)| {
-            let (team, gpus, excess) = load_budget(v, pending, ratios, cfg)?;
+        .map(|(v, _, looked)| {
+            let (team, gpus, excess) = looked.as_ref()?.load_budget(v, cfg)?;
             let k = teams.iter().position(|&t| t == team).unwrap_or_else(|| {
                 teams.push(team);
                 teams.len() - 1
@@ -851,7 +895,7 @@ pub fn plan_room(
         chosen
             .into_iter()
             .map(|i| {
-                let (v, rule) = &cands[i];
+                let (v, rule, _) = &cands[i];
                 Preemption {
                     victim: v.id,
                     for_job: Some(pending.id),
