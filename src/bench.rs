@@ -1671,19 +1671,14 @@ fn tables(r: &BenchReport, args: &Args) -> String {
         );
     }
     for l in r.latency.iter().filter(|l| !l.run_p99_us.is_empty()) {
-        // The range, and the median: one run the machine interrupted
-        // more than the others moves the range's top, not the median.
+        // The range, and the median (nearest rank, as every percentile
+        // here): one run the machine interrupted more than the others moves
+        // the range's top, not the median.
         let range = |f: fn(&(f64, f64)) -> f64| {
-            let mut v: Vec<f64> = l.run_p99_us.iter().map(f).collect();
-            v.sort_by(f64::total_cmp);
-            let (lo, hi) = (v[0], v[v.len() - 1]);
-            let mid = v.len() / 2;
-            let median = if v.len() % 2 == 1 {
-                v[mid]
-            } else {
-                (v[mid - 1] + v[mid]) / 2.0
-            };
-            format!("{lo:.2}-{hi:.2} (median {median:.2})")
+            let v: Vec<f64> = l.run_p99_us.iter().map(f).collect();
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let p = Percentiles::of(v);
+            format!("{lo:.2}-{:.2} (median {:.2})", p.max, p.p50)
         };
         let _ = writeln!(
             s,
