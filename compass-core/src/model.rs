@@ -218,25 +218,18 @@ impl NodeSet {
     /// Members `start..start + len`, renumbered from 0: a word at a time
     /// (a pool of contiguous nodes reads Slurm's candidates this way).
     pub fn slice(&self, start: u32, len: u32) -> Self {
-        let mut out = Self::empty(len);
         let shift = start % 64;
         let first = (start / 64) as usize;
         let word = |i: usize| self.words.get(i).copied().unwrap_or(0);
-        for (i, w) in out.words.iter_mut().enumerate() {
+        Self::from_words(len, |i| {
             let lo = word(first + i) >> shift;
             let hi = if shift == 0 {
                 0
             } else {
                 word(first + i + 1) << (64 - shift)
             };
-            *w = lo | hi;
-        }
-        if !len.is_multiple_of(64) {
-            if let Some(last) = out.words.last_mut() {
-                *last &= (1u64 << (len % 64)) - 1;
-            }
-        }
-        out
+            lo | hi
+        })
     }
     pub fn insert(&mut self, n: NodeId) {
         if n < self.len {

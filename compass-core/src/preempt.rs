@@ -768,25 +768,25 @@ pub fn plan_room(
     };
     // Victims taken by the load test alone, per team, stay within the
     // team's excess over its allocation ([`Teams::load_budget`]).
-    // Each budgeted victim's team as an index into `teams`, so that a
+    // Each budgeted victim's team as an index into `budgeted`, so that a
     // set's spending per team is a few slots of a vector rather than a map
     // keyed by account name: the exact search asks for up to 1,023 sets and
     // the greedy one for every candidate at every step (the policy
     // simulator's 30-day replay spent most of its time here).
-    let mut teams: Vec<&str> = Vec::new();
+    let mut budgeted: Vec<&str> = Vec::new();
     let budgets: Vec<Option<(usize, f64, f64)>> = cands
         .iter()
         .map(|(v, _, looked)| {
             let (team, gpus, excess) = looked.as_ref()?.load_budget(v, cfg)?;
-            let k = teams.iter().position(|&t| t == team).unwrap_or_else(|| {
-                teams.push(team);
-                teams.len() - 1
+            let k = budgeted.iter().position(|&t| t == team).unwrap_or_else(|| {
+                budgeted.push(team);
+                budgeted.len() - 1
             });
             Some((k, gpus, excess))
         })
         .collect();
     let within_budget = |set: &[usize]| {
-        let mut spent = vec![0.0; teams.len()];
+        let mut spent = vec![0.0; budgeted.len()];
         set.iter()
             .filter_map(|&i| budgets[i])
             .all(|(k, gpus, excess)| {
@@ -843,7 +843,7 @@ pub fn plan_room(
         // candidate is within budget when adding it is (every earlier
         // victim passed the same test, so `within_budget(set + [i])`).
         let mut in_set = vec![false; cands.len()];
-        let mut spent = vec![0.0; teams.len()];
+        let mut spent = vec![0.0; budgeted.len()];
         while fit_with(&extra) < w {
             let next = (0..cands.len())
                 .filter(|&i| !in_set[i])

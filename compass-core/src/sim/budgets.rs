@@ -870,6 +870,23 @@ impl<'a> Sim<'a> {
                 ..Live::default()
             });
         }
+        // One team per account: the load table's entries, in its order
+        // (by account), and the team of each ([`Sim::refresh_loads`]).
+        let mut load_teams: Vec<usize> = (0..teams.len()).collect();
+        load_teams.sort_by(|&a, &b| teams[a].account.cmp(&teams[b].account));
+        let ratios = TeamTable {
+            load: load_teams
+                .iter()
+                .map(|&t| {
+                    let load = TeamLoad {
+                        running_gpus: 0.0,
+                        allocation_gpus: teams[t].share * cfg.spec.total_gpus() as f64,
+                    };
+                    (teams[t].account.clone(), load)
+                })
+                .collect(),
+            ..TeamTable::default()
+        };
         let mut sim = Self {
             jobs,
             tree,
@@ -882,8 +899,8 @@ impl<'a> Sim<'a> {
             now: 0.0,
             cycle_pending: false,
             order: Vec::new(),
-            ratios: TeamTable::default(),
-            load_teams: Vec::new(),
+            ratios,
+            load_teams,
             capacity: cfg.spec.total_gpus(),
             waiting: 0,
             peak_used_gpu_s: 0.0,
@@ -1129,8 +1146,8 @@ impl<'a> Sim<'a> {
 
     /// Allocated GPUs each team runs now against its allocation.
     ///
-    /// The table is keyed by account; it is filled once, and then each
-    /// entry is updated in place from its team, in the table's order (the
+    /// The table is keyed by account, one entry per team ([`Sim::new`]);
+    /// each entry is updated in place from its team, in the table's order (the
     /// preemption pass asks for this before every job it plans for;
     /// rebuilding the table, an account name copied and compared per team,
     /// was a quarter of the 30-day replay).
@@ -1141,26 +1158,6 @@ impl<'a> Sim<'a> {
             running_gpus: t.run_charged as f64,
             allocation_gpus: t.share * cap,
         };
-        if self.load_teams.len() != self.teams.len() {
-            // One team per account (`Sim::new`): the table's entries.
-            self.ratios.load = self
-                .teams
-                .iter()
-                .map(|t| (t.account.clone(), load(t)))
-                .collect();
-            let team_of: HashMap<&str, usize> = self
-                .teams
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (t.account.as_str(), i))
-                .collect();
-            self.load_teams = self
-                .ratios
-                .load
-                .keys()
-                .map(|a| team_of[a.as_str()])
-                .collect();
-        }
         for (l, &t) in self.ratios.load.values_mut().zip(&self.load_teams) {
             *l = load(&self.teams[t]);
         }

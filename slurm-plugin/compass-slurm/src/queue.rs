@@ -18,8 +18,6 @@ use compass_core::placement::head::WaitingJob;
 /// A pending GPU job as `narrow` last saw it.
 #[derive(Clone, Debug)]
 pub(crate) struct Waiting {
-    /// GPUs it asks for, all instances.
-    pub gpus: u64,
     /// Its shape and the GPU type it names.
     pub shape: JobShape,
     pub gpu_type: Option<String>,
@@ -33,7 +31,6 @@ impl Waiting {
     /// A job just offered: priority not known yet, not seen by a tick.
     pub fn offered(shape: JobShape, gpu_type: Option<String>) -> Self {
         Self {
-            gpus: shape.total_gpus(),
             shape,
             gpu_type,
             priority: 0,
@@ -49,8 +46,6 @@ pub(crate) struct Queue {
     /// The waiting jobs of each shape and GPU type (changed when a job
     /// comes or goes, not at each offer).
     by_kind: FxHashMap<(JobShape, Option<String>), BTreeSet<u64>>,
-    /// How many jobs ask for each number of GPUs.
-    by_gpus: BTreeMap<u64, u32>,
 }
 
 impl Queue {
@@ -73,19 +68,12 @@ impl Queue {
             .entry((w.shape, w.gpu_type.clone()))
             .or_default()
             .insert(id);
-        *self.by_gpus.entry(w.gpus).or_default() += 1;
         self.jobs.insert(id, w);
     }
 
     /// `id` waits no more (it started or ended, or its offer is too old).
     pub fn remove(&mut self, id: u64) -> Option<Waiting> {
         let w = self.jobs.remove(&id)?;
-        self.forget(id, &w);
-        Some(w)
-    }
-
-    /// Takes `w`, job `id` gone from `jobs`, out of the indexes.
-    fn forget(&mut self, id: u64, w: &Waiting) {
         let key = (w.shape, w.gpu_type.clone());
         if let Some(ids) = self.by_kind.get_mut(&key) {
             ids.remove(&id);
@@ -93,12 +81,7 @@ impl Queue {
                 self.by_kind.remove(&key);
             }
         }
-        if let Some(c) = self.by_gpus.get_mut(&w.gpus) {
-            *c -= 1;
-            if *c == 0 {
-                self.by_gpus.remove(&w.gpus);
-            }
-        }
+        Some(w)
     }
 
     /// Slurm's priority of waiting job `id`.
@@ -112,22 +95,21 @@ impl Queue {
     /// now, and those whose offer was seen more than `ttl` ago leave.
     pub fn expire(&mut self, now: u64, ttl: u64) {
         let mut gone = Vec::new();
-        self.jobs.retain(|&id, w| {
+        for (&id, w) in &mut self.jobs {
             let seen = *w.seen.get_or_insert(now);
-            let stays = now.saturating_sub(seen) <= ttl;
-            if !stays {
-                gone.push((id, w.clone()));
+            if now.saturating_sub(seen) > ttl {
+                gone.push(id);
             }
-            stays
-        });
-        for (id, w) in gone {
-            self.forget(id, &w);
+        }
+        for id in gone {
+            self.remove(id);
         }
     }
 
-    /// The fewest GPUs a waiting job asks for.
+    /// The fewest GPUs a waiting job asks for: the least of the shapes
+    /// waiting (a few, however many jobs wait).
     pub fn least_gpus(&self) -> Option<u64> {
-        self.by_gpus.keys().next().copied()
+        self.by_kind.keys().map(|(s, _)| s.total_gpus()).min()
     }
 
     /// The waiting GPU job Slurm starts first: highest priority, then the
@@ -183,7 +165,7 @@ mod tests {
             .iter()
             .max_by(|a, b| a.1.priority.cmp(&b.1.priority).then(b.0.cmp(&a.0)))
             .map(|(id, _)| id);
-        let least = q.iter().map(|(_, w)| w.gpus).min();
+        let least = q.iter().map(|(_, w)| w.shape.total_gpus()).min();
         let distinct = distinct_waiting(q.iter().map(|(_, w)| WaitingJob {
             shape: w.shape,
             gpu_type: w.gpu_type.as_deref(),
