@@ -67,6 +67,9 @@ impl ApiError {
                 (StatusCode::CONFLICT, None)
             }
             BudgetError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, None),
+            BudgetError::Db(e) if crate::db::storage_failed(e) => {
+                (StatusCode::SERVICE_UNAVAILABLE, None)
+            }
             _ => (StatusCode::INTERNAL_SERVER_ERROR, None),
         }
     }
@@ -218,6 +221,7 @@ where
     let st = state.clone();
     let task = tokio::task::spawn_blocking(move || {
         let _permit = permit;
+        st.db().check_file()?;
         f(&st)
     });
     let limit = state.config.request_timeout();
@@ -576,7 +580,8 @@ fn window(state: &AppState, q: &HashMap<String, String>) -> Result<(i64, i64), B
             )
         })?,
         (None, Some(_)) => return Err(bad_query("window_s", "must be positive".into())),
-        (None, None) => to.saturating_sub(state.config.window_s),
+        // The default window, cut at 1970 (as `from` may not be earlier).
+        (None, None) => to.saturating_sub(state.config.window_s).max(0),
         (Some(_), Some(_)) => {
             return Err(bad_query(
                 "window_s",
@@ -619,12 +624,19 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     // off the runtime and bounded, outside the request slots: a stuck
     // SQLite makes this 503 `db-stalled`, never a hang.
     let st = state.clone();
-    let check = tokio::task::spawn_blocking(move || st.db().version().is_ok());
+    let check = tokio::task::spawn_blocking(move || {
+        let db = st.db();
+        db.check_file()?;
+        // A write refused by the file system (read-only, full, immutable)
+        // shows here too, not only at the next edit.
+        db.write_check()
+    });
     let limit = state.config.request_timeout().min(HEALTH_DB_WAIT);
-    let (db_ok, status) = match tokio::time::timeout(limit, check).await {
-        Ok(Ok(true)) => (true, "ok"),
-        Ok(_) => (false, "db-error"),
-        Err(_) => (false, "db-stalled"),
+    let (db_ok, status, db_error) = match tokio::time::timeout(limit, check).await {
+        Ok(Ok(Ok(()))) => (true, "ok", None),
+        Ok(Ok(Err(e))) => (false, "db-error", Some(e.to_string())),
+        Ok(Err(e)) => (false, "db-error", Some(e.to_string())),
+        Err(_) => (false, "db-stalled", None),
     };
     let st = state.status().clone();
     let code = if db_ok {
@@ -634,7 +646,7 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     };
     (
         code,
-        api_json(json!({ "status": status, "db_ok": db_ok, "cycle": st })),
+        api_json(json!({ "status": status, "db_ok": db_ok, "db_error": db_error, "cycle": st })),
     )
         .into_response()
 }
@@ -945,7 +957,8 @@ struct ImportBody {
 
 async fn import(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Response> {
     blocking(&state, move |state| {
-        let (user, b): (String, ImportBody) = w.authenticate(state)?;
+        let (user, mut b): (String, ImportBody) = w.authenticate(state)?;
+        crate::db::lowercase_accounts(&mut b.nodes);
         let pol = policy(state);
         if b.nodes.is_empty() {
             return Err(BudgetError::field(
@@ -1143,7 +1156,7 @@ async fn get_user_jobs(
         running.sort_by_key(|j| j.job);
         let mut run_rows = Vec::new();
         for j in &running {
-            let actions = state.db().actions(Some(j.job.0), 50)?;
+            let actions = rows_of_job(state.db().actions(Some(j.job.0), 50)?, j.job.0, Some(j.submit));
             run_rows.push(json!({
                 "job": j.job, "account": j.account, "gpus": j.gpus, "start": j.start,
                 "min_runtime_s": j.min_runtime_s,
@@ -1186,9 +1199,13 @@ async fn get_why(
             why: "PrivateData=jobs: only its owner, admins and operators may see it".into(),
         });
     }
-    let actions = state.db().actions(Some(id), 50)?;
+    let pending = q.order.iter().find(|p| p.job.job == JobId(id));
+    let submit = pending
+        .map(|p| p.job.submit)
+        .or_else(|| state.running_job(id).map(|j| j.submit));
+    let actions = rows_of_job(state.db().actions(Some(id), 50)?, id, submit);
     let enforcement = enforcement_text(state, id, &actions);
-    if let Some(p) = q.order.iter().find(|p| p.job.job == JobId(id)) {
+    if let Some(p) = pending {
         return Ok(api_json(
             json!({ "at": q.at, "state": "pending", "placed": p, "row": queue_row(p, &q),
                     "actions": actions, "enforcement": enforcement }),
@@ -1239,6 +1256,33 @@ async fn get_why(
 }
 
 /// What enforcement did to a job, and whether it is protected now.
+/// The actions that concern job `id` as it is now, `submit` its submit time
+/// when it is pending or running (`None`: every row of the id). slurmctld
+/// reuses job ids after a cold start, so a row made for an earlier job of
+/// the id is left out (issue #11: `compass why` told a new job it had been
+/// requeued). A row where it was the victim applies when the submit time
+/// recorded is this job's ([`crate::enforce::same_job`]: also after our own
+/// requeue); one where it needed the room, when it was submitted by then.
+fn rows_of_job(
+    rows: Vec<crate::db::ActionRow>,
+    id: u64,
+    submit: Option<i64>,
+) -> Vec<crate::db::ActionRow> {
+    let Some(submit) = submit else {
+        return rows;
+    };
+    rows.into_iter()
+        .filter(|a| {
+            if a.job == Some(id) {
+                a.submit
+                    .is_none_or(|s| crate::enforce::same_job(s, a.at, submit))
+            } else {
+                submit <= a.at
+            }
+        })
+        .collect()
+}
+
 fn enforcement_text(state: &AppState, id: u64, actions: &[crate::db::ActionRow]) -> String {
     let mut out = String::new();
     if let Some(j) = state.running_job(id) {

@@ -184,6 +184,9 @@ impl Cycle {
     }
 
     fn try_step(&mut self) -> Result<StepReport> {
+        // Nothing is ingested or enforced into a database file that was
+        // removed or replaced (it would be lost at the next start).
+        self.state.db().check_file()?;
         let snap = self.source.snapshot().inspect_err(|_| {
             self.state.metrics.slurm_rpc_error("snapshot");
         })?;

@@ -33,6 +33,8 @@ pub fn known_version() -> i64 {
 
 pub struct Db {
     conn: Connection,
+    /// The file opened and its identity (device, inode); `None` in memory.
+    file: Option<(std::path::PathBuf, u64, u64)>,
 }
 
 /// One audit row.
@@ -68,7 +70,29 @@ impl Db {
                 std::fs::create_dir_all(dir)?;
             }
         }
-        Self::init(Connection::open(path)?)
+        let mut db = Self::init(Connection::open(path)?)?;
+        db.file = file_id(path).map(|(dev, ino)| (path.to_path_buf(), dev, ino));
+        Ok(db)
+    }
+
+    /// Is the path opened still the file the service writes? SQLite keeps
+    /// writing to a file removed or replaced under it, and everything
+    /// written since is lost at the next start (issue #11: an edit was
+    /// acknowledged, then gone). `Unavailable` (HTTP 503) when it is not;
+    /// every request and cycle checks it first (one `stat`).
+    pub fn check_file(&self) -> Result<()> {
+        let Some((path, dev, ino)) = &self.file else {
+            return Ok(());
+        };
+        if file_id(path) == Some((*dev, *ino)) {
+            return Ok(());
+        }
+        Err(BudgetError::Unavailable(format!(
+            "the database file {} was removed or replaced while the service runs; nothing more \
+             is written to it (it would be lost at the next start): restore the file, or restart \
+             compass-budgetd to open the one at that path",
+            path.display()
+        )))
     }
 
     /// An in-memory database (tests).
@@ -80,9 +104,25 @@ impl Db {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         conn.execute_batch("PRAGMA foreign_keys=ON; PRAGMA synchronous=FULL;")?;
-        let mut db = Db { conn };
+        let mut db = Db { conn, file: None };
         db.migrate()?;
         Ok(db)
+    }
+
+    /// Can the database be written now? Rewrites the schema version in its
+    /// own transaction (one small write, `/healthz`): a file system that
+    /// refuses writes (read-only, full, an immutable file) fails here, not
+    /// only at the next edit.
+    pub fn write_check(&self) -> Result<()> {
+        let v = self.version()?;
+        self.conn
+            .execute_batch(&format!(
+                "BEGIN IMMEDIATE; PRAGMA user_version={v}; COMMIT;"
+            ))
+            .inspect_err(|_| {
+                let _ = self.conn.execute_batch("ROLLBACK");
+            })?;
+        Ok(())
     }
 
     /// The schema version stored in the database.
@@ -172,13 +212,7 @@ impl Db {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let old = load_specs(&tx)?;
         let mut new = edit(&old)?;
-        // Slurm stores account names in lower case (`sbatch -A NLP-A` runs
-        // as `nlp-a`): so does the tree, or such jobs would charge nobody.
-        for s in &mut new {
-            if let Some(a) = s.account.as_mut() {
-                a.make_ascii_lowercase();
-            }
-        }
+        lowercase_accounts(&mut new);
         if !new.is_empty() {
             OrgTree::build(&new)?;
         }
@@ -715,13 +749,25 @@ impl Db {
             .is_some())
     }
 
-    /// When Slurm first refused to requeue this run, if it did.
-    pub fn first_requeue_refusal(&self, job: u64, run_start: i64) -> Result<Option<i64>> {
-        Ok(self.conn.query_row(
-            "SELECT MIN(at) FROM actions WHERE job = ?1 AND run_start = ?2 AND ok = 0 AND dry_run = 0 AND action = 'requeue'",
-            params![job as i64, run_start],
-            |r| r.get(0),
-        )?)
+    /// When Slurm began refusing to requeue this run (`job` started at
+    /// `run_start`), if it refuses still: the first refusal of the latest
+    /// streak ([`refusal_streak_start`]). A refusal long ago followed by no
+    /// attempt is no streak (issue #11: a refusal an hour old made the next
+    /// requeue of the same run a cancel at once).
+    pub fn requeue_refused_since(
+        &self,
+        job: u64,
+        run_start: i64,
+        now: i64,
+        gap: i64,
+    ) -> Result<Option<i64>> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT at FROM actions WHERE job = ?1 AND run_start = ?2 AND ok = 0 AND dry_run = 0 AND action = 'requeue' ORDER BY at DESC",
+        )?;
+        let times = st
+            .query_map(params![job as i64, run_start], |r| r.get::<_, i64>(0))?
+            .collect::<rusqlite::Result<Vec<i64>>>()?;
+        Ok(refusal_streak_start(&times, now, gap))
     }
 
     /// Marks a node faulty (replacing an earlier record of it).
@@ -979,6 +1025,65 @@ impl Db {
     }
 }
 
+/// The first of the latest streak of refusals `times` (any order), each
+/// within `gap` seconds of the one after it and the last within `gap` of
+/// `now`; `None` when the last is older (the refusals stopped: the
+/// service did not try again, the run was not needed as a victim). A
+/// success ends the run, so no success can sit between two refusals.
+pub fn refusal_streak_start(times: &[i64], now: i64, gap: i64) -> Option<i64> {
+    let mut t: Vec<i64> = times.to_vec();
+    t.sort_unstable_by(|a, b| b.cmp(a));
+    let mut first = *t.first().filter(|&&last| now.saturating_sub(last) <= gap)?;
+    for &earlier in &t[1..] {
+        if first.saturating_sub(earlier) > gap {
+            break;
+        }
+        first = earlier;
+    }
+    Some(first)
+}
+
+/// Slurm stores account names in lower case (`sbatch -A NLP-A` runs as
+/// `nlp-a`): so does the tree, or such jobs would charge nobody. Every
+/// tree written goes through this, and an import compares and checks its
+/// nodes after it (issue #11: a dry run reported, and a manager was refused
+/// for, a change of case the import itself never made).
+pub fn lowercase_accounts(nodes: &mut [NodeSpec]) {
+    for s in nodes {
+        if let Some(a) = s.account.as_mut() {
+            a.make_ascii_lowercase();
+        }
+    }
+}
+
+/// The device and inode of `path`, if it names a file.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino()))
+}
+
+/// Did SQLite fail because of its storage (the file system refused a read
+/// or write, the disk is full, the file is locked, unreadable or not a
+/// database)? The API answers such a failure 503 (a dependency failed),
+/// not 500.
+pub fn storage_failed(e: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode as C;
+    matches!(
+        e.sqlite_error_code(),
+        Some(
+            C::SystemIoFailure
+                | C::DiskFull
+                | C::ReadOnly
+                | C::CannotOpen
+                | C::DatabaseBusy
+                | C::DatabaseLocked
+                | C::NotADatabase
+                | C::DatabaseCorrupt
+        )
+    )
+}
+
 fn row_interval(r: &rusqlite::Row<'_>) -> rusqlite::Result<Interval> {
     let kind: String = r.get(5)?;
     Ok(Interval {
@@ -1038,6 +1143,51 @@ fn insert_node(conn: &Connection, s: &NodeSpec) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn storage_failures_are_told_from_other_sqlite_errors() {
+        use rusqlite::ffi;
+        let e = |code| rusqlite::Error::SqliteFailure(ffi::Error::new(code), None);
+        for code in [
+            ffi::SQLITE_IOERR,
+            ffi::SQLITE_IOERR_WRITE,
+            ffi::SQLITE_FULL,
+            ffi::SQLITE_READONLY,
+            ffi::SQLITE_CANTOPEN,
+            ffi::SQLITE_BUSY,
+            ffi::SQLITE_NOTADB,
+        ] {
+            assert!(super::storage_failed(&e(code)), "{code}");
+        }
+        for code in [
+            ffi::SQLITE_CONSTRAINT,
+            ffi::SQLITE_MISMATCH,
+            ffi::SQLITE_ERROR,
+        ] {
+            assert!(!super::storage_failed(&e(code)), "{code}");
+        }
+        assert!(!super::storage_failed(
+            &rusqlite::Error::QueryReturnedNoRows
+        ));
+    }
+
+    #[test]
+    fn a_refusal_streak_is_refusals_in_a_row_up_to_now() {
+        use super::refusal_streak_start as streak;
+        // Every cycle (10 s) for a minute: the streak began at the first.
+        let run: Vec<i64> = (0..7).map(|k| 1000 + 10 * k).collect();
+        assert_eq!(streak(&run, 1065, 20), Some(1000));
+        // The same refusals, an hour later: no streak (issue #11: an old
+        // refusal made the next requeue a cancel at once).
+        assert_eq!(streak(&run, 4660, 20), None);
+        // An old refusal, then a new streak: it began at the new one.
+        assert_eq!(streak(&[1000, 4600, 4610], 4615, 20), Some(4600));
+        assert_eq!(streak(&[4610, 1000, 4600], 4615, 20), Some(4600));
+        // A gap of exactly `gap` keeps the streak; one more second ends it.
+        assert_eq!(streak(&[1000, 1020], 1040, 20), Some(1000));
+        assert_eq!(streak(&[1000, 1021], 1041, 20), Some(1021));
+        assert_eq!(streak(&[], 1000, 20), None);
+    }
+
     use super::*;
 
     fn spec(name: &str, parent: Option<&str>, share: f64, account: Option<&str>) -> NodeSpec {

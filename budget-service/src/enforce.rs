@@ -336,6 +336,18 @@ pub fn enforce(
         for &(ix, g) in &gpus_on {
             used[ix as usize] += g;
         }
+        if by_id.contains_key(&j.job) {
+            // Slurm should not report a job twice; if it does, the job is
+            // one victim on the nodes of both records, acted on once.
+            tracing::warn!(
+                job = j.job.0,
+                "job reported running twice; read as one job on the nodes of both"
+            );
+            if let Some(r) = running.iter_mut().find(|r| r.id == j.job) {
+                r.gpus_on.extend(gpus_on);
+            }
+            continue;
+        }
         let r = RunningJob {
             id: j.job,
             account: j.account.clone(),
@@ -442,6 +454,39 @@ pub fn enforce(
         }
     }
 
+    // A victim restarted while the job it was requeued for still waits with
+    // that room given (in its start grace, or fruitless): Slurm gave the
+    // room back to the victim, and requeuing it again for the team's next
+    // job would most likely end the same way (issue #11: one victim was
+    // requeued once per pending job that could not use its node). It is
+    // no victim until that job starts or its room is forgotten; a faulty
+    // node still evicts it.
+    let spared: BTreeSet<JobId> = running
+        .iter()
+        .filter(|r| {
+            let (Some(h), Some(j)) = (history.get(&r.id.0), by_id.get(&r.id)) else {
+                return false;
+            };
+            let Some(by) = h.by_job.map(JobId) else {
+                return false;
+            };
+            let restarted =
+                same_job(h.victim_submit, h.at, j.submit) && j.start.is_some_and(|s| s >= h.at);
+            let waits = room_given.contains(&by)
+                && pending
+                    .get(&by)
+                    .is_some_and(|p| h.by_submit.is_none_or(|s| s == p.submit));
+            restarted && waits
+        })
+        .map(|r| r.id)
+        .collect();
+    if !spared.is_empty() {
+        tracing::debug!(
+            spared = ?spared.iter().map(|j| j.0).collect::<Vec<_>>(),
+            "victims restarted while the job they made room for waits: not preempted again"
+        );
+    }
+
     // Eligible pending jobs in fair-share order.
     let queue: Vec<PendingJob> = order
         .iter()
@@ -487,7 +532,9 @@ pub fn enforce(
         loads_decide: state.config.order.team_order.preempts_by_load(),
         ..ratios.clone()
     };
-    let plan = plan_cycle(&queue, &running, &room, &faulty, ratios, now as f64, cfg);
+    let plan = plan_cycle(
+        &queue, &running, &room, &faulty, &spared, ratios, now as f64, cfg,
+    );
     if !plan.held_back.is_empty() {
         tracing::info!(
             limit = cfg.max_preemptions_per_cycle,
@@ -515,9 +562,16 @@ pub fn enforce(
             reason.push_str(&format!(" (node {n} is drained for repair)"));
         }
         // Slurm refused to requeue this run before: retry for
-        // `requeue_retry_for_s` from the first refusal, then cancel.
+        // `requeue_retry_for_s` from the first refusal of those in a row
+        // (each within the retry time, or two cycles, of the next and of
+        // now), then cancel.
         let first_refusal = match (p.requeue, victim.start) {
-            (true, Some(st)) => state.db().first_requeue_refusal(victim.job.0, st)?,
+            (true, Some(st)) => state.db().requeue_refused_since(
+                victim.job.0,
+                st,
+                now,
+                refusal_gap(prot.requeue_retry_for_s, state.config.cycle_s),
+            )?,
             _ => None,
         };
         let refused_for = first_refusal.map(|t| now - t);
@@ -683,6 +737,13 @@ pub fn enforce(
         }
     }
     Ok(rep)
+}
+
+/// How far apart two refusals to requeue a run may be and still count as
+/// in a row: the retry time, or two cycles when that is longer (the
+/// service tries again each cycle while it keeps the run as its victim).
+fn refusal_gap(retry_for_s: i64, cycle_s: u64) -> i64 {
+    retry_for_s.max(2 * i64::try_from(cycle_s).unwrap_or(i64::MAX / 2))
 }
 
 fn log(state: &AppState, row: ActionRow) -> Result<()> {
@@ -1434,6 +1495,122 @@ mod tests {
         );
         let acts: Vec<String> = w.acts(1).into_iter().map(|a| a.action).collect();
         assert_eq!(acts, ["cancel", "requeue", "requeue", "requeue", "requeue"]);
+    }
+
+    #[test]
+    fn an_old_refusal_does_not_turn_a_later_requeue_into_a_cancel() {
+        // Slurm refuses job 1's requeue once; the room comes from job 2's
+        // end instead. An hour later job 1 is a victim again: Slurm is
+        // asked again, not told to cancel it (issue #11: the refusal an
+        // hour old counted as one an hour long).
+        let mut w = World::plain();
+        flaky_for(&mut w, 1, Some(JobId(1)));
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 3600, false, T0 - 100);
+        w.pend(3, "poor", 1, 8, 600);
+        let rep = w.at(T0);
+        assert_eq!((rep.requeued, rep.cancelled, rep.failed), (0, 0, 1));
+        w.slurm.end(JobId(2), T0 + 5);
+        w.slurm.start_on(JobId(3), T0 + 6, &[("n2", 8)]);
+        w.at(T0 + 10);
+        w.pend(4, "poor", 1, 8, 600);
+        let rep = w.at(T0 + 3600);
+        assert_eq!(
+            (rep.requeued, rep.cancelled, rep.failed),
+            (1, 0, 0),
+            "{rep:?}"
+        );
+        assert_eq!(
+            w.slurm.actions(),
+            vec![FakeAction::Requeue(JobId(1))],
+            "asked again, not cancelled"
+        );
+    }
+
+    #[test]
+    fn a_victim_given_back_its_room_is_not_requeued_for_the_next_job() {
+        // Six jobs of one team that cannot run on n1 (what the planner does
+        // not see); Slurm restarts the victim there after each requeue.
+        // Before: each job in turn became the team's head and requeued it
+        // (six requeues in a minute, issue #11). Now it is requeued once,
+        // and again only after the first job's room is forgotten
+        // (`fruitless_retry_after_s`).
+        let mut w = World::plain();
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.run(2, "rich", "n2", 8, 3600, false, T0 - 100);
+        for id in 10..16 {
+            w.pend(id, "poor", 1, 8, 600);
+        }
+        let requeues = |w: &World| {
+            w.slurm
+                .actions()
+                .iter()
+                .filter(|a| **a == FakeAction::Requeue(JobId(1)))
+                .count()
+        };
+        let retry = w.state.config.protection.fruitless_retry_after_s;
+        let mut t = T0;
+        while t < T0 + retry {
+            w.at(t);
+            if w.slurm.job(JobId(1)).unwrap().start.is_none() {
+                w.slurm.start_on(JobId(1), t + 3, &[("n1", 8)]);
+            }
+            t += 10;
+        }
+        assert_eq!(requeues(&w), 1, "{:?}", w.slurm.actions());
+        // The room is forgotten (its grace and the retry time after it
+        // pass): one more requeue, then spared again.
+        let grace = w.state.config.protection.start_grace_s;
+        for _ in 0..(grace / 10 + 6) {
+            w.at(t);
+            if w.slurm.job(JobId(1)).unwrap().start.is_none() {
+                w.slurm.start_on(JobId(1), t + 3, &[("n1", 8)]);
+            }
+            t += 10;
+        }
+        assert_eq!(requeues(&w), 2, "{:?}", w.slurm.actions());
+        // Once the job it was requeued for starts elsewhere, it is a victim
+        // like any other again.
+        w.slurm.end(JobId(2), t);
+        let waiting: Vec<u64> = (10..16)
+            .filter(|&id| w.slurm.job(JobId(id)).unwrap().start.is_none())
+            .collect();
+        assert!(!waiting.is_empty());
+        let rooms = w.state.db().rooms_given().unwrap();
+        let fed = *rooms.keys().next().expect("a job holds the room");
+        w.slurm.start_on(JobId(fed), t + 1, &[("n2", 8)]);
+        w.at(t + 10);
+        assert_eq!(requeues(&w), 3, "{:?}", w.slurm.actions());
+    }
+
+    #[test]
+    fn a_job_reported_running_twice_is_acted_on_once() {
+        // A source that reports job 1 twice (on n1 and on n2).
+        struct Twice(Arc<FakeSlurm>);
+        impl crate::slurm::SlurmSource for Twice {
+            fn snapshot(&self) -> Result<crate::slurm::SlurmSnapshot> {
+                let mut s = self.0.snapshot()?;
+                if let Some(j) = s.running.iter().find(|j| j.job == JobId(1)).cloned() {
+                    s.running.push(SlurmJob {
+                        alloc: vec![("n2".into(), 8)],
+                        ..j
+                    });
+                }
+                Ok(s)
+            }
+        }
+        let mut w = World::plain();
+        w.cycle = Cycle::new(
+            w.state.clone(),
+            Arc::new(Twice(w.slurm.clone())),
+            w.slurm.clone(),
+        )
+        .with_actions(w.slurm.clone());
+        w.run(1, "rich", "n1", 8, 0, true, T0 - 100);
+        w.pend(3, "poor", 2, 8, 600);
+        let rep = w.at(T0);
+        assert_eq!((rep.requeued, rep.failed), (1, 0), "{rep:?}");
+        assert_eq!(w.acts(1).len(), 1, "{:?}", w.acts(1));
     }
 
     #[test]

@@ -58,8 +58,9 @@ pub fn iso(unix: i64) -> String {
     }
 }
 
-/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm), in
+/// `i128` so that no year of any number of digits overflows.
+fn days_from_civil(y: i128, m: i128, d: i128) -> i128 {
     let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
@@ -68,11 +69,24 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// Days in month `m` of year `y` (proleptic Gregorian).
+fn month_days(y: i128, m: i128) -> i128 {
+    match m {
+        2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
 /// Unix seconds of an ISO 8601 date-time with an offset or `Z`
 /// (`2026-11-30T22:45:10+01:00`, what [`iso`] writes, also past year 9999);
-/// `None` otherwise.
+/// `None` otherwise: a day the month lacks (`2026-02-31`), an offset past
+/// `23:59`, or a time past what `i64` seconds hold (issue #11: a year of 15
+/// digits overflowed, a panic in a debug build and a wrong date in a
+/// release one).
 pub fn parse_iso(s: &str) -> Option<i64> {
-    let digits = |t: &str, n: usize| -> Option<i64> {
+    let digits = |t: &str, n: usize| -> Option<i128> {
         (t.len() >= n && t.bytes().all(|c| c.is_ascii_digit())).then(|| t.parse().ok())?
     };
     let (date, rest) = s.split_once('T')?;
@@ -92,13 +106,22 @@ pub fn parse_iso(s: &str) -> Option<i64> {
         digits(c.next()?, 2)?,
         digits(c.next()?, 2)?,
     );
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&day) || h > 23 || mi > 59 || se > 60 {
+    if !(1..=12).contains(&mo)
+        || !(1..=month_days(y, mo)).contains(&day)
+        || h > 23
+        || mi > 59
+        || se > 60
+    {
         return None;
     }
     let off = match zone {
         "Z" => 0,
         z if z.len() == 6 && z.is_char_boundary(1) && &z[3..4] == ":" => {
-            let v = digits(&z[1..3], 2)? * 3600 + digits(&z[4..6], 2)? * 60;
+            let (oh, om) = (digits(&z[1..3], 2)?, digits(&z[4..6], 2)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let v = oh * 3600 + om * 60;
             match &z[..1] {
                 "+" => v,
                 "-" => -v,
@@ -107,7 +130,7 @@ pub fn parse_iso(s: &str) -> Option<i64> {
         }
         _ => return None,
     };
-    Some(days_from_civil(y, mo, day) * 86_400 + h * 3600 + mi * 60 + se - off)
+    i64::try_from(days_from_civil(y, mo, day) * 86_400 + h * 3600 + mi * 60 + se - off).ok()
 }
 
 /// A time of the API's JSON: an ISO 8601 string (API version 2), or Unix
@@ -135,9 +158,24 @@ mod tests {
             "2026-13-01T03:10:00Z",
             "2026-12-01T03:10:00+0100",
             "x026-12-01T03:10:00Z",
+            // A day the month lacks, an offset no zone has.
+            "2026-02-31T00:00:00Z",
+            "2023-02-29T00:00:00Z",
+            "2026-04-31T00:00:00Z",
+            "2026-12-01T03:10:00+99:99",
+            "2026-12-01T03:10:00+12:60",
+            // Past what i64 seconds hold (a panic in a debug build, a date
+            // of 2027 in a release one, before).
+            "100000000000000-01-01T00:00:00Z",
+            "135616539428921-07-02T00:00:00Z",
+            "292277026597-01-01T00:00:00Z",
+            "999999999999999999999999999999999999999999-01-01T00:00:00Z",
         ] {
             assert_eq!(parse_iso(bad), None, "{bad}");
         }
+        assert_eq!(parse_iso("2024-02-29T00:00:00Z"), Some(1_709_164_800));
+        assert_eq!(parse_iso("2000-02-29T00:00:00Z"), Some(951_782_400));
+        assert_eq!(parse_iso("1900-02-29T00:00:00Z"), None);
         assert_eq!(parse_iso("10000-01-01T00:00:00Z"), Some(253_402_300_800));
         assert_eq!(from_json(&serde_json::json!(5)), Some(5));
         assert_eq!(

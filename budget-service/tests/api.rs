@@ -645,6 +645,43 @@ async fn openapi_documents_every_route_and_dashboard_renders_data() {
     assert!(!page.contains("__DATA__"));
 }
 
+/// Account names differ by case only: one account (Slurm stores them in
+/// lower case). An import written in upper case changes nothing, its dry
+/// run says so, and a manager importing a file that changes only teams
+/// below them is not refused for a team above whose account is in another
+/// case (issue #11: the dry run and the manager check compared the names
+/// before the tree lowered them).
+#[tokio::test]
+async fn an_import_reads_accounts_in_any_case_as_one() {
+    let (_s, _c, r) = seeded().await;
+    let upper = |doc: &mut Value| {
+        doc["nodes"][4]["account"] = json!("ACCT-OPS");
+    };
+    let mut dry = tree_doc();
+    upper(&mut dry);
+    dry["dry_run"] = json!(true);
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(dry)).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["changes"], json!([]), "{v}");
+    let mut real = tree_doc();
+    upper(&mut real);
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(real)).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["changes"], json!([]), "{v}");
+    // pi manages research: team-a and team-b change, ops is written in
+    // upper case.
+    let mut doc = tree_doc();
+    upper(&mut doc);
+    doc["nodes"][2]["share"] = json!(0.6);
+    doc["nodes"][3]["share"] = json!(0.4);
+    for dry_run in [true, false] {
+        doc["dry_run"] = json!(dry_run);
+        let (st, v) = call(&r, "POST", "/api/v1/import", Some("pi"), j(doc.clone())).await;
+        assert_eq!(st, StatusCode::OK, "dry run {dry_run}: {v}");
+        assert_eq!(v["changes"].as_array().unwrap().len(), 2, "{v}");
+    }
+}
+
 /// Query windows at the edges of i64 (issue 11): a 400 naming the
 /// parameter, never a panic (overflow in `to - from`) or a wrong answer.
 #[tokio::test]
@@ -667,6 +704,13 @@ async fn query_windows_out_of_range_are_400_never_a_panic() {
         (format!("window_s={min}"), "window_s"),
         ("from=99999999999999999999".into(), "from"),
         (format!("from={max}"), "from"),
+        // ISO dates past i64 seconds: refused, not an overflow (a panic in
+        // a debug build, a date of 2027 in a release one, before).
+        ("from=100000000000000-01-01T00:00:00Z".into(), "from"),
+        ("from=135616539428921-07-02T00:00:00Z".into(), "from"),
+        ("to=135616539428921-07-02T00:00:00Z".into(), "to"),
+        ("from=2026-02-31T00:00:00Z".into(), "from"),
+        ("to=0".into(), "from"),
     ];
     for path in ["/api/v1/tree", "/api/v1/usage"] {
         for (q, field) in &cases {
@@ -691,6 +735,10 @@ async fn query_windows_out_of_range_are_400_never_a_panic() {
             (v["from"].as_str(), v["to"].as_str()),
             (Some(iso(0).as_str()), Some(iso(MAX_QUERY_TIME).as_str()))
         );
+        // The default window near 1970 starts at 1970, not before.
+        let (st, v) = call(&r, "GET", &format!("{path}?to=5"), None, None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        assert_eq!(v["from"].as_str(), Some(iso(0).as_str()), "{v}");
     }
 }
 
@@ -797,6 +845,139 @@ fn slurm_drain_reason(slurm: &FakeSlurm) -> String {
             _ => None,
         })
         .unwrap_or_default()
+}
+
+/// The database file removed (or replaced) while the service runs: SQLite
+/// would go on writing to the removed file, and every edit acknowledged
+/// since would be gone at the next start (issue #11). Now every request is
+/// a 503 naming the file, `/healthz` is 503 `db-error` with the same
+/// message, and the file put back makes everything answer again.
+#[tokio::test]
+async fn a_database_file_removed_under_the_service_refuses_writes_and_fails_healthz() {
+    let dir = std::env::temp_dir().join(format!("compass-api-removed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("budget.db");
+    let config = Config::parse(
+        "db = \"unused\"\nadmins = [\"root\"]\ncapacity_gpus = 10\nwindow_s = 3600\n",
+        "test",
+    )
+    .unwrap();
+    let state = AppState::new(
+        config,
+        Db::open(&path).unwrap(),
+        Arc::new(NameAuth),
+        Arc::new(TestClock::new(T0)),
+    );
+    let r = compass_budget::api::router(state.clone());
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (st, v) = call(&r, "GET", "/healthz", None, None).await;
+    assert_eq!(
+        (st, v["status"].as_str()),
+        (StatusCode::OK, Some("ok")),
+        "{v}"
+    );
+    // Moved away (as `rm` would, but kept to be put back).
+    let aside = dir.join("aside.db");
+    std::fs::rename(&path, &aside).unwrap();
+    let team = json!({ "name": "team-c", "parent": "research", "share": 0.0,
+                       "account": "acct-c", "why": "new team" });
+    let (st, v) = call(&r, "POST", "/api/v1/teams", Some("root"), j(team.clone())).await;
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("removed or replaced"),
+        "{v}"
+    );
+    let (st, v) = call(&r, "GET", "/api/v1/tree", None, None).await;
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    let (st, v) = call(&r, "GET", "/healthz", None, None).await;
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert_eq!(v["status"], "db-error", "{v}");
+    assert!(
+        v["db_error"]
+            .as_str()
+            .unwrap()
+            .contains("removed or replaced"),
+        "{v}"
+    );
+    // A new file at the path is not the one the service has open either.
+    std::fs::write(&path, b"").unwrap();
+    let (st, _) = call(&r, "POST", "/api/v1/teams", Some("root"), j(team.clone())).await;
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE);
+    // The file put back: writes work and are in it.
+    std::fs::rename(&aside, &path).unwrap();
+    let (st, v) = call(&r, "POST", "/api/v1/teams", Some("root"), j(team)).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let (st, v) = call(&r, "GET", "/healthz", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    drop(r);
+    drop(state);
+    let names: Vec<String> = Db::open(&path)
+        .unwrap()
+        .load_specs()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert!(names.contains(&"team-c".to_string()), "{names:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The file system refuses writes (here `chattr +i` on the database and its
+/// WAL): an edit is a 503 (a dependency failed; it was a 500), `/healthz`
+/// is 503 `db-error` (it was `ok`: it only read), and once writes are
+/// allowed again both recover with nothing lost. Skipped, saying so, where
+/// `chattr +i` is not supported (tmpfs, overlay file systems).
+#[tokio::test]
+async fn a_database_the_file_system_will_not_write_is_a_503_and_fails_healthz() {
+    let dir = std::env::temp_dir().join(format!("compass-api-immutable-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("budget.db");
+    let config = Config::parse(
+        "db = \"unused\"\nadmins = [\"root\"]\ncapacity_gpus = 10\nwindow_s = 3600\n",
+        "test",
+    )
+    .unwrap();
+    let state = AppState::new(
+        config,
+        Db::open(&path).unwrap(),
+        Arc::new(NameAuth),
+        Arc::new(TestClock::new(T0)),
+    );
+    let r = compass_budget::api::router(state.clone());
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let files = [path.clone(), dir.join("budget.db-wal")];
+    let chattr = |flag: &str| {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .args(&files)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !chattr("+i") {
+        eprintln!("skipped: `chattr +i` is not supported here");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let team = json!({ "name": "team-c", "parent": "research", "share": 0.0,
+                       "account": "acct-c", "why": "new team" });
+    let (st, v) = call(&r, "POST", "/api/v1/teams", Some("root"), j(team.clone())).await;
+    let (st_h, h) = call(&r, "GET", "/healthz", None, None).await;
+    assert!(chattr("-i"), "chattr -i");
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert_eq!(
+        (st_h, h["status"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("db-error")),
+        "{h}"
+    );
+    let (st, v) = call(&r, "POST", "/api/v1/teams", Some("root"), j(team)).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let (st, v) = call(&r, "GET", "/healthz", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A stored tree that fails validation (here: a hand edit of the database

@@ -356,3 +356,95 @@ async fn dry_run_actions_and_accounts_outside_the_tree_in_the_api() {
         "{text}"
     );
 }
+
+/// slurmctld reuses job ids after a cold start: `why` of a new job with an
+/// old job's id shows none of the old job's actions, as victim or as the
+/// job room was made for (issue #11: it told the new job 1 it had been
+/// requeued). The old job's rows stay in the log.
+#[tokio::test]
+async fn why_of_a_reused_job_id_shows_only_its_own_actions() {
+    let World {
+        clock,
+        slurm,
+        mut cycle,
+        router,
+        ..
+    } = two_teams("");
+    // Job 1 (unallocated) is requeued for job 3; job 2 is protected.
+    slurm.put(SlurmJob::basic(JobId(1), "acct-a", 8, 0, true, 0, T0 - 100));
+    slurm.start_on(JobId(1), T0 - 50, &[("n1", 8)]);
+    slurm.put(SlurmJob::basic(
+        JobId(2),
+        "acct-a",
+        8,
+        3600,
+        false,
+        0,
+        T0 - 100,
+    ));
+    slurm.start_on(JobId(2), T0 - 50, &[("n2", 8)]);
+    slurm.put(SlurmJob::basic(
+        JobId(3),
+        "acct-b",
+        8,
+        600,
+        false,
+        0,
+        T0 - 10,
+    ));
+    cycle.step().unwrap();
+    assert!(slurm.actions().contains(&FakeAction::Requeue(JobId(1))));
+    let why = |v: &Value| v["enforcement"].as_str().unwrap_or("").to_string();
+    let (st, v) = call(&router, "GET", "/api/v1/queue/1", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert!(why(&v).contains("requeue this job"), "{v}");
+    let (_, v) = call(&router, "GET", "/api/v1/queue/3", None, None).await;
+    assert_eq!(v["actions"].as_array().map(Vec::len), Some(1), "{v}");
+    // A day later, after a cold start: every job gone, ids 1 and 3 reused.
+    let later = T0 + 86_400;
+    clock.set(later);
+    slurm.set_now(later);
+    for id in [1, 2, 3] {
+        slurm.purge(JobId(id));
+    }
+    slurm.put(SlurmJob::basic(
+        JobId(1),
+        "acct-b",
+        1,
+        600,
+        true,
+        0,
+        later - 20,
+    ));
+    slurm.start_on(JobId(1), later - 10, &[("n2", 1)]);
+    slurm.put(SlurmJob::basic(
+        JobId(3),
+        "acct-b",
+        8,
+        600,
+        false,
+        0,
+        later - 20,
+    ));
+    slurm.put(SlurmJob::basic(
+        JobId(4),
+        "acct-a",
+        8,
+        3600,
+        false,
+        0,
+        later - 20,
+    ));
+    slurm.start_on(JobId(4), later - 10, &[("n1", 8)]);
+    cycle.step().unwrap();
+    let (st, v) = call(&router, "GET", "/api/v1/queue/1", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert!(!why(&v).contains("requeue"), "{v}");
+    assert_eq!(v["actions"], json!([]), "{v}");
+    let (st, v) = call(&router, "GET", "/api/v1/queue/3", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["actions"], json!([]), "{v}");
+    // The log keeps the old job's row.
+    let (_, v) = call(&router, "GET", "/api/v1/actions", Some("root"), None).await;
+    assert!(v.to_string().contains("requeue"), "{v}");
+}

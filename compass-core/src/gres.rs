@@ -206,6 +206,16 @@ fn valid_name(s: &str) -> bool {
 }
 
 fn parse_entry(input: &str, e: &str) -> Result<Entry> {
+    // Slurm prints the type of an untyped GRES as `(null)` in some strings
+    // (`GresUsed=gpu:(null):0(IDX:N/A)`, a node's `gpu:(null):2`): no type
+    // (issue #11: such an entry was an error, so no GPUs were read).
+    let owned;
+    let e = if e.contains(":(null)") {
+        owned = e.replacen(":(null)", "", 1);
+        owned.as_str()
+    } else {
+        e
+    };
     // The parenthesised detail, only at the end.
     let (body, detail) = match e.find('(') {
         Some(i) => {
@@ -365,6 +375,11 @@ mod tests {
         // Indices with commas inside parentheses (gres_used, gres_detail).
         assert_eq!(total("gpu:a100:3(IDX:0,2-3),mps:0(0/100)"), 3);
         assert_eq!(total("gpu:h100:0(IDX:N/A)"), 0);
+        // An untyped GRES whose type Slurm prints as `(null)`.
+        assert_eq!(total("gpu:(null):2"), 2);
+        assert_eq!(total("gpu:(null):0(IDX:N/A)"), 0);
+        let g = gpus("gpu:tesla:2(S:0),gpu:(null):2(S:1)").unwrap();
+        assert_eq!((g.of_type("tesla"), g.untyped), (2, 2));
         for empty in ["", "(null)", "N/A", "  "] {
             assert_eq!(total(empty), 0, "{empty:?}");
         }

@@ -1071,11 +1071,16 @@ impl Ratios for CycleLoads<'_> {
 /// together take a team below its allocation by the load test. At most `cfg.max_preemptions_per_cycle` victims
 /// (or the first job's, if it needs more): once a job's victims would pass
 /// the limit, no later job preempts either (they may still take free room).
+/// The `spared` jobs are no pending job's victims this cycle (the budget
+/// service: a victim restarted while the job it made room for still waits,
+/// issue #11); a faulty node still evicts them.
+#[allow(clippy::too_many_arguments)]
 pub fn plan_cycle(
     queue: &[PendingJob],
     running: &[RunningJob],
     room: &NodeRoom,
     faulty: &BTreeSet<NodeId>,
+    spared: &BTreeSet<JobId>,
     ratios: &dyn Ratios,
     now: Seconds,
     cfg: &ProtectionConfig,
@@ -1115,6 +1120,8 @@ pub fn plan_cycle(
         .copied()
         .filter(|n| !still_on(*n, &gone))
         .collect();
+    // From here `gone` is what no pending job may take.
+    gone.extend(spared);
 
     let mut limited = false;
     // Teams whose head has asked, the loads with this cycle's earlier plans
@@ -1442,7 +1449,16 @@ mod tests {
         // Two teams' heads in one cycle: the first takes one node, the
         // second finds "over" at its allocation.
         let queue = [one.clone(), pending(10, "other", 1, 8)];
-        let plan = plan_cycle(&queue, &run, &room, &BTreeSet::new(), &table, now, &cfg());
+        let plan = plan_cycle(
+            &queue,
+            &run,
+            &room,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            &table,
+            now,
+            &cfg(),
+        );
         assert_eq!(plan.preemptions.len(), 1, "{plan:?}");
         assert_eq!(plan.admitted, vec![JobId(9)]);
         // By the ratio test (over's ratio above the requester's) one request
@@ -1453,7 +1469,16 @@ mod tests {
         table.ratio = ratios(&[("over", 3.0), ("under", 1.0), ("other", 1.0)]);
         let got = plan_room(&both, &run, &room, &table, now, &cfg(), &none).unwrap();
         assert_eq!(got.len(), 2);
-        let plan = plan_cycle(&queue, &run, &room, &BTreeSet::new(), &table, now, &cfg());
+        let plan = plan_cycle(
+            &queue,
+            &run,
+            &room,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            &table,
+            now,
+            &cfg(),
+        );
         assert_eq!(plan.preemptions.len(), 1, "{plan:?}");
     }
 
@@ -1491,7 +1516,16 @@ mod tests {
                 table.load.insert(team.into(), load);
             }
             let room = room_of(nodes, &run);
-            let plan = plan_cycle(&queue, &run, &room, &BTreeSet::new(), &table, now, &cfg());
+            let plan = plan_cycle(
+                &queue,
+                &run,
+                &room,
+                &BTreeSet::new(),
+                &BTreeSet::new(),
+                &table,
+                now,
+                &cfg(),
+            );
             count += plan.preemptions.len();
             for p in &plan.preemptions {
                 let at = run.iter().position(|r| r.id == p.victim).unwrap();
@@ -1616,7 +1650,16 @@ mod tests {
         ];
         let room = room_of(2, &run);
         let faulty: BTreeSet<NodeId> = [0].into();
-        let plan = plan_cycle(&[], &run, &room, &faulty, &ratios(&[]), H, &cfg());
+        let plan = plan_cycle(
+            &[],
+            &run,
+            &room,
+            &faulty,
+            &BTreeSet::new(),
+            &ratios(&[]),
+            H,
+            &cfg(),
+        );
         assert_eq!(
             plan.preemptions
                 .iter()
@@ -1625,7 +1668,16 @@ mod tests {
             vec![2]
         );
         assert!(plan.drain.is_empty(), "job 1 is still protected");
-        let plan = plan_cycle(&[], &run, &room, &faulty, &ratios(&[]), 2.0 * H, &cfg());
+        let plan = plan_cycle(
+            &[],
+            &run,
+            &room,
+            &faulty,
+            &BTreeSet::new(),
+            &ratios(&[]),
+            2.0 * H,
+            &cfg(),
+        );
         assert_eq!(plan.preemptions.len(), 2);
         assert_eq!(plan.drain, vec![0]);
     }
@@ -1694,12 +1746,51 @@ mod tests {
             &run,
             &room,
             &BTreeSet::new(),
+            &BTreeSet::new(),
             &ratios(&[]),
             H,
             &cfg(),
         );
         assert_eq!(plan.admitted, vec![JobId(2)]);
         assert_eq!(plan.preemptions.len(), 1);
+    }
+
+    #[test]
+    fn a_spared_job_is_no_victim_but_leaves_a_faulty_node() {
+        // Job 1 would be the victim; spared, the job waits (no other room).
+        let run = vec![running(1, "x", &[(0, 8)], 0.0, 0.0)];
+        let room = room_of(1, &run);
+        let p = pending(2, "a", 1, 8);
+        let spared = BTreeSet::from([JobId(1)]);
+        let plan = |spared: &BTreeSet<JobId>, faulty: &BTreeSet<NodeId>| {
+            plan_cycle(
+                std::slice::from_ref(&p),
+                &run,
+                &room,
+                faulty,
+                spared,
+                &ratios(&[]),
+                H,
+                &cfg(),
+            )
+        };
+        assert_eq!(
+            plan(&BTreeSet::new(), &BTreeSet::new()).preemptions.len(),
+            1
+        );
+        let got = plan(&spared, &BTreeSet::new());
+        assert!(
+            got.preemptions.is_empty() && got.admitted.is_empty(),
+            "{got:?}"
+        );
+        // A faulty node still evicts it, and is drained once it leaves.
+        let got = plan(&spared, &BTreeSet::from([0]));
+        assert_eq!(got.preemptions.len(), 1, "{got:?}");
+        assert!(matches!(
+            got.preemptions[0].rule,
+            VictimRule::FaultyNode { node: 0 }
+        ));
+        assert_eq!(got.drain, vec![0]);
     }
 
     #[test]
@@ -1715,6 +1806,7 @@ mod tests {
                 std::slice::from_ref(p),
                 &run,
                 room,
+                &BTreeSet::new(),
                 &BTreeSet::new(),
                 &ratios(&[]),
                 H,
@@ -1754,13 +1846,31 @@ mod tests {
             max_preemptions_per_cycle: 2,
             ..cfg()
         };
-        let plan = plan_cycle(&queue, &run, &room, &BTreeSet::new(), &ratios(&[]), H, &cfg);
+        let plan = plan_cycle(
+            &queue,
+            &run,
+            &room,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            &ratios(&[]),
+            H,
+            &cfg,
+        );
         assert_eq!(plan.preemptions.len(), 1, "{plan:?}");
         assert_eq!(plan.admitted, vec![JobId(10), JobId(13)]);
         assert_eq!(plan.held_back, vec![JobId(11), JobId(12)]);
         // Faulty-node evictions count too.
         let faulty: BTreeSet<NodeId> = [0, 1, 2].into();
-        let plan = plan_cycle(&[], &run, &room, &faulty, &ratios(&[]), H, &cfg);
+        let plan = plan_cycle(
+            &[],
+            &run,
+            &room,
+            &faulty,
+            &BTreeSet::new(),
+            &ratios(&[]),
+            H,
+            &cfg,
+        );
         assert_eq!(plan.preemptions.len(), 2);
         assert!(plan.drain.len() <= 2);
         // A job needing more victims than the limit is served alone.
@@ -1772,6 +1882,7 @@ mod tests {
             &queue[1..],
             &run,
             &room,
+            &BTreeSet::new(),
             &BTreeSet::new(),
             &ratios(&[]),
             H,
@@ -1866,6 +1977,7 @@ mod tests {
             std::slice::from_ref(&p),
             &empty_l40s,
             &site_room(&empty_l40s),
+            &BTreeSet::new(),
             &BTreeSet::new(),
             &ratios(&[]),
             6.0 * H,
