@@ -1252,7 +1252,7 @@ impl Plugin {
         self.calls.record(Callback::Tick, t);
         for order in orders {
             let Some(info) = self.untimed(|p| p.give_back(order.job)) else {
-                self.c.requeue_failed(&order);
+                let _ = self.c.requeue_failed(&order, self.now);
                 continue;
             };
             self.fini(order.job);
@@ -1260,7 +1260,7 @@ impl Plugin {
             let Some(per_node) = per_node else {
                 // not free after all: Slurm would leave it pending; here it
                 // restarts where it was not, so account it back as failed
-                self.c.requeue_failed(&order);
+                let _ = self.c.requeue_failed(&order, self.now);
                 continue;
             };
             self.begin(&info, &per_node);

@@ -561,7 +561,7 @@ fn encode_select(reg: &mut Registry, read: &SelectRead, now: i64) {
     }
     reg.register(
         "select_jobs_kept_still",
-        "Running GPU jobs the migration rule keeps in place now, by reason (not-resumable, protected, starting-up, cooling-down, ends-soon, no-gain: no GPU job waits under select.move_when)",
+        "Running GPU jobs the migration rule keeps in place now, by reason (not-resumable, protected, starting-up, cooling-down, ends-soon, names-its-nodes, migrations-off, no-gain: no GPU job waits under select.move_when)",
         kept,
     );
     let calls: Counter = Counter::default();

@@ -412,7 +412,7 @@ fn select_figures_are_what_the_plugin_logic_publishes() {
     ctl.fini(1, t + 1000);
     let orders = ctl.tick(t + 1000);
     assert_eq!(orders.len(), 1, "{orders:?}");
-    ctl.requeue_failed(&orders[0]);
+    assert_eq!(ctl.requeue_failed(&orders[0], t + 1000), None);
     let published = ctl.snapshot(t, true);
     assert_eq!(published.migrations_failed, 1);
 

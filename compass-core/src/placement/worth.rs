@@ -262,6 +262,12 @@ pub enum KeepReason {
     EndsSoon,
     /// The gate [`MoveWhen`] is closed: no waiting job would gain.
     NoGain,
+    /// The job names its nodes (`-w`): the select plugin never moves it
+    /// (issue #11: Compact gathered a `-w` job's instances onto one of
+    /// its nodes, a requeue the user never agreed to).
+    NamesItsNodes,
+    /// `select.migrate = false`: no job moves.
+    MigrationsOff,
 }
 
 impl KeepReason {
@@ -273,6 +279,8 @@ impl KeepReason {
             Self::CoolingDown => "cooling-down",
             Self::EndsSoon => "ends-soon",
             Self::NoGain => "no-gain",
+            Self::NamesItsNodes => "names-its-nodes",
+            Self::MigrationsOff => "migrations-off",
         }
     }
 }

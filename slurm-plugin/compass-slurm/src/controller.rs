@@ -147,6 +147,8 @@ struct JobRec {
     flags: JobFlags,
     time_limit_s: Option<u64>,
     start: u64,
+    /// It names its nodes (`-w`): never moved ([`KeepReason::NamesItsNodes`]).
+    named: bool,
     movable: bool,
     /// Why the migration rule keeps this job still (its own verdict; while
     /// the gate `select.move_when` is closed, an eligible job counts as
@@ -468,6 +470,9 @@ impl Controller {
     /// then seats it as immovable (the engine's pinned fill), as the
     /// simulator does.
     fn movable_after_start(&self, job: &JobInfo) -> bool {
+        if !self.config.migrate || job.required_nodes {
+            return false;
+        }
         let flags = job.flags.unwrap_or_default();
         let start = MoveCandidate {
             resumable: flags.resumable,
@@ -480,9 +485,29 @@ impl Controller {
         !self.rule().holds_at_start(&start)
     }
 
-    /// May Compact move this job now? `Err` says why not.
+    /// May Compact move this job now? `Err` says why not. Never with
+    /// `select.migrate = false` (issue #11: Compact's moves were made in the
+    /// engine and not ordered, so its layout drifted from Slurm's), nor a
+    /// job that names its nodes (`-w`; issue #11: Compact gathered such a
+    /// job's instances onto one of its nodes). These two verdicts hold for
+    /// the job's whole run ([`Controller::next_change`]).
     fn eligible(&self, id: u64, rec: &JobRec, now: u64) -> Result<(), KeepReason> {
+        if let Some(r) = Self::never_moves(&self.config, rec) {
+            return Err(r);
+        }
         self.rule().check(&self.candidate(id, rec, now))
+    }
+
+    /// Why a job is never moved whatever the time: migrations are off, or
+    /// it names its nodes.
+    fn never_moves(config: &SelectConfig, rec: &JobRec) -> Option<KeepReason> {
+        if !config.migrate {
+            Some(KeepReason::MigrationsOff)
+        } else if rec.named {
+            Some(KeepReason::NamesItsNodes)
+        } else {
+            None
+        }
     }
 
     /// Nodes to narrow `select_p_job_test` to, or `None` to leave Slurm's
@@ -709,6 +734,7 @@ impl Controller {
             flags: job.flags.unwrap_or_default(),
             time_limit_s: job.time_limit_s,
             start: now,
+            named: job.required_nodes,
             movable: false,
             keep: None,
             in_engine: false,
@@ -843,7 +869,13 @@ impl Controller {
                     break;
                 }
                 if self.jobs.contains_key(&m) {
-                    self.back_to_slurm(m);
+                    // Not requeued yet: the plugin's thread will not
+                    // requeue it ([`Controller::still_ordered`]), unless
+                    // the requeue is under way; its cool-down starts
+                    // either way, as for a move (issue #11: a requeue
+                    // under way restarted it with no cool-down).
+                    let _ = self.back_to_slurm(m, now);
+                    self.note_migrated(m, now);
                 } else {
                     self.drop_pin(m, now);
                 }
@@ -892,7 +924,7 @@ impl Controller {
     /// changes while it runs (issue #11: half of the re-checks in the plugin
     /// bench, and most jobs on a real cluster, where resumable is opt-in).
     fn next_change(&self, id: u64, rec: &JobRec, after: Option<u64>) -> Option<u64> {
-        if !rec.flags.resumable {
+        if !rec.flags.resumable || Self::never_moves(&self.config, rec).is_some() {
             return None;
         }
         let cooldown_end = self
@@ -1019,9 +1051,12 @@ impl Controller {
         if self.migrating.contains(&job) {
             return None; // requeued by us: the engine keeps it at its target
         }
-        if let Some(t) = self.last_migrated.remove(&job) {
-            self.cooldowns.remove(&(t, job));
-        }
+        // Its cool-down stays until it ends by time (`tick`): a job
+        // requeued for another reason (a preemption, a node failure) runs
+        // again under the same id, and is not migrated again within the
+        // cool-down (issue #11: the end dropped it, and the job was ordered
+        // again 300 s after its migration). Bounded: an entry lives one
+        // cool-down.
         if let Some(r) = rec.as_ref().filter(|r| r.shape.is_some()) {
             // A GPU job's run since its last start (a preemption's requeue
             // counts as the end of a run too).
@@ -1094,10 +1129,10 @@ impl Controller {
         }
         self.gate_open = open;
         // Cool-downs past their end are dropped, in order of their start
-        // (issue #11: not a pass over every cool-down at every tick); those
-        // of jobs that ended are dropped by `fini`. (A job whose migration
-        // did not land keeps its cool-down while it waits to restart
-        // elsewhere: `drop_pin`.)
+        // (issue #11: not a pass over every cool-down at every tick), also
+        // those of jobs that ended or were requeued (`fini` keeps them). (A
+        // job whose migration did not land keeps its cool-down while it
+        // waits to restart elsewhere: `drop_pin`.)
         let cooldown = self.config.migration_cooldown_s;
         while let Some(&(t, j)) = self.cooldowns.first() {
             if now.saturating_sub(t) < cooldown {
@@ -1617,23 +1652,37 @@ impl Controller {
 
     /// The requeue failed (the job ended meanwhile, or refused): the engine
     /// goes back to what Slurm really runs.
-    pub fn requeue_failed(&mut self, order: &MigrationOrder) {
+    pub fn requeue_failed(&mut self, order: &MigrationOrder, now: u64) -> Option<String> {
         self.counters.migrations_failed += 1;
-        self.back_to_slurm(order.job);
+        self.back_to_slurm(order.job, now)
+    }
+
+    /// Is `job`'s migration still to be carried out? The plugin's thread
+    /// asks before it requeues the job: a migration given up since the
+    /// order was handed out (its target went to another job,
+    /// [`Controller::yield_targets`]) is not requeued for nothing.
+    pub fn still_ordered(&self, job: u64) -> bool {
+        self.migrating.contains(&job) && self.jobs.contains_key(&job)
     }
 
     /// A migration given up before its requeue reached Slurm (the requeue
     /// failed, or Slurm gave its target to another job,
     /// [`Controller::yield_targets`]): no pin, and the engine goes back to
-    /// what Slurm really runs.
-    fn back_to_slurm(&mut self, job: u64) {
+    /// what Slurm really runs. Where other migrations in flight hold the
+    /// room the job still uses (a move into the GPUs it was to leave), they
+    /// give it back first, as to a job Slurm started there (issue #11: the
+    /// engine refused the job and forgot it, silently, until it ended).
+    /// Returns a message for Slurm's log if the job could not be recorded.
+    fn back_to_slurm(&mut self, job: u64, now: u64) -> Option<String> {
         self.migrating.remove(&job);
         self.pins.remove(&job);
         let Some(rec) = self.jobs.get(&job).cloned() else {
             let _ = self.engine.remove(JobId(job));
-            return;
+            return None;
         };
         let _ = self.engine.remove(JobId(job));
+        self.yield_targets(job, &rec.per_node, now);
+        let mut why = None;
         if let Some(shape) = rec.shape {
             if let Some(nodes) = instances_from_alloc(shape, &rec.per_node)
                 .filter(|n| self.engine.modelled_pool_of_all(n).is_some())
@@ -1643,12 +1692,22 @@ impl Controller {
                     shape,
                     movable: false,
                 };
-                if self.engine.adopt(&req, &nodes).is_ok() {
-                    return;
+                match self.engine.adopt(&req, &nodes) {
+                    Ok(_) => return None,
+                    Err(e) => why = Some(e.to_string()),
                 }
             }
         }
-        let _ = self.engine.adopt_foreign(JobId(job), &rec.per_node);
+        match self.engine.adopt_foreign(JobId(job), &rec.per_node) {
+            Ok(()) => None,
+            Err(e) => {
+                let e = why.map_or(e.to_string(), |w| format!("{w}; {e}"));
+                if let Some(r) = self.jobs.get_mut(&job) {
+                    r.in_engine = false;
+                }
+                Some(self.note_error(&format!("job {job} back where Slurm runs it"), e))
+            }
+        }
     }
 
     /// May `job_test` retry a job on all of Slurm's candidates after cons_tres
@@ -2024,26 +2083,29 @@ impl Controller {
             let nodes: Vec<NodeId> = names.iter().filter_map(|name| self.node_id(name)).collect();
             self.keep_for_waiting(*job, &nodes, KeepNodes::Named, now);
         }
+        // Instants saved ahead of `now` (the clock stepped back since) are
+        // taken as `now`: a cool-down restarts, a pin counts from now
+        // (issue #11: a cool-down stamped ahead was dropped, a pin stamped
+        // ahead outlived its time-out by the step).
         for &(j, t) in &saved.last_migrated {
-            if t <= now && now - t < self.config.migration_cooldown_s {
+            let t = t.min(now);
+            if now - t < self.config.migration_cooldown_s {
                 self.note_migrated(j, t);
             }
         }
         for m in &saved.in_flight {
-            if now.saturating_sub(m.since) > PIN_TIMEOUT_S {
-                continue;
-            }
+            let since = m.since.min(now);
             let nodes: Option<Vec<NodeId>> =
                 m.to_nodes.iter().map(|name| self.node_id(name)).collect();
-            let Some(nodes) = nodes else { continue };
+            let Some(nodes) = nodes.filter(|_| now - since <= PIN_TIMEOUT_S) else {
+                // Its pin ran out, or a target node is gone: the job was
+                // requeued for a move all the same, so its cool-down
+                // starts, as when a pin is dropped (`drop_pin`).
+                self.note_migrated(m.job, now);
+                continue;
+            };
             self.migrating.insert(m.job);
-            self.pins.insert(
-                m.job,
-                Pin {
-                    nodes,
-                    since: m.since,
-                },
-            );
+            self.pins.insert(m.job, Pin { nodes, since });
             if let Some((w, g)) = m.shape {
                 self.restored_shapes.insert(m.job, JobShape::new(w, g));
             }
@@ -2076,8 +2138,12 @@ impl Controller {
                 _ => false,
             };
             if !held {
+                // Requeued for a move that cannot be held now: it plans
+                // anew, and its cool-down starts (`drop_pin`).
                 self.migrating.remove(&j);
-                self.pins.remove(&j);
+                if let Some(p) = self.pins.remove(&j) {
+                    self.note_migrated(j, p.since);
+                }
             }
         }
     }
@@ -2583,6 +2649,9 @@ fn merge_per_node(v: &mut Vec<(NodeId, u32)>) {
 }
 
 #[cfg(test)]
+mod hostile_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Config;
@@ -3018,7 +3087,7 @@ mod tests {
         c.fini(1, 1000);
         let orders = c.tick(1000);
         assert_eq!(orders.len(), 1, "{orders:?}");
-        c.requeue_failed(&orders[0]);
+        assert_eq!(c.requeue_failed(&orders[0], 1000), None);
         let s = c.snapshot(1000, true);
         assert_eq!((s.migrations_failed, s.migrations_done), (1, 0));
         assert!(s.pending_migrations.is_empty(), "{s:?}");
@@ -3926,14 +3995,18 @@ mod tests {
         fresh.tick(1400);
         assert_eq!(fresh.jobs[&x].keep, None);
 
-        // pruning: past the cool-down, and for jobs that are gone
+        // pruning: past the cool-down, also for a job that ended (a job
+        // requeued for another reason runs again under its id: its
+        // cool-down stays until it ends by time)
         c2.tick(1004 + 600);
         assert!(c2.last_migrated.is_empty(), "{:?}", c2.last_migrated);
         c3.fini(x, 1401);
         c3.tick(1401);
-        assert!(c3.last_migrated.is_empty(), "{:?}", c3.last_migrated);
         let saved = c3.saved(1401);
-        assert!(saved.last_migrated.is_empty() && saved.in_flight.is_empty());
+        assert_eq!(saved.last_migrated, vec![(x, 1004)]);
+        assert!(saved.in_flight.is_empty());
+        c3.tick(1004 + 600);
+        assert!(c3.last_migrated.is_empty(), "{:?}", c3.last_migrated);
         assert!(
             saved.runs.ends_with(&[1401 - 1004]),
             "x's run since its restart: {:?}",
@@ -3975,7 +4048,9 @@ mod tests {
         };
         c.restore(&saved, 2000);
         c.adopt_in_flight();
-        assert_eq!(c.last_migrated.keys().collect::<Vec<_>>(), vec![&6]);
+        // 5's cool-down is over; 7 and 8 were requeued for moves that
+        // cannot be kept (pin expired, node gone): their cool-downs start.
+        assert_eq!(c.last_migrated.keys().collect::<Vec<_>>(), vec![&6, &7, &8]);
         assert_eq!(c.saved(2000).runs, vec![60, 120], "the runs survive");
         assert_eq!(c.pinned(7), None, "expired pin");
         assert_eq!(c.pinned(8), None, "node gone");

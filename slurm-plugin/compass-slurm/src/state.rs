@@ -58,7 +58,8 @@ pub struct PublishedState {
     pub engine_errors: u64,
     /// Running GPU jobs the migration rule keeps still, by reason
     /// (`not-resumable`, `protected`, `starting-up`, `cooling-down`,
-    /// `ends-soon`, `no-gain`: `select.move_when` lets nobody move;
+    /// `ends-soon`, `names-its-nodes`: a `-w` job, `migrations-off`:
+    /// `select.migrate = false`, `no-gain`: `select.move_when` lets nobody move;
     /// `compass_core::placement::worth::KeepReason`).
     #[serde(default)]
     pub kept_still: std::collections::BTreeMap<String, u64>,

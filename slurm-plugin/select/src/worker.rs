@@ -396,7 +396,9 @@ fn not_carried_out(plugin: &Plugin, order: &MigrationOrder) {
         .as_mut()
     {
         if ctl.knows(order.job) {
-            ctl.requeue_failed(order);
+            if let Some(e) = ctl.requeue_failed(order, now_unix()) {
+                log::error(&format!("compass: {e}"));
+            }
         }
     }
 }
@@ -416,6 +418,17 @@ fn target_names(plugin: &Plugin, order: &MigrationOrder) -> String {
 fn migrate(plugin: &Plugin, order: &MigrationOrder) -> Option<Raised> {
     // tick() marked the order in flight (pinned) before handing it out.
     let id = order.job as u32;
+    // Given up since it was handed out (its target went to a job Slurm
+    // started there): no requeue for nothing.
+    let wanted = (plugin.ctl.lock().unwrap_or_else(|p| p.into_inner()))
+        .as_ref()
+        .is_none_or(|c| c.still_ordered(order.job));
+    if !wanted {
+        log::info(&format!(
+            "migration of job {id}: withdrawn before its requeue (its target was taken); left in place"
+        ));
+        return None;
+    }
     let target = target_names(plugin, order);
     let nice = load_job(id).map_or(NICE_OFFSET, |j| j.nice);
     // A job that is ending (cancelled, completing) must not be requeued: that
@@ -436,7 +449,9 @@ fn migrate(plugin: &Plugin, order: &MigrationOrder) -> Option<Raised> {
             .unwrap_or_else(|p| p.into_inner())
             .as_mut()
         {
-            ctl.requeue_failed(order);
+            if let Some(e) = ctl.requeue_failed(order, now_unix()) {
+                log::error(&format!("compass: {e}"));
+            }
         }
         return None;
     }
