@@ -1539,6 +1539,10 @@ struct LedgerBody {
     intervals: Vec<Interval>,
 }
 
+/// The largest GPU weight a ledger interval may carry (`[gpu_weights]`
+/// weighs types around 1).
+pub const MAX_LEDGER_WEIGHT: f64 = 1000.0;
+
 /// Admin-only: merge run intervals into the ledger (backfill from
 /// accounting, or a Slurm-less deployment). Idempotent.
 async fn ingest(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Response> {
@@ -1558,6 +1562,23 @@ async fn ingest(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Respo
             })?;
             iv.validate()
                 .map_err(|e| BudgetError::field(&format!("intervals[{i}]"), e.to_string()))?;
+            // Times a query can name, and weights whose sums stay finite
+            // (issue #11: `start: i64::MIN` and `weight: 1e308` were stored,
+            // and reads showed `null` GPU-hours).
+            for (what, t) in [("start", Some(iv.start)), ("end", iv.end)] {
+                if t.is_some_and(|t| !(0..=MAX_QUERY_TIME).contains(&t)) {
+                    return Err(BudgetError::field(
+                        &format!("intervals[{i}].{what}"),
+                        format!("must be within 0..={MAX_QUERY_TIME} (Unix seconds, 1970 to 9999)"),
+                    ));
+                }
+            }
+            if iv.weight > MAX_LEDGER_WEIGHT {
+                return Err(BudgetError::field(
+                    &format!("intervals[{i}].weight"),
+                    format!("must be at most {MAX_LEDGER_WEIGHT}"),
+                ));
+            }
         }
         let now = state.now();
         let rep = state.db().ingest(&b.intervals, now)?;

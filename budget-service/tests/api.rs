@@ -286,6 +286,10 @@ async fn bad_input_is_4xx_naming_the_field_and_changes_nothing() {
         ("POST", "/api/v1/import", vec![b' '; 10_000], StatusCode::PAYLOAD_TOO_LARGE, Some("body")),
         // Ledger: end before start.
         ("POST", "/api/v1/ledger", serde_json::to_vec(&json!({"intervals": [{"job": 1, "account": "a", "gpus": 1, "start": 10, "end": 5, "kind": "allocated"}]})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("intervals[0]")),
+        // Ledger: times no query can name, a weight whose sums overflow.
+        ("POST", "/api/v1/ledger", serde_json::to_vec(&json!({"intervals": [{"job": 1, "account": "a", "gpus": 1, "start": i64::MIN, "end": 5, "kind": "allocated"}]})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("intervals[0].start")),
+        ("POST", "/api/v1/ledger", serde_json::to_vec(&json!({"intervals": [{"job": 1, "account": "a", "gpus": 1, "start": 0, "end": i64::MAX, "kind": "allocated"}]})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("intervals[0].end")),
+        ("POST", "/api/v1/ledger", serde_json::to_vec(&json!({"intervals": [{"job": 1, "account": "a", "gpus": 1, "start": 0, "end": 5, "kind": "allocated", "weight": 1e308}]})).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, Some("intervals[0].weight")),
     ];
     for (m, p, body, want, field) in cases {
         let (st, v) = call(&r, m, p, Some("root"), Some(body.clone())).await;
