@@ -273,6 +273,11 @@ impl Occupancy {
                 });
             }
         }
+        // Each within the node's capacity now.
+        let extra: BTreeMap<NodeId, u32> = extra
+            .into_iter()
+            .map(|(n, g)| (n, u32::try_from(g).unwrap_or(u32::MAX)))
+            .collect();
         for (&n, &add) in &extra {
             self.adjust(n, i64::from(add));
             if !request.movable {
@@ -305,14 +310,17 @@ impl Occupancy {
                 why: "no GPUs in the chunks".into(),
             });
         }
-        let mut extra: BTreeMap<NodeId, u32> = BTreeMap::new();
+        // In u64: counts near u32::MAX overflowed (issue #11: a panic in a
+        // debug build, a wrapped count accepted in a release one).
+        let mut extra: BTreeMap<NodeId, u64> = BTreeMap::new();
         for &(n, g) in chunks {
             self.spec.check_node(n)?;
-            *extra.entry(n).or_default() += g;
+            *extra.entry(n).or_default() += u64::from(g);
         }
         for (&n, &add) in &extra {
-            let used = self.used(n) + add;
-            if used > self.capacity() {
+            let used = u64::from(self.used(n)) + add;
+            if used > u64::from(self.capacity()) {
+                let used = u32::try_from(used).unwrap_or(u32::MAX);
                 return Err(CoreError::Overcommit {
                     job,
                     node: n,
@@ -321,6 +329,11 @@ impl Occupancy {
                 });
             }
         }
+        // Each within the node's capacity now.
+        let extra: BTreeMap<NodeId, u32> = extra
+            .into_iter()
+            .map(|(n, g)| (n, u32::try_from(g).unwrap_or(u32::MAX)))
+            .collect();
         for (&n, &add) in &extra {
             self.adjust(n, i64::from(add));
             self.adjust_fixed(n, i64::from(add));

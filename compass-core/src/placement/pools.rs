@@ -564,6 +564,28 @@ impl PoolSet {
                 }
             }
         }
+        // Every pool is checked before any adopts: a refusal changes
+        // nothing (issue #11: the pools adopted before were rolled back by a
+        // removal, whose Compact moved jobs and reported none of it).
+        for (&p, chunks) in &by_pool {
+            let Some(e) = self.engine(p) else { continue };
+            let occ = e.occupancy();
+            let mut add: BTreeMap<NodeId, u64> = BTreeMap::new();
+            for &(l, g) in chunks {
+                *add.entry(l).or_default() += u64::from(g);
+            }
+            for (l, g) in add {
+                let used = u64::from(occ.used(l)) + g;
+                if used > u64::from(occ.capacity()) {
+                    return Err(CoreError::Overcommit {
+                        job,
+                        node: self.global(p, l),
+                        used: u32::try_from(used).unwrap_or(u32::MAX),
+                        capacity: occ.capacity(),
+                    });
+                }
+            }
+        }
         let mut done = Vec::new();
         for (p, chunks) in &by_pool {
             if let Err(e) = self.engine_mut(*p)?.adopt_foreign(job, chunks) {

@@ -181,6 +181,10 @@ pub struct CompassEngine {
     ix: Index,
     /// Instance migrations performed so far.
     migrations_total: u64,
+    /// Role changes inside a node (a guest becomes a filler) so far:
+    /// Compact's rounds go on after a round that made one
+    /// (`compact_passes`).
+    role_changes: u64,
     /// Admissions that the resource manager placed differently from the plan.
     divergences: u64,
     /// Jobs the resource manager may run only on part of this engine's
@@ -216,6 +220,7 @@ impl CompassEngine {
             usable: NodeSet::full(spec.nodes),
             ix: Index::new(cap),
             migrations_total: 0,
+            role_changes: 0,
             divergences: 0,
             restricted: BTreeMap::new(),
             held_last: Vec::new(),
@@ -309,9 +314,14 @@ impl CompassEngine {
         }
         meta.movable = movable;
         self.occ.set_movable(job, movable)?;
-        for n in self.reindex_job(job) {
+        let nodes = self.reindex_job(job);
+        for &n in &nodes {
             self.journal_keys_afresh(n);
         }
+        // Kept by an undo: so are the slotted pass's marks it set (issue
+        // #11: an undone trial forgot them, and no later Compact looked at
+        // the job's nodes again).
+        self.journal_dirty_kept(&nodes);
         Ok(())
     }
 
@@ -408,6 +418,10 @@ impl CompassEngine {
             Some(m) if m.foreign => return Ok(()),
             Some(_) => {}
         }
+        // Not journaled: a trial open now cannot be undone past it
+        // (issue #11: the undo left the restriction in place while saying
+        // the engine was as it was).
+        self.keep_all_trials();
         match allowed.filter(|a| a.count() < self.occ.spec().nodes) {
             Some(a) => {
                 self.restricted.insert(job, a.clone());

@@ -63,6 +63,14 @@ impl CompassEngine {
         allowed.filter(|a| (a.count() as usize) * 8 < self.nodes.len())
     }
 
+    /// The members of a candidate set that are nodes of this engine (a set
+    /// sized for a larger cluster names nodes past them: issue #11, an
+    /// index out of bounds).
+    fn members<'a>(&'a self, a: &'a NodeSet) -> impl Iterator<Item = NodeId> + 'a {
+        let n = self.keys.len();
+        a.iter().take_while(move |&m| (m as usize) < n)
+    }
+
     /// The expected end of a node's last job (when it would be empty if
     /// nothing else came), over the jobs whose ends the caller gave; `None`
     /// when it knows none of them.
@@ -197,7 +205,10 @@ impl CompassEngine {
         end: Option<Seconds>,
     ) -> Option<Dest> {
         let cap = self.cap;
-        let nodes = || allowed.iter().filter(|&n| self.keys[n as usize].usable);
+        let nodes = || {
+            self.members(allowed)
+                .filter(|&n| self.keys[n as usize].usable)
+        };
         let kind = |n: NodeId| self.keys[n as usize].kind;
         let level = |n: NodeId| self.keys[n as usize].level;
         let empty = || nodes().find(|&n| kind(n) == Some(NodeKind::Empty));
@@ -250,8 +261,8 @@ impl CompassEngine {
         end: Option<Seconds>,
     ) -> Option<NodeId> {
         let free = |n: NodeId| self.keys[n as usize].phys_free;
-        let fits = allowed
-            .iter()
+        let fits = self
+            .members(allowed)
             .filter(|&n| self.keys[n as usize].usable)
             .filter(|&n| free(n) >= g && (empty_ok || free(n) < self.cap));
         self.best_among(fits, free, end)
@@ -413,8 +424,8 @@ impl CompassEngine {
         let w = job.shape.instances as usize;
         // As `choose`: a small candidate set is read node by node.
         let nodes: Vec<NodeId> = match self.small_set(allowed) {
-            Some(a) => a
-                .iter()
+            Some(a) => self
+                .members(a)
                 .filter(|&n| {
                     let k = &self.keys[n as usize];
                     k.usable && k.kind == Some(NodeKind::Empty)

@@ -20,9 +20,9 @@
 //!
 //! Only Compact, [`CompassEngine::set_movable`] and
 //! [`CompassEngine::set_tidy_hold`] may run inside a trial: Place, Remove,
-//! adoption and node usability changes add or drop jobs, which the journal
-//! does not log, so they keep every open trial first (the trial then cannot
-//! be undone).
+//! adoption, node usability and restriction changes
+//! ([`CompassEngine::set_allowed`]) are not logged, so they keep every open
+//! trial first (the trial then cannot be undone).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -225,6 +225,20 @@ impl CompassEngine {
     /// Node `n`'s keys are computed afresh if any open trial is undone (a
     /// change the undo keeps, [`CompassEngine::set_movable`], re-indexed
     /// it): every open trial that keeps its keys forgets them.
+    /// The slotted pass's marks on `nodes` stay set through the undo of
+    /// every open trial (a change the undo keeps,
+    /// [`CompassEngine::set_movable`]).
+    pub(super) fn journal_dirty_kept(&mut self, nodes: &[NodeId]) {
+        let marked: Vec<NodeId> = nodes
+            .iter()
+            .copied()
+            .filter(|n| self.ix.dirty.contains(n))
+            .collect();
+        for j in &mut self.journal {
+            j.dirty.extend(marked.iter().copied());
+        }
+    }
+
     pub(super) fn journal_keys_afresh(&mut self, n: NodeId) {
         for j in &mut self.journal {
             if let Some(k) = j.keys.get_mut(&n) {

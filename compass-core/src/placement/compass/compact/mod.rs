@@ -116,11 +116,15 @@ impl CompassEngine {
     fn compact_passes(&mut self, veto: &mut Veto<'_>) -> Vec<Migration> {
         let mut out = Vec::new();
         // A pass can enable an earlier one (the pool pass empties a node a
-        // guest can use, or turns a guest into an anchor with a vacancy): run
-        // rounds until one migrates nothing. Every pass only moves towards
-        // fewer guests, open vacancies or open nodes, so this ends quickly.
+        // guest can use, or turns a guest into an anchor with a vacancy; a
+        // guest that fills a vacancy of its own node frees room a guest
+        // elsewhere can use): run rounds until one changes nothing (issue
+        // #11: the rounds stopped at the first with no migration, and a
+        // movable guest stayed beside the room such a role change freed).
+        // Every pass only moves towards fewer guests, open vacancies or open
+        // nodes, so this ends quickly.
         for _round in 0..6 {
-            let before = out.len();
+            let before = (out.len(), self.role_changes);
             self.repair_guests(&mut out, veto);
             self.saturate(&mut out, veto);
             self.compact_pool(&mut out, veto);
@@ -131,7 +135,7 @@ impl CompassEngine {
                     self.paper_best_fit_drain(2, &mut out, veto);
                 }
             }
-            if out.len() == before || veto.exhausted() {
+            if (out.len(), self.role_changes) == before || veto.exhausted() {
                 break;
             }
         }
@@ -164,6 +168,8 @@ impl CompassEngine {
                 to,
             });
             self.migrations_total += 1;
+        } else {
+            self.role_changes += 1;
         }
         self.normalize(from);
     }
@@ -215,8 +221,32 @@ impl CompassEngine {
             });
             self.migrations_total += 1;
         }
-        self.node_mut(to).slots.push(slot);
-        self.reindex(to);
+        let cap = self.cap;
+        let dst = self.node_mut(to);
+        if dst.unprofiled(cap) >= slot.width {
+            dst.slots.push(slot);
+            self.reindex(to);
+        } else {
+            // The step planned on `to`'s room as it was; a move of the same
+            // step off `to` may have let `normalize` turn a guest there into
+            // an anchor whose slot takes that room (issue #11: a node's
+            // slots then took 10 GPUs of 8). The instances have the GPUs
+            // (the step counted them): they land as guests, and `to` is
+            // relabelled.
+            let g = slot.anchor_gpus;
+            dst.guests.push(Guest {
+                instance: slot.anchor,
+                gpus: g,
+                foreign: false,
+            });
+            dst.guests
+                .extend(slot.fillers.iter().map(|&instance| Guest {
+                    instance,
+                    gpus: 1,
+                    foreign: false,
+                }));
+            self.normalize(to);
+        }
         self.normalize(from);
     }
 }
