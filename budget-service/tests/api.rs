@@ -851,14 +851,17 @@ fn slurm_drain_reason(slurm: &FakeSlurm) -> String {
         .unwrap_or_default()
 }
 
-/// The database file removed (or replaced) while the service runs: SQLite
-/// would go on writing to the removed file, and every edit acknowledged
-/// since would be gone at the next start (issue #11). Now every request is
-/// a 503 naming the file, `/healthz` is 503 `db-error` with the same
-/// message, and the file put back makes everything answer again.
-#[tokio::test]
-async fn a_database_file_removed_under_the_service_refuses_writes_and_fails_healthz() {
-    let dir = std::env::temp_dir().join(format!("compass-api-removed-{}", std::process::id()));
+/// A fresh directory with the database file `budget.db` the service opens
+/// (admin `root`), its state and router.
+fn on_a_file(
+    name: &str,
+) -> (
+    std::path::PathBuf,
+    std::path::PathBuf,
+    Arc<AppState>,
+    Router,
+) {
+    let dir = std::env::temp_dir().join(format!("compass-api-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("budget.db");
@@ -874,6 +877,17 @@ async fn a_database_file_removed_under_the_service_refuses_writes_and_fails_heal
         Arc::new(TestClock::new(T0)),
     );
     let r = compass_budget::api::router(state.clone());
+    (dir, path, state, r)
+}
+
+/// The database file removed (or replaced) while the service runs: SQLite
+/// would go on writing to the removed file, and every edit acknowledged
+/// since would be gone at the next start (issue #11). Now every request is
+/// a 503 naming the file, `/healthz` is 503 `db-error` with the same
+/// message, and the file put back makes everything answer again.
+#[tokio::test]
+async fn a_database_file_removed_under_the_service_refuses_writes_and_fails_healthz() {
+    let (dir, path, state, r) = on_a_file("removed");
     let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let (st, v) = call(&r, "GET", "/healthz", None, None).await;
@@ -935,22 +949,7 @@ async fn a_database_file_removed_under_the_service_refuses_writes_and_fails_heal
 /// `chattr +i` is not supported (tmpfs, overlay file systems).
 #[tokio::test]
 async fn a_database_the_file_system_will_not_write_is_a_503_and_fails_healthz() {
-    let dir = std::env::temp_dir().join(format!("compass-api-immutable-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("budget.db");
-    let config = Config::parse(
-        "db = \"unused\"\nadmins = [\"root\"]\ncapacity_gpus = 10\nwindow_s = 3600\n",
-        "test",
-    )
-    .unwrap();
-    let state = AppState::new(
-        config,
-        Db::open(&path).unwrap(),
-        Arc::new(NameAuth),
-        Arc::new(TestClock::new(T0)),
-    );
-    let r = compass_budget::api::router(state.clone());
+    let (dir, path, _state, r) = on_a_file("immutable");
     let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let files = [path.clone(), dir.join("budget.db-wal")];
@@ -990,22 +989,7 @@ async fn a_database_the_file_system_will_not_write_is_a_503_and_fails_healthz() 
 /// valid is accepted.
 #[tokio::test]
 async fn an_invalid_stored_tree_is_repairable_through_the_api() {
-    let dir = std::env::temp_dir().join(format!("compass-api-invalid-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("budget.db");
-    let config = Config::parse(
-        "db = \"unused\"\nadmins = [\"root\"]\ncapacity_gpus = 10\nwindow_s = 3600\n",
-        "test",
-    )
-    .unwrap();
-    let state = AppState::new(
-        config,
-        Db::open(&path).unwrap(),
-        Arc::new(NameAuth),
-        Arc::new(TestClock::new(T0)),
-    );
-    let r = compass_budget::api::router(state.clone());
+    let (dir, path, state, r) = on_a_file("invalid");
     let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     // Behind the service's back: team-a 0.9 + team-b 0.3 > 1.

@@ -1188,6 +1188,28 @@ mod tests {
 
     const H: f64 = 3600.0;
 
+    /// [`plan_cycle`] with no faulty node and no job spared.
+    fn plan_plain(
+        queue: &[PendingJob],
+        running: &[RunningJob],
+        room: &NodeRoom,
+        ratios: &dyn Ratios,
+        now: Seconds,
+        cfg: &ProtectionConfig,
+    ) -> CyclePlan {
+        let none = BTreeSet::new();
+        plan_cycle(
+            queue,
+            running,
+            room,
+            &BTreeSet::new(),
+            &none,
+            ratios,
+            now,
+            cfg,
+        )
+    }
+
     fn cfg() -> ProtectionConfig {
         ProtectionConfig::default()
     }
@@ -1449,16 +1471,7 @@ mod tests {
         // Two teams' heads in one cycle: the first takes one node, the
         // second finds "over" at its allocation.
         let queue = [one.clone(), pending(10, "other", 1, 8)];
-        let plan = plan_cycle(
-            &queue,
-            &run,
-            &room,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            &table,
-            now,
-            &cfg(),
-        );
+        let plan = plan_plain(&queue, &run, &room, &table, now, &cfg());
         assert_eq!(plan.preemptions.len(), 1, "{plan:?}");
         assert_eq!(plan.admitted, vec![JobId(9)]);
         // By the ratio test (over's ratio above the requester's) one request
@@ -1469,16 +1482,7 @@ mod tests {
         table.ratio = ratios(&[("over", 3.0), ("under", 1.0), ("other", 1.0)]);
         let got = plan_room(&both, &run, &room, &table, now, &cfg(), &none).unwrap();
         assert_eq!(got.len(), 2);
-        let plan = plan_cycle(
-            &queue,
-            &run,
-            &room,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            &table,
-            now,
-            &cfg(),
-        );
+        let plan = plan_plain(&queue, &run, &room, &table, now, &cfg());
         assert_eq!(plan.preemptions.len(), 1, "{plan:?}");
     }
 
@@ -1516,16 +1520,7 @@ mod tests {
                 table.load.insert(team.into(), load);
             }
             let room = room_of(nodes, &run);
-            let plan = plan_cycle(
-                &queue,
-                &run,
-                &room,
-                &BTreeSet::new(),
-                &BTreeSet::new(),
-                &table,
-                now,
-                &cfg(),
-            );
+            let plan = plan_plain(&queue, &run, &room, &table, now, &cfg());
             count += plan.preemptions.len();
             for p in &plan.preemptions {
                 let at = run.iter().position(|r| r.id == p.victim).unwrap();
@@ -1741,16 +1736,7 @@ mod tests {
         let run = vec![running(1, "x", &[(0, 8)], 0.0, 0.0)];
         let room = room_of(1, &run);
         let queue = vec![pending(2, "a", 1, 8), pending(3, "b", 1, 8)];
-        let plan = plan_cycle(
-            &queue,
-            &run,
-            &room,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            &ratios(&[]),
-            H,
-            &cfg(),
-        );
+        let plan = plan_plain(&queue, &run, &room, &ratios(&[]), H, &cfg());
         assert_eq!(plan.admitted, vec![JobId(2)]);
         assert_eq!(plan.preemptions.len(), 1);
     }
@@ -1802,16 +1788,7 @@ mod tests {
         let room = room_of(2, &run);
         let mut p = pending(2, "a", 2, 8);
         let plan = |p: &PendingJob, room: &NodeRoom| {
-            plan_cycle(
-                std::slice::from_ref(p),
-                &run,
-                room,
-                &BTreeSet::new(),
-                &BTreeSet::new(),
-                &ratios(&[]),
-                H,
-                &cfg(),
-            )
+            plan_plain(std::slice::from_ref(p), &run, room, &ratios(&[]), H, &cfg())
         };
         assert_eq!(plan(&p, &room).preemptions.len(), 1);
         p.room_given = true;
@@ -1846,16 +1823,7 @@ mod tests {
             max_preemptions_per_cycle: 2,
             ..cfg()
         };
-        let plan = plan_cycle(
-            &queue,
-            &run,
-            &room,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            &ratios(&[]),
-            H,
-            &cfg,
-        );
+        let plan = plan_plain(&queue, &run, &room, &ratios(&[]), H, &cfg);
         assert_eq!(plan.preemptions.len(), 1, "{plan:?}");
         assert_eq!(plan.admitted, vec![JobId(10), JobId(13)]);
         assert_eq!(plan.held_back, vec![JobId(11), JobId(12)]);
@@ -1878,16 +1846,7 @@ mod tests {
             max_preemptions_per_cycle: 1,
             ..cfg
         };
-        let plan = plan_cycle(
-            &queue[1..],
-            &run,
-            &room,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            &ratios(&[]),
-            H,
-            &cfg,
-        );
+        let plan = plan_plain(&queue[1..], &run, &room, &ratios(&[]), H, &cfg);
         assert_eq!(plan.preemptions.len(), 2, "{plan:?}");
         assert_eq!(plan.admitted, vec![JobId(11), JobId(13)]);
         assert_eq!(plan.held_back, vec![JobId(12)]);

@@ -2649,13 +2649,12 @@ fn merge_per_node(v: &mut Vec<(NodeId, u32)>) {
 }
 
 #[cfg(test)]
-mod hostile_tests;
-
-#[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Config;
     use compass_core::placement::head::TRIAL_MEMORY_S;
+
+    mod hostile;
 
     /// The site defaults, but jobs move whenever a move pays (most tests
     /// exercise Compact with no job waiting).

@@ -5,42 +5,9 @@
 //! clock that steps back, refused requeues, `-w` jobs, migrations off).
 
 use super::*;
-use crate::config::Config;
 
 fn cfg() -> SelectConfig {
-    // Site defaults (cool-down 600 s, first 300 s no move), moves whenever
-    // they pay.
-    SelectConfig {
-        move_when: MoveWhen::Always,
-        ..Config::default().select
-    }
-}
-
-fn ctl_on(config: SelectConfig, nodes: u32) -> Controller {
-    let names = (1..=nodes).map(|i| format!("n{i}")).collect();
-    Controller::new(config, ClusterSpec::new(nodes, 8).unwrap(), names)
-}
-
-fn ctl() -> Controller {
-    ctl_on(cfg(), 4)
-}
-
-fn job(id: u64, w: u32, g: u32) -> JobInfo {
-    JobInfo {
-        id,
-        mapping: Mapping::Model {
-            shape: JobShape::new(w, g),
-            distinct_nodes: false,
-        },
-        flags: Some(JobFlags {
-            min_runtime_s: 0,
-            resumable: true,
-            migration_cost_s: None,
-        }),
-        time_limit_s: None,
-        gpu_type: None,
-        required_nodes: false,
-    }
+    always()
 }
 
 /// A job of `g` GPUs that is not resumable.
