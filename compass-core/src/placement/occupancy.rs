@@ -273,11 +273,6 @@ impl Occupancy {
                 });
             }
         }
-        // Each within the node's capacity now.
-        let extra: BTreeMap<NodeId, u32> = extra
-            .into_iter()
-            .map(|(n, g)| (n, u32::try_from(g).unwrap_or(u32::MAX)))
-            .collect();
         for (&n, &add) in &extra {
             self.adjust(n, i64::from(add));
             if !request.movable {

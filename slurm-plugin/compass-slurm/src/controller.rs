@@ -1659,8 +1659,8 @@ impl Controller {
 
     /// Is `job`'s migration still to be carried out? The plugin's thread
     /// asks before it requeues the job: a migration given up since the
-    /// order was handed out (its target went to another job,
-    /// [`Controller::yield_targets`]) is not requeued for nothing.
+    /// order was handed out (its target went to a job Slurm started
+    /// there) is not requeued for nothing.
     pub fn still_ordered(&self, job: u64) -> bool {
         self.migrating.contains(&job) && self.jobs.contains_key(&job)
     }
