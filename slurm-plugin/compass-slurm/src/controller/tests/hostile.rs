@@ -5,6 +5,7 @@
 //! clock that steps back, refused requeues, `-w` jobs, migrations off).
 
 use super::*;
+use proptest::prelude::*;
 
 fn cfg() -> SelectConfig {
     always()
@@ -237,4 +238,281 @@ fn a_pin_saved_ahead_of_the_clock_times_out_after_the_restart() {
     }
     assert_eq!(c.pinned(7), None);
     assert!(c.may_widen(8));
+}
+
+/// A step of the randomised driver below, as slurmctld and the plugin's
+/// thread would call the controller.
+#[derive(Clone, Debug)]
+enum Op {
+    /// A job is submitted: `w` instances of `g` GPUs, resumable or not,
+    /// with a min runtime, naming its nodes (`-w`) or not.
+    Submit {
+        w: u32,
+        g: u32,
+        resumable: bool,
+        min_runtime_s: u64,
+        named: bool,
+    },
+    /// Slurm tries every pending job (narrowed as the plugin says; a job
+    /// that does not fit waits, held as the plugin's `job_test` would).
+    Schedule,
+    /// The `k`-th running job ends.
+    End(usize),
+    /// The `k`-th running job is requeued by someone else (a preemption,
+    /// a node failure): it ends and waits again under its id.
+    Requeue(usize),
+    /// Time passes by `dt` seconds and the plugin's thread ticks; each
+    /// order is carried out, or its requeue refused when `refuse`.
+    Tick { dt: u64, refuse: bool },
+    /// The clock steps back `s` seconds (NTP).
+    ClockBack(u64),
+    /// slurmctld restarts or reconfigures: a new controller from the saved
+    /// state and the running jobs.
+    Rebuild,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (1u32..=2, prop::sample::select(vec![1u32, 2, 4, 8]), any::<bool>(),
+              prop::sample::select(vec![0u64, 400, 2000]), prop::bool::weighted(0.15))
+            .prop_map(|(w, g, resumable, min_runtime_s, named)| Op::Submit {
+                w, g, resumable, min_runtime_s, named
+            }),
+        3 => Just(Op::Schedule),
+        3 => (0usize..16).prop_map(Op::End),
+        1 => (0usize..16).prop_map(Op::Requeue),
+        5 => (prop::sample::select(vec![0u64, 1, 30, 70, 320, 700]), prop::bool::weighted(0.2))
+            .prop_map(|(dt, refuse)| Op::Tick { dt, refuse }),
+        1 => (1u64..=4).prop_map(Op::ClockBack),
+        1 => Just(Op::Rebuild),
+    ]
+}
+
+/// A running job as Slurm sees it: the job, its GPUs per node, its start.
+type Run = (JobInfo, Vec<(NodeId, u32)>, u64);
+
+/// Slurm's side: what runs where, what waits, and the clock.
+struct Slurm {
+    c: Controller,
+    now: u64,
+    next_id: u64,
+    /// Running jobs: the job, its GPUs per node, its start.
+    running: BTreeMap<u64, Run>,
+    pending: BTreeMap<u64, JobInfo>,
+    /// When each job was last requeued for a migration.
+    migrated_at: BTreeMap<u64, u64>,
+    /// Seconds the clock stepped back in all (the promises' slack).
+    back: u64,
+}
+
+const NODES: u32 = 5;
+
+impl Slurm {
+    fn used(&self, n: NodeId) -> u32 {
+        self.running
+            .values()
+            .flat_map(|(_, per, _)| per.iter())
+            .filter(|(m, _)| *m == n)
+            .map(|(_, g)| g)
+            .sum()
+    }
+
+    /// First fit of the job's instances on `nodes` (cons_tres's way, in
+    /// node order), or `None` if they do not all fit.
+    fn fit(&self, j: &JobInfo, nodes: impl Iterator<Item = NodeId>) -> Option<Vec<(NodeId, u32)>> {
+        let Mapping::Model { shape, .. } = j.mapping else {
+            return None;
+        };
+        let mut left = shape.instances;
+        let mut per = Vec::new();
+        for n in nodes {
+            let k = ((8 - self.used(n)) / shape.gpus).min(left);
+            if k > 0 {
+                per.push((n, k * shape.gpus));
+                left -= k;
+            }
+        }
+        (left == 0).then_some(per)
+    }
+
+    fn named_set(j: &JobInfo) -> NodeSet {
+        NodeSet::from_nodes(
+            NODES,
+            [j.id as NodeId % NODES, (j.id as NodeId + 1) % NODES],
+        )
+    }
+
+    fn schedule(&mut self) {
+        let all = NodeSet::full(NODES);
+        let ids: Vec<u64> = self.pending.keys().copied().collect();
+        for id in ids {
+            let j = self.pending[&id].clone();
+            let narrowed = self.c.narrow(&j, &all).expect("narrow");
+            let was_narrowed = narrowed.is_some();
+            let set = if j.required_nodes {
+                Self::named_set(&j)
+            } else {
+                narrowed.unwrap_or_else(|| all.clone())
+            };
+            let Some(per) = self.fit(&j, set.iter()) else {
+                if !j.required_nodes && was_narrowed && !self.c.may_widen(id) {
+                    let _ = self.c.hold(id, self.now);
+                }
+                continue;
+            };
+            self.pending.remove(&id);
+            let named = j.required_nodes.then(|| Self::named_set(&j));
+            let _ = self.c.begin_within(&j, &per, named.as_ref(), self.now);
+            self.running.insert(id, (j, per, self.now));
+        }
+    }
+
+    fn nth_running(&self, k: usize) -> Option<u64> {
+        let n = self.running.len();
+        (n > 0).then(|| *self.running.keys().nth(k % n).unwrap())
+    }
+
+    /// Every order of a tick: each must be a promise kept.
+    fn check_orders(&self, orders: &[MigrationOrder]) {
+        let cfg = &self.c.config;
+        let slack = self.back;
+        for o in orders {
+            let (j, _, start) = self
+                .running
+                .get(&o.job)
+                .unwrap_or_else(|| panic!("order for a job not running: {o:?}"));
+            let flags = j.flags.unwrap_or_default();
+            assert!(flags.resumable, "not resumable: {o:?}");
+            assert!(!j.required_nodes, "names its nodes: {o:?}");
+            let ran = (self.now + slack).saturating_sub(*start);
+            assert!(ran >= flags.min_runtime_s, "inside its min runtime: {o:?}");
+            assert!(
+                ran >= cfg.min_run_before_migration_s,
+                "in its first minutes: {o:?}"
+            );
+            if let Some(&t) = self.migrated_at.get(&o.job) {
+                assert!(
+                    self.now + slack >= t + cfg.migration_cooldown_s,
+                    "job {} requeued for a move at {t}, ordered again at {}",
+                    o.job,
+                    self.now
+                );
+            }
+        }
+    }
+
+    fn apply(&mut self, op: &Op) {
+        match *op {
+            Op::Submit {
+                w,
+                g,
+                resumable,
+                min_runtime_s,
+                named,
+            } => {
+                self.next_id += 1;
+                let mut j = job(self.next_id, w, g);
+                j.flags = Some(JobFlags {
+                    min_runtime_s,
+                    resumable,
+                    migration_cost_s: None,
+                });
+                j.required_nodes = named;
+                self.pending.insert(j.id, j);
+            }
+            Op::Schedule => self.schedule(),
+            Op::End(k) => {
+                if let Some(id) = self.nth_running(k) {
+                    self.running.remove(&id);
+                    let _ = self.c.fini(id, self.now);
+                }
+            }
+            Op::Requeue(k) => {
+                if let Some(id) = self.nth_running(k) {
+                    let (j, _, _) = self.running.remove(&id).unwrap();
+                    let _ = self.c.fini(id, self.now);
+                    self.pending.insert(id, j);
+                }
+            }
+            Op::Tick { dt, refuse } => {
+                self.now += dt;
+                let orders = self.c.tick(self.now);
+                self.check_orders(&orders);
+                for o in orders {
+                    if refuse || !self.c.still_ordered(o.job) {
+                        if refuse {
+                            let _ = self.c.requeue_failed(&o, self.now);
+                        }
+                        continue;
+                    }
+                    let (j, _, _) = self.running.remove(&o.job).unwrap();
+                    let _ = self.c.fini(o.job, self.now);
+                    self.migrated_at.insert(o.job, self.now);
+                    self.pending.insert(o.job, j);
+                }
+            }
+            Op::ClockBack(s) => {
+                self.now = self.now.saturating_sub(s);
+                self.back += s;
+            }
+            Op::Rebuild => {
+                let saved = self.c.saved(self.now);
+                let mut c = ctl_on(always(), NODES);
+                c.restore(&saved, self.now);
+                for (j, per, start) in self.running.values() {
+                    let named = j.required_nodes.then(|| Self::named_set(j));
+                    let _ = c.adopt_running_within(j, per, named.as_ref(), *start);
+                }
+                c.adopt_in_flight();
+                c.compact();
+                self.c = c;
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Random sequences of slurmctld's callbacks and the plugin thread's
+    /// ticks, with refused requeues, requeues for other reasons, rebuilds
+    /// and a clock that jumps or steps back: no order ever breaks a
+    /// promise of the user guide (resumable only, never a `-w` job, never
+    /// inside the min runtime or the first minutes, never twice within the
+    /// cool-down), the engine's invariants hold, and once every job has
+    /// ended nothing is left in flight, held, pinned or cooling down.
+    #[test]
+    fn random_callback_sequences_keep_every_promise(ops in prop::collection::vec(op(), 1..300)) {
+        let mut s = Slurm {
+            c: ctl_on(always(), NODES),
+            now: 10_000,
+            next_id: 0,
+            running: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            migrated_at: BTreeMap::new(),
+            back: 0,
+        };
+        for op in &ops {
+            s.apply(op);
+            prop_assert_eq!(s.c.self_check(), None, "after {:?}", op);
+        }
+        // Everything ends; the pending jobs are cancelled (never offered
+        // again); time passes past every bound.
+        let ids: Vec<u64> = s.running.keys().copied().collect();
+        for id in ids {
+            s.running.remove(&id);
+            let _ = s.c.fini(id, s.now);
+        }
+        s.pending.clear();
+        for _ in 0..150 {
+            s.now += 10;
+            let orders = s.c.tick(s.now);
+            prop_assert!(orders.is_empty(), "{:?}", orders);
+        }
+        prop_assert!(s.c.pins.is_empty() && s.c.migrating.is_empty() && s.c.orders.is_empty());
+        prop_assert!(s.c.holds.is_empty(), "{:?}", s.c.holds.keys().collect::<Vec<_>>());
+        prop_assert!(s.c.last_migrated.is_empty() && s.c.cooldowns.is_empty());
+        prop_assert!(s.c.kept.is_empty() && s.c.jobs.is_empty());
+        prop_assert!(s.c.snapshot(s.now, true).nodes.iter().all(|n| n.used_gpus == 0));
+    }
 }
