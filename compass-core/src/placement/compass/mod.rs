@@ -312,16 +312,17 @@ impl CompassEngine {
         if meta.foreign {
             return Ok(());
         }
-        meta.movable = movable;
+        let was = std::mem::replace(&mut meta.movable, movable);
         self.occ.set_movable(job, movable)?;
+        // Kept by an undo, which marks the job's nodes for the slotted pass
+        // if its movability differs then (issue #11: an undone trial forgot
+        // the marks, and no later Compact looked at the job's nodes again;
+        // a hold lifted inside the trial leaves none).
+        self.journal_movable(job, was);
         let nodes = self.reindex_job(job);
         for &n in &nodes {
             self.journal_keys_afresh(n);
         }
-        // Kept by an undo: so are the slotted pass's marks it set (issue
-        // #11: an undone trial forgot them, and no later Compact looked at
-        // the job's nodes again).
-        self.journal_dirty_kept(&nodes);
         Ok(())
     }
 

@@ -46,6 +46,13 @@ pub(super) struct Journal {
     /// Holds for tidying changed in this trial, in order: (job, its hold
     /// before).
     tidy: Vec<(JobId, bool)>,
+    /// Each job whose own movability changed in this trial, with its
+    /// movability when the trial began ([`CompassEngine::set_movable`],
+    /// which the undo keeps): a job whose movability differs at the undo
+    /// has its nodes marked for the slotted pass; one set back as it was
+    /// (a hold lifted inside the trial) leaves no mark, so the undo is
+    /// exact (issue #11).
+    movable: BTreeMap<JobId, bool>,
     /// Nodes the slotted pass had still to look at.
     dirty: BTreeSet<NodeId>,
     migrations_total: u64,
@@ -78,6 +85,7 @@ impl CompassEngine {
             moves: Vec::new(),
             keys: FxHashMap::default(),
             tidy: Vec::new(),
+            movable: BTreeMap::new(),
             dirty: self.ix.dirty.clone(),
             migrations_total: self.migrations_total,
             held_last: self.held_last.clone(),
@@ -110,6 +118,9 @@ impl CompassEngine {
                 outer.keys.entry(n).or_insert(k);
             }
             outer.tidy.extend(inner.tidy);
+            for (job, was) in inner.movable {
+                outer.movable.entry(job).or_insert(was);
+            }
         }
         true
     }
@@ -169,6 +180,16 @@ impl CompassEngine {
                 self.ix.dirty.extend(r.nodes.iter().copied());
             }
         }
+        // A job's own movability changed for good (kept by the undo):
+        // Compact must look at its nodes again, as outside a trial.
+        for (job, was) in &j.movable {
+            let now = self.meta.get(job).map(|m| m.movable);
+            if now.is_some_and(|m| m != *was) {
+                if let Some(r) = self.occ.job(*job) {
+                    self.ix.dirty.extend(r.nodes.iter().copied());
+                }
+            }
+        }
         self.migrations_total = j.migrations_total;
         self.held_last = j.held_last;
         true
@@ -222,23 +243,17 @@ impl CompassEngine {
         }
     }
 
-    /// Node `n`'s keys are computed afresh if any open trial is undone (a
-    /// change the undo keeps, [`CompassEngine::set_movable`], re-indexed
-    /// it): every open trial that keeps its keys forgets them.
-    /// The slotted pass's marks on `nodes` stay set through the undo of
-    /// every open trial (a change the undo keeps,
-    /// [`CompassEngine::set_movable`]).
-    pub(super) fn journal_dirty_kept(&mut self, nodes: &[NodeId]) {
-        let marked: Vec<NodeId> = nodes
-            .iter()
-            .copied()
-            .filter(|n| self.ix.dirty.contains(n))
-            .collect();
+    /// Notes that `job`'s own movability was `was` before a change in
+    /// every open trial that has not seen it change yet.
+    pub(super) fn journal_movable(&mut self, job: JobId, was: bool) {
         for j in &mut self.journal {
-            j.dirty.extend(marked.iter().copied());
+            j.movable.entry(job).or_insert(was);
         }
     }
 
+    /// Node `n`'s keys are computed afresh if any open trial is undone (a
+    /// change the undo keeps, [`CompassEngine::set_movable`], re-indexed
+    /// it): every open trial that keeps its keys forgets them.
     pub(super) fn journal_keys_afresh(&mut self, n: NodeId) {
         for j in &mut self.journal {
             if let Some(k) = j.keys.get_mut(&n) {
