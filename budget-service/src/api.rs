@@ -416,7 +416,11 @@ pub fn job_owner(state: &AppState, q: &crate::state::QueueView, job: u64) -> Opt
 }
 
 /// The actions `viewer` may see: with `PrivateData=jobs`, those whose
-/// victim or requester is theirs, and those on no job (node drains).
+/// victim or requester was theirs when the action was taken (its recorded
+/// owners, schema 8: slurmctld reuses job ids, and a reused id's new owner
+/// saw the old job's actions; issue #11), and those on no job (node
+/// drains). An action logged before schema 8 has no owners recorded: the
+/// job id's owner today decides, as before.
 pub fn visible_actions(
     state: &AppState,
     viewer: &Viewer,
@@ -426,10 +430,17 @@ pub fn visible_actions(
         return rows;
     }
     let q = state.queue();
-    let sees =
-        |j: Option<u64>| j.is_some_and(|j| viewer.sees_job(job_owner(state, &q, j).as_deref()));
+    let sees = |j: Option<u64>, owner: &Option<String>| match (j, owner) {
+        (None, _) => false,
+        (Some(_), Some(owner)) => viewer.sees_job(Some(owner)),
+        (Some(j), None) => viewer.sees_job(job_owner(state, &q, j).as_deref()),
+    };
     rows.into_iter()
-        .filter(|a| (a.job.is_none() && a.cause_job.is_none()) || sees(a.job) || sees(a.cause_job))
+        .filter(|a| {
+            (a.job.is_none() && a.cause_job.is_none())
+                || sees(a.job, &a.user)
+                || sees(a.cause_job, &a.cause_user)
+        })
         .collect()
 }
 

@@ -25,6 +25,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0005_job_user.sql"),
     include_str!("../../sql/0006_cycle_history.sql"),
     include_str!("../../sql/0007_nodes_parent_index.sql"),
+    include_str!("../../sql/0008_action_owners.sql"),
 ];
 
 /// The newest schema version this build knows.
@@ -604,6 +605,14 @@ pub struct ActionRow {
     /// Decided and logged only (`[protection] enforce = "dry-run"`).
     #[serde(default)]
     pub dry_run: bool,
+    /// The victim's owner when the action was taken (schema 8; `None` for
+    /// older actions): who may read it under `PrivateData=jobs`
+    /// ([`crate::api::visible_actions`]). Not part of the API's rows.
+    #[serde(skip_serializing, default)]
+    pub user: Option<String>,
+    /// The owner of the job it made room for, likewise.
+    #[serde(skip_serializing, default)]
+    pub cause_user: Option<String>,
 }
 
 impl ActionRow {
@@ -630,6 +639,8 @@ impl ActionRow {
             detail,
             submit: None,
             dry_run: false,
+            user: None,
+            cause_user: None,
         }
     }
 }
@@ -688,18 +699,20 @@ fn row_action(r: &rusqlite::Row<'_>) -> rusqlite::Result<ActionRow> {
         detail: r.get(10)?,
         submit: r.get(11)?,
         dry_run: r.get::<_, i64>(12)? != 0,
+        user: r.get(13)?,
+        cause_user: r.get(14)?,
     })
 }
 
 const ACTION_COLS: &str =
-    "id, at, action, job, run_start, node, cause_job, rule, lost_gpu_s, ok, detail, submit, dry_run";
+    "id, at, action, job, run_start, node, cause_job, rule, lost_gpu_s, ok, detail, submit, dry_run, user, cause_user";
 
 impl Db {
     /// Appends an action to the log; returns its id.
     pub fn log_action(&mut self, a: &ActionRow) -> Result<i64> {
         self.conn.execute(
-            "INSERT INTO actions (at, action, job, run_start, node, cause_job, rule, lost_gpu_s, ok, detail, submit, dry_run)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            "INSERT INTO actions (at, action, job, run_start, node, cause_job, rule, lost_gpu_s, ok, detail, submit, dry_run, user, cause_user)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             params![
                 a.at,
                 a.action,
@@ -712,7 +725,9 @@ impl Db {
                 i64::from(a.ok),
                 a.detail,
                 a.submit,
-                i64::from(a.dry_run)
+                i64::from(a.dry_run),
+                a.user,
+                a.cause_user
             ],
         )?;
         Ok(self.conn.last_insert_rowid())

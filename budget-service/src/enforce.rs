@@ -675,6 +675,8 @@ pub fn enforce(
                 },
                 submit: Some(victim.submit),
                 dry_run: dry,
+                user: Some(victim.user.clone()),
+                cause_user: cause.map(|c| c.user.clone()),
             },
         )?;
     }

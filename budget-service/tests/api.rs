@@ -1166,9 +1166,46 @@ async fn two_users(extra: &str) -> (Arc<AppState>, Router) {
             detail: String::new(),
             submit: None,
             dry_run: false,
+            user: None,
+            cause_user: None,
         })
         .unwrap();
     (s, r)
+}
+
+/// `PrivateData=jobs` and reused job ids (issue #11): an action records
+/// the owners of its jobs when it is taken, so after a cold start of
+/// slurmctld the new owner of a reused id does not see the old job's
+/// action, and the old owner still does. Before, the id's owner today
+/// decided: bob saw carol's requeue because job 20 is his now.
+#[tokio::test]
+async fn an_action_on_a_reused_job_id_is_shown_to_its_owner_then() {
+    let (s, r) = two_users("[reads]\nprivate_data = \"jobs\"\n").await;
+    s.db()
+        .log_action(&compass_budget::db::ActionRow {
+            job: Some(20),
+            cause_job: Some(21),
+            user: Some("carol".into()),
+            cause_user: Some("dave".into()),
+            submit: Some(T0 - 5000),
+            ..compass_budget::db::ActionRow::on_node(T0, "requeue", "n1", "unallocated", true, String::new())
+        })
+        .unwrap();
+    let jobs_seen = |v: Value| -> Vec<u64> {
+        (v["rows"].as_array().unwrap().iter())
+            .filter_map(|a| a["job"].as_u64())
+            .collect()
+    };
+    for (who, want) in [("bob", vec![]), ("carol", vec![20]), ("dave", vec![20]), ("alice", vec![3])] {
+        let (st, v) = call(&r, "GET", "/api/v1/actions", Some(who), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        assert_eq!(jobs_seen(v), want, "{who}");
+    }
+    // The owners are stored (schema 8), not part of the API's rows.
+    let stored = s.db().actions(Some(20), 10).unwrap();
+    assert_eq!(stored[0].user.as_deref(), Some("carol"));
+    let (_, v) = call(&r, "GET", "/api/v1/actions", Some("root"), None).await;
+    assert!(v["rows"][0].get("user").is_none(), "{v}");
 }
 
 /// Job ids of a queue page, as `GET /api/v1/queue` returns them to `user`.
