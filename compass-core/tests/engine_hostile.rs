@@ -135,17 +135,14 @@ fn foreign_gpu_counts_that_overflow_are_refused() {
     e.check_invariants().unwrap();
 }
 
-/// OPEN (issue #11, found 2026-12-06, not fixed): Theorem 1 fails on this
-/// adopted layout with every job movable, no foreign GPU and WCC holding.
-/// After job 2 leaves, two slotted nodes stay non-full: n1 has an odd room
-/// of 1 that only a 1-GPU unit could fill, and the guest repair moved
-/// n2's 1-GPU guests into the pool node before any step could use one; the
-/// only fix left is a swap (n2's 4-slot against n1's 3-GPU guest), which
-/// no step kind makes. A layout with one slotted and one pool node
-/// non-full exists. Kept as a reproduction for the fix
-/// (docs/compass-corrections.md, "Known counterexamples").
+/// Theorem 1 failed on this adopted layout with every job movable, no
+/// foreign GPU and WCC holding (found 2026-12-06): after job 2 left, the
+/// guest repair moved n2's two 1-GPU guests off their full node into the
+/// pool node, and two slotted nodes stayed open (n1 with an odd room of 1
+/// that only a 1-GPU unit could fill). A 1-GPU guest on a full node is at
+/// home now (`compact/fill.rs`): one slotted and one pool node stay open
+/// (docs/compass-corrections.md, "Odd rooms filled from the pool").
 #[test]
-#[ignore = "open defect of Theorem 1 with guests (issue #11): a fix needs a swap step"]
 fn theorem1_after_a_departure_beside_an_odd_room_and_one_gpu_guests() {
     let mut e = eng(3, 8);
     e.adopt(&JobRequest::new(1, 1, 3), &[1]).unwrap();
@@ -163,16 +160,16 @@ fn theorem1_after_a_departure_beside_an_odd_room_and_one_gpu_guests() {
         slotted <= 1 && pool <= 1,
         "{slotted} slotted, {pool} pool nodes non-full"
     );
+    e.check_invariants().unwrap();
 }
 
-/// OPEN (issue #11, found 2026-12-06, not fixed): two nodes of {2-slot,
-/// 5-GPU guest} (one free GPU each) beside a pool node of seven movable
-/// 1-GPU members: three non-full nodes after Compact. Pool members are no
-/// units of a top-up (only slotted nodes give), and a 1-GPU member moved
-/// into such a room would be a guest the guest repair sends back to the
-/// pool node: the fix must change both together.
+/// Two nodes of {2-slot, 5-GPU guest} (one free GPU each) beside a pool
+/// node of seven movable 1-GPU members: three nodes stayed open after
+/// Compact (found 2026-12-06), since pool members were no donors of a
+/// top-up and a member moved into such a room was a guest the repair sent
+/// back. Now two members fill the two rooms, as guests that stay
+/// (`compact/fill.rs`): one node open.
 #[test]
-#[ignore = "open defect of Theorem 1 with guests (issue #11): pool members cannot top up an odd room"]
 fn theorem1_with_two_odd_rooms_beside_a_pool_node() {
     let mut e = eng(3, 8);
     e.adopt(&JobRequest::new(1, 1, 2), &[0]).unwrap();
@@ -180,10 +177,8 @@ fn theorem1_with_two_odd_rooms_beside_a_pool_node() {
     e.adopt(&JobRequest::new(3, 1, 2), &[1]).unwrap();
     e.adopt(&JobRequest::new(4, 1, 5), &[1]).unwrap();
     e.adopt(&JobRequest::new(5, 7, 1), &[2; 7]).unwrap();
-    e.compact();
-    let (slotted, pool) = e.non_full_by_kind();
-    assert!(
-        slotted <= 1 && pool <= 1,
-        "{slotted} slotted, {pool} pool nodes non-full"
-    );
+    assert_eq!(e.compact().len(), 2, "two members fill the two rooms");
+    assert_eq!(e.non_full_by_kind(), (0, 1));
+    assert!(e.compact().is_empty(), "the guests stay");
+    e.check_invariants().unwrap();
 }

@@ -86,6 +86,7 @@ impl CompassEngine {
                 instance: inst,
                 gpus: g,
                 foreign: true,
+                settled: false,
             });
             self.reindex(n);
         }

@@ -297,6 +297,7 @@ impl CompassEngine {
                 instance: inst,
                 gpus: g,
                 foreign: false,
+                settled: false,
             }),
         }
         self.reindex(n);

@@ -22,6 +22,7 @@ impl CompassEngine {
                     instance: f,
                     gpus: 1,
                     foreign: false,
+                    settled: false,
                 });
             }
         } else if let Some(s) = st.slots.iter_mut().find(|s| s.fillers.contains(&inst)) {

@@ -42,6 +42,11 @@ pub struct Guest {
     pub instance: InstanceRef,
     pub gpus: u32,
     pub foreign: bool,
+    /// A 1-GPU guest of a node that pool members were moved into to close
+    /// it (`compact/fill.rs`): while its node is full the guest repair
+    /// does not move it (issue #11: the repair sent the members back).
+    #[serde(default)]
+    pub settled: bool,
 }
 
 /// The internal state `sigma_n` of one node (eq. 7).
@@ -123,8 +128,10 @@ pub(super) struct Keys {
     pub(super) phys_free: u32,
     pub(super) vacant: Vec<InstanceRef>,
     pub(super) guests: Vec<InstanceRef>,
-    /// Movable 1-GPU guests.
+    /// Movable 1-GPU guests, but settled ones of a full node.
     pub(super) ones: Vec<InstanceRef>,
+    /// Movable settled 1-GPU guests of a full node ([`Guest::settled`]).
+    pub(super) settled: Vec<InstanceRef>,
     /// Movable multi-GPU guests, with their slot width.
     pub(super) multi: Vec<(u32, InstanceRef)>,
     /// Pool node with at least one movable member.
@@ -217,13 +224,17 @@ impl CompassEngine {
             Vec::new()
         };
         let movable_guest = |g: &&Guest| !g.foreign && self.movable(g.instance);
-        let ones = st
+        // A settled 1-GPU guest of a full node closes it (`compact/fill.rs`):
+        // it is indexed apart, no donor of a top-up, and the guest repair
+        // leaves it (saturate may still take it for a vacancy).
+        let (settled, ones): (Vec<&Guest>, Vec<&Guest>) = st
             .guests
             .iter()
             .filter(movable_guest)
             .filter(|g| g.gpus == 1)
-            .map(|g| g.instance)
-            .collect::<Vec<_>>();
+            .partition(|g| g.settled && used == cap);
+        let ones: Vec<InstanceRef> = ones.into_iter().map(|g| g.instance).collect();
+        let settled: Vec<InstanceRef> = settled.into_iter().map(|g| g.instance).collect();
         let multi = st
             .guests
             .iter()
@@ -278,6 +289,7 @@ impl CompassEngine {
             }
         }
         keys.ones = ones;
+        keys.settled = settled;
         keys.multi = multi;
         keys.lowerable = self.lowerable_of(n);
         keys
@@ -426,8 +438,10 @@ pub(super) struct Index {
     pub(super) vacant: BTreeSet<(NodeId, InstanceRef)>,
     /// Every guest, by (node, instance).
     pub(super) guests: BTreeSet<(NodeId, InstanceRef)>,
-    /// Movable 1-GPU guests.
+    /// Movable 1-GPU guests, but settled ones of full nodes.
     pub(super) ones: BTreeSet<(NodeId, InstanceRef)>,
+    /// Movable settled 1-GPU guests of full nodes ([`Guest::settled`]).
+    pub(super) settled: BTreeSet<(NodeId, InstanceRef)>,
     /// Movable multi-GPU guests by (slot width, node, instance).
     pub(super) multi: BTreeSet<(u32, NodeId, InstanceRef)>,
     /// Pool nodes with a movable member, by used GPUs.
@@ -467,6 +481,7 @@ impl Index {
         update_entries(&mut self.vacant, &old.vacant, &new.vacant, at);
         update_entries(&mut self.guests, &old.guests, &new.guests, at);
         update_entries(&mut self.ones, &old.ones, &new.ones, at);
+        update_entries(&mut self.settled, &old.settled, &new.settled, at);
         update_entries(&mut self.multi, &old.multi, &new.multi, |&(w, g)| (w, n, g));
         let source = |k: &Keys| k.pool_source.then_some(k.level);
         update_level(&mut self.pool_sources, n, source(old), source(new));
@@ -510,6 +525,7 @@ impl Index {
             vacant: pairs(&self.vacant),
             guests: pairs(&self.guests),
             ones: pairs(&self.ones),
+            settled: pairs(&self.settled),
             multi,
             pool_sources: levels(&self.pool_sources),
             dissolvable: levels(&self.dissolvable),
@@ -540,6 +556,7 @@ impl Index {
             vacant: BTreeSet::new(),
             guests: BTreeSet::new(),
             ones: BTreeSet::new(),
+            settled: BTreeSet::new(),
             multi: BTreeSet::new(),
             pool_sources: levels.clone(),
             dissolvable: levels.clone(),

@@ -8,7 +8,8 @@ use crate::model::{InstanceRef, Migration, NodeId};
 
 impl CompassEngine {
     /// Moves movable guests back into the ABS by the rules of Place: 1-GPU
-    /// guests into the fullest non-full pool node, else a new pool node;
+    /// guests into the fullest non-full pool node, else a new pool node
+    /// (not a settled one of a full node: `compact/fill.rs`);
     /// multi-GPU guests into the best-fit slotted node, else an empty node.
     /// A guest stays only while the cluster has no such room. (A guest whose
     /// own node can make room for its slot is homed by the slotted pass.)

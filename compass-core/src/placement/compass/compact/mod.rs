@@ -1,6 +1,7 @@
 //! Compact (paper Section 4.3.4, corrected; docs/compass-corrections.md):
 //! the rounds of passes, and the two migration primitives they share.
 
+mod fill;
 mod guests;
 mod pool;
 mod room;
@@ -129,7 +130,10 @@ impl CompassEngine {
             self.saturate(&mut out, veto);
             self.compact_pool(&mut out, veto);
             match self.config.slotted_pass {
-                SlottedPass::Corrected => self.compact_slotted(&mut out, veto),
+                SlottedPass::Corrected => {
+                    self.compact_slotted(&mut out, veto);
+                    self.fill_from_pool(&mut out, veto);
+                }
                 SlottedPass::Paper => {
                     self.paper_best_fit_drain(4, &mut out, veto);
                     self.paper_best_fit_drain(2, &mut out, veto);
@@ -206,6 +210,7 @@ impl CompassEngine {
             instance,
             gpus: 1,
             foreign: false,
+            settled: false,
         }));
         self.reindex(from);
         for inst in std::iter::once(slot.anchor).chain(slot.fillers.iter().copied()) {
@@ -238,12 +243,14 @@ impl CompassEngine {
                 instance: slot.anchor,
                 gpus: g,
                 foreign: false,
+                settled: false,
             });
             dst.guests
                 .extend(slot.fillers.iter().map(|&instance| Guest {
                     instance,
                     gpus: 1,
                     foreign: false,
+                    settled: false,
                 }));
             self.normalize(to);
         }

@@ -9,7 +9,8 @@ use crate::model::{InstanceRef, Migration, NodeId};
 impl CompassEngine {
     /// Fills every open slot vacancy: first with a 1-GPU guest on the same
     /// node (relabel), then a movable 1-GPU guest elsewhere, then a movable
-    /// member of the emptiest pool node (Place line 9, Remove's refill).
+    /// member of the emptiest pool node (Place line 9, Remove's refill),
+    /// then a settled guest of a full node (`compact/fill.rs`).
     ///
     /// Cost: one index lookup per filled vacancy; the pass stops at the first
     /// vacancy no source can fill, because then no movable 1-GPU instance
@@ -47,7 +48,9 @@ impl CompassEngine {
 
     /// Is there a movable 1-GPU instance outside every slot?
     fn has_filler_source(&self) -> bool {
-        !self.ix.ones.is_empty() || self.ix.pool_sources.iter().any(|l| !l.is_empty())
+        !self.ix.ones.is_empty()
+            || !self.ix.settled.is_empty()
+            || self.ix.pool_sources.iter().any(|l| !l.is_empty())
     }
 
     fn filler_source(&self, n: NodeId) -> Option<(NodeId, InstanceRef)> {
@@ -80,6 +83,7 @@ impl CompassEngine {
                 return Some((m, inst));
             }
         }
-        None
+        // Last, a settled guest (`compact/fill.rs`): it closes its node.
+        self.ix.settled.iter().find(|(m, _)| *m != n).copied()
     }
 }

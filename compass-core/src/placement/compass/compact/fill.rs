@@ -1,0 +1,179 @@
+//! Open slotted nodes filled with pool members (issue #11: Theorem 1 with
+//! guests; docs/compass-corrections.md, "Odd rooms filled from the pool").
+//!
+//! The slotted pass closes a pair of open slotted nodes with units of
+//! slotted nodes only. On adopted layouts an open slotted node can be left
+//! with a room no such unit fits (one free GPU beside a 5-GPU guest), and
+//! only a 1-GPU instance could fill it; pool members were no donors, and
+//! the guest repair sent a 1-GPU guest back to the pool. This pass moves
+//! movable pool members into such rooms, as guests, when that leaves fewer
+//! open nodes. The 1-GPU guests of a node so filled are *settled* while it
+//! is full: the guest repair does not move them, and they are no donors of
+//! a top-up (`Keys::settled`).
+
+use super::super::{CompassEngine, Dest, NodeKind};
+use super::Veto;
+use crate::model::{InstanceRef, Migration, NodeId};
+
+/// At most this many open slotted nodes are looked at per pass (fewest
+/// free GPUs first), so the cost is bounded whatever the cluster's size.
+pub(in crate::placement::compass) const FILL_TARGETS: usize = 8;
+
+impl CompassEngine {
+    /// Fills open slotted nodes with movable members of pool nodes when two
+    /// or more usable slotted nodes whose every unit is movable stay open
+    /// after the other passes (more than Theorem 1 allows; a node open
+    /// because of a job that may not move is no target, as the theorem
+    /// exempts it). Targets are taken fewest free GPUs first;
+    /// members come from the emptiest pool node with a movable member first
+    /// (non-full ones before full ones), each only onto a node its job may
+    /// use. The shortest prefix of targets that leaves the fewest open nodes
+    /// (targets filled, sources opened or emptied) is made, and only when it
+    /// leaves strictly fewer: the pass never opens more than it closes.
+    pub(in crate::placement::compass) fn fill_from_pool(
+        &mut self,
+        out: &mut Vec<Migration>,
+        veto: &mut Veto<'_>,
+    ) {
+        let cap = self.cap;
+        let mut targets: Vec<(u32, NodeId)> = Vec::new();
+        'levels: for s in 1..=cap {
+            for n in self.ix.dissolvable[s as usize].iter() {
+                if targets.len() > FILL_TARGETS {
+                    break 'levels;
+                }
+                if self.usable.contains(n) {
+                    targets.push((self.occ.free(n), n));
+                }
+            }
+        }
+        if targets.len() < 2 || !(1..=cap).any(|c| !self.ix.pool_sources[c as usize].is_empty()) {
+            return;
+        }
+        targets.truncate(FILL_TARGETS);
+        targets.sort_unstable();
+        let Some(plan) = self.fill_plan(&targets) else {
+            return;
+        };
+        let jobs: Vec<_> = plan.iter().map(|(_, inst, _)| inst.job).collect();
+        if self.refuses(veto, &jobs) {
+            return;
+        }
+        let mut filled: Vec<NodeId> = Vec::new();
+        for (from, inst, to) in plan {
+            self.migrate(inst, from, Dest::Guest(to), out);
+            if filled.last() != Some(&to) {
+                filled.push(to);
+            }
+        }
+        for n in filled {
+            self.settle(n);
+        }
+    }
+
+    /// Marks the movable 1-GPU guests of node `n`, which a fill closed,
+    /// settled ([`Guest::settled`]): together they close it, and the guest
+    /// repair would open it again by moving one (issue #11: the repair and
+    /// this pass took turns on a node until Compact's rounds ran out).
+    ///
+    /// [`Guest::settled`]: super::super::Guest::settled
+    fn settle(&mut self, n: NodeId) {
+        let open = |e: &Self, g: &super::super::Guest| {
+            g.gpus == 1 && !g.foreign && !g.settled && e.movable(g.instance)
+        };
+        if !self.nodes[n as usize].guests.iter().any(|g| open(self, g)) {
+            return;
+        }
+        let settle: Vec<InstanceRef> = (self.nodes[n as usize].guests.iter())
+            .filter(|g| open(self, g))
+            .map(|g| g.instance)
+            .collect();
+        for g in &mut self.node_mut(n).guests {
+            if settle.contains(&g.instance) {
+                g.settled = true;
+            }
+        }
+        self.reindex(n);
+    }
+
+    /// The moves `(pool node, member, target)` of the best prefix of
+    /// `targets` (free GPUs, node), or `None` when no prefix leaves fewer
+    /// open nodes.
+    fn fill_plan(&self, targets: &[(u32, NodeId)]) -> Option<Vec<(NodeId, InstanceRef, NodeId)>> {
+        let cap = self.cap;
+        // Pool nodes with a movable member, emptiest first: (node, used,
+        // its movable members not yet planned).
+        let mut sources: Vec<(NodeId, u32, Vec<InstanceRef>)> = Vec::new();
+        let mut moves = Vec::new();
+        let mut best: Option<(i64, usize)> = None;
+        let mut delta: i64 = 0;
+        let mut next_level = 1u32;
+        for &(free, x) in targets {
+            let mut left = free;
+            let mut taken: Vec<(usize, InstanceRef)> = Vec::new();
+            let mut i = 0;
+            while left > 0 {
+                if i == sources.len() {
+                    // More sources, level by level (bounded by what is needed).
+                    if next_level > cap {
+                        break;
+                    }
+                    let c = next_level;
+                    next_level += 1;
+                    for p in self.ix.pool_sources[c as usize].iter() {
+                        if self.keys[p as usize].kind != Some(NodeKind::Pool) {
+                            continue;
+                        }
+                        let members: Vec<InstanceRef> = (self.nodes[p as usize].pool.iter().rev())
+                            .copied()
+                            .filter(|i| self.movable(*i))
+                            .collect();
+                        sources.push((p, self.occ.used(p), members));
+                        if sources.len() > targets.len() * cap as usize {
+                            break;
+                        }
+                    }
+                    continue;
+                }
+                let members = &mut sources[i].2;
+                let allowed = |inst: &InstanceRef| {
+                    self.restricted.get(&inst.job).is_none_or(|a| a.contains(x))
+                };
+                while left > 0 {
+                    let Some(pos) = members.iter().position(allowed) else {
+                        break;
+                    };
+                    taken.push((i, members.remove(pos)));
+                    left -= 1;
+                }
+                i += 1;
+            }
+            if left > 0 {
+                break;
+            }
+            // The target closes; each source that gave opens if it was full
+            // and closes if it empties.
+            delta -= 1;
+            for &(s, inst) in &taken {
+                let (p, used, _) = &mut sources[s];
+                if *used == cap {
+                    delta += 1;
+                }
+                *used -= 1;
+                if *used == 0 {
+                    delta -= 1;
+                }
+                moves.push((*p, inst, x));
+            }
+            if best.is_none_or(|(d, _)| delta < d) {
+                best = Some((delta, moves.len()));
+            }
+        }
+        let (d, len) = best?;
+        if d >= 0 {
+            return None;
+        }
+        moves.truncate(len);
+        Some(moves)
+    }
+}
