@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use clap::builder::PossibleValuesParser;
 use compass_core::model::{ClusterSpec, JobId, JobRequest, JobShape, NodeId, NodeSet};
-use compass_core::placement::compass::CompassConfig;
+use compass_core::placement::compass::{CompassConfig, CompassEngine};
 use compass_core::placement::head::{hold_for_head, Ends, HeadTrial, HeadVerdict};
 use compass_core::placement::pools::{NodeGpus, PoolSet, PoolSpec};
 use compass_core::placement::{build, PlacementPolicy, PolicyOptions, POLICY_NAMES};
@@ -69,8 +69,12 @@ pub struct Args {
     /// and the same waiting head),
     /// `plugin-mixed` (the `plugin` mix on the `mixed` mix's cluster and
     /// jobs: Slurm offers a job the nodes of its GPU type, the head waits
-    /// for whole a100 nodes).
-    #[arg(long, value_delimiter = ',', default_value = "venus,pinned,wcc-fails,pinned-wcc-fails,mixed,head-guard,plugin,plugin-mixed",
+    /// for whole a100 nodes), `partitions` (compass only: the `pinned` mix
+    /// with every job restricted for good to one of two partitions, the
+    /// lower and the upper half of the nodes, as `place_within` keeps it,
+    /// in turn by pairs of job ids: half the jobs look past the other
+    /// partition's nodes in every index).
+    #[arg(long, value_delimiter = ',', default_value = "venus,pinned,wcc-fails,pinned-wcc-fails,mixed,head-guard,plugin,plugin-mixed,partitions",
           value_parser = PossibleValuesParser::new(MIX_NAMES))]
     pub mix: Vec<String>,
 
@@ -250,6 +254,7 @@ const MIX_NAMES: &[&str] = &[
     "head-guard",
     "plugin",
     "plugin-mixed",
+    "partitions",
 ];
 
 /// A workload mix of the latency benchmark.
@@ -274,7 +279,9 @@ impl Mix {
         };
         Self {
             shapes,
-            pinned: name.starts_with("pinned") || name.starts_with("plugin"),
+            pinned: name.starts_with("pinned")
+                || name.starts_with("plugin")
+                || name == "partitions",
             head: name == "head-guard",
             plugin: name.starts_with("plugin"),
         }
@@ -409,6 +416,55 @@ impl Churn for OnePolicy<'_> {
     }
     fn tick(&mut self, now: f64) -> u64 {
         self.0.tick(now).len() as u64
+    }
+}
+
+/// The `partitions` mix: one COMPASS engine whose jobs are each kept in
+/// one of two partitions (`place_within`), the lower and the upper half
+/// of the nodes, in turn by pairs of job ids.
+struct Partitions {
+    engine: CompassEngine,
+    halves: [NodeSet; 2],
+}
+
+impl Partitions {
+    fn new(spec: ClusterSpec, config: CompassConfig) -> Self {
+        let n = spec.nodes;
+        Self {
+            engine: CompassEngine::new(spec, config),
+            halves: [
+                NodeSet::from_nodes(n, 0..n / 2),
+                NodeSet::from_nodes(n, n / 2..n),
+            ],
+        }
+    }
+}
+
+impl Churn for Partitions {
+    /// The job and its partition.
+    type Job = (JobRequest, usize);
+    fn total_gpus(&self) -> u64 {
+        self.engine.spec().total_gpus()
+    }
+    fn used_gpus(&self) -> u64 {
+        self.engine.occupancy().used_gpus()
+    }
+    fn draw(&self, rng: &mut Rng, id: u64, mix: Mix) -> Option<Self::Job> {
+        let (w, g) = shape(rng, mix.shapes);
+        let w = w.min(self.engine.spec().nodes / 2).max(1);
+        let mut job = JobRequest::new(id, w, g);
+        job.movable = !(mix.pinned && id % 2 == 1);
+        Some((job, (id / 2 % 2) as usize))
+    }
+    fn place(&mut self, job: &Self::Job) -> compass_core::Result<Option<u64>> {
+        let admitted = self.engine.place_within(&job.0, &self.halves[job.1])?;
+        Ok(admitted.map(|a| a.migrations.len() as u64))
+    }
+    fn id(job: &Self::Job) -> JobId {
+        job.0.id
+    }
+    fn remove(&mut self, job: JobId) -> compass_core::Result<u64> {
+        Ok(self.engine.remove(job)?.len() as u64)
     }
 }
 
@@ -1438,8 +1494,10 @@ pub fn run(args: Args) -> Result<()> {
     for policy in &policies {
         for mix_name in &args.mix {
             let mix = Mix::named(mix_name);
-            if (mix_name == "mixed" || mix.head || mix.plugin) && policy != "compass" {
-                // the pool set holds COMPASS engines only
+            let compass_only = mix_name == "mixed" || mix_name == "partitions";
+            if (compass_only || mix.head || mix.plugin) && policy != "compass" {
+                // the pool set holds COMPASS engines only; the baselines
+                // keep no job in its partition through their moves
                 continue;
             }
             for &n in &args.nodes {
@@ -1458,6 +1516,13 @@ pub fn run(args: Args) -> Result<()> {
                             callbacks: Some(CallbackRun::of(calls, &plugin)),
                             self_check: Some(plugin.self_check_cost()?),
                             snapshot: Some(plugin.snapshot_cost()),
+                            ..Run::default()
+                        })
+                    } else if mix_name == "partitions" {
+                        let mut p = Partitions::new(spec, opts.compass.clone());
+                        let timed = latency(&mut p, &args, mix)?;
+                        Ok(Run {
+                            timed,
                             ..Run::default()
                         })
                     } else if mix_name == "mixed" {

@@ -36,7 +36,7 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
         "--events",
         "300",
         "--mix",
-        "venus,pinned,mixed,head-guard,wcc-fails,pinned-wcc-fails",
+        "venus,pinned,mixed,head-guard,wcc-fails,pinned-wcc-fails,partitions",
         "--policies",
         "compass,best-fit",
     ]);
@@ -54,6 +54,7 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
             ("compass", "head-guard"),
             ("compass", "wcc-fails"),
             ("compass", "pinned-wcc-fails"),
+            ("compass", "partitions"),
             ("best-fit", "venus"),
             ("best-fit", "pinned"),
             ("best-fit", "wcc-fails"),

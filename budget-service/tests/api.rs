@@ -1188,7 +1188,14 @@ async fn an_action_on_a_reused_job_id_is_shown_to_its_owner_then() {
             user: Some("carol".into()),
             cause_user: Some("dave".into()),
             submit: Some(T0 - 5000),
-            ..compass_budget::db::ActionRow::on_node(T0, "requeue", "n1", "unallocated", true, String::new())
+            ..compass_budget::db::ActionRow::on_node(
+                T0,
+                "requeue",
+                "n1",
+                "unallocated",
+                true,
+                String::new(),
+            )
         })
         .unwrap();
     let jobs_seen = |v: Value| -> Vec<u64> {
@@ -1196,7 +1203,12 @@ async fn an_action_on_a_reused_job_id_is_shown_to_its_owner_then() {
             .filter_map(|a| a["job"].as_u64())
             .collect()
     };
-    for (who, want) in [("bob", vec![]), ("carol", vec![20]), ("dave", vec![20]), ("alice", vec![3])] {
+    for (who, want) in [
+        ("bob", vec![]),
+        ("carol", vec![20]),
+        ("dave", vec![20]),
+        ("alice", vec![3]),
+    ] {
         let (st, v) = call(&r, "GET", "/api/v1/actions", Some(who), None).await;
         assert_eq!(st, StatusCode::OK, "{v}");
         assert_eq!(jobs_seen(v), want, "{who}");

@@ -244,6 +244,12 @@ impl NodeSet {
     pub fn contains(&self, n: NodeId) -> bool {
         n < self.len && self.words[(n / 64) as usize] & (1 << (n % 64)) != 0
     }
+    /// Word `i` of the set (nodes `64 i .. 64 i + 64`), 0 past its end:
+    /// a bitmap walk can take the set a word at a time
+    /// ([`crate::placement::node_bits::NodeBits::within`]).
+    pub fn word(&self, i: usize) -> u64 {
+        self.words.get(i).copied().unwrap_or(0)
+    }
     pub fn count(&self) -> u32 {
         self.words.iter().map(|w| w.count_ones()).sum()
     }

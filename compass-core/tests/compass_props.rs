@@ -1409,16 +1409,48 @@ const LONG_RUN_CASES: u32 = 12;
 #[test]
 fn an_undone_compact_with_a_lifted_hold_compacts_as_before() {
     let evs = [
-        Event::Arrive { gpus: 3, instances: 1, pinned: false },
-        Event::Arrive { gpus: 1, instances: 1, pinned: false },
-        Event::Within { gpus: 4, instances: 2 },
-        Event::Arrive { gpus: 4, instances: 1, pinned: false },
-        Event::Arrive { gpus: 4, instances: 1, pinned: false },
-        Event::Arrive { gpus: 2, instances: 3, pinned: false },
+        Event::Arrive {
+            gpus: 3,
+            instances: 1,
+            pinned: false,
+        },
+        Event::Arrive {
+            gpus: 1,
+            instances: 1,
+            pinned: false,
+        },
+        Event::Within {
+            gpus: 4,
+            instances: 2,
+        },
+        Event::Arrive {
+            gpus: 4,
+            instances: 1,
+            pinned: false,
+        },
+        Event::Arrive {
+            gpus: 4,
+            instances: 1,
+            pinned: false,
+        },
+        Event::Arrive {
+            gpus: 2,
+            instances: 3,
+            pinned: false,
+        },
         Event::Depart(20),
-        Event::Within { gpus: 4, instances: 1 },
-        Event::Foreign { gpus: 3, seed: 6396934134986046162 },
-        Event::Foreign { gpus: 1, seed: 11080390620692602174 },
+        Event::Within {
+            gpus: 4,
+            instances: 1,
+        },
+        Event::Foreign {
+            gpus: 3,
+            seed: 6396934134986046162,
+        },
+        Event::Foreign {
+            gpus: 1,
+            seed: 11080390620692602174,
+        },
     ];
     replay_trials(9, 8, &evs).unwrap();
 }

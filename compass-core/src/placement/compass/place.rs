@@ -3,7 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use super::{CompassEngine, Dest, EndTies, Guest, NodeKind, NodeState, Slot, END_TIE_WINDOW};
+use super::{
+    CompassEngine, Dest, EndTies, Guest, NodeKind, NodeState, Slot, END_TIE_WINDOW, MAX_INST,
+    MIN_INST,
+};
 use crate::clock::Seconds;
 use crate::error::{CoreError, Result};
 use crate::model::{slot_width, InstanceRef, JobRequest, NodeId, NodeSet};
@@ -50,7 +53,7 @@ impl CompassEngine {
             Some(a) => self.guest_among(g, a, false, end),
             None => {
                 let ok = |n| self.ok_dest(n, allowed);
-                self.pick_in(&self.ix.phys, g..self.cap, ok, end, g)
+                self.pick_in(&self.ix.phys, g..self.cap, allowed, ok, end, g)
             }
         };
         Some(guest.map(Dest::Guest).unwrap_or(dest))
@@ -111,19 +114,24 @@ impl CompassEngine {
     /// are the first [`END_TIE_WINDOW`] nodes of every partial level from
     /// there on (each keeps the node partial, so each adds the same
     /// `N*SIF`).
+    ///
+    /// Only members of `mask` are looked at, a word at a time
+    /// ([`NodeBits::within`]): nodes outside a job's candidate set cost a
+    /// word per 64 of them, not one step each.
     fn pick_in(
         &self,
         index: &[NodeBits],
         levels: impl IntoIterator<Item = u32>,
+        mask: Option<&NodeSet>,
         ok: impl Fn(NodeId) -> bool,
         end: Option<Seconds>,
         exact: u32,
     ) -> Option<NodeId> {
+        let at = |l: u32| index[l as usize].within(mask).filter(|&n| ok(n));
         let Some(end) = self.end_rule(end) else {
-            return Self::first_in(index, levels, ok);
+            return levels.into_iter().find_map(|l| at(l).next());
         };
         let levels: Vec<u32> = levels.into_iter().collect();
-        let at = |l: u32| index[l as usize].iter().filter(|&n| ok(n));
         let first = levels.iter().position(|&l| at(l).next().is_some())?;
         let top = levels[first];
         if self.config.end_ties != EndTies::CoEndWide || top == exact || top >= self.cap {
@@ -158,20 +166,21 @@ impl CompassEngine {
     ) -> Option<Dest> {
         let cap = self.cap;
         let ok = |n: NodeId| self.ok_dest(n, allowed);
-        let empty = || self.ix.empty.iter().find(|&n| ok(n));
+        let empty = || self.ix.empty.within(allowed).find(|&n| ok(n));
         if g >= 2 {
             // Best fit over slotted nodes with D(n) >= w (Place, lines 4-5),
             // else open an empty node (line 6).
             let w = slot_width(g);
-            let slotted = self.pick_in(&self.ix.slotted, w..cap, ok, end, w);
+            let slotted = self.pick_in(&self.ix.slotted, w..cap, allowed, ok, end, w);
             if let Some(n) = slotted.or_else(empty) {
                 return Some(Dest::NewSlot(n));
             }
         } else {
             // Slot vacancy first (line 11), then the fullest non-full pool
             // node (line 12), then a new pool node (line 13).
-            let mut vacant = self.ix.vacant.iter().filter(|(n, _)| ok(*n));
-            let vacancy = match self.end_rule(end) {
+            let pick = |vacant: &mut dyn Iterator<Item = &(NodeId, InstanceRef)>| match self
+                .end_rule(end)
+            {
                 None => vacant.next().copied(),
                 Some(e) => {
                     let first: Vec<_> = vacant.take(END_TIE_WINDOW).copied().collect();
@@ -179,10 +188,20 @@ impl CompassEngine {
                         .and_then(|n| first.into_iter().find(|&(m, _)| m == n))
                 }
             };
+            // A large candidate set: its nodes with a vacancy, a word at a
+            // time, in the same order (`vacant` is by node, then anchor).
+            let vacancy = match allowed {
+                None => pick(&mut self.ix.vacant.iter().filter(|(n, _)| ok(*n))),
+                Some(a) => pick(
+                    &mut (self.ix.vacant_nodes.within(Some(a)))
+                        .filter(|&n| ok(n))
+                        .flat_map(|n| self.ix.vacant.range((n, MIN_INST)..=(n, MAX_INST))),
+                ),
+            };
             if let Some((n, a)) = vacancy {
                 return Some(Dest::Filler(n, a));
             }
-            let pool = self.pick_in(&self.ix.pools, (1..cap).rev(), ok, end, cap - 1);
+            let pool = self.pick_in(&self.ix.pools, (1..cap).rev(), allowed, ok, end, cap - 1);
             if let Some(n) = pool.or_else(empty) {
                 return Some(Dest::Pool(n));
             }
@@ -190,7 +209,7 @@ impl CompassEngine {
         // Correction 3: any physically free GPUs, best fit.
         self.config
             .overflow
-            .then(|| self.pick_in(&self.ix.phys, g..=cap, ok, end, g))
+            .then(|| self.pick_in(&self.ix.phys, g..=cap, allowed, ok, end, g))
             .flatten()
             .map(Dest::Guest)
     }
@@ -436,7 +455,7 @@ impl CompassEngine {
             None => self
                 .ix
                 .empty
-                .iter()
+                .within(allowed)
                 .filter(|&n| self.ok_dest(n, allowed))
                 .take(w)
                 .collect(),

@@ -436,6 +436,9 @@ pub(super) struct Index {
     pub(super) phys: Vec<NodeBits>,
     /// Open slot vacancies on usable nodes, by (node, anchor).
     pub(super) vacant: BTreeSet<(NodeId, InstanceRef)>,
+    /// The nodes of `vacant`: a Place restricted to a large candidate set
+    /// walks them a word at a time ([`NodeBits::within`]).
+    pub(super) vacant_nodes: NodeBits,
     /// Every guest, by (node, instance).
     pub(super) guests: BTreeSet<(NodeId, InstanceRef)>,
     /// Movable 1-GPU guests, but settled ones of full nodes.
@@ -479,6 +482,13 @@ impl Index {
         }
         let at = |a: &InstanceRef| (n, *a);
         update_entries(&mut self.vacant, &old.vacant, &new.vacant, at);
+        if old.vacant.is_empty() != new.vacant.is_empty() {
+            if new.vacant.is_empty() {
+                self.vacant_nodes.remove(n);
+            } else {
+                self.vacant_nodes.insert(n);
+            }
+        }
         update_entries(&mut self.guests, &old.guests, &new.guests, at);
         update_entries(&mut self.ones, &old.ones, &new.ones, at);
         update_entries(&mut self.settled, &old.settled, &new.settled, at);
@@ -523,6 +533,7 @@ impl Index {
             pools: levels(&self.pools),
             phys: levels(&self.phys),
             vacant: pairs(&self.vacant),
+            vacant_nodes: by_node(&self.vacant_nodes),
             guests: pairs(&self.guests),
             ones: pairs(&self.ones),
             settled: pairs(&self.settled),
@@ -554,6 +565,7 @@ impl Index {
             pools: levels.clone(),
             phys: levels.clone(),
             vacant: BTreeSet::new(),
+            vacant_nodes: NodeBits::new(),
             guests: BTreeSet::new(),
             ones: BTreeSet::new(),
             settled: BTreeSet::new(),
