@@ -75,9 +75,21 @@ impl Occupancy {
     pub fn capacity(&self) -> u32 {
         self.spec.gpus_per_node
     }
+    /// GPUs in use on `node`.
+    ///
+    /// # Panics
+    ///
+    /// When `node` is not a node of the cluster, as [`Occupancy::free`].
     pub fn used(&self, node: NodeId) -> u32 {
         self.used[node as usize]
     }
+    /// Free GPUs on `node`.
+    ///
+    /// # Panics
+    ///
+    /// When `node` is not a node of the cluster (`node >= spec().nodes`):
+    /// a precondition of every caller, which takes ids from the layout or
+    /// checks them (`ClusterSpec::check_node`).
     pub fn free(&self, node: NodeId) -> u32 {
         self.capacity() - self.used[node as usize]
     }

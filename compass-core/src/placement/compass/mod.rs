@@ -254,6 +254,13 @@ impl CompassEngine {
     }
 
     /// The structural state of one node.
+    ///
+    /// # Panics
+    ///
+    /// When `n` is not a node of the cluster (`n >= spec().nodes`): callers
+    /// take ids from the engine's own layout or check them
+    /// (`ClusterSpec::check_node`); every entry point that takes ids from
+    /// outside (Place's candidate sets, adoption) checks or ignores them.
     pub fn node(&self, n: NodeId) -> &NodeState {
         &self.nodes[n as usize]
     }
