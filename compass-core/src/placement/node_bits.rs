@@ -108,6 +108,7 @@ impl NodeBits {
             .map_or(0, |x| x & (!0u64 << (r.start % 64)));
         Iter {
             set: self,
+            mask: None,
             word: w,
             bits,
             end: r.end,
@@ -118,19 +119,10 @@ impl NodeBits {
     /// increasing order, a word at a time: members outside the mask cost a
     /// word each, 64 at a time (issue #11: a placement restricted to half
     /// of 10,000 nodes walked the other half's members one by one).
-    pub fn within<'a>(&'a self, mask: Option<&'a NodeSet>) -> Within<'a> {
-        let mut it = Within {
-            set: self,
-            mask,
-            word: 0,
-            bits: 0,
-        };
-        if let Some(w) = self.next_word(0) {
-            it.word = w;
-            it.bits = it.masked(w);
-        } else {
-            it.word = usize::MAX;
-        }
+    pub fn within<'a>(&'a self, mask: Option<&'a NodeSet>) -> Iter<'a> {
+        let mut it = self.range(0..NodeId::MAX);
+        it.mask = mask;
+        it.bits = it.masked(it.word);
         it
     }
 
@@ -157,13 +149,23 @@ fn split_usize(i: usize) -> (usize, u64) {
     (i / 64, 1u64 << (i % 64))
 }
 
-/// [`NodeBits::iter`], [`NodeBits::range`].
+/// [`NodeBits::iter`], [`NodeBits::range`], [`NodeBits::within`].
 pub struct Iter<'a> {
     set: &'a NodeBits,
-    /// The word `bits` comes from; `bits` holds its members not yet given.
+    /// Only members of this set are given.
+    mask: Option<&'a NodeSet>,
+    /// The word `bits` comes from; `bits` holds its members (in the mask)
+    /// not yet given.
     word: usize,
     bits: u64,
     end: NodeId,
+}
+
+impl Iter<'_> {
+    /// Word `w` of the set, in the mask.
+    fn masked(&self, w: usize) -> u64 {
+        self.set.words.get(w).copied().unwrap_or(0) & self.mask.map_or(!0, |m| m.word(w))
+    }
 }
 
 impl Iterator for Iter<'_> {
@@ -186,50 +188,7 @@ impl Iterator for Iter<'_> {
                 return None;
             }
             self.word = self.set.next_word(self.word + 1)?;
-            self.bits = self.set.words[self.word];
-        }
-    }
-}
-
-/// [`NodeBits::within`].
-pub struct Within<'a> {
-    set: &'a NodeBits,
-    mask: Option<&'a NodeSet>,
-    /// The word `bits` comes from (`usize::MAX`: done); `bits` holds its
-    /// members in the mask not yet given.
-    word: usize,
-    bits: u64,
-}
-
-impl Within<'_> {
-    fn masked(&self, w: usize) -> u64 {
-        self.set.words[w] & self.mask.map_or(!0, |m| m.word(w))
-    }
-}
-
-impl Iterator for Within<'_> {
-    type Item = NodeId;
-
-    fn next(&mut self) -> Option<NodeId> {
-        loop {
-            if self.bits != 0 {
-                let n = self.word * 64 + self.bits.trailing_zeros() as usize;
-                self.bits &= self.bits - 1;
-                return Some(n as NodeId);
-            }
-            if self.word == usize::MAX {
-                return None;
-            }
-            match self.set.next_word(self.word + 1) {
-                Some(w) => {
-                    self.word = w;
-                    self.bits = self.masked(w);
-                }
-                None => {
-                    self.word = usize::MAX;
-                    return None;
-                }
-            }
+            self.bits = self.masked(self.word);
         }
     }
 }
