@@ -1389,8 +1389,9 @@ proptest! {
 
     /// Long runs on 3-12 nodes with layouts Slurm chose, every job
     /// movable (issue #11: runs of 5,000 events found two adopted layouts
-    /// where the bound failed, which runs of 150 never reached;
-    /// `compact/fill.rs`).
+    /// where the bound failed, which runs of 150 never reached). These
+    /// runs do not reach those two (they pass with `compact/fill.rs` off);
+    /// `engine_hostile.rs` reproduces them.
     #[test]
     fn theorem1_holds_over_long_runs_of_adopted_layouts(
         (nodes, cap, evs) in (prop_oneof![Just(3u32), Just(6u32), Just(12u32)], prop_oneof![Just(4u32), Just(8u32)])
