@@ -1197,13 +1197,12 @@ mod tests {
         now: Seconds,
         cfg: &ProtectionConfig,
     ) -> CyclePlan {
-        let none = BTreeSet::new();
         plan_cycle(
             queue,
             running,
             room,
             &BTreeSet::new(),
-            &none,
+            &BTreeSet::new(),
             ratios,
             now,
             cfg,

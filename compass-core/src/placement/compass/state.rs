@@ -227,14 +227,19 @@ impl CompassEngine {
         // A settled 1-GPU guest of a full node closes it (`compact/fill.rs`):
         // it is indexed apart, no donor of a top-up, and the guest repair
         // leaves it (saturate may still take it for a vacancy).
-        let (settled, ones): (Vec<&Guest>, Vec<&Guest>) = st
+        let (mut ones, mut settled) = (Vec::new(), Vec::new());
+        for g in st
             .guests
             .iter()
             .filter(movable_guest)
             .filter(|g| g.gpus == 1)
-            .partition(|g| g.settled && used == cap);
-        let ones: Vec<InstanceRef> = ones.into_iter().map(|g| g.instance).collect();
-        let settled: Vec<InstanceRef> = settled.into_iter().map(|g| g.instance).collect();
+        {
+            if g.settled && used == cap {
+                settled.push(g.instance);
+            } else {
+                ones.push(g.instance);
+            }
+        }
         let multi = st
             .guests
             .iter()

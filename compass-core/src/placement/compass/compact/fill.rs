@@ -11,7 +11,7 @@
 //! is full: the guest repair does not move them, and they are no donors of
 //! a top-up (`Keys::settled`).
 
-use super::super::{CompassEngine, Dest, NodeKind};
+use super::super::{CompassEngine, Dest};
 use super::Veto;
 use crate::model::{InstanceRef, Migration, NodeId};
 
@@ -39,7 +39,7 @@ impl CompassEngine {
         let mut targets: Vec<(u32, NodeId)> = Vec::new();
         'levels: for s in 1..=cap {
             for n in self.ix.dissolvable[s as usize].iter() {
-                if targets.len() > FILL_TARGETS {
+                if targets.len() == FILL_TARGETS {
                     break 'levels;
                 }
                 if self.usable.contains(n) {
@@ -47,10 +47,9 @@ impl CompassEngine {
                 }
             }
         }
-        if targets.len() < 2 || !(1..=cap).any(|c| !self.ix.pool_sources[c as usize].is_empty()) {
+        if targets.len() < 2 || !self.has_pool_source() {
             return;
         }
-        targets.truncate(FILL_TARGETS);
         targets.sort_unstable();
         let Some(plan) = self.fill_plan(&targets) else {
             return;
@@ -78,16 +77,13 @@ impl CompassEngine {
     ///
     /// [`Guest::settled`]: super::super::Guest::settled
     fn settle(&mut self, n: NodeId) {
-        let open = |e: &Self, g: &super::super::Guest| {
-            g.gpus == 1 && !g.foreign && !g.settled && e.movable(g.instance)
-        };
-        if !self.nodes[n as usize].guests.iter().any(|g| open(self, g)) {
-            return;
-        }
         let settle: Vec<InstanceRef> = (self.nodes[n as usize].guests.iter())
-            .filter(|g| open(self, g))
+            .filter(|g| g.gpus == 1 && !g.foreign && !g.settled && self.movable(g.instance))
             .map(|g| g.instance)
             .collect();
+        if settle.is_empty() {
+            return;
+        }
         for g in &mut self.node_mut(n).guests {
             if settle.contains(&g.instance) {
                 g.settled = true;
@@ -121,9 +117,6 @@ impl CompassEngine {
                     let c = next_level;
                     next_level += 1;
                     for p in self.ix.pool_sources[c as usize].iter() {
-                        if self.keys[p as usize].kind != Some(NodeKind::Pool) {
-                            continue;
-                        }
                         let members: Vec<InstanceRef> = (self.nodes[p as usize].pool.iter().rev())
                             .copied()
                             .filter(|i| self.movable(*i))

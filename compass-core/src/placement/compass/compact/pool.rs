@@ -5,6 +5,11 @@ use super::Veto;
 use crate::model::Migration;
 
 impl CompassEngine {
+    /// Is there a pool node with a movable member (`Index::pool_sources`)?
+    pub(in crate::placement::compass) fn has_pool_source(&self) -> bool {
+        self.ix.pool_sources.iter().any(|l| !l.is_empty())
+    }
+
     /// Pool pass (Lemma A.3): drain the emptiest non-full pool node with a
     /// movable member into the fullest other non-full usable one, one 1-GPU
     /// instance at a time, until no such pair is left (at most one pool node

@@ -48,9 +48,7 @@ impl CompassEngine {
 
     /// Is there a movable 1-GPU instance outside every slot?
     fn has_filler_source(&self) -> bool {
-        !self.ix.ones.is_empty()
-            || !self.ix.settled.is_empty()
-            || self.ix.pool_sources.iter().any(|l| !l.is_empty())
+        !self.ix.ones.is_empty() || !self.ix.settled.is_empty() || self.has_pool_source()
     }
 
     fn filler_source(&self, n: NodeId) -> Option<(NodeId, InstanceRef)> {
