@@ -182,3 +182,42 @@ fn theorem1_with_two_odd_rooms_beside_a_pool_node() {
     assert!(e.compact().is_empty(), "the guests stay");
     e.check_invariants().unwrap();
 }
+
+/// A step that would take a restricted job outside its nodes is not taken
+/// and the job is held for the rest of that Compact, before the veto is
+/// asked: the veto's limit is spent on moves that could happen, not on
+/// moves the restriction forbids anyway. Before, the passes ignored
+/// restrictions: the veto was asked about job 1's move onto n1, refused it
+/// and was exhausted (limit 1), so job 2 never moved and both nodes stayed
+/// open. Now job 1 is held, the pass takes the other step (job 2 onto n0)
+/// and one node closes.
+#[test]
+fn a_move_outside_a_restriction_does_not_spend_the_veto() {
+    use compass_core::placement::compass::Veto;
+    let mut e = eng(4, 8);
+    e.adopt(&JobRequest::new(1, 1, 4), &[0]).unwrap();
+    e.adopt(&JobRequest::new(2, 1, 4), &[1]).unwrap();
+    e.set_allowed(JobId(1), Some(&NodeSet::from_nodes(4, [0, 3])))
+        .unwrap();
+    let may_move = |j: JobId| j != JobId(1);
+    let mut veto = Veto::new(&may_move, 1);
+    let moves = e.compact_vetoed(&mut veto);
+    assert_eq!(veto.refused(), &[] as &[JobId], "the veto was not asked");
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!((moves[0].job, moves[0].to), (JobId(2), 0));
+    assert_eq!(e.held_in_last_compact(), &[JobId(1)]);
+    assert_eq!(e.occupancy().partial_nodes(), 0);
+    e.check_invariants().unwrap();
+    // The hold lasts one Compact: with its restriction lifted, job 1 is
+    // the one that can join the pinned job 3.
+    e.set_allowed(JobId(1), None).unwrap();
+    let mut pinned = JobRequest::new(3, 1, 4);
+    pinned.movable = false;
+    e.adopt(&pinned, &[2]).unwrap();
+    let mut moves = e.remove(JobId(2)).unwrap();
+    moves.extend(e.compact());
+    assert!(e.held_in_last_compact().is_empty());
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!((moves[0].job, moves[0].to), (JobId(1), 2));
+    assert_eq!(e.occupancy().partial_nodes(), 0);
+}

@@ -192,8 +192,8 @@ pub struct CompassEngine {
     /// pool), with those nodes: Compact never leaves a job outside its set
     /// ([`CompassEngine::compact`]). Empty in the common case.
     restricted: BTreeMap<JobId, NodeSet>,
-    /// Restricted jobs the last Compact held still because its passes
-    /// would have left them outside their nodes.
+    /// Restricted jobs the last Compact held still because a step would
+    /// have moved them outside their nodes (`compact::refuses`).
     held_last: Vec<JobId>,
     /// Expected end of each job the caller told ([`CompassEngine::set_expected_end`]).
     expected_end: FxHashMap<JobId, Seconds>,
@@ -441,11 +441,11 @@ impl CompassEngine {
         Ok(())
     }
 
-    /// The restricted jobs the last Compact held still (its passes would
-    /// have moved them outside their nodes): that Compact ran as if they were
+    /// The restricted jobs the last Compact held still (a step would have
+    /// moved them outside their nodes): that Compact ran on as if they were
     /// pinned, so Theorem 1's bound is promised only over the movable part
     /// then (docs/compass-corrections.md, restricted jobs). Empty after a
-    /// Compact that held none.
+    /// Compact that held none. They may move again in the next Compact.
     pub fn held_in_last_compact(&self) -> &[JobId] {
         &self.held_last
     }

@@ -54,8 +54,8 @@ impl CompassEngine {
         let Some(plan) = self.fill_plan(&targets) else {
             return;
         };
-        let jobs: Vec<_> = plan.iter().map(|(_, inst, _)| inst.job).collect();
-        if self.refuses(veto, &jobs) {
+        let moves: Vec<_> = plan.iter().map(|&(_, inst, to)| (inst.job, to)).collect();
+        if self.refuses(veto, &moves) {
             return;
         }
         let mut filled: Vec<NodeId> = Vec::new();

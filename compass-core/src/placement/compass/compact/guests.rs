@@ -29,7 +29,7 @@ impl CompassEngine {
             let dest = Self::first_in(&self.ix.pools, (1..cap).rev(), fits)
                 .or_else(|| self.ix.empty.iter().find(|&m| fits(m)));
             let Some(dest) = dest else { break };
-            if self.refuses(veto, &[inst.job]) {
+            if self.refuses(veto, &[(inst.job, dest)]) {
                 if veto.exhausted() {
                     return;
                 }
@@ -62,7 +62,7 @@ impl CompassEngine {
                 let dest = Self::first_in(&self.ix.slotted, gw..cap, fits)
                     .or_else(|| self.ix.empty.iter().find(|&m| fits(m)));
                 match dest {
-                    Some(_) if self.refuses(veto, &[inst.job]) => {
+                    Some(dest) if self.refuses(veto, &[(inst.job, dest)]) => {
                         if veto.exhausted() {
                             return;
                         }

@@ -48,7 +48,7 @@ impl CompassEngine {
             else {
                 return;
             };
-            if self.refuses(veto, &[inst.job]) {
+            if self.refuses(veto, &[(inst.job, dst)]) {
                 if veto.exhausted() {
                     return;
                 }

@@ -34,7 +34,7 @@ impl CompassEngine {
             let Some(&(n, anchor)) = next else { return };
             match self.filler_source(n) {
                 // Refused: held, so the next source is another.
-                Some((from, inst)) if from != n && self.refuses(veto, &[inst.job]) => {
+                Some((from, inst)) if from != n && self.refuses(veto, &[(inst.job, n)]) => {
                     if veto.exhausted() {
                         return;
                     }

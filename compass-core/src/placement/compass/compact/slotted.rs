@@ -51,16 +51,19 @@ impl CompassEngine {
             };
             // A step is made whole or not at all: a refused job is held
             // (its nodes look different now) and `x` is looked at again.
-            let jobs: Vec<JobId> = step
+            let moves: Vec<(JobId, NodeId)> = step
                 .moves
                 .iter()
                 .filter(|(from, _, to)| from != to)
-                .flat_map(|&(from, unit, _)| match unit {
-                    Unit::Slot(anchor) => self.jobs_of_slot(from, anchor),
-                    Unit::Guest(inst) => vec![inst.job],
+                .flat_map(|&(from, unit, to)| {
+                    let jobs = match unit {
+                        Unit::Slot(anchor) => self.jobs_of_slot(from, anchor),
+                        Unit::Guest(inst) => vec![inst.job],
+                    };
+                    jobs.into_iter().map(move |j| (j, to))
                 })
                 .collect();
-            if self.refuses(veto, &jobs) {
+            if self.refuses(veto, &moves) {
                 if veto.exhausted() {
                     return;
                 }
@@ -347,8 +350,12 @@ impl CompassEngine {
                     .filter(|&n| room(self, n) >= 1)
                     .min_by_key(|&n| (room(self, n), n));
                 let Some(dst) = dst else { break };
-                let jobs = self.jobs_of_slot(src, a);
-                if self.refuses(veto, &jobs) {
+                let moves: Vec<(JobId, NodeId)> = self
+                    .jobs_of_slot(src, a)
+                    .into_iter()
+                    .map(|j| (j, dst))
+                    .collect();
+                if self.refuses(veto, &moves) {
                     if veto.exhausted() {
                         return;
                     }
