@@ -1455,3 +1455,49 @@ fn an_undone_compact_with_a_lifted_hold_compacts_as_before() {
     ];
     replay_trials(9, 8, &evs).unwrap();
 }
+
+/// Cases of `theorem1_holds_after_adopted_layouts_empty_out` (each a
+/// layout of up to 40 jobs, emptied one by one).
+const ADOPTED_LAYOUT_CASES: u32 = 2000;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: ADOPTED_LAYOUT_CASES, ..ProptestConfig::default() })]
+
+    /// Layouts Slurm chose (`adopt`, several instances of a job may share
+    /// a node) on 3-5 nodes of 8 GPUs, every job movable, no event but
+    /// departures: Theorem 1 holds, with no guest exemption, after a
+    /// Compact of the layout and after each departure, in a random order
+    /// (issue #11: the long event runs above reach such layouts about once
+    /// in a thousand cases; this reaches the two counterexamples of
+    /// `engine_hostile.rs` within a few hundred, and found a third:
+    /// `theorem1_with_two_odd_rooms_beside_a_full_node_of_one_gpu_guests`).
+    #[test]
+    fn theorem1_holds_after_adopted_layouts_empty_out(
+        nodes in 3u32..=5,
+        jobs in proptest::collection::vec((prop_oneof![6 => Just(1u32), 3 => Just(2u32), 2 => Just(3u32), 2 => Just(4u32), 2 => Just(5u32), 1 => 6u32..=8], 1u32..=6, any::<u64>()), 4..40),
+        order in any::<u64>(),
+    ) {
+        let mut e = CompassEngine::new(ClusterSpec::new(nodes, 8).unwrap(), CompassConfig::default());
+        let mut running: BTreeMap<JobId, JobRequest> = BTreeMap::new();
+        for (g, k, seed) in jobs {
+            let k = if g == 1 { k } else { k.div_ceil(3) };
+            if let Some(at) = pick_nodes(&e, g, k, seed) {
+                let job = JobRequest::new(running.len() as u64 + 1, k, g);
+                e.adopt(&job, &at).unwrap();
+                running.insert(job.id, job);
+            }
+        }
+        let _ = e.compact();
+        check_theorem1(&e, &running, false, 0)?;
+        let mut x = order;
+        let mut step = 0;
+        while !running.is_empty() {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let id = *running.keys().nth((x >> 33) as usize % running.len()).unwrap();
+            running.remove(&id);
+            let _ = e.remove(id).unwrap();
+            step += 1;
+            check_theorem1(&e, &running, false, step)?;
+        }
+    }
+}

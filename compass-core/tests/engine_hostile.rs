@@ -221,3 +221,58 @@ fn a_move_outside_a_restriction_does_not_spend_the_veto() {
     assert_eq!((moves[0].job, moves[0].to), (JobId(1), 2));
     assert_eq!(e.occupancy().partial_nodes(), 0);
 }
+
+/// Two nodes of {2-slot, 5-GPU guest} (one free GPU each) beside a full
+/// node of a 2-slot and six movable 1-GPU guests, and no pool node: two
+/// slotted nodes stayed open after Compact (found 2026-12-07 by
+/// `theorem1_holds_after_adopted_layouts_empty_out`), since the fill pass
+/// took only pool members. Now two of the guests fill the two rooms: the
+/// node they leave opens, one node is open instead of two.
+#[test]
+fn theorem1_with_two_odd_rooms_beside_a_full_node_of_one_gpu_guests() {
+    let mut e = eng(4, 8);
+    e.adopt(&JobRequest::new(1, 2, 4), &[0, 0]).unwrap();
+    e.adopt(&JobRequest::new(2, 1, 2), &[1]).unwrap();
+    e.adopt(&JobRequest::new(3, 1, 5), &[1]).unwrap();
+    e.adopt(&JobRequest::new(4, 1, 2), &[2]).unwrap();
+    e.adopt(&JobRequest::new(5, 6, 1), &[2; 6]).unwrap();
+    e.adopt(&JobRequest::new(6, 1, 2), &[3]).unwrap();
+    e.adopt(&JobRequest::new(7, 1, 5), &[3]).unwrap();
+    let moves = e.compact();
+    assert_eq!(moves.len(), 2, "two guests fill the two rooms: {moves:?}");
+    assert_eq!(e.non_full_by_kind(), (1, 0));
+    assert!(e.compact().is_empty(), "the guests stay");
+    e.check_invariants().unwrap();
+}
+
+/// Two nodes of {2-slot, 5-GPU guest} beside three full pool nodes, with
+/// one, three and four movable members beside multi-GPU guests: the fill
+/// took the first room's member from the node with one (opening it) and
+/// the second's from the next (opening it too), closed two nodes, opened
+/// two, and so gave up; two slotted nodes stayed open (found 2026-12-07 by
+/// `theorem1_holds_after_adopted_layouts_empty_out`). Full sources with
+/// the most members come first now: both rooms are filled from one node.
+#[test]
+fn theorem1_with_two_odd_rooms_filled_from_one_full_pool_node() {
+    let mut e = eng(5, 8);
+    e.adopt(&JobRequest::new(1, 1, 2), &[0]).unwrap();
+    e.adopt(&JobRequest::new(2, 1, 5), &[0]).unwrap();
+    e.adopt(&JobRequest::new(3, 1, 2), &[2]).unwrap();
+    e.adopt(&JobRequest::new(4, 1, 5), &[2]).unwrap();
+    e.adopt(&JobRequest::new(5, 1, 1), &[1]).unwrap();
+    e.adopt(&JobRequest::new(6, 1, 3), &[1]).unwrap();
+    e.adopt(&JobRequest::new(7, 2, 2), &[1, 1]).unwrap();
+    e.adopt(&JobRequest::new(8, 3, 1), &[3, 3, 3]).unwrap();
+    e.adopt(&JobRequest::new(9, 1, 3), &[3]).unwrap();
+    e.adopt(&JobRequest::new(10, 1, 2), &[3]).unwrap();
+    e.adopt(&JobRequest::new(11, 4, 1), &[4, 4, 4, 4]).unwrap();
+    e.adopt(&JobRequest::new(12, 1, 4), &[4]).unwrap();
+    assert_eq!(e.occupancy().partial_nodes(), 2, "n0 and n2 open");
+    let moves = e.compact();
+    let (slotted, pool) = e.non_full_by_kind();
+    assert!(
+        slotted + pool <= 1,
+        "{slotted} slotted, {pool} pool: {moves:?}"
+    );
+    e.check_invariants().unwrap();
+}

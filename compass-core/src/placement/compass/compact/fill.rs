@@ -6,8 +6,8 @@
 //! with a room no such unit fits (one free GPU beside a 5-GPU guest), and
 //! only a 1-GPU instance could fill it; pool members were no donors, and
 //! the guest repair sent a 1-GPU guest back to the pool. This pass moves
-//! movable pool members into such rooms, as guests, when that leaves fewer
-//! open nodes. The 1-GPU guests of a node so filled are *settled* while it
+//! movable pool members, or movable 1-GPU guests of other nodes, into such
+//! rooms, as guests, when that leaves fewer open nodes. The 1-GPU guests of a node so filled are *settled* while it
 //! is full: the guest repair does not move them, and they are no donors of
 //! a top-up (`Keys::settled`).
 
@@ -20,14 +20,13 @@ use crate::model::{InstanceRef, Migration, NodeId};
 pub(in crate::placement::compass) const FILL_TARGETS: usize = 8;
 
 impl CompassEngine {
-    /// Fills open slotted nodes with movable members of pool nodes when two
-    /// or more usable slotted nodes whose every unit is movable stay open
-    /// after the other passes (more than Theorem 1 allows; a node open
-    /// because of a job that may not move is no target, as the theorem
-    /// exempts it). Targets are taken fewest free GPUs first;
-    /// members come from the emptiest pool node with a movable member first
-    /// (non-full ones before full ones), each only onto a node its job may
-    /// use. The shortest prefix of targets that leaves the fewest open nodes
+    /// Fills open slotted nodes with movable members of pool nodes, or
+    /// movable 1-GPU guests of other nodes, when two or more usable
+    /// slotted nodes whose every unit is movable stay open after the other
+    /// passes (more than Theorem 1 allows; a node open because of a job
+    /// that may not move is no target, as the theorem exempts it). Targets
+    /// are taken fewest free GPUs first; instances come from the sources
+    /// in `fill_sources`' order, each only onto a node its job may use. The shortest prefix of targets that leaves the fewest open nodes
     /// (targets filled, sources opened or emptied) is made, and only when it
     /// leaves strictly fewer: the pass never opens more than it closes.
     pub(in crate::placement::compass) fn fill_from_pool(
@@ -47,7 +46,7 @@ impl CompassEngine {
                 }
             }
         }
-        if targets.len() < 2 || !self.has_pool_source() {
+        if targets.len() < 2 || (!self.has_pool_source() && self.ix.ones.is_empty()) {
             return;
         }
         targets.sort_unstable();
@@ -92,54 +91,32 @@ impl CompassEngine {
         self.reindex(n);
     }
 
-    /// The moves `(pool node, member, target)` of the best prefix of
+    /// The moves `(source node, instance, target)` of the best prefix of
     /// `targets` (free GPUs, node), or `None` when no prefix leaves fewer
     /// open nodes.
     fn fill_plan(&self, targets: &[(u32, NodeId)]) -> Option<Vec<(NodeId, InstanceRef, NodeId)>> {
         let cap = self.cap;
-        // Pool nodes with a movable member, emptiest first: (node, used,
-        // its movable members not yet planned).
-        let mut sources: Vec<(NodeId, u32, Vec<InstanceRef>)> = Vec::new();
+        let mut sources = self.fill_sources(targets);
         let mut moves = Vec::new();
         let mut best: Option<(i64, usize)> = None;
         let mut delta: i64 = 0;
-        let mut next_level = 1u32;
         for &(free, x) in targets {
             let mut left = free;
             let mut taken: Vec<(usize, InstanceRef)> = Vec::new();
-            let mut i = 0;
-            while left > 0 {
-                if i == sources.len() {
-                    // More sources, level by level (bounded by what is needed).
-                    if next_level > cap {
-                        break;
-                    }
-                    let c = next_level;
-                    next_level += 1;
-                    for p in self.ix.pool_sources[c as usize].iter() {
-                        let members: Vec<InstanceRef> = (self.nodes[p as usize].pool.iter().rev())
-                            .copied()
-                            .filter(|i| self.movable(*i))
-                            .collect();
-                        sources.push((p, self.occ.used(p), members));
-                        if sources.len() > targets.len() * cap as usize {
-                            break;
-                        }
-                    }
-                    continue;
-                }
-                let members = &mut sources[i].2;
+            for (i, source) in sources.iter_mut().enumerate() {
                 let allowed = |inst: &InstanceRef| {
                     self.restricted.get(&inst.job).is_none_or(|a| a.contains(x))
                 };
                 while left > 0 {
-                    let Some(pos) = members.iter().position(allowed) else {
+                    let Some(pos) = source.2.iter().position(allowed) else {
                         break;
                     };
-                    taken.push((i, members.remove(pos)));
+                    taken.push((i, source.2.remove(pos)));
                     left -= 1;
                 }
-                i += 1;
+                if left == 0 {
+                    break;
+                }
             }
             if left > 0 {
                 break;
@@ -168,5 +145,54 @@ impl CompassEngine {
         }
         moves.truncate(len);
         Some(moves)
+    }
+
+    /// The nodes a fill of `targets` may take 1-GPU instances from, as
+    /// `(node, used GPUs, its movable instances)`: pool nodes with a
+    /// movable member, then nodes other than the targets with a movable
+    /// 1-GPU guest (issue #11: two odd rooms beside a full node of 1-GPU
+    /// guests and no pool node), at most `targets x cap` of each. Ordered
+    /// so that a fill opens as few nodes as it can: open nodes first
+    /// (taking from one opens nothing; emptiest first, as it may empty),
+    /// then full ones with the most movable instances first (a fill from a
+    /// full node opens it once, however many it takes; issue #11: two
+    /// rooms taken from two full pool nodes, one member each, closed two
+    /// nodes and opened two).
+    fn fill_sources(&self, targets: &[(u32, NodeId)]) -> Vec<(NodeId, u32, Vec<InstanceRef>)> {
+        let cap = self.cap;
+        let bound = targets.len() * cap as usize;
+        let mut sources: Vec<(NodeId, u32, Vec<InstanceRef>)> = Vec::new();
+        'levels: for c in 1..=cap {
+            for p in self.ix.pool_sources[c as usize].iter() {
+                if sources.len() == bound {
+                    break 'levels;
+                }
+                let members: Vec<InstanceRef> = (self.nodes[p as usize].pool.iter().rev())
+                    .copied()
+                    .filter(|i| self.movable(*i))
+                    .collect();
+                sources.push((p, self.occ.used(p), members));
+            }
+        }
+        let pools = sources.len();
+        for &(n, inst) in self.ix.ones.iter() {
+            if targets.iter().any(|&(_, t)| t == n) {
+                continue;
+            }
+            let len = sources.len();
+            match sources.last_mut() {
+                Some(last) if len > pools && last.0 == n => last.2.push(inst),
+                _ if len - pools == bound => break,
+                _ => sources.push((n, self.occ.used(n), vec![inst])),
+            }
+        }
+        sources.sort_by_key(|(n, used, inst)| {
+            if *used < cap {
+                (false, *used as usize, *n)
+            } else {
+                (true, usize::MAX - inst.len(), *n)
+            }
+        });
+        sources
     }
 }
