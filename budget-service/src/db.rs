@@ -12,7 +12,7 @@ use compass_core::model::JobId;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{BudgetError, Result};
 
@@ -86,15 +86,30 @@ impl Db {
         let Some((path, dev, ino)) = &self.file else {
             return Ok(());
         };
-        if file_id(path) == Some((*dev, *ino)) {
-            return Ok(());
+        if file_id(path) != Some((*dev, *ino)) {
+            return Err(BudgetError::Unavailable(format!(
+                "the database file {} was removed or replaced while the service runs; nothing \
+                 more is written to it (it would be lost at the next start): restore the file, or \
+                 restart compass-budgetd to open the one at that path",
+                path.display()
+            )));
         }
-        Err(BudgetError::Unavailable(format!(
-            "the database file {} was removed or replaced while the service runs; nothing more \
-             is written to it (it would be lost at the next start): restore the file, or restart \
-             compass-budgetd to open the one at that path",
-            path.display()
-        )))
+        // SQLite maps the `-shm` file and writes through the mapping: once
+        // the file is made immutable or append-only, the next write kills
+        // the process with SIGBUS (issue #11). Refused before any write.
+        let mut shm = path.clone().into_os_string();
+        shm.push("-shm");
+        let shm = PathBuf::from(shm);
+        if write_protected(&shm) {
+            return Err(BudgetError::Unavailable(format!(
+                "{} is immutable or append-only (chattr +i / +a): SQLite writes to it through a \
+                 memory map, which would kill the service; nothing is written until \
+                 `chattr -i -a {}`",
+                shm.display(),
+                shm.display()
+            )));
+        }
+        Ok(())
     }
 
     /// An in-memory database (tests).
@@ -1073,6 +1088,23 @@ pub fn lowercase_accounts(nodes: &mut [NodeSpec]) {
 }
 
 /// The device and inode of `path`, if it names a file.
+/// Is the file at `path` immutable or append-only (`chattr +i`, `+a`)?
+/// `false` when it does not exist, or its file system has no such flags.
+/// Three system calls: open, `FS_IOC_GETFLAGS`, close.
+fn write_protected(path: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    /// `FS_IMMUTABLE_FL | FS_APPEND_FL` (linux/fs.h).
+    const PROTECTED: libc::c_int = 0x10 | 0x20;
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut flags: libc::c_int = 0;
+    // SAFETY: a valid open descriptor, and `flags` outlives the call; the
+    // kernel writes an int into it (ioctl_iflags(2)).
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) };
+    r == 0 && flags & PROTECTED != 0
+}
+
 fn file_id(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;

@@ -983,6 +983,68 @@ async fn a_database_the_file_system_will_not_write_is_a_503_and_fails_healthz() 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// SQLite maps the database's `-shm` file and writes through the map: made
+/// immutable under the running service, the next write killed the whole
+/// process with SIGBUS (issue #11; this test's process died). Now every
+/// request and `/healthz` check the file's flags first: an edit is a 503
+/// naming the file, `/healthz` is 503 `db-error`, and once the flag is
+/// lifted both recover with nothing lost. Skipped, saying so, where
+/// `chattr +i` is not supported.
+#[tokio::test]
+async fn an_immutable_shared_memory_file_is_a_503_not_a_crash() {
+    let (dir, _path, _state, r) = on_a_file("immutable-shm");
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let shm = dir.join("budget.db-shm");
+    assert!(shm.exists(), "WAL mode keeps a -shm file while open");
+    let chattr = |flag: &str| {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&shm)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !chattr("+i") {
+        eprintln!("skipped: `chattr +i` is not supported here");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let team = |name: &str| {
+        json!({ "name": name, "parent": "research", "share": 0.0,
+                "account": format!("acct-{name}"), "why": "new team" })
+    };
+    // Several edits: the first write after the flag may land on a page
+    // still writable in the map; a later one faults.
+    let mut refused = Vec::new();
+    for k in 0..20 {
+        let (st, v) = call(
+            &r,
+            "POST",
+            "/api/v1/teams",
+            Some("root"),
+            j(team(&format!("t{k}"))),
+        )
+        .await;
+        refused.push((st, v));
+    }
+    let (st_h, h) = call(&r, "GET", "/healthz", None, None).await;
+    assert!(chattr("-i"), "chattr -i");
+    for (st, v) in &refused {
+        assert_eq!(*st, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+        assert!(v.to_string().contains("budget.db-shm"), "{v}");
+    }
+    assert_eq!(
+        (st_h, h["status"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("db-error")),
+        "{h}"
+    );
+    let (st, v) = call(&r, "POST", "/api/v1/teams", Some("root"), j(team("t0"))).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let (st, v) = call(&r, "GET", "/healthz", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A stored tree that fails validation (here: a hand edit of the database
 /// that puts siblings above 1) can be repaired through the API (issue 11):
 /// reads and non-admin edits say how; an admin edit or import that makes it
