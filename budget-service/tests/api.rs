@@ -942,6 +942,16 @@ async fn a_database_file_removed_under_the_service_refuses_writes_and_fails_heal
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `chattr FLAG FILES...`: did it succeed? (Not on tmpfs or overlay file
+/// systems.)
+fn chattr(flag: &str, files: &[std::path::PathBuf]) -> bool {
+    std::process::Command::new("chattr")
+        .arg(flag)
+        .args(files)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// The file system refuses writes (here `chattr +i` on the database and its
 /// WAL): an edit is a 503 (a dependency failed; it was a 500), `/healthz`
 /// is 503 `db-error` (it was `ok`: it only read), and once writes are
@@ -953,13 +963,7 @@ async fn a_database_the_file_system_will_not_write_is_a_503_and_fails_healthz() 
     let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let files = [path.clone(), dir.join("budget.db-wal")];
-    let chattr = |flag: &str| {
-        std::process::Command::new("chattr")
-            .arg(flag)
-            .args(&files)
-            .status()
-            .is_ok_and(|s| s.success())
-    };
+    let chattr = |flag: &str| chattr(flag, &files);
     if !chattr("+i") {
         eprintln!("skipped: `chattr +i` is not supported here");
         let _ = std::fs::remove_dir_all(&dir);
@@ -997,13 +1001,7 @@ async fn an_immutable_shared_memory_file_is_a_503_not_a_crash() {
     assert_eq!(st, StatusCode::OK, "{v}");
     let shm = dir.join("budget.db-shm");
     assert!(shm.exists(), "WAL mode keeps a -shm file while open");
-    let chattr = |flag: &str| {
-        std::process::Command::new("chattr")
-            .arg(flag)
-            .arg(&shm)
-            .status()
-            .is_ok_and(|s| s.success())
-    };
+    let chattr = |flag: &str| chattr(flag, std::slice::from_ref(&shm));
     if !chattr("+i") {
         eprintln!("skipped: `chattr +i` is not supported here");
         let _ = std::fs::remove_dir_all(&dir);
