@@ -73,8 +73,11 @@ pub struct Args {
     /// with every job restricted for good to one of two partitions, the
     /// lower and the upper half of the nodes, as `place_within` keeps it,
     /// in turn by pairs of job ids: half the jobs look past the other
-    /// partition's nodes in every index).
-    #[arg(long, value_delimiter = ',', default_value = "venus,pinned,wcc-fails,pinned-wcc-fails,mixed,head-guard,plugin,plugin-mixed,partitions",
+    /// partition's nodes in every index), `make-room` (compass only: the
+    /// `pinned-wcc-fails` mix with `--compass-make-room`, correction 12: a
+    /// job that finds no room though its GPUs are free in total moves
+    /// others aside first).
+    #[arg(long, value_delimiter = ',', default_value = "venus,pinned,wcc-fails,pinned-wcc-fails,mixed,head-guard,plugin,plugin-mixed,partitions,make-room",
           value_parser = PossibleValuesParser::new(MIX_NAMES))]
     pub mix: Vec<String>,
 
@@ -255,6 +258,7 @@ const MIX_NAMES: &[&str] = &[
     "plugin",
     "plugin-mixed",
     "partitions",
+    "make-room",
 ];
 
 /// A workload mix of the latency benchmark.
@@ -272,7 +276,7 @@ struct Mix {
 
 impl Mix {
     fn named(name: &str) -> Self {
-        let shapes = if name.contains("wcc-fails") {
+        let shapes = if name.contains("wcc-fails") || name == "make-room" {
             WCC_FAILS
         } else {
             SHAPES
@@ -281,7 +285,8 @@ impl Mix {
             shapes,
             pinned: name.starts_with("pinned")
                 || name.starts_with("plugin")
-                || name == "partitions",
+                || name == "partitions"
+                || name == "make-room",
             head: name == "head-guard",
             plugin: name.starts_with("plugin"),
         }
@@ -1494,7 +1499,8 @@ pub fn run(args: Args) -> Result<()> {
     for policy in &policies {
         for mix_name in &args.mix {
             let mix = Mix::named(mix_name);
-            let compass_only = mix_name == "mixed" || mix_name == "partitions";
+            let compass_only =
+                mix_name == "mixed" || mix_name == "partitions" || mix_name == "make-room";
             if (compass_only || mix.head || mix.plugin) && policy != "compass" {
                 // the pool set holds COMPASS engines only; the baselines
                 // keep no job in its partition through their moves
@@ -1521,6 +1527,15 @@ pub fn run(args: Args) -> Result<()> {
                     } else if mix_name == "partitions" {
                         let mut p = Partitions::new(spec, opts.compass.clone());
                         let timed = latency(&mut p, &args, mix)?;
+                        Ok(Run {
+                            timed,
+                            ..Run::default()
+                        })
+                    } else if mix_name == "make-room" {
+                        let mut o = opts.clone();
+                        o.compass.make_room = true;
+                        let mut p = build(policy, spec, &o)?;
+                        let timed = latency(&mut OnePolicy(p.as_mut()), &args, mix)?;
                         Ok(Run {
                             timed,
                             ..Run::default()

@@ -153,6 +153,10 @@ pub(super) struct Keys {
     /// node at all, 0 on a full slotted node without guests, which no pass
     /// takes an instance from (`CompassEngine::lowerable_fit`).
     pub(super) lowerable: u32,
+    /// A source `make_room` may empty (`compact/room.rs`): a usable node
+    /// neither empty nor full whose every instance may move, by its free
+    /// GPUs. Kept only with `CompassConfig::make_room`.
+    pub(super) room_source: Option<u32>,
 }
 
 /// Subset sums (bit `v`) of the sizes of `items`, capped at `cap`.
@@ -297,6 +301,14 @@ impl CompassEngine {
         keys.settled = settled;
         keys.multi = multi;
         keys.lowerable = self.lowerable_of(n);
+        if self.config.make_room
+            && usable
+            && used > 0
+            && used < cap
+            && st.instances().all(|(i, _)| self.movable(i))
+        {
+            keys.room_source = Some(cap - used);
+        }
         keys
     }
 
@@ -465,6 +477,8 @@ pub(super) struct Index {
     /// Nodes by the GPUs Compact could free on them (`Keys::lowerable`;
     /// 0 not indexed).
     pub(super) lowerable: Vec<NodeBits>,
+    /// The sources `make_room` may empty, by free GPUs (`Keys::room_source`).
+    pub(super) room_sources: Vec<NodeBits>,
     /// Nodes changed since the slotted pass last looked at them.
     pub(super) dirty: BTreeSet<NodeId>,
 }
@@ -504,6 +518,7 @@ impl Index {
         update_level(&mut self.home_need, n, old.home_need, new.home_need);
         let lowerable = |k: &Keys| (k.lowerable > 0).then_some(k.lowerable);
         update_level(&mut self.lowerable, n, lowerable(old), lowerable(new));
+        update_level(&mut self.room_sources, n, old.room_source, new.room_source);
         update_bits(&mut self.gives, n, old.gives, new.gives);
         update_bits(&mut self.accepts, n, old.accepts, new.accepts);
     }
@@ -549,6 +564,7 @@ impl Index {
             accepts: levels(&self.accepts),
             home_need: levels(&self.home_need),
             lowerable: levels(&self.lowerable),
+            room_sources: levels(&self.room_sources),
             dirty: self.dirty.range(nodes.clone()).copied().collect(),
         }
     }
@@ -580,7 +596,8 @@ impl Index {
             gives: levels.clone(),
             accepts: levels.clone(),
             home_need: levels.clone(),
-            lowerable: levels,
+            lowerable: levels.clone(),
+            room_sources: levels,
             dirty: BTreeSet::new(),
         }
     }
