@@ -36,7 +36,7 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
         "--events",
         "300",
         "--mix",
-        "venus,pinned,mixed,head-guard,wcc-fails,pinned-wcc-fails,partitions",
+        "venus,pinned,mixed,head-guard,wcc-fails,pinned-wcc-fails,partitions,make-room",
         "--policies",
         "compass,best-fit",
     ]);
@@ -55,6 +55,7 @@ fn bench_latency_covers_homogeneous_and_mixed_clusters() {
             ("compass", "wcc-fails"),
             ("compass", "pinned-wcc-fails"),
             ("compass", "partitions"),
+            ("compass", "make-room"),
             ("best-fit", "venus"),
             ("best-fit", "pinned"),
             ("best-fit", "wcc-fails"),
