@@ -1087,7 +1087,6 @@ pub fn lowercase_accounts(nodes: &mut [NodeSpec]) {
     }
 }
 
-/// The device and inode of `path`, if it names a file.
 /// Is the file at `path` immutable or append-only (`chattr +i`, `+a`)?
 /// `false` when it does not exist, or its file system has no such flags.
 /// Three system calls: open, `FS_IOC_GETFLAGS`, close.
@@ -1105,6 +1104,7 @@ fn write_protected(path: &Path) -> bool {
     r == 0 && flags & PROTECTED != 0
 }
 
+/// The device and inode of `path`, if it names a file.
 fn file_id(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;

@@ -7,9 +7,10 @@
 //! only a 1-GPU instance could fill it; pool members were no donors, and
 //! the guest repair sent a 1-GPU guest back to the pool. This pass moves
 //! movable pool members, or movable 1-GPU guests of other nodes, into such
-//! rooms, as guests, when that leaves fewer open nodes. The 1-GPU guests of a node so filled are *settled* while it
-//! is full: the guest repair does not move them, and they are no donors of
-//! a top-up (`Keys::settled`).
+//! rooms, as guests, when that leaves fewer open nodes. The 1-GPU guests
+//! of a node so filled are *settled* while it is full: the guest repair
+//! does not move them, and they are no donors of a top-up
+//! (`Keys::settled`).
 
 use super::super::{CompassEngine, Dest};
 use super::Veto;
@@ -26,9 +27,10 @@ impl CompassEngine {
     /// passes (more than Theorem 1 allows; a node open because of a job
     /// that may not move is no target, as the theorem exempts it). Targets
     /// are taken fewest free GPUs first; instances come from the sources
-    /// in `fill_sources`' order, each only onto a node its job may use. The shortest prefix of targets that leaves the fewest open nodes
-    /// (targets filled, sources opened or emptied) is made, and only when it
-    /// leaves strictly fewer: the pass never opens more than it closes.
+    /// in `fill_sources`' order, each only onto a node its job may use.
+    /// The shortest prefix of targets that leaves the fewest open nodes
+    /// (targets filled, sources opened or emptied) is made, and only when
+    /// it leaves strictly fewer: the pass never opens more than it closes.
     pub(in crate::placement::compass) fn fill_from_pool(
         &mut self,
         out: &mut Vec<Migration>,

@@ -60,8 +60,11 @@ impl CompassEngine {
         if !self.restricted.is_empty() {
             for &(j, to) in moves {
                 if self.restricted.get(&j).is_some_and(|set| !set.contains(to)) {
-                    // A held job is offered no more: each is held once.
-                    self.held_last.push(j);
+                    // A held job is offered no more (a step may name it
+                    // twice: a slot's anchor and filler of one job).
+                    if !self.held_last.contains(&j) {
+                        self.held_last.push(j);
+                    }
                     self.set_tidy_hold(&[j], true);
                     refused = true;
                 }
