@@ -276,3 +276,39 @@ fn theorem1_with_two_odd_rooms_filled_from_one_full_pool_node() {
     );
     e.check_invariants().unwrap();
 }
+
+/// After job 12 left this adopted layout, the departure's Compact made ten
+/// migrations and stopped with work left: a second Compact moved three
+/// more jobs (found 2026-12-07 by `theorem1_holds_after_adopted_layouts_
+/// empty_out`). The slotted pass's top-up filled n0's odd room with a
+/// 1-GPU guest, the guest repair sent it to the pool node in the next
+/// round, the top-up took another, until the rounds ran out. A node a step
+/// fills keeps its 1-GPU guests now (settled, as the fill pass does).
+#[test]
+fn a_departure_compacts_to_the_end_beside_odd_rooms_and_one_gpu_guests() {
+    let mut e = eng(5, 8);
+    let adopt = |e: &mut CompassEngine, id: u64, g: u32, at: &[u32]| {
+        e.adopt(&JobRequest::new(id, at.len() as u32, g), at)
+            .unwrap();
+    };
+    adopt(&mut e, 1, 3, &[1]);
+    adopt(&mut e, 2, 2, &[0, 4]);
+    adopt(&mut e, 3, 1, &[4, 1, 0]);
+    adopt(&mut e, 4, 4, &[2]);
+    adopt(&mut e, 5, 5, &[0, 4]);
+    adopt(&mut e, 6, 1, &[3]);
+    adopt(&mut e, 7, 1, &[1, 3, 1, 2]);
+    adopt(&mut e, 8, 1, &[2]);
+    adopt(&mut e, 9, 1, &[2, 1]);
+    adopt(&mut e, 10, 2, &[3, 3]);
+    adopt(&mut e, 11, 2, &[3]);
+    adopt(&mut e, 12, 1, &[2]);
+    assert!(e.compact().is_empty());
+    let moves = e.remove(JobId(12)).unwrap();
+    assert!(!moves.is_empty());
+    let again = e.compact();
+    assert!(again.is_empty(), "a second Compact moved {again:?}");
+    let (slotted, pool) = e.non_full_by_kind();
+    assert!(slotted <= 1 && pool <= 1, "{slotted} slotted, {pool} pool");
+    e.check_invariants().unwrap();
+}

@@ -71,13 +71,14 @@ impl CompassEngine {
         }
     }
 
-    /// Marks the movable 1-GPU guests of node `n`, which a fill closed,
-    /// settled ([`Guest::settled`]): together they close it, and the guest
-    /// repair would open it again by moving one (issue #11: the repair and
-    /// this pass took turns on a node until Compact's rounds ran out).
+    /// Marks the movable 1-GPU guests of node `n`, which a fill (or a step
+    /// of the slotted pass) closed, settled ([`Guest::settled`]): together
+    /// they close it, and the guest repair would open it again by moving
+    /// one (issue #11: the repair and this pass took turns on a node until
+    /// Compact's rounds ran out).
     ///
     /// [`Guest::settled`]: super::super::Guest::settled
-    fn settle(&mut self, n: NodeId) {
+    pub(in crate::placement::compass) fn settle(&mut self, n: NodeId) {
         let settle: Vec<InstanceRef> = (self.nodes[n as usize].guests.iter())
             .filter(|g| g.gpus == 1 && !g.foreign && !g.settled && self.movable(g.instance))
             .map(|g| g.instance)

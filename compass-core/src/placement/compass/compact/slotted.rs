@@ -68,8 +68,23 @@ impl CompassEngine {
                     return;
                 }
             } else {
+                let mut got_guests: Vec<NodeId> = Vec::new();
                 for (from, unit, to) in step.moves {
                     self.move_unit(from, unit, to, out);
+                    if matches!(unit, Unit::Guest(_)) && !got_guests.contains(&to) {
+                        got_guests.push(to);
+                    }
+                }
+                // A node a step filled with guests keeps its 1-GPU ones
+                // (settled, as the fill pass does): the guest repair would
+                // send one to the pool and open the node again, and the
+                // next top-up fill it with another (issue #11: the two
+                // took turns until Compact's rounds ran out, and the next
+                // Compact went on moving).
+                for n in got_guests {
+                    if self.occ.free(n) == 0 {
+                        self.settle(n);
+                    }
                 }
             }
             // The step may not have involved `x` (a better home for a
