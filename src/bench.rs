@@ -272,6 +272,9 @@ struct Mix {
     /// Every Compact runs through the waiting head's guard ([`Pools`] with
     /// a [`Guard`]).
     head: bool,
+    /// COMPASS makes room for a job that finds none
+    /// (`CompassConfig::make_room`, correction 12).
+    make_room: bool,
 }
 
 impl Mix {
@@ -289,6 +292,7 @@ impl Mix {
                 || name == "make-room",
             head: name == "head-guard",
             plugin: name.starts_with("plugin"),
+            make_room: name == "make-room",
         }
     }
 }
@@ -1499,8 +1503,7 @@ pub fn run(args: Args) -> Result<()> {
     for policy in &policies {
         for mix_name in &args.mix {
             let mix = Mix::named(mix_name);
-            let compass_only =
-                mix_name == "mixed" || mix_name == "partitions" || mix_name == "make-room";
+            let compass_only = mix_name == "mixed" || mix_name == "partitions" || mix.make_room;
             if (compass_only || mix.head || mix.plugin) && policy != "compass" {
                 // the pool set holds COMPASS engines only; the baselines
                 // keep no job in its partition through their moves
@@ -1531,15 +1534,6 @@ pub fn run(args: Args) -> Result<()> {
                             timed,
                             ..Run::default()
                         })
-                    } else if mix_name == "make-room" {
-                        let mut o = opts.clone();
-                        o.compass.make_room = true;
-                        let mut p = build(policy, spec, &o)?;
-                        let timed = latency(&mut OnePolicy(p.as_mut()), &args, mix)?;
-                        Ok(Run {
-                            timed,
-                            ..Run::default()
-                        })
                     } else if mix_name == "mixed" {
                         let timed = latency(&mut Pools::new(&mixed_nodes(n), true), &args, mix)?;
                         Ok(Run {
@@ -1555,6 +1549,8 @@ pub fn run(args: Args) -> Result<()> {
                             ..Run::default()
                         })
                     } else {
+                        let mut opts = opts.clone();
+                        opts.compass.make_room = mix.make_room;
                         let mut p = build(policy, spec, &opts)?;
                         let timed = latency(&mut OnePolicy(p.as_mut()), &args, mix)?;
                         Ok(Run {

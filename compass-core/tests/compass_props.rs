@@ -1481,6 +1481,41 @@ fn check_fixpoint(e: &mut CompassEngine, step: usize) -> Result<(), TestCaseErro
     Ok(())
 }
 
+/// Compacts an adopted layout, then removes its jobs (`running`) and
+/// foreign GPU uses (`foreign`) one at a time in an order drawn from
+/// `order`: Theorem 1 holds (`check_theorem1`) after the first Compact and
+/// after each departure, and a second Compact after each departure moves
+/// nothing (`check_fixpoint`).
+fn compact_then_empty_out(
+    e: &mut CompassEngine,
+    mut running: BTreeMap<JobId, JobRequest>,
+    mut foreign: Vec<JobId>,
+    order: u64,
+) -> Result<(), TestCaseError> {
+    let _ = e.compact();
+    check_theorem1(e, &running, !foreign.is_empty(), 0)?;
+    let mut x = order;
+    let mut step = 0;
+    while !running.is_empty() || !foreign.is_empty() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let k = (x >> 33) as usize % (running.len() + foreign.len());
+        let id = if k < running.len() {
+            let id = *running.keys().nth(k).unwrap();
+            running.remove(&id);
+            id
+        } else {
+            foreign.remove(k - running.len())
+        };
+        let _ = e.remove(id).unwrap();
+        step += 1;
+        check_theorem1(e, &running, !foreign.is_empty(), step)?;
+        check_fixpoint(e, step)?;
+    }
+    Ok(())
+}
+
 /// Cases of `theorem1_holds_after_adopted_layouts_empty_out` (each a
 /// layout of up to 40 jobs, emptied one by one).
 const ADOPTED_LAYOUT_CASES: u32 = 10_000;
@@ -1514,19 +1549,7 @@ proptest! {
                 running.insert(job.id, job);
             }
         }
-        let _ = e.compact();
-        check_theorem1(&e, &running, false, 0)?;
-        let mut x = order;
-        let mut step = 0;
-        while !running.is_empty() {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let id = *running.keys().nth((x >> 33) as usize % running.len()).unwrap();
-            running.remove(&id);
-            let _ = e.remove(id).unwrap();
-            step += 1;
-            check_theorem1(&e, &running, false, step)?;
-            check_fixpoint(&mut e, step)?;
-        }
+        compact_then_empty_out(&mut e, running, Vec::new(), order)?;
     }
 }
 
@@ -1569,24 +1592,6 @@ proptest! {
         for n in drained {
             e.set_node_usable(n % nodes, false).unwrap();
         }
-        let _ = e.compact();
-        check_theorem1(&e, &running, !foreign.is_empty(), 0)?;
-        let mut x = order;
-        let mut step = 0;
-        while !running.is_empty() || !foreign.is_empty() {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let k = (x >> 33) as usize % (running.len() + foreign.len());
-            let id = if k < running.len() {
-                let id = *running.keys().nth(k).unwrap();
-                running.remove(&id);
-                id
-            } else {
-                foreign.remove(k - running.len())
-            };
-            let _ = e.remove(id).unwrap();
-            step += 1;
-            check_theorem1(&e, &running, !foreign.is_empty(), step)?;
-            check_fixpoint(&mut e, step)?;
-        }
+        compact_then_empty_out(&mut e, running, foreign, order)?;
     }
 }

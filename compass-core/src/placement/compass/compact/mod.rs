@@ -60,12 +60,13 @@ impl CompassEngine {
         if !self.restricted.is_empty() {
             for &(j, to) in moves {
                 if self.restricted.get(&j).is_some_and(|set| !set.contains(to)) {
-                    // A held job is offered no more (a step may name it
-                    // twice: a slot's anchor and filler of one job).
-                    if !self.held_last.contains(&j) {
+                    // A held job is offered no more, so only a step that
+                    // names it twice (a slot's anchor and filler of one
+                    // job) finds it held already.
+                    if !self.meta.get(&j).is_some_and(|m| m.tidy_held) {
                         self.held_last.push(j);
+                        self.set_tidy_hold(&[j], true);
                     }
-                    self.set_tidy_hold(&[j], true);
                     refused = true;
                 }
             }
