@@ -6,7 +6,9 @@ SEED1-1, five shapes: 4 nodes mixed and multi at load 1.3, 8 nodes mixed
 and multi at 1.3, 4 nodes mixed at 1.0), runs `compass simulate` with
 best-fit and with each POLICY under the chosen queue, and prints a
 Markdown table of the AJCT change against best-fit per shape and overall:
-mean, median, worst, and how many traces are more than 1% slower.
+mean, median, worst, and how many traces are more than 1% slower; then,
+per policy, the standard deviation of the change over all traces and how
+many traces are slower than best-fit at all.
 
 Usage:
     contrib/small-cluster-ensemble.py [--bin target/release/compass]
@@ -107,6 +109,14 @@ def main():
         print(f"| {s[0]} nodes, {s[1]} jobs, {s[2]}, {s[3]} | "
               + " | ".join(cell([r[i] for r in rows]) for i in range(len(runs))) + " |")
     print("| all | " + " | ".join(cell([r[i] for r in results]) for i in range(len(runs))) + " |")
+    # How far chance reaches: the spread of the per-trace change over all
+    # traces, and the traces slower than best-fit at all.
+    print()
+    for i, p in enumerate(args.policies):
+        d = [r[i] for r in results]
+        sd = statistics.stdev(d) if len(d) > 1 else 0.0
+        print(f"- {p}: standard deviation {sd:.2f} points; slower than best-fit on "
+              f"{sum(x > 0.0 for x in d)} of {len(d)}")
 
 
 if __name__ == "__main__":
