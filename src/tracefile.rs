@@ -88,7 +88,7 @@ pub struct TraceArgs {
     /// With the cost rule on: move jobs whenever a move pays (`always`), or
     /// only while some job waits in the queue (`waiting`: a move when nobody
     /// waits lets no job start sooner; Compact repairs the layout at the
-    /// next event with a waiting job; the Slurm plugin's default), or only
+    /// next event with a waiting job), or only
     /// while a waiting job asks for no more GPUs than are free (`fits`), or
     /// only when the moves let a waiting job start (`starts`: each Compact
     /// is tried on a copy first, and made only if afterwards some queued
@@ -96,7 +96,7 @@ pub struct TraceArgs {
     /// tidying moves of the jobs that pay for them (`pays`: a Compact that
     /// starts nobody still moves the jobs expected, by the runs of the jobs
     /// finished so far, to run at least --tidy-payback times the migration
-    /// cost after the move).
+    /// cost after the move; the Slurm plugin's default).
     #[arg(long, default_value = "always", value_parser = PossibleValuesParser::new(MoveWhen::NAMES))]
     pub move_when: String,
 

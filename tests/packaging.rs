@@ -909,3 +909,60 @@ fn demo_stop_removes_only_its_own_directory() {
     assert!(o.status.success());
     assert!(text(&o.stdout).contains("nothing to stop"));
 }
+
+// ------------------------------------------------- install-compass-slurm.sh
+
+/// `contrib/install-compass-slurm.sh --etc-only` into `etc`.
+fn install_etc(etc: &Path) -> Output {
+    Command::new(root().join("contrib/install-compass-slurm.sh"))
+        .arg("--etc-only")
+        .env("SLURM_ETC", etc)
+        .output()
+        .expect("run contrib/install-compass-slurm.sh --etc-only")
+}
+
+#[test]
+fn install_script_never_overwrites_a_sites_config_files() {
+    let dir = Scratch::new("install-etc");
+    let etc = dir.0.join("etc");
+    let ours_lua = read(&root().join("etc/job_submit.lua"));
+    let ours_conf = read(&root().join("etc/compass.conf"));
+
+    // Absent: both installed, nothing said.
+    let out = install_etc(&etc);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(read(&etc.join("job_submit.lua")), ours_lua);
+    assert_eq!(read(&etc.join("compass.conf")), ours_conf);
+    assert_eq!(text(&out.stderr), "");
+
+    // A site's job_submit.lua with our part merged into its own logic, and
+    // its own compass.conf: both kept as they are, and the script says how
+    // to compare the script with ours (the re-run after a Slurm upgrade
+    // used to overwrite such a script with ours).
+    let merged = format!("-- site: route jobs to partitions\n{ours_lua}\n-- site: end\n");
+    std::fs::write(etc.join("job_submit.lua"), &merged).unwrap();
+    std::fs::write(etc.join("compass.conf"), "[select]\nmigrate = false\n").unwrap();
+    let out = install_etc(&etc);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(read(&etc.join("job_submit.lua")), merged);
+    assert_eq!(
+        read(&etc.join("compass.conf")),
+        "[select]\nmigrate = false\n"
+    );
+    assert!(
+        text(&out.stderr).contains("job_submit.lua kept; it differs"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A site's own script without our part: kept, and told to merge.
+    std::fs::write(etc.join("job_submit.lua"), "-- site only\n").unwrap();
+    let out = install_etc(&etc);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(read(&etc.join("job_submit.lua")), "-- site only\n");
+    assert!(
+        text(&out.stderr).contains("merge etc/job_submit.lua into it by hand"),
+        "{}",
+        text(&out.stderr)
+    );
+}

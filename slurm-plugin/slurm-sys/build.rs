@@ -77,6 +77,16 @@ fn main() {
     println!("cargo:rustc-cfg={cfg}");
     println!("cargo:rustc-env=SLURM_SYS_RELEASE={major}.{minor:02}.{micro}");
     println!("cargo:rustc-env=SLURM_SYS_INCLUDE={}", include.display());
+    // Where that Slurm's own plugins are (the select plugin's default
+    // `stock_plugin` is the cons_tres there).
+    let stock_dir = match &prefix {
+        Some(p) => p.join("lib/slurm"),
+        None => PathBuf::from("/usr/lib/x86_64-linux-gnu/slurm-wlm"),
+    };
+    println!(
+        "cargo:rustc-env=SLURM_SYS_STOCK_DIR={}",
+        stock_dir.display()
+    );
     println!("cargo:release_cfg={cfg}");
     println!("cargo:release={major}.{minor:02}.{micro}");
     if let Some(p) = &prefix {

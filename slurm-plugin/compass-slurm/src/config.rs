@@ -14,7 +14,10 @@
 //! [select]
 //! enabled = true               # false: plain cons_tres (narrows nothing)
 //! state_file = "/run/compass/state.json"
-//! stock_plugin = "/usr/lib/x86_64-linux-gnu/slurm-wlm/select_cons_tres.so"
+//! # stock_plugin: the cons_tres forwarded to; default: that of the Slurm
+//! # the plugin was built against (Debian's: /usr/lib/x86_64-linux-gnu/
+//! # slurm-wlm/select_cons_tres.so; COMPASS_SLURM_PREFIX=P: P/lib/slurm/...)
+//! stock_plugin = "/opt/slurm-24.11/lib/slurm/select_cons_tres.so"
 //! migrate = true               # run Compact migrations (requeues)
 //! migration_cooldown = "10m"   # never migrate a job twice within this
 //! min_run_before_migration = "5m"  # nor during its first minutes
@@ -22,8 +25,9 @@
 //!                              # (`--resumable` without a value)
 //! payback = 2                  # move a job only if its remaining run
 //!                              # (time limit) is >= payback x its cost
-//! move_when = "waiting"        # move jobs only while a GPU job waits
-//!                              # (always | waiting | fits | starts | pays)
+//! move_when = "pays"           # move jobs when the moves start a waiting
+//!                              # GPU job, or pay for themselves (always |
+//!                              # waiting | fits | starts | pays)
 //! tidy_payback = 20            # pays: a move that starts nobody only for
 //!                              # jobs expected (by recent runs) to run
 //!                              # >= tidy_payback x their cost after it
@@ -63,7 +67,9 @@ pub struct SpankConfig {
 pub struct SelectConfig {
     pub enabled: bool,
     pub state_file: String,
-    pub stock_plugin: String,
+    /// The stock cons_tres forwarded to; `None`: the one of the Slurm the
+    /// select plugin was built against (the plugin knows where it is).
+    pub stock_plugin: Option<String>,
     pub migrate: bool,
     pub migration_cooldown_s: u64,
     pub min_run_before_migration_s: u64,
@@ -73,8 +79,8 @@ pub struct SelectConfig {
     /// at least `payback` times its migration cost (default 2, `>= 1`).
     pub payback: f64,
     /// When any job may move at all ([`MoveWhen::allows`], the simulator's
-    /// `--move-when`): default [`MoveWhen::SELECT_DEFAULT`], only while a
-    /// GPU job waits.
+    /// `--move-when`): default [`MoveWhen::SELECT_DEFAULT`] (`pays`: when
+    /// the moves let a waiting GPU job start, or pay for themselves).
     pub move_when: MoveWhen,
     /// Under `move_when = "pays"`: a move that lets no waiting job start is
     /// made only for a job expected to run at least this many times its
@@ -98,7 +104,7 @@ impl Default for Config {
             select: SelectConfig {
                 enabled: true,
                 state_file: "/run/compass/state.json".into(),
-                stock_plugin: "/usr/lib/x86_64-linux-gnu/slurm-wlm/select_cons_tres.so".into(),
+                stock_plugin: None,
                 migrate: true,
                 migration_cooldown_s: 600,
                 min_run_before_migration_s: 300,
@@ -194,6 +200,43 @@ impl Config {
         }
     }
 
+    /// `select.stock_plugin` of the file at `path`, read even when the file
+    /// does not load as a whole (a bad value elsewhere, or a TOML syntax
+    /// error on another line): the select plugin falls back to plain
+    /// cons_tres on such a file, and must then forward to the cons_tres the
+    /// admin named (the default is Debian's 22.05 one, whose entry points
+    /// another release must never call). `None`: not set, or unreadable.
+    pub fn stock_plugin_of(path: &Path) -> Option<String> {
+        Self::stock_plugin_in(&std::fs::read_to_string(path).ok()?)
+    }
+
+    /// [`Config::stock_plugin_of`] on the text of a config file.
+    pub fn stock_plugin_in(text: &str) -> Option<String> {
+        let value = |t: &toml::Table| {
+            t.get("select")?
+                .get("stock_plugin")?
+                .as_str()
+                .map(str::to_string)
+        };
+        if let Ok(t) = toml::from_str::<toml::Table>(text) {
+            return value(&t);
+        }
+        // Line by line: section headers, and the one key in `[select]`.
+        let mut section = "";
+        for line in text.lines().map(str::trim) {
+            if let Some(h) = line.strip_prefix('[') {
+                section = h.split(']').next().unwrap_or("").trim();
+            } else if section == "select" && line.starts_with("stock_plugin") {
+                let mut t = toml::Table::new();
+                if let Ok(v) = toml::from_str::<toml::Table>(line) {
+                    t.insert("select".into(), toml::Value::Table(v));
+                    return value(&t);
+                }
+            }
+        }
+        None
+    }
+
     /// Parses the text of a config file; `origin` names it in errors.
     /// Unknown sections and keys are ignored.
     pub fn parse(origin: &str, text: &str) -> Result<Self> {
@@ -268,7 +311,7 @@ impl Config {
             c.select.state_file = p;
         }
         if let Some(p) = s.stock_plugin {
-            c.select.stock_plugin = p;
+            c.select.stock_plugin = Some(p);
         }
         if let Some(b) = s.migrate {
             c.select.migrate = b;
@@ -498,5 +541,31 @@ mod tests {
     fn missing_file_is_defaults() {
         let c = Config::load(Path::new("/nonexistent/compass.conf")).unwrap();
         assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn the_stock_plugin_is_read_from_a_file_that_does_not_load() {
+        let ours = "/opt/slurm-24.11/lib/slurm/select_cons_tres.so";
+        // a bad value elsewhere: the file does not load, its TOML does
+        let bad_value =
+            format!("[spank]\nmax_min_runtime = \"soon\"\n[select]\nstock_plugin = \"{ours}\"\n");
+        assert!(Config::parse("x", &bad_value).is_err());
+        assert_eq!(Config::stock_plugin_in(&bad_value).as_deref(), Some(ours));
+        // a TOML syntax error on another line, and a comment after the value
+        let bad_syntax = format!(
+            "[select]\nmigrate = yes please\nstock_plugin = \"{ours}\"  # 24.11\n[spank]\nstock_plugin = \"/not/this\"\n"
+        );
+        assert!(Config::parse("x", &bad_syntax).is_err());
+        assert_eq!(Config::stock_plugin_in(&bad_syntax).as_deref(), Some(ours));
+        // only `[select]`'s key counts; none set: None (the default applies)
+        assert_eq!(
+            Config::stock_plugin_in("[spank]\nstock_plugin = \"/x\"\nbad = = 1\n"),
+            None
+        );
+        assert_eq!(Config::stock_plugin_in("[select]\nmigrate = false\n"), None);
+        assert_eq!(
+            Config::stock_plugin_of(Path::new("/nonexistent/compass.conf")),
+            None
+        );
     }
 }

@@ -2064,6 +2064,8 @@ impl Controller {
                 .iter()
                 .map(|(j, k)| (*j, k.nodes.iter().map(|n| self.name(*n)).collect()))
                 .collect(),
+            // The plugin's thread keeps the raised jobs and adds them.
+            raised: Vec::new(),
         }
     }
 
@@ -4044,6 +4046,7 @@ mod tests {
                 (11, vec!["n3".into(), "n99".into()]),
                 (12, vec!["n2".into()]),
             ],
+            raised: Vec::new(),
         };
         c.restore(&saved, 2000);
         c.adopt_in_flight();

@@ -37,6 +37,22 @@ pub struct Saved {
     /// every round).
     #[serde(default)]
     pub kept: Vec<(u64, Vec<String>)>,
+    /// Migrated jobs whose priority the select plugin's thread raised to
+    /// the top until they restart: after a restart of slurmctld the thread
+    /// still gives each its computed priority and nice back. Absent in
+    /// files of earlier versions.
+    #[serde(default)]
+    pub raised: Vec<SavedRaised>,
+}
+
+/// A migrated job at the top of the queue until it restarts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedRaised {
+    pub job: u64,
+    /// Unix time its priority was raised.
+    pub since: u64,
+    /// The nice it had (Slurm's stored form, `NICE_OFFSET` for 0).
+    pub nice: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +73,7 @@ impl Saved {
             && self.in_flight.is_empty()
             && self.runs.is_empty()
             && self.kept.is_empty()
+            && self.raised.is_empty()
     }
 
     /// Writes `path` atomically (temporary file, fsync, rename).
@@ -105,6 +122,11 @@ mod tests {
             }],
             runs: vec![30, 7200],
             kept: vec![(11, vec!["n3".into()])],
+            raised: vec![SavedRaised {
+                job: 12,
+                since: 995,
+                nice: 0x8000_0000,
+            }],
         };
         s.write_atomic(&path).unwrap();
         assert_eq!(Saved::read(&path), Ok(Some(s)));
@@ -114,6 +136,7 @@ mod tests {
         std::fs::write(&path, r#"{"format":1,"last_migrated":[],"in_flight":[]}"#).unwrap();
         assert_eq!(Saved::read(&path).unwrap().unwrap().runs, Vec::<u64>::new());
         assert!(Saved::read(&path).unwrap().unwrap().kept.is_empty());
+        assert!(Saved::read(&path).unwrap().unwrap().raised.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -139,6 +139,23 @@ pub fn load_stock(path: &str) -> Result<(), String> {
             "cannot load the stock cons_tres {path}: {why} (select.stock_plugin in compass.conf)"
         ));
     }
+    // The stock plugin must be of the release this plugin was built for
+    // (and, by `sys::check_running_release`, the release running): its
+    // entry points are called with this release's structs. Slurm checks
+    // `plugin_version` of the plugins it loads itself; this one it never
+    // sees.
+    let version = {
+        let name = CString::new("plugin_version").map_err(|e| e.to_string())?;
+        // SAFETY: live handle, NUL-terminated name.
+        let p = unsafe { libc::dlsym(lib, name.as_ptr()) } as *const u32;
+        // SAFETY: Slurm plugins export `const uint32_t plugin_version`.
+        (!p.is_null()).then(|| unsafe { p.read() })
+    };
+    if let Err(e) = stock_release_matches(path, version, sys::VERSION_NUMBER) {
+        // SAFETY: the handle dlopen returned, not used again.
+        unsafe { libc::dlclose(lib) };
+        return Err(e);
+    }
     // SAFETY: live handle.
     unsafe {
         Stock::install(lib, path)?;
@@ -146,7 +163,50 @@ pub fn load_stock(path: &str) -> Result<(), String> {
     }
 }
 
+/// `Err` (one log line) unless the stock plugin at `path` exports a
+/// `plugin_version` equal to `built` (`SLURM_VERSION_NUMBER` of this
+/// build: major, minor and micro, as Slurm compares select plugins).
+fn stock_release_matches(path: &str, found: Option<u32>, built: u32) -> Result<(), String> {
+    let release = |v: u32| format!("{}.{:02}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff);
+    match found {
+        Some(v) if v == built => Ok(()),
+        Some(v) => Err(format!(
+            "the stock cons_tres {path} is of Slurm {}, this plugin was built for Slurm {}: \
+             refusing to load it (select.stock_plugin in compass.conf names the cons_tres of the \
+             running release)",
+            release(v),
+            release(built)
+        )),
+        None => Err(format!(
+            "{path} has no plugin_version: not a Slurm plugin (select.stock_plugin in compass.conf)"
+        )),
+    }
+}
+
 /// The loaded stock plugin (init() loaded it before any other call).
 pub fn stock() -> &'static Stock {
     Stock::get()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stock_release_matches;
+
+    #[test]
+    fn a_stock_cons_tres_of_another_release_is_refused() {
+        // 22.05.8 and 24.11.5 as SLURM_VERSION_NUMBER packs them.
+        let v22 = (22 << 16) | (5 << 8) | 8;
+        let v24 = (24 << 16) | (11 << 8) | 5;
+        assert!(stock_release_matches("/x.so", Some(v22), v22).is_ok());
+        let e = stock_release_matches("/deb/select_cons_tres.so", Some(v22), v24).unwrap_err();
+        assert!(
+            e.contains("/deb/select_cons_tres.so is of Slurm 22.05.8")
+                && e.contains("built for Slurm 24.11.5"),
+            "{e}"
+        );
+        // another micro release: Slurm refuses such plugins too
+        assert!(stock_release_matches("/x.so", Some(v22 + 1), v22).is_err());
+        let e = stock_release_matches("/lib/libc.so.6", None, v22).unwrap_err();
+        assert!(e.contains("no plugin_version"), "{e}");
+    }
 }

@@ -557,7 +557,17 @@ pub unsafe extern "C" fn select_p_state_restore(dir_name: *mut c_char) -> c_int 
         let mut known = STATE_DIR.lock().unwrap_or_else(|p| p.into_inner());
         if known.is_none() {
             match Saved::read(&dir.join(FILE_NAME)) {
-                Ok(saved) => *SAVED_AT_START.lock().unwrap_or_else(|p| p.into_inner()) = saved,
+                Ok(saved) => {
+                    // The jobs raised until they restart: the plugin thread
+                    // gives their priority back (it starts later).
+                    if let Some(s) = &saved {
+                        crate::worker::RAISED_AT_START
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .clone_from(&s.raised);
+                    }
+                    *SAVED_AT_START.lock().unwrap_or_else(|p| p.into_inner()) = saved
+                }
                 Err(e) => log::error(&format!(
                     "{e}; cool-downs and in-flight migrations from before the restart are lost"
                 )),
@@ -821,12 +831,20 @@ fn hold_or_release(
     bitmap: *mut sys::bitstr_t,
     call: &Call,
 ) -> c_int {
-    let verdict = with_ctl(|ctl| ctl.hold(u64::from(id), now_unix()));
-    let Some(Hold::Release { keep_off }) = verdict else {
-        log::detail(&format!(
-            "job_test job {id}: planned nodes not free yet (migrations in flight); job waits"
-        ));
-        return SLURM_ERROR;
+    // A panic in the engine here gives the job to plain cons_tres on
+    // Slurm's own candidates (the bitmap is restored below), not a wait.
+    let verdict = guard("select_p_job_test (hold)", Some(None), || {
+        with_ctl(|ctl| ctl.hold(u64::from(id), now_unix())).map(Some)
+    });
+    let keep_off = match verdict {
+        Some(Some(Hold::Release { keep_off })) => keep_off,
+        Some(None) => Vec::new(),
+        _ => {
+            log::detail(&format!(
+                "job_test job {id}: planned nodes not free yet (migrations in flight); job waits"
+            ));
+            return SLURM_ERROR;
+        }
     };
     // SAFETY: both bitmaps valid and of the same size.
     unsafe { sys::bit_copybits(bitmap, orig) };

@@ -105,10 +105,18 @@ pub extern "C" fn init() -> c_int {
                 ));
                 let mut c = Config::default();
                 c.select.enabled = false;
+                // The cons_tres the admin named, even from a file that does
+                // not load (the default is Debian's 22.05 one).
+                c.select.stock_plugin = Config::stock_plugin_of(std::path::Path::new(&path));
                 c
             }
         };
-        if let Err(e) = forward::load_stock(&config.select.stock_plugin) {
+        let stock = config
+            .select
+            .stock_plugin
+            .clone()
+            .unwrap_or_else(|| format!("{}/select_cons_tres.so", sys::STOCK_PLUGIN_DIR));
+        if let Err(e) = forward::load_stock(&stock) {
             log::error(&e);
             return SLURM_ERROR;
         }

@@ -18,6 +18,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use compass_slurm::controller::{MigrationOrder, RECHECKS_PER_TURN};
+use compass_slurm::persist::SavedRaised;
 use compass_slurm::wait::{poll_until, sleep, Waited};
 use slurm_sys as sys;
 
@@ -108,6 +109,15 @@ struct Raised {
     poke_after: Option<u64>,
 }
 
+/// The raised jobs the state file held at slurmctld's start
+/// (`select_p_state_restore`), taken in by the thread's first round.
+pub(crate) static RAISED_AT_START: Mutex<Vec<SavedRaised>> = Mutex::new(Vec::new());
+
+/// How long a raised job slurmctld does not answer for (an RPC failure,
+/// or a job purged meanwhile) is asked about again, each round, before it
+/// is forgotten.
+const RAISED_LOOKUP_S: u64 = 3600;
+
 /// Priority of a migrated job until it restarts: above any computed
 /// priority, below Slurm's `NO_VAL`/`INFINITE`.
 const MIGRATION_PRIORITY: u32 = 0xffff_ff00;
@@ -129,6 +139,7 @@ fn run() {
                 if failed >= MAX_FAILED_ROUNDS {
                     fall_back(
                         plugin,
+                        &mut rounds.raised,
                         &format!("the compass thread failed {failed} rounds in a row (last: panic: {why})"),
                     );
                     return;
@@ -148,8 +159,23 @@ fn run() {
 /// The thread gives up for good: the engine is dropped (pins and in-flight
 /// orders with it), `with_ctl` answers `None` from now on, so every entry
 /// point forwards to cons_tres unchanged; the state file says so.
-fn fall_back(plugin: &Plugin, why: &str) {
+fn fall_back(plugin: &Plugin, raised: &mut std::collections::BTreeMap<u32, Raised>, why: &str) {
     DEAD.store(true, Ordering::SeqCst);
+    // Nobody gives the raised jobs their priority back after this: now,
+    // whether they restarted or not (their pins are dropped with the
+    // engine).
+    for (id, r) in std::mem::take(raised) {
+        let pending_or_running = matches!(
+            settle(lookup_job(id), r.since, now_unix()),
+            Settle::Keep | Settle::GiveBack
+        );
+        if pending_or_running
+            && update_job(id, |d| d.priority = PRIORITY_RECOMPUTE) == 0
+            && r.nice != NICE_OFFSET
+        {
+            update_job(id, |d| d.nice = r.nice);
+        }
+    }
     let last = plugin
         .ctl
         .lock()
@@ -170,6 +196,14 @@ fn fall_back(plugin: &Plugin, why: &str) {
 fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
     let now = now_unix();
     injected_panic(rounds.round);
+    let at_start = std::mem::take(&mut *RAISED_AT_START.lock().unwrap_or_else(|p| p.into_inner()));
+    for r in at_start {
+        rounds.raised.entry(r.job as u32).or_insert(Raised {
+            since: r.since,
+            nice: r.nice,
+            poke_after: None,
+        });
+    }
     let round = rounds.round;
     // Node states through the public API (an RPC to slurmctld, outside
     // its locks), every 5 s: down/drained nodes are no Compact targets.
@@ -283,6 +317,10 @@ fn one_round(plugin: &Plugin, rounds: &mut Rounds) {
     let now = now_unix();
     poke_past_begin(&mut rounds.raised, now);
     lower_restarted(&mut rounds.raised, now);
+    if carried_out {
+        // The jobs just raised survive a restart from now on.
+        save_state(plugin, rounds, now);
+    }
     // Migrations take seconds (requeue, wait for PENDING): publish what the
     // engine holds now, not what it held before them, so jobs that started
     // meanwhile are in the state file at once.
@@ -366,7 +404,7 @@ fn save_state(plugin: &Plugin, rounds: &mut Rounds, now: u64) {
     else {
         return;
     };
-    let Some(saved) = plugin
+    let Some(mut saved) = plugin
         .ctl
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -375,6 +413,15 @@ fn save_state(plugin: &Plugin, rounds: &mut Rounds, now: u64) {
     else {
         return;
     };
+    saved.raised = rounds
+        .raised
+        .iter()
+        .map(|(&job, r)| SavedRaised {
+            job: u64::from(job),
+            since: r.since,
+            nice: r.nice,
+        })
+        .collect();
     if rounds.last_saved.as_ref() == Some(&saved) {
         return;
     }
@@ -538,35 +585,74 @@ fn poke_past_begin(raised: &mut std::collections::BTreeMap<u32, Raised>, now: u6
     }
 }
 
-/// Gives every raised job that restarted (or is gone, or waited longer than
-/// a pin lives) its computed priority back, and the nice it had (Slurm's
-/// recompute resets nice to 0).
+/// Gives every raised job that restarted (or waited longer than a pin
+/// lives) its computed priority back, and the nice it had (Slurm's
+/// recompute resets nice to 0); forgets those that ended.
 fn lower_restarted(raised: &mut std::collections::BTreeMap<u32, Raised>, now: u64) {
-    let done: Vec<(u32, Raised)> = raised
-        .iter()
-        .filter(|(id, r)| {
-            let pending = job_pending_since(**id).is_some();
-            !pending || now.saturating_sub(r.since) > compass_slurm::controller::PIN_TIMEOUT_S
-        })
-        .map(|(id, r)| (*id, *r))
-        .collect();
-    for (id, r) in done {
-        raised.remove(&id);
-        // Gone, or ended meanwhile (cancelled before it restarted): a
-        // finished job has no priority to give back, and Slurm refuses the
-        // update.
-        if load_job(id).is_none_or(|j| j.state & JOB_STATE_BASE > JOB_SUSPENDED) {
-            continue;
+    let ids: Vec<u32> = raised.keys().copied().collect();
+    for id in ids {
+        let r = raised[&id];
+        match settle(lookup_job(id), r.since, now) {
+            Settle::Keep => {}
+            Settle::Forget => {
+                raised.remove(&id);
+            }
+            Settle::GiveBack => {
+                let rc = update_job(id, |d| d.priority = PRIORITY_RECOMPUTE);
+                if rc == 0 && r.nice != NICE_OFFSET {
+                    update_job(id, |d| d.nice = r.nice);
+                }
+                if rc == 0 || now.saturating_sub(r.since) > RAISED_LOOKUP_S {
+                    raised.remove(&id);
+                }
+                if rc != 0 {
+                    log::error(&format!(
+                        "migration of job {id}: could not give back its computed priority (rc {rc})"
+                    ));
+                }
+            }
         }
-        let rc = update_job(id, |d| d.priority = PRIORITY_RECOMPUTE);
-        if rc == 0 && r.nice != NICE_OFFSET {
-            update_job(id, |d| d.nice = r.nice);
+    }
+}
+
+/// What slurmctld says of a job: its record, or that it has none (ended
+/// and purged), or no answer.
+#[derive(Clone, Copy, Debug)]
+enum Lookup {
+    Found(JobNow),
+    NoSuchJob,
+    NoAnswer,
+}
+
+/// What to do with a raised job ([`lower_restarted`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settle {
+    /// Still pending within a pin's life, or no answer yet: ask again.
+    Keep,
+    /// Restarted, or pending longer than a pin lives: give back.
+    GiveBack,
+    /// Ended: a finished job has no priority to give back, and Slurm
+    /// refuses the update.
+    Forget,
+}
+
+fn settle(job: Lookup, since: u64, now: u64) -> Settle {
+    let waited = now.saturating_sub(since);
+    match job {
+        Lookup::NoSuchJob => Settle::Forget,
+        // A failed RPC is not a restart (it used to be taken for one, and
+        // the job kept the top priority for good).
+        Lookup::NoAnswer if waited > RAISED_LOOKUP_S => Settle::Forget,
+        Lookup::NoAnswer => Settle::Keep,
+        Lookup::Found(j) if j.state & JOB_STATE_BASE > JOB_SUSPENDED => Settle::Forget,
+        Lookup::Found(j)
+            if j.state & JOB_STATE_BASE == JOB_PENDING
+                && j.state & JOB_COMPLETING == 0
+                && waited <= compass_slurm::controller::PIN_TIMEOUT_S =>
+        {
+            Settle::Keep
         }
-        if rc != 0 {
-            log::error(&format!(
-                "migration of job {id}: could not give back its computed priority (rc {rc})"
-            ));
-        }
+        Lookup::Found(_) => Settle::GiveBack,
     }
 }
 
@@ -599,22 +685,34 @@ struct JobNow {
 
 /// The job's state, eligible time and nice from slurmctld.
 fn load_job(id: u32) -> Option<JobNow> {
+    match lookup_job(id) {
+        Lookup::Found(j) => Some(j),
+        Lookup::NoSuchJob | Lookup::NoAnswer => None,
+    }
+}
+
+/// The job's record from slurmctld ([`Lookup`]).
+fn lookup_job(id: u32) -> Lookup {
     let mut msg: *mut sys::job_info_msg_t = std::ptr::null_mut();
     // SAFETY: public API; the message is freed below.
     unsafe {
         if sys::slurm_load_job(&mut msg, id, 0) != 0 || msg.is_null() {
-            return None;
+            return if sys::slurm_get_errno() == sys::slurm_err_t_ESLURM_INVALID_JOB_ID as i32 {
+                Lookup::NoSuchJob
+            } else {
+                Lookup::NoAnswer
+            };
         }
         let m = &*msg;
         let out = if m.record_count >= 1 && !m.job_array.is_null() {
             let j = &*m.job_array;
-            Some(JobNow {
+            Lookup::Found(JobNow {
                 state: j.job_state,
                 eligible: j.eligible_time,
                 nice: j.nice,
             })
         } else {
-            None
+            Lookup::NoSuchJob
         };
         sys::slurm_free_job_info_msg(msg);
         out
@@ -664,5 +762,42 @@ fn node_usability() -> Option<Vec<(String, bool)>> {
         }
         sys::slurm_free_node_info_msg(msg);
         Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_raised_job_gets_its_priority_back_once_it_restarted_and_never_on_a_failed_lookup() {
+        let job = |state| {
+            Lookup::Found(JobNow {
+                state,
+                eligible: 0,
+                nice: NICE_OFFSET,
+            })
+        };
+        let pin = compass_slurm::controller::PIN_TIMEOUT_S;
+        // pending within a pin's life: still raised; running again: given back
+        assert_eq!(settle(job(JOB_PENDING), 100, 110), Settle::Keep);
+        assert_eq!(settle(job(JOB_RUNNING), 100, 110), Settle::GiveBack);
+        // pending longer than a pin lives: given back; completing: given back
+        assert_eq!(settle(job(JOB_PENDING), 100, 101 + pin), Settle::GiveBack);
+        assert_eq!(
+            settle(job(JOB_PENDING | JOB_COMPLETING), 100, 110),
+            Settle::GiveBack
+        );
+        // ended (state above SUSPENDED: COMPLETE = 3) or purged: forgotten
+        assert_eq!(settle(job(3), 100, 110), Settle::Forget);
+        assert_eq!(settle(Lookup::NoSuchJob, 100, 110), Settle::Forget);
+        // slurmctld did not answer: asked again (it used to count as a
+        // restart, and the job was forgotten with the top priority), for
+        // at most RAISED_LOOKUP_S
+        assert_eq!(settle(Lookup::NoAnswer, 100, 110), Settle::Keep);
+        assert_eq!(
+            settle(Lookup::NoAnswer, 100, 101 + RAISED_LOOKUP_S),
+            Settle::Forget
+        );
     }
 }

@@ -171,6 +171,44 @@ fn a_bad_spank_config_fails_only_our_own_options() {
 }
 
 #[test]
+fn a_compass_conf_that_does_not_load_leaves_plain_cons_tres_of_the_release_named() {
+    // On a release other than Debian's 22.05 the lab's compass.conf names
+    // that release's cons_tres (`select.stock_plugin`). A file that did not
+    // load used to fall back to the default path, Debian's 22.05 cons_tres:
+    // its entry points would be called with another release's structs.
+    let lab = Lab::start("select-bad-conf", COMPASS);
+    let conf = lab.dir.join("etc/compass.conf");
+    let good = std::fs::read_to_string(&conf).unwrap();
+    // A value out of range: the file does not load as a whole.
+    let bad = good.replace("[select]\n", "[select]\npayback = 0.5\n");
+    assert_ne!(bad, good);
+    std::fs::write(&conf, &bad).unwrap();
+    lab.restart_ctld();
+    let log = lab.ctld_log();
+    assert!(
+        log.contains("select.payback = 0.5")
+            && log.contains("the compass engine is disabled (plain cons_tres)"),
+        "{}",
+        lab.debug()
+    );
+    assert!(
+        !log.contains("cannot load the stock cons_tres"),
+        "{}",
+        lab.debug()
+    );
+    // A GPU job runs, under plain cons_tres of the running release.
+    let out = lab.dir.join("gpu-job.out");
+    let o = out.display().to_string();
+    let id = lab
+        .sbatch(&["-N1", "--gpus-per-node=8", "-o", &o], "echo gpu-job-ran")
+        .expect("submit");
+    lab.wait_until("the GPU job ran", Duration::from_secs(30), || {
+        lab.job(id).0 == "GONE"
+            && std::fs::read_to_string(&out).is_ok_and(|t| t.contains("gpu-job-ran"))
+    });
+}
+
+#[test]
 fn the_values_reach_the_job_environment() {
     let lab = Lab::start("spank-env", COMPASS);
     let out = lab.dir.join("env.txt");

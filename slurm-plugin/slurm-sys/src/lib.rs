@@ -36,6 +36,11 @@ pub const VERSION_NUMBER: u32 = SLURM_VERSION_NUMBER;
 /// The release of the headers this crate was built against ("24.11.5").
 pub const RELEASE: &str = env!("SLURM_SYS_RELEASE");
 
+/// The plugin directory of the Slurm this crate was built against:
+/// Debian's `/usr/lib/x86_64-linux-gnu/slurm-wlm`, or
+/// `$COMPASS_SLURM_PREFIX/lib/slurm`.
+pub const STOCK_PLUGIN_DIR: &str = env!("SLURM_SYS_STOCK_DIR");
+
 /// libslurm's API "current" of that release (`SLURM_API_VERSION >> 16`:
 /// 38 for 22.05, 42 for 24.11).
 pub const API_CURRENT: u32 = parse_u32(env!("SLURM_SYS_API_CURRENT"));
