@@ -863,6 +863,7 @@ async fn patch_node(
         let (user, b): (String, PatchBody) = w.authenticate(state)?;
         let now = state.now();
         let pol = policy(state);
+        let pending = state.queue();
         let changes =
             state
                 .db()
@@ -889,6 +890,7 @@ async fn patch_node(
                     if let Some(m) = &b.managers {
                         s.managers = m.clone();
                     }
+                    refuse_unmapping_pending(old, &v, &pending)?;
                     Ok(v)
                 })?;
         Ok(api_json(edit_json(&changes, b.dry_run)).into_response())
@@ -910,33 +912,70 @@ async fn delete_node(
     w: Write,
 ) -> ApiResult<Response> {
     blocking(&state, move |state| {
-    let (user, b): (String, DeleteBody) = w.authenticate(state)?;
-    let now = state.now();
-    let pol = policy(state);
-    let pending = state.queue();
-    let changes = state.db().edit_tree_or_dry_run(&user, "delete", &b.why, now, b.dry_run, |old| {
-        let tree = stored_tree(&pol, &user, old)?;
-        pol.check_edit(&user, tree.as_ref(), &name)?;
-        let kids: Vec<&str> = old.iter().filter(|s| s.parent.as_deref() == Some(name.as_str())).map(|s| s.name.as_str()).collect();
-        if !kids.is_empty() {
-            return Err(BudgetError::Conflict(format!(
-                "team `{name}` has children ({}); move or remove them first",
-                kids.join(", ")
-            )));
-        }
-        if let Some(acct) = old.iter().find(|s| s.name == name).and_then(|s| s.account.clone()) {
-            let n = pending.order.iter().filter(|p| p.job.account == acct).count();
-            if n > 0 {
-                return Err(BudgetError::Conflict(format!(
-                    "account `{acct}` of node `{name}` has {n} pending jobs; map the account to another leaf first"
-                )));
-            }
-        }
-        Ok(old.iter().filter(|s| s.name != name).cloned().collect())
-    })?;
-    Ok(api_json(edit_json(&changes, b.dry_run)).into_response())
+        let (user, b): (String, DeleteBody) = w.authenticate(state)?;
+        let now = state.now();
+        let pol = policy(state);
+        let pending = state.queue();
+        let changes =
+            state
+                .db()
+                .edit_tree_or_dry_run(&user, "delete", &b.why, now, b.dry_run, |old| {
+                    let tree = stored_tree(&pol, &user, old)?;
+                    pol.check_edit(&user, tree.as_ref(), &name)?;
+                    let kids: Vec<&str> = old
+                        .iter()
+                        .filter(|s| s.parent.as_deref() == Some(name.as_str()))
+                        .map(|s| s.name.as_str())
+                        .collect();
+                    if !kids.is_empty() {
+                        return Err(BudgetError::Conflict(format!(
+                            "team `{name}` has children ({}); move or remove them first",
+                            kids.join(", ")
+                        )));
+                    }
+                    let new: Vec<NodeSpec> =
+                        old.iter().filter(|s| s.name != name).cloned().collect();
+                    refuse_unmapping_pending(old, &new, &pending)?;
+                    Ok(new)
+                })?;
+        Ok(api_json(edit_json(&changes, b.dry_run)).into_response())
     })
     .await
+}
+
+/// Refuses (409) a tree edit that leaves an account with pending jobs (in
+/// `pending`, the last computed order) mapped to no leaf: a leaf removed,
+/// its account removed or replaced (`PATCH` with `account`), or an import
+/// that drops or unmaps it. Its waiting jobs would fall out of their
+/// team's budget. An account moved to another leaf in the same edit is
+/// still mapped.
+fn refuse_unmapping_pending(
+    old: &[NodeSpec],
+    new: &[NodeSpec],
+    pending: &crate::state::QueueView,
+) -> Result<(), BudgetError> {
+    let kept: BTreeSet<String> = (new.iter())
+        .filter_map(|s| s.account.as_deref())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    for s in old {
+        let Some(acct) = s.account.as_deref().map(str::to_ascii_lowercase) else {
+            continue;
+        };
+        if kept.contains(&acct) {
+            continue;
+        }
+        let n = (pending.order.iter())
+            .filter(|p| p.job.account.eq_ignore_ascii_case(&acct))
+            .count();
+        if n > 0 {
+            return Err(BudgetError::Conflict(format!(
+                "account `{acct}` of team `{}` has {n} pending jobs; map the account to another leaf first",
+                s.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The whole tree as node specs (for TOML export).
@@ -978,10 +1017,12 @@ async fn import(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Respo
             ));
         }
         OrgTree::build(&b.nodes)?;
+        let pending = state.queue();
         if b.dry_run {
             let old = state.db().load_specs()?;
             let changes = fairshare::diff(&old, &b.nodes);
             pol.check_import(&user, stored_tree(&pol, &user, &old)?.as_ref(), &changes)?;
+            refuse_unmapping_pending(&old, &b.nodes, &pending)?;
             let mut v = changes_json(&changes);
             v["applied"] = json!(false);
             return Ok(api_json(v).into_response());
@@ -990,6 +1031,7 @@ async fn import(State(state): State<Arc<AppState>>, w: Write) -> ApiResult<Respo
         let changes = state.db().edit_tree(&user, "import", &b.why, now, |old| {
             let changes = fairshare::diff(old, &b.nodes);
             pol.check_import(&user, stored_tree(&pol, &user, old)?.as_ref(), &changes)?;
+            refuse_unmapping_pending(old, &b.nodes, &pending)?;
             Ok(b.nodes.clone())
         })?;
         let mut v = changes_json(&changes);
@@ -1214,7 +1256,15 @@ async fn get_why(
     let submit = pending
         .map(|p| p.job.submit)
         .or_else(|| state.running_job(id).map(|j| j.submit));
-    let actions = rows_of_job(state.db().actions(Some(id), 50)?, id, submit);
+    let rows = state.db().actions(Some(id), 50)?;
+    let rows = match submit {
+        Some(_) => rows_of_job(rows, id, submit),
+        None => rows_of_ended_job(rows, id, &state.db().runs_of(JobId(id))?),
+    };
+    // The rows `GET /api/v1/actions` would show this reader (issue #11's
+    // owners recorded with each action): a reused id's earlier owner's
+    // rows are not theirs.
+    let actions = visible_actions(state, &viewer, rows);
     let enforcement = enforcement_text(state, id, &actions);
     if let Some(p) = pending {
         return Ok(api_json(
@@ -1289,6 +1339,45 @@ fn rows_of_job(
                     .is_none_or(|s| crate::enforce::same_job(s, a.at, submit))
             } else {
                 submit <= a.at
+            }
+        })
+        .collect()
+}
+
+/// The actions that concern job `id` now that it is neither pending nor
+/// running, `runs` its id's runs in the ledger (oldest first, with their
+/// users). The latest run and the runs just before it of the same user
+/// are this job's; a run of another user is an earlier job of the id
+/// (slurmctld reuses ids after a cold start). A row where it was the
+/// victim applies when it ended one of this job's runs (`run_start`); one
+/// where it needed the room, when it was taken after the earlier job's
+/// last run ended and no later than this job's latest start. Without runs
+/// in the ledger, every row (the id's owner is then unknown: only admins
+/// and operators see them).
+fn rows_of_ended_job(
+    rows: Vec<crate::db::ActionRow>,
+    id: u64,
+    runs: &[(Interval, Option<String>)],
+) -> Vec<crate::db::ActionRow> {
+    let Some((latest, user)) = runs.last() else {
+        return rows;
+    };
+    let mine = runs.iter().rev().take_while(|(_, u)| u == user).count();
+    let starts: BTreeSet<i64> = runs[runs.len() - mine..]
+        .iter()
+        .map(|(iv, _)| iv.start)
+        .collect();
+    let after = runs[..runs.len() - mine]
+        .iter()
+        .map(|(iv, _)| iv.end.unwrap_or(iv.start))
+        .max()
+        .unwrap_or(i64::MIN);
+    rows.into_iter()
+        .filter(|a| {
+            if a.job == Some(id) {
+                a.run_start.is_some_and(|s| starts.contains(&s))
+            } else {
+                after <= a.at && a.at <= latest.start
             }
         })
         .collect()

@@ -11,13 +11,13 @@
 //! served from the last state and the cycle retries with exponential back-off
 //! (capped at 5 minutes); Slurm keeps scheduling on the last pushed order.
 
-use compass_core::fairshare::{self, Kind, OrgTree};
+use compass_core::fairshare::{self, IntervalKey, Kind, OrgTree};
 use compass_core::model::JobId;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::slurm::priority::{self, Margin};
@@ -30,6 +30,10 @@ pub const UNBUDGETED: &str = "(unbudgeted)";
 
 /// Longest wait between retries when Slurm is down.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// How far past the service's last cycle the clock may read before the
+/// cycle holds pruning ([`prune_held`]): a day.
+pub const PRUNE_HOLD_AFTER_S: i64 = 86_400;
 
 /// What one step did.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
@@ -54,6 +58,36 @@ pub struct StepReport {
     pub enforcement_held: Option<String>,
     /// What enforcement did (all zero when it is off or has no actions).
     pub enforced: crate::enforce::EnforceReport,
+    /// Runs of running or ended jobs left out of the ledger this cycle
+    /// because their interval does not validate (a job without an account:
+    /// `sbatch` without `-A`, `AccountingStorageType=accounting_storage/none`).
+    pub skipped_runs: usize,
+    /// Why the cycle prunes nothing (the clock jumped ahead; [`prune_held`]).
+    pub pruning_held: Option<String>,
+}
+
+/// Why pruning is held at `now`, if it is: the clock reads more than
+/// [`PRUNE_HOLD_AFTER_S`] past `reference`, the service's last cycle (at
+/// start-up, its newest cycle-history sample not later than `now`), so
+/// `retain_days` counted from `now` could delete rows that are not old (a
+/// clock stepped forward past `retain_days` deleted the whole ledger).
+/// `held_for`: how long the hold has lasted by the monotonic clock; after
+/// [`PRUNE_HOLD_AFTER_S`] of it the clock is believed (a real downtime of
+/// more than a day, or a step nobody corrected). `None`: prune as usual.
+pub fn prune_held(reference: Option<i64>, now: i64, held_for: Option<Duration>) -> Option<String> {
+    let reference = reference?;
+    let ahead = now.saturating_sub(reference);
+    if ahead <= PRUNE_HOLD_AFTER_S
+        || held_for.is_some_and(|d| d.as_secs() >= PRUNE_HOLD_AFTER_S as u64)
+    {
+        return None;
+    }
+    Some(format!(
+        "the clock reads {} past the service's last cycle at {}: nothing is pruned (retain_days) \
+         until the clock is back within a day of it, or the service has run a day with it",
+        compass_core::duration::format(ahead.unsigned_abs()),
+        crate::localtime::text(reference)
+    ))
 }
 
 /// The wait before the next step: the period after a success; after the
@@ -100,6 +134,15 @@ pub struct Cycle {
     resync: bool,
     last_ok: Option<i64>,
     last_prune: Option<i64>,
+    /// The time of the last cycle whose clock reading pruning trusts
+    /// (`None`: not known yet; read from the cycle history at the first
+    /// step).
+    clock_trusted: Option<i64>,
+    /// Why pruning is held, and since when (monotonic clock).
+    pruning_held: Option<(String, Instant)>,
+    /// Runs left out of the ledger that were already warned about (those
+    /// still reported; a run is warned about once).
+    skip_warned: HashSet<IntervalKey>,
     /// Pending jobs of the last snapshot (their start gives a wait time).
     was_pending: HashSet<JobId>,
 }
@@ -119,6 +162,9 @@ impl Cycle {
             resync: false,
             last_ok: None,
             last_prune: None,
+            clock_trusted: None,
+            pruning_held: None,
+            skip_warned: HashSet::new(),
             was_pending: HashSet::new(),
         }
     }
@@ -158,12 +204,14 @@ impl Cycle {
                         "compass preempts for no waiting job beside Slurm's own preemption"
                     );
                 }
+                st.skipped_runs = r.skipped_runs as u64;
                 st.priority_offset_jobs = r.priority_offsets as u64;
                 st.priority_inversion_jobs = r.priority_inversions as u64;
                 st.priority_margin = r.margin.clone();
                 st.qos_priorities = r.qos_priorities.clone();
                 st.slurm_preemption = r.slurm_preemption.clone();
                 st.enforcement_held = r.enforcement_held.clone();
+                st.pruning_held = r.pruning_held.clone();
                 st.slurm_connected = true;
                 st.last_ok = Some(self.state.now());
                 st.last_error = None;
@@ -175,6 +223,7 @@ impl Cycle {
                 st.actions_failed += r.enforced.failed as u64;
             }
             Err(e) => {
+                st.pruning_held = self.pruning_held.as_ref().map(|h| h.0.clone());
                 st.slurm_connected = false;
                 st.last_error = Some(e.to_string());
                 st.cycles_failed += 1;
@@ -187,6 +236,9 @@ impl Cycle {
         // Nothing is ingested or enforced into a database file that was
         // removed or replaced (it would be lost at the next start).
         self.state.db().check_file()?;
+        // Before Slurm is asked: a cycle that fails (Slurm down) still
+        // tells the clock's time, so an outage holds no pruning.
+        self.check_clock()?;
         let snap = self.source.snapshot().inspect_err(|_| {
             self.state.metrics.slurm_rpc_error("snapshot");
         })?;
@@ -195,12 +247,8 @@ impl Cycle {
         // `[gpu_weights]`: every charge, demand, load and capacity below is
         // in weighted GPUs, priced here and only here.
         let weights = self.state.config.weights();
-        let observed: Vec<_> = snap
-            .running
-            .iter()
-            .chain(snap.ended.iter())
-            .filter_map(|j| j.as_interval(&weights))
-            .collect();
+        let observed = self.valid_runs(&snap, &weights);
+        rep.skipped_runs = self.skip_warned.len();
         let running: Vec<(JobId, i64)> = snap
             .running
             .iter()
@@ -228,11 +276,14 @@ impl Cycle {
             let r = db.ingest_observed(&observed, now)?;
             db.record_job_users(&run_users(&snap))?;
             rep.ingested = r.inserted;
-            rep.closed = r.closed + db.close_vanished(&running)?;
+            rep.closed = r.closed + db.close_vanished(&running, now)?;
             let mut d: Vec<(String, f64)> = demand.into_iter().collect();
             d.sort_by(|a, b| a.0.cmp(&b.0));
             db.add_demand(now, &d)?;
-            if self.last_prune.is_none_or(|t| now - t >= 3600) {
+            rep.pruning_held = self.pruning_held.as_ref().map(|h| h.0.clone());
+            if rep.pruning_held.is_none()
+                && self.last_prune.is_none_or(|t| now < t || now - t >= 3600)
+            {
                 db.prune_before(now - self.state.config.retain_days * 86400)?;
                 db.prune_actions_before(now - self.state.config.retain_days * 86400)?;
                 self.last_prune = Some(now);
@@ -384,6 +435,84 @@ impl Cycle {
         self.record_sample(&snap, now, capacity, &weights, started_waits);
         self.last_ok = Some(now);
         Ok(rep)
+    }
+
+    /// The ledger intervals of the snapshot's running and ended jobs that
+    /// validate. One that does not (a job without an account: `sbatch`
+    /// without `-A`, or `AccountingStorageType=accounting_storage/none`,
+    /// which libslurm reads as "") is left out, with a warning the first
+    /// time the run is seen: the ledger writes a cycle's runs in one
+    /// transaction, and one refused run failed every cycle (no ledger, no
+    /// order pushed, no enforcement). Such a job charges no team; it is
+    /// ordered and enforced on as an account outside the tree.
+    fn valid_runs(
+        &mut self,
+        snap: &SlurmSnapshot,
+        weights: &fairshare::GpuWeights,
+    ) -> Vec<fairshare::Interval> {
+        let mut skipped = HashSet::new();
+        let mut valid = Vec::new();
+        for j in snap.running.iter().chain(snap.ended.iter()) {
+            let Some(iv) = j.as_interval(weights) else {
+                continue;
+            };
+            match iv.validate() {
+                Ok(()) => valid.push(iv),
+                Err(e) => {
+                    if !self.skip_warned.contains(&iv.key()) {
+                        tracing::warn!(
+                            job = j.job.0,
+                            start = iv.start,
+                            account = %j.account,
+                            user = %j.user,
+                            error = %e,
+                            "run left out of the ledger: it charges no team (a job without an account: \
+                             sbatch without -A, or AccountingStorageType=accounting_storage/none); \
+                             the other jobs are ingested, ordered and enforced as usual"
+                        );
+                    }
+                    skipped.insert(iv.key());
+                }
+            }
+        }
+        self.skip_warned = skipped;
+        valid
+    }
+
+    /// Reads the clock and decides whether pruning is held
+    /// ([`prune_held`]); the time becomes the reference of the next cycle
+    /// unless it is held.
+    fn check_clock(&mut self) -> Result<()> {
+        let now = self.state.now();
+        if self.clock_trusted.is_none() {
+            // Once: what the database knows (the samples this process
+            // writes while the clock is ahead are not a reference).
+            self.clock_trusted = self.state.db().last_cycle_at(now)?;
+        }
+        let reference = self.clock_trusted;
+        let held_for = self.pruning_held.as_ref().map(|h| h.1.elapsed());
+        match prune_held(reference, now, held_for) {
+            Some(why) => {
+                if self.pruning_held.is_none() {
+                    tracing::warn!(
+                        why = %why,
+                        "the clock jumped ahead: pruning held (check the host's clock and NTP)"
+                    );
+                    self.pruning_held = Some((why, Instant::now()));
+                } else if let Some(h) = self.pruning_held.as_mut() {
+                    h.0 = why;
+                }
+            }
+            None => {
+                if self.pruning_held.take().is_some() {
+                    tracing::info!(
+                        "pruning resumed: the clock is back, or has been believed for a day"
+                    );
+                }
+                self.clock_trusted = Some(now);
+            }
+        }
+        Ok(())
     }
 
     /// Counts for `/metrics` what this snapshot shows: the GPU-seconds of
@@ -896,12 +1025,43 @@ mod tests {
         assert_eq!(h.len(), 2, "{h:?}");
         assert_eq!((h[1].n_sif, h[1].partial_nodes), (Some(1.0), Some(1.0)));
         assert_eq!(h[1].median_wait_s, None, "no job started since");
-        // 367 days later: the old rows are pruned (retain_days = 366).
+        // 367 days later, a cycle a day: the old rows are pruned
+        // (retain_days = 366). A jump of 367 days at once would hold
+        // pruning (`prune_held`).
         let later = t0 + 367 * 86400;
+        for day in 1..367 {
+            clock.set(t0 + 30 + day * 86400);
+            cycle.step().unwrap();
+            assert_eq!(state.status().pruning_held, None, "day {day}");
+        }
         clock.set(later);
         cycle.step().unwrap();
         assert!(history(t0 - 60, t0 + 120).is_empty());
         assert_eq!(history(later - 60, later + 60).len(), 1);
+    }
+
+    /// Pruning is held while the clock reads more than a day past the
+    /// last cycle, until it is back or the hold has lasted a day.
+    #[test]
+    fn pruning_is_held_after_a_jump_of_more_than_a_day() {
+        let day = PRUNE_HOLD_AFTER_S;
+        assert_eq!(
+            prune_held(None, 5 * day, None),
+            None,
+            "nothing to compare with"
+        );
+        assert_eq!(prune_held(Some(0), day, None), None);
+        assert_eq!(prune_held(Some(5 * day), 0, None), None, "a step back");
+        let why = prune_held(Some(0), day + 1, None).unwrap();
+        assert!(why.contains("past the service's last cycle"), "{why}");
+        let held = Some(Duration::from_secs(3600));
+        assert!(prune_held(Some(0), 400 * day, held).is_some());
+        let a_day = Some(Duration::from_secs(day as u64));
+        assert_eq!(
+            prune_held(Some(0), 400 * day, a_day),
+            None,
+            "believed after a day"
+        );
     }
 
     #[test]

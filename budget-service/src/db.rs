@@ -392,8 +392,14 @@ impl Db {
 
     /// Closes open intervals that Slurm no longer reports as running, at the
     /// last time they were seen (the job ended somewhere in between; this
-    /// never over-charges). Returns how many were closed.
-    pub fn close_vanished(&mut self, still_running: &[(JobId, UnixSecs)]) -> Result<usize> {
+    /// never over-charges), or at `now` if that is earlier: after the clock
+    /// stepped forward and back, `last_seen` lies in the future, and no run
+    /// is charged past the present. Returns how many were closed.
+    pub fn close_vanished(
+        &mut self,
+        still_running: &[(JobId, UnixSecs)],
+        now: UnixSecs,
+    ) -> Result<usize> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -410,8 +416,8 @@ impl Db {
         for key in open {
             if !running.contains(&key) {
                 n += tx.execute(
-                    "UPDATE intervals SET end_time = MAX(start, last_seen) WHERE job = ?1 AND start = ?2",
-                    params![key.0, key.1],
+                    "UPDATE intervals SET end_time = MAX(start, MIN(last_seen, ?3)) WHERE job = ?1 AND start = ?2",
+                    params![key.0, key.1, now],
                 )?;
             }
         }
@@ -526,6 +532,20 @@ impl Db {
             )
             .optional()?
             .flatten())
+    }
+
+    /// Every run of `job` in the ledger with its user (`None`: not
+    /// recorded), oldest first. slurmctld reuses job ids after a cold
+    /// start: these may be runs of several jobs.
+    pub fn runs_of(&self, job: JobId) -> Result<Vec<(Interval, Option<String>)>> {
+        let mut st = self.conn.prepare(
+            "SELECT job, start, account, gpus, end_time, kind, weight, user FROM intervals
+             WHERE job = ?1 ORDER BY start",
+        )?;
+        let rows = st.query_map(params![job.0 as i64], |r| {
+            Ok((row_interval(r)?, r.get::<_, Option<String>>(7)?))
+        })?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
     /// The accounts (lower case) of every run of `user` in the ledger.
@@ -1012,6 +1032,18 @@ impl Db {
         Ok(())
     }
 
+    /// The time of the newest cycle-history sample not later than `now`:
+    /// the last cycle of the service before it (re)started, as far as the
+    /// database knows. Samples after `now` (written while the clock was
+    /// ahead) are left out.
+    pub fn last_cycle_at(&self, now: UnixSecs) -> Result<Option<i64>> {
+        Ok(self.conn.query_row(
+            "SELECT MAX(at) FROM cycle_history WHERE at <= ?1",
+            params![now],
+            |r| r.get(0),
+        )?)
+    }
+
     /// Rows of the cycle history (tests).
     #[cfg(test)]
     pub(crate) fn cycle_history_rows(&self) -> Result<i64> {
@@ -1448,7 +1480,7 @@ mod tests {
         );
         assert_eq!(db.interval_count().unwrap(), 1);
         // It vanished from Slurm: closed at last_seen (160).
-        assert_eq!(db.close_vanished(&[]).unwrap(), 1);
+        assert_eq!(db.close_vanished(&[], 170).unwrap(), 1);
         let l = db.ledger_between(0, 1000).unwrap();
         assert_eq!(l.usage(0, 1000)["acct-a"].charged_gpu_s, 2.0 * 60.0);
         // A later replay of the running state does not reopen it.

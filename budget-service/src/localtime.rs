@@ -59,14 +59,21 @@ pub fn iso(unix: i64) -> String {
 }
 
 /// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm), in
-/// `i128` so that no year of any number of digits overflows.
-fn days_from_civil(y: i128, m: i128, d: i128) -> i128 {
-    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+/// `i128`; `None` when that overflows (a year of 33 digits or more: a panic
+/// in a debug build before). `m` is 1..=12 and `d` 1..=31.
+fn days_from_civil(y: i128, m: i128, d: i128) -> Option<i128> {
+    let (y, m) = if m <= 2 {
+        (y.checked_sub(1)?, m + 9)
+    } else {
+        (y, m - 3)
+    };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
     let doy = (153 * m + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    era.checked_mul(146_097)?
+        .checked_add(doe)?
+        .checked_sub(719_468)
 }
 
 /// Days in month `m` of year `y` (proleptic Gregorian).
@@ -86,6 +93,11 @@ fn month_days(y: i128, m: i128) -> i128 {
 /// digits overflowed, a panic in a debug build and a wrong date in a
 /// release one).
 pub fn parse_iso(s: &str) -> Option<i64> {
+    // Every form read is ASCII; slicing a zone offset of multi-byte
+    // characters by byte panicked (`+0\u{e9}00`: a 500 before).
+    if !s.is_ascii() {
+        return None;
+    }
     let digits = |t: &str, n: usize| -> Option<i128> {
         (t.len() >= n && t.bytes().all(|c| c.is_ascii_digit())).then(|| t.parse().ok())?
     };
@@ -130,7 +142,10 @@ pub fn parse_iso(s: &str) -> Option<i64> {
         }
         _ => return None,
     };
-    i64::try_from(days_from_civil(y, mo, day) * 86_400 + h * 3600 + mi * 60 + se - off).ok()
+    let secs = days_from_civil(y, mo, day)?
+        .checked_mul(86_400)?
+        .checked_add(h * 3600 + mi * 60 + se - off)?;
+    i64::try_from(secs).ok()
 }
 
 /// A time of the API's JSON: an ISO 8601 string (API version 2), or Unix
@@ -170,6 +185,17 @@ mod tests {
             "135616539428921-07-02T00:00:00Z",
             "292277026597-01-01T00:00:00Z",
             "999999999999999999999999999999999999999999-01-01T00:00:00Z",
+            // Years whose seconds overflow i128 (a panic in a debug build).
+            "100000000000000000000000000000000-01-01T00:00:00Z",
+            "170141183460469231731687303715884105727-12-31T23:59:59Z",
+            "-01-01T00:00:00Z",
+            // Non-ASCII offsets and fields (a panic slicing them, before).
+            "2026-01-01T00:00:00+0\u{e9}00",
+            "2026-01-01T00:00:00\u{e9}0:00",
+            "2026-01-01T00:00:00+\u{e9}:00",
+            "2026-01-01T00:00:0\u{e9}Z",
+            "2026-0\u{e9}-01T00:00:00Z",
+            "\u{1f600}-01-01T00:00:00Z",
         ] {
             assert_eq!(parse_iso(bad), None, "{bad}");
         }

@@ -107,6 +107,12 @@ pub struct CycleStatus {
     /// Why compass preempted no one in the last cycle although enforcement
     /// is on (Slurm preempts on its own).
     pub enforcement_held: Option<String>,
+    /// Runs of the last cycle left out of the ledger (their interval does
+    /// not validate: a job without an account); each is warned about once.
+    pub skipped_runs: u64,
+    /// Why the cycle prunes nothing (`retain_days`): the clock reads more
+    /// than a day past the service's last cycle.
+    pub pruning_held: Option<String>,
 }
 
 pub struct AppState {

@@ -861,23 +861,49 @@ fn on_a_file(
     Arc<AppState>,
     Router,
 ) {
+    let (dir, path, state, _clock, r) = on_a_file_with(name, "");
+    (dir, path, state, r)
+}
+
+/// [`on_a_file`] with more config (`extra`), and the service's clock.
+fn on_a_file_with(
+    name: &str,
+    extra: &str,
+) -> (
+    std::path::PathBuf,
+    std::path::PathBuf,
+    Arc<AppState>,
+    Arc<TestClock>,
+    Router,
+) {
     let dir = std::env::temp_dir().join(format!("compass-api-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("budget.db");
+    let (state, clock) = state_on(&path, extra, T0);
+    let r = compass_budget::api::router(state.clone());
+    (dir, path, state, clock, r)
+}
+
+/// The service's state over the database file `path` (opened, or created),
+/// with more config (`extra`) and a test clock at `t0`: what a (re)start of
+/// the service sees.
+fn state_on(path: &std::path::Path, extra: &str, t0: i64) -> (Arc<AppState>, Arc<TestClock>) {
     let config = Config::parse(
-        "db = \"unused\"\nadmins = [\"root\"]\ncapacity_gpus = 10\nwindow_s = 3600\n",
+        &format!(
+            "db = \"unused\"\nadmins = [\"root\"]\ncapacity_gpus = 10\nwindow_s = 3600\n{extra}"
+        ),
         "test",
     )
     .unwrap();
+    let clock = Arc::new(TestClock::new(t0));
     let state = AppState::new(
         config,
-        Db::open(&path).unwrap(),
+        Db::open(path).unwrap(),
         Arc::new(NameAuth),
-        Arc::new(TestClock::new(T0)),
+        clock.clone(),
     );
-    let r = compass_budget::api::router(state.clone());
-    (dir, path, state, r)
+    (state, clock)
 }
 
 /// The database file removed (or replaced) while the service runs: SQLite
@@ -1774,4 +1800,338 @@ async fn history_is_bounded_aggregated_and_public() {
         (StatusCode::BAD_REQUEST, &json!("from")),
         "{v}"
     );
+}
+
+/// A running job without an account (`sbatch` without `-A`, or
+/// `AccountingStorageType=accounting_storage/none`: libslurm reads it as
+/// "") is left out of the ledger, counted in `/healthz` (`cycle.skipped_runs`)
+/// and warned about; every other run is written, and the queue (where such a
+/// job is an account outside the tree) ordered and pushed. Before, the ledger
+/// refused the cycle's whole batch: every cycle failed.
+#[tokio::test]
+async fn a_job_without_an_account_does_not_stop_the_cycle() {
+    let (dir, _path, s, clock, r) = on_a_file_with("no-account", "");
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let slurm = Arc::new(FakeSlurm::new());
+    let running = |id: u64, acct: &str, start: i64| SlurmJob {
+        start: Some(start),
+        ..sjob(id, acct, 1, 600, 0, start - 10)
+    };
+    slurm.put(running(1, "acct-a", T0 - 100));
+    slurm.put(running(2, "", T0 - 60));
+    slurm.put(sjob(3, "acct-b", 1, 600, 0, T0 - 50));
+    slurm.put(sjob(4, "", 1, 600, 0, T0 - 40));
+    slurm.put(sjob(5, "acct-a", 1, 600, 0, T0 - 30));
+    let mut cycle = Cycle::new(s.clone(), slurm.clone(), slurm.clone());
+    for k in 0..3 {
+        clock.set(T0 + 10 * k);
+        if k == 2 {
+            slurm.end(JobId(2), T0 + 15);
+        }
+        let rep = cycle.step().expect("the cycle goes on");
+        assert_eq!((rep.pending, rep.skipped_runs), (3, 1), "cycle {k}");
+    }
+    // Job 1's run is in the ledger; job 2's is not.
+    let iv = s.db().latest_interval(JobId(1)).unwrap().unwrap();
+    assert_eq!((iv.account.as_str(), iv.start), ("acct-a", T0 - 100));
+    assert!(s.db().latest_interval(JobId(2)).unwrap().is_none());
+    // Ordered and pushed: the budgeted teams first, the job without an
+    // account after them.
+    let order: Vec<u64> = s.queue().order.iter().map(|p| p.job.job.0).collect();
+    assert_eq!(order.len(), 3, "{order:?}");
+    assert_eq!(order[2], 4, "{order:?}");
+    assert_eq!(slurm.factors().len(), 3);
+    assert_eq!(queue_as(&r, None).await, order);
+    let (st, v) = call(&r, "GET", "/healthz", None, None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["cycle"]["skipped_runs"], 1, "{v}");
+    assert_eq!(v["cycle"]["cycles_ok"], 3, "{v}");
+    assert_eq!(v["cycle"]["cycles_failed"], 0, "{v}");
+    drop((s, r));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The host clock stepped 30 days ahead and back (a wrong NTP step): a run
+/// last seen at the wrong time, gone from Slurm after the correction, is
+/// closed at most at the time of the cycle that closes it. Before, it was
+/// closed at the future time it was last seen: its team was charged 30
+/// days of 4 GPUs.
+#[tokio::test]
+async fn a_run_that_vanishes_after_a_clock_step_back_is_never_charged_past_now() {
+    let (dir, _path, s, clock, r) = on_a_file_with("clock-back", "");
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let slurm = Arc::new(FakeSlurm::new());
+    slurm.put(SlurmJob {
+        start: Some(T0 - 100),
+        ..sjob(1, "acct-a", 4, 600, 0, T0 - 200)
+    });
+    let mut cycle = Cycle::new(s.clone(), slurm.clone(), slurm.clone());
+    cycle.step().unwrap();
+    clock.set(T0 + 30 * 86_400);
+    cycle.step().unwrap();
+    clock.set(T0 + 20);
+    cycle.step().unwrap();
+    // It ends at about T0 + 25 and Slurm forgets it.
+    slurm.purge(JobId(1));
+    clock.set(T0 + 30);
+    assert_eq!(cycle.step().unwrap().closed, 1);
+    let iv = s.db().latest_interval(JobId(1)).unwrap().unwrap();
+    assert_eq!((iv.start, iv.end), (T0 - 100, Some(T0 + 30)));
+    let usage = s.db().usage_between(T0 - 100, T0 + 40 * 86_400).unwrap();
+    assert_eq!(usage["acct-a"].charged_gpu_s, 4.0 * 130.0);
+    let (st, v) = call(
+        &r,
+        "GET",
+        &format!("/api/v1/usage?from={}&to={}", T0 - 100, T0 + 3600),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let a = (v["nodes"].as_array().unwrap().iter())
+        .find(|n| n["node"] == "team-a")
+        .unwrap()
+        .clone();
+    assert!(
+        (a["charged_gpu_hours"].as_f64().unwrap() - 520.0 / 3600.0).abs() < 1e-9,
+        "{a}"
+    );
+    drop((s, r));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A forward clock step past `retain_days` (366) prunes nothing: while the
+/// clock reads more than a day past the service's last cycle (at start-up:
+/// the newest cycle-history sample), pruning is held, said in `/healthz`
+/// (`cycle.pruning_held`) and logged, at a start with a clock set wrong as
+/// in a running service; pruning resumes when the clock is back. Before,
+/// the step deleted the whole ledger, the actions and the cycle history.
+#[tokio::test]
+async fn a_clock_step_past_retention_prunes_nothing_until_the_clock_is_back() {
+    let extra = "retain_days = 366\n";
+    let (dir, path, s, _clock, r) = on_a_file_with("clock-prune", extra);
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    // An ended run, and an action, of an hour ago.
+    let ivs = json!({ "intervals": [
+        { "job": 7, "account": "acct-a", "gpus": 2, "start": T0 - 3600, "end": T0 - 1800, "kind": "allocated" },
+    ]});
+    let (st, v) = call(&r, "POST", "/api/v1/ledger", Some("root"), j(ivs)).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    s.db()
+        .log_action(&compass_budget::db::ActionRow {
+            job: Some(7),
+            run_start: Some(T0 - 3600),
+            ..compass_budget::db::ActionRow::on_node(
+                T0 - 1800,
+                "requeue",
+                "n1",
+                "unallocated",
+                true,
+                String::new(),
+            )
+        })
+        .unwrap();
+    let slurm = Arc::new(FakeSlurm::new());
+    slurm.put(SlurmJob {
+        start: Some(T0 - 100),
+        ..sjob(1, "acct-a", 1, 600, 0, T0 - 200)
+    });
+    Cycle::new(s.clone(), slurm.clone(), slurm.clone())
+        .step()
+        .unwrap();
+    let kept = |s: &AppState| {
+        let db = s.db();
+        (
+            db.interval_count().unwrap(),
+            db.actions(None, 10).unwrap().len(),
+            db.history(T0 - 60, T0 + 60).unwrap().0.len(),
+        )
+    };
+    assert_eq!(kept(&s), (2, 1, 1));
+    let held = |v: &Value| v["cycle"]["pruning_held"].as_str().map(str::to_string);
+    // The service restarts on a host whose clock is 400 days ahead.
+    drop((s, r));
+    let ahead = T0 + 400 * 86_400;
+    let (s, clock) = state_on(&path, extra, ahead);
+    let r = compass_budget::api::router(s.clone());
+    let mut cycle = Cycle::new(s.clone(), slurm.clone(), slurm.clone());
+    for k in 0..3 {
+        clock.set(ahead + 3600 * k);
+        cycle.step().unwrap();
+    }
+    assert_eq!(kept(&s), (2, 1, 1), "nothing pruned");
+    let (_, v) = call(&r, "GET", "/healthz", None, None).await;
+    let why = held(&v).unwrap_or_else(|| panic!("{v}"));
+    assert!(why.contains("past the service's last cycle"), "{why}");
+    // The clock is corrected: pruning resumes, from the right time
+    // (nothing is old enough).
+    clock.set(T0 + 20);
+    cycle.step().unwrap();
+    let (_, v) = call(&r, "GET", "/healthz", None, None).await;
+    assert_eq!(held(&v), None, "{v}");
+    assert_eq!(kept(&s), (2, 1, 1));
+    // The same step while the service runs.
+    clock.set(T0 + 20 + 400 * 86_400);
+    cycle.step().unwrap();
+    clock.set(T0 + 20 + 400 * 86_400 + 3600);
+    cycle.step().unwrap();
+    assert_eq!(kept(&s), (2, 1, 1), "nothing pruned");
+    let (_, v) = call(&r, "GET", "/healthz", None, None).await;
+    assert!(held(&v).is_some(), "{v}");
+    clock.set(T0 + 40);
+    cycle.step().unwrap();
+    let (_, v) = call(&r, "GET", "/healthz", None, None).await;
+    assert_eq!(held(&v), None, "{v}");
+    assert_eq!(kept(&s), (2, 1, 1));
+    drop((s, r));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Times with non-ASCII bytes (`+0é00`: slicing the offset by byte
+/// panicked, a 500 even from `/api/v1/history`, which needs no login) and
+/// years whose seconds overflow (a panic in a debug build) are a 400
+/// naming the parameter.
+#[tokio::test]
+async fn times_with_non_ascii_bytes_or_huge_years_are_400() {
+    let (_s, _c, r) = seeded().await;
+    let huge = format!("{}-01-01T00:00:00Z", "1".repeat(33));
+    let cases: Vec<(String, &str)> = vec![
+        ("from=2026-01-01T00:00:00%2B0%C3%A900".into(), "from"),
+        ("to=2026-01-01T00:00:00%2B%C3%A9:00".into(), "to"),
+        ("from=2026-01-01T00:00:0%C3%A9Z".into(), "from"),
+        ("from=%F0%9F%98%80-01-01T00:00:00Z".into(), "from"),
+        (format!("from={huge}"), "from"),
+        (format!("to={}", huge.replace('1', "9")), "to"),
+    ];
+    for path in ["/api/v1/history", "/api/v1/tree", "/api/v1/usage"] {
+        for (q, field) in &cases {
+            let (st, v) = call(&r, "GET", &format!("{path}?{q}"), None, None).await;
+            assert_eq!(
+                (st, v["field"].as_str()),
+                (StatusCode::BAD_REQUEST, Some(*field)),
+                "{path}?{q}: {v}"
+            );
+        }
+    }
+}
+
+/// The 409 of `DELETE` for an account with pending jobs holds for every
+/// edit that leaves the account mapped to no leaf: `PATCH` with
+/// `account: ""` or another account, an import that drops or unmaps it,
+/// dry runs included. Before, only `DELETE` checked. Moving the account
+/// to another leaf in one import is fine, and so is unmapping it once no
+/// job of it waits.
+#[tokio::test]
+async fn unmapping_an_account_with_pending_jobs_is_409_by_any_edit() {
+    let (dir, _path, s, _clock, r) = on_a_file_with("unmap", "");
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(tree_doc())).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let slurm = Arc::new(FakeSlurm::new());
+    slurm.put(sjob(1, "acct-b", 1, 600, 0, T0 - 50));
+    let mut cycle = Cycle::new(s.clone(), slurm.clone(), slurm.clone());
+    cycle.step().unwrap();
+    let before = s.db().load_specs().unwrap();
+    let n_audit = audit_len(&r).await;
+    let nodes_without = |f: &dyn Fn(&mut Value) -> bool| {
+        let mut doc = tree_doc();
+        let nodes = doc["nodes"].as_array_mut().unwrap();
+        nodes.retain_mut(|n| f(n));
+        doc
+    };
+    let unmapped = nodes_without(&|n| {
+        if n["name"] == "team-b" {
+            n.as_object_mut().unwrap().remove("account");
+        }
+        true
+    });
+    let dropped = nodes_without(&|n| n["name"] != "team-b");
+    let mut dropped_dry = dropped.clone();
+    dropped_dry["dry_run"] = json!(true);
+    let cases: Vec<(&str, &str, Value)> = vec![
+        (
+            "PATCH",
+            "/api/v1/teams/team-b",
+            json!({"account": "", "why": "x"}),
+        ),
+        (
+            "PATCH",
+            "/api/v1/teams/team-b",
+            json!({"account": "acct-z", "why": "x"}),
+        ),
+        (
+            "PATCH",
+            "/api/v1/teams/team-b",
+            json!({"account": "", "why": "x", "dry_run": true}),
+        ),
+        ("DELETE", "/api/v1/teams/team-b", json!({"why": "x"})),
+        ("POST", "/api/v1/import", unmapped),
+        ("POST", "/api/v1/import", dropped),
+        ("POST", "/api/v1/import", dropped_dry),
+    ];
+    for (m, p, body) in &cases {
+        let (st, v) = call(&r, m, p, Some("root"), j(body.clone())).await;
+        assert_eq!(st, StatusCode::CONFLICT, "{m} {p} {body}: {v}");
+        let e = v["error"].as_str().unwrap();
+        assert!(
+            e.contains("`acct-b`") && e.contains("1 pending jobs"),
+            "{e}"
+        );
+    }
+    assert_eq!(s.db().load_specs().unwrap(), before);
+    assert_eq!(audit_len(&r).await, n_audit);
+    // The account moved to another leaf in one edit stays mapped.
+    let mut swap = tree_doc();
+    for n in swap["nodes"].as_array_mut().unwrap() {
+        if n["name"] == "team-a" {
+            n["account"] = json!("acct-b");
+        } else if n["name"] == "team-b" {
+            n["account"] = json!("acct-a");
+        }
+    }
+    let (st, v) = call(&r, "POST", "/api/v1/import", Some("root"), j(swap)).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    // Once no job of it waits, it may be unmapped.
+    slurm.purge(JobId(1));
+    cycle.step().unwrap();
+    let (st, v) = call(
+        &r,
+        "PATCH",
+        "/api/v1/teams/team-a",
+        Some("root"),
+        j(json!({"account": "", "why": "x"})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    drop((s, r));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A body without `why` is malformed (400, as the API documents); an empty
+/// or blank `why` breaks the rule that every edit has a reason (422).
+#[tokio::test]
+async fn an_edit_without_why_is_400_and_a_blank_why_422() {
+    let (s, _c, r) = seeded().await;
+    let before = s.db().load_specs().unwrap();
+    for (body, want) in [
+        (json!({"share": 0.1}), StatusCode::BAD_REQUEST),
+        (
+            json!({"share": 0.1, "why": " "}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    ] {
+        let (st, v) = call(
+            &r,
+            "PATCH",
+            "/api/v1/teams/team-b",
+            Some("root"),
+            j(body.clone()),
+        )
+        .await;
+        assert_eq!(st, want, "{body}: {v}");
+        assert!(v["error"].as_str().unwrap().contains("why"), "{v}");
+    }
+    assert_eq!(s.db().load_specs().unwrap(), before);
 }

@@ -448,3 +448,116 @@ async fn why_of_a_reused_job_id_shows_only_its_own_actions() {
     let (_, v) = call(&router, "GET", "/api/v1/actions", Some("root"), None).await;
     assert!(v.to_string().contains("requeue"), "{v}");
 }
+
+/// `GET /api/v1/queue/{job}` of an ended job whose id slurmctld used
+/// before (ids are reused after a cold start): only the actions on this
+/// job's runs in the ledger, or made for it while it waited, and under
+/// `PrivateData=jobs` only those `GET /api/v1/actions` shows the reader.
+/// Before, every row of the id: alice read bob's old requeue, detail and
+/// all.
+#[tokio::test]
+async fn why_of_an_ended_reused_job_id_shows_only_its_own_visible_actions() {
+    use compass_budget::db::ActionRow;
+    use compass_core::fairshare::{Interval, Kind};
+    let World {
+        state,
+        clock,
+        slurm,
+        mut cycle,
+        router,
+    } = two_teams("[reads]\nprivate_data = \"jobs\"\n");
+    let action =
+        |at: i64, job: u64, run_start: i64, user: &str, cause: u64, cause_user: &str| ActionRow {
+            job: Some(job),
+            run_start: Some(run_start),
+            user: Some(user.into()),
+            cause_job: Some(cause),
+            cause_user: Some(cause_user.into()),
+            submit: Some(run_start - 100),
+            ..ActionRow::on_node(
+                at,
+                "requeue",
+                "n1",
+                "unallocated",
+                true,
+                format!("job {job} requeued for job {cause} of team secret-{user}"),
+            )
+        };
+    // Before the cold start: bob's job 42 ran from T0 - 4000, was requeued
+    // for carol's job 43; room was made for it by requeuing job 61.
+    {
+        let mut db = state.db();
+        db.ingest(
+            &[Interval {
+                job: JobId(42),
+                account: "acct-b".into(),
+                gpus: 1,
+                start: T0 - 4000,
+                end: Some(T0 - 3000),
+                kind: Kind::Allocated,
+                weight: 1.0,
+            }],
+            T0 - 3000,
+        )
+        .unwrap();
+        db.record_job_users(&[(JobId(42), T0 - 4000, "bob".into())])
+            .unwrap();
+        db.log_action(&action(T0 - 4100, 61, T0 - 4500, "erin", 42, "bob"))
+            .unwrap();
+        db.log_action(&action(T0 - 3000, 42, T0 - 4000, "bob", 43, "carol"))
+            .unwrap();
+    }
+    // Now id 42 is alice's: it runs from T0 - 90, is requeued for dave's
+    // job 50, room is made for it (erin's job 60), it runs again and ends.
+    let mut j = SlurmJob::basic(JobId(42), "acct-a", 1, 600, true, 0, T0 - 100);
+    j.user = "alice".into();
+    j.start = Some(T0 - 90);
+    slurm.put(j.clone());
+    cycle.step().unwrap();
+    let own = [
+        action(T0 + 5, 42, T0 - 90, "alice", 50, "dave"),
+        action(T0 + 6, 60, T0 - 200, "erin", 42, "alice"),
+    ];
+    for a in &own {
+        state.db().log_action(a).unwrap();
+    }
+    clock.set(T0 + 10);
+    j.start = Some(T0 + 8);
+    slurm.put(j);
+    cycle.step().unwrap();
+    clock.set(T0 + 20);
+    slurm.end(JobId(42), T0 + 15);
+    cycle.step().unwrap();
+    slurm.purge(JobId(42));
+    clock.set(T0 + 30);
+    cycle.step().unwrap();
+    let ids = |v: &Value, key: &str| -> Vec<(u64, u64)> {
+        (v[key].as_array().unwrap().iter())
+            .map(|a| (a["job"].as_u64().unwrap(), a["cause_job"].as_u64().unwrap()))
+            .collect()
+    };
+    let mine = vec![(60, 42), (42, 50)];
+    for who in ["alice", "root"] {
+        let (st, v) = call(&router, "GET", "/api/v1/queue/42", Some(who), None).await;
+        assert_eq!(st, StatusCode::OK, "{who}: {v}");
+        assert_eq!(v["state"], "ended", "{v}");
+        assert_eq!(ids(&v, "actions"), mine, "{who}: {v}");
+        assert!(!v.to_string().contains("secret-bob"), "{who}: {v}");
+    }
+    // `GET /api/v1/actions?job=42` shows alice the same rows; root every
+    // row of the id.
+    let (_, v) = call(
+        &router,
+        "GET",
+        "/api/v1/actions?job=42",
+        Some("alice"),
+        None,
+    )
+    .await;
+    assert_eq!(ids(&v, "rows"), mine, "{v}");
+    let (_, v) = call(&router, "GET", "/api/v1/actions?job=42", Some("root"), None).await;
+    assert_eq!(ids(&v, "rows").len(), 4, "{v}");
+    // Bob may not read alice's job.
+    let (st, _) = call(&router, "GET", "/api/v1/queue/42", Some("bob"), None).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+}
