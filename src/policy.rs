@@ -593,7 +593,8 @@ pub struct WorkloadArgs {
     /// Seed of the generator: the same seed and options give the same files.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Teams (leaves of the budget tree), each with a budget of 2-25%.
+    /// Teams (leaves of the budget tree), each with a budget of 2-25%
+    /// (1 to 25: more teams cannot all get 2%).
     #[arg(long, default_value_t = 15)]
     pub teams: usize,
     /// Cluster size (8-GPU nodes) the demand is set for; replay it on other
@@ -620,6 +621,14 @@ pub struct WorkloadArgs {
     pub budgets: PathBuf,
 }
 
+/// Most teams `compass workload` draws budgets for.
+const MAX_WORKLOAD_TEAMS: usize = 25;
+
+/// Most work `compass workload` generates, node-days offered (demand x
+/// nodes x days): 100 times the default (2.5 x 125 x 30), about 1.7
+/// million jobs.
+const MAX_WORKLOAD_NODE_DAYS: f64 = 100.0 * 2.5 * 125.0 * 30.0;
+
 /// Generates the workload (`compass_core::sim::budgets::workload`) and
 /// writes it.
 pub fn run_workload(args: WorkloadArgs) -> Result<()> {
@@ -628,6 +637,20 @@ pub fn run_workload(args: WorkloadArgs) -> Result<()> {
         return Err(CliError::Usage(
             "--days, --demand, --nodes and --teams must be positive".into(),
         ));
+    }
+    if args.teams > MAX_WORKLOAD_TEAMS {
+        // The draw of budgets of 2-25% each never ended beyond about 27.
+        return Err(CliError::Usage(format!(
+            "--teams {}: at most {MAX_WORKLOAD_TEAMS} (each team's budget is drawn between 2% and 25%)",
+            args.teams
+        )));
+    }
+    let node_days = args.demand * f64::from(args.nodes) * args.days;
+    if !(node_days.is_finite() && node_days <= MAX_WORKLOAD_NODE_DAYS) {
+        return Err(CliError::Usage(format!(
+            "--demand x --nodes x --days = {node_days:.0} node-days of work: at most \
+             {MAX_WORKLOAD_NODE_DAYS:.0} (100 times the default workload's)"
+        )));
     }
     if !(args.allocated_demand >= 0.0 && args.allocated_demand <= args.demand) {
         return Err(CliError::Usage(format!(

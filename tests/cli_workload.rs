@@ -153,3 +153,34 @@ fn allocated_demand_is_checked_and_free_order_replays() {
     assert!(owed > 0.0 && owed <= 1.0, "{owed}");
     assert!(r["largest_allocated_jobs"].as_u64().is_some());
 }
+
+/// Options that made `compass workload` run for ever (more teams than can
+/// each get 2%) or exhaust memory (an infinite or vast demand) are usage
+/// errors naming the option.
+#[test]
+fn workloads_that_could_not_be_drawn_are_refused() {
+    let dir = Scratch::new("workload-bounds");
+    let p = |n: &str| dir.0.join(n).to_string_lossy().into_owned();
+    let run = |extra: &[&str]| {
+        let (t, b) = (p("w.csv"), p("w.toml"));
+        let mut a = vec!["workload", "--trace", &t, "--budgets", &b];
+        a.extend_from_slice(extra);
+        compass(&a)
+    };
+    for (extra, want) in [
+        (&["--teams", "28"][..], "--teams 28: at most 25"),
+        (&["--demand", "inf"][..], "node-days of work"),
+        (&["--nodes", "1000000"][..], "node-days of work"),
+    ] {
+        let out = run(extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+    }
+    let out = run(&["--teams", "25", "--nodes", "8", "--days", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -75,8 +75,18 @@ pub struct Connection {
     /// config, else the system store, which honours `SSL_CERT_FILE`).
     #[arg(long, global = true, env = "COMPASS_CA_FILE", value_name = "PEM")]
     pub ca_file: Option<PathBuf>,
-    /// Client config file (TOML: `url`, `ca_file`, `munge_socket`); a
-    /// missing default file is fine.
+    /// Seconds to wait for each answer of the service, connecting included
+    /// (default: `timeout_s` in the client config, else 60); the service
+    /// itself answers 503 after its `request_timeout_s` (15).
+    #[arg(
+        long,
+        global = true,
+        env = "COMPASS_CLIENT_TIMEOUT",
+        value_name = "SECONDS"
+    )]
+    pub timeout: Option<u64>,
+    /// Client config file (TOML: `url`, `ca_file`, `munge_socket`,
+    /// `timeout_s`); a missing default file is fine.
     #[arg(long = "client-config", global = true, env = "COMPASS_CONFIG", value_name = "FILE", default_value = DEFAULT_CLIENT_CONFIG)]
     pub config: PathBuf,
 }
@@ -91,7 +101,12 @@ pub struct ClientConfig {
     pub ca_file: Option<PathBuf>,
     /// MUNGE socket for writes.
     pub munge_socket: Option<PathBuf>,
+    /// Seconds to wait for each answer of the service (default 60).
+    pub timeout_s: Option<u64>,
 }
+
+/// Seconds the CLI waits for an answer of the service by default.
+pub const DEFAULT_CLIENT_TIMEOUT_S: u64 = 60;
 
 impl ClientConfig {
     /// Parses the client config (no I/O); `origin` names it in errors.
@@ -127,6 +142,8 @@ pub struct Resolved {
     pub url: String,
     pub ca_file: Option<PathBuf>,
     pub munge_socket: Option<PathBuf>,
+    /// Seconds to wait for each answer (>= 1).
+    pub timeout_s: u64,
 }
 
 impl Connection {
@@ -153,10 +170,21 @@ impl Connection {
                 format!("`{url}` must start with http:// or https://"),
             ));
         }
+        let timeout_s = self
+            .timeout
+            .or(file.timeout_s)
+            .unwrap_or(DEFAULT_CLIENT_TIMEOUT_S);
+        if timeout_s == 0 {
+            return Err(BudgetError::field(
+                "timeout",
+                "must be at least 1 second".to_string(),
+            ));
+        }
         Ok(Resolved {
             url: url.trim_end_matches('/').to_string(),
             ca_file: self.ca_file.clone().or(file.ca_file),
             munge_socket: self.munge_socket.clone().or(file.munge_socket),
+            timeout_s,
         })
     }
 }
@@ -408,6 +436,9 @@ impl Client {
         let r = conn.resolve()?;
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            // A service that accepts and never answers must not hang the
+            // CLI (it waited until the server closed the connection).
+            .timeout_global(Some(std::time::Duration::from_secs(r.timeout_s)))
             .tls_config(tls_config(r.ca_file.as_deref())?)
             .build()
             .into();
@@ -439,10 +470,23 @@ impl Client {
                 url: self.base.clone(),
                 why: format!("reading the answer: {e}"),
             })?;
-        let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        let json = serde_json::from_str::<Value>(&text);
         if status.is_success() {
-            Ok(v)
-        } else {
+            // Every endpoint the CLI calls answers JSON: anything else (an
+            // HTML page of another server, a truncated answer) is an error,
+            // not an empty report.
+            return json.map_err(|e| BudgetError::Unreachable {
+                url: self.base.clone(),
+                why: format!(
+                    "the answer (HTTP {}) is not the service's JSON ({e}): {:?}; is the URL \
+                     the compass budget service?",
+                    status.as_u16(),
+                    text.chars().take(80).collect::<String>()
+                ),
+            });
+        }
+        let v: Value = json.unwrap_or(Value::String(text));
+        {
             let msg = v
                 .get("error")
                 .and_then(Value::as_str)
@@ -985,6 +1029,62 @@ pub fn run_node(args: &NodeArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A local server that accepts connections and answers each with
+    /// `answer` (`None`: never answers, holding the connection).
+    fn server(answer: Option<&'static str>) -> String {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for mut c in l.incoming().flatten() {
+                let mut buf = [0u8; 4096];
+                let _ = c.read(&mut buf);
+                if let Some(a) = answer {
+                    let _ = c.write_all(a.as_bytes());
+                } else {
+                    held.push(c);
+                }
+            }
+        });
+        url
+    }
+
+    fn client(url: &str, timeout: u64) -> Client {
+        Client::new(&Connection {
+            timeout: Some(timeout),
+            ..Connection::to(url)
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_service_that_never_answers_times_out() {
+        let url = server(None);
+        let t = std::time::Instant::now();
+        let e = client(&url, 1).get("/api/v1/tree").unwrap_err();
+        assert!(matches!(e, BudgetError::Unreachable { .. }), "{e}");
+        // It waited until the server closed (never, here) before.
+        assert!(t.elapsed() < std::time::Duration::from_secs(20), "{e}");
+        let zero = Client::new(&Connection {
+            timeout: Some(0),
+            ..Connection::to(&url)
+        });
+        assert!(zero.is_err());
+    }
+
+    #[test]
+    fn an_answer_that_is_not_json_is_an_error_not_an_empty_report() {
+        let url = server(Some(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 15\r\nConnection: close\r\n\r\n<html>hi</html>",
+        ));
+        let e = client(&url, 10).get("/api/v1/audit?limit=5").unwrap_err();
+        assert!(
+            e.to_string().contains("is not the service's JSON") && e.to_string().contains("<html>"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn example_toml_parses_and_validates() {

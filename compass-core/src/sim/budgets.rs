@@ -777,6 +777,10 @@ pub fn run_budgets(
     Sim::new(jobs, tree, cfg)?.run()
 }
 
+/// The last end (submission plus run, seconds) the policy simulator
+/// replays: about 317 years.
+const MAX_TRACE_S: f64 = 1e10;
+
 struct Sim<'a> {
     jobs: &'a [BudgetJob],
     tree: &'a OrgTree,
@@ -852,6 +856,30 @@ impl<'a> Sim<'a> {
                 return Err(CoreError::Invalid(format!(
                     "job {}: negative or NaN times",
                     j.id
+                )));
+            }
+            // The report keeps hourly buckets up to the last end: a time of
+            // centuries would allocate gigabytes (and inf, without end).
+            let end = j.submit_s + j.duration_s;
+            if !end.is_finite() || end > MAX_TRACE_S {
+                return Err(CoreError::Invalid(format!(
+                    "job {}: submitted at {} s and running {} s: ends past {MAX_TRACE_S:e} s \
+                     (about 317 years), beyond what the policy simulator replays",
+                    j.id, j.submit_s, j.duration_s
+                )));
+            }
+            // A job needing more nodes than the cluster has would wait for
+            // good, and the enforcement cycle with it (the run never ended).
+            let need = crate::sim::sizing::nodes_for_job(
+                j.shape.instances,
+                j.shape.gpus,
+                cfg.spec.gpus_per_node,
+            );
+            if need > cfg.spec.nodes {
+                return Err(CoreError::Invalid(format!(
+                    "job {} ({} x {} GPUs) needs {need} nodes of {} GPUs; the cluster has {}: \
+                     it could never start (a larger --nodes, or leave the job out)",
+                    j.id, j.shape.instances, j.shape.gpus, cfg.spec.gpus_per_node, cfg.spec.nodes
                 )));
             }
             let t = *by_account.entry(j.account.as_str()).or_insert_with(|| {

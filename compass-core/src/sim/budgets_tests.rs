@@ -749,3 +749,35 @@ fn reserve_nodes_spare_the_jobs_that_would_lose_the_most() {
         Some((vec![1], now))
     );
 }
+
+/// A job wider than the cluster, or one that would end centuries away, is
+/// refused with its id at once: the first waited for good and the
+/// enforcement cycle with it (the run never ended), the second allocated
+/// an hourly bucket for every hour up to its end.
+#[test]
+fn jobs_that_could_never_start_or_end_are_refused_not_waited_for() {
+    let tree = tree(&[("a", 1.0)]);
+    let wide = vec![
+        job(1, "a", 0.0, 1.0, 1, 8, 0.0),
+        job(2, "a", 0.0, 1.0, 5, 8, 0.0),
+    ];
+    let e = run_budgets(&wide, &tree, &config(4))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("job 2 (5 x 8 GPUs) needs 5 nodes") && e.contains("could never start"),
+        "{e}"
+    );
+    // 4 x 2 GPUs fit on one node of 8: not wider than the cluster.
+    assert!(run_budgets(&[job(3, "a", 0.0, 1.0, 4, 2, 0.0)], &tree, &config(1)).is_ok());
+    let far = vec![job(4, "a", 1e13 / H, 1.0, 1, 8, 0.0)];
+    let e = run_budgets(&far, &tree, &config(1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("job 4") && e.contains("beyond what the policy simulator replays"),
+        "{e}"
+    );
+    let inf = vec![job(5, "a", f64::INFINITY, 1.0, 1, 8, 0.0)];
+    assert!(run_budgets(&inf, &tree, &config(1)).is_err());
+}

@@ -85,11 +85,21 @@ pub fn size_cluster(jobs: &[TraceJob], eta: f64, gpus_per_node: u32) -> Result<S
     }
     let by_demand = u32::try_from(p_eta.div_ceil(u64::from(gpus_per_node)))
         .map_err(|_| CoreError::Invalid("cluster size overflows".into()))?;
+    let nodes = by_demand.max(n_maxjob).max(1);
+    // The limit of `--nodes` (the engine's state grows with the nodes: a
+    // trace with a job of millions of GPUs ran out of memory here).
+    if u64::from(nodes) > crate::sim::cluster::MAX_NODES {
+        return Err(CoreError::Invalid(format!(
+            "sized by eta {eta}, the cluster would have {nodes} nodes of {gpus_per_node} GPUs \
+             ({n_maxjob} for the largest job): more than {} nodes",
+            crate::sim::cluster::MAX_NODES
+        )));
+    }
     Ok(Sizing {
         eta,
         p_eta_gpus: p_eta,
         n_maxjob,
-        nodes: by_demand.max(n_maxjob).max(1),
+        nodes,
     })
 }
 
@@ -97,6 +107,17 @@ pub fn size_cluster(jobs: &[TraceJob], eta: f64, gpus_per_node: u32) -> Result<S
 mod tests {
     use super::*;
     use crate::model::JobShape;
+
+    #[test]
+    fn a_cluster_sized_past_the_node_limit_is_refused() {
+        // One job of 10 million 8-GPU instances: its nodes alone.
+        let e = size_cluster(&[job(0.0, 10.0, 10_000_000, 8)], 0.9, 8).unwrap_err();
+        assert!(e.to_string().contains("more than 1000000 nodes"), "{e}");
+        assert_eq!(
+            size_cluster(&[job(0.0, 10.0, 1_000_000, 8)], 0.9, 8).map(|s| s.nodes),
+            Ok(1_000_000)
+        );
+    }
 
     fn job(submit: f64, dur: f64, w: u32, g: u32) -> TraceJob {
         TraceJob {
