@@ -598,12 +598,12 @@ fn lower_restarted(raised: &mut std::collections::BTreeMap<u32, Raised>, now: u6
                 raised.remove(&id);
             }
             Settle::GiveBack => {
+                // One attempt: a refused update is logged once, not every
+                // round.
+                raised.remove(&id);
                 let rc = update_job(id, |d| d.priority = PRIORITY_RECOMPUTE);
                 if rc == 0 && r.nice != NICE_OFFSET {
                     update_job(id, |d| d.nice = r.nice);
-                }
-                if rc == 0 || now.saturating_sub(r.since) > RAISED_LOOKUP_S {
-                    raised.remove(&id);
                 }
                 if rc != 0 {
                     log::error(&format!(
