@@ -227,10 +227,8 @@ impl Config {
             if let Some(h) = line.strip_prefix('[') {
                 section = h.split(']').next().unwrap_or("").trim();
             } else if section == "select" && line.starts_with("stock_plugin") {
-                let mut t = toml::Table::new();
                 if let Ok(v) = toml::from_str::<toml::Table>(line) {
-                    t.insert("select".into(), toml::Value::Table(v));
-                    return value(&t);
+                    return v.get("stock_plugin")?.as_str().map(str::to_string);
                 }
             }
         }
