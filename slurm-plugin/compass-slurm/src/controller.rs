@@ -1075,6 +1075,114 @@ impl Controller {
         }
     }
 
+    /// Slurm took `node` out of running job `job` (`scontrol update job=J
+    /// NumNodes=` shrinking it, or a failed node under `--no-kill`:
+    /// `excise_node_from_job`, then `select_p_job_resized`). The engine
+    /// records the job on the nodes it keeps (`relayout` below).
+    /// Before, it kept the job's GPUs on the node taken out until the job
+    /// ended, and planned around room Slurm had freed. Returns a message
+    /// for Slurm's log when the engine could not record the job.
+    pub fn resized(
+        &mut self,
+        job: u64,
+        node: NodeId,
+        allowed: Option<&NodeSet>,
+        now: u64,
+    ) -> Option<String> {
+        let rec = self.jobs.get(&job)?;
+        if !rec.per_node.iter().any(|&(n, _)| n == node) {
+            return None;
+        }
+        let shape = rec.shape;
+        let per_node: Vec<(NodeId, u32)> = rec
+            .per_node
+            .iter()
+            .copied()
+            .filter(|&(n, _)| n != node)
+            .collect();
+        if per_node.is_empty() {
+            return self.fini(job, now);
+        }
+        self.relayout(job, shape, per_node, allowed, now)
+    }
+
+    /// Records running job `job` anew on `per_node` (node, GPUs): in the
+    /// model as instances of `shape`'s GPUs where they divide each node's
+    /// count and the nodes are one modelled pool, else as foreign use;
+    /// `allowed` as at its start. Its start, protection and cool-down stay;
+    /// a migration ordered for it but not made yet is given up (its target
+    /// was planned for its old layout; the plugin's thread then does not
+    /// requeue it, [`Controller::still_ordered`]), and its cool-down
+    /// starts, as for a move. Compact is due.
+    fn relayout(
+        &mut self,
+        job: u64,
+        shape: Option<JobShape>,
+        per_node: Vec<(NodeId, u32)>,
+        allowed: Option<&NodeSet>,
+        now: u64,
+    ) -> Option<String> {
+        self.orders.retain(|o| o.job != job);
+        if self.migrating.contains(&job) {
+            let _ = self.back_to_slurm(job, now);
+            self.note_migrated(job, now);
+        }
+        let mut rec = self.jobs.get(&job)?.clone();
+        let gpus: u32 = per_node.iter().map(|&(_, g)| g).sum();
+        rec.shape = shape
+            .filter(|s| gpus.is_multiple_of(s.gpus))
+            .map(|s| JobShape::new(gpus / s.gpus, s.gpus));
+        rec.per_node = per_node.into();
+        if rec.in_engine {
+            let _ = self.engine.remove(JobId(job));
+        }
+        rec.in_engine = false;
+        if gpus == 0 {
+            // No GPUs: never in the engine ([`Controller::adopt_running`]).
+            self.put_job(job, rec);
+            return None;
+        }
+        let mut why = None;
+        if let Some(shape) = rec.shape {
+            if let Some(nodes) = instances_from_alloc(shape, &rec.per_node)
+                .filter(|n| self.engine.modelled_pool_of_all(n).is_some())
+            {
+                let req = JobRequest {
+                    id: JobId(job),
+                    shape,
+                    movable: rec.movable,
+                };
+                match self.engine.adopt(&req, &nodes) {
+                    Ok(_) => {
+                        rec.in_engine = true;
+                        if allowed.is_some() {
+                            let _ = self.engine.set_allowed(JobId(job), allowed);
+                        }
+                    }
+                    Err(e) => why = Some(e.to_string()),
+                }
+            }
+        }
+        if !rec.in_engine {
+            match self.engine.adopt_foreign(JobId(job), &rec.per_node) {
+                Ok(()) => rec.in_engine = true,
+                Err(e) => {
+                    why = Some(why.map_or(e.to_string(), |w| format!("{w}; {e}")));
+                }
+            }
+        }
+        let log = (!rec.in_engine)
+            .then(|| why.map(|e| self.note_error(&format!("job {job} resized"), e)))
+            .flatten();
+        self.set_verdict(job, &mut rec, now);
+        if rec.in_engine {
+            let _ = self.engine.set_movable(JobId(job), rec.movable);
+        }
+        self.put_job(job, rec);
+        self.compact_due = true;
+        log
+    }
+
     fn order_migrations(&mut self, migrations: &[Migration]) {
         if !self.config.migrate {
             return;
@@ -3601,6 +3709,75 @@ mod tests {
         });
         assert_eq!(c.narrow(&job(10, 4, 8), &NodeSet::full(4)), Ok(None));
         assert!(c.tick(1000).is_empty());
+    }
+
+    #[test]
+    fn a_node_taken_out_of_a_running_job_is_free_in_the_engine() {
+        let mut c = ctl();
+        let all = NodeSet::full(4);
+        // Job 1 (2 x 4) on n1 and n2, 8-GPU jobs on n3 and n4.
+        let mut wide = job(1, 2, 4);
+        wide.mapping = Mapping::Model {
+            shape: JobShape::new(2, 4),
+            distinct_nodes: true,
+        };
+        assert_eq!(c.begin(&wide, &[(0, 4), (1, 4)], 100), None);
+        for (id, n) in [(2, 2), (3, 3)] {
+            assert_eq!(c.begin(&job(id, 1, 8), &[(n, 8)], 100), None);
+        }
+        let start = c.jobs[&1].start;
+        // Slurm shrinks job 1 to n1 (`scontrol update NumNodes=1`).
+        assert_eq!(c.resized(1, 1, None, 500), None);
+        let rec = c.engine.job(JobId(1)).unwrap();
+        assert_eq!(rec.request.shape, JobShape::new(1, 4));
+        assert_eq!(rec.nodes, vec![0]);
+        assert_eq!(c.engine.free_on(1), Some(8));
+        assert_eq!(c.jobs[&1].start, start, "its start (protection) stands");
+        assert_eq!(&c.jobs[&1].per_node[..], &[(0, 4)]);
+        // An 8-GPU job is planned on the node freed (before: no plan).
+        assert_eq!(
+            c.narrow(&job(4, 1, 8), &all),
+            Ok(Some(NodeSet::from_nodes(4, [1])))
+        );
+        assert_eq!(c.self_check(), None);
+        // A node the job does not hold, an unknown job: nothing changes.
+        assert_eq!(c.resized(1, 3, None, 500), None);
+        assert_eq!(c.resized(99, 0, None, 500), None);
+        assert_eq!(c.engine.job(JobId(1)).unwrap().nodes, vec![0]);
+        // Its last node taken out: it ends in the engine.
+        assert_eq!(c.resized(1, 0, None, 500), None);
+        assert!(!c.knows(1));
+        assert_eq!(c.engine.free_on(0), Some(8));
+    }
+
+    #[test]
+    fn a_migrating_job_that_is_resized_gives_its_migration_up() {
+        let mut c = full_with_job_1_moving_to_node_0();
+        // Job 1 also holds n2 (id 1) in Slurm's record: a 2 x 8 job.
+        c.fini(2, 100);
+        let mut wide = job(1, 2, 8);
+        wide.mapping = Mapping::Model {
+            shape: JobShape::new(2, 8),
+            distinct_nodes: true,
+        };
+        c.migrating.remove(&1);
+        c.pins.remove(&1);
+        c.fini(1, 100);
+        assert_eq!(c.begin(&wide, &[(0, 8), (1, 8)], 100), None);
+        c.mark_migrating(
+            &MigrationOrder {
+                job: 1,
+                to_nodes: vec![0, 1],
+            },
+            200,
+        );
+        assert!(c.still_ordered(1));
+        assert_eq!(c.resized(1, 0, None, 300), None);
+        assert!(!c.still_ordered(1), "the requeue is not made");
+        assert_eq!(c.pinned(1), None);
+        assert_eq!(c.engine.job(JobId(1)).unwrap().nodes, vec![1]);
+        assert_eq!(c.engine.free_on(0), Some(8));
+        assert_eq!(c.self_check(), None);
     }
 
     #[test]

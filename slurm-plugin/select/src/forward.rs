@@ -91,7 +91,7 @@ select_ops! {
     plain fn select_p_job_begin(job_ptr: JobPtr) -> c_int = SLURM_ERROR;
     plain fn select_p_job_ready(job_ptr: JobPtr) -> c_int = SLURM_ERROR;
     plain fn select_p_job_expand(from_job_ptr: JobPtr, to_job_ptr: JobPtr) -> c_int = SLURM_ERROR;
-    plain fn select_p_job_resized(job_ptr: JobPtr, node_ptr: P) -> c_int = SLURM_ERROR;
+    custom fn select_p_job_resized(job_ptr: JobPtr, node_ptr: P) -> c_int = SLURM_ERROR;
     custom fn select_p_job_fini(job_ptr: JobPtr) -> c_int = SLURM_ERROR;
     plain fn select_p_job_suspend(job_ptr: JobPtr, indf_susp: bool) -> c_int = SLURM_ERROR;
     plain fn select_p_job_resume(job_ptr: JobPtr, indf_susp: bool) -> c_int = SLURM_ERROR;

@@ -906,6 +906,53 @@ pub unsafe extern "C" fn select_p_select_nodeinfo_set(job_ptr: *mut sys::job_rec
     rc
 }
 
+/// Forwarded; then the engine takes the job's instances off the node Slurm
+/// took out of it (`scontrol update job=J NumNodes=`, or a failed node
+/// under `--no-kill`: `excise_node_from_job`), [`Controller::resized`].
+/// Before, only forwarded: the engine counted those GPUs as the job's until
+/// it ended.
+///
+/// # Safety
+/// Called by Slurm with a live job record and node record.
+#[no_mangle]
+pub unsafe extern "C" fn select_p_job_resized(
+    job_ptr: *mut sys::job_record_t,
+    node_ptr: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded unchanged.
+    let rc = guard("select_p_job_resized", SLURM_ERROR, || unsafe {
+        (stock().select_p_job_resized)(job_ptr, node_ptr)
+    });
+    guard("select_p_job_resized (engine)", (), || {
+        if job_ptr.is_null() || node_ptr.is_null() {
+            return;
+        }
+        // SAFETY: live job and node records.
+        let job = unsafe { &*job_ptr };
+        let node = unsafe { (*(node_ptr as *mut sys::node_record_t)).index } as NodeId;
+        let id = u64::from(job.job_id);
+        // Its nodes now (Slurm cleared the node from the bitmap first).
+        let on: Vec<NodeId> = if job.node_bitmap.is_null() {
+            Vec::new()
+        } else {
+            unsafe { bits(job.node_bitmap) }
+        };
+        let msg = with_ctl(|ctl| {
+            if !ctl.knows(id) {
+                return None;
+            }
+            let allowed = unsafe { allowed_nodes(job, &on) };
+            let name = ctl.node_list(&[node]);
+            let err = ctl.resized(id, node, allowed.as_ref(), now_unix());
+            Some(err.unwrap_or_else(|| format!("job {id}: {name} taken out of it by Slurm")))
+        });
+        if let Some(Some(m)) = msg {
+            log::verbose(&m);
+        }
+    });
+    rc
+}
+
 /// # Safety
 /// Called by Slurm with a live job record.
 #[no_mangle]

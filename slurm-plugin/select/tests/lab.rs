@@ -1452,18 +1452,7 @@ fn slurmctld_restart_rebuilds_the_engine_without_losing_jobs() {
         || lab.state_json()["updated_unix"].as_u64().unwrap_or(0) > restarted,
     );
     let state = lab.state_json();
-    let published: Vec<(String, u32)> = state["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| {
-            (
-                n["name"].as_str().unwrap().to_string(),
-                n["used_gpus"].as_u64().unwrap() as u32,
-            )
-        })
-        .collect();
-    assert_eq!(published, lab.gpus_used(), "{state}");
+    assert_eq!(published_of(&state), lab.gpus_used(), "{state}");
     assert_eq!(state["jobs"].as_array().unwrap().len(), ids.len());
     // the engine keeps placing after the restart
     let next = lab.submit(&["-n1", "--gpus-per-task=2"]);
@@ -1473,6 +1462,67 @@ fn slurmctld_restart_rebuilds_the_engine_without_losing_jobs() {
             .contains(&format!("job_test job {next} mode 0: narrowed")),
         "{}",
         lab.debug()
+    );
+}
+
+/// GPUs in use per node as the plugin's published state says.
+fn published_of(state: &serde_json::Value) -> Vec<(String, u32)> {
+    state["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap().to_string(),
+                n["used_gpus"].as_u64().unwrap() as u32,
+            )
+        })
+        .collect()
+}
+
+fn published_gpus(lab: &Lab) -> Vec<(String, u32)> {
+    published_of(&lab.state_json())
+}
+
+#[test]
+fn a_node_slurm_takes_out_of_a_running_job_is_free_in_the_engine() {
+    // `scontrol update job=J NumNodes=1` shrinks a running 2 x 8 job: Slurm
+    // frees one node (`excise_node_from_job`, `select_p_job_resized`). The
+    // engine's state follows, node by node (before: it counted the 8 GPUs
+    // of the node taken out until the job ended).
+    let lab = Lab::start("resized", COMPASS);
+    let wide = lab.submit(&["-N2", "--gpus-per-node=8"]);
+    let other = lab.submit(&["-n1", "--gpus-per-task=2"]);
+    lab.wait_running(&[wide, other], Duration::from_secs(15));
+    let out = lab.run(
+        "scontrol",
+        &["update", &format!("jobid={wide}"), "NumNodes=1"],
+    );
+    assert!(out.status.success(), "{}", common::lossy(&out.stderr));
+    lab.wait_until(
+        "Slurm runs the job on one node",
+        Duration::from_secs(10),
+        || lab.gpus_used().iter().filter(|(_, g)| *g == 8).count() == 1,
+    );
+    lab.wait_until(
+        "the published state matches Slurm's, node by node",
+        Duration::from_secs(15),
+        || published_gpus(&lab) == lab.gpus_used(),
+    );
+    assert!(
+        lab.ctld_log().contains(&format!("job {wide}: ")),
+        "{}",
+        lab.debug()
+    );
+    assert_eq!(lab.job(wide).0, "RUNNING");
+    // The engine keeps placing, and the job's end frees its last node.
+    assert!(lab.run("scancel", &[&wide.to_string()]).status.success());
+    let next = lab.submit(&["-N1", "--gpus-per-node=8"]);
+    lab.wait_running(&[next], Duration::from_secs(15));
+    lab.wait_until(
+        "the published state matches Slurm's after the end",
+        Duration::from_secs(15),
+        || published_gpus(&lab) == lab.gpus_used(),
     );
 }
 
