@@ -37,8 +37,8 @@ pub struct Args {
     pub nodes: Vec<u32>,
 
     /// Measured departures per policy and size (each followed by arrivals
-    /// until the cluster is back at --load).
-    #[arg(long, default_value_t = 20_000)]
+    /// until the cluster is back at --load); at least 1.
+    #[arg(long, default_value_t = 20_000, value_parser = parse_events)]
     pub events: usize,
 
     /// Workload mixes of the latency benchmark (comma-separated):
@@ -81,8 +81,10 @@ pub struct Args {
           value_parser = PossibleValuesParser::new(MIX_NAMES))]
     pub mix: Vec<String>,
 
-    /// Steady-state fraction of GPUs in use during the latency benchmark.
-    #[arg(long, default_value_t = 0.9)]
+    /// Steady-state fraction of GPUs in use during the latency benchmark:
+    /// above 0 (at least one GPU of the smallest cluster of --nodes, else
+    /// no job would run and nothing be measured) and at most 1.
+    #[arg(long, default_value_t = 0.9, value_parser = parse_load)]
     pub load: f64,
 
     /// Trace replayed (sized by eta 0.9, FIFO) under every policy for the
@@ -1486,7 +1488,60 @@ fn mixed_nodes(n: u32) -> Vec<NodeGpus> {
     v
 }
 
+/// `--events`: at least one departure, else nothing is measured.
+fn parse_events(s: &str) -> std::result::Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("at least 1 departure must be measured, got 0".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a whole number")),
+    }
+}
+
+/// `--load`: a fraction of the GPUs in (0, 1].
+fn parse_load(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 1.0 => Ok(x),
+        _ => Err(format!(
+            "`{s}`: the load is the fraction of GPUs in use, above 0 and at most 1"
+        )),
+    }
+}
+
+/// GPUs of the cluster the latency row of `mix_name` runs at `n` nodes.
+fn cluster_gpus(mix_name: &str, n: u32) -> u64 {
+    match mix_name {
+        "mixed" | "plugin-mixed" => mixed_nodes(n).iter().map(|x| u64::from(x.gpus)).sum(),
+        "plugin" => u64::from(n.max(1)) * 8,
+        _ => u64::from(n) * 8,
+    }
+}
+
+/// Usage errors of the latency options: every row must keep at least one
+/// GPU in use at --load, else it measures no event at all (and its p99
+/// of 0 met the target).
+fn check_latency_args(args: &Args) -> Result<()> {
+    for mix in &args.mix {
+        for &n in &args.nodes {
+            let gpus = cluster_gpus(mix, n);
+            if ((gpus as f64) * args.load) < 1.0 {
+                let fix = if gpus == 0 {
+                    "give more nodes".to_string()
+                } else {
+                    format!("give a load of at least 1/{gpus} or more nodes")
+                };
+                return Err(CliError::Usage(format!(
+                    "--load {} keeps no GPU in use on the {mix} mix's cluster of --nodes {n} \
+                     ({gpus} GPUs): nothing would be measured; {fix}",
+                    args.load
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: Args) -> Result<()> {
+    check_latency_args(&args)?;
     let policies: Vec<String> = if args.policies.is_empty() {
         POLICY_NAMES.iter().map(|s| s.to_string()).collect()
     } else {

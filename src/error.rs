@@ -13,8 +13,12 @@ pub enum CliError {
     },
     #[error("chart {path}: {why}")]
     Chart { path: String, why: String },
+    /// A bad option value or combination of options found after clap's
+    /// parsing: exit 2, as clap's own usage errors (`compass --help`).
     #[error("{0}")]
     Usage(String),
+    /// Anything else: bad input data (a trace, a budget tree, a state
+    /// file), a failed run. Exit 1.
     #[error("{0}")]
     Failed(String),
     /// A command that talks to compass-budgetd failed; carries its exit
@@ -24,10 +28,13 @@ pub enum CliError {
 }
 
 impl CliError {
-    /// The process exit status: 1, or the service command's own
-    /// (3 not found, 4 not allowed, 5 service down).
+    /// The process exit status, as `compass --help` gives them
+    /// ([`compass_budget::cli::EXIT_HELP`]): 2 for a usage error, the
+    /// service command's own (3 not found, 4 not allowed, 5 service down),
+    /// else 1.
     pub fn exit_code(&self) -> u8 {
         match self {
+            CliError::Usage(_) => compass_budget::cli::exit::USAGE,
             CliError::Service(e) => e.exit_code(),
             _ => compass_budget::cli::exit::FAILURE,
         }

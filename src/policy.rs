@@ -11,8 +11,9 @@ use clap::builder::PossibleValuesParser;
 use compass_core::fairshare::tree::OrgTree;
 use compass_core::model::JobId;
 use compass_core::sim::budgets::{
-    assign_venus, from_canonical, run_budgets, scale_demand, BudgetJob, BudgetReport,
-    BudgetSimConfig, DrainRule, FreeOrder, Preemption, Record, ReserveFor, SimEvent, TeamOrder,
+    accounts_outside, assign_venus, first_names, from_canonical, run_budgets, scale_demand,
+    BudgetJob, BudgetReport, BudgetSimConfig, DrainRule, FreeOrder, Preemption, Record, ReserveFor,
+    SimEvent, TeamOrder,
 };
 use compass_core::trace::TraceFormat;
 use serde::Serialize;
@@ -31,7 +32,7 @@ pub struct PolicyArgs {
 
     /// Scale arrivals so the offered GPU-time is X times the cluster's
     /// capacity (the published setting runs at 2-3x).
-    #[arg(long, value_name = "X", requires = "budgets")]
+    #[arg(long, value_name = "X", requires = "budgets", value_parser = parse_demand)]
     pub demand: Option<f64>,
 
     /// Virtual clusters of a Venus trace (`name,nodes` CSV); by default
@@ -163,6 +164,15 @@ pub fn parse_duration(s: &str) -> std::result::Result<f64, String> {
     Ok(secs as f64)
 }
 
+/// `--demand`: a positive number (checked here, so a bad one is a usage
+/// error, exit 2).
+fn parse_demand(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("`{s}`: the demand must be a positive number")),
+    }
+}
+
 /// The JSON object printed by `--json` in policy mode.
 #[derive(Serialize)]
 struct Report<'a> {
@@ -177,10 +187,13 @@ fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| CliError::io(path.display(), e))
 }
 
+/// Reads a budget tree (TOML, the format of `compass budget import`) and
+/// validates it as the budget service does ([`OrgTree::build`]: names,
+/// shares, one root, no cycle, accounts on leaves only, each once).
 pub(crate) fn load_tree(path: &Path) -> Result<OrgTree> {
     let doc = compass_budget::cli::parse_budgets_toml(&read(path)?)
-        .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
-    OrgTree::build(&doc.nodes).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))
+        .map_err(|e| CliError::Failed(format!("{}: {e}", path.display())))?;
+    OrgTree::build(&doc.nodes).map_err(|e| CliError::Failed(format!("{}: {e}", path.display())))
 }
 
 pub(crate) fn load_vcs(path: &Path) -> Result<Vec<(String, u32)>> {
@@ -193,14 +206,14 @@ pub(crate) fn load_vcs(path: &Path) -> Result<Vec<(String, u32)>> {
         let mut f = line.split(',');
         let name = f.next().unwrap_or("").trim().to_string();
         let nodes = f.next().unwrap_or("").trim().parse::<u32>().map_err(|_| {
-            CliError::Usage(format!(
+            CliError::Failed(format!(
                 "{}:{}: field `nodes`: not a whole number",
                 path.display(),
                 n + 1
             ))
         })?;
         if name.is_empty() {
-            return Err(CliError::Usage(format!(
+            return Err(CliError::Failed(format!(
                 "{}:{}: field `name` is empty",
                 path.display(),
                 n + 1
@@ -241,6 +254,7 @@ pub fn run(
     let budgets = args.budgets.as_ref().expect("policy mode needs --budgets");
     let tree = load_tree(budgets)?;
     let mut jobs = budget_jobs(loaded, args)?;
+    warn_accounts_outside(&jobs, &tree, budgets);
     if let Some(d) = args.demand {
         scale_demand(&mut jobs, loaded.spec.total_gpus(), d)?;
     }
@@ -329,6 +343,26 @@ pub fn run(
         print!("{}", table(&result, wall_s));
     }
     Ok(())
+}
+
+/// Warns (stderr, also with `--json` or `-q`) when some of the trace's
+/// accounts are not in the budget tree: their jobs run as unallocated
+/// time, as the budget service runs them, which a manager should know
+/// before reading the figures (a typo, a team not yet in the tree). When
+/// none is, the simulator refuses the trace ([`run_budgets`]).
+fn warn_accounts_outside(jobs: &[BudgetJob], tree: &OrgTree, budgets: &Path) {
+    let outside = accounts_outside(jobs, tree);
+    if outside.is_empty() || outside.values().sum::<u64>() == jobs.len() as u64 {
+        return;
+    }
+    eprintln!(
+        "compass: warning: {} of {} jobs have account(s) that are no leaf account of {}, \
+         so they run as unallocated time (never protected, never preempting): {}",
+        outside.values().sum::<u64>(),
+        jobs.len(),
+        budgets.display(),
+        first_names(outside.keys().map(String::as_str))
+    );
 }
 
 /// Writes the policy replay's event log ([`SimEvent`]) as CSV, one row per
@@ -643,6 +677,16 @@ pub fn run_workload(args: WorkloadArgs) -> Result<()> {
         return Err(CliError::Usage(format!(
             "--teams {}: at most {MAX_WORKLOAD_TEAMS} (each team's budget is drawn between 2% and 25%)",
             args.teams
+        )));
+    }
+    // A trace's times are at most MAX_TRACE_S, and the policy simulator
+    // replays jobs ending before it: arrivals within its first half.
+    let max_days = compass_core::trace::MAX_TRACE_S / 86_400.0 / 2.0;
+    if args.days > max_days {
+        return Err(CliError::Usage(format!(
+            "--days {}: at most {max_days:.0} (the jobs must end before {:e} s, the most a trace may give)",
+            args.days,
+            compass_core::trace::MAX_TRACE_S
         )));
     }
     let node_days = args.demand * f64::from(args.nodes) * args.days;

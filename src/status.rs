@@ -51,11 +51,32 @@ fn render(args: &Args) -> Result<String> {
             .map(|s| s + "\n")
             .map_err(|e| CliError::Failed(e.to_string()));
     }
+    check_bars(&state, &path)?;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
     Ok(state.render(now))
+}
+
+/// The most GPUs of a node the text view draws: its bar has one character
+/// per GPU (`[###.....]`). Far above any real node; a state file claiming
+/// more is damaged (4e9 GPUs made a 4 GB bar).
+pub const MAX_DRAWN_GPUS: u32 = 1024;
+
+/// Refuses to draw a state with a node larger than [`MAX_DRAWN_GPUS`],
+/// naming the file, the node and the limit (`--json` still prints it).
+fn check_bars(state: &PublishedState, path: &std::path::Path) -> Result<()> {
+    match state.nodes.iter().find(|n| n.capacity > MAX_DRAWN_GPUS) {
+        Some(n) => Err(CliError::Failed(format!(
+            "{}: node `{}` has {} GPUs, more than the {MAX_DRAWN_GPUS} `compass status` draws \
+             (is the state file damaged? `--json` prints it as it is)",
+            path.display(),
+            n.name,
+            n.capacity
+        ))),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -107,6 +128,55 @@ mod tests {
             err.contains("nope.json") && err.contains("select/cons_tres_compass"),
             "{err}"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A node of 4e9 GPUs (a damaged state file) made a bar of 4 GB: the
+    /// text view refuses nodes of more than MAX_DRAWN_GPUS, naming the
+    /// node; `--json` still prints the file.
+    #[test]
+    fn nodes_too_large_to_draw_are_refused() {
+        let dir = std::env::temp_dir().join(format!("compass-status-bars-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let state_path = dir.join("state.json");
+        let node = |name: &str, capacity: u32| NodeView {
+            name: name.into(),
+            capacity,
+            used_gpus: 1,
+            jobs: vec![(9, 1)],
+        };
+        let mut state = PublishedState {
+            format: FORMAT,
+            engine_active: true,
+            gpus_per_node: 8,
+            nodes: vec![node("n1", 8), node("huge", 4_000_000_000)],
+            ..Default::default()
+        };
+        state.write_atomic(&state_path).unwrap();
+        let args = Args {
+            config: dir.join("unused.conf"),
+            state_file: Some(state_path.clone()),
+            json: false,
+        };
+        let err = render(&args).unwrap_err().to_string();
+        assert!(
+            err.contains("state.json")
+                && err.contains("node `huge` has 4000000000 GPUs")
+                && err.contains("1024"),
+            "{err}"
+        );
+        let json = render(&Args { json: true, ..args }).unwrap();
+        assert!(json.contains("4000000000"), "{json}");
+        // The limit itself is drawn.
+        state.nodes[1].capacity = MAX_DRAWN_GPUS;
+        state.write_atomic(&state_path).unwrap();
+        let text = render(&Args {
+            config: dir.join("unused.conf"),
+            state_file: Some(state_path),
+            json: false,
+        })
+        .unwrap();
+        assert!(text.contains(&format!("1/{MAX_DRAWN_GPUS}")), "{text}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

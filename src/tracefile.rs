@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::builder::PossibleValuesParser;
 use compass_core::model::ClusterSpec;
 use compass_core::placement::compass::{EndTies, SlottedPass};
-use compass_core::placement::PolicyOptions;
+use compass_core::placement::{PolicyOptions, MIN_DEFRAG_INTERVAL_S};
 use compass_core::sim::{
     size_cluster, ClusterNodes, MigrationCharge, MoveWhen, RemainingRun, Sizing,
 };
@@ -29,7 +29,7 @@ pub struct TraceArgs {
     /// Size the cluster as paper eqs. 12-13: the smallest GPU level the
     /// trace's concurrent demand stays at or below for an ETA fraction of the
     /// time, in nodes, and at least the largest job.
-    #[arg(long, default_value_t = 0.9, conflicts_with = "nodes")]
+    #[arg(long, default_value_t = 0.9, conflicts_with = "nodes", value_parser = parse_eta)]
     pub eta: f64,
 
     /// Use exactly these nodes instead of sizing by --eta: a node count N
@@ -44,7 +44,7 @@ pub struct TraceArgs {
     pub nodes: Option<String>,
 
     /// GPUs per node: 1, 2, 4 or 8 (for --eta sizing and a bare --nodes N).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = parse_gpus_per_node)]
     pub gpus_per_node: u32,
 
     /// Cost of one migration, added to the job's completion: a whole number
@@ -72,7 +72,7 @@ pub struct TraceArgs {
     /// at least PAYBACK times the migration cost after the move (the cost
     /// rule, docs/simulator.md). 0 = move whenever the engine wants (the
     /// paper's behaviour); otherwise at least 1.
-    #[arg(long, default_value_t = 2.0, value_name = "PAYBACK")]
+    #[arg(long, default_value_t = 2.0, value_name = "PAYBACK", value_parser = parse_payback)]
     pub payback: f64,
 
     /// What the cost rule takes as a job's remaining run: its time limit
@@ -104,15 +104,18 @@ pub struct TraceArgs {
     /// only for a job expected to run at least TIDY times the migration
     /// cost after it (its mean residual run over the last 1,000 finished
     /// jobs' runs, capped by its time limit).
-    #[arg(long, default_value_t = compass_core::placement::worth::DEFAULT_TIDY_PAYBACK, value_name = "TIDY")]
+    #[arg(long, default_value_t = compass_core::placement::worth::DEFAULT_TIDY_PAYBACK, value_name = "TIDY",
+          value_parser = parse_tidy_payback)]
     pub tidy_payback: f64,
 
     /// With backfill: waiting jobs examined behind the blocked head per pass.
     #[arg(long, default_value_t = 1000, value_name = "JOBS")]
     pub backfill_depth: usize,
 
-    /// Round length of the `defrag` baseline, seconds.
-    #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+    /// Round length of the `defrag` baseline, seconds: at least 1. A
+    /// replay runs at most 10,000,000 rounds (one every SECONDS while jobs
+    /// run); one that needs more stops with an error.
+    #[arg(long, default_value_t = 300.0, value_name = "SECONDS", value_parser = parse_defrag_interval)]
     pub defrag_interval: f64,
 
     /// COMPASS experiments: never let an instance overflow outside its ABS
@@ -219,7 +222,7 @@ impl TraceArgs {
         };
         let trace = trace::read(BufReader::new(file), &path, &opts)?;
         if trace.jobs.is_empty() {
-            return Err(CliError::Usage(format!(
+            return Err(CliError::Failed(format!(
                 "{path}: the trace has no jobs to replay"
             )));
         }
@@ -291,6 +294,71 @@ pub fn describe(l: &Loaded) -> String {
         )),
     }
     s
+}
+
+/// A number option's value: a finite decimal number.
+fn number(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() => Ok(x),
+        _ => Err(format!("`{s}` is not a finite number")),
+    }
+}
+
+/// `--eta`: a fraction in (0, 1] (checked here, so a bad one is a usage
+/// error, exit 2, as every option below).
+fn parse_eta(s: &str) -> std::result::Result<f64, String> {
+    let x = number(s)?;
+    if !(x > 0.0 && x <= 1.0) {
+        return Err(format!("eta must be in (0, 1], got {x}"));
+    }
+    Ok(x)
+}
+
+/// `--gpus-per-node`: 1, 2, 4 or 8.
+fn parse_gpus_per_node(s: &str) -> std::result::Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(g @ (1 | 2 | 4 | 8)) => Ok(g),
+        _ => Err(format!(
+            "GPUs per node must be one of 1, 2, 4 or 8, got `{s}`"
+        )),
+    }
+}
+
+/// `--payback`: 0 (always move) or at least 1.
+fn parse_payback(s: &str) -> std::result::Result<f64, String> {
+    let x = number(s)?;
+    if !(x == 0.0 || x >= 1.0) {
+        return Err(format!(
+            "payback must be 0 (always move) or at least 1, got {x}"
+        ));
+    }
+    Ok(x)
+}
+
+/// `--tidy-payback`: at least 0, `inf` for never tidy.
+fn parse_tidy_payback(s: &str) -> std::result::Result<f64, String> {
+    let x: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    if x.is_nan() || x < 0.0 {
+        return Err(format!(
+            "tidy payback must be >= 0 (inf: never tidy), got {x}"
+        ));
+    }
+    Ok(x)
+}
+
+/// `--defrag-interval`: seconds, at least
+/// [`compass_core::placement::MIN_DEFRAG_INTERVAL_S`].
+fn parse_defrag_interval(s: &str) -> std::result::Result<f64, String> {
+    let x = number(s)?;
+    if x < MIN_DEFRAG_INTERVAL_S {
+        return Err(format!(
+            "the defrag round must be at least {MIN_DEFRAG_INTERVAL_S} s, got {x} s"
+        ));
+    }
+    Ok(x)
 }
 
 /// `--nodes`: checked here so a bad spec is a usage error (exit 2); kept

@@ -238,3 +238,57 @@ fn bench_repeat_takes_each_events_least_time_over_identical_runs() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+/// A load that keeps no GPU in use (`--load 0`, or too small for the
+/// smallest cluster of --nodes) measured no event at all, and its p99 of 0
+/// met the target: a usage error (exit 2) naming the options, as are a
+/// load above 1 and `--events 0`.
+#[test]
+fn loads_that_measure_nothing_are_usage_errors() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_compass"))
+            .arg("bench")
+            .args(args)
+            .args(["--no-replay", "--no-policy-replay", "-q"])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (args, says) in [
+        (&["--load", "0"][..], "above 0 and at most 1"),
+        (&["--load=-0.5"][..], "above 0 and at most 1"),
+        (&["--load", "1.5"][..], "above 0 and at most 1"),
+        (&["--load", "nan"][..], "above 0 and at most 1"),
+        (&["--events", "0"][..], "at least 1 departure"),
+        (
+            &["--load", "0.01", "--nodes", "100,10", "--mix", "venus"][..],
+            "--load 0.01 keeps no GPU in use on the venus mix's cluster of --nodes 10 (80 GPUs)",
+        ),
+        (
+            &["--load", "0.05", "--nodes", "4", "--mix", "mixed"][..],
+            "mixed mix's cluster of --nodes 4 (14 GPUs)",
+        ),
+    ] {
+        let (code, err) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // One GPU in use is enough to measure.
+    let rows = latency_rows(&[
+        "--load",
+        "0.0125",
+        "--nodes",
+        "10",
+        "--events",
+        "20",
+        "--mix",
+        "venus",
+        "--policies",
+        "best-fit",
+    ]);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["remove"]["calls"], 20, "{:?}", rows[0]);
+}

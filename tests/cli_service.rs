@@ -257,6 +257,27 @@ fn the_url_comes_from_flag_then_environment_then_client_config() {
         "{}",
         stderr(&out)
     );
+    // Bad option values found after parsing are usage errors (exit 2, as
+    // `compass --help` says); the same value in the client config is bad
+    // input (exit 1, naming the file).
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    for args in [
+        &["node", "list", "--url", &url, "--timeout", "0"][..],
+        &["why", "--url", &url],
+        &["budget", "show", "--url", &url, "--days", "0"],
+    ] {
+        let out = compass(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+    }
+    let bad_url = dir.join("client-bad-url.toml");
+    std::fs::write(&bad_url, "url = \"127.0.0.1:8642\"\n").unwrap();
+    let out = compass(&["node", "list"], &[("COMPASS_CONFIG", &bad_url)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("client-bad-url.toml"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Runs the built `compass` binary on small traces and checks its output.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// A scratch directory removed on drop, even when the test fails.
 struct Scratch(PathBuf);
@@ -31,6 +32,27 @@ fn compass(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run compass")
+}
+
+/// Runs `compass`, killed after `secs`: a command that never ends fails
+/// the test instead of hanging it. (Its output must fit the pipes.)
+fn compass_within(secs: u64, args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_compass"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run compass");
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().expect("wait for compass").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("compass {args:?} still running after {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("compass output")
 }
 
 fn json(out: &Output) -> serde_json::Value {
@@ -267,7 +289,7 @@ fn bad_rows_and_options_fail_with_clear_errors() {
         "job_id,submit_s,duration_s,num_inst,gpus_per_inst\nA,0,10,1,8\nB,zero,10,1,8\n",
     );
     let out = compass(&["simulate", "--trace", path(&trace), "--nodes", "1"]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "bad data is a failure");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.csv:3: field `submit_s`"), "{err}");
     let out = compass(&[
@@ -292,8 +314,220 @@ fn bad_rows_and_options_fail_with_clear_errors() {
         "1",
     ]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("1, 2, 4 or 8"));
+    assert_eq!(out.status.code(), Some(2), "a usage error");
     let out = compass(&["simulate", "--trace", path(&trace), "--eta", "1.5"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("eta"));
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+}
+
+/// `compass --help` says a usage error exits 2: so do the usage errors
+/// found after clap's parsing (they exited 1), here an option that does
+/// not go with another; bad input data still exits 1.
+#[test]
+fn usage_errors_found_after_parsing_exit_2_as_help_says() {
+    let help = String::from_utf8(compass(&["--help"]).stdout).unwrap();
+    assert!(help.contains("1 failure, 2 usage error"), "{help}");
+    let s = Scratch::new("usage-exit");
+    let trace = s.file("t.csv", &site_trace());
+    let budgets = s.file("b.toml", "[[node]]\nname = \"org\"\nshare = 1.0\n");
+    let out = compass(&[
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--nodes",
+        "2x8,2x4",
+        "--budgets",
+        path(&budgets),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mixed cluster"), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    // A budget tree that is no tree is bad input, not bad usage.
+    let two_roots = s.file(
+        "two.toml",
+        "[[node]]\nname = \"org\"\nshare = 1.0\n[[node]]\nname = \"other\"\nshare = 1.0\n",
+    );
+    let out = compass(&[
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--nodes",
+        "4",
+        "--budgets",
+        path(&two_roots),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("two.toml") && err.contains("second root"),
+        "{err}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{err}");
+}
+
+/// Trace times are at most 1e10 s (`compass_core::trace::MAX_TRACE_S`):
+/// submissions near 1e19 s made `simulate --policy defrag` and `compare`
+/// run for ever (the 300 s rounds were lost in the rounding of the
+/// clock), and 1e307 s hung compare's chart. Both refuse such a trace at
+/// once, naming the row and the limit.
+#[test]
+fn trace_times_past_1e10_s_are_refused_at_once() {
+    let s = Scratch::new("far-times");
+    let out_dir = s.0.join("out");
+    for v in ["1e19", "1e307", "10000000001"] {
+        let trace = s.file(
+            "far.csv",
+            &format!(
+                "job_id,submit_s,duration_s,num_inst,gpus_per_inst\n\
+                 A,0,10,1,2\nB,{v},100000,1,2\nC,{v},100000,1,4\n"
+            ),
+        );
+        let simulate = [
+            "simulate",
+            "--trace",
+            path(&trace),
+            "--policy",
+            "defrag",
+            "--nodes",
+            "1",
+        ];
+        let compare = [
+            "compare",
+            "--trace",
+            path(&trace),
+            "--nodes",
+            "1",
+            "--out",
+            path(&out_dir),
+        ];
+        for args in [&simulate[..], &compare[..]] {
+            let out = compass_within(60, args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+            assert!(
+                err.contains("far.csv:3: field `submit_s`") && err.contains("1e10 s"),
+                "{args:?}: {err}"
+            );
+        }
+    }
+}
+
+/// `--defrag-interval` (the defrag baseline's round) is at least 1 s: a
+/// round of 0.001 s made a replay of a job of 11 days run for ever. A
+/// usage error (exit 2) naming the option; 1 s replays.
+#[test]
+fn defrag_rounds_shorter_than_a_second_are_usage_errors() {
+    let s = Scratch::new("defrag-round");
+    let trace = s.file(
+        "long.csv",
+        "job_id,submit_s,duration_s,num_inst,gpus_per_inst\nA,0,1000000,1,2\nB,0,1000000,1,3\n",
+    );
+    let out_dir = s.0.join("out");
+    for v in ["0.001", "0", "-1", "nan", "inf"] {
+        let arg = format!("--defrag-interval={v}");
+        let simulate = [
+            "simulate",
+            "--trace",
+            path(&trace),
+            "--policy",
+            "defrag",
+            "--nodes",
+            "1",
+            &arg,
+        ];
+        let compare = [
+            "compare",
+            "--trace",
+            path(&trace),
+            "--nodes",
+            "1",
+            "--out",
+            path(&out_dir),
+            &arg,
+        ];
+        for args in [&simulate[..], &compare[..]] {
+            let out = compass_within(60, args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(
+                err.contains("--defrag-interval")
+                    && (err.contains("at least 1 s") || err.contains("not a finite number")),
+                "{args:?}: {err}"
+            );
+        }
+    }
+    let out = compass_within(
+        120,
+        &[
+            "simulate",
+            "--trace",
+            path(&trace),
+            "--policy",
+            "defrag",
+            "--nodes",
+            "1",
+            "--defrag-interval",
+            "1",
+            "--json",
+        ],
+    );
+    assert_eq!(json(&out)["jobs"], 2);
+}
+
+/// The policy simulator refuses a trace none of whose accounts is in the
+/// budget tree (every job would run outside it, unbudgeted: a tree for
+/// another trace, accounts spelled otherwise), naming both sides'
+/// accounts; when only some are, it warns and replays the others' jobs
+/// as unallocated time, as the budget service runs them.
+#[test]
+fn accounts_outside_the_budget_tree_are_refused_or_warned_about() {
+    let s = Scratch::new("outside-tree");
+    let trace = s.file(
+        "t.csv",
+        "job_id,submit_s,duration_s,num_inst,gpus_per_inst,account,min_runtime_s,resumable\n\
+         1,0,100,1,8,physics,100,true\n2,10,100,1,8,chem,100,true\n3,20,100,1,8,chem,0,true\n",
+    );
+    let tree = |a: &str, b: &str| {
+        format!(
+            "[[node]]\nname = \"org\"\nshare = 1.0\n\
+             [[node]]\nname = \"t1\"\nparent = \"org\"\nshare = 0.5\naccount = \"{a}\"\n\
+             [[node]]\nname = \"t2\"\nparent = \"org\"\nshare = 0.5\naccount = \"{b}\"\n"
+        )
+    };
+    let run = |budgets: &Path| {
+        compass(&[
+            "simulate",
+            "--trace",
+            path(&trace),
+            "--budgets",
+            path(budgets),
+            "--nodes",
+            "1",
+            "--json",
+            "-q",
+        ])
+    };
+    let none = s.file("none.toml", &tree("a", "b"));
+    let out = run(&none);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no account of the trace")
+            && err.contains("`chem`, `physics`")
+            && err.contains("`a`, `b`"),
+        "{err}"
+    );
+    let some = s.file("some.toml", &tree("physics", "b"));
+    let out = run(&some);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(json(&out)["jobs"], 3);
+    assert!(
+        err.contains("warning: 2 of 3 jobs") && err.contains("some.toml") && err.contains("`chem`"),
+        "{err}"
+    );
+    let all = s.file("all.toml", &tree("physics", "chem"));
+    let out = run(&all);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
+    assert_eq!(json(&out)["jobs"], 3);
 }
 
 #[test]

@@ -171,10 +171,18 @@ fn workloads_that_could_not_be_drawn_are_refused() {
         (&["--teams", "28"][..], "--teams 28: at most 25"),
         (&["--demand", "inf"][..], "node-days of work"),
         (&["--nodes", "1000000"][..], "node-days of work"),
+        (
+            &["--days", "100000", "--nodes", "1", "--demand", "0.01"][..],
+            "--days 100000: at most 57870",
+        ),
     ] {
         let out = run(extra);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{extra:?}: {err}");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "a usage error: {extra:?}: {err}"
+        );
         assert!(err.contains(want), "{extra:?}: {err}");
     }
     let out = run(&["--teams", "25", "--nodes", "8", "--days", "1"]);

@@ -47,6 +47,7 @@ impl BudgetError {
             BudgetError::NotFound(_) => exit::NOT_FOUND,
             BudgetError::Unauthenticated(_) | BudgetError::Forbidden { .. } => exit::NOT_ALLOWED,
             BudgetError::Unavailable(_) | BudgetError::Unreachable { .. } => exit::SERVICE_DOWN,
+            BudgetError::Usage(_) => exit::USAGE,
             BudgetError::Api { status, .. } => match status {
                 404 => exit::NOT_FOUND,
                 401 | 403 => exit::NOT_ALLOWED,
@@ -165,20 +166,28 @@ impl Connection {
             .or(file.url)
             .unwrap_or_else(|| DEFAULT_URL.to_string());
         if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(BudgetError::field(
-                "url",
-                format!("`{url}` must start with http:// or https://"),
-            ));
+            let why = format!("`{url}` must start with http:// or https://");
+            return Err(match &self.url {
+                Some(_) => BudgetError::Usage(format!("--url: {why}")),
+                None => BudgetError::Config {
+                    path: self.config.display().to_string(),
+                    why: format!("url: {why}"),
+                },
+            });
         }
         let timeout_s = self
             .timeout
             .or(file.timeout_s)
             .unwrap_or(DEFAULT_CLIENT_TIMEOUT_S);
         if timeout_s == 0 {
-            return Err(BudgetError::field(
-                "timeout",
-                "must be at least 1 second".to_string(),
-            ));
+            let why = "must be at least 1 second".to_string();
+            return Err(match self.timeout {
+                Some(_) => BudgetError::Usage(format!("--timeout: {why}")),
+                None => BudgetError::Config {
+                    path: self.config.display().to_string(),
+                    why: format!("timeout_s: {why}"),
+                },
+            });
         }
         Ok(Resolved {
             url: url.trim_end_matches('/').to_string(),
@@ -703,7 +712,11 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
                 Some(d) if d.is_finite() && *d > 0.0 => {
                     format!("/api/v1/tree?window_s={}", (d * 86400.0) as i64)
                 }
-                Some(_) => return Err(BudgetError::field("days", "must be a positive number")),
+                Some(_) => {
+                    return Err(BudgetError::Usage(
+                        "--days: must be a positive number".into(),
+                    ))
+                }
                 None => "/api/v1/tree".to_string(),
             };
             let v = c.get(&path)?;
@@ -784,10 +797,9 @@ pub fn run_budget(args: &BudgetArgs) -> Result<()> {
                     file.display().to_string(),
                 ),
                 (None, None) => {
-                    return Err(BudgetError::Malformed {
-                        field: None,
-                        why: "give a budgets TOML file or --from-sacctmgr".into(),
-                    })
+                    return Err(BudgetError::Usage(
+                        "give a budgets TOML file or --from-sacctmgr".into(),
+                    ))
                 }
             };
             let body = |dry: bool| json!({ "nodes": nodes, "why": why, "dry_run": dry });
@@ -852,9 +864,8 @@ pub fn why_output(args: &WhyArgs) -> Result<String> {
         (Some(u), _) => c.get(&format!("/api/v1/jobs?user={}", path_escape(&u)))?,
         (None, Some(job)) => c.get(&format!("/api/v1/queue/{job}"))?,
         (None, None) => {
-            return Err(BudgetError::field(
-                "job",
-                "give a job id, --me or --user USER",
+            return Err(BudgetError::Usage(
+                "give a job id, --me or --user USER".into(),
             ))
         }
     };

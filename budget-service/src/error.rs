@@ -59,6 +59,10 @@ pub enum BudgetError {
     Unreachable { url: String, why: String },
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// A bad option value or a missing argument found by the CLI after
+    /// clap's parsing (exit 2, as clap's own usage errors).
+    #[error("{0}")]
+    Usage(String),
 }
 
 pub type Result<T> = std::result::Result<T, BudgetError>;

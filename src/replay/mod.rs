@@ -301,13 +301,14 @@ fn plan_window(args: &Args, fit: Fit) -> Result<Plan> {
     )
 }
 
-/// Every account must be a leaf account of the budget tree.
+/// The budget tree must be valid, as the budget service and the policy
+/// simulator validate it ([`crate::policy::load_tree`]), and every account
+/// a leaf account of it.
 fn check_accounts(budgets: &Path, flags: &[plan::Flags]) -> Result<()> {
-    let text = std::fs::read_to_string(budgets).map_err(|e| io(budgets, e))?;
-    let doc = compass_budget::cli::parse_budgets_toml(&text)
-        .map_err(|e| CliError::Usage(format!("{}: {e}", budgets.display())))?;
-    let known: BTreeSet<String> = doc
-        .nodes
+    let tree = crate::policy::load_tree(budgets)?;
+    // Leaves only: the tree refuses an account on an inner node.
+    let known: BTreeSet<String> = tree
+        .nodes()
         .iter()
         .filter_map(|n| n.account.as_ref().map(|a| a.to_lowercase()))
         .collect();
@@ -317,7 +318,7 @@ fn check_accounts(budgets: &Path, flags: &[plan::Flags]) -> Result<()> {
         .filter(|a| !known.contains(&a.to_lowercase()))
         .collect();
     if !missing.is_empty() {
-        return Err(CliError::Usage(format!(
+        return Err(CliError::Failed(format!(
             "{}: no leaf of the budget tree has the account(s) {:?} the replayed jobs use",
             budgets.display(),
             missing
@@ -486,7 +487,7 @@ pub fn run(args: Args) -> Result<()> {
         gpus_per_node: fits.iter().map(|f| f.gpus_per_node).min().unwrap_or(8),
     };
     if !matches!(fit.gpus_per_node, 1 | 2 | 4 | 8) {
-        return Err(CliError::Usage(format!(
+        return Err(CliError::Failed(format!(
             "nodes with {} GPUs: the replay needs 1, 2, 4 or 8 GPUs per node",
             fit.gpus_per_node
         )));
@@ -1207,5 +1208,75 @@ impl Status {
             self.last = Some(Instant::now());
         }
         let _ = err.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--budgets` is validated as the budget service and the policy
+    /// simulator validate a tree (`OrgTree::build`), not only searched for
+    /// the jobs' accounts: a tree with two roots, or children whose shares
+    /// sum to more than their parent's, is refused although it holds every
+    /// account.
+    #[test]
+    fn budgets_must_be_a_valid_tree_holding_every_account() {
+        let dir =
+            std::env::temp_dir().join(format!("compass-replay-budgets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let flags = |accounts: &[&str]| -> Vec<plan::Flags> {
+            accounts
+                .iter()
+                .map(|a| plan::Flags {
+                    account: Some(a.to_string()),
+                    min_runtime_s: 0.0,
+                    resumable: true,
+                })
+                .collect()
+        };
+        let leaf = |name: &str, share: f64| {
+            format!(
+                "[[node]]\nname = \"{name}\"\nparent = \"org\"\nshare = {share}\naccount = \"{name}\"\n\n"
+            )
+        };
+        let root = "[[node]]\nname = \"org\"\nshare = 1.0\n\n";
+        let jobs = flags(&["physics", "Chem"]);
+        for (name, text, says) in [
+            (
+                "two-roots.toml",
+                format!(
+                    "{root}{}[[node]]\nname = \"physics\"\nshare = 0.5\naccount = \"physics\"\n",
+                    leaf("chem", 0.5)
+                ),
+                "a second root",
+            ),
+            (
+                "shares.toml",
+                format!("{root}{}{}", leaf("physics", 0.7), leaf("chem", 0.6)),
+                "would sum to 1.3",
+            ),
+        ] {
+            let path = write(name, &text);
+            let e = check_accounts(&path, &jobs).unwrap_err();
+            assert_eq!(e.exit_code(), 1, "{e}");
+            let e = e.to_string();
+            assert!(e.contains(name) && e.contains(says), "{name}: {e}");
+        }
+        let good = write(
+            "good.toml",
+            &format!("{root}{}{}", leaf("physics", 0.5), leaf("chem", 0.5)),
+        );
+        check_accounts(&good, &jobs).unwrap();
+        let e = check_accounts(&good, &flags(&["physics", "bio"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"bio\"") && e.contains("good.toml"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

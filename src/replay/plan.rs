@@ -239,7 +239,7 @@ pub fn window(jobs: &[TraceJob], w: &WindowSpec) -> Result<(Vec<TraceJob>, f64, 
     let mut sorted: Vec<&TraceJob> = jobs.iter().collect();
     sorted.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
     let Some(first) = sorted.first().map(|j| j.submit_s) else {
-        return Err(CliError::Usage("the trace has no jobs".into()));
+        return Err(CliError::Failed("the trace has no jobs".into()));
     };
     let open = first + w.start_s;
     let rest: Vec<&TraceJob> = sorted

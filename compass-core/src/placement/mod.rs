@@ -29,6 +29,12 @@ use compass::{CompassConfig, CompassEngine};
 /// CLI names of every policy, ours first.
 pub const POLICY_NAMES: &[&str] = &["compass", "best-fit", "first-fit", "fgd", "defrag"];
 
+/// The shortest round `T` of the `defrag` baseline, seconds. A round is an
+/// event of the simulator while jobs run: rounds of a millisecond over a
+/// trace of months are billions of events (the replay never ends), and
+/// rounds shorter than a second model no scheduler.
+pub const MIN_DEFRAG_INTERVAL_S: Seconds = 1.0;
+
 /// Options of every policy, so one struct configures any of them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyOptions {
@@ -63,6 +69,15 @@ pub fn build(
             baselines::Fit::First,
         ))),
         "fgd" => Ok(Box::new(baselines::Fgd::new(spec, opts.fgd_window))),
+        "defrag"
+            if opts.defrag_interval_s.is_nan()
+                || opts.defrag_interval_s < MIN_DEFRAG_INTERVAL_S =>
+        {
+            Err(CoreError::Invalid(format!(
+                "the defrag round must be at least {MIN_DEFRAG_INTERVAL_S} s, got {} s",
+                opts.defrag_interval_s
+            )))
+        }
         "defrag" => Ok(Box::new(baselines::Defrag::new(
             spec,
             baselines::DefragConfig {

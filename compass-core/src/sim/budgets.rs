@@ -29,7 +29,7 @@ use crate::preempt::{
     RunningJob, TeamLoad, TeamTable,
 };
 use crate::sim::stats::Percentiles;
-use crate::trace::TraceJob;
+use crate::trace::{TraceJob, MAX_TRACE_S};
 
 /// A job of the policy simulator.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -491,6 +491,39 @@ pub fn scale_demand(jobs: &mut [BudgetJob], capacity_gpus: u64, demand: f64) -> 
     Ok(())
 }
 
+/// The accounts of `jobs` that are no leaf account of `tree`, with their
+/// numbers of jobs. The policy simulator replays such jobs as unallocated
+/// time (never protected, never preempting), as the budget service runs
+/// them; it refuses a trace none of whose accounts is in the tree.
+pub fn accounts_outside(jobs: &[BudgetJob], tree: &OrgTree) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for j in jobs {
+        if tree.leaf_for_account(&j.account).is_err() {
+            *out.entry(j.account.clone()).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+/// The first few of `names`, comma separated, and how many more.
+pub fn first_names<'n>(names: impl Iterator<Item = &'n str>) -> String {
+    const SHOWN: usize = 5;
+    let names: Vec<&str> = names.collect();
+    let mut s = names
+        .iter()
+        .take(SHOWN)
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        s.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    if names.is_empty() {
+        s.push_str("none");
+    }
+    s
+}
+
 /// FNV-1a, for deterministic assignments that do not depend on row order.
 fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
@@ -777,10 +810,6 @@ pub fn run_budgets(
     Sim::new(jobs, tree, cfg)?.run()
 }
 
-/// The last end (submission plus run, seconds) the policy simulator
-/// replays: about 317 years.
-const MAX_TRACE_S: f64 = 1e10;
-
 struct Sim<'a> {
     jobs: &'a [BudgetJob],
     tree: &'a OrgTree,
@@ -897,6 +926,26 @@ impl<'a> Sim<'a> {
                 team: t,
                 ..Live::default()
             });
+        }
+        // Jobs of accounts outside the tree are unallocated time, as in the
+        // live service; but when no account is in the tree, every job is:
+        // the replay would measure no budget at all (a tree for another
+        // trace, or accounts spelled otherwise).
+        if !teams.is_empty() && teams.iter().all(|t| t.leaf.is_none()) {
+            let outside = accounts_outside(jobs, tree);
+            let tree_accounts: Vec<&str> = tree
+                .nodes()
+                .iter()
+                .filter_map(|n| n.account.as_deref())
+                .collect();
+            return Err(CoreError::Invalid(format!(
+                "no account of the trace is a leaf account of the budget tree: every job would \
+                 run outside it, unbudgeted; the trace's {} account(s): {}; the tree's {}: {}",
+                outside.len(),
+                first_names(outside.keys().map(String::as_str)),
+                tree_accounts.len(),
+                first_names(tree_accounts.iter().copied())
+            )));
         }
         // One team per account: the load table's entries, in its order
         // (by account), and the team of each ([`Sim::refresh_loads`]).

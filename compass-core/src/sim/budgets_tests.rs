@@ -348,6 +348,47 @@ fn accounts_outside_the_tree_are_unallocated_for_the_planner() {
     assert_eq!(r.preemptions, 0, "{:?}", r.events);
 }
 
+/// A trace none of whose accounts is in the budget tree (a tree for
+/// another trace, accounts spelled otherwise) is refused, naming both
+/// sides' accounts: every job would run outside the tree, unbudgeted, and
+/// the replay would say nothing about budgets.
+#[test]
+fn a_trace_with_no_account_in_the_tree_is_refused() {
+    let tree = tree(&[("x", 0.5), ("y", 0.5)]);
+    let jobs = vec![
+        job(1, "ghost", 0.0, 1.0, 1, 8, 1.0),
+        job(2, "X", 0.0, 1.0, 1, 8, 1.0),
+        job(3, "ghost", 1.0, 1.0, 1, 8, 1.0),
+    ];
+    let outside = accounts_outside(&jobs, &tree);
+    assert_eq!(
+        outside.into_iter().collect::<Vec<_>>(),
+        vec![("X".to_string(), 1), ("ghost".to_string(), 2)]
+    );
+    let e = run_budgets(&jobs, &tree, &config(1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no account of the trace")
+            && e.contains("2 account(s): `X`, `ghost`")
+            && e.contains("the tree's 2: `x`, `y`"),
+        "{e}"
+    );
+    // One account in the tree: the others' jobs are unallocated, as above.
+    let jobs = vec![
+        job(1, "ghost", 0.0, 1.0, 1, 8, 1.0),
+        job(2, "x", 0.0, 1.0, 1, 8, 1.0),
+    ];
+    assert_eq!(accounts_outside(&jobs, &tree).len(), 1);
+    run_budgets(&jobs, &tree, &config(1)).unwrap();
+    // An empty trace has no account to miss.
+    assert!(run_budgets(&[], &tree, &config(1)).is_ok());
+    assert_eq!(
+        first_names(["a", "b", "c", "d", "e", "f", "g"].into_iter()),
+        "`a`, `b`, `c`, `d`, `e` and 2 more"
+    );
+}
+
 /// Anchor (a), Fair Tree without preemption: an allocated job waits for the
 /// unallocated job holding the node to end; nothing is ever preempted.
 #[test]

@@ -42,11 +42,18 @@ use crate::placement::worth::{
     release_turn, tidy_turn, MigrationRule, MoveCandidate, RunHistory, TIDY_TRIALS, TRIAL_RELEASES,
 };
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
-use crate::trace::TraceJob;
+use crate::trace::{TraceJob, MAX_TRACE_S};
 
 pub use cluster::{build_mixed, ClusterNodes, ClusterPolicy, NodeClass, PooledPolicy, Single};
 pub use sizing::{nodes_for_job, size_cluster, Sizing};
 pub use stats::{size_class, Percentiles, SizeWaits, WaitStats, SIZE_CLASSES};
+
+/// Most rounds of a policy's periodic tick (the `defrag` baseline's
+/// rounds) one replay runs by default ([`SimConfig::max_ticks`]); a replay
+/// that would run more stops with an error. Ten million rounds are seconds
+/// of replay and half a gigabyte of time series (`compass compare`); the
+/// Venus sample at the default 300 s round runs about 54,000.
+pub const MAX_TICKS: u64 = 10_000_000;
 
 /// How the waiting queue is served.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -252,6 +259,9 @@ pub struct SimConfig {
     pub record_timeseries: bool,
     /// Keep each job's outcome in [`SimResult::job_outcomes`].
     pub record_jobs: bool,
+    /// Most rounds of the policy's periodic tick the replay runs before it
+    /// is refused ([`MAX_TICKS`]; smaller in tests).
+    pub max_ticks: u64,
 }
 
 impl SimConfig {
@@ -261,7 +271,7 @@ impl SimConfig {
     }
 
     /// FIFO, `c = 8` s per instance, payback 2 on time limits, backfill
-    /// depth 1000, no time series.
+    /// depth 1000, no time series, at most [`MAX_TICKS`] ticks.
     pub fn new(spec: ClusterSpec) -> Self {
         Self {
             spec,
@@ -277,6 +287,7 @@ impl SimConfig {
             backfill_depth: 1000,
             record_timeseries: false,
             record_jobs: false,
+            max_ticks: MAX_TICKS,
         }
     }
 }
@@ -801,6 +812,8 @@ struct Sim<'a> {
     by_end: BTreeSet<(T, usize)>,
     next_arrival: usize,
     next_tick: Option<Seconds>,
+    /// Ticks run so far (at most [`MAX_TICKS`]).
+    ticks: u64,
     running: usize,
     finished: u64,
     schedulable: u64,
@@ -907,10 +920,14 @@ impl<'a> Sim<'a> {
         let mut order: Vec<usize> = Vec::with_capacity(jobs.len());
         let mut unschedulable = 0;
         for (i, j) in jobs.iter().enumerate() {
-            if !(j.submit_s.is_finite() && j.duration_s.is_finite() && j.duration_s >= 0.0) {
+            // Bounded as the trace readers bound them: far beyond, the
+            // clock's steps (a round of ticks, a short run) are lost in the
+            // rounding of the times and the replay never ends.
+            if !(j.submit_s.abs() <= MAX_TRACE_S && (0.0..=MAX_TRACE_S).contains(&j.duration_s)) {
                 return Err(CoreError::Invalid(format!(
-                    "job `{}`: submission and duration must be finite",
-                    j.name
+                    "job `{}` (line {}): submission {} s and duration {} s must be finite \
+                     and at most {MAX_TRACE_S:e} s (the duration at least 0)",
+                    j.name, j.line, j.submit_s, j.duration_s
                 )));
             }
             largest.check_job(&request(i, j)).map_err(|e| {
@@ -955,6 +972,7 @@ impl<'a> Sim<'a> {
             by_end: BTreeSet::new(),
             next_arrival: 0,
             next_tick: None,
+            ticks: 0,
             running: 0,
             finished: 0,
             unschedulable,
@@ -1042,6 +1060,16 @@ impl<'a> Sim<'a> {
             }
             let ticked = self.next_tick == Some(t);
             if ticked {
+                self.ticks += 1;
+                if self.ticks > self.cfg.max_ticks {
+                    // No policy name: the drivers prefix their errors with it.
+                    return Err(CoreError::Invalid(format!(
+                        "more than {} rounds of {} s while jobs run (at {t} s of the trace); \
+                         a longer round replays this trace",
+                        self.cfg.max_ticks,
+                        self.policy.tick_interval().unwrap_or(0.0)
+                    )));
+                }
                 self.apply_rule(t, 0)?;
                 let migrations = self.policy.tick(t);
                 self.charge(&migrations, None, t)?;

@@ -503,6 +503,64 @@ fn ticks_only_while_jobs_run() {
     assert_eq!(p.ticks, vec![5.0, 10.0]);
 }
 
+/// A replay runs at most `max_ticks` rounds of the policy's tick, then
+/// stops with an error naming the policy, the limit and the round.
+#[test]
+fn ticks_are_bounded() {
+    let jobs = vec![job("A", 0.0, 1000.0, 1, 1)];
+    let mut cfg = config(1, QueuePolicy::Fifo);
+    cfg.max_ticks = 100;
+    let mut p = Spread::new(1);
+    p.tick_every = Some(5.0);
+    let e = simulate(&jobs, &mut p, &cfg, &mut NoObserver).unwrap_err();
+    assert_eq!(p.ticks.len(), 100);
+    let e = e.to_string();
+    assert!(e.contains("more than 100 rounds of 5 s"), "{e}");
+    // Exactly the limit still replays.
+    let jobs = vec![job("A", 0.0, 500.0, 1, 1)];
+    let mut p = Spread::new(1);
+    p.tick_every = Some(5.0);
+    simulate(&jobs, &mut p, &cfg, &mut NoObserver).unwrap();
+    assert_eq!(p.ticks.len(), 100);
+    assert_eq!(
+        SimConfig::new(ClusterSpec::new(1, 8).unwrap()).max_ticks,
+        MAX_TICKS
+    );
+}
+
+/// Times far beyond any trace are refused (the trace readers refuse them
+/// too): at 1e19 s a round of 300 s is lost in the rounding of the clock
+/// and the replay never ended.
+#[test]
+fn times_past_the_trace_limit_are_refused() {
+    for (submit, duration) in [(1e19, 1e5), (0.0, 2e10), (f64::NAN, 1.0), (0.0, -1.0)] {
+        let jobs = vec![job("A", 0.0, 10.0, 1, 1), job("B", submit, duration, 1, 1)];
+        let mut p = Spread::new(1);
+        p.tick_every = Some(300.0);
+        let e = simulate(
+            &jobs,
+            &mut p,
+            &config(1, QueuePolicy::Fifo),
+            &mut NoObserver,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("job `B`") && e.contains("1e10"), "{e}");
+    }
+    // The limit itself replays.
+    let jobs = vec![job("A", MAX_TRACE_S, MAX_TRACE_S, 1, 1)];
+    let mut p = Spread::new(1);
+    p.tick_every = Some(1e9);
+    simulate(
+        &jobs,
+        &mut p,
+        &config(1, QueuePolicy::Fifo),
+        &mut NoObserver,
+    )
+    .unwrap();
+    assert_eq!(p.ticks.len(), 10);
+}
+
 #[test]
 fn jobs_larger_than_the_cluster_are_counted_not_replayed() {
     let jobs = vec![job("A", 0.0, 1.0, 3, 8), job("B", 0.0, 1.0, 1, 8)];

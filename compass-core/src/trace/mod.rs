@@ -18,6 +18,15 @@ use crate::clock::Seconds;
 use crate::error::{CoreError, Result};
 use crate::model::JobShape;
 
+/// The largest time, in seconds, a trace may give: a submission, a
+/// duration, a pod's creation, scheduling or deletion time, a min runtime.
+/// 1e10 s is about 317 years, beyond any real trace; a submission plus a
+/// duration then stays below 2e10 s, where an `f64` still resolves a few
+/// microseconds, so every sum the simulators make is exact enough and
+/// their clocks always move forward. The policy simulator also refuses
+/// jobs ending (submission plus run) past it.
+pub const MAX_TRACE_S: Seconds = 1e10;
+
 /// One job of a trace: `w` instances of `g` GPUs submitted at `submit_s`,
 /// running for `duration_s` once started.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -276,7 +285,7 @@ impl<'a> Row<'a> {
         Ok(v)
     }
 
-    /// A finite, non-negative number of seconds.
+    /// A finite, non-negative number of seconds, at most [`MAX_TRACE_S`].
     fn seconds(&self, field: &str, idx: usize) -> Result<Seconds> {
         let v = self.text(field, idx)?;
         let x: f64 = v
@@ -284,6 +293,14 @@ impl<'a> Row<'a> {
             .map_err(|_| self.err(field, format!("`{v}` is not a number")))?;
         if !x.is_finite() || x < 0.0 {
             return Err(self.err(field, format!("`{v}` must be a finite number >= 0")));
+        }
+        if x > MAX_TRACE_S {
+            return Err(self.err(
+                field,
+                format!(
+                    "`{v}` s is more than {MAX_TRACE_S:e} s (about 317 years), the most a trace may give"
+                ),
+            ));
         }
         Ok(x)
     }

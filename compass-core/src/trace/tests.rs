@@ -91,6 +91,55 @@ fn malformed_rows_name_file_line_and_field() {
     );
 }
 
+/// Every time of every format is at most `MAX_TRACE_S` (1e10 s): beyond,
+/// the simulators' clocks lose their steps in rounding (a replay at 1e19 s
+/// never ended, a chart up to 1e307 s never drew). The error names the row
+/// and the field.
+#[test]
+fn times_past_the_limit_are_refused_in_every_format() {
+    let too_late = ["1e19", "10000000001", "1e307"];
+    for v in too_late {
+        let h = "job_id,submit_s,duration_s,num_inst,gpus_per_inst,min_runtime_s\n";
+        for (row, field) in [
+            (format!("a,0,1,1,1,0\nb,{v},1,1,1,0\n"), "submit_s"),
+            (format!("a,0,1,1,1,0\nb,0,{v},1,1,0\n"), "duration_s"),
+            (format!("a,0,1,1,1,0\nb,0,1,1,1,{v}\n"), "min_runtime_s"),
+        ] {
+            let e = trace_err(&format!("{h}{row}"));
+            assert_eq!((e.1, e.2.as_str()), (3, field), "{v}");
+            assert!(e.3.contains(v) && e.3.contains("1e10"), "{}", e.3);
+        }
+        let e = trace_err(&format!(
+            "job_id,arrival_s,service_sec,gpu_count\n1,0,1,1\n2,{v},1,1\n"
+        ));
+        assert_eq!((e.1, e.2.as_str()), (3, "arrival_s"));
+        let e = trace_err(&format!(
+            "job_id,arrival_s,service_sec,gpu_count\n1,0,{v},1\n"
+        ));
+        assert_eq!((e.1, e.2.as_str()), (2, "service_sec"));
+        let h = "name,num_gpu,gpu_milli,creation_time,deletion_time,scheduled_time\n";
+        for (row, field) in [
+            (format!("p,1,1000,{v},{v},{v}\n"), "creation_time"),
+            (format!("p,1,1000,0,{v},0\n"), "deletion_time"),
+            (format!("p,1,1000,0,{v},{v}\n"), "scheduled_time"),
+        ] {
+            let e = trace_err(&format!("{h}{row}"));
+            assert_eq!((e.1, e.2.as_str()), (2, field), "{v}");
+        }
+    }
+    // The limit itself is a time.
+    let t = read_str(
+        "job_id,submit_s,duration_s,num_inst,gpus_per_inst\na,1e10,10000000000,1,1\n",
+        "t.csv",
+        &opts(),
+    )
+    .unwrap();
+    assert_eq!(
+        (t.jobs[0].submit_s, t.jobs[0].duration_s),
+        (MAX_TRACE_S, MAX_TRACE_S)
+    );
+}
+
 #[test]
 fn venus_jobs_split_into_whole_nodes() {
     let t = read_str(

@@ -66,6 +66,27 @@ fn build_knows_every_baseline() {
     assert_eq!(policy("best-fit", 2, 8).tick_interval(), None);
 }
 
+/// Rounds shorter than `MIN_DEFRAG_INTERVAL_S` (or NaN) are refused: a
+/// round of a millisecond made a replay of months run for ever.
+#[test]
+fn defrag_rounds_are_at_least_a_second() {
+    use crate::placement::MIN_DEFRAG_INTERVAL_S;
+    for bad in [0.001, 0.0, -5.0, f64::NAN] {
+        let opts = PolicyOptions {
+            defrag_interval_s: bad,
+            ..PolicyOptions::default()
+        };
+        let e = build("defrag", spec(2, 8), &opts).err().expect("refused");
+        assert!(e.to_string().contains("at least 1 s"), "{bad}: {e}");
+    }
+    let opts = PolicyOptions {
+        defrag_interval_s: MIN_DEFRAG_INTERVAL_S,
+        ..PolicyOptions::default()
+    };
+    let p = build("defrag", spec(2, 8), &opts).unwrap();
+    assert_eq!(p.tick_interval(), Some(1.0));
+}
+
 #[test]
 fn admission_example_of_the_abstract() {
     // Free GPUs 3, 5, 2: a job of two 4-GPU instances cannot start.
