@@ -27,9 +27,15 @@
 #                  root, nothing installed or built
 #     --no-build   package the release build already in the target directory
 #                  (cargo build --release of compass, compass-budget,
-#                  compass-select and compass-spank for this release)
+#                  compass-select and compass-spank for this release, with
+#                  the same COMPASS_STOCK_PLUGIN_DIR)
 #   COMPASS_SLURM_PREFIX   where the release's headers and libslurm are
 #                          (default /usr for 22.05, /opt/slurm-R otherwise)
+#   COMPASS_STOCK_PLUGIN_DIR  where the Slurm that loads the plugins keeps its
+#                          own (the default select.stock_plugin is the
+#                          select_cons_tres.so there); default Debian's
+#                          /usr/lib/x86_64-linux-gnu/slurm-wlm, also for a
+#                          release built against a private prefix
 #   OUT=dir                write the packages elsewhere (default out/debs)
 #   CARGO_TARGET_DIR       default target (22.05 from /usr), else target/slurm-R
 set -euo pipefail
@@ -101,6 +107,10 @@ PLUGIN_DEPENDS="libc6, slurm-wlm-basic-plugins (>= $V), slurm-wlm-basic-plugins 
 # cannot, so the package is named here.
 LIBSLURM_DEPENDS=""
 [ "$PREFIX" = /usr ] || LIBSLURM_DEPENDS="$LIBSLURM_PKG (>= $V)"
+# The packages are for Debian's Slurm packages, whatever prefix they were
+# built against: the plugin's default stock cons_tres is Debian's
+# (slurm-plugin/slurm-sys/build.rs would otherwise take PREFIX/lib/slurm).
+STOCK_DIR=${COMPASS_STOCK_PLUGIN_DIR:-/usr/lib/x86_64-linux-gnu/slurm-wlm}
 
 deb_name() { echo "${1}_${VERSION}_${ARCH}.deb"; }
 echo "release $REL: Slurm $V in $PREFIX, target directory $TARGET, packages in $OUT"
@@ -109,6 +119,7 @@ for p in compass-slurm-plugins compass-budget compass; do
 done
 echo "  compass-slurm-plugins Depends: $PLUGIN_DEPENDS"
 [ -z "$LIBSLURM_DEPENDS" ] || echo "  compass-budget Depends (libslurm): $LIBSLURM_DEPENDS"
+echo "  compass-slurm-plugins stock_plugin default: $STOCK_DIR/select_cons_tres.so"
 [ "$DRY" = 1 ] && exit 0
 
 if [ "$BUILD" = 1 ]; then
@@ -122,6 +133,7 @@ if ! cargo deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
 fi
 export CARGO_TARGET_DIR=$TARGET
 [ "$PREFIX" = /usr ] || export COMPASS_SLURM_PREFIX=$PREFIX
+export COMPASS_STOCK_PLUGIN_DIR=$STOCK_DIR
 
 if [ "$BUILD" = 1 ]; then
     echo "== cargo build --release for Slurm $V (compass, compass-budget, compass-select, compass-spank)"

@@ -14,10 +14,19 @@
 #                                  headers are what the select plugin needs)
 #   <release> -> slurm-wlm-<upstream>  symlink read by slurm-plugin/slurm-sys
 #   slurm-<debian version>-install.tar  the installed prefix
+# The tree records the Debian version it was fetched for (.compass-source): a
+# new Debian revision of the same upstream release (a +deb13uN security
+# update) removes it and fetches the source again.
 # A second run with the same source version only restores /opt/slurm-<release>
 # from the tarball (seconds). A fresh build of 24.11.5 took 32 min here (2
 # cores shared with other builds, make -j2 under nice). The apt state for the other release's deb-src
 # line is private ($CACHE/apt-<suite>); the machine's sources are untouched.
+#
+# COMPASS_SLURM_PREFIX (default /opt/slurm-<release>) is replaced whole by a
+# restore or a build, so the script only ever replaces a prefix it made: one
+# holding its stamp .compass-slurm-version, or an empty or absent directory.
+# Any other (/usr, a site's production Slurm) is refused before anything
+# else runs.
 set -euo pipefail
 
 REL=${1:?usage: build-slurm.sh 24.11}
@@ -25,6 +34,23 @@ case "$REL" in
 24.11) SUITE=trixie ;;
 *) echo "build-slurm.sh: unknown release $REL (known: 24.11; 22.05 is Debian 12's own package)" >&2; exit 2 ;;
 esac
+PREFIX=${COMPASS_SLURM_PREFIX:-/opt/slurm-$REL}
+STAMP=$PREFIX/.compass-slurm-version
+log() { echo "build-slurm.sh: $*" >&2; }
+
+# PREFIX may be removed and rewritten: absent, an empty directory, or one
+# this script made (its stamp).
+ours_to_replace() {
+    [ -e "$PREFIX" ] || [ -L "$PREFIX" ] || return 0
+    [ -d "$PREFIX" ] || return 1
+    [ -f "$STAMP" ] && return 0
+    [ -z "$(ls -A "$PREFIX")" ]
+}
+if ! ours_to_replace; then
+    log "$PREFIX exists and was not made by this script (no $STAMP, not empty): refusing to replace it." \
+        "COMPASS_SLURM_PREFIX must name a new or empty directory, or one this script built"
+    exit 1
+fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "build-slurm.sh: must run as root" >&2
     exit 1
@@ -32,10 +58,8 @@ fi
 
 CACHE=${COMPASS_CACHE:-/var/cache/compass}
 SRCDIR=${COMPASS_SLURM_SRC:-$CACHE/slurm-src}
-PREFIX=${COMPASS_SLURM_PREFIX:-/opt/slurm-$REL}
 JOBS=${BUILD_JOBS:-2}
 APTDIR=$CACHE/apt-$SUITE
-log() { echo "build-slurm.sh: $*" >&2; }
 
 # Build dependencies, all from Debian 12.
 PKGS=(build-essential dpkg-dev pkg-config python3 libmunge-dev munge liblua5.1-0-dev ca-certificates)
@@ -67,16 +91,22 @@ case "$VERSION" in "$REL".*) ;; *) log "$SUITE has slurm-wlm $VERSION, not $REL"
 UPSTREAM=${VERSION%%-*}
 TREE=$SRCDIR/slurm-wlm-$UPSTREAM
 TARBALL=$SRCDIR/slurm-$VERSION-install.tar
-STAMP=$PREFIX/.compass-slurm-version
+# The Debian version the tree's source is of (.compass-source; trees fetched
+# before that stamp existed: the version they were built for).
+tree_version() { cat "$TREE/.compass-source" 2>/dev/null || cat "$TREE/.compass-built" 2>/dev/null || true; }
+built() { [ "$(cat "$TREE/.compass-built" 2>/dev/null)" = "$VERSION" ]; }
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$VERSION" ] && [ -f "$TREE/.compass-built" ]; then
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$VERSION" ] && built; then
     ln -sfn "$TREE" "$SRCDIR/$REL"
     log "$PREFIX already holds $VERSION"
     exit 0
 fi
-if [ -f "$TARBALL" ] && [ -f "$TREE/.compass-built" ] && [ "$(cat "$TREE/.compass-built")" = "$VERSION" ]; then
+# The tarball holds the prefix the tree was last configured and built for.
+if [ -f "$TARBALL" ] && built && [ "$(cat "$TREE/.compass-configured" 2>/dev/null)" = "$PREFIX" ]; then
     rm -rf "$PREFIX"
-    mkdir -p "$(dirname "$PREFIX")"
+    # Stamped first: an interrupted restore leaves a prefix a re-run replaces.
+    mkdir -p "$PREFIX"
+    echo "incomplete $VERSION" >"$STAMP"
     tar -C "$(dirname "$PREFIX")" -xf "$TARBALL"
     ln -sfn "$TREE" "$SRCDIR/$REL"
     log "restored $PREFIX ($VERSION) from $TARBALL"
@@ -86,7 +116,9 @@ fi
 START=$(date +%s)
 mkdir -p "$SRCDIR"
 cd "$SRCDIR"
-if [ ! -f "$TREE/configure" ]; then
+have=$(tree_version)
+if [ ! -f "$TREE/configure" ] || [ "$have" != "$VERSION" ]; then
+    [ ! -e "$TREE" ] || log "$TREE is the source of ${have:-an unknown version}, not $VERSION: fetching it again"
     rm -rf "$TREE"
     # The upstream tarball is all the build needs (Debian's patches only
     # touch packaging and paths). When the mirror lacks the .dsc or the
@@ -100,6 +132,7 @@ if [ ! -f "$TREE/configure" ]; then
         tar -C "$TREE.tmp" --strip-components=1 -xzf "$ORIG"
         mv "$TREE.tmp" "$TREE"
     fi
+    echo "$VERSION" >"$TREE/.compass-source"
 fi
 cd "$TREE"
 if [ ! -f config.status ] || [ ! -f .compass-configured ] || [ "$(cat .compass-configured)" != "$PREFIX" ]; then
@@ -138,6 +171,9 @@ for d in "${DIRS[@]}"; do
         || { log "make in $d failed, see $SRCDIR/make-$REL.log"; exit 1; }
 done
 rm -rf "$PREFIX"
+# Stamped first: an interrupted install leaves a prefix a re-run replaces.
+mkdir -p "$PREFIX"
+echo "incomplete $VERSION" >"$STAMP"
 : >"$SRCDIR/install-$REL.log"
 # The public headers (slurm/*.h) are the top Makefile's pkginclude_HEADERS.
 for d in . "${DIRS[@]}"; do

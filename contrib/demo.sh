@@ -127,17 +127,32 @@ clean_stale_pidfiles() {
     if [ "$n" -gt 0 ]; then echo "demo: removed $n stale PID file(s) of $lab (processes gone)"; fi
 }
 
-# Every live process of the demo: command line naming $DEMO/, or a
-# slurmstepd started by one of its clusters.
+# Every live process the demo started: those of its two clusters
+# (`slurm-lab.sh pids`: their daemons, jobs' slurmstepd, scripts and
+# processes), its compass-budgetd (the private copy in $DEMO/budget or
+# $DEMO/stock-budget, by /proc/PID/exe) and the replay (the compass program
+# running `replay` on the demo's clusters). Never another process, not even
+# one whose command line names $DEMO/ (a `tail -f` of a log there).
 demo_pids() {
-    local p pid cmd
+    local c p pid cmd exe replay real
+    local -a argv
+    for c in compass stock; do
+        if [ -d "$DEMO/$c" ]; then "$ROOT/contrib/slurm-lab.sh" pids "$DEMO/$c"; fi
+    done
+    replay=$(readlink -f "${COMPASS_REPLAY:-$REL/compass}" 2>/dev/null || true)
+    real=$(readlink -f "$DEMO" 2>/dev/null || echo "$DEMO")   # what /proc/PID/exe shows
     for p in /proc/[0-9]*; do
         pid=${p#/proc/}
         [ "$pid" = "$$" ] && continue
-        cmd=$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null || true)
-        case "$cmd" in
-        *"$DEMO/"*) echo "$pid" ;;
-        "slurmstepd: ["*) grep -qs "SLURM_CONF=$DEMO/" "$p/environ" && echo "$pid" ;;
+        { mapfile -d '' -t argv <"$p/cmdline"; } 2>/dev/null || continue
+        [ "${#argv[@]}" -gt 0 ] || continue
+        printf -v cmd '%s ' "${argv[@]}"
+        case "$cmd" in *"$DEMO/"*) ;; *) continue ;; esac
+        exe=$(readlink "$p/exe" 2>/dev/null) || continue
+        exe=${exe% (deleted)}
+        case "$exe" in
+        "$real/budget/compass-budgetd" | "$real/stock-budget/compass-budgetd") echo "$pid" ;;
+        "$replay") if [ "${argv[1]:-}" = replay ]; then echo "$pid"; fi ;;
         esac
     done
     return 0

@@ -3,17 +3,24 @@
 # them (root). Run after contrib/install-slurm-deps.sh. Idempotent.
 #
 #   contrib/install-compass-slurm.sh [PLUGIN_DIR]
-#   contrib/install-compass-slurm.sh --etc-only    # only the two files below
+#   contrib/install-compass-slurm.sh --etc-only    # only the files and the state directory below, no build
 #
 # PLUGIN_DIR (default /usr/lib/x86_64-linux-gnu/slurm-wlm-compass) becomes the
 # PluginDir of slurm.conf: every stock plugin except select_cons_tres.so, plus
 # select_cons_tres_compass.so and compass_spank.so. /etc/slurm/compass.conf
 # and /etc/slurm/job_submit.lua are installed only when absent (SLURM_ETC
-# overrides /etc/slurm).
+# overrides /etc/slurm). The state directory /run/compass (COMPASS_STATE_DIR),
+# where the select plugin inside slurmctld writes as SlurmUser, is declared in
+# /etc/tmpfiles.d/compass.conf (COMPASS_TMPFILES_DIR overrides the
+# directory; contrib/tmpfiles/compass.conf with slurm.conf's SlurmUser), so
+# it is made again at every boot, and created now.
 # See docs/admin-guide.md. Re-run after every Slurm upgrade.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
 ETC=${SLURM_ETC:-/etc/slurm}     # where slurm.conf lives
+STATE_DIR=${COMPASS_STATE_DIR:-/run/compass}
+TMPFILES_DIR=${COMPASS_TMPFILES_DIR:-/etc/tmpfiles.d}
 
 # compass.conf and job_submit.lua, each only when absent: a site's own
 # file is never overwritten, not even a job_submit.lua with our part merged
@@ -33,14 +40,52 @@ install_etc() {
     fi
 }
 
+# SlurmUser of $ETC/slurm.conf (keys are case-insensitive; the last one
+# wins), else slurm when that user exists (Debian's), else root (Slurm's
+# default).
+slurm_user() {
+    local u=""
+    if [ -f "$ETC/slurm.conf" ]; then
+        u=$(awk -F= '{ sub(/#.*/, "") } tolower($1) ~ /^[ \t]*slurmuser[ \t]*$/ { v = $2; gsub(/[ \t]/, "", v) } END { print v }' "$ETC/slurm.conf")
+    fi
+    if [ -z "$u" ]; then
+        if id slurm >/dev/null 2>&1; then u=slurm; else u=root; fi
+    fi
+    echo "$u"
+}
+
+# The state directory, owned by SlurmUser: contrib/tmpfiles/compass.conf
+# (its `d` line made for this directory and user) in $TMPFILES_DIR, applied
+# with systemd-tmpfiles (or, without it, the directory made by hand: it is
+# then gone after a reboot). Idempotent.
+install_state_dir() {
+    local user group
+    user=$(slurm_user)
+    group=$(id -gn "$user" 2>/dev/null) || {
+        echo "install-compass-slurm.sh: SlurmUser $user (from $ETC/slurm.conf) does not exist; create it, then re-run" >&2
+        exit 1
+    }
+    mkdir -p "$TMPFILES_DIR"
+    awk -v d="d $STATE_DIR 0755 $user $group -" '/^d / { print d; next } { print }' \
+        contrib/tmpfiles/compass.conf >"$TMPFILES_DIR/.compass.conf.new"
+    mv -f "$TMPFILES_DIR/.compass.conf.new" "$TMPFILES_DIR/compass.conf"
+    chmod 0644 "$TMPFILES_DIR/compass.conf"
+    if command -v systemd-tmpfiles >/dev/null 2>&1; then
+        systemd-tmpfiles --create "$TMPFILES_DIR/compass.conf"
+    else
+        echo "install-compass-slurm.sh: no systemd-tmpfiles: $STATE_DIR made by hand (again after each reboot)"
+        install -d -m 0755 -o "$user" -g "$group" "$STATE_DIR"
+    fi
+}
+
 if [ "${1:-}" = --etc-only ]; then
     install_etc
+    install_state_dir
     exit 0
 fi
 
 DEST=${1:-/usr/lib/x86_64-linux-gnu/slurm-wlm-compass}
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}
-STATE_DIR=${COMPASS_STATE_DIR:-/run/compass}
 
 ./contrib/prepare-slurm-source.sh
 cargo build --release --locked -p compass-select -p compass-spank
@@ -48,8 +93,8 @@ cargo build --release --locked -p compass-select -p compass-spank
 cp "$TARGET/release/libcompass_spank.so" "$DEST/.compass_spank.so.new"
 mv -f "$DEST/.compass_spank.so.new" "$DEST/compass_spank.so"
 
-mkdir -p "$STATE_DIR"
 install_etc
+install_state_dir
 
 cat <<MSG
 install-compass-slurm.sh: installed into $DEST. Now set, in slurm.conf:
@@ -60,3 +105,12 @@ and in plugstack.conf:
     required $DEST/compass_spank.so conf=$ETC/compass.conf
 then restart slurmctld (and slurmd, for the PluginDir).
 MSG
+if [ "$ETC" != /etc/slurm ]; then
+    cat <<MSG
+slurmctld (the select plugin and job_submit.lua) reads \$COMPASS_CONF, else
+/etc/slurm/compass.conf, not $ETC/compass.conf: set
+    Environment=COMPASS_CONF=$ETC/compass.conf
+in slurmctld's systemd unit (systemctl edit slurmctld), or export it
+wherever slurmctld is started.
+MSG
+fi

@@ -8,6 +8,10 @@
 # ends up in $COMPASS_SLURM_SRC/slurm-wlm-<upstream version>, and
 # $COMPASS_SLURM_SRC/current is a symlink to it (slurm-plugin/slurm-sys reads
 # that). Needs contrib/install-slurm-deps.sh first (deb-src line, dpkg-dev).
+# The tree is named by the upstream version but holds the source of one
+# Debian version (the first line of its debian/changelog): after an update of
+# the installed Slurm (22.05.8-4+deb12u2 -> 22.05.8-4+deb12u3) it is removed
+# and fetched again, never reconfigured as the new one.
 set -euo pipefail
 
 DEST=${COMPASS_SLURM_SRC:-/var/cache/compass/slurm-src}
@@ -19,8 +23,10 @@ fi
 UPSTREAM=${VERSION%%-*}
 TREE="$DEST/slurm-wlm-$UPSTREAM"
 STAMP="$TREE/.compass-configured"
+# The Debian version of the tree's source (empty: no tree, or not Debian's).
+source_version() { sed -n '1s/^slurm-wlm (\([^)]*\)).*/\1/p' "$TREE/debian/changelog" 2>/dev/null || true; }
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$VERSION" ]; then
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$VERSION" ] && [ "$(source_version)" = "$VERSION" ]; then
     ln -sfn "$TREE" "$DEST/current"
     echo "prepare-slurm-source.sh: $TREE already configured for $VERSION"
     exit 0
@@ -28,7 +34,11 @@ fi
 
 mkdir -p "$DEST"
 cd "$DEST"
-if [ ! -f "$TREE/configure" ]; then
+have=$(source_version)
+if [ ! -f "$TREE/configure" ] || [ "$have" != "$VERSION" ]; then
+    if [ -e "$TREE" ]; then
+        echo "prepare-slurm-source.sh: $TREE is the source of ${have:-an unknown version}, not $VERSION: fetching it again"
+    fi
     rm -rf "$TREE"
     # Source package of exactly the installed binary version.
     apt-get source -q --only-source "slurm-wlm=$VERSION" >/dev/null

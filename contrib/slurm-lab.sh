@@ -4,7 +4,10 @@
 # fake GPU char devices), all state under one scratch directory LAB.
 #
 #   slurm-lab.sh up LAB      start (idempotent); waits until every node is idle
-#   slurm-lab.sh down LAB    stop everything started from LAB (PID files only)
+#   slurm-lab.sh down LAB    stop everything started from LAB: the daemons of
+#                            its PID files, then what is left of it (see
+#                            lab_pids); never another process
+#   slurm-lab.sh pids LAB    list the live processes of LAB (see lab_pids)
 #   slurm-lab.sh restart-ctld LAB   restart slurmctld only, keeping its state
 #   slurm-lab.sh switch LAB  rewrite the configs from the environment below
 #                            (e.g. set COMPASS_SELECT_SO to install the plugin
@@ -41,8 +44,9 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-CMD=${1:?usage: slurm-lab.sh up|down|restart-ctld LAB}
-LAB=${2:?usage: slurm-lab.sh up|down|restart-ctld LAB}
+CMD=${1:?usage: slurm-lab.sh up|down|restart-ctld|switch|pids LAB}
+LAB=${2:?usage: slurm-lab.sh up|down|restart-ctld|switch|pids LAB}
+if [ "$CMD" = pids ] && [ ! -d "$LAB" ]; then exit 0; fi   # a query creates nothing
 mkdir -p "$LAB"
 LAB=$(cd "$LAB" && pwd)
 export SLURM_CONF=$LAB/etc/slurm.conf
@@ -79,23 +83,87 @@ stop_pidfiles() { # pidfiles...: TERM all at once, wait up to 10 s, then KILL
     rm -f "$@"
 }
 
-# Whatever is left of this LAB once the PID-file daemons are gone: slurmstepd
-# (argv[0] LAB/bin/slurmstepd, or renamed "slurmstepd: [job]" with
-# SLURM_CONF=LAB/... in its environment), job scripts under LAB/spool, and
-# daemons whose PID file was lost. Only processes naming this LAB match.
-stop_leftovers() {
-    local p cmd pid pids=()
+# The executables of this LAB's daemons (/proc/PID/exe names the file, not
+# the LAB/bin link): those `up` linked, this release's, and munged.
+lab_exes() {
+    local b
+    for b in "$LAB/bin/slurmctld" "$LAB/bin/slurmd" "$LAB/bin/slurmstepd" \
+        "$SBIN/slurmctld$SFX" "$SBIN/slurmd$SFX" "$SBIN/slurmstepd$SFX" \
+        /usr/sbin/munged "$(command -v munged || true)"; do
+        if [ -e "$b" ]; then readlink -f "$b"; fi
+    done
+}
+
+# Whether the process /proc/PID $1 has a file under LAB/ open.
+lab_file_open() {
+    local f
+    for f in "$1"/fd/*; do
+        case "$(readlink "$f" 2>/dev/null || true)" in "$LAB/"*) return 0 ;; esac
+    done
+    return 1
+}
+
+# Every live process this LAB started, one PID a line:
+# - a daemon: its executable is slurmctld, slurmd, slurmstepd or munged, and
+#   its command line names LAB/ (argv[0] LAB/bin/..., munged's --key-file=
+#   LAB/munge/...), or, for a slurmstepd renamed "slurmstepd: [job]" (the
+#   title overwrites its command line and environment), it has a file of
+#   LAB open (the slurmd log it writes to) or SLURM_CONF=LAB/etc/slurm.conf
+#   in its environment;
+# - a batch script of its jobs: the interpreter running
+#   LAB/spool/NODE/jobN/slurm_script (its argv[1] or argv[2]), inside a job
+#   (SLURM_JOB_ID in its environment);
+# - every descendant of those: the jobs' own processes (sleep, srun tasks),
+#   which name no LAB, and slurmctld's slurmscriptd.
+# Nothing else: not a `tail -f LAB/log/...` or an editor on LAB/etc/....
+lab_pids() {
+    local exes p pid stat exe cmd changed
+    local -a argv
+    local -A parent=() ours=()
+    exes=" $(lab_exes | sort -u | tr '\n' ' ') "
     for p in /proc/[0-9]*; do
         pid=${p#/proc/}
-        [ "$pid" = "$$" ] && continue
-        cmd=$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null || true)
-        case "$cmd" in
-        *"$LAB/"*) pids+=("$pid") ;;
-        "slurmstepd: ["*)
-            if grep -qs "SLURM_CONF=$LAB/etc/slurm.conf" "$p/environ"; then pids+=("$pid"); fi ;;
+        if [ "$pid" = "$$" ] || [ "$pid" = "$BASHPID" ]; then continue; fi
+        { read -r stat <"$p/stat"; } 2>/dev/null || continue
+        stat=${stat##*) }              # "S PPID ...", after "(comm)"
+        stat=${stat#* }
+        parent[$pid]=${stat%% *}
+        { mapfile -d '' -t argv <"$p/cmdline"; } 2>/dev/null || continue
+        [ "${#argv[@]}" -gt 0 ] || continue   # kernel thread, or gone
+        case "${argv[1]:-}|${argv[2]:-}" in
+        "$LAB/spool/"*/slurm_script\|* | *\|"$LAB/spool/"*/slurm_script)
+            if grep -qsz '^SLURM_JOB_ID=' "$p/environ"; then ours[$pid]=1; fi
+            continue ;;
         esac
+        printf -v cmd '%s ' "${argv[@]}"
+        case "$cmd" in
+        *"$LAB/"*) ;;
+        "slurmstepd: ["*) grep -qs "SLURM_CONF=$LAB/etc/slurm.conf" "$p/environ" || lab_file_open "$p" || continue ;;
+        *) continue ;;
+        esac
+        exe=$(readlink "$p/exe" 2>/dev/null) || continue
+        exe=${exe% (deleted)}            # a binary replaced by an upgrade
+        if [[ $exes == *" $exe "* ]]; then ours[$pid]=1; fi
     done
-    [ "${#pids[@]}" -gt 0 ] && kill -KILL "${pids[@]}" 2>/dev/null
+    changed=1
+    while [ "$changed" = 1 ]; do
+        changed=0
+        for pid in "${!parent[@]}"; do
+            if [ -z "${ours[$pid]:-}" ] && [ -n "${ours[${parent[$pid]}]:-}" ]; then
+                ours[$pid]=1 changed=1
+            fi
+        done
+    done
+    if [ "${#ours[@]}" -gt 0 ]; then printf '%s\n' "${!ours[@]}"; fi
+}
+
+# Whatever is left of this LAB once the PID-file daemons are gone (jobs'
+# slurmstepd, scripts and processes; daemons whose PID file was lost).
+stop_leftovers() {
+    local pids
+    pids=$(lab_pids | tr '\n' ' ')
+    # shellcheck disable=SC2086 # a list of PIDs
+    if [ -n "$pids" ]; then kill -KILL $pids 2>/dev/null || true; fi
     return 0
 }
 
@@ -264,11 +332,12 @@ down() {
 case "$CMD" in
 up) up ;;
 down) down ;;
+pids) lab_pids ;;
 restart-ctld|switch)
     [ "$CMD" = switch ] && write_conf
     stop_pidfiles "$LAB/run/slurmctld.pid"
     start_ctld
     for i in $(seq 300); do scontrol ping >/dev/null 2>&1 && break; sleep 0.1; done
     ;;
-*) echo "slurm-lab.sh: unknown command $CMD (up|down|restart-ctld|switch)" >&2; exit 2 ;;
+*) echo "slurm-lab.sh: unknown command $CMD (up|down|restart-ctld|switch|pids)" >&2; exit 2 ;;
 esac

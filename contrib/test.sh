@@ -31,8 +31,11 @@ step() { # step NAME CMD...: runs CMD, then prints "== NAME (N s)"
 
 has() { case " $RELEASES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
-# The shellcheck package: tests/packaging.rs lints contrib/*.sh with it.
-step "install test dependencies" ./contrib/install-deps.sh shellcheck
+# The shellcheck package: tests/packaging.rs lints contrib/*.sh with it;
+# liblua5.1-0-dev: it runs etc/job_submit.lua with the Lua slurmctld's
+# job_submit/lua links (required here, never skipped).
+step "install test dependencies" ./contrib/install-deps.sh shellcheck liblua5.1-0-dev
+export COMPASS_TEST_REQUIRE_LUA=1
 step "install budget service dependencies" ./contrib/install-budget-deps.sh
 step "install Slurm 22.05" ./contrib/install-slurm-deps.sh
 step "prepare the Slurm 22.05 source tree" ./contrib/prepare-slurm-source.sh

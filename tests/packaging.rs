@@ -9,7 +9,16 @@
 //!   package and the default config;
 //! - every shell script parses (`bash -n`, and shellcheck when installed);
 //! - `contrib/demo.sh` preflight errors, and `stop` never removes a
-//!   directory the demo did not make.
+//!   directory the demo did not make nor stops a process it did not start;
+//! - `contrib/slurm-lab.sh down` stops a lab's jobs, not a `tail -f` of it;
+//! - `contrib/build-slurm.sh` never replaces a prefix it did not make, and
+//!   `contrib/prepare-slurm-source.sh` fetches the source again after a
+//!   Debian update;
+//! - `contrib/install-compass-slurm.sh --etc-only`: the site's files kept,
+//!   the state directory declared for SlurmUser;
+//! - `contrib/install-slurm-deps.sh --sources-only`: the deb-src lines;
+//! - `etc/job_submit.lua` refuses `--min-runtime` above the site cap (in a
+//!   Lua 5.1 interpreter, as slurmctld's job_submit/lua).
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -60,6 +69,68 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// A process this test started, killed on drop (panics included).
+struct Kid(std::process::Child);
+
+impl Kid {
+    fn spawn(cmd: &mut Command) -> Kid {
+        Kid(cmd
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}")))
+    }
+
+    fn running(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether `pid` is a live process (a zombie is not: nobody may reap an
+/// orphan in a container).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| !r.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// Waits up to 10 s for `p` to exist.
+fn wait_for_file(p: &Path) {
+    let t0 = std::time::Instant::now();
+    while !p.exists() {
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "{} never appeared",
+            p.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn write_exe(p: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, body).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// PATH with `dir` first (stubs of apt-get and friends).
+fn path_with(dir: &Path) -> String {
+    format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
 }
 
 // ------------------------------------------------------------ --version
@@ -395,6 +466,7 @@ fn build_debs_plan(prefix: Option<&Path>, args: &[&str]) -> Output {
     cmd.arg("--dry-run")
         .args(args)
         .env_remove("CARGO_TARGET_DIR")
+        .env_remove("COMPASS_STOCK_PLUGIN_DIR")
         .env_remove("OUT");
     match prefix {
         Some(p) => cmd.env("COMPASS_SLURM_PREFIX", p),
@@ -443,7 +515,29 @@ fn build_debs_chooses_the_release_and_names_the_packages_by_it() {
                 .ends_with("libslurm42t64 (>= 24.11.5)"),
             "{out}"
         );
+        // ... and Debian 13's cons_tres as the default stock plugin, not the
+        // private prefix's (slurmctld would refuse to start on Debian 13).
+        assert_eq!(
+            plan_line(&out, "compass-slurm-plugins stock_plugin default:"),
+            "compass-slurm-plugins stock_plugin default: \
+             /usr/lib/x86_64-linux-gnu/slurm-wlm/select_cons_tres.so"
+        );
     }
+    // Another directory for the hosts the packages are for: named.
+    let o = Command::new(root().join("contrib/build-debs.sh"))
+        .arg("--dry-run")
+        .env("COMPASS_SLURM_PREFIX", &p24)
+        .env("COMPASS_STOCK_PLUGIN_DIR", "/srv/slurm/lib/slurm")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("OUT")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(plan_line(
+        &text(&o.stdout),
+        "compass-slurm-plugins stock_plugin default:"
+    )
+    .ends_with(" /srv/slurm/lib/slurm/select_cons_tres.so"));
     // 22.05 from another prefix: its own range and libslurm38.
     let o = build_debs_plan(Some(&p22), &[]);
     let out = text(&o.stdout);
@@ -671,6 +765,17 @@ fn systemd_unit_verifies_and_matches_package_and_config() {
     );
     assert_eq!(key("Type"), "simple");
     assert_eq!(key("Restart"), "on-failure");
+    // The unit runs as slurm: the package depends on the one whose preinst
+    // creates that user (Debian: slurm-wlm-basic-plugins, which also holds
+    // the auth/munge plugin libslurm loads).
+    assert_eq!(key("User"), "slurm");
+    let depends = budget.meta["depends"].as_str().unwrap();
+    assert!(
+        depends
+            .split(',')
+            .any(|d| d.trim() == "slurm-wlm-basic-plugins"),
+        "compass-budget runs as slurm but does not depend on slurm-wlm-basic-plugins: {depends}"
+    );
 
     if !on_path("systemd-analyze") {
         eprintln!("systemd-analyze not installed: unit parsed by hand only");
@@ -888,12 +993,18 @@ fn demo_stop_removes_only_its_own_directory() {
     // PID is this test's own process, which must survive): removed.
     let mine = scratch.0.join("demo");
     std::fs::create_dir_all(mine.join("compass/run")).unwrap();
+    std::fs::create_dir_all(mine.join("compass/log")).unwrap();
     std::fs::write(mine.join(".compass-demo"), "").unwrap();
     std::fs::write(
         mine.join("compass/run/slurmctld.pid"),
         std::process::id().to_string(),
     )
     .unwrap();
+    // An admin following a log of the demo: not the demo's, never killed
+    // (stop used to SIGKILL every process naming the directory).
+    let log = mine.join("compass/log/slurmctld.log");
+    std::fs::write(&log, "").unwrap();
+    let mut tail = Kid::spawn(Command::new("tail").arg("-f").arg(&log));
     let o = demo(&["stop"], &[("COMPASS_DEMO_DIR", mine.to_str().unwrap())]);
     assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
     let out = text(&o.stdout);
@@ -903,6 +1014,11 @@ fn demo_stop_removes_only_its_own_directory() {
         "{out}"
     );
     assert!(!mine.exists());
+    assert!(
+        tail.running(),
+        "demo stop killed a `tail -f` of its log: {out}"
+    );
+    assert!(!out.contains("killing leftover"), "{out}");
 
     // Nothing there: nothing to do.
     let o = demo(&["stop"], &[("COMPASS_DEMO_DIR", mine.to_str().unwrap())]);
@@ -912,11 +1028,42 @@ fn demo_stop_removes_only_its_own_directory() {
 
 // ------------------------------------------------- install-compass-slurm.sh
 
-/// `contrib/install-compass-slurm.sh --etc-only` into `etc`.
+/// The user a scratch slurm.conf names as SlurmUser: `nobody` as root (so
+/// that ownership is checked), else this user (who may only chown to self).
+fn scratch_slurm_user() -> String {
+    let me = Command::new("id").arg("-un").output().unwrap();
+    if is_root()
+        && Command::new("id")
+            .arg("nobody")
+            .output()
+            .unwrap()
+            .status
+            .success()
+    {
+        "nobody".to_string()
+    } else {
+        text(&me.stdout).trim().to_string()
+    }
+}
+
+/// `contrib/install-compass-slurm.sh --etc-only` into `etc`, with the state
+/// directory `run/compass` and the tmpfiles.d directory beside `etc`; a
+/// slurm.conf naming [`scratch_slurm_user`] is written when `etc` has none.
 fn install_etc(etc: &Path) -> Output {
+    let dir = etc.parent().unwrap();
+    if !etc.join("slurm.conf").exists() {
+        std::fs::create_dir_all(etc).unwrap();
+        std::fs::write(
+            etc.join("slurm.conf"),
+            format!("ClusterName=x\nSlurmUser={}\n", scratch_slurm_user()),
+        )
+        .unwrap();
+    }
     Command::new(root().join("contrib/install-compass-slurm.sh"))
         .arg("--etc-only")
         .env("SLURM_ETC", etc)
+        .env("COMPASS_STATE_DIR", dir.join("run/compass"))
+        .env("COMPASS_TMPFILES_DIR", dir.join("tmpfiles.d"))
         .output()
         .expect("run contrib/install-compass-slurm.sh --etc-only")
 }
@@ -965,4 +1112,617 @@ fn install_script_never_overwrites_a_sites_config_files() {
         "{}",
         text(&out.stderr)
     );
+}
+
+/// The state directory of the select plugin (slurmctld writes it as
+/// SlurmUser) is declared in tmpfiles.d for slurm.conf's SlurmUser, so it
+/// comes back after a reboot, and made now with that owner; a re-run
+/// changes nothing. (The script used to `mkdir -p` it: root's, and gone at
+/// the next boot.)
+#[test]
+fn install_script_declares_the_state_directory_for_the_slurm_user() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = Scratch::new("install-state");
+    let etc = dir.0.join("etc");
+    let user = scratch_slurm_user();
+    std::fs::create_dir_all(&etc).unwrap();
+    // Keys are case-insensitive in slurm.conf; a comment after the value.
+    std::fs::write(
+        etc.join("slurm.conf"),
+        format!("ClusterName=x\nslurmuser = {user}   # who runs slurmctld\n"),
+    )
+    .unwrap();
+    let id = |args: &[&str]| {
+        let o = Command::new("id").args(args).output().unwrap();
+        text(&o.stdout).trim().to_string()
+    };
+    let group = id(&["-gn", &user]);
+    let state = dir.0.join("run/compass");
+    for run in 0..2 {
+        let out = install_etc(&etc);
+        assert!(out.status.success(), "run {run}: {}", text(&out.stderr));
+        let conf = read(&dir.0.join("tmpfiles.d/compass.conf"));
+        let d: Vec<&str> = conf.lines().filter(|l| l.starts_with("d ")).collect();
+        assert_eq!(
+            d,
+            [format!("d {} 0755 {user} {group} -", state.display())],
+            "{conf}"
+        );
+        // The rest is contrib/tmpfiles/compass.conf's.
+        let ours = read(&root().join("contrib/tmpfiles/compass.conf"));
+        let rest = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| !l.starts_with("d "))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(rest(&conf), rest(&ours));
+        let m = std::fs::metadata(&state).unwrap();
+        assert!(m.is_dir());
+        assert_eq!(
+            m.uid().to_string(),
+            id(&["-u", &user]),
+            "owner of {}",
+            state.display()
+        );
+        assert_eq!(m.mode() & 0o777, 0o755);
+    }
+}
+
+// ------------------------------------------------- slurm-lab.sh down
+
+/// `slurm-lab.sh down` stops what the lab started: a daemon (by its
+/// executable, with the lab in its command line), a job's batch script and
+/// the job's own process below it (which names no lab). Not an admin's
+/// `tail -f` of a log or of a job script there, which it used to SIGKILL
+/// with everything naming the lab (and `down` then failed when one of them
+/// had exited meanwhile).
+#[test]
+fn lab_down_stops_its_jobs_but_no_other_process_naming_the_lab() {
+    let scratch = Scratch::new("lab-down");
+    let lab = scratch.0.join("lab");
+    std::fs::create_dir_all(lab.join("bin")).unwrap();
+    std::fs::create_dir_all(lab.join("log")).unwrap();
+    // A daemon: `up` links LAB/bin/slurmctld to Slurm's binary and starts
+    // it by that name; here the binary is sleep.
+    let sleep = Command::new("sh")
+        .args(["-c", "command -v sleep"])
+        .output()
+        .unwrap();
+    let sleep = text(&sleep.stdout).trim().to_string();
+    std::os::unix::fs::symlink(&sleep, lab.join("bin/slurmctld")).unwrap();
+    let mut daemon = Kid::spawn(Command::new(lab.join("bin/slurmctld")).arg("300"));
+    // A job's slurmstepd: renamed "slurmstepd: [7.batch]" (its title
+    // overwrites its command line and environment), writing to the slurmd
+    // log of the lab.
+    std::os::unix::fs::symlink(&sleep, lab.join("bin/slurmstepd")).unwrap();
+    let mut stepd = Kid::spawn(
+        Command::new("bash")
+            .arg("-c")
+            .arg(r#"exec -a "slurmstepd: [7.batch]" "$0" 300 3>>"$1""#)
+            .arg(lab.join("bin/slurmstepd"))
+            .arg(lab.join("log/slurmd.n1.log"))
+            .env_remove("SLURM_CONF"),
+    );
+    let stepd_cmdline = format!("/proc/{}/cmdline", stepd.0.id());
+    let t0 = std::time::Instant::now();
+    while !std::fs::read(&stepd_cmdline)
+        .unwrap_or_default()
+        .starts_with(b"slurmstepd: [")
+    {
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "the fake slurmstepd did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // A job: its batch script where slurmd puts it, and the job's process.
+    let script = lab.join("spool/n1/job00007/slurm_script");
+    let task_pid = scratch.0.join("task.pid");
+    write_exe(
+        &script,
+        &format!(
+            "#!/bin/sh\nsleep 300 &\necho $! >{}.tmp && mv {0}.tmp {0}\nwait\n",
+            task_pid.display()
+        ),
+    );
+    let mut job = Kid::spawn(Command::new(&script).env("SLURM_JOB_ID", "7"));
+    wait_for_file(&task_pid);
+    let task: u32 = read(&task_pid).trim().parse().unwrap();
+    assert!(alive(task));
+    // An admin's processes on the lab's files.
+    let log = lab.join("log/slurmctld.log");
+    std::fs::write(&log, "").unwrap();
+    let mut tail_log = Kid::spawn(Command::new("tail").arg("-f").arg(&log));
+    let mut tail_script = Kid::spawn(Command::new("tail").arg("-f").arg(&script));
+
+    let o = Command::new(root().join("contrib/slurm-lab.sh"))
+        .arg("down")
+        .arg(&lab)
+        .env_remove("LAB_SLURM")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains("slurm-lab.sh: down"));
+    let t0 = std::time::Instant::now();
+    while (daemon.running() || stepd.running() || job.running() || alive(task))
+        && t0.elapsed().as_secs() < 5
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!daemon.running(), "the lab's daemon survived down");
+    assert!(
+        !stepd.running(),
+        "the lab's renamed slurmstepd survived down"
+    );
+    assert!(!job.running(), "the job's batch script survived down");
+    assert!(!alive(task), "the job's process survived down");
+    assert!(
+        tail_log.running(),
+        "down killed a `tail -f` of the lab's log"
+    );
+    assert!(
+        tail_script.running(),
+        "down killed a `tail -f` of a job script"
+    );
+
+    // `pids` lists nothing more, and creates no lab.
+    let o = Command::new(root().join("contrib/slurm-lab.sh"))
+        .arg("pids")
+        .arg(&lab)
+        .env_remove("LAB_SLURM")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert_eq!(text(&o.stdout), "");
+    let none = scratch.0.join("none");
+    let o = Command::new(root().join("contrib/slurm-lab.sh"))
+        .arg("pids")
+        .arg(&none)
+        .env_remove("LAB_SLURM")
+        .output()
+        .unwrap();
+    assert!(o.status.success() && !none.exists());
+}
+
+// ------------------------------------------------- Slurm source and prefix
+
+/// `build-slurm.sh` replaces its prefix whole (restore, build): a
+/// `COMPASS_SLURM_PREFIX` it did not make (the variable also names "where a
+/// release's headers and libslurm are": /usr, a site's Slurm) is refused
+/// before anything else, and left as it was. Its own prefix (the stamp), an
+/// empty or a missing one pass that check (apt-get and apt-cache are stubs
+/// that fail here, so nothing is fetched or built).
+#[test]
+fn build_slurm_never_replaces_a_prefix_it_did_not_make() {
+    let scratch = Scratch::new("build-slurm-prefix");
+    let bin = scratch.0.join("bin");
+    for tool in ["apt-get", "apt-cache"] {
+        write_exe(&bin.join(tool), "#!/bin/sh\necho \"stub $0\" >&2\nexit 1\n");
+    }
+    let run = |prefix: &Path| {
+        Command::new(root().join("contrib/build-slurm.sh"))
+            .arg("24.11")
+            .env("COMPASS_SLURM_PREFIX", prefix)
+            .env("COMPASS_CACHE", scratch.0.join("cache"))
+            .env("COMPASS_SLURM_SRC", scratch.0.join("src"))
+            .env("PATH", path_with(&bin))
+            .output()
+            .unwrap()
+    };
+    let site = fake_prefix(&scratch.0.join("site"), (24, 11, 5));
+    std::fs::create_dir_all(site.join("lib")).unwrap();
+    std::fs::write(site.join("lib/libslurm.so.42"), "the site's").unwrap();
+    let o = run(&site);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{} exists and was not made by this script",
+            site.display()
+        )) && err.contains("refusing to replace it"),
+        "{err}"
+    );
+    assert!(!err.contains("stub"), "refused before apt: {err}");
+    assert_eq!(read(&site.join("lib/libslurm.so.42")), "the site's");
+    assert!(site.join("include/slurm/slurm_version.h").exists());
+
+    let own = scratch.0.join("own");
+    std::fs::create_dir_all(own.join("bin")).unwrap();
+    std::fs::write(own.join(".compass-slurm-version"), "24.11.5-4+deb13u0\n").unwrap();
+    let empty = scratch.0.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    for p in [own, empty, scratch.0.join("missing")] {
+        let o = run(&p);
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "the stubs stop it: {err}");
+        assert!(
+            !err.contains("not made by this script"),
+            "{}: {err}",
+            p.display()
+        );
+    }
+}
+
+/// The installed Slurm's version, from dpkg.
+fn dpkg_version(pkg: &str) -> Option<String> {
+    let o = Command::new("dpkg-query")
+        .args(["-W", "-f=${Version}", pkg])
+        .output()
+        .ok()?;
+    let v = text(&o.stdout).trim().to_string();
+    (o.status.success() && !v.is_empty()).then_some(v)
+}
+
+/// The source tree is named by the upstream version; after a Debian update
+/// of the installed Slurm (same upstream, new revision: a security fix in
+/// Debian's patches) it is fetched again, not the old source reconfigured
+/// and stamped as the new. apt-get is a stub that unpacks a fake source.
+#[test]
+fn prepare_slurm_source_fetches_the_source_again_after_a_debian_update() {
+    let Some(version) = dpkg_version("libslurm-dev") else {
+        eprintln!("libslurm-dev not installed: prepare-slurm-source.sh cannot run");
+        return;
+    };
+    let upstream = version.split('-').next().unwrap().to_string();
+    let scratch = Scratch::new("prepare-source");
+    let src = scratch.0.join("src");
+    let tree = src.join(format!("slurm-wlm-{upstream}"));
+    // The tree of the revision installed before, configured.
+    let old = format!("{upstream}-0~old");
+    std::fs::create_dir_all(tree.join("debian")).unwrap();
+    std::fs::write(
+        tree.join("debian/changelog"),
+        format!("slurm-wlm ({old}) bookworm; urgency=medium\n"),
+    )
+    .unwrap();
+    write_exe(
+        &tree.join("configure"),
+        "#!/bin/sh\necho configured the old source\n",
+    );
+    std::fs::write(tree.join(".compass-configured"), format!("{old}\n")).unwrap();
+    // `apt-get source -q --only-source slurm-wlm=V`: V's source, in the cwd.
+    let bin = scratch.0.join("bin");
+    let calls = scratch.0.join("apt-get.calls");
+    write_exe(
+        &bin.join("apt-get"),
+        &format!(
+            r#"#!/bin/sh
+echo "$*" >>{calls}
+for a; do case $a in slurm-wlm=*) v=${{a#slurm-wlm=}} ;; esac; done
+d=slurm-wlm-${{v%%-*}}
+mkdir -p "$d/debian"
+echo "slurm-wlm ($v) bookworm-security; urgency=medium" >"$d/debian/changelog"
+printf '#!/bin/sh\necho configured the source of %s\n' "$v" >"$d/configure"
+chmod +x "$d/configure"
+"#,
+            calls = calls.display()
+        ),
+    );
+    let run = || {
+        Command::new(root().join("contrib/prepare-slurm-source.sh"))
+            .env("COMPASS_SLURM_SRC", &src)
+            .env("PATH", path_with(&bin))
+            .output()
+            .unwrap()
+    };
+    let o = run();
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains(&format!(
+            "is the source of {old}, not {version}: fetching it again"
+        )),
+        "{}",
+        text(&o.stdout)
+    );
+    assert_eq!(
+        read(&src.join("configure.log")).trim(),
+        format!("configured the source of {version}")
+    );
+    assert_eq!(read(&tree.join(".compass-configured")).trim(), version);
+    assert_eq!(
+        std::fs::read_link(src.join("current")).unwrap(),
+        tree,
+        "current -> the tree"
+    );
+    // Ready: a second run fetches nothing.
+    let o = run();
+    assert!(o.status.success());
+    assert!(text(&o.stdout).contains("already configured"));
+    assert_eq!(read(&calls).lines().count(), 1, "{}", read(&calls));
+}
+
+// ------------------------------------------------- install-slurm-deps.sh
+
+/// `install-slurm-deps.sh --sources-only` into a scratch /etc/apt.
+fn slurm_deps_sources(apt: &Path) -> Output {
+    Command::new(root().join("contrib/install-slurm-deps.sh"))
+        .arg("--sources-only")
+        .env("COMPASS_APT_ETC", apt)
+        .output()
+        .unwrap()
+}
+
+/// The deb-src lines the script writes name bookworm-security too, at the
+/// URI of the machine's own binary entry for it (a Slurm security update is
+/// only there until a point release, and prepare-slurm-source.sh asks for
+/// the installed version), and no such line when the machine has none.
+#[test]
+fn install_slurm_deps_adds_deb_src_of_the_security_suite_the_machine_uses() {
+    let scratch = Scratch::new("slurm-deps-sources");
+    let ours = "sources.list.d/compass-bookworm-src.sources";
+    let main =
+        "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n\
+                Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n";
+    let stanzas =
+        |t: &str| -> Vec<String> { t.split("\n\n").map(|s| s.trim().to_string()).collect() };
+
+    // deb822, as Debian 12 installs it (a mirror of the security archive).
+    let apt = scratch.0.join("deb822");
+    std::fs::create_dir_all(apt.join("sources.list.d")).unwrap();
+    std::fs::write(
+        apt.join("sources.list.d/debian.sources"),
+        format!(
+            "{main}\n# security\nTypes: deb\nURIs: http://mirror.example/debian-security\n\
+             Suites: bookworm-security\nComponents: main\n"
+        ),
+    )
+    .unwrap();
+    let o = slurm_deps_sources(&apt);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let written = read(&apt.join(ours));
+    let s = stanzas(&written);
+    assert_eq!(s.len(), 2, "{written}");
+    assert!(s[0].contains("Types: deb-src") && s[0].contains("Suites: bookworm bookworm-updates"));
+    assert!(
+        s[1].starts_with(
+            "Types: deb-src\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n"
+        ),
+        "{written}"
+    );
+    // Idempotent: nothing rewritten.
+    let o = slurm_deps_sources(&apt);
+    assert!(o.status.success() && !text(&o.stdout).contains("wrote"));
+    assert_eq!(read(&apt.join(ours)), written);
+
+    // One-line format, with options.
+    let apt = scratch.0.join("oneline");
+    std::fs::create_dir_all(apt.join("sources.list.d")).unwrap();
+    std::fs::write(
+        apt.join("sources.list"),
+        "deb http://deb.debian.org/debian bookworm main\n\
+         deb [ arch=amd64 signed-by=/k.gpg ] http://security.example/ds bookworm-security main\n",
+    )
+    .unwrap();
+    assert!(slurm_deps_sources(&apt).status.success());
+    assert!(read(&apt.join(ours))
+        .contains("URIs: http://security.example/ds\nSuites: bookworm-security"));
+
+    // No binary security entry (or a disabled one): no deb-src for it, and
+    // an older file of ours without it stays so.
+    let apt = scratch.0.join("nosecurity");
+    std::fs::create_dir_all(apt.join("sources.list.d")).unwrap();
+    std::fs::write(
+        apt.join("sources.list.d/debian.sources"),
+        format!("{main}\nTypes: deb\nURIs: http://x/debian-security\nSuites: bookworm-security\nEnabled: no\n"),
+    )
+    .unwrap();
+    assert!(slurm_deps_sources(&apt).status.success());
+    let written = read(&apt.join(ours));
+    assert_eq!(stanzas(&written).len(), 1, "{written}");
+    assert!(!written.contains("bookworm-security"));
+
+    // The machine's own deb-src lines: nothing written.
+    let apt = scratch.0.join("own-src");
+    std::fs::create_dir_all(apt.join("sources.list.d")).unwrap();
+    std::fs::write(
+        apt.join("sources.list.d/site.sources"),
+        format!("{}", main.replace("Types: deb\n", "Types: deb deb-src\n")),
+    )
+    .unwrap();
+    assert!(slurm_deps_sources(&apt).status.success());
+    assert!(!apt.join(ours).exists());
+}
+
+// ------------------------------------------------- job_submit.lua
+
+/// A Lua 5.1 interpreter, as slurmctld's job_submit/lua links liblua5.1:
+/// `lua5.1` when installed, else a minimal one built with cc against
+/// liblua5.1-0-dev (a build dependency of contrib/build-slurm.sh).
+fn lua51(scratch: &Scratch) -> Option<PathBuf> {
+    if on_path("lua5.1") {
+        return Some(PathBuf::from("lua5.1"));
+    }
+    if !Path::new("/usr/include/lua5.1/lua.h").exists() || !on_path("cc") {
+        return None;
+    }
+    let c = scratch.0.join("lua.c");
+    std::fs::write(
+        &c,
+        "#include <lua5.1/lua.h>\n#include <lua5.1/lauxlib.h>\n#include <lua5.1/lualib.h>\n\
+         #include <stdio.h>\n\
+         int main(int argc, char **argv) {\n\
+         \tlua_State *L = luaL_newstate();\n\
+         \tluaL_openlibs(L);\n\
+         \tif (argc != 2 || luaL_dofile(L, argv[1])) {\n\
+         \t\tfprintf(stderr, \"%s\\n\", argc != 2 ? \"usage: lua FILE\" : lua_tostring(L, -1));\n\
+         \t\treturn 1;\n\t}\n\treturn 0;\n}\n",
+    )
+    .unwrap();
+    let exe = scratch.0.join("lua");
+    let o = Command::new("cc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&c)
+        .arg("-llua5.1")
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        eprintln!("cc against liblua5.1 failed: {}", text(&o.stderr));
+        return None;
+    }
+    Some(exe)
+}
+
+/// Runs `slurm_job_submit` of etc/job_submit.lua on a job whose
+/// spank_job_env is `env`, with slurmctld's `COMPASS_CONF=conf`: (return
+/// code, AdminComment, what it logged).
+struct JobSubmit {
+    lua: PathBuf,
+    driver: PathBuf,
+}
+
+impl JobSubmit {
+    fn new(scratch: &Scratch) -> Option<JobSubmit> {
+        let lua = lua51(scratch)?;
+        let driver = scratch.0.join("driver.lua");
+        std::fs::write(
+            &driver,
+            r#"local logs = {}
+local function log(kind)
+	return function(fmt, ...) logs[#logs + 1] = kind .. ": " .. string.format(fmt, ...) end
+end
+slurm = { SUCCESS = 0, ERROR = -1, log_user = log("user"), log_info = log("info"), log_error = log("error") }
+assert(dofile(os.getenv("JOB_SUBMIT_LUA")) == slurm.SUCCESS)
+local env = {}
+for e in string.gmatch(os.getenv("SPANK_JOB_ENV"), "%S+") do env[#env + 1] = e end
+local job = { spank_job_env = env, admin_comment = os.getenv("ADMIN_COMMENT") }
+if os.getenv("SPANK_JOB_ENV") == "none" then job.spank_job_env = nil end
+local rc = slurm_job_submit(job, {}, 1000)
+io.write(rc, "\n", tostring(job.admin_comment), "\n", table.concat(logs, "\n"), "\n")
+"#,
+        )
+        .unwrap();
+        Some(JobSubmit { lua, driver })
+    }
+
+    fn run(&self, conf: &Path, env: &str) -> (i32, String, String) {
+        let o = Command::new(&self.lua)
+            .arg(&self.driver)
+            .env("JOB_SUBMIT_LUA", root().join("etc/job_submit.lua"))
+            .env("COMPASS_CONF", conf)
+            .env("SPANK_JOB_ENV", env)
+            .env_remove("ADMIN_COMMENT")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "lua: {}", text(&o.stderr));
+        let out = text(&o.stdout);
+        let mut lines = out.lines();
+        let rc = lines.next().unwrap().parse().unwrap();
+        let comment = lines.next().unwrap().to_string();
+        (rc, comment, lines.collect::<Vec<_>>().join("\n"))
+    }
+}
+
+/// The site cap on --min-runtime holds in slurmctld too: a user may submit
+/// with a plugstack.conf and compass.conf of their own, and their SPANK
+/// plugin then stores any value. job_submit.lua reads spank.max_min_runtime
+/// from slurmctld's compass.conf (every duration form, as compass parses
+/// it) and refuses the job above it; values the plugin never writes are
+/// refused (a `resumable` that would add a key to the AdminComment tag).
+#[test]
+fn job_submit_lua_refuses_a_min_runtime_above_the_site_cap() {
+    let scratch = Scratch::new("job-submit-lua");
+    let Some(js) = JobSubmit::new(&scratch) else {
+        // The README's test command installs liblua5.1-0-dev and asks for
+        // this test (contrib/test.sh): never skipped there.
+        assert!(
+            std::env::var_os("COMPASS_TEST_REQUIRE_LUA").is_none(),
+            "no Lua 5.1 (lua5.1, or cc and liblua5.1-0-dev), and COMPASS_TEST_REQUIRE_LUA is set"
+        );
+        eprintln!("no Lua 5.1 (lua5.1, or cc and liblua5.1-0-dev): job_submit.lua not run");
+        return;
+    };
+    let conf = |name: &str, body: &str| {
+        let p = scratch.0.join(name);
+        std::fs::write(&p, body).unwrap();
+        p
+    };
+    let two_h = conf(
+        "2h.conf",
+        "# site\n[spank]\nmax_min_runtime = \"2h\"   # the cap\ndefault_min_runtime = \"0\"\n\n[select]\nmigrate = true\n",
+    );
+    let ok = js.run(
+        &two_h,
+        "COMPASS_MIN_RUNTIME=7200 COMPASS_RESUMABLE=1 COMPASS_MIGRATION_COST=300",
+    );
+    assert_eq!(
+        ok,
+        (
+            0,
+            "compass:min_runtime=7200,resumable=1,migration_cost=300".into(),
+            String::new()
+        )
+    );
+    let (rc, comment, log) = js.run(&two_h, "COMPASS_MIN_RUNTIME=7201 COMPASS_RESUMABLE=1");
+    assert_eq!((rc, comment.as_str()), (-1, "nil"), "{log}");
+    assert!(
+        log.contains("user: compass: --min-runtime=2:00:01 exceeds the site cap of 2:00:00 (spank.max_min_runtime in "),
+        "{log}"
+    );
+    // No protected time asks for no cap; no compass values: untouched.
+    assert_eq!(
+        js.run(&two_h, "COMPASS_MIN_RUNTIME=0 COMPASS_RESUMABLE=1")
+            .0,
+        0
+    );
+    assert_eq!(js.run(&two_h, "OTHER=1"), (0, "nil".into(), String::new()));
+    assert_eq!(js.run(&two_h, "none"), (0, "nil".into(), String::new()));
+
+    // No compass.conf: the default cap, 8 h.
+    let missing = scratch.0.join("missing.conf");
+    assert_eq!(js.run(&missing, "COMPASS_MIN_RUNTIME=28800").0, 0);
+    assert_eq!(js.run(&missing, "COMPASS_MIN_RUNTIME=28801").0, -1);
+
+    // Every duration form, as compass itself parses it.
+    for form in [
+        "90", "4:00:00", "90:30", "1-0", "1-2:30", "1-2:3:4", "30s", "4H", "2d", " 45 ",
+    ] {
+        let cap = compass_core::duration::parse(form).unwrap();
+        let c = conf(
+            "form.conf",
+            &format!("[ spank ] # ours\nmax_min_runtime = '{form}'\n"),
+        );
+        assert_eq!(
+            js.run(&c, &format!("COMPASS_MIN_RUNTIME={cap}")).0,
+            0,
+            "{form}"
+        );
+        let (rc, _, log) = js.run(&c, &format!("COMPASS_MIN_RUNTIME={}", cap + 1));
+        assert_eq!(rc, -1, "{form}: {log}");
+    }
+
+    // A cap it cannot read: protected time refused (said to the user and in
+    // slurmctld's log), other jobs not.
+    for body in [
+        "[spank]\nmax_min_runtime = \"soon\"\n",
+        "spank.max_min_runtime = \"2h\"\n",
+        "[spank]\nmax_min_runtime = 7200\n",
+    ] {
+        let c = conf("bad.conf", body);
+        let (rc, _, log) = js.run(&c, "COMPASS_MIN_RUNTIME=60");
+        assert_eq!(rc, -1, "{body}: {log}");
+        assert!(
+            log.contains("error: compass: job_submit.lua: ")
+                && log.contains(
+                    "user: compass: --min-runtime cannot be used: the site config is unusable"
+                ),
+            "{body}: {log}"
+        );
+        assert_eq!(
+            js.run(&c, "COMPASS_MIN_RUNTIME=0 COMPASS_RESUMABLE=1").0,
+            0,
+            "{body}"
+        );
+    }
+
+    // Values the SPANK plugin never writes.
+    for env in [
+        "COMPASS_MIN_RUNTIME=0 COMPASS_RESUMABLE=1,min_runtime=99999999",
+        "COMPASS_MIN_RUNTIME=1e9",
+        "COMPASS_MIN_RUNTIME=-1",
+    ] {
+        let (rc, comment, log) = js.run(&two_h, env);
+        assert_eq!((rc, comment.as_str()), (-1, "nil"), "{env}: {log}");
+    }
 }

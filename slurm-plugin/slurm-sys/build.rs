@@ -10,6 +10,12 @@
 //! `$COMPASS_SLURM_PREFIX/include` and the internal ones from the tree that
 //! script built, `$COMPASS_SLURM_SRC/<release>` (or `COMPASS_SLURM_TREE`).
 //!
+//! The select plugin's default `stock_plugin` is the cons_tres in
+//! `COMPASS_STOCK_PLUGIN_DIR` when set (where the Slurm that will load the
+//! plugin keeps its plugins: a package for Debian 13 built against
+//! /opt/slurm-24.11 sets Debian's /usr/lib/x86_64-linux-gnu/slurm-wlm), else
+//! `$COMPASS_SLURM_PREFIX/lib/slurm`, else Debian's directory.
+//!
 //! The release is read from `SLURM_VERSION_NUMBER` in `slurm_version.h` and
 //! exposed as a cfg (`slurm_22_05`, `slurm_24_11`) to this crate, as
 //! `SLURM_SYS_RELEASE` (e.g. "24.11.5") to its code, and as the `links`
@@ -34,6 +40,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=COMPASS_SLURM_SRC");
     println!("cargo:rerun-if-env-changed=COMPASS_SLURM_PREFIX");
     println!("cargo:rerun-if-env-changed=COMPASS_SLURM_TREE");
+    println!("cargo:rerun-if-env-changed=COMPASS_STOCK_PLUGIN_DIR");
     println!("cargo:rustc-check-cfg=cfg(slurm_22_05)");
     println!("cargo:rustc-check-cfg=cfg(slurm_24_11)");
 
@@ -78,10 +85,15 @@ fn main() {
     println!("cargo:rustc-env=SLURM_SYS_RELEASE={major}.{minor:02}.{micro}");
     println!("cargo:rustc-env=SLURM_SYS_INCLUDE={}", include.display());
     // Where that Slurm's own plugins are (the select plugin's default
-    // `stock_plugin` is the cons_tres there).
-    let stock_dir = match &prefix {
-        Some(p) => p.join("lib/slurm"),
-        None => PathBuf::from("/usr/lib/x86_64-linux-gnu/slurm-wlm"),
+    // `stock_plugin` is the cons_tres there): named for the hosts the build
+    // is for, or those of the prefix built against.
+    let stock_dir = match (
+        env::var_os("COMPASS_STOCK_PLUGIN_DIR").filter(|d| !d.is_empty()),
+        &prefix,
+    ) {
+        (Some(d), _) => PathBuf::from(d),
+        (None, Some(p)) => p.join("lib/slurm"),
+        (None, None) => PathBuf::from("/usr/lib/x86_64-linux-gnu/slurm-wlm"),
     };
     println!(
         "cargo:rustc-env=SLURM_SYS_STOCK_DIR={}",

@@ -233,6 +233,47 @@ fn the_values_reach_the_job_environment() {
 }
 
 #[test]
+fn a_job_submitted_from_a_resumable_job_is_accepted() {
+    // Slurm exports a plain `--resumable` (no value) into the job as
+    // SLURM_SPANK__SLURM_SPANK_OPTION_compass_resumable=(null), and an
+    // `sbatch` inside the job applies it: the option callback got the
+    // text "(null)" as a migration cost and refused, so a job that
+    // resubmits itself (a checkpoint chain, the resumable jobs' own use)
+    // could not.
+    // The inner job inherits both options (docs/user-guide.md, "Jobs
+    // submitted from inside a job").
+    let lab = Lab::start("spank-nested", COMPASS);
+    let out = lab.dir.join("nested.txt");
+    let inner = lab.dir.join("inner.txt");
+    let sbatch = common::client("sbatch").display().to_string();
+    let script = format!(
+        "{sbatch} --parsable -o {} --wrap env && echo nested-ok || echo nested-failed",
+        inner.display()
+    );
+    let args = [
+        "--resumable",
+        "--min-runtime=30m",
+        "-o",
+        &out.display().to_string(),
+    ];
+    let id = lab.sbatch(&args, &script).expect("submit");
+    lab.wait_until("the outer job ended", Duration::from_secs(20), || {
+        lab.job(id).0 == "GONE" && std::fs::read_to_string(&out).is_ok_and(|t| t.contains("nested"))
+    });
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("nested-ok"), "{text}");
+    lab.wait_until("the inner job ran", Duration::from_secs(20), || {
+        std::fs::read_to_string(&inner).is_ok_and(|t| t.contains("SLURM_JOB_ID"))
+    });
+    let env = std::fs::read_to_string(&inner).unwrap();
+    assert!(env.contains("SLURM_SPANK_COMPASS_RESUMABLE=1"), "{env}");
+    assert!(
+        env.contains("SLURM_SPANK_COMPASS_MIN_RUNTIME=1800"),
+        "{env}"
+    );
+}
+
+#[test]
 fn narrowing_stays_within_drained_nodes_exclusions_and_reservations() {
     let lab = Lab::start("candidates", COMPASS);
     let ok = |args: &[&str]| {

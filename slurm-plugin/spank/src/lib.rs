@@ -230,6 +230,14 @@ pub unsafe extern "C" fn slurm_spank_init(
     })
 }
 
+/// What an option given without a value reaches the job as: sbatch
+/// exports it as `SLURM_SPANK__SLURM_SPANK_OPTION_compass_resumable=(null)`
+/// (`spank_set_job_env` appends a NULL value as that text), and an `sbatch`
+/// run inside the job hands it to the callback. It means no value; before,
+/// it was refused as a migration cost, and a job could not submit another
+/// (a checkpoint chain resubmitting itself).
+const NULL_TEXT: &str = "(null)";
+
 unsafe extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
     guarded("option callback", || {
         let mut guard = STATE.lock().unwrap_or_else(|p| p.into_inner());
@@ -245,7 +253,8 @@ unsafe extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int)
                     .to_string_lossy()
                     .into_owned(),
             )
-        };
+        }
+        .filter(|a| a != NULL_TEXT);
         // The job was accepted at submit when the option reaches a step:
         // in the remote context, or in srun inside the job's allocation (it
         // inherits the option through SLURM_SPANK_* variables). A config
