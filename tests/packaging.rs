@@ -1517,7 +1517,7 @@ fn install_slurm_deps_adds_deb_src_of_the_security_suite_the_machine_uses() {
     std::fs::create_dir_all(apt.join("sources.list.d")).unwrap();
     std::fs::write(
         apt.join("sources.list.d/site.sources"),
-        format!("{}", main.replace("Types: deb\n", "Types: deb deb-src\n")),
+        main.replace("Types: deb\n", "Types: deb deb-src\n"),
     )
     .unwrap();
     assert!(slurm_deps_sources(&apt).status.success());

@@ -359,6 +359,8 @@ struct Live {
     obs: Observer,
     ctld_log: Option<(PathBuf, u64)>,
     poll_errors: u64,
+    /// Jobs not the replay's own found on the cluster as the run started.
+    foreign_at_start: Vec<String>,
 }
 
 impl Live {
@@ -442,6 +444,42 @@ impl Connected {
     }
 }
 
+/// The GPU node table of a cluster as the comparison needs it equal: each
+/// pool's GPUs per node, node count and whether it is modelled, sorted
+/// (pool names and GPU types aside: the figures depend on the shapes).
+fn gpu_table(c: &Connected) -> Vec<(u32, usize, bool)> {
+    let mut t: Vec<(u32, usize, bool)> = observe::pools_of(&c.nodes)
+        .iter()
+        .map(|p| (p.gpus_per_node, p.nodes.len(), p.modelled))
+        .collect();
+    t.sort_unstable();
+    t
+}
+
+/// The clusters must have the same GPU nodes (as many, with as many GPUs
+/// each, grouped into the same pools): every cluster gets the same jobs
+/// and its figures are set beside the others', and each is simulated at
+/// its own size, so clusters of different sizes would compare different
+/// experiments (the plan fits the smallest). A usage error otherwise.
+fn check_comparable(clusters: &[Connected]) -> Result<()> {
+    let Some(first) = clusters.first() else {
+        return Ok(());
+    };
+    let want = gpu_table(first);
+    for c in &clusters[1..] {
+        if gpu_table(c) != want {
+            return Err(CliError::Usage(format!(
+                "clusters `{}` ({}) and `{}` ({}) have different GPU nodes: the replay compares clusters with the same GPU nodes (as many nodes, with as many GPUs each)",
+                first.arg.name,
+                first.describe(),
+                c.arg.name,
+                c.describe()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Connects to every cluster.
 fn connect(args: &Args) -> Result<Vec<Connected>> {
     let mut names = BTreeSet::new();
@@ -481,6 +519,7 @@ pub fn run(args: Args) -> Result<()> {
     let t_wall = Instant::now();
     check_window_args(&args)?;
     let clusters = connect(&args)?;
+    check_comparable(&clusters)?;
     let fits: Vec<Fit> = clusters.iter().map(Connected::fit).collect();
     let fit = Fit {
         nodes: fits.iter().map(|f| f.nodes).min().unwrap_or(0),
@@ -544,7 +583,7 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
 
-    let mut runs: Vec<Vec<ClusterResult>> = Vec::new();
+    let mut runs: Vec<repeat::RunResults> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     let mut findings: Vec<String> = Vec::new();
     for k in 1..=args.repeat {
@@ -567,7 +606,11 @@ pub fn run(args: Args) -> Result<()> {
         } else {
             failures = once.failures;
         }
-        runs.push(once.results);
+        runs.push(repeat::RunResults {
+            run: k,
+            results: once.results,
+            timed_out: once.timed_out,
+        });
         if once.timed_out {
             break;
         }
@@ -603,6 +646,29 @@ struct Once {
     timed_out: bool,
 }
 
+/// The jobs of `jobs` (Slurm's list) that are not finished and not in
+/// `ours` (the replay's own, by the ids sbatch returned), as `id (STATE)`.
+fn foreign_jobs(jobs: &[slurm::JobObs], ours: &BTreeSet<u64>) -> Vec<String> {
+    jobs.iter()
+        .filter(|j| !ours.contains(&j.id) && !j.finished())
+        .map(|j| format!("{} ({})", j.id, j.state))
+        .collect()
+}
+
+/// The warning line for jobs on cluster `name` that are not the replay's.
+fn foreign_warning(name: &str, foreign: &[String]) -> Option<String> {
+    if foreign.is_empty() {
+        return None;
+    }
+    let shown: Vec<&str> = foreign.iter().take(10).map(String::as_str).collect();
+    Some(format!(
+        "warning: {name}: {} job(s) not submitted by this replay are on the cluster: {}{}; the replay observes only its own jobs, so the GPUs these hold count as idle and the figures of {name} are not comparable",
+        foreign.len(),
+        shown.join(", "),
+        if foreign.len() > shown.len() { ", ..." } else { "" }
+    ))
+}
+
 /// One replay of the window on every cluster at once, its report in `out`.
 fn replay_once(
     args: &Args,
@@ -613,6 +679,20 @@ fn replay_once(
 ) -> Result<Once> {
     let t_run = Instant::now();
     let mut live = prepare(out, plan, clusters)?;
+    for l in &mut live {
+        // Nothing is submitted yet: every job Slurm lists unfinished is
+        // another's, and the observer (which knows the replay's jobs by the
+        // ids sbatch returns) will not see its GPUs.
+        match l.client.jobs() {
+            Ok(jobs) => {
+                l.foreign_at_start = foreign_jobs(&jobs, &BTreeSet::new());
+                if let Some(w) = foreign_warning(&l.arg.name, &l.foreign_at_start) {
+                    eprintln!("{w}");
+                }
+            }
+            Err(e) => eprintln!("warning: {}: cannot list its jobs: {e}", l.arg.name),
+        }
+    }
     let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
@@ -692,18 +772,68 @@ fn write_summary(
     args: &Args,
     trace_name: &str,
     plan: &Plan,
-    runs: &[Vec<ClusterResult>],
+    runs: &[repeat::RunResults],
     failures: &[String],
     findings: &[String],
 ) -> Result<()> {
-    let spreads = repeat::spreads(runs);
+    let (md, spreads, table) = summary_md(args, trace_name, plan, runs, failures, findings);
+    write(&out.join("summary.md"), &md)?;
+    #[derive(serde::Serialize)]
+    struct Summary<'a> {
+        trace: &'a str,
+        label: &'a str,
+        repeats: usize,
+        runs_done: usize,
+        /// Runs that hit `--timeout`: left out of `clusters`' figures.
+        timed_out_runs: Vec<usize>,
+        not_resumable: f64,
+        clusters: &'a [repeat::ClusterSpread],
+        failures: &'a [String],
+        checks_not_held: &'a [String],
+    }
+    let json = serde_json::to_string_pretty(&Summary {
+        trace: trace_name,
+        label: &args.label,
+        repeats: args.repeat,
+        runs_done: runs.len(),
+        timed_out_runs: repeat::timed_out(runs),
+        not_resumable: args.not_resumable,
+        clusters: &spreads,
+        failures,
+        checks_not_held: findings,
+    })
+    .map_err(|e| CliError::Failed(e.to_string()))?;
+    write(&out.join("summary.json"), &(json + "\n"))?;
+    println!("\n{table}");
+    println!(
+        "summary: {} and summary.json",
+        out.join("summary.md").display()
+    );
+    Ok(())
+}
+
+/// The text of `summary.md`, the spreads and the table: the figures over
+/// the runs that finished; a run that hit `--timeout` (its jobs did not
+/// all finish, so its figures are of another experiment) is left out of
+/// them and named apart.
+fn summary_md(
+    args: &Args,
+    trace_name: &str,
+    plan: &Plan,
+    runs: &[repeat::RunResults],
+    failures: &[String],
+    findings: &[String],
+) -> (String, Vec<repeat::ClusterSpread>, String) {
+    let counted = repeat::counted(runs);
+    let timed_out = repeat::timed_out(runs);
+    let spreads = repeat::spreads(&counted);
     let table = repeat::table(&spreads);
     let mut md = String::from("# compass replay, repeated\n\n");
     if !args.label.is_empty() {
         md.push_str(&format!("Configuration: **{}**.\n\n", args.label));
     }
     md.push_str(&format!(
-        "Trace `{trace_name}`, window {:.2} h to {:.2} h after its first arrival, {} jobs, speedup {}, {} of {} runs done (run-1 ... run-{}: each run's report.md); {:.0}% of the jobs made not resumable. Each cell: mean ± sample sd [min, max] (n runs with the figure). `sim:` rows are the simulator on the submitted jobs, with each run's measured migration cost.\n\n",
+        "Trace `{trace_name}`, window {:.2} h to {:.2} h after its first arrival, {} jobs, speedup {}, {} of {} runs done (run-1 ... run-{}: each run's report.md); {:.0}% of the jobs made not resumable. Each cell: mean ± sample sd [min, max] (n runs with the figure), over the {} run(s) that finished. `sim:` rows are the simulator on the submitted jobs, with each run's measured migration cost.\n\n",
         plan.window_trace_start_s / 3600.0,
         plan.window_trace_end_s / 3600.0,
         plan.jobs.len(),
@@ -711,14 +841,23 @@ fn write_summary(
         runs.len(),
         args.repeat,
         runs.len(),
-        100.0 * args.not_resumable
+        100.0 * args.not_resumable,
+        counted.len()
     ));
+    if !timed_out.is_empty() {
+        let names: Vec<String> = timed_out.iter().map(|k| format!("run {k}")).collect();
+        md.push_str(&format!(
+            "**Timed out** (`--timeout`; the jobs that did not finish were cancelled, see its report.md): {}. Left out of every figure below: its figures are those of a run that did not finish.\n\n",
+            names.join(", ")
+        ));
+    }
     md.push_str(&table);
-    if runs.iter().flatten().any(|r| r.simulated.is_some()) {
+    if counted.iter().flatten().any(|r| r.simulated.is_some()) {
         md.push('\n');
         let scope = report::sim_scope(spreads.iter().map(|c| {
             let sum = |f: &dyn Fn(&ClusterResult) -> u64| {
-                runs.iter()
+                counted
+                    .iter()
                     .flatten()
                     .filter(|r| r.name == c.name)
                     .map(f)
@@ -753,36 +892,7 @@ fn write_summary(
             md.push_str(&format!("- {f}\n"));
         }
     }
-    write(&out.join("summary.md"), &md)?;
-    #[derive(serde::Serialize)]
-    struct Summary<'a> {
-        trace: &'a str,
-        label: &'a str,
-        repeats: usize,
-        runs_done: usize,
-        not_resumable: f64,
-        clusters: &'a [repeat::ClusterSpread],
-        failures: &'a [String],
-        checks_not_held: &'a [String],
-    }
-    let json = serde_json::to_string_pretty(&Summary {
-        trace: trace_name,
-        label: &args.label,
-        repeats: args.repeat,
-        runs_done: runs.len(),
-        not_resumable: args.not_resumable,
-        clusters: &spreads,
-        failures,
-        checks_not_held: findings,
-    })
-    .map_err(|e| CliError::Failed(e.to_string()))?;
-    write(&out.join("summary.json"), &(json + "\n"))?;
-    println!("\n{table}");
-    println!(
-        "summary: {} and summary.json",
-        out.join("summary.md").display()
-    );
-    Ok(())
+    (md, spreads, table)
 }
 
 /// Empties each cluster's output directory and writes its job script.
@@ -817,6 +927,7 @@ fn prepare(out: &Path, plan: &Plan, clusters: Vec<Connected>) -> Result<Vec<Live
             dir,
             ctld_log,
             poll_errors: 0,
+            foreign_at_start: Vec::new(),
         });
     }
     Ok(live)
@@ -854,15 +965,15 @@ fn watch(
                 } => live[cluster].obs.submit_failed(index, why, t_s),
             }
         }
-        let t = t0.elapsed().as_secs_f64();
-        let now = unix_now();
+        let clock_now = || (t0.elapsed().as_secs_f64(), unix_now());
         let lines: Vec<String> = live
             .iter_mut()
             .map(|l| {
+                let client = l.client.clone();
+                let (t, polled) = poll_one(&mut l.obs, || client.jobs(), clock_now);
                 let head = format!("{:>10} {} / {}", l.arg.name, clock(t), clock(expected));
-                match l.client.jobs() {
-                    Ok(obs) => {
-                        let s = l.obs.poll(&obs, t, now);
+                match polled {
+                    Ok(s) => {
                         format!(
                             "{head}  done {}/{}/{total}  queue {}  running {}  N*SIF {}{}  GPUs {:.0}%",
                             s.done,
@@ -886,7 +997,7 @@ fn watch(
         if live.iter().all(|l| l.obs.finished_count() == total) {
             return false;
         }
-        if t > timeout {
+        if t0.elapsed().as_secs_f64() > timeout {
             return true;
         }
         let spent = tick.elapsed();
@@ -894,6 +1005,23 @@ fn watch(
             std::thread::sleep(poll - spent);
         }
     }
+}
+
+/// One poll of one cluster: `query` lists its jobs (`scontrol`), then
+/// `clock` gives the time of the poll (wall seconds since the replay start,
+/// Unix seconds), read right after that cluster's own query returned:
+/// Slurm's run times are as of that query and starts are back-dated from
+/// them (`t - RunTime`), so a time read before the query, or shared with
+/// a cluster polled before it, would shift this cluster's starts and ends
+/// by the other queries' duration. Returns that time and the sample.
+fn poll_one(
+    obs: &mut Observer,
+    query: impl FnOnce() -> Result<Vec<slurm::JobObs>>,
+    clock: impl FnOnce() -> (f64, u64),
+) -> (f64, Result<observe::Sample>) {
+    let listed = query();
+    let (t, now) = clock();
+    (t, listed.map(|jobs| obs.poll(&jobs, t, now)))
 }
 
 /// After a timeout: one message per cluster listing the jobs that did not
@@ -960,10 +1088,12 @@ fn summarise_all(plan: &Plan, live: &[Live]) -> Result<Vec<ClusterResult>> {
                 completion_log: &l.completion_log(),
                 log,
                 poll_errors: l.poll_errors,
+                foreign_at_start: l.foreign_at_start.clone(),
             },
         ));
     }
     attach_simulations(plan, &mut results);
+    report::compare(plan, &mut results);
     Ok(results)
 }
 
@@ -1099,11 +1229,11 @@ fn set_executable(path: &Path) -> Result<()> {
 
 fn write_samples(path: &Path, obs: &Observer) -> Result<()> {
     let mut s = String::from(
-        "t_s,n_sif,partial,phi_star,wcc,settled,used_gpus,utilisation,pending,running,done\n",
+        "t_s,n_sif,partial,phi_star,wcc,settled,used_gpus,utilisation,pending,running,done,completing,in_flight,fit_waiting\n",
     );
     for x in &obs.samples {
         s.push_str(&format!(
-            "{:.2},{},{},{},{},{},{},{:.4},{},{},{}\n",
+            "{:.3},{},{},{},{},{},{},{:.4},{},{},{},{},{},{}\n",
             x.t_s,
             x.n_sif,
             x.partial,
@@ -1114,7 +1244,10 @@ fn write_samples(path: &Path, obs: &Observer) -> Result<()> {
             x.utilisation,
             x.pending,
             x.running,
-            x.done
+            x.done,
+            x.completing,
+            u8::from(x.in_flight),
+            x.fit_waiting
         ));
     }
     write(path, &s)
@@ -1278,5 +1411,172 @@ mod tests {
             .to_string();
         assert!(e.contains("\"bio\"") && e.contains("good.toml"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn cluster(name: &str, nodes: &[(u32, Option<&str>)]) -> Connected {
+        Connected {
+            arg: ClusterArg {
+                name: name.into(),
+                slurm_conf: PathBuf::from("/nonexistent/slurm.conf"),
+                state_file: None,
+            },
+            client: Client {
+                conf: PathBuf::from("/nonexistent/slurm.conf"),
+            },
+            nodes: nodes
+                .iter()
+                .enumerate()
+                .map(|(k, &(g, t))| (format!("n{}", k + 1), NodeGpus::new(g, t)))
+                .collect(),
+            spank: false,
+        }
+    }
+
+    /// The clusters get the same jobs and are set side by side, each
+    /// simulated at its own size: they must have the same GPU nodes.
+    #[test]
+    fn clusters_with_different_gpu_nodes_are_refused() {
+        let homog = |n: usize, g: u32| vec![(g, None); n];
+        let a = cluster("compass", &homog(16, 8));
+        check_comparable(&[a.clone(), cluster("stock", &homog(16, 8))]).unwrap();
+        // CPU-only nodes and GPU types aside, the same GPU nodes
+        let mut with_cpu = homog(16, 8);
+        with_cpu.push((0, None));
+        check_comparable(&[a.clone(), cluster("stock", &with_cpu)]).unwrap();
+        let typed = vec![(8, Some("a100")); 16];
+        check_comparable(&[a.clone(), cluster("stock", &typed)]).unwrap();
+        for other in [homog(15, 8), homog(16, 4), {
+            let mut m = homog(15, 8);
+            m.push((4, None));
+            m
+        }] {
+            let e = check_comparable(&[a.clone(), cluster("stock", &other)]).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "a usage error: {e}");
+            let e = e.to_string();
+            assert!(
+                e.contains("`compass` (16 nodes x 8 GPUs)") && e.contains("different GPU nodes"),
+                "{e}"
+            );
+        }
+    }
+
+    /// Jobs on a cluster that are not the replay's own are invisible to
+    /// the observer (it follows the ids sbatch returned): the run warns.
+    #[test]
+    fn jobs_that_are_not_the_replays_own_are_named_in_a_warning() {
+        let job = |id: u64, state: &str| slurm::JobObs {
+            id,
+            state: state.into(),
+            ..Default::default()
+        };
+        let listed = [
+            job(3, "RUNNING"),
+            job(4, "COMPLETED"),
+            job(5, "PENDING"),
+            job(6, "COMPLETING"),
+            job(7, "RUNNING"),
+        ];
+        let f = foreign_jobs(&listed, &BTreeSet::from([7]));
+        assert_eq!(f, ["3 (RUNNING)", "5 (PENDING)", "6 (COMPLETING)"]);
+        let w = foreign_warning("stock", &f).unwrap();
+        assert!(
+            w.starts_with("warning: stock: 3 job(s) not submitted by this replay are on the cluster: 3 (RUNNING), 5 (PENDING), 6 (COMPLETING);"),
+            "{w}"
+        );
+        assert!(w.contains("count as idle"), "{w}");
+        assert_eq!(foreign_warning("stock", &[]), None);
+        assert!(foreign_jobs(&[job(4, "CANCELLED")], &BTreeSet::new()).is_empty());
+    }
+
+    /// Each cluster's time is read right after its own `scontrol`
+    /// returned, not once for every cluster before them: a cluster polled
+    /// after a slow one would otherwise have its starts (`t - RunTime`)
+    /// and ends shifted by the first one's query.
+    #[test]
+    fn each_cluster_is_timed_after_its_own_query() {
+        use std::cell::Cell;
+        let plan = [plan::PlannedJob::example(0, 1, 8)];
+        let mut obs: Vec<Observer> = (0..2)
+            .map(|_| Observer::new(&plan, vec!["n1".into()], 8, None))
+            .collect();
+        for o in &mut obs {
+            o.submitted(0, 1, 0.0);
+        }
+        // the wall clock: each query takes 3 s
+        let now = Cell::new(10.0);
+        let running = || {
+            vec![slurm::JobObs {
+                id: 1,
+                state: "RUNNING".into(),
+                run_time_s: 4,
+                node_gpus: [("n1".to_string(), 8)].into(),
+                ..Default::default()
+            }]
+        };
+        let mut times = Vec::new();
+        for o in &mut obs {
+            let query = || {
+                now.set(now.get() + 3.0);
+                Ok(running())
+            };
+            let (t, s) = poll_one(o, query, || (now.get(), now.get() as u64));
+            times.push((t, s.unwrap().t_s));
+        }
+        assert_eq!(times, [(13.0, 13.0), (16.0, 16.0)]);
+        // each started 4 s before its own query returned
+        assert_eq!(obs[0].jobs[0].runs[0].start_s, 9.0);
+        assert_eq!(obs[1].jobs[0].runs[0].start_s, 12.0);
+        let e = poll_one(
+            &mut obs[0],
+            || Err(CliError::Failed("down".into())),
+            || (20.0, 20),
+        );
+        assert_eq!(e.0, 20.0);
+        assert!(e.1.is_err());
+    }
+
+    /// A run that hit `--timeout` is left out of the repeated figures
+    /// (means, sd, min, max) and named apart.
+    #[test]
+    fn a_timed_out_run_is_left_out_of_the_summary() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let args = Cli::parse_from(["t", "--cluster", "a=/x", "--jobs", "1", "--repeat", "3"]).args;
+        let plan = Plan::example(vec![plan::PlannedJob::example(0, 1, 8)], 60.0);
+        let run = |k: usize, afr: f64, timed_out: bool| repeat::RunResults {
+            run: k,
+            results: vec![ClusterResult {
+                name: "compass".into(),
+                afr,
+                ..Default::default()
+            }],
+            timed_out,
+        };
+        let runs = [run(1, 0.02, false), run(2, 0.04, false), run(3, 0.9, true)];
+        let fails = ["run 3: timed out".to_string()];
+        let (md, spreads, table) = summary_md(&args, "t.csv", &plan, &runs, &fails, &[]);
+        let afr = &spreads[0]
+            .figures
+            .iter()
+            .find(|(k, _)| k == "AFR")
+            .unwrap()
+            .1;
+        assert_eq!((afr.n, afr.max), (2, 0.04), "run 3 is not in the figures");
+        assert!(
+            table.contains("| AFR | 0.0300 ± 0.0141 [0.0200, 0.0400] (n=2) |"),
+            "{table}"
+        );
+        assert!(md.contains("3 of 3 runs done"), "{md}");
+        assert!(md.contains("over the 2 run(s) that finished"), "{md}");
+        assert!(md.contains("**Timed out** (`--timeout`"), "{md}");
+        assert!(
+            md.contains(": run 3. Left out of every figure below"),
+            "{md}"
+        );
+        assert_eq!(repeat::timed_out(&runs), [3]);
     }
 }

@@ -42,6 +42,18 @@ pub struct Run {
     pub mismatch: Option<String>,
 }
 
+/// The allocation of a job in `COMPLETING`: its run is over (the script
+/// finished, or the job was requeued), its epilog runs, and Slurm still
+/// holds its GPUs.
+#[derive(Clone, Debug, PartialEq)]
+struct Held {
+    /// GPUs per node (the last run's, as Slurm allocated them).
+    node_gpus: BTreeMap<String, u32>,
+    /// Requeued (Slurm counted a restart since the run started): the job
+    /// will wait to run again, a migration or preemption in flight.
+    requeued: bool,
+}
+
 /// One job on one cluster.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct JobTrack {
@@ -79,6 +91,13 @@ pub struct Sample {
     pub pending: u64,
     pub running: u64,
     pub done: u64,
+    /// Jobs whose run ended (their script finished, or they were requeued)
+    /// while Slurm still holds their GPUs (`COMPLETING`: the epilog runs).
+    /// Their GPUs count as allocated (in `used_gpus`, `N*SIF`, the free
+    /// GPUs the waiting jobs could fit) and they do not wait: no other
+    /// job can have those GPUs yet. A requeued one is a migration in
+    /// flight.
+    pub completing: u64,
     /// Nothing moved since the previous poll, no job waits to restart after
     /// a requeue and the engine has no migration in flight.
     pub settled: bool,
@@ -241,10 +260,16 @@ pub struct Figures {
     /// time (any job running or waiting).
     pub peak: Window,
     pub busy: Window,
-    /// Max `N*SIF` after any poll.
+    /// Max `N*SIF` after any poll (migrations in flight included).
     pub max_n_sif: u64,
+    /// Max `N*SIF` at polls with no migration in flight
+    /// ([`Sample::in_flight`] false): the like of the simulator's maximum,
+    /// taken after each policy call, where a migration is instantaneous.
+    pub max_n_sif_no_flight: Option<u64>,
     /// Max `N*SIF` at polls where WCC held.
     pub max_n_sif_wcc: Option<u64>,
+    /// Max `N*SIF` at polls where WCC held and no migration was in flight.
+    pub max_n_sif_wcc_no_flight: Option<u64>,
     /// Max `N*SIF` at settled instants where WCC held and the engine kept
     /// no job still (Theorem 1's bound).
     pub max_n_sif_wcc_settled: Option<u64>,
@@ -296,7 +321,7 @@ impl Figures {
         if prev.pending > 0 {
             self.peak.add(dt, sif, &part, prev);
         }
-        if prev.pending > 0 || prev.running > 0 {
+        if prev.pending > 0 || prev.running > 0 || prev.completing > 0 {
             self.busy.add(dt, sif, &part, prev);
         }
         self.fit_wait_s += dt * part.fit_waiting as f64;
@@ -305,16 +330,25 @@ impl Figures {
         }
     }
 
-    /// Updates the maxima of `N*SIF`: at all polls, under WCC, at settled
-    /// instants under WCC with every job movable (Theorem 1's), and at
-    /// settled instants under WCC where the engine kept some job still
-    /// (`kept_still > 0`).
-    fn record(&mut self, n_sif: u64, wcc: bool, settled: bool, kept_still: u64) {
+    /// Updates the maxima of `N*SIF`: at all polls and at polls with no
+    /// migration in flight (`in_flight` false), the same under WCC, at
+    /// settled instants under WCC with every job movable (Theorem 1's),
+    /// and at settled instants under WCC where the engine kept some job
+    /// still (`kept_still > 0`).
+    fn record(&mut self, n_sif: u64, wcc: bool, s: &Sample) {
+        let max = |m: Option<u64>| Some(m.unwrap_or(0).max(n_sif));
+        let (settled, kept_still) = (s.settled, s.kept_still);
         self.max_n_sif = self.max_n_sif.max(n_sif);
+        if !s.in_flight {
+            self.max_n_sif_no_flight = max(self.max_n_sif_no_flight);
+        }
         if !wcc {
             return;
         }
-        self.max_n_sif_wcc = Some(self.max_n_sif_wcc.unwrap_or(0).max(n_sif));
+        self.max_n_sif_wcc = max(self.max_n_sif_wcc);
+        if !s.in_flight {
+            self.max_n_sif_wcc_no_flight = max(self.max_n_sif_wcc_no_flight);
+        }
         if settled && kept_still == 0 {
             self.max_n_sif_wcc_settled = Some(self.max_n_sif_wcc_settled.unwrap_or(0).max(n_sif));
         } else if settled {
@@ -339,6 +373,9 @@ pub struct Observer {
     pub state_file: Option<PathBuf>,
     pub jobs: Vec<JobTrack>,
     live: Vec<bool>,
+    /// Jobs in `COMPLETING` whose run is over: the GPUs Slurm still holds
+    /// for them ([`Sample::completing`]).
+    held: Vec<Option<Held>>,
     by_id: BTreeMap<u64, usize>,
     shapes: Vec<(u32, u32)>,
     cache: PhiStarCache,
@@ -407,6 +444,7 @@ impl Observer {
             state_file,
             jobs: vec![JobTrack::default(); plan.len()],
             live: vec![false; plan.len()],
+            held: vec![None; plan.len()],
             by_id: BTreeMap::new(),
             shapes: plan.iter().map(|j| (j.instances, j.gpus)).collect(),
             cache: PhiStarCache::new(),
@@ -496,6 +534,7 @@ impl Observer {
                     }
                 }
                 self.live[i] = false;
+                self.held[i] = None;
             }
         }
         self.check_engine_records();
@@ -509,6 +548,31 @@ impl Observer {
         }
         j.restarts = j.restarts.max(o.restarts);
         j.preempted_cancel |= o.preempted_cancel;
+        if o.completing() {
+            // The run is over but Slurm still holds its GPUs (epilog):
+            // they stay allocated, the job does not wait. A requeued job
+            // (a restart counted since the run started) shows COMPLETING
+            // too before it waits again.
+            let last = j.runs.last().map(|r| r.restarts);
+            let held = if self.live[i] {
+                let r = j.runs.last_mut().expect("a live job has a run");
+                r.end_s = Some(t_s);
+                Some(r.node_gpus.clone())
+            } else {
+                // ran unseen between two polls, or still held from before
+                self.held[i]
+                    .as_ref()
+                    .map(|h| h.node_gpus.clone())
+                    .or_else(|| Some(o.node_gpus.clone()))
+            };
+            self.live[i] = false;
+            self.held[i] = held.map(|node_gpus| Held {
+                node_gpus,
+                requeued: o.restarts > last.unwrap_or(0),
+            });
+            return;
+        }
+        self.held[i] = None;
         if o.running() && !o.node_gpus.is_empty() {
             let new_run = !self.live[i] || j.runs.last().is_some_and(|r| r.restarts != o.restarts);
             if new_run {
@@ -608,6 +672,12 @@ impl Observer {
         }
     }
 
+    /// All GPUs of the GPU nodes (every pool, pass-through included): the
+    /// denominator of the cluster's utilisation.
+    pub fn all_gpus(&self) -> u64 {
+        self.node_cap.values().map(|&(c, _)| u64::from(c)).sum()
+    }
+
     /// The nodes of the modelled pools (the `N` of the cluster's SIF).
     pub fn modelled_nodes(&self) -> u32 {
         self.pools
@@ -622,6 +692,7 @@ impl Observer {
         let mut counts: Vec<InstanceCounts> = vec![[0; 9]; self.pools.len()];
         let mut placement: BTreeMap<u64, BTreeMap<String, u32>> = BTreeMap::new();
         let (mut pending, mut running, mut done, mut requeued_waiting) = (0, 0, 0, false);
+        let mut completing = 0;
         let mut waiting_shapes: Vec<(u32, u32)> = Vec::new();
         for (i, j) in self.jobs.iter().enumerate() {
             if j.end_s.is_some() {
@@ -629,25 +700,32 @@ impl Observer {
                 continue;
             }
             let Some(id) = j.slurm_id else { continue };
-            if self.live[i] {
+            // The GPUs Slurm allocates to the job: its live run's, or those
+            // it still holds while the job completes (epilog).
+            let alloc = if self.live[i] {
                 running += 1;
-                let run = j.runs.last().expect("a live job has a run");
-                // One instance per node (`--ntasks-per-node=1`), of the GPUs
-                // Slurm allocated there, counted in that node's pool.
-                for (n, &g) in &run.node_gpus {
-                    *used.entry(n.as_str()).or_default() += g;
-                    if let Some(&(_, p)) = self.node_cap.get(n) {
-                        counts[p][g.min(8) as usize] += 1;
-                    }
-                }
-                placement.insert(id, run.node_gpus.clone());
+                &j.runs.last().expect("a live job has a run").node_gpus
+            } else if let Some(h) = &self.held[i] {
+                completing += 1;
+                requeued_waiting |= h.requeued;
+                &h.node_gpus
             } else {
                 pending += 1;
                 waiting_shapes.push(self.shapes[i]);
                 if j.restarts > 0 {
                     requeued_waiting = true;
                 }
+                continue;
+            };
+            // One instance per node (`--ntasks-per-node=1`), of the GPUs
+            // Slurm allocated there, counted in that node's pool.
+            for (n, &g) in alloc {
+                *used.entry(n.as_str()).or_default() += g;
+                if let Some(&(_, p)) = self.node_cap.get(n) {
+                    counts[p][g.min(8) as usize] += 1;
+                }
             }
+            placement.insert(id, alloc.clone());
         }
         // free GPUs of each GPU node, by pool
         let mut free: Vec<Vec<u32>> = vec![Vec::new(); self.pools.len()];
@@ -681,7 +759,7 @@ impl Observer {
                 kept_out.min(idle - fit) as f64 / total,
             )
         };
-        let all_gpus: u64 = self.node_cap.values().map(|&(c, _)| u64::from(c)).sum();
+        let all_gpus = self.all_gpus();
         let (fit_waiting, fit_share, layout_share) = fitting(&all_free, all_gpus);
         let mut pool_samples = Vec::with_capacity(self.pools.len());
         for (p, track) in self.pools.iter().enumerate() {
@@ -758,6 +836,7 @@ impl Observer {
             pending,
             running,
             done,
+            completing,
             settled,
             in_flight: in_flight || requeued_waiting,
             state_age_s,
@@ -778,10 +857,10 @@ impl Observer {
                 }
             }
         }
-        self.figures.record(n_sif, wcc, settled, kept_still);
+        self.figures.record(n_sif, wcc, &s);
         for (track, ps) in self.pools.iter_mut().zip(pool_samples) {
             if track.def.modelled {
-                track.figures.record(ps.n_sif, ps.wcc, settled, kept_still);
+                track.figures.record(ps.n_sif, ps.wcc, &s);
             }
             track.last = Some(ps);
         }
@@ -1105,6 +1184,95 @@ mod tests {
         o.state = Some(state_at(1012, 5, &["n2"], 4));
         o.poll(&[job(5, "RUNNING", 3, 3, &[("n1", 4)])], 11.0, 1012);
         assert!(o.jobs[0].runs[3].mismatch.is_some());
+    }
+
+    /// `COMPLETING`: the run is over, the epilog runs, and Slurm still
+    /// holds the job's GPUs, so no waiting job can have them. They count
+    /// as allocated (utilisation, `N*SIF`, what a waiting job would fit)
+    /// and the job neither waits nor is a migration in flight, unless it
+    /// was requeued; its completion is its end as Slurm reports it.
+    #[test]
+    fn a_completing_job_still_holds_its_gpus_and_does_not_wait() {
+        let plan = [
+            PlannedJob::example(0, 1, 4),
+            PlannedJob::example(1, 1, 4),
+            PlannedJob::example(2, 1, 8),
+        ];
+        let mut o = Observer::new(&plan, vec!["n1".into(), "n2".into()], 8, None);
+        for i in 0..3 {
+            o.submitted(i, i as u64 + 1, 0.0);
+        }
+        // job 2 was migrated before (Restarts 1) and runs again on n2
+        o.poll(
+            &[
+                job(1, "RUNNING", 0, 0, &[("n1", 4)]),
+                job(2, "RUNNING", 1, 0, &[("n2", 4)]),
+                job(3, "PENDING", 0, 0, &[]),
+            ],
+            1.0,
+            1001,
+        );
+        // both end; the epilogs run
+        let s = o.poll(
+            &[
+                job(1, "COMPLETING", 0, 1, &[("n1", 4)]),
+                job(2, "COMPLETING", 1, 1, &[]),
+                job(3, "PENDING", 0, 0, &[]),
+            ],
+            3.0,
+            1003,
+        );
+        assert_eq!((s.used_gpus, s.utilisation), (8, 0.5));
+        assert_eq!((s.pending, s.running, s.completing), (1, 0, 2));
+        assert_eq!((s.partial, s.n_sif), (2, 2), "the held GPUs are allocated");
+        assert_eq!(s.fit_waiting, 0, "no node has 8 free GPUs yet");
+        assert!(!s.in_flight, "job 2 finishes: nothing waits to restart");
+        assert!(s.settled, "nothing moved: the GPUs are where they were");
+        let s = o.poll(
+            &[
+                job(1, "COMPLETED", 0, 1, &[]),
+                job(2, "COMPLETED", 1, 1, &[]),
+                job(3, "RUNNING", 0, 0, &[("n1", 8)]),
+            ],
+            4.0,
+            1004,
+        );
+        assert_eq!((s.used_gpus, s.pending, s.completing), (8, 0, 0));
+        // completion as Slurm reports it: start 1 s + 1 s of run
+        assert_eq!(
+            (o.jobs[0].end_s, o.jobs[0].runs[0].end_s),
+            (Some(2.0), Some(2.0))
+        );
+        assert_eq!(o.jobs[1].runs.len(), 1);
+        // T_peak: job 3 waited from 1 s to 4 s, on 8 of 16 GPUs held
+        assert_eq!(o.figures.peak.time_s, 3.0);
+        assert_eq!(o.figures.peak.util_s, 1.5);
+        assert_eq!(o.figures.peak.in_flight_s, 0.0);
+        assert_eq!(
+            o.figures.fit_wait_s, 0.0,
+            "job 3 never fitted the free GPUs"
+        );
+    }
+
+    /// A requeued job shows `COMPLETING` (Restarts already counted) while
+    /// its nodes are released: it holds its GPUs, does not wait yet, and
+    /// its migration is in flight; its next start is its second run.
+    #[test]
+    fn a_requeued_job_completing_holds_its_gpus_and_is_in_flight() {
+        let plan = [PlannedJob::example(0, 1, 4)];
+        let mut o = Observer::new(&plan, vec!["n1".into(), "n2".into()], 8, None);
+        o.submitted(0, 1, 0.0);
+        o.poll(&[job(1, "RUNNING", 0, 0, &[("n1", 4)])], 1.0, 1);
+        let s = o.poll(&[job(1, "COMPLETING", 1, 1, &[("n1", 4)])], 2.0, 2);
+        assert_eq!((s.used_gpus, s.pending, s.completing), (4, 0, 1));
+        assert!(s.in_flight && !s.settled, "{s:?}");
+        assert_eq!(o.jobs[0].runs[0].end_s, Some(2.0), "the run is over");
+        let s = o.poll(&[job(1, "PENDING", 1, 0, &[])], 3.0, 3);
+        assert_eq!((s.used_gpus, s.pending, s.completing), (0, 1, 0));
+        assert!(s.in_flight);
+        o.poll(&[job(1, "RUNNING", 1, 0, &[("n2", 4)])], 4.0, 4);
+        assert_eq!(o.jobs[0].runs.len(), 2);
+        assert_eq!(o.jobs[0].runs[1].start_s, 4.0);
     }
 
     #[test]

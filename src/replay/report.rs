@@ -382,17 +382,61 @@ pub struct ClusterResult {
     pub metric_window: String,
     pub peak_s: f64,
     pub busy_s: f64,
-    /// Average GPU Utilisation (eq. 17) over the metric window.
+    /// Average GPU Utilisation (eq. 17) over the metric window (this
+    /// cluster's own `T_peak`).
     pub agu: f64,
+    /// All GPUs of the cluster's GPU nodes (pass-through pools included).
+    pub gpus: u64,
+    /// GPU utilisation over one window common to every cluster of the
+    /// replay ([`compare`]): set once the clusters are compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub common_window: Option<CommonWindow>,
     /// Average Job Completion Time (eq. 16): mean of completion -
-    /// submission, wall seconds; `ajct_trace_s` times the speedup.
+    /// submission, wall seconds, over the `ajct_jobs` jobs that completed
+    /// on every cluster of the replay ([`compare`]; before it, over this
+    /// cluster's completed jobs), so clusters (and the simulation) are
+    /// compared on the same jobs. `ajct_trace_s` is it times the speedup:
+    /// the wall AJCT scaled back by the speedup, not the trace's AJCT
+    /// (runs were raised to `--min-run` or cut to `--max-run`, and the
+    /// jobs queued at compressed times).
     pub ajct_s: f64,
+    pub ajct_jobs: u64,
     pub ajct_trace_s: f64,
+    /// AJCT over this cluster's own completed jobs (`completed` of them).
+    pub ajct_own_s: f64,
+    /// Per plan job: completion minus submission when it completed here,
+    /// and first start minus submission when it started.
+    #[serde(skip)]
+    pub job_jct_s: Vec<Option<f64>>,
+    #[serde(skip)]
+    pub job_wait_s: Vec<Option<f64>>,
+    /// GPUs allocated at each poll (wall seconds, GPUs), for the common
+    /// window; first submission and last end here.
+    #[serde(skip)]
+    pub used_gpus_series: Vec<(f64, u64)>,
+    #[serde(skip)]
+    pub first_submit_s: Option<f64>,
+    #[serde(skip)]
+    pub last_end_s: Option<f64>,
+    /// Jobs not submitted by this replay that were on the cluster (not
+    /// finished) when the run started, `id (STATE)`: the observer sees
+    /// only the replay's own jobs (by the ids `sbatch` returned), so GPUs
+    /// they hold count as idle and their queue position is not seen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign_jobs_at_start: Vec<String>,
     /// First submission to last completion, wall seconds.
     pub makespan_s: f64,
+    /// Largest `N * SIF` at any poll, migrations in flight included.
     pub max_n_sif: u64,
+    /// Largest `N * SIF` at polls with no migration in flight (no requeued
+    /// job waiting or completing, no migration decided and not carried
+    /// out): like the simulator's maximum, which it takes after each
+    /// policy call, where a migration is instantaneous.
+    pub max_n_sif_no_flight: Option<u64>,
     /// Largest `N * SIF` at polls where WCC held (Theorem 1: at most 2).
     pub max_n_sif_under_wcc: Option<u64>,
+    /// The same at polls with no migration in flight.
+    pub max_n_sif_under_wcc_no_flight: Option<u64>,
     /// The same over settled polls only (nothing moved since the previous
     /// poll, no migration or restart in flight) where the engine kept no
     /// job still by its migration rule: where Theorem 1 is promised.
@@ -405,7 +449,9 @@ pub struct ClusterResult {
     /// Wall seconds with `N * SIF > 2` under WCC while jobs were kept still.
     #[serde(default)]
     pub over_bound_by_choice_s: f64,
-    /// Time average of `N * SIF` over the metric window (all instants).
+    /// Time average of `N * SIF` over the metric window (all instants):
+    /// `AFR x N`, `N` the nodes of the modelled pools (those `N*SIF` is
+    /// summed over).
     pub mean_n_sif: f64,
     /// Share of the metric window that was not settled (something moved,
     /// or a migration was in flight): the time the settled line leaves out.
@@ -478,7 +524,9 @@ pub struct PoolResult {
     pub agu: f64,
     pub wcc_coverage: Option<f64>,
     pub max_n_sif: Option<u64>,
+    pub max_n_sif_no_flight: Option<u64>,
     pub max_n_sif_under_wcc: Option<u64>,
+    pub max_n_sif_under_wcc_no_flight: Option<u64>,
     /// Settled instants where WCC held in this pool and the engine kept no
     /// job still: Theorem 1 promises at most 2 (checked on compass).
     pub max_n_sif_under_wcc_settled: Option<u64>,
@@ -503,11 +551,13 @@ pub struct ClusterInfo<'a> {
     pub log: Option<LogFacts>,
     /// Polls where `scontrol` failed (the cluster's state was not seen).
     pub poll_errors: u64,
+    /// Jobs not the replay's own found on the cluster at the start
+    /// ([`ClusterResult::foreign_jobs_at_start`]).
+    pub foreign_at_start: Vec<String>,
 }
 
 /// Computes a cluster's figures.
 pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> ClusterResult {
-    let speedup = plan.compression.speedup;
     let submitted: Vec<u64> = obs.jobs.iter().filter_map(|j| j.slurm_id).collect();
     let preempted_cancel: BTreeSet<u64> = obs
         .jobs
@@ -526,6 +576,9 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
         submitted: submitted.len() as u64,
         polls: obs.samples.len() as u64,
         poll_errors: info.poll_errors,
+        foreign_jobs_at_start: info.foreign_at_start.clone(),
+        gpus: obs.all_gpus(),
+        used_gpus_series: obs.samples.iter().map(|x| (x.t_s, x.used_gpus)).collect(),
         completion: Completion::read(info.completion_log, &submitted, &preempted_cancel),
         move_when: obs.state.as_ref().and_then(|s| s.move_when.clone()),
         tidy_payback: obs.state.as_ref().and_then(|s| s.tidy_payback),
@@ -555,11 +608,15 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
     r.peak_s = obs.figures.peak.time_s;
     r.busy_s = obs.figures.busy.time_s;
     r.max_n_sif = obs.figures.max_n_sif;
+    r.max_n_sif_no_flight = obs.figures.max_n_sif_no_flight;
     r.max_n_sif_under_wcc = obs.figures.max_n_sif_wcc;
+    r.max_n_sif_under_wcc_no_flight = obs.figures.max_n_sif_wcc_no_flight;
     r.max_n_sif_under_wcc_settled = obs.figures.max_n_sif_wcc_settled;
     r.max_n_sif_under_wcc_settled_kept = obs.figures.max_n_sif_wcc_settled_kept;
     r.over_bound_by_choice_s = obs.figures.over_bound_by_choice_s;
-    r.mean_n_sif = r.afr * f64::from(r.nodes);
+    // SIF divides the modelled pools' N*SIF by their nodes (pass-through
+    // pools have no N*SIF), so N*SIF is AFR times those nodes
+    r.mean_n_sif = r.afr * f64::from(obs.modelled_nodes());
     r.unsettled_share = avg(window.unsettled_s);
     r.causes.in_flight_share = avg(window.in_flight_s);
     r.causes.idle_share = avg(window.idle_s);
@@ -572,8 +629,8 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
         r.causes.state_age_max_s = Some(ages.iter().copied().fold(0.0, f64::max));
     }
 
-    let mut jct = Vec::new();
-    let mut waits = Vec::new();
+    r.job_jct_s = vec![None; obs.jobs.len()];
+    r.job_wait_s = vec![None; obs.jobs.len()];
     let (mut first_submit, mut last_end) = (f64::INFINITY, 0.0f64);
     for (i, j) in obs.jobs.iter().enumerate() {
         let label = format!(
@@ -598,28 +655,26 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
         }
         if let (Some(sub), Some(end)) = (j.submit_s, j.end_s) {
             if j.final_state.as_deref() == Some("COMPLETED") {
-                jct.push(end - sub);
+                r.job_jct_s[i] = Some(end - sub);
             }
             first_submit = first_submit.min(sub);
             last_end = last_end.max(end);
         }
         if let (Some(sub), Some(start)) = (j.submit_s, j.first_start_s()) {
-            waits.push((plan.jobs[i].total_gpus(), start - sub));
+            r.job_wait_s[i] = Some(start - sub);
         }
     }
-    r.ajct_s = if jct.is_empty() {
-        0.0
-    } else {
-        jct.iter().sum::<f64>() / jct.len() as f64
-    };
-    r.ajct_trace_s = r.ajct_s * speedup;
     r.makespan_s = if last_end > first_submit {
         last_end - first_submit
     } else {
         0.0
     };
-    r.waits = Percentiles::of(waits.iter().map(|w| w.1).collect());
-    r.largest = largest_waits(&plan_gpus(plan), &waits);
+    r.first_submit_s = first_submit.is_finite().then_some(first_submit);
+    r.last_end_s = (last_end > 0.0).then_some(last_end);
+    // this cluster's own jobs until compared with the others ([`compare`])
+    let own: Vec<bool> = r.job_jct_s.iter().map(Option::is_some).collect();
+    set_job_figures(plan, &mut r, &own);
+    r.ajct_own_s = r.ajct_s;
 
     let ours: BTreeSet<u64> = submitted.iter().copied().collect();
     match &info.log {
@@ -653,6 +708,128 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
     }
     (r.pools, r.runs_across_pools) = pool_results(obs, name == "peak");
     r
+}
+
+/// GPU utilisation over one window common to every cluster of a replay:
+/// from the first submission to the last job end on any of them, so that
+/// clusters whose `T_peak` differ are compared over the same time.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CommonWindow {
+    /// Wall seconds since the replay start.
+    pub from_s: f64,
+    pub to_s: f64,
+    /// GPU-seconds allocated within the window (each poll's allocated GPUs
+    /// held until the next poll).
+    pub gpu_s: f64,
+    /// `gpu_s / (gpus x (to_s - from_s))`.
+    pub utilisation: f64,
+}
+
+/// AJCT and the waits of `r` (live) over the plan jobs where `keep` is
+/// true (those with a completion time here), AJCT also times the speedup.
+fn set_job_figures(plan: &Plan, r: &mut ClusterResult, keep: &[bool]) {
+    let jct: Vec<f64> = r
+        .job_jct_s
+        .iter()
+        .zip(keep)
+        .filter_map(|(j, &k)| j.filter(|_| k))
+        .collect();
+    r.ajct_jobs = jct.len() as u64;
+    r.ajct_s = mean(&jct);
+    r.ajct_trace_s = r.ajct_s * plan.compression.speedup;
+    (r.waits, r.largest) = waits_of(plan, &r.job_wait_s, keep);
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+/// Percentiles of the waits `wait` (per plan job) of the jobs `keep`, and
+/// those of the largest jobs among them.
+fn waits_of(plan: &Plan, wait: &[Option<f64>], keep: &[bool]) -> (Percentiles, LargestWaits) {
+    let waits: Vec<(u64, f64)> = wait
+        .iter()
+        .zip(keep)
+        .enumerate()
+        .filter(|(_, (_, &k))| k)
+        .filter_map(|(i, (w, _))| Some((plan.jobs[i].total_gpus(), (*w)?)))
+        .collect();
+    (
+        Percentiles::of(waits.iter().map(|w| w.1).collect()),
+        largest_waits(&plan_gpus(plan), &waits),
+    )
+}
+
+/// Sets every cluster beside the others, on the same jobs and the same
+/// time: AJCT and the waits (live and simulated) over the jobs that
+/// completed on every cluster (a job cancelled, failed or timed out on one
+/// of them is left out of all, so no cluster's average drops a job the
+/// others keep; each cluster's own `completed` and `ajct_own_s` stay), and
+/// the GPU utilisation over the window from the first submission to the
+/// last job end on any cluster ([`CommonWindow`]).
+pub fn compare(plan: &Plan, results: &mut [ClusterResult]) {
+    let n = plan.jobs.len();
+    let everywhere: Vec<bool> = (0..n)
+        .map(|i| {
+            !results.is_empty()
+                && results
+                    .iter()
+                    .all(|r| r.job_jct_s.get(i).is_some_and(Option::is_some))
+        })
+        .collect();
+    for r in results.iter_mut() {
+        set_job_figures(plan, r, &everywhere);
+        if let Some(s) = r.simulated.as_mut() {
+            let jct: Vec<f64> = s
+                .job_jct_s
+                .iter()
+                .zip(&everywhere)
+                .filter_map(|(j, &k)| j.filter(|_| k))
+                .collect();
+            s.ajct_jobs = jct.len() as u64;
+            s.ajct_s = mean(&jct);
+            (s.waits, s.largest) = waits_of(plan, &s.job_wait_s, &everywhere);
+        }
+    }
+    let from = results
+        .iter()
+        .filter_map(|r| r.first_submit_s)
+        .fold(f64::INFINITY, f64::min);
+    let to = results
+        .iter()
+        .filter_map(|r| r.last_end_s)
+        .fold(f64::NEG_INFINITY, f64::max);
+    if !(from.is_finite() && to > from) {
+        return;
+    }
+    for r in results.iter_mut() {
+        let gpu_s = gpu_seconds(&r.used_gpus_series, from, to);
+        r.common_window = Some(CommonWindow {
+            from_s: from,
+            to_s: to,
+            gpu_s,
+            utilisation: gpu_s / (r.gpus.max(1) as f64 * (to - from)),
+        });
+    }
+}
+
+/// GPU-seconds allocated from `from` to `to`: each poll's `(t, GPUs)` held
+/// until the next poll (nothing before the first; the last poll's until
+/// `to`).
+fn gpu_seconds(series: &[(f64, u64)], from: f64, to: f64) -> f64 {
+    let mut sum = 0.0;
+    for (k, &(t, g)) in series.iter().enumerate() {
+        let next = series.get(k + 1).map_or(to, |x| x.0);
+        let (a, b) = (t.max(from), next.min(to));
+        if b > a {
+            sum += g as f64 * (b - a);
+        }
+    }
+    sum
 }
 
 /// Each pool's figures, and the runs that spanned pools. `peak`: the
@@ -704,7 +881,9 @@ fn pool_results(obs: &Observer, peak: bool) -> (Vec<PoolResult>, u64) {
                 agu: avg(w.util_s),
                 wcc_coverage: m.then(|| avg(w.wcc_s)),
                 max_n_sif: m.then_some(t.figures.max_n_sif),
+                max_n_sif_no_flight: t.figures.max_n_sif_no_flight.filter(|_| m),
                 max_n_sif_under_wcc: t.figures.max_n_sif_wcc,
+                max_n_sif_under_wcc_no_flight: t.figures.max_n_sif_wcc_no_flight,
                 max_n_sif_under_wcc_settled: t.figures.max_n_sif_wcc_settled,
                 max_n_sif_under_wcc_settled_kept: t.figures.max_n_sif_wcc_settled_kept,
                 over_bound_by_choice_s: t.figures.over_bound_by_choice_s,
@@ -998,9 +1177,18 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
     row("N*SIF, time average (all instants)", &|r| {
         format!("{:.2}", r.mean_n_sif)
     });
-    row("max N*SIF", &|r| r.max_n_sif.to_string());
-    row("max N*SIF while WCC held (all instants)", &|r| {
+    row(
+        "max N*SIF (every poll, migrations in flight included)",
+        &|r| r.max_n_sif.to_string(),
+    );
+    row("  (polls with no migration in flight)", &|r| {
+        opt(r.max_n_sif_no_flight)
+    });
+    row("max N*SIF while WCC held (every poll)", &|r| {
         opt(r.max_n_sif_under_wcc)
+    });
+    row("  (polls with no migration in flight)", &|r| {
+        opt(r.max_n_sif_under_wcc_no_flight)
     });
     row("  (settled, every job movable: Theorem 1)", &|r| {
         opt(r.max_n_sif_under_wcc_settled)
@@ -1018,10 +1206,32 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
             100.0 * r.causes.in_flight_share
         )
     });
-    row("AJCT (wall s / trace h)", &|r| {
-        format!("{:.1} / {:.2}", r.ajct_s, r.ajct_s * speedup / 3600.0)
+    row(
+        "AJCT over the jobs completed on every cluster (wall s / scaled back by the speedup, h)",
+        &|r| {
+            format!(
+                "{:.1} / {:.2} ({} jobs)",
+                r.ajct_s,
+                r.ajct_s * speedup / 3600.0,
+                r.ajct_jobs
+            )
+        },
+    );
+    if results.iter().any(|r| r.completed != r.ajct_jobs) {
+        row("AJCT over its own completed jobs (wall s)", &|r| {
+            format!("{:.1} ({} jobs)", r.ajct_own_s, r.completed)
+        });
+    }
+    row("AGU (over its own metric window)", &|r| {
+        format!("{:.1}%", 100.0 * r.agu)
     });
-    row("AGU", &|r| format!("{:.1}%", 100.0 * r.agu));
+    row(
+        "GPU utilisation over the common window (first submission to last end on any cluster)",
+        &|r| match &r.common_window {
+            Some(w) => format!("{:.1}% ({:.0} s)", 100.0 * w.utilisation, w.to_s - w.from_s),
+            None => "-".into(),
+        },
+    );
     row(
         "idle GPUs: all / usable by waiting jobs that fit / kept from a waiting job by the layout / not needed / migration in flight",
         &|r| {
@@ -1094,10 +1304,11 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
         (Some(m), Some(x)) => format!("{m:.1} / {x:.0}"),
         _ => "-".into(),
     });
-    row("wait p50 / p90, all (wall s)", &|r| {
-        format!("{:.1} / {:.1}", r.waits.p50, r.waits.p90)
-    });
-    row("wait p50 / p90, largest (wall s)", &|r| {
+    row(
+        "wait p50 / p90, jobs completed on every cluster (wall s)",
+        &|r| format!("{:.1} / {:.1}", r.waits.p50, r.waits.p90),
+    );
+    row("wait p50 / p90, largest of those (wall s)", &|r| {
         format!(
             "{:.1} / {:.1} ({} jobs >= {} GPUs)",
             r.largest.waits.p50, r.largest.waits.p90, r.largest.jobs, r.largest.min_gpus
@@ -1199,32 +1410,57 @@ pub fn sim_table(results: &[ClusterResult]) -> String {
     row("AFR", &|r| format!("{:.4}", r.afr), &|s| {
         format!("{:.4}", s.afr)
     });
-    row("max N*SIF", &|r| r.max_n_sif.to_string(), &|s| {
-        s.max_n_sif.to_string()
-    });
     row(
-        "max N*SIF while WCC held (all instants)",
+        "max N*SIF (live: every poll, migrations in flight included; sim: after every policy call)",
+        &|r| r.max_n_sif.to_string(),
+        &|s| s.max_n_sif.to_string(),
+    );
+    row(
+        "max N*SIF, no migration in flight (live: polls with none; sim: after every policy call)",
+        &|r| opt(r.max_n_sif_no_flight),
+        &|s| s.max_n_sif.to_string(),
+    );
+    row(
+        "max N*SIF while WCC held (live: every poll; sim: after every policy call)",
         &|r| opt(r.max_n_sif_under_wcc),
         &|s| opt(s.max_n_sif_under_wcc),
     );
-    row("AGU", &|r| format!("{:.1}%", 100.0 * r.agu), &|s| {
-        format!("{:.1}%", 100.0 * s.agu)
-    });
-    row("AJCT (wall s)", &|r| format!("{:.1}", r.ajct_s), &|s| {
-        format!("{:.1}", s.ajct_s)
-    });
     row(
-        "wait p50 / p90, all (wall s)",
+        "max N*SIF while WCC held, no migration in flight (live: polls with none; sim: after every policy call)",
+        &|r| opt(r.max_n_sif_under_wcc_no_flight),
+        &|s| opt(s.max_n_sif_under_wcc),
+    );
+    row(
+        "AGU (each over its own metric window)",
+        &|r| format!("{:.1}%", 100.0 * r.agu),
+        &|s| format!("{:.1}%", 100.0 * s.agu),
+    );
+    row(
+        "AJCT over the jobs completed on every live cluster (wall s)",
+        &|r| format!("{:.1} ({} jobs)", r.ajct_s, r.ajct_jobs),
+        &|s| format!("{:.1} ({} jobs)", s.ajct_s, s.ajct_jobs),
+    );
+    if results.iter().any(|r| {
+        r.completed != r.ajct_jobs || r.simulated.as_ref().is_some_and(|s| s.ajct_jobs != r.jobs)
+    }) {
+        row(
+            "AJCT over its own completed jobs (wall s)",
+            &|r| format!("{:.1} ({} jobs)", r.ajct_own_s, r.completed),
+            &|s| format!("{:.1} (all {} jobs)", s.ajct_all_s, s.job_jct_s.len()),
+        );
+    }
+    row(
+        "wait p50 / p90, jobs completed on every live cluster (wall s)",
         &|r| format!("{:.1} / {:.1}", r.waits.p50, r.waits.p90),
         &|s| format!("{:.1} / {:.1}", s.waits.p50, s.waits.p90),
     );
     row(
-        "wait p50 / p90, largest (wall s)",
+        "wait p50 / p90, largest of those (wall s)",
         &|r| format!("{:.1} / {:.1}", r.largest.waits.p50, r.largest.waits.p90),
         &|s| format!("{:.1} / {:.1}", s.largest.waits.p50, s.largest.waits.p90),
     );
     row(
-        "migrations (jobs)",
+        "migrations: requeues (live) / moved jobs per policy call (sim) (jobs)",
         &|r| format!("{} ({})", r.migrations, r.migrated_jobs),
         &|s| format!("{} ({})", s.migrations, s.migrated_jobs),
     );
@@ -1286,6 +1522,11 @@ pub fn markdown(
         plan.cut_to_max_run,
         wall_s
     );
+    for r in results {
+        if let Some(w) = foreign_note(r) {
+            let _ = writeln!(s, "**Warning**: {w}\n");
+        }
+    }
     s.push_str(&table(results, c.speedup));
     s.push('\n');
     if results.iter().any(|r| r.pools.len() > 1) {
@@ -1303,7 +1544,7 @@ pub fn markdown(
             .find_map(|r| r.simulated.as_ref());
         let _ = writeln!(
             s,
-            "## Live against simulated\n\nThe simulator on the jobs this replay submitted (`jobs.csv`, wall seconds), same cluster size, backfill queue, a migration costing {:.1} wall s = {:.1} trace min at speedup {} ({}). Compass clusters are simulated with the `compass` policy, moving jobs under the plugin's `select.move_when` (`{}`, from its published state; the default when it publishes none) with remaining runs from the time limits submitted{}; stock clusters with `best-fit`, the closest model of cons_tres (it packs onto the fullest nodes that fit; Slurm's start latency, its scheduling passes and its backfill window are not modelled).\n",
+            "## Live against simulated\n\nThe simulator on the jobs this replay submitted (`jobs.csv`, wall seconds), same cluster size, backfill queue, a migration costing {:.1} wall s = {:.1} trace min at speedup {} ({}), charged once per moved job as one Slurm requeue costs. Compass clusters are simulated with the `compass` policy, moving jobs under the plugin's `select.move_when` (`{}`, from its published state; the default when it publishes none) with remaining runs from the time limits submitted{}; stock clusters with `best-fit`, the closest model of cons_tres (it packs onto the fullest nodes that fit; Slurm's start latency, its scheduling passes and its backfill window are not modelled).\n",
             sim.migration_cost_s,
             sim.migration_cost_s * c.speedup / 60.0,
             c.speedup,
@@ -1327,6 +1568,7 @@ pub fn markdown(
         })));
         s.push_str(&sim_table(results));
         s.push('\n');
+        s.push_str(SIM_FOOTNOTE);
         s.push_str(&sim_commands(results));
     }
     if checks.is_empty() {
@@ -1349,6 +1591,25 @@ pub fn markdown(
     }
     s.push_str(DEFINITIONS);
     s
+}
+
+/// Below the live-against-simulated table: what its rows measure on each
+/// side where the two differ by definition.
+pub const SIM_FOOTNOTE: &str = "Live and simulated differ by definition here: the simulator takes max `N*SIF` after every policy call, where a migration is instantaneous, so its like is the live maximum over polls with no migration in flight (the live maximum over every poll also counts the instants while a requeued job waits or completes). A migration costs the simulated job its cost as a longer run, its GPUs busy meanwhile; live, the requeued job gives its GPUs back and waits to restart, so the same cost shows live as idle GPUs (lower AGU, `idle GPUs ... migration in flight`) and simulated as longer runs (higher AGU). Migrations count moved jobs on both sides (one Slurm requeue per moved job live; the simulation charges the cost once per moved job, `--migration-charge per-job`). AJCT and the waits are over the jobs that completed on every live cluster, the simulated columns over the same jobs.\n\n";
+
+/// The warning about jobs not the replay's own on cluster `r` at the
+/// start of the run, if any.
+pub fn foreign_note(r: &ClusterResult) -> Option<String> {
+    let f = &r.foreign_jobs_at_start;
+    if f.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{}: {} job(s) not submitted by this replay were on the cluster when it started ({}); the replay observes only its own jobs, so the GPUs those held count as idle here.",
+        r.name,
+        f.len(),
+        f.join(", ")
+    ))
 }
 
 /// What the simulated columns model, in one paragraph: placement only (the
@@ -1401,8 +1662,8 @@ fn sim_commands(results: &[ClusterResult]) -> String {
         }
         let _ = writeln!(
             s,
-            "compass simulate --trace jobs.csv --nodes {} --gpus-per-node {} --queue {} --remaining-run replay-limit --migration-cost {}s --policy {}{gate}   # {}",
-            r.nodes, r.gpus_per_node, sim.queue, sim.migration_cost_s, sim.policy, r.name
+            "compass simulate --trace jobs.csv --nodes {} --gpus-per-node {} --queue {} --remaining-run replay-limit --migration-cost {}s --migration-charge {} --policy {}{gate}   # {}",
+            r.nodes, r.gpus_per_node, sim.queue, sim.migration_cost_s, sim.migration_charge, sim.policy, r.name
         );
     }
     s.push_str("```\n\n");
@@ -1417,14 +1678,15 @@ Same definitions as the simulator (`compass-core/src/sim/mod.rs`, `SimResult`; p
 
 - **N*SIF** = `Phi_pi - Phi*` (eq. 2 times N): partial nodes (some but not all GPUs allocated, from `scontrol show job -d`) minus `Phi*`, the fewest partial nodes any packing of the running instances could have (`compass_core::metric::phi_star`, exact).
 - **AFR** (eq. 15): time average of `SIF = N*SIF / N` over `T_peak`, the time at least one replayed job waits in the queue (eq. 14); over the time any job runs or waits when the queue never was non-empty (`metric window`).
-- **AGU** (eq. 17): time average of allocated GPUs / all GPUs over the same window.
-- **AJCT** (eq. 16): mean of completion minus submission over completed jobs, wall seconds (times the speedup: trace time). Queueing, restarts and checkpoint losses are included, as migrations are charged in the simulator.
+- **AGU** (eq. 17): time average of allocated GPUs / all GPUs over the same window (each cluster's own). A job's GPUs count as allocated from its start until Slurm releases them: while it is `COMPLETING` (epilog) no other job can have them. **GPU utilisation over the common window**: GPU-seconds allocated / (all GPUs x the window), the window the same for every cluster: from the first submission to the last job end on any of them.
+- **AJCT** (eq. 16): mean of completion (the job's end as Slurm reports it) minus submission, wall seconds, over the jobs that completed on every cluster of the replay (their count beside it; each cluster's own completed count is the first row), so that no cluster's average leaves out a job the others keep; the simulated AJCT is over the same jobs. *Scaled back by the speedup*: the wall AJCT times the speedup, in hours; not the trace's own AJCT (runs were raised to `--min-run` or cut to `--max-run`, and the jobs queued at compressed times). Queueing, restarts and checkpoint losses are included, as migrations are charged in the simulator.
+- **max N*SIF**: over every poll, migrations in flight included; *with no migration in flight*: over the polls where no requeued job waited or completed and the engine had no migration decided and not carried out: the like of the simulator's maximum, taken after every policy call (a simulated migration is instantaneous).
 - **max N*SIF while WCC held**: over polls where the Workload Composition Condition (eq. 9, `compass_core::metric::wcc_holds`) held for the running instances; Theorem 1 promises at most 2. *Settled* polls: nothing moved since the previous poll and no migration or requeued job is in flight (the paper's instants are after Compact).
-- **N*SIF, time average (all instants)**: `AFR x N`, every poll of the window counted, migrations in flight included. **Time not settled / with a migration in flight**: shares of the window the settled line leaves out / where a requeued job waits to restart or the engine has a migration decided and not carried out.
+- **N*SIF, time average (all instants)**: `AFR x N` (`N` the nodes of the modelled pools), every poll of the window counted, migrations in flight included. **Time not settled / with a migration in flight**: shares of the window the settled line leaves out / where a requeued job waits to restart or the engine has a migration decided and not carried out.
 - **requeue -> restart idle**: from a run's end (the requeue) to the next run's start, over the requeues of completed jobs (on a compass cluster, of jobs whose every requeue was a migration). **Cost of one requeue**: that idle time plus the progress lost and the start-up (the job's end minus first start minus its run, less the idle time and less the same overhead of jobs never requeued), in wall seconds, and times the speedup in trace time. The compass cluster's figure is the migration cost of the simulation (8 s, the paper's, when no migration was measured).
 - **held for a migration target**: jobs the plugin kept from starting because their planned nodes were not free yet (`planned nodes not free yet` log lines), and the wall seconds from the first such line to the job's start or to the hold's release after `HOLD_LIMIT_S` (10 s), whichever came first, summed. **Then no room after the hold's release**: wall seconds from that release (`hold released, tried on Slurm's candidates`) to the job's start: cons_tres found no room on Slurm's own candidates either, so no shorter hold would have started the job sooner. **Waited while it fit**: at each poll, every waiting job that would fit the free GPUs as they are (`w` nodes with `g` free GPUs each, each job counted alone) adds the time to the next poll: Slurm's scheduling cadence and start latency on both clusters, and on compass also jobs narrowed to planned nodes that were not free. **Started ahead of an earlier job**: jobs that started more than a second before a job submitted earlier (backfill, priority order); the simulator's *backfilled* counts its backfill starts. **Published state age**: seconds since the engine's state file was written, at each poll.
-- **migrations**: requeues the select plugin carried out (its `migration of job N: requeued` log lines); **preemptions**: the other requeues Slurm counted (`Restarts`), i.e. by the budget service.
-- **waits**: first start minus submission; percentiles nearest-rank (`compass-core/src/sim/stats.rs`); *largest*: the top 5% of jobs by total GPUs `w x g` (ties included).
+- **migrations**: requeues the select plugin carried out (its `migration of job N: requeued` log lines), one per moved job; the simulated count is moved jobs per policy call (the simulator's `migration_charges` under `--migration-charge per-job`), not moved instances. A simulated migration lengthens the job's run by the cost with its GPUs busy; live the requeued job releases its GPUs and waits. **preemptions**: the other requeues Slurm counted (`Restarts`), i.e. by the budget service.
+- **waits**: first start minus submission, over the jobs that completed on every cluster; percentiles nearest-rank (`compass-core/src/sim/stats.rs`); *largest*: the top 5% of jobs by total GPUs `w x g` (ties included).
 ";
 
 #[cfg(test)]
@@ -1646,6 +1908,7 @@ mod tests {
                 completion_log: &dir.join("completed.log"),
                 log: None,
                 poll_errors: 0,
+                foreign_at_start: Vec::new(),
             },
         );
         let names: Vec<&str> = r.pools.iter().map(|p| p.name.as_str()).collect();
@@ -1704,6 +1967,7 @@ mod tests {
             policy: policy.into(),
             queue: "backfill".into(),
             migration_cost_s: cost,
+            migration_charge: "per-job".into(),
             rule_cost_s: rule,
             move_when: "pays".into(),
             tidy_payback: tidy,
@@ -1729,7 +1993,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("compass simulate"))
             .collect();
-        let common = "compass simulate --trace jobs.csv --nodes 16 --gpus-per-node 8 --queue backfill --remaining-run replay-limit --migration-cost 2.1015802534482813s";
+        let common = "compass simulate --trace jobs.csv --nodes 16 --gpus-per-node 8 --queue backfill --remaining-run replay-limit --migration-cost 2.1015802534482813s --migration-charge per-job";
         assert_eq!(
             lines,
             vec![
@@ -1784,5 +2048,304 @@ mod tests {
             ..compass
         };
         assert!(check(&[good, stock]).is_empty());
+    }
+
+    fn info<'a>(name: &'a str, log: &'a Path) -> ClusterInfo<'a> {
+        ClusterInfo {
+            name,
+            slurm_conf: Path::new("/nonexistent/slurm.conf"),
+            spank: false,
+            completion_log: log,
+            log: None,
+            poll_errors: 0,
+            foreign_at_start: Vec::new(),
+        }
+    }
+
+    fn running(id: u64, node: &str, g: u32) -> super::super::slurm::JobObs {
+        super::super::slurm::JobObs {
+            id,
+            state: "RUNNING".into(),
+            node_gpus: BTreeMap::from([(node.to_string(), g)]),
+            ..Default::default()
+        }
+    }
+
+    fn ended(id: u64, state: &str, run: u64) -> super::super::slurm::JobObs {
+        super::super::slurm::JobObs {
+            id,
+            state: state.into(),
+            run_time_s: run,
+            ..Default::default()
+        }
+    }
+
+    /// `N*SIF` is summed over the modelled pools and SIF divides it by
+    /// their nodes, so its time average is AFR times those nodes, not
+    /// times every GPU node: a pass-through pool has no `N*SIF`.
+    #[test]
+    fn mean_n_sif_counts_the_modelled_nodes_only() {
+        use super::super::plan::PlannedJob;
+        use compass_core::placement::pools::NodeGpus;
+        let plan = Plan::example(
+            vec![
+                PlannedJob::example(0, 1, 1),
+                PlannedJob::example(1, 1, 1),
+                PlannedJob::example(2, 1, 8),
+            ],
+            1.0,
+        );
+        // two 8-GPU a100 nodes (modelled) and one 6-GPU node (pass-through)
+        let nodes: Vec<(String, NodeGpus)> = [("a1", 8), ("a2", 8), ("s1", 6)]
+            .into_iter()
+            .map(|(n, g)| {
+                let t = (g == 8).then_some("a100");
+                (n.to_string(), NodeGpus::new(g, t))
+            })
+            .collect();
+        let mut o = Observer::with_nodes(&plan.jobs, &nodes, None);
+        assert!(!o.pools[1].def.modelled);
+        for i in 0..3 {
+            o.submitted(i, i as u64 + 1, 0.0);
+        }
+        // one GPU on each a100 node: 2 partial, Phi* 1, N*SIF 1; the 8-GPU
+        // job waits (no node has 8 free GPUs)
+        let polled = [
+            running(1, "a1", 1),
+            running(2, "a2", 1),
+            ended(3, "PENDING", 0),
+        ];
+        o.poll(&polled, 1.0, 1);
+        o.poll(&polled, 3.0, 3);
+        let dir = std::env::temp_dir();
+        let r = summarise(&plan, &o, &info("c", &dir.join("none.log")));
+        assert_eq!(r.nodes, 3);
+        assert_eq!(r.afr, 0.5, "N*SIF 1 over the 2 modelled nodes");
+        assert_eq!(r.mean_n_sif, 1.0, "N*SIF was 1 all along");
+        assert_eq!(r.gpus, 22);
+    }
+
+    /// A job that did not complete on one cluster (cancelled, failed,
+    /// timed out) is left out of every cluster's AJCT and waits, and of
+    /// the simulated ones: the clusters are compared on the same jobs,
+    /// with their count, and each keeps its own completed count. The
+    /// utilisation over the common window takes one window for all.
+    #[test]
+    fn clusters_are_compared_on_the_jobs_completed_everywhere_and_one_window() {
+        use super::super::plan::PlannedJob;
+        let mut jobs: Vec<PlannedJob> = (0..3).map(|i| PlannedJob::example(i, 1, 8)).collect();
+        jobs[2].run_s = 40.0;
+        let plan = Plan::example(jobs, 60.0);
+        let dir = std::env::temp_dir();
+        let log = dir.join("compass-replay-no-such.log");
+        // cluster a: jobs 0 and 1 run 10 s from 1 s; job 2 fails at 2 s
+        let mut a = Observer::new(
+            &plan.jobs,
+            vec!["n1".into(), "n2".into(), "n3".into()],
+            8,
+            None,
+        );
+        // cluster b: jobs 0 and 1 run 20 s, job 2 30 s: all complete
+        let mut b = Observer::new(
+            &plan.jobs,
+            vec!["n1".into(), "n2".into(), "n3".into()],
+            8,
+            None,
+        );
+        for o in [&mut a, &mut b] {
+            for i in 0..3 {
+                o.submitted(i, i as u64 + 1, 0.0);
+            }
+            o.poll(
+                &[
+                    running(1, "n1", 8),
+                    running(2, "n2", 8),
+                    running(3, "n3", 8),
+                ],
+                1.0,
+                1,
+            );
+        }
+        a.poll(
+            &[
+                running(1, "n1", 8),
+                running(2, "n2", 8),
+                ended(3, "FAILED", 1),
+            ],
+            2.0,
+            2,
+        );
+        a.poll(
+            &[
+                ended(1, "COMPLETED", 10),
+                ended(2, "COMPLETED", 10),
+                ended(3, "FAILED", 1),
+            ],
+            12.0,
+            12,
+        );
+        b.poll(
+            &[
+                ended(1, "COMPLETED", 20),
+                ended(2, "COMPLETED", 20),
+                running(3, "n3", 8),
+            ],
+            22.0,
+            22,
+        );
+        b.poll(
+            &[
+                ended(1, "COMPLETED", 20),
+                ended(2, "COMPLETED", 20),
+                ended(3, "COMPLETED", 30),
+            ],
+            32.0,
+            32,
+        );
+        let mut rs = vec![
+            summarise(&plan, &a, &info("a", &log)),
+            summarise(&plan, &b, &info("b", &log)),
+        ];
+        rs[1].simulated = Some(
+            super::super::sim::simulate(&plan, 3, 8, "best-fit", 5.0, Default::default()).unwrap(),
+        );
+        // alone, each over its own completed jobs
+        assert_eq!((rs[0].ajct_s, rs[0].ajct_jobs), (11.0, 2));
+        assert_eq!(rs[0].largest.waits.max, 1.0);
+        compare(&plan, &mut rs);
+        for r in &rs {
+            assert_eq!(r.ajct_jobs, 2, "{}: jobs 0 and 1 completed on both", r.name);
+        }
+        assert_eq!(
+            (rs[0].ajct_s, rs[0].ajct_own_s, rs[0].completed),
+            (11.0, 11.0, 2)
+        );
+        assert_eq!(rs[1].ajct_s, 21.0, "job 2 is left out on b too");
+        assert_eq!((rs[1].ajct_own_s, rs[1].completed), (73.0 / 3.0, 3));
+        assert_eq!(rs[1].ajct_trace_s, 21.0 * 60.0);
+        assert_eq!((rs[1].waits.max, rs[1].largest.jobs), (1.0, 2));
+        let s = rs[1].simulated.as_ref().unwrap();
+        assert_eq!((s.ajct_s, s.ajct_jobs, s.ajct_all_s), (10.0, 2, 20.0));
+        assert_eq!(s.largest.jobs, 2);
+        // one window, 0 s (first submission) to 31 s (b's last end): a
+        // held 24 GPUs from its poll at 1 s, 16 from its poll at 2 s to the
+        // one at 12 s; b 24 GPUs from 1 s to 22 s, then 8 to the window's
+        // end, of 24
+        let (wa, wb) = (
+            rs[0].common_window.clone().unwrap(),
+            rs[1].common_window.clone().unwrap(),
+        );
+        assert_eq!((wa.from_s, wa.to_s), (0.0, 31.0));
+        assert_eq!(wa.gpu_s, 24.0 + 16.0 * 10.0);
+        assert_eq!(wb.gpu_s, 24.0 * 21.0 + 8.0 * 9.0);
+        assert_eq!(wb.utilisation, 576.0 / (24.0 * 31.0));
+        let t = table(&rs, 60.0);
+        assert!(
+            t.contains("| AJCT over the jobs completed on every cluster (wall s / scaled back by the speedup, h) | 11.0 / 0.18 (2 jobs) | 21.0 / 0.35 (2 jobs) |"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "| AJCT over its own completed jobs (wall s) | 11.0 (2 jobs) | 24.3 (3 jobs) |"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("| jobs completed / submitted | 2 / 3 | 3 / 3 |"),
+            "{t}"
+        );
+        assert!(t.contains("| GPU utilisation over the common window (first submission to last end on any cluster) | 24.7% (31 s) | 77.4% (31 s) |"), "{t}");
+        let st = sim_table(&rs);
+        assert!(
+            st.contains("| AJCT over the jobs completed on every live cluster (wall s) | 11.0 (2 jobs) | - | 21.0 (2 jobs) | 10.0 (2 jobs) |"),
+            "{st}"
+        );
+    }
+
+    /// The simulator takes max `N*SIF` after each policy call, where a
+    /// migration is instantaneous; the live maximum over every poll also
+    /// counts polls with a migration in flight, so the report gives the
+    /// live maximum over the polls with none too, and says which is which.
+    #[test]
+    fn max_n_sif_is_also_given_without_migrations_in_flight() {
+        use super::super::plan::PlannedJob;
+        use super::super::slurm::JobObs;
+        let plan = Plan::example((0..5).map(|i| PlannedJob::example(i, 1, 1)).collect(), 1.0);
+        let nodes: Vec<String> = (1..=4).map(|k| format!("n{k}")).collect();
+        let mut o = Observer::new(&plan.jobs, nodes, 8, None);
+        for i in 0..5 {
+            o.submitted(i, i as u64 + 1, 0.0);
+        }
+        let requeued = |id, node: Option<&str>| JobObs {
+            restarts: 1,
+            ..match node {
+                Some(n) => running(id, n, 1),
+                None => ended(id, "PENDING", 0),
+            }
+        };
+        // 1-GPU jobs on two nodes: partial 2, Phi* 1
+        let s = o.poll(
+            &[
+                running(1, "n1", 1),
+                running(2, "n2", 1),
+                ended(3, "PENDING", 0),
+                ended(4, "PENDING", 0),
+                ended(5, "PENDING", 0),
+            ],
+            1.0,
+            1,
+        );
+        assert_eq!((s.n_sif, s.in_flight), (1, false));
+        // four nodes partial while job 5 waits to restart: N*SIF 3
+        let s = o.poll(
+            &[
+                running(1, "n1", 1),
+                running(2, "n2", 1),
+                running(3, "n3", 1),
+                running(4, "n4", 1),
+                requeued(5, None),
+            ],
+            2.0,
+            2,
+        );
+        assert_eq!((s.n_sif, s.in_flight), (3, true));
+        let s = o.poll(
+            &[
+                running(1, "n1", 1),
+                running(2, "n2", 1),
+                ended(3, "COMPLETED", 1),
+                ended(4, "COMPLETED", 1),
+                requeued(5, Some("n1")),
+            ],
+            3.0,
+            3,
+        );
+        assert_eq!((s.n_sif, s.in_flight), (1, false));
+        let dir = std::env::temp_dir();
+        let r = summarise(&plan, &o, &info("c", &dir.join("none.log")));
+        assert_eq!((r.max_n_sif, r.max_n_sif_no_flight), (3, Some(1)));
+        assert_eq!(
+            (r.max_n_sif_under_wcc, r.max_n_sif_under_wcc_no_flight),
+            (Some(3), Some(1))
+        );
+        let t = table(std::slice::from_ref(&r), 1.0);
+        assert!(
+            t.contains("| max N*SIF (every poll, migrations in flight included) | 3 |\n|   (polls with no migration in flight) | 1 |\n| max N*SIF while WCC held (every poll) | 3 |\n|   (polls with no migration in flight) | 1 |"),
+            "{t}"
+        );
+        let sim = super::super::sim::Simulated {
+            max_n_sif: 2,
+            max_n_sif_under_wcc: Some(2),
+            ..Default::default()
+        };
+        let st = sim_table(&[ClusterResult {
+            simulated: Some(sim),
+            ..r
+        }]);
+        assert!(
+            st.contains("| max N*SIF, no migration in flight (live: polls with none; sim: after every policy call) | 1 | 2 |"),
+            "{st}"
+        );
+        assert!(!st.contains("(all instants)"), "{st}");
     }
 }

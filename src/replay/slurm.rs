@@ -244,6 +244,31 @@ impl JobObs {
     pub fn running(&self) -> bool {
         matches!(self.state.as_str(), "RUNNING" | "CONFIGURING")
     }
+
+    /// Its run is over (the script finished, or it was requeued) and
+    /// Slurm still holds its allocation while the epilog runs. Slurm names
+    /// the state by its `COMPLETING` flag first (`job_state_string`), so a
+    /// requeued job shows `COMPLETING` until its nodes are released, with
+    /// `Restarts` already counted.
+    pub fn completing(&self) -> bool {
+        self.state == "COMPLETING"
+    }
+
+    /// In a final state: it will not run again and holds nothing.
+    pub fn finished(&self) -> bool {
+        matches!(
+            self.state.as_str(),
+            "COMPLETED"
+                | "FAILED"
+                | "CANCELLED"
+                | "TIMEOUT"
+                | "NODE_FAIL"
+                | "BOOT_FAIL"
+                | "DEADLINE"
+                | "OUT_OF_MEMORY"
+                | "PREEMPTED"
+        )
+    }
 }
 
 /// Parses `scontrol show job -d --oneliner` (one job per line).

@@ -196,3 +196,97 @@ pub fn plan_has(report: &Value, instances: u64, gpus: u64) -> bool {
         .iter()
         .any(|j| j["instances"].as_u64() == Some(instances) && j["gpus"].as_u64() == Some(gpus))
 }
+
+/// One cluster's `samples.csv` (one row per poll), each row by column name.
+pub fn samples(cluster_dir: &Path) -> Vec<std::collections::BTreeMap<String, f64>> {
+    let text = std::fs::read_to_string(cluster_dir.join("samples.csv")).expect("samples.csv");
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next().expect("header").split(',').collect();
+    lines
+        .map(|l| {
+            head.iter()
+                .zip(l.split(','))
+                .map(|(k, v)| (k.to_string(), v.parse::<f64>().expect(v)))
+                .collect()
+        })
+        .collect()
+}
+
+/// The figures of a homogeneous cluster of `nodes` nodes recomputed from
+/// its raw polls (`samples.csv`), independently of the replay's
+/// integration: each poll's state held until the next poll, over `T_peak`
+/// (a replayed job waiting) or, when the queue never waited, the busy time.
+#[derive(Debug, Default)]
+pub struct FromPolls {
+    pub window_s: f64,
+    pub afr: f64,
+    pub mean_n_sif: f64,
+    pub agu: f64,
+    /// Job-seconds waiting jobs would have fitted the free GPUs (all polls).
+    pub fit_wait_s: f64,
+    pub max_n_sif: f64,
+    /// Over the polls with no migration in flight.
+    pub max_n_sif_no_flight: f64,
+}
+
+pub fn from_polls(rows: &[std::collections::BTreeMap<String, f64>], nodes: f64) -> FromPolls {
+    let mut f = FromPolls::default();
+    let integrate = |take: &dyn Fn(&std::collections::BTreeMap<String, f64>) -> bool| {
+        let (mut time, mut sif, mut util) = (0.0, 0.0, 0.0);
+        for w in rows.windows(2) {
+            let dt = w[1]["t_s"] - w[0]["t_s"];
+            if dt > 0.0 && take(&w[0]) {
+                time += dt;
+                sif += w[0]["n_sif"] * dt;
+                util += w[0]["utilisation"] * dt;
+            }
+        }
+        (time, sif, util)
+    };
+    let mut w = integrate(&|r| r["pending"] > 0.0);
+    if w.0 == 0.0 {
+        w = integrate(&|r| r["pending"] + r["running"] + r["completing"] > 0.0);
+    }
+    f.window_s = w.0;
+    f.mean_n_sif = w.1 / w.0;
+    f.afr = f.mean_n_sif / nodes;
+    f.agu = w.2 / w.0;
+    f.fit_wait_s = rows
+        .windows(2)
+        .map(|w| (w[1]["t_s"] - w[0]["t_s"]).max(0.0) * w[0]["fit_waiting"])
+        .sum();
+    f.max_n_sif = rows.iter().map(|r| r["n_sif"]).fold(0.0, f64::max);
+    f.max_n_sif_no_flight = rows
+        .iter()
+        .filter(|r| r["in_flight"] == 0.0)
+        .map(|r| r["n_sif"])
+        .fold(0.0, f64::max);
+    f
+}
+
+/// The idle time between a requeue and the next start, per requeue, from
+/// one cluster's `runs.csv` (each run's start and end): the mean and the
+/// number of requeues seen.
+pub fn requeue_idle_from_runs(cluster_dir: &Path) -> (f64, u64) {
+    let text = std::fs::read_to_string(cluster_dir.join("runs.csv")).expect("runs.csv");
+    let mut by_job: std::collections::BTreeMap<String, Vec<(f64, Option<f64>)>> =
+        std::collections::BTreeMap::new();
+    for l in text.lines().skip(1) {
+        // job,slurm_id,submit_s,run,start_s,end_s,nodes
+        let f: Vec<&str> = l.split(',').collect();
+        by_job
+            .entry(f[0].to_string())
+            .or_default()
+            .push((f[4].parse().unwrap(), f[5].parse().ok()));
+    }
+    let (mut idle, mut n) = (0.0, 0u64);
+    for runs in by_job.values() {
+        for w in runs.windows(2) {
+            n += 1;
+            if let Some(end) = w[0].1 {
+                idle += (w[1].0 - end).max(0.0);
+            }
+        }
+    }
+    (if n > 0 { idle / n as f64 } else { 0.0 }, n)
+}
