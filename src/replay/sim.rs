@@ -52,7 +52,7 @@ pub struct Simulated {
     pub agu: f64,
     /// AJCT over the jobs compared with the live clusters (`ajct_jobs` of
     /// them: those completed on every live cluster,
-    /// [`super::report::compare_jobs`]), wall seconds (the plan's time
+    /// [`super::report::compare`]), wall seconds (the plan's time
     /// scale); over every job until compared.
     pub ajct_s: f64,
     pub ajct_jobs: u64,
@@ -72,7 +72,7 @@ pub struct Simulated {
     pub backfilled: u64,
     pub makespan_s: f64,
     /// Per plan job: completion minus submission, and first start minus
-    /// submission (wall seconds), for [`super::report::compare_jobs`].
+    /// submission (wall seconds), for [`super::report::compare`].
     #[serde(skip)]
     pub job_jct_s: Vec<Option<f64>>,
     #[serde(skip)]
