@@ -1142,38 +1142,16 @@ impl Controller {
             self.put_job(job, rec);
             return None;
         }
-        let mut why = None;
-        if let Some(shape) = rec.shape {
-            if let Some(nodes) = instances_from_alloc(shape, &rec.per_node)
-                .filter(|n| self.engine.modelled_pool_of_all(n).is_some())
-            {
-                let req = JobRequest {
-                    id: JobId(job),
-                    shape,
-                    movable: rec.movable,
-                };
-                match self.engine.adopt(&req, &nodes) {
-                    Ok(_) => {
-                        rec.in_engine = true;
-                        if allowed.is_some() {
-                            let _ = self.engine.set_allowed(JobId(job), allowed);
-                        }
-                    }
-                    Err(e) => why = Some(e.to_string()),
+        let log = match self.record_as_slurm_runs(job, rec.shape, &rec.per_node, rec.movable) {
+            Ok(in_model) => {
+                rec.in_engine = true;
+                if in_model && allowed.is_some() {
+                    let _ = self.engine.set_allowed(JobId(job), allowed);
                 }
+                None
             }
-        }
-        if !rec.in_engine {
-            match self.engine.adopt_foreign(JobId(job), &rec.per_node) {
-                Ok(()) => rec.in_engine = true,
-                Err(e) => {
-                    why = Some(why.map_or(e.to_string(), |w| format!("{w}; {e}")));
-                }
-            }
-        }
-        let log = (!rec.in_engine)
-            .then(|| why.map(|e| self.note_error(&format!("job {job} resized"), e)))
-            .flatten();
+            Err(why) => Some(self.note_error(&format!("job {job} resized"), why)),
+        };
         self.set_verdict(job, &mut rec, now);
         if rec.in_engine {
             let _ = self.engine.set_movable(JobId(job), rec.movable);
@@ -1773,6 +1751,40 @@ impl Controller {
         self.migrating.contains(&job) && self.jobs.contains_key(&job)
     }
 
+    /// Records running job `job` in the engine on `per_node` (node, GPUs),
+    /// as Slurm runs it: in the model as instances of `shape` where they
+    /// fit its layout and the nodes are one modelled pool (`Ok(true)`),
+    /// else as foreign use (`Ok(false)`); why neither took it otherwise.
+    /// The job must not be in the engine.
+    fn record_as_slurm_runs(
+        &mut self,
+        job: u64,
+        shape: Option<JobShape>,
+        per_node: &[(NodeId, u32)],
+        movable: bool,
+    ) -> Result<bool, String> {
+        let mut why = None;
+        if let Some(shape) = shape {
+            if let Some(nodes) = instances_from_alloc(shape, per_node)
+                .filter(|n| self.engine.modelled_pool_of_all(n).is_some())
+            {
+                let req = JobRequest {
+                    id: JobId(job),
+                    shape,
+                    movable,
+                };
+                match self.engine.adopt(&req, &nodes) {
+                    Ok(_) => return Ok(true),
+                    Err(e) => why = Some(e.to_string()),
+                }
+            }
+        }
+        match self.engine.adopt_foreign(JobId(job), per_node) {
+            Ok(()) => Ok(false),
+            Err(e) => Err(why.map_or(e.to_string(), |w| format!("{w}; {e}"))),
+        }
+    }
+
     /// A migration given up before its requeue reached Slurm (the requeue
     /// failed, or Slurm gave its target to another job,
     /// [`Controller::yield_targets`]): no pin, and the engine goes back to
@@ -1790,26 +1802,9 @@ impl Controller {
         };
         let _ = self.engine.remove(JobId(job));
         self.yield_targets(job, &rec.per_node, now);
-        let mut why = None;
-        if let Some(shape) = rec.shape {
-            if let Some(nodes) = instances_from_alloc(shape, &rec.per_node)
-                .filter(|n| self.engine.modelled_pool_of_all(n).is_some())
-            {
-                let req = JobRequest {
-                    id: JobId(job),
-                    shape,
-                    movable: false,
-                };
-                match self.engine.adopt(&req, &nodes) {
-                    Ok(_) => return None,
-                    Err(e) => why = Some(e.to_string()),
-                }
-            }
-        }
-        match self.engine.adopt_foreign(JobId(job), &rec.per_node) {
-            Ok(()) => None,
+        match self.record_as_slurm_runs(job, rec.shape, &rec.per_node, false) {
+            Ok(_) => None,
             Err(e) => {
-                let e = why.map_or(e.to_string(), |w| format!("{w}; {e}"));
                 if let Some(r) = self.jobs.get_mut(&job) {
                     r.in_engine = false;
                 }
