@@ -597,18 +597,7 @@ impl Observer {
             }
         }
         self.live[i] = false;
-        let ended = matches!(
-            o.state.as_str(),
-            "COMPLETED"
-                | "FAILED"
-                | "CANCELLED"
-                | "TIMEOUT"
-                | "NODE_FAIL"
-                | "BOOT_FAIL"
-                | "DEADLINE"
-                | "OUT_OF_MEMORY"
-        );
-        if ended {
+        if o.finished() {
             let end = match j.runs.last() {
                 Some(r) if o.restarts == r.restarts => r.start_s + o.run_time_s as f64,
                 _ => t_s,
