@@ -1387,11 +1387,12 @@ fn enforcement_text(state: &AppState, id: u64, actions: &[crate::db::ActionRow])
     let mut out = String::new();
     if let Some(j) = state.running_job(id) {
         let cap = state.config.protection.min_runtime_cap_s;
-        // Enforcement treats accounts outside the tree as unallocated.
-        let budgeted = (state.db().load_tree().ok().flatten())
-            .is_some_and(|t| t.leaf_for_account(&j.account).is_ok());
+        // Enforcement treats accounts outside the tree as unallocated
+        // (`SlurmJob::kind_in`, the classification it uses).
+        let tree = state.db().load_tree().ok().flatten();
+        let allocated = j.kind_in(tree.as_ref()) == fairshare::Kind::Allocated;
         match j.start {
-            Some(_) if j.min_runtime_s > 0 && !budgeted => {
+            Some(_) if j.min_runtime_s > 0 && !allocated => {
                 let _ = writeln!(
                     out,
                     "Running time of account {}, which has no budget in the tree: unallocated (never protected, \

@@ -107,13 +107,14 @@ pub fn next_wait(period: Duration, failures_in_a_row: u32) -> Duration {
 pub fn running_gpus(
     running: &[crate::slurm::SlurmJob],
     weights: &fairshare::GpuWeights,
+    tree: Option<&OrgTree>,
 ) -> HashMap<String, fairshare::RunningGpus> {
     let mut out: HashMap<String, fairshare::RunningGpus> = HashMap::new();
     for j in running {
         let rate = j.charge_rate(weights);
         let r = out.entry(j.account.clone()).or_default();
         r.total += rate;
-        if j.kind() == Kind::Allocated {
+        if j.kind_in(tree) == Kind::Allocated {
             r.allocated += rate;
         }
     }
@@ -247,7 +248,10 @@ impl Cycle {
         // `[gpu_weights]`: every charge, demand, load and capacity below is
         // in weighted GPUs, priced here and only here.
         let weights = self.state.config.weights();
-        let observed = self.valid_runs(&snap, &weights);
+        // The tree of this cycle: it decides which runs are allocated
+        // (`Kind::of_job`) in the ledger, the order and enforcement alike.
+        let tree = self.state.db().load_tree()?;
+        let observed = self.valid_runs(&snap, &weights, tree.as_ref());
         rep.skipped_runs = self.skip_warned.len();
         let running: Vec<(JobId, i64)> = snap
             .running
@@ -267,11 +271,11 @@ impl Cycle {
             .running
             .iter()
             .chain(snap.pending.iter())
-            .filter(|j| j.kind() == Kind::Allocated)
+            .filter(|j| j.kind_in(tree.as_ref()) == Kind::Allocated)
         {
             *demand.entry(j.account.clone()).or_default() += j.charge_rate(&weights) * elapsed;
         }
-        let (tree, usage) = {
+        let usage = {
             let mut db = self.state.db();
             let r = db.ingest_observed(&observed, now)?;
             db.record_job_users(&run_users(&snap))?;
@@ -288,7 +292,7 @@ impl Cycle {
                 db.prune_actions_before(now - self.state.config.retain_days * 86400)?;
                 self.last_prune = Some(now);
             }
-            (db.load_tree()?, db.usage_between(now - window, now)?)
+            db.usage_between(now - window, now)?
         };
         // Issue 12: within a tier, QOS priority bands (when the site weighs
         // QOS), then fair share; site factors spaced by the margin so the
@@ -329,7 +333,7 @@ impl Cycle {
                 let stats = fairshare::node_stats(tree, &usage, capacity, window);
                 ratios =
                     crate::enforce::team_table(tree, &stats, &snap.running, capacity, &weights);
-                let run = running_gpus(&snap.running, &weights);
+                let run = running_gpus(&snap.running, &weights, Some(tree));
                 let now = fairshare::QueueState {
                     capacity_gpus: capacity,
                     running: &run,
@@ -411,6 +415,7 @@ impl Cycle {
                 actions.as_ref(),
                 &snap,
                 queue,
+                tree.as_ref(),
                 &ratios,
                 &prot.core(),
             )?;
@@ -449,11 +454,12 @@ impl Cycle {
         &mut self,
         snap: &SlurmSnapshot,
         weights: &fairshare::GpuWeights,
+        tree: Option<&OrgTree>,
     ) -> Vec<fairshare::Interval> {
         let mut skipped = HashSet::new();
         let mut valid = Vec::new();
         for j in snap.running.iter().chain(snap.ended.iter()) {
-            let Some(iv) = j.as_interval(weights) else {
+            let Some(iv) = j.as_interval(weights, tree) else {
                 continue;
             };
             match iv.validate() {
@@ -526,7 +532,7 @@ impl Cycle {
             let team = tree
                 .and_then(|t| Some(t.node(t.leaf_for_account(&j.account).ok()?).name.clone()))
                 .unwrap_or_else(|| UNBUDGETED.to_string());
-            m.team_usage(&team, j.kind(), f64::from(j.gpus) * elapsed);
+            m.team_usage(&team, j.kind_in(tree), f64::from(j.gpus) * elapsed);
         }
         for j in snap.running.iter().chain(snap.ended.iter()) {
             if let (true, Some(start)) = (self.was_pending.contains(&j.job), j.start) {

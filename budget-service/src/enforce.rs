@@ -41,7 +41,7 @@
 //! - `enforce = "dry-run"`: the same decisions, recorded with `dry_run`,
 //!   nothing sent to Slurm; runs it would have ended count as ended for it.
 
-use compass_core::fairshare::{self, NodeStats, OrgTree, Placed};
+use compass_core::fairshare::{self, Kind, NodeStats, OrgTree, Placed};
 use compass_core::model::{JobId, JobShape, NodeId, NodeSet};
 use compass_core::preempt::{
     plan_cycle, NodeNeeds, NodeRoom, PendingJob, Preemption, ProtectionConfig, RunningJob,
@@ -97,7 +97,10 @@ pub fn team_table(
     weights: &compass_core::fairshare::GpuWeights,
 ) -> TeamTable {
     let mut running_gpus: HashMap<&str, f64> = HashMap::new();
-    for j in running.iter().filter(|j| j.min_runtime_s > 0) {
+    for j in running
+        .iter()
+        .filter(|j| j.kind_in(Some(tree)) == Kind::Allocated)
+    {
         *running_gpus.entry(j.account.as_str()).or_default() += j.charge_rate(weights);
     }
     let mut t = TeamTable {
@@ -239,15 +242,28 @@ pub fn nodes_key(nodes: &[SlurmNode]) -> String {
     v.join(",")
 }
 
+/// The min runtime the planner sees for `j`: its own when its time is
+/// allocated ([`SlurmJob::kind_in`]: its account in the tree and a min
+/// runtime > 0), else 0 (unallocated: never protected, never preempting).
+fn planner_min_runtime(j: &SlurmJob, tree: Option<&OrgTree>) -> f64 {
+    match j.kind_in(tree) {
+        Kind::Allocated => j.min_runtime_s as f64,
+        Kind::Unallocated => 0.0,
+    }
+}
+
 /// One enforcement pass over a snapshot. `order` is the fair-share order of
-/// this cycle; `ratios` the teams' ratios and loads. Does nothing when the
-/// source reports no nodes. The service settings not in `cfg` (dry run,
-/// start grace, requeue retries) come from `state.config.protection`.
+/// this cycle; `tree` the budget tree it was ordered under (it decides
+/// which jobs run allocated time); `ratios` the teams' ratios and loads.
+/// Does nothing when the source reports no nodes. The service settings not
+/// in `cfg` (dry run, start grace, requeue retries) come from
+/// `state.config.protection`.
 pub fn enforce(
     state: &AppState,
     actions: &dyn SlurmActions,
     snap: &SlurmSnapshot,
     order: &[Placed],
+    tree: Option<&OrgTree>,
     ratios: &TeamTable,
     cfg: &ProtectionConfig,
 ) -> Result<EnforceReport> {
@@ -263,8 +279,11 @@ pub fn enforce(
         (db.faulty()?, db.preemptions()?, db.rooms_given()?)
     };
     // Accounts outside the budget tree have no budget: their jobs are
-    // unallocated time (never protected, preemptible) and never preempt.
-    let budgeted = |account: &str| ratios.ratio.contains_key(account);
+    // unallocated time (never protected, preemptible) and never preempt
+    // ([`planner_min_runtime`]).
+    // `[gpu_weights]`: every job counts in its team's load by its weighted
+    // GPUs, as `team_table` counts the loads.
+    let weights = state.config.weights();
     let index: HashMap<&str, NodeId> = snap
         .nodes
         .iter()
@@ -352,15 +371,12 @@ pub fn enforce(
             id: j.job,
             account: j.account.clone(),
             gpus_on,
-            min_runtime_s: if budgeted(&j.account) {
-                j.min_runtime_s as f64
-            } else {
-                0.0
-            },
+            min_runtime_s: planner_min_runtime(j, tree),
             started_s: start as f64,
             resumable: j.resumable,
             cpus_per_node: job_needs.get(&j.job).map_or(0, |n| n.cpus_per_node),
             mem_per_node_mb: job_needs.get(&j.job).map_or(0, |n| n.mem_per_node_mb),
+            weight: j.weight(&weights),
         };
         // A victim that has run its min runtime since its restart may
         // preempt again.
@@ -510,11 +526,7 @@ pub fn enforce(
                 id: j.job,
                 account: j.account.clone(),
                 shape: JobShape::new(w, g),
-                min_runtime_s: if budgeted(&j.account) {
-                    j.min_runtime_s as f64
-                } else {
-                    0.0
-                },
+                min_runtime_s: planner_min_runtime(j, tree),
                 preempted_by,
                 owes_min_runtime: h.is_some_and(|h| h.owes),
                 room_given: room_given.contains(&j.job),
@@ -522,6 +534,9 @@ pub fn enforce(
                     .get(&j.job)
                     .map(|n| n.needs.clone())
                     .unwrap_or_default(),
+                // The types it asks for (`--gres=gpu:a100:8`); an untyped
+                // request counts at weight 1, as `compass why` prices it.
+                weight: j.weight(&weights),
             }
         })
         .collect();
@@ -1835,5 +1850,135 @@ mod tests {
         j.eligible = false;
         w.slurm.put(j);
         assert_eq!(w.at(T0), EnforceReport::default());
+    }
+
+    /// Replaces the tree by two teams `x` and `y` with these shares.
+    fn teams_x_y(w: &World, x: f64, y: f64) {
+        w.state
+            .db()
+            .edit_tree("root", "import", "x/y", T0, |_| {
+                Ok(vec![
+                    spec("org", None, 1.0, None),
+                    spec("x", Some("org"), x, Some("x")),
+                    spec("y", Some("org"), y, Some("y")),
+                ])
+            })
+            .unwrap();
+    }
+
+    /// Nodes `names` of 8 GPUs of type `ty`.
+    fn typed_nodes(w: &World, names: &[&str], ty: &str) {
+        for name in names {
+            w.slurm.set_traits(NodeTraits {
+                name: name.to_string(),
+                gpus: 8,
+                gpu_types: [ty.to_string()].into(),
+                ..NodeTraits::default()
+            });
+        }
+    }
+
+    /// A job of 8 GPUs of type `ty`: running on `node` since T0 (min
+    /// runtime 20 s), or pending (min runtime 600 s) without a node.
+    fn typed_job(w: &World, id: u64, account: &str, ty: &str, node: Option<&str>) {
+        let min = if node.is_some() { 20 } else { 600 };
+        let mut j = SlurmJob::basic(JobId(id), account, 8, min, true, 0, T0 - 10);
+        j.instances = 1;
+        j.gpu_types.insert(ty.into(), 8);
+        w.slurm.put(j);
+        if let Some(n) = node {
+            w.slurm.start_on(JobId(id), T0, &[(n, 8)]);
+        }
+    }
+
+    /// `[gpu_weights]`: loads and allocations are weighted GPUs, and so is
+    /// what a victim takes from its team's load. Weight 2: x (allocation 20
+    /// of 32 weighted GPUs) runs two 8-GPU a100 jobs (32); taking one
+    /// leaves 16, below its allocation, so y's job waits (with plain counts,
+    /// 32 - 8 = 24, it was requeued). Weight 0.25: x (allocation 3 of 6)
+    /// runs three 8-GPU l40s jobs (6); one is 2 of them (6 - 2 = 4 >= 3),
+    /// so y's job takes one (with plain counts, 6 - 8, none was legal).
+    #[test]
+    fn weighted_gpus_count_in_every_team_load() {
+        let weights = "[gpu_weights]\na100 = 2.0\nl40s = 0.25\n";
+        let mut w = World::new(weights, Db::open_in_memory().unwrap());
+        teams_x_y(&w, 0.625, 0.375);
+        typed_nodes(&w, &["n1", "n2"], "a100");
+        // y used its budget many times over: the ratio test never holds.
+        w.seed_usage("y", 16);
+        typed_job(&w, 1, "x", "a100", Some("n1"));
+        typed_job(&w, 2, "x", "a100", Some("n2"));
+        typed_job(&w, 3, "y", "a100", None);
+        assert_eq!(w.at(T0 + 30), EnforceReport::default());
+        assert!(w.slurm.actions().is_empty(), "{:?}", w.slurm.actions());
+
+        let mut w = World::new(weights, Db::open_in_memory().unwrap());
+        teams_x_y(&w, 0.5, 0.5);
+        w.slurm.add_node("n3", 8);
+        typed_nodes(&w, &["n1", "n2", "n3"], "l40s");
+        w.seed_usage("y", 16);
+        typed_job(&w, 1, "x", "l40s", Some("n1"));
+        typed_job(&w, 2, "x", "l40s", Some("n2"));
+        typed_job(&w, 4, "x", "l40s", Some("n3"));
+        typed_job(&w, 3, "y", "l40s", None);
+        let rep = w.at(T0 + 30);
+        assert_eq!(rep.requeued, 1, "{rep:?}");
+        let acts = w.state.db().actions(None, 100).unwrap();
+        assert_eq!(acts.len(), 1, "{acts:?}");
+        assert_eq!(
+            (acts[0].cause_job, acts[0].rule.as_deref()),
+            (Some(3), Some("over_served"))
+        );
+    }
+
+    /// Preemption follows the queue (issue 15's order): the team below its
+    /// allocation is served first though its lookback ratio is the higher.
+    /// rich (allocation 4.8, low ratio) runs 8 protected allocated GPUs;
+    /// poor (allocation 11.2, high ratio) none; both wait with an 8-GPU
+    /// job and one unallocated job can be taken. Under the default order
+    /// poor's job takes it; under `team_order = "ratio"`, rich's. The
+    /// policy simulator does the same (`preemption_serves_teams_in_queue_order`).
+    #[test]
+    fn preemption_follows_the_queue_order() {
+        for (extra, served) in [("", 4), ("[order]\nteam_order = \"ratio\"\n", 3)] {
+            let mut w = World::new(extra, Db::open_in_memory().unwrap());
+            w.seed_usage("poor", 16);
+            w.run(1, "rich", "n1", 8, 3600, true, T0);
+            w.run(2, "rich", "n2", 8, 0, true, T0);
+            w.pend(3, "rich", 1, 8, 600);
+            w.pend(4, "poor", 1, 8, 600);
+            let rep = w.at(T0 + 30);
+            assert_eq!(rep.requeued, 1, "order {extra:?}: {rep:?}");
+            let a = &w.acts(2)[0];
+            assert_eq!(
+                (a.cause_job, a.rule.as_deref()),
+                (Some(served), Some("unallocated")),
+                "order {extra:?}"
+            );
+        }
+    }
+
+    /// A job of an account outside the tree runs unallocated time whatever
+    /// its --min-runtime, for the ledger and the queue order as for
+    /// enforcement (`Kind::of_job`): its run is recorded free, and pending
+    /// it sorts after a budgeted team's unallocated job.
+    #[test]
+    fn an_account_outside_the_tree_is_unallocated_in_the_ledger_and_the_order() {
+        let mut w = World::plain();
+        w.run(1, "ghost", "n1", 8, 3600, true, T0);
+        w.pend(2, "ghost", 1, 8, 600);
+        w.pend(3, "rich", 1, 8, 0);
+        w.at(T0 + 10);
+        let iv = w.state.db().latest_interval(JobId(1)).unwrap().unwrap();
+        assert_eq!(iv.kind, Kind::Unallocated);
+        let usage = w.state.db().usage_between(T0 - 100, T0 + 10).unwrap();
+        assert_eq!(usage["ghost"].charged_gpu_s, 0.0, "{usage:?}");
+        let q = w.state.queue();
+        let ids: Vec<u64> = q.order.iter().map(|p| p.job.job.0).collect();
+        assert_eq!(ids, vec![3, 2]);
+        assert_eq!(q.order[1].kind, Kind::Unallocated);
+        let why = fairshare::explain(&q.order[1], 2);
+        assert!(!why.contains("charged to its budget"), "{why}");
+        assert!(why.contains("its time is unallocated"), "{why}");
     }
 }

@@ -6,7 +6,7 @@
 //! browser tests) and none (`slurm = "none"`: API and ledger ingest endpoint
 //! only).
 
-use compass_core::fairshare::{GpuWeights, Interval, Kind, PendingJob, UnixSecs};
+use compass_core::fairshare::{GpuWeights, Interval, Kind, OrgTree, PendingJob, UnixSecs};
 use compass_core::gres::GpuCounts;
 use compass_core::model::JobId;
 use compass_core::preempt::{NodeNeeds, NodeTraits};
@@ -89,8 +89,12 @@ fn yes() -> bool {
 }
 
 impl SlurmJob {
-    pub fn kind(&self) -> Kind {
-        Kind::from_min_runtime(self.min_runtime_s)
+    /// The kind of the job's time under `tree` ([`Kind::of_job`]):
+    /// allocated only when its account is in the tree and its min runtime
+    /// is > 0. The ledger, the queue order, enforcement and `compass why`
+    /// all classify through it.
+    pub fn kind_in(&self, tree: Option<&OrgTree>) -> Kind {
+        Kind::of_job(tree, &self.account, self.min_runtime_s)
     }
 
     /// A job with only the fields every source knows; the enforcement fields
@@ -176,15 +180,17 @@ impl SlurmJob {
         }
     }
 
-    /// The ledger interval of a running or ended job, priced with `w`.
-    pub fn as_interval(&self, w: &GpuWeights) -> Option<Interval> {
+    /// The ledger interval of a running or ended job, priced with `w`, its
+    /// kind decided under `tree` ([`SlurmJob::kind_in`]: an account outside
+    /// the tree runs unallocated time, whatever its min runtime).
+    pub fn as_interval(&self, w: &GpuWeights, tree: Option<&OrgTree>) -> Option<Interval> {
         Some(Interval {
             job: self.job,
             account: self.account.clone(),
             gpus: self.gpus,
             start: self.start?,
             end: self.end,
-            kind: self.kind(),
+            kind: self.kind_in(tree),
             weight: self.weight(w),
         })
     }

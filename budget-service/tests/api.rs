@@ -388,9 +388,11 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
     let mut cycle = Cycle::new(s.clone(), slurm.clone(), slurm.clone());
     let rep = cycle.step().unwrap();
     assert_eq!((rep.ingested, rep.pending, rep.pushed), (1, 5, 5));
-    // Under-served team-b first; team-a's jobs by their priority; the
-    // unbudgeted account after; unallocated last.
-    let want: Vec<JobId> = [20, 10, 11, 40, 30].into_iter().map(JobId).collect();
+    // Under-served team-b first; team-a's jobs by their priority; then
+    // unallocated work: budgeted teams' (30), then the account outside the
+    // tree, whose time is unallocated whatever its min runtime (40; it used
+    // to sort among allocated jobs, ahead of 30).
+    let want: Vec<JobId> = [20, 10, 11, 30, 40].into_iter().map(JobId).collect();
     assert_eq!(slurm.pending_order(), want);
     let q = call(&r, "GET", "/api/v1/queue", None, None).await.1;
     let ids: Vec<u64> = q["jobs"]
@@ -399,7 +401,7 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
         .iter()
         .map(|j| j["job"].as_u64().unwrap())
         .collect();
-    assert_eq!(ids, vec![20, 10, 11, 40, 30]);
+    assert_eq!(ids, vec![20, 10, 11, 30, 40]);
     let top = call(&r, "GET", "/api/v1/queue?limit=2", None, None).await.1;
     assert_eq!(top["jobs"].as_array().unwrap().len(), 2);
     assert_eq!(top["jobs"][1]["job"], 10);
@@ -431,7 +433,7 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
     let p2 = call(&r, "GET", "/api/v1/queue?limit=2&offset=2", None, None)
         .await
         .1;
-    assert_eq!(page_ids(&p2), vec![11, 40]);
+    assert_eq!(page_ids(&p2), vec![11, 30]);
     assert_eq!(
         (p2["next_offset"].as_u64(), p2["limit"].as_u64()),
         (Some(4), Some(2))
@@ -439,7 +441,7 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
     let p3 = call(&r, "GET", "/api/v1/queue?limit=2&offset=4", None, None)
         .await
         .1;
-    assert_eq!(page_ids(&p3), vec![30]);
+    assert_eq!(page_ids(&p3), vec![40]);
     assert_eq!(p3["next_offset"], serde_json::Value::Null);
     let past = call(&r, "GET", "/api/v1/queue?offset=99", None, None)
         .await
@@ -492,14 +494,14 @@ async fn cycle_orders_pushes_only_changes_and_survives_slurm_outage() {
     // on the factors Slurm holds: nothing to push either.
     let mut restarted = Cycle::new(s.clone(), slurm.clone(), slurm.clone());
     assert_eq!(restarted.step().unwrap().pushed, 0);
-    // A new job in the middle (behind 11, ahead of 40 and 30) changes only
+    // A new job in the middle (behind 11, ahead of 30 and 40) changes only
     // its own factor: sparse keys, not ranks (issue 11).
     let before = slurm.factors();
     slurm.put(sjob(12, "acct-a", 1, 600, -9, T0));
     clock.advance(10);
     let rep = cycle.step().unwrap();
     assert_eq!(rep.pushed, 1, "only job 12: {:?}", slurm.pushes().last());
-    let want: Vec<JobId> = [20, 10, 11, 12, 40, 30].into_iter().map(JobId).collect();
+    let want: Vec<JobId> = [20, 10, 11, 12, 30, 40].into_iter().map(JobId).collect();
     assert_eq!(slurm.pending_order(), want);
     let after = slurm.factors();
     assert!(before.iter().all(|(j, f)| after[j] == *f));

@@ -124,6 +124,16 @@ pub struct RunningJob {
     /// Memory (MB) the job holds on each of its nodes (0: unknown).
     #[serde(default)]
     pub mem_per_node_mb: u64,
+    /// Mean `[gpu_weights]` weight of its GPUs
+    /// ([`crate::fairshare::GpuWeights::mean_weight`]; 1.0 untyped): its
+    /// GPUs count `gpus x weight` in every team load ([`Self::charge`]).
+    #[serde(default = "unit_weight")]
+    pub weight: f64,
+}
+
+/// The weight of a job whose GPU types are unknown or unweighted.
+fn unit_weight() -> f64 {
+    crate::fairshare::DEFAULT_GPU_WEIGHT
 }
 
 impl RunningJob {
@@ -132,6 +142,12 @@ impl RunningJob {
     }
     pub fn gpus(&self) -> u32 {
         self.gpus_on.iter().map(|(_, g)| g).sum()
+    }
+    /// Weighted GPUs (`gpus x weight`): what the job adds to its team's
+    /// load, in the unit of [`TeamLoad`] (team loads and allocations are
+    /// weighted GPUs; the plain count is only right without weights).
+    pub fn charge(&self) -> f64 {
+        f64::from(self.gpus()) * self.weight
     }
     /// Protected at `now`: allocated and still inside `min(min_runtime, cap)`.
     pub fn protected(&self, now: Seconds, cfg: &ProtectionConfig) -> bool {
@@ -185,6 +201,11 @@ pub struct PendingJob {
     /// nothing: every node is eligible.
     #[serde(default)]
     pub needs: NodeNeeds,
+    /// Mean `[gpu_weights]` weight of the GPUs it asks for (1.0 untyped):
+    /// once started it adds `GPUs x weight` to its team's load
+    /// ([`Self::charge`]).
+    #[serde(default = "unit_weight")]
+    pub weight: f64,
 }
 
 /// What a pending job needs of each node it runs on, besides GPUs (issue
@@ -264,6 +285,12 @@ pub fn constraint_holds(constraint: &str, features: &BTreeSet<String>) -> bool {
 }
 
 impl PendingJob {
+    /// Weighted GPUs (`GPUs x weight`) the job adds to its team's load
+    /// once it runs, in the unit of [`TeamLoad`].
+    pub fn charge(&self) -> f64 {
+        self.shape.total_gpus() as f64 * self.weight
+    }
+
     /// May this job preempt anyone (allocated, not a recent victim, and no
     /// room already given to it in vain)?
     pub fn may_preempt(&self) -> bool {
@@ -320,7 +347,10 @@ pub trait Ratios {
     }
 }
 
-/// A team's allocated GPUs running now against its allocation.
+/// A team's allocated GPUs running now against its allocation, both in
+/// weighted GPUs (`[gpu_weights]`; plain GPUs without weights): a job
+/// counts in it with its [`RunningJob::charge`] / [`PendingJob::charge`],
+/// never its plain GPU count.
 #[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TeamLoad {
     pub running_gpus: f64,
@@ -572,7 +602,7 @@ impl Teams {
         let (Some(v), Some(_)) = (self.victim.load, self.pending.load) else {
             return true;
         };
-        v.running_gpus - f64::from(victim.gpus()) >= v.allocation_gpus
+        v.running_gpus - victim.charge() >= v.allocation_gpus
             || self.victim.ratio > self.pending.ratio * (1.0 + cfg.preempt_margin)
     }
 
@@ -597,7 +627,7 @@ impl Teams {
         (!by_ratio).then(|| {
             (
                 victim.account.as_str(),
-                f64::from(victim.gpus()),
+                victim.charge(),
                 v.running_gpus - v.allocation_gpus,
             )
         })
@@ -608,7 +638,8 @@ impl Teams {
 /// that may preempt) preempt? Only while its team, with it, stays within
 /// its allocation: `running + job GPUs <= allocation`, `load` being the
 /// team's allocated GPUs running now (plus what this cycle already
-/// admitted for it) against its allocation; and then only unallocated
+/// admitted for it) against its allocation, and `job_gpus` the job's
+/// weighted GPUs ([`PendingJob::charge`], the unit of the load); and then only unallocated
 /// jobs (the drivers pass it no allocated candidate). A team's head may
 /// take any legal victim (the team rule decides). Without a known load a
 /// later job may take unallocated jobs.
@@ -966,9 +997,10 @@ pub fn plan_drain(
         if legal {
             continue;
         }
-        // A protected job that asked for more protection than the cap is
-        // expected to run on past it, and then it is no legal victim either.
-        let until = if r.protected(now, cfg) && r.min_runtime_s <= cfg.min_runtime_cap_s {
+        // A protected job is room at its protection's end, capped at
+        // `min_runtime_cap_s` whatever min runtime it asked for (a job that
+        // asked for more is unprotected from the cap on, like any other).
+        let until = if r.protected(now, cfg) {
             r.protected_until(cfg)
         } else {
             None
@@ -1134,7 +1166,8 @@ pub fn plan_cycle(
     let unallocated: Vec<RunningJob> = running.iter().filter(|r| !r.allocated()).cloned().collect();
     for p in queue {
         let account = p.account.as_str();
-        let gpus = p.shape.total_gpus() as f64;
+        // Weighted, as the loads are ([`TeamLoad`]).
+        let gpus = p.charge();
         let is_head = !p.may_preempt() || asked.insert(account);
         let candidates: &[RunningJob] = if is_head {
             running
@@ -1162,7 +1195,7 @@ pub fn plan_cycle(
             if let Some(r) = running.iter().find(|r| r.id == v.victim) {
                 release(&mut room, r);
                 if r.allocated() {
-                    *loads.delta.entry(r.account.clone()).or_default() -= f64::from(r.gpus());
+                    *loads.delta.entry(r.account.clone()).or_default() -= r.charge();
                 }
             }
         }
@@ -1229,6 +1262,7 @@ mod tests {
             resumable: true,
             cpus_per_node: 0,
             mem_per_node_mb: 0,
+            weight: 1.0,
         }
     }
 
@@ -1242,6 +1276,7 @@ mod tests {
             owes_min_runtime: false,
             room_given: false,
             needs: NodeNeeds::default(),
+            weight: 1.0,
         }
     }
 
@@ -2010,5 +2045,169 @@ mod tests {
         assert!(constraint_holds("a100*2", &f));
         assert!(!constraint_holds("a100&nvlink", &f));
         assert!(!constraint_holds("l40s", &f));
+    }
+
+    /// A load table with `loads_decide` and ratios under which the ratio
+    /// test never holds (the load test alone decides).
+    fn weighted_table(loads: &[(&str, f64, f64)]) -> TeamTable {
+        let mut table = TeamTable {
+            ratio: loads.iter().map(|(a, _, _)| (a.to_string(), 1.0)).collect(),
+            load: BTreeMap::new(),
+            loads_decide: true,
+        };
+        for &(a, running_gpus, allocation_gpus) in loads {
+            table.load.insert(
+                a.into(),
+                TeamLoad {
+                    running_gpus,
+                    allocation_gpus,
+                },
+            );
+        }
+        table
+    }
+
+    /// `[gpu_weights]`: team loads and allocations are weighted GPUs, so a
+    /// victim leaves its team's load by its weighted GPUs, never its plain
+    /// count. Weight 2: team x (allocation 20) runs two 8-GPU a100 jobs,
+    /// load 32; taking one leaves 16 < 20, so y's 8-GPU job may not take it
+    /// (32 - 8 = 24 said it could: x was taken below its allocation).
+    #[test]
+    fn a_weighted_victim_leaves_its_team_by_its_weighted_gpus() {
+        let mut run = vec![
+            running(1, "x", &[(0, 8)], 1.0, 0.0),
+            running(2, "x", &[(1, 8)], 1.0, 0.0),
+        ];
+        for r in &mut run {
+            r.weight = 2.0;
+            assert_eq!(r.charge(), 16.0);
+        }
+        let room = room_of(2, &run);
+        let table = weighted_table(&[("x", 32.0, 20.0), ("y", 0.0, 20.0)]);
+        let p = pending(9, "y", 1, 8);
+        let none = BTreeSet::new();
+        assert_eq!(
+            plan_room(&p, &run, &room, &table, 2.0 * H, &cfg(), &none),
+            None,
+            "x would end at 16 weighted GPUs, below its allocation of 20"
+        );
+        // With 40 (allocation 20) one job may go (40 - 16 = 24), not both.
+        let table = weighted_table(&[("x", 40.0, 20.0), ("y", 0.0, 20.0)]);
+        let got = plan_room(
+            &pending(9, "y", 2, 8),
+            &run,
+            &room,
+            &table,
+            2.0 * H,
+            &cfg(),
+            &none,
+        );
+        assert_eq!(got, None, "two victims would take x to 8 of 20");
+        let got = plan_room(&p, &run, &room, &table, 2.0 * H, &cfg(), &none).unwrap();
+        assert_eq!(got.len(), 1);
+    }
+
+    /// Weight below 1 (0.25): team x (allocation 4) runs three 8-GPU jobs,
+    /// load 6 weighted GPUs; one job is 2 of them, so x may yield one and
+    /// stays at its allocation (the plain count, 8, refused every victim),
+    /// but not two.
+    #[test]
+    fn a_light_victim_is_legal_when_its_weighted_gpus_leave_the_allocation() {
+        let mut run = vec![
+            running(1, "x", &[(0, 8)], 1.0, 0.0),
+            running(2, "x", &[(1, 8)], 1.0, 0.0),
+            running(3, "x", &[(2, 8)], 1.0, 0.0),
+        ];
+        for r in &mut run {
+            r.weight = 0.25;
+        }
+        let room = room_of(3, &run);
+        let table = weighted_table(&[("x", 6.0, 4.0), ("y", 0.0, 20.0)]);
+        let none = BTreeSet::new();
+        let got = plan_room(
+            &pending(9, "y", 1, 8),
+            &run,
+            &room,
+            &table,
+            2.0 * H,
+            &cfg(),
+            &none,
+        )
+        .expect("x yields one job: 6 - 2 = 4, its allocation");
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            plan_room(
+                &pending(9, "y", 2, 8),
+                &run,
+                &room,
+                &table,
+                2.0 * H,
+                &cfg(),
+                &none
+            ),
+            None,
+            "two would take x to 2 of 4"
+        );
+    }
+
+    /// [`plan_cycle`] counts its earlier plans in the loads by weighted GPUs
+    /// too: an admitted job adds its charge to its team, a victim takes its
+    /// own from its team.
+    #[test]
+    fn a_cycle_counts_its_plans_in_weighted_gpus() {
+        // Admissions: y (allocation 20) starts an 8-GPU a100 job (16) in
+        // free room; its next one (16 more) would take it past 20, so it
+        // may not preempt the unallocated job on node 1.
+        let run = vec![running(1, "z", &[(1, 8)], 0.0, 0.0)];
+        let room = room_of(2, &run);
+        let table = weighted_table(&[("y", 0.0, 20.0), ("z", 0.0, 0.0)]);
+        let mut a = pending(2, "y", 1, 8);
+        a.weight = 2.0;
+        let mut b = pending(3, "y", 1, 8);
+        b.weight = 2.0;
+        let plan = plan_plain(&[a.clone(), b.clone()], &run, &room, &table, H, &cfg());
+        assert_eq!(plan.admitted, vec![JobId(2)], "{plan:?}");
+        assert!(plan.preemptions.is_empty(), "{plan:?}");
+        // At weight 1 (8 + 8 <= 20) the later job takes it.
+        a.weight = 1.0;
+        b.weight = 1.0;
+        let plan = plan_plain(&[a, b], &run, &room, &table, H, &cfg());
+        assert_eq!(plan.admitted, vec![JobId(2), JobId(3)]);
+        // Victims: x (allocation 20) runs three a100 jobs (48). y's head
+        // takes one (48 - 16 = 32); w's head may not take another
+        // (32 - 16 = 16 < 20).
+        let mut run = vec![
+            running(1, "x", &[(0, 8)], 1.0, 0.0),
+            running(2, "x", &[(1, 8)], 1.0, 0.0),
+            running(3, "x", &[(2, 8)], 1.0, 0.0),
+        ];
+        for r in &mut run {
+            r.weight = 2.0;
+        }
+        let room = room_of(3, &run);
+        let table = weighted_table(&[("x", 48.0, 20.0), ("y", 0.0, 20.0), ("w", 0.0, 20.0)]);
+        let queue = vec![pending(8, "y", 1, 8), pending(9, "w", 1, 8)];
+        let plan = plan_plain(&queue, &run, &room, &table, 2.0 * H, &cfg());
+        assert_eq!(plan.admitted, vec![JobId(8)], "{plan:?}");
+        assert_eq!(plan.preemptions.len(), 1, "{plan:?}");
+    }
+
+    /// A job that asked for more than the cap is protected until the cap
+    /// only: its node is room then, as any other protected node (a drain
+    /// counted it as never becoming room).
+    #[test]
+    fn a_drain_counts_a_job_protected_past_the_cap_as_room_at_the_cap() {
+        let run = vec![
+            running(1, "x", &[(0, 8)], 10.0, 0.0), // asks 10 h: protected to 8 h
+            running(2, "x", &[(1, 8)], 6.0, 0.0),
+        ];
+        let room = room_of(2, &run);
+        let r = ratios(&[("x", 0.1), ("poor", 0.5)]);
+        let p = pending(9, "poor", 2, 8);
+        let d = plan_drain(&p, &run, &room, &r, H, &cfg(), &NodeSet::empty(2))
+            .expect("both nodes are room by the cap");
+        assert_eq!(d.nodes, vec![1, 0]);
+        assert_eq!(d.ready_s, 8.0 * H);
+        assert_eq!(run[0].protected_until(&cfg()), Some(8.0 * H));
     }
 }

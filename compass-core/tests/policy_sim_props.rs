@@ -93,6 +93,15 @@ proptest! {
                     );
                     prop_assert!(by_id[for_job].min_runtime_s > 0.0, "unallocated job {} preempted", for_job);
                     prop_assert!(preempted_by.get(for_job) != Some(job), "job {} preempted its own preemptor {}", for_job, job);
+                    // No loop, as in the live service: a preempted job
+                    // preempts no one before it has run its min runtime
+                    // since its restart, and it is preempted again only
+                    // after that; so, waiting again, it never preempts.
+                    prop_assert!(
+                        !preempted_by.contains_key(for_job),
+                        "job {} preempted job {} while it owed its min runtime after its own preemption",
+                        for_job, job
+                    );
                     prop_assert_eq!(*requeued, j.resumable);
                     preempted_by.insert(*job, *for_job);
                     if !requeued {

@@ -48,6 +48,7 @@ fn scenario() -> impl Strategy<Value = (Vec<RunningJob>, PendingJob, Vec<f64>)> 
                     resumable,
                     cpus_per_node: 0,
                     mem_per_node_mb: 0,
+                    weight: 1.0,
                 });
             }
             let pending = PendingJob {
@@ -59,6 +60,7 @@ fn scenario() -> impl Strategy<Value = (Vec<RunningJob>, PendingJob, Vec<f64>)> 
                 owes_min_runtime: false,
                 room_given: false,
                 needs: Default::default(),
+                weight: 1.0,
             };
             (running, pending, ratios)
         })

@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
+use super::tree::OrgTree;
 use crate::error::{CoreError, Result};
 use crate::model::JobId;
 
@@ -27,7 +28,23 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The kind a job's min runtime selects.
+    /// The kind of a job's time: the one classification the ledger, the
+    /// queue order, enforcement and `compass why` share. *Allocated*
+    /// (charged to its team's budget, protected for its min runtime, may
+    /// preempt) only when its account is in the budget tree and its min
+    /// runtime is > 0; *unallocated* (free, never protected, never
+    /// preempting) otherwise, whatever its `--min-runtime`: an account
+    /// outside the tree has no budget to charge. Without a tree every job
+    /// is unallocated.
+    pub fn of_job(tree: Option<&OrgTree>, account: &str, min_runtime_s: u64) -> Self {
+        match tree {
+            Some(t) if t.leaf_for_account(account).is_ok() => Self::from_min_runtime(min_runtime_s),
+            _ => Kind::Unallocated,
+        }
+    }
+
+    /// The kind a job's min runtime selects, its account aside (see
+    /// [`Kind::of_job`], which also asks the tree).
     pub fn from_min_runtime(min_runtime_s: u64) -> Self {
         if min_runtime_s > 0 {
             Kind::Allocated
@@ -241,6 +258,26 @@ impl Usage {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Allocated only for an account in the tree with a min runtime > 0.
+    #[test]
+    fn a_job_is_allocated_only_in_the_tree_and_with_a_min_runtime() {
+        use crate::fairshare::tree::NodeSpec;
+        let spec = |name: &str, parent: Option<&str>, account: Option<&str>| NodeSpec {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            share: 1.0,
+            managers: vec![],
+            account: account.map(Into::into),
+        };
+        let tree =
+            OrgTree::build(&[spec("org", None, None), spec("a", Some("org"), Some("a"))]).unwrap();
+        let t = Some(&tree);
+        assert_eq!(Kind::of_job(t, "a", 600), Kind::Allocated);
+        assert_eq!(Kind::of_job(t, "a", 0), Kind::Unallocated);
+        assert_eq!(Kind::of_job(t, "ghost", 600), Kind::Unallocated);
+        assert_eq!(Kind::of_job(None, "a", 600), Kind::Unallocated);
+    }
 
     fn iv(job: u64, acct: &str, gpus: u32, start: i64, end: Option<i64>, kind: Kind) -> Interval {
         Interval {

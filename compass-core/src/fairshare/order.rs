@@ -354,7 +354,8 @@ pub struct QueueState<'a> {
 /// The queue order of the budget service (and of `order_queue` with
 /// [`QueueOrder::RATIO`]): by partition tier (higher first), then QOS
 /// priority (higher first, [`PendingJob::qos_priority`]), then allocated
-/// before unallocated jobs, budgeted teams before accounts outside the tree,
+/// before unallocated jobs ([`Kind::of_job`]: a job of an account outside
+/// the tree is unallocated whatever its min runtime), budgeted teams before accounts outside the tree,
 /// teams in the order of [`team_orders`] (base: the tree walk with siblings
 /// by (ratio, name)), then job priority (higher first), submit time, job id.
 /// A team's allocation is `abs_share x now.capacity_gpus`; its running GPUs
@@ -435,7 +436,9 @@ pub fn order_queue_by(
         .iter()
         .map(|j| Keyed {
             job: j,
-            kind: Kind::from_min_runtime(j.min_runtime_s),
+            // An account outside the tree runs unallocated time whatever
+            // its min runtime (as enforcement and the ledger read it).
+            kind: Kind::of_job(Some(tree), &j.account, j.min_runtime_s),
             leaf: tree.leaf_for_account(&j.account).ok(),
         })
         .collect();
@@ -553,6 +556,11 @@ pub fn explain(p: &Placed, queue_len: usize) -> String {
     match p.kind {
         Kind::Allocated => s.push_str(&format!(
             "It asks for allocated time (min runtime {}): it is charged to its budget and sorts before all unallocated jobs.\n",
+            crate::duration::format(p.job.min_runtime_s)
+        )),
+        Kind::Unallocated if p.job.min_runtime_s > 0 => s.push_str(&format!(
+            "It asks for a min runtime of {}, but its account has no budget in the tree: its time is unallocated \
+             (free, never protected from preemption, whatever its --min-runtime) and it sorts after every allocated job.\n",
             crate::duration::format(p.job.min_runtime_s)
         )),
         Kind::Unallocated => s.push_str(
@@ -1040,9 +1048,20 @@ mod tests {
         ];
         let o = order_queue(&t, &s, &jobs);
         let ids: Vec<u64> = o.iter().map(|p| p.job.job.0).collect();
-        // Equal ratios (0): a before b by name.
-        assert_eq!(ids, vec![5, 3, 2, 1, 4]);
-        assert!(explain(&o[2], 5).contains("not in the budget tree"));
+        // Equal ratios (0): a before b by name. Job 2 asks a min runtime,
+        // but its account is outside the tree: unallocated time, as
+        // enforcement and the ledger read it, so after every budgeted
+        // team's unallocated job (it used to sort among allocated jobs,
+        // ahead of job 1).
+        assert_eq!(ids, vec![5, 3, 1, 2, 4]);
+        assert_eq!(o[3].kind, Kind::Unallocated);
+        let why = explain(&o[3], 5);
+        assert!(why.contains("not in the budget tree"), "{why}");
+        assert!(
+            why.contains("no budget in the tree: its time is unallocated"),
+            "{why}"
+        );
+        assert!(!why.contains("charged to its budget"), "{why}");
         assert_eq!(o[4].gpus_ahead, 4);
     }
 

@@ -67,7 +67,8 @@ pub struct BudgetSimConfig {
     pub queue_depth: usize,
     /// Waiting jobs looked at per scheduling pass.
     pub scan_limit: usize,
-    /// Teams whose head allocated job may preempt per cycle, in fair-share order.
+    /// Teams whose head allocated job may preempt per cycle, in queue order
+    /// ([`team_orders`], as the live service's queue).
     pub preempt_depth: usize,
     /// Stop at this simulated time (seconds after the first submission).
     pub horizon_s: Option<Seconds>,
@@ -782,7 +783,9 @@ struct Live {
     progress_s: f64,
     run_start: Option<f64>,
     first_start: Option<f64>,
-    ran_total_s: f64,
+    /// Preempted, and not yet run its (capped) min runtime since its
+    /// restart ([`Sim::owes_min_runtime`]).
+    owes: bool,
     /// Restart and migration overheads of the current run.
     extra_s: f64,
     gen: u64,
@@ -1014,8 +1017,12 @@ impl<'a> Sim<'a> {
         self.jobs[i].shape.total_gpus()
     }
 
+    /// Allocated time: a min runtime > 0 and an account in the budget tree
+    /// (`fairshare::Kind::of_job`, as the live service classifies it: an
+    /// account outside the tree runs unallocated time, queued, counted and
+    /// never protected as such).
     fn allocated(&self, i: usize) -> bool {
-        self.jobs[i].min_runtime_s > 0.0
+        self.planner_min_runtime(i) > 0.0
     }
 
     /// The min runtime the victim planner sees: 0 (unallocated: never
@@ -1492,7 +1499,11 @@ impl<'a> Sim<'a> {
             team.run_free -= gpus;
         }
         let run = (now - start).max(0.0);
-        self.live[i].ran_total_s += run;
+        // A run of its min runtime since its restart settles what a
+        // preemption left owed ([`Self::owes_min_runtime`]).
+        if run >= self.min_runtime_capped(i) {
+            self.live[i].owes = false;
+        }
         self.live[i].gen += 1;
         if release {
             let migrations = self.policy.remove(self.jobs[i].id)?;
@@ -1581,6 +1592,7 @@ impl<'a> Sim<'a> {
         self.preemptions += 1;
         let l = &mut self.live[i];
         l.preemptions += 1;
+        l.owes = true;
         l.preempted_by = Some(for_job);
         if job.resumable {
             l.progress_s = (l.progress_s + run - lost - l.extra_s).clamp(0.0, job.duration_s);
@@ -1625,14 +1637,16 @@ impl<'a> Sim<'a> {
                     resumable: j.resumable,
                     cpus_per_node: 0,
                     mem_per_node_mb: 0,
+                    // The simulator's GPUs are unweighted.
+                    weight: 1.0,
                 })
             })
             .collect()
     }
 
     /// The enforcement step of a cycle: the head allocated job of each team
-    /// (at most `preempt_depth` teams, in fair-share order) preempts what it
-    /// needs ([`plan_room`]); when no legal victims can place the head, the
+    /// (at most `preempt_depth` teams, in queue order: [`Self::team_orders`])
+    /// preempts what it needs ([`plan_room`]); when no legal victims can place the head, the
     /// team's next shapes ask in turn (oldest first) until one is placed,
     /// each taking unallocated victims only and only while the team, with
     /// it, stays within its allocation ([`later_job_may_preempt`]), as in
@@ -1647,9 +1661,12 @@ impl<'a> Sim<'a> {
             self.take_reservations()?;
             self.update_reservations();
         }
-        // The first waiting allocated job of each team, teams in fair-share
-        // order: a team below its allocation must be able to reclaim it even
-        // when another team sorts ahead of it.
+        // The first waiting allocated job of each team, teams in queue
+        // order ([`Self::team_orders`]: under-allocation-first puts the teams
+        // below their allocation ahead, as the live service's queue does,
+        // `preempt::plan_cycle` following it): a team below its allocation
+        // must be able to reclaim it even when another team sorts ahead of
+        // it by the lookback ratio.
         // Only unallocated jobs, or allocated jobs of teams over their
         // allocation for a team under its own, can be victims: skip the teams
         // that could not take anything.
@@ -1665,8 +1682,8 @@ impl<'a> Sim<'a> {
         // ones take unallocated victims only, within the team's allocation
         // (checked below, on the loads of the moment), as in the live service
         // (`preempt::plan_cycle`).
-        let heads: Vec<Vec<(usize, bool)>> = self
-            .order
+        let team_order = self.team_orders().allocated;
+        let heads: Vec<Vec<(usize, bool)>> = team_order
             .iter()
             .filter(|&&t| {
                 free_running > 0 || (self.teams[t].run_charged as f64) < self.teams[t].share * cap
@@ -2173,17 +2190,28 @@ impl<'a> Sim<'a> {
             owes_min_runtime: false,
             room_given: false,
             needs: Default::default(),
+            weight: 1.0,
         }
     }
 
-    /// A preempted job may not preempt until its total run time reaches its
-    /// (capped) min runtime.
+    /// The "no loop" rule, as in the live service
+    /// (`budget-service/src/enforce.rs`: a victim's preemption record is
+    /// settled only once its restarted run is no longer protected): a
+    /// preempted job may not preempt until it has run its (capped) min
+    /// runtime since its restart. Its run time before the preemption does
+    /// not count (it always covers the min runtime: protected jobs are no
+    /// victims), so a requeued victim waiting again always owes.
     fn owes_min_runtime(&self, i: usize) -> bool {
         let l = &self.live[i];
-        let need = self.jobs[i]
+        let need = self.min_runtime_capped(i);
+        l.owes && !l.run_start.is_some_and(|s| self.now - s >= need)
+    }
+
+    /// Job `i`'s min runtime, capped at the protection cap.
+    fn min_runtime_capped(&self, i: usize) -> Seconds {
+        self.jobs[i]
             .min_runtime_s
-            .min(self.cfg.protection.min_runtime_cap_s);
-        l.preemptions > 0 && l.ran_total_s < need
+            .min(self.cfg.protection.min_runtime_cap_s)
     }
 
     fn report(self) -> BudgetReport {

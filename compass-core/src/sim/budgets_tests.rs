@@ -653,6 +653,7 @@ fn running(id: u64, account: &str, node: u32, gpus: u32, min_h: f64, started_h: 
         resumable: true,
         cpus_per_node: 0,
         mem_per_node_mb: 0,
+        weight: 1.0,
     }
 }
 
@@ -821,4 +822,95 @@ fn jobs_that_could_never_start_or_end_are_refused_not_waited_for() {
     );
     let inf = vec![job(5, "a", f64::INFINITY, 1.0, 1, 8, 0.0)];
     assert!(run_budgets(&inf, &tree, &config(1)).is_err());
+}
+
+/// Victims taken for job `for_job`, in event order.
+fn victims_for(events: &[SimEvent], for_job: u64) -> Vec<u64> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            SimEvent::Preempt {
+                job, for_job: f, ..
+            } if f.0 == for_job => Some(job.0),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The no-loop rule, as in the live service: a requeued victim may not
+/// preempt until it has run its min runtime since its restart (its run
+/// before the preemption does not count). Two nodes, teams a and b of 8
+/// GPUs each. Job 1 (a) is preempted at 1 h for b's job 4; when a's job 2
+/// ends (1.2 h), node 1 holds a's free 4-GPU job 3 and 4 free GPUs: job 1,
+/// waiting with its team below its allocation, could take job 3 as victim,
+/// but it owes its min runtime and waits for job 3 to end (1.5 h). Before,
+/// the simulator counted job 1's first hour and it preempted job 3.
+#[test]
+fn a_requeued_victim_does_not_preempt_before_its_min_runtime_again() {
+    let jobs = vec![
+        job(1, "a", 0.0, 10.0, 1, 8, 1.0), // node 0; unprotected at 1 h
+        job(2, "a", 0.0, 1.2, 1, 4, 2.0),  // node 1; protected past its end
+        job(3, "a", 0.0, 1.5, 1, 4, 0.0),  // node 1; free work
+        job(4, "b", 0.5, 10.0, 1, 8, 1.0),
+    ];
+    let tree = tree(&[("a", 0.5), ("b", 0.5)]);
+    let mut cfg = config(2);
+    cfg.horizon_s = Some(4.0 * H);
+    let r = run_budgets(&jobs, &tree, &cfg).unwrap();
+    assert_eq!(victims_for(&r.events, 4), vec![1], "{:?}", r.events);
+    assert_eq!(
+        victims_for(&r.events, 1),
+        Vec::<u64>::new(),
+        "the requeued job 1 preempted before running its min runtime again: {:?}",
+        r.events
+    );
+    let restart = r
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            SimEvent::Start { t, job } if job.0 == 1 => Some(*t),
+            _ => None,
+        })
+        .nth(1)
+        .expect("job 1 restarts");
+    assert!(
+        (restart - 1.5 * H).abs() < 1.0,
+        "job 1 restarted at {} h, not when job 3 ended",
+        restart / H
+    );
+}
+
+/// The enforcement cycle serves teams in queue order, as the live service's
+/// `plan_cycle` follows its queue (`budget-service/src/enforce.rs`, test
+/// `preemption_follows_the_queue_order`): under under-allocation-first,
+/// team b (below its allocation, the higher lookback ratio: it filled the
+/// cluster for 2 h) goes before team a (above its allocation with two
+/// protected jobs, the lower ratio), and b's job takes the one unallocated
+/// victim. Before, the simulator walked teams by lookback ratio alone and
+/// gave it to a.
+#[test]
+fn preemption_serves_teams_in_queue_order() {
+    let jobs = vec![
+        job(1, "b", 0.0, 2.0, 1, 8, 1.0),
+        job(2, "b", 0.0, 2.0, 1, 8, 1.0),
+        job(3, "b", 0.0, 2.0, 1, 8, 1.0),
+        job(4, "a", 2.1, 20.0, 1, 8, 8.0), // a: 16 GPUs of 10.8
+        job(5, "a", 2.1, 20.0, 1, 8, 8.0),
+        job(6, "c", 2.1, 20.0, 1, 8, 0.0), // the unallocated victim
+        job(7, "a", 2.5, 1.0, 1, 8, 1.0),
+        job(8, "b", 2.5, 1.0, 1, 8, 1.0),
+    ];
+    let tree = tree(&[("a", 0.45), ("b", 0.45), ("c", 0.1)]);
+    let mut cfg = config(3);
+    cfg.horizon_s = Some(4.0 * H);
+    let r = run_budgets(&jobs, &tree, &cfg).unwrap();
+    assert_eq!(victims_for(&r.events, 8), vec![6], "{:?}", r.events);
+    assert_eq!(victims_for(&r.events, 7), Vec::<u64>::new());
+    let t8 = start_of(&r.events, 8).expect("job 8 starts");
+    assert!(t8 - 2.5 * H <= 60.0, "job 8 waited {} s", t8 - 2.5 * H);
+    // Under the ratio order (the published design) a, the lower ratio,
+    // is served first, in the simulator as in the service.
+    cfg.team_order = TeamOrder::Ratio;
+    let r = run_budgets(&jobs, &tree, &cfg).unwrap();
+    assert_eq!(victims_for(&r.events, 7), vec![6], "{:?}", r.events);
 }
