@@ -6,7 +6,7 @@
 //! or not. Where jobs are pinned or foreign, or nodes drained, the bound is
 //! checked over the movable part (see [`check_theorem1`]), never skipped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use compass_core::metric::{phi_star, wcc_holds};
 use compass_core::model::{ClusterSpec, JobId, JobRequest, NodeId};
@@ -1181,6 +1181,40 @@ fn mixed_cluster() -> impl Strategy<Value = Vec<NodeGpus>> {
         })
 }
 
+/// Clusters of 2-3 partition groups (partitions that share no node), each
+/// of 2-8 nodes of one kind, the same kind in several groups more often
+/// than not (untyped 8-GPU nodes), interleaved by `seed`: one pool per
+/// group and kind ([`compass_core::placement::pools::partition_groups`]).
+fn partitioned_cluster() -> impl Strategy<Value = Vec<NodeGpus>> {
+    (
+        proptest::collection::vec(
+            (
+                2u32..=8,
+                prop_oneof![1 => Just(2u32), 1 => Just(4u32), 4 => Just(8u32)],
+            ),
+            2..=3,
+        ),
+        any::<u64>(),
+    )
+        .prop_map(|(groups, seed)| {
+            let mut nodes: Vec<NodeGpus> = Vec::new();
+            for (k, (n, cap)) in groups.into_iter().enumerate() {
+                let name = format!("p{k}");
+                for _ in 0..n {
+                    nodes.push(NodeGpus::new(cap, None).in_group(Some(&name)));
+                }
+            }
+            let mut x = seed;
+            for i in (1..nodes.len()).rev() {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                nodes.swap(i, (x >> 33) as usize % (i + 1));
+            }
+            nodes
+        })
+}
+
 fn pool_events(nodes: u32, mix: Mix) -> impl Strategy<Value = Vec<PoolEvent>> {
     let arrive = (
         gpus(8),
@@ -1214,7 +1248,9 @@ fn pool_events(nodes: u32, mix: Mix) -> impl Strategy<Value = Vec<PoolEvent>> {
 /// pool: the engine's invariants, exact accounting, that a job stays in the
 /// one pool it was placed in and only in pools its request admits, and
 /// Theorem 1 ([`check_theorem1`], with its exact exemptions) wherever WCC
-/// holds in that pool.
+/// holds in that pool. On a cluster of several partition groups each job
+/// is submitted to one group's partition (by its id): only that group's
+/// pools and nodes are offered, as Slurm offers a partition's nodes.
 fn replay_pools(
     nodes: &[NodeGpus],
     events: &[PoolEvent],
@@ -1231,7 +1267,15 @@ fn replay_pools_with(
     let mut s = PoolSet::new(nodes, config);
     let pools: Vec<_> = s.pools().cloned().collect();
     let total = nodes.len() as u32;
+    let groups: Vec<Option<String>> = nodes
+        .iter()
+        .map(|n| n.group.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let mut running: BTreeMap<JobId, (usize, JobRequest)> = BTreeMap::new();
+    // Each job's partition group, where the cluster has several.
+    let mut group_of: BTreeMap<JobId, Option<String>> = BTreeMap::new();
     let mut foreign: BTreeMap<JobId, Vec<(NodeId, u32)>> = BTreeMap::new();
     let mut next = 1u64;
     for (step, ev) in events.iter().enumerate() {
@@ -1245,14 +1289,20 @@ fn replay_pools_with(
                 let want = typed.and_then(|k| pools.get(k % pools.len().max(1))?.gpu_type.clone());
                 let mut job = JobRequest::new(next, instances, gpus);
                 job.movable = !pinned;
+                let group = &groups[next as usize % groups.len()];
                 next += 1;
                 let options: Vec<(usize, JobRequest)> = pools
                     .iter()
                     .enumerate()
                     .filter(|(_, p)| p.modelled && p.admits(want.as_deref(), gpus))
+                    .filter(|(_, p)| groups.len() == 1 || &p.group == group)
                     .map(|(k, _)| (k, job.clone()))
                     .collect();
-                if let Some((p, adm)) = s.place(&options, Some(&NodeSet::full(total))).unwrap() {
+                let partition = NodeSet::from_nodes(
+                    total,
+                    (0..total).filter(|&n| groups.len() == 1 || &nodes[n as usize].group == group),
+                );
+                if let Some((p, adm)) = s.place(&options, Some(&partition)).unwrap() {
                     prop_assert!(
                         options.iter().any(|(q, _)| *q == p),
                         "step {}: pool {} not allowed",
@@ -1281,6 +1331,9 @@ fn replay_pools_with(
                             step,
                             m.job
                         );
+                    }
+                    if groups.len() > 1 {
+                        group_of.insert(job.id, group.clone());
                     }
                     running.insert(job.id, (p, job));
                 }
@@ -1392,6 +1445,17 @@ fn replay_pools_with(
                     step,
                     j.id
                 );
+                // Never outside its partition's nodes, Compact included.
+                if let (Some(g), Some(r)) = (group_of.get(&j.id), s.job(j.id)) {
+                    prop_assert!(
+                        r.nodes.iter().all(|&n| &nodes[n as usize].group == g),
+                        "step {}: job {} on {:?}, outside partition group {:?}",
+                        step,
+                        j.id,
+                        r.nodes,
+                        g
+                    );
+                }
             }
             let any_foreign = foreign_gpus > 0;
             check_theorem1(e, &in_pool, any_foreign, step)?;
@@ -1419,6 +1483,26 @@ proptest! {
     #[test]
     fn theorem1_holds_per_pool_with_pinned_foreign_and_drained(
         (nodes, evs) in mixed_cluster().prop_flat_map(|n| { let len = n.len() as u32; (Just(n), pool_events(len, Mix { pinned: 0.3, adopt: false, foreign: true, drain: true, within: false })) })
+    ) {
+        replay_pools(&nodes, &evs)?;
+    }
+
+    /// Partitions that share no node (2-3 groups, the same kind of node in
+    /// several): one pool per group and kind, each job offered its own
+    /// group's nodes only. Every job movable: Theorem 1 holds in each pool
+    /// with no job held (one engine over all of them would hold every job
+    /// inside its partition and promise nothing).
+    #[test]
+    fn theorem1_holds_per_partition_group(
+        (nodes, evs) in partitioned_cluster().prop_flat_map(|n| { let len = n.len() as u32; (Just(n), pool_events(len, Mix::default())) })
+    ) {
+        replay_pools(&nodes, &evs)?;
+    }
+
+    /// The same with pinned jobs, foreign GPUs and drained nodes.
+    #[test]
+    fn theorem1_holds_per_partition_group_with_pinned_foreign_and_drained(
+        (nodes, evs) in partitioned_cluster().prop_flat_map(|n| { let len = n.len() as u32; (Just(n), pool_events(len, Mix { pinned: 0.3, adopt: false, foreign: true, drain: true, within: false })) })
     ) {
         replay_pools(&nodes, &evs)?;
     }

@@ -136,7 +136,7 @@ fn main() {
             .header("wrapper_internal.h")
             .clang_arg(format!("-I{}", root.display()))
             .clang_arg(format!("-I{}", include.display()))
-            .allowlist_type("job_record_t|job_record|node_record_t|node_record|config_record_t|config_record|job_details|job_resources|gres_state_t|gres_job_state_t|slurm_select_ops_t|step_record_t|select_plugindata_info|select_jobdata_type|select_nodedata_type|select_print_mode|resv_desc_msg_t|buf_t|bitstr_t")
+            .allowlist_type("job_record_t|job_record|part_record_t|part_record|node_record_t|node_record|config_record_t|config_record|job_details|job_resources|gres_state_t|gres_job_state_t|slurm_select_ops_t|step_record_t|select_plugindata_info|select_jobdata_type|select_nodedata_type|select_print_mode|resv_desc_msg_t|buf_t|bitstr_t")
             .allowlist_function("bit_.*|node_name2bitmap|bitmap2node_name|slurm_(info|error|verbose|debug|debug2)|list_.*|xfree_ptr|slurm_xfree")
             .allowlist_function("slurm_.*|spank_.*")
             .allowlist_var("node_record_table_ptr|node_record_count|SLURM_.*|SELECT_.*|ESPANK_.*|ESLURM_.*|NO_VAL.*|INFINITE.*|JOB_.*|GRES_STATE_.*|slurm_conf")

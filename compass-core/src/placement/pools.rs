@@ -6,6 +6,16 @@
 //! that pool (`compass-core/tests/compass_props.rs`).
 //!
 //! - Nodes without GPUs belong to no pool: jobs there are Slurm's alone.
+//! - Nodes that share no partition, directly or through other partitions,
+//!   never hold instances of one job: each such *partition group*
+//!   ([`partition_groups`]) gets its own pools, so Theorem 1's bound holds
+//!   in each (`N * SIF <= 2` per partition group and kind of node) where
+//!   one engine over both would hold every job inside its partition and
+//!   promise nothing. Partitions that overlap (a `gpu` partition over all
+//!   GPU nodes and a `debug` one over some) make one group: there the
+//!   engine keeps a job inside its partition's nodes instead
+//!   (docs/compass-corrections.md, section 8). A pool split so is named
+//!   with its group (`8xa100@gpu-a`).
 //! - A pool whose nodes hold a GPU count other than 1, 2, 4 or 8 (3, 6,
 //!   10, ...), or several GPU types on one node, is **pass-through**: it is
 //!   listed (so status shows it) but has no engine; the slot widths of the
@@ -44,6 +54,12 @@ pub struct NodeGpus {
     /// `a100` for `gpu:a100:8`; `None` when untyped. Several types on one
     /// node are joined with `+` (`a100+h100`): such a node is pass-through.
     pub gpu_type: Option<String>,
+    /// The node's partition group: nodes that share no partition, directly
+    /// or through other partitions, can never hold instances of one job,
+    /// so each group gets its own pools (`None`: no partitions known, or a
+    /// node in none; the simulator's clusters). The label names the group
+    /// (the smallest partition name in it).
+    pub group: Option<String>,
 }
 
 impl NodeGpus {
@@ -51,8 +67,69 @@ impl NodeGpus {
         Self {
             gpus,
             gpu_type: gpu_type.map(str::to_string),
+            group: None,
         }
     }
+
+    /// The same node in partition group `group`.
+    pub fn in_group(self, group: Option<&str>) -> Self {
+        Self {
+            group: group.map(str::to_string),
+            ..self
+        }
+    }
+}
+
+/// Partition groups of a cluster's nodes, for [`NodeGpus::group`]: nodes
+/// joined by a partition that holds both, directly or through a chain of
+/// partitions, are in one group, labelled with the smallest partition name
+/// in it; a node in no partition has none. `partitions`: (name, global
+/// node ids); ids at or past `nodes` are ignored.
+pub fn partition_groups(nodes: u32, partitions: &[(String, Vec<NodeId>)]) -> Vec<Option<String>> {
+    // Union-find over nodes; each partition joins its nodes.
+    let mut parent: Vec<u32> = (0..nodes).collect();
+    fn root(parent: &mut [u32], mut x: u32) -> u32 {
+        while parent[x as usize] != x {
+            let up = parent[parent[x as usize] as usize];
+            parent[x as usize] = up;
+            x = up;
+        }
+        x
+    }
+    let mut member = vec![false; nodes as usize];
+    for (_, ns) in partitions {
+        let mut first: Option<u32> = None;
+        for &n in ns.iter().filter(|&&n| n < nodes) {
+            member[n as usize] = true;
+            match first {
+                None => first = Some(n),
+                Some(f) => {
+                    let (a, b) = (root(&mut parent, f), root(&mut parent, n));
+                    if a != b {
+                        parent[a.max(b) as usize] = a.min(b);
+                    }
+                }
+            }
+        }
+    }
+    // Label of each root: the smallest name of a partition in its group.
+    let mut label: BTreeMap<u32, &str> = BTreeMap::new();
+    for (name, ns) in partitions {
+        if let Some(&n) = ns.iter().find(|&&n| n < nodes) {
+            let r = root(&mut parent, n);
+            let l = label.entry(r).or_insert(name.as_str());
+            if name.as_str() < *l {
+                *l = name.as_str();
+            }
+        }
+    }
+    (0..nodes)
+        .map(|n| {
+            member[n as usize]
+                .then(|| label.get(&root(&mut parent, n)).map(|l| l.to_string()))
+                .flatten()
+        })
+        .collect()
 }
 
 /// One pool: interchangeable nodes (same GPU count, same type).
@@ -68,6 +145,9 @@ pub struct PoolSpec {
     /// Has an engine (capacity 1, 2, 4 or 8 and a single GPU type); `false`:
     /// pass-through, Slurm places there alone.
     pub modelled: bool,
+    /// The partition group ([`NodeGpus::group`]) of the pool's nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 impl PoolSpec {
@@ -184,14 +264,15 @@ impl PoolSet {
     /// Groups `nodes` (index = global node id) into pools, in order of each
     /// pool's first node. Every engine gets `config`.
     pub fn new(nodes: &[NodeGpus], config: CompassConfig) -> Self {
-        let mut key_of: BTreeMap<(u32, Option<String>), usize> = BTreeMap::new();
+        type Key = (u32, Option<String>, Option<String>);
+        let mut key_of: BTreeMap<Key, usize> = BTreeMap::new();
         let mut specs: Vec<PoolSpec> = Vec::new();
         let mut at = vec![None; nodes.len()];
         for (i, n) in nodes.iter().enumerate() {
             if n.gpus == 0 {
                 continue;
             }
-            let key = (n.gpus, n.gpu_type.clone());
+            let key = (n.gpus, n.gpu_type.clone(), n.group.clone());
             let p = *key_of.entry(key).or_insert_with(|| {
                 let modelled = ClusterSpec::new(1, n.gpus).is_ok()
                     && !n.gpu_type.as_deref().is_some_and(|t| t.contains('+'));
@@ -201,11 +282,25 @@ impl PoolSet {
                     gpu_type: n.gpu_type.clone(),
                     nodes: Vec::new(),
                     modelled,
+                    group: n.group.clone(),
                 });
                 specs.len() - 1
             });
             at[i] = Some((p, specs[p].nodes.len() as NodeId));
             specs[p].nodes.push(i as NodeId);
+        }
+        // Nodes of one kind split over partition groups: each pool's name
+        // says its group (`8xa100@gpu-a`), so names stay unique.
+        let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+        for s in &specs {
+            *kinds.entry(s.name.clone()).or_default() += 1;
+        }
+        for s in &mut specs {
+            if let (Some(g), Some(&k)) = (&s.group, kinds.get(&s.name)) {
+                if k > 1 {
+                    s.name = format!("{}@{g}", s.name);
+                }
+            }
         }
         let pools = specs
             .into_iter()
@@ -251,6 +346,7 @@ impl PoolSet {
                 Some((p, _)) => NodeGpus {
                     gpus: self.pools[p].spec.gpus_per_node,
                     gpu_type: self.pools[p].spec.gpu_type.clone(),
+                    group: self.pools[p].spec.group.clone(),
                 },
                 None => NodeGpus::default(),
             })
@@ -947,6 +1043,96 @@ mod tests {
         assert_eq!(s.pool_of(15), None, "CPU-only nodes are in no pool");
         assert_eq!(s.node_count(), 18);
         assert_eq!(s.node_table(), site());
+    }
+
+    #[test]
+    fn partitions_joined_directly_or_through_others_make_one_group() {
+        let parts = |v: &[(&str, &[NodeId])]| -> Vec<(String, Vec<NodeId>)> {
+            v.iter()
+                .map(|(n, ns)| (n.to_string(), ns.to_vec()))
+                .collect()
+        };
+        let g = |v: &[Option<&str>]| -> Vec<Option<String>> {
+            v.iter().map(|x| x.map(str::to_string)).collect()
+        };
+        // Disjoint: one group each, named by its partition; node 8 in none;
+        // an id past the table is ignored.
+        let groups = partition_groups(
+            9,
+            &parts(&[("b", &[4, 5, 6, 7]), ("a", &[0, 1, 2, 3, 40]), ("a2", &[3])]),
+        );
+        let (a, b) = (Some("a"), Some("b"));
+        assert_eq!(groups, g(&[a, a, a, a, b, b, b, b, None]));
+        // Overlapping (the site lab's `gpu` and `debug`), and a chain
+        // (`x` joins `gpu` to `y`): one group, the smallest name.
+        let groups = partition_groups(
+            8,
+            &parts(&[
+                ("gpu", &[0, 1, 2, 3]),
+                ("debug", &[2, 3]),
+                ("y", &[5, 6]),
+                ("x", &[3, 5]),
+                ("cpu", &[7]),
+            ]),
+        );
+        let d = Some("debug");
+        assert_eq!(groups, g(&[d, d, d, d, None, d, d, Some("cpu")]));
+        assert_eq!(partition_groups(3, &[]), g(&[None, None, None]));
+    }
+
+    #[test]
+    fn disjoint_partitions_get_one_engine_each() {
+        let groups = partition_groups(
+            9,
+            &[
+                ("gpu-b".to_string(), vec![4, 5, 6, 7]),
+                ("gpu-a".to_string(), vec![0, 1, 2, 3]),
+            ],
+        );
+        let mut nodes: Vec<NodeGpus> = groups
+            .iter()
+            .map(|g| NodeGpus::new(8, None).in_group(g.as_deref()))
+            .collect();
+        nodes.push(NodeGpus::new(4, Some("l40s")).in_group(Some("gpu-a")));
+        let mut s = PoolSet::new(&nodes, CompassConfig::default());
+        let pools: Vec<(String, Vec<NodeId>, Option<String>)> = s
+            .pools()
+            .map(|p| (p.name.clone(), p.nodes.clone(), p.group.clone()))
+            .collect();
+        let a = Some("gpu-a".to_string());
+        assert_eq!(
+            pools,
+            vec![
+                ("8xgpu@gpu-a".into(), vec![0, 1, 2, 3], a.clone()),
+                ("8xgpu@gpu-b".into(), vec![4, 5, 6, 7], Some("gpu-b".into())),
+                // node 8, in no partition, and a kind in one group only:
+                // their names as without partitions
+                ("8xgpu".into(), vec![8], None),
+                ("4xl40s".into(), vec![9], a),
+            ]
+        );
+        assert_eq!(s.node_table(), nodes);
+        // Each partition's jobs fill its own pool's nodes, as one engine
+        // per pool packs them: 1-GPU jobs share one pool node in each.
+        let part = |r: std::ops::Range<NodeId>| NodeSet::from_nodes(10, r);
+        for id in 0..3 {
+            let (p, adm) = s
+                .place(&[(0, req(id, 1, 1))], Some(&part(0..4)))
+                .unwrap()
+                .unwrap();
+            assert_eq!((p, adm.nodes.len()), (0, 1));
+            assert!(adm.nodes[0] < 4, "{:?}", adm.nodes);
+            let (p, adm) = s
+                .place(&[(1, req(10 + id, 1, 1))], Some(&part(4..8)))
+                .unwrap()
+                .unwrap();
+            assert_eq!(p, 1);
+            assert!((4..8).contains(&adm.nodes[0]), "{:?}", adm.nodes);
+        }
+        for p in [0, 1] {
+            let st = s.stats(p).unwrap();
+            assert_eq!((st.partial_nodes, st.n_sif), (1, 0), "pool {p}: {st:?}");
+        }
     }
 
     #[test]

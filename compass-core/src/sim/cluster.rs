@@ -289,6 +289,7 @@ impl ClusterPolicy for Single<'_> {
             gpu_type: None,
             nodes: (0..spec.nodes).collect(),
             modelled: true,
+            group: None,
         }]
     }
 

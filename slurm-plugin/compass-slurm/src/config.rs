@@ -33,6 +33,8 @@
 //!                              # >= tidy_payback x their cost after it
 //! log_decisions = false        # each job_test decision at verbose level
 //!                              # without DebugFlags=SelectType
+//! pools_by_partition = true    # one engine per group of partitions that
+//!                              # share no node
 //! ```
 
 use std::path::Path;
@@ -91,6 +93,14 @@ pub struct SelectConfig {
     /// more numerous lines). Default false; the lab clusters and the demo
     /// set it (their reports read these lines).
     pub log_decisions: bool,
+    /// One set of pools per partition group (partitions that share no
+    /// node; `compass_core::placement::pools::partition_groups`): Theorem
+    /// 1's bound then holds per group with no job held, and the layout is
+    /// less fragmented on average than with one engine holding each job
+    /// inside its partition, for a few more migrations (docs/results.md,
+    /// "Pools per partition group"). Default true; false: one engine per
+    /// kind of node over every partition.
+    pub pools_by_partition: bool,
 }
 
 impl Default for Config {
@@ -113,6 +123,7 @@ impl Default for Config {
                 move_when: MoveWhen::SELECT_DEFAULT,
                 tidy_payback: compass_core::placement::worth::DEFAULT_TIDY_PAYBACK,
                 log_decisions: false,
+                pools_by_partition: true,
             },
         }
     }
@@ -142,6 +153,7 @@ const KNOWN: &[(&str, &[&str])] = &[
             "move_when",
             "tidy_payback",
             "log_decisions",
+            "pools_by_partition",
         ],
     ),
 ];
@@ -177,6 +189,7 @@ struct RawSelect {
     move_when: Option<String>,
     tidy_payback: Option<f64>,
     log_decisions: Option<bool>,
+    pools_by_partition: Option<bool>,
 }
 
 impl Config {
@@ -316,6 +329,9 @@ impl Config {
         }
         if let Some(b) = s.log_decisions {
             c.select.log_decisions = b;
+        }
+        if let Some(b) = s.pools_by_partition {
+            c.select.pools_by_partition = b;
         }
         dur(
             "select.migration_cooldown",
@@ -495,6 +511,10 @@ mod tests {
         let c = Config::parse("t", "[select]\nlog_decisions = true\n").unwrap();
         assert!(c.select.log_decisions);
         assert!(Config::parse("t", "[select]\nlog_decisions = \"yes\"\n").is_err());
+        assert!(Config::default().select.pools_by_partition, "on by default");
+        let c = Config::parse("t", "[select]\npools_by_partition = false\n").unwrap();
+        assert!(!c.select.pools_by_partition);
+        assert!(Config::parse("t", "[select]\npools_by_partition = 1\n").is_err());
         assert_eq!(
             w,
             vec![

@@ -83,6 +83,7 @@ pub fn node_gpus(node_gres: &str) -> NodeGpus {
     NodeGpus {
         gpus: g.total_u32(),
         gpu_type,
+        group: None,
     }
 }
 

@@ -6,7 +6,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 use compass_core::model::{NodeId, NodeSet};
-use compass_core::placement::pools::NodeGpus;
+use compass_core::placement::pools::{partition_groups, NodeGpus};
 use compass_slurm::controller::{Controller, Hold, JobInfo, KeepNodes};
 use compass_slurm::flags;
 use compass_slurm::persist::{Saved, FILE_NAME};
@@ -198,8 +198,87 @@ unsafe fn lossy_str(p: *const c_char) -> Option<String> {
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
-/// Node names and each node's GPUs (count and type), from slurmctld's node
-/// table: the pools of interchangeable nodes are built from it (issue 12).
+/// `last_part_update` when [`cluster`] last read the partitions: after it
+/// moved, the next `select_p_job_test` checks whether the partition groups
+/// changed ([`follow_partition_changes`]).
+static PARTS_SEEN: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MIN);
+
+/// The address of a global of slurmctld's own (`part_list`, `job_list`,
+/// `last_part_update`), looked up in the running process: slurmd loads
+/// this plugin too and has none of them, so linking them would fail its
+/// `dlopen` ("undefined symbol"). `None` outside slurmctld.
+fn ctld_global(name: &'static CStr) -> Option<*mut c_void> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    // Addresses as integers (a raw pointer is not Send); looked up once.
+    static FOUND: Mutex<Option<HashMap<&'static CStr, usize>>> = Mutex::new(None);
+    let mut found = FOUND.lock().unwrap_or_else(|p| p.into_inner());
+    let at = *found
+        .get_or_insert_with(HashMap::new)
+        .entry(name)
+        .or_insert_with(|| {
+            // SAFETY: a NUL-terminated symbol name; RTLD_DEFAULT searches the
+            // process's global symbols.
+            unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as usize }
+        });
+    (at != 0).then_some(at as *mut c_void)
+}
+
+/// slurmctld's `last_part_update` (0 outside slurmctld).
+///
+/// # Safety
+/// Read where slurmctld holds its partition lock.
+unsafe fn last_part_update() -> i64 {
+    match ctld_global(c"last_part_update") {
+        // SAFETY: slurmctld's `time_t last_part_update` (64 bits on every
+        // target the plugin builds for).
+        Some(p) => unsafe { *(p as *const i64) },
+        None => 0,
+    }
+}
+
+/// Each partition's name and nodes, from slurmctld's partition list.
+///
+/// # Safety
+/// Under slurmctld's partition lock (read), or where nothing changes the
+/// list (its configuration write lock in `read_slurm_conf`).
+unsafe fn partitions() -> Vec<(String, Vec<NodeId>)> {
+    // SAFETY: slurmctld globals, caller contract.
+    PARTS_SEEN.store(
+        unsafe { last_part_update() },
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    let Some(at) = ctld_global(c"part_list") else {
+        return Vec::new();
+    };
+    // SAFETY: slurmctld's `List part_list`.
+    let list = unsafe { *(at as *const sys::List) };
+    if list.is_null() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    // SAFETY: a Slurm List of part_record_t.
+    unsafe {
+        let it = sys::list_iterator_create(list);
+        loop {
+            let p = sys::list_next(it) as *mut sys::part_record_t;
+            let Some(part) = p.as_ref() else {
+                break;
+            };
+            out.push((
+                lossy_str(part.name).unwrap_or_default(),
+                bits(part.node_bitmap),
+            ));
+        }
+        sys::list_iterator_destroy(it);
+    }
+    out
+}
+
+/// Node names and each node's GPUs (count, type and, with
+/// `select.pools_by_partition`, partition group), from slurmctld's node
+/// table and partitions: the pools of interchangeable nodes are built from
+/// it (issue 12; `compass_core::placement::pools`).
 unsafe fn cluster() -> Result<(Vec<NodeGpus>, Vec<String>), String> {
     // SAFETY: slurmctld globals, read under its config lock by the caller.
     let (table, count) = unsafe { (sys::node_record_table_ptr, sys::node_record_count) };
@@ -224,6 +303,19 @@ unsafe fn cluster() -> Result<(Vec<NodeGpus>, Vec<String>), String> {
         let conf = unsafe { n.config_ptr.as_ref() }.and_then(|c| unsafe { opt_str(c.gres) });
         gpus.push(node_gpus(conf.or(unsafe { opt_str(n.gres) }).unwrap_or("")));
     }
+    let by_partition = PLUGIN
+        .get()
+        .is_some_and(|p| p.config.select.pools_by_partition);
+    if !by_partition {
+        return Ok((gpus, names));
+    }
+    // SAFETY: the caller's locks cover the partitions too.
+    let groups = partition_groups(count as u32, &unsafe { partitions() });
+    let gpus = gpus
+        .into_iter()
+        .zip(groups)
+        .map(|(g, group)| g.in_group(group.as_deref()))
+        .collect();
     Ok((gpus, names))
 }
 
@@ -590,84 +682,139 @@ pub unsafe extern "C" fn select_p_job_init(job_list: *mut c_void) -> c_int {
         (stock().select_p_job_init)(job_list)
     });
     guard("select_p_job_init (engine)", (), || {
-        if job_list.is_null() {
-            return;
-        }
-        let now = now_unix();
-        let mut jobs = Vec::new();
-        // SAFETY: Slurm List of job_record_t.
-        unsafe {
-            let it = sys::list_iterator_create(job_list as sys::List);
-            loop {
-                let p = sys::list_next(it) as *mut sys::job_record_t;
-                if p.is_null() {
-                    break;
-                }
-                let state = (*p).job_state & JOB_STATE_BASE;
-                if (state == JOB_RUNNING || state == JOB_SUSPENDED)
-                    && (!(*p).node_bitmap.is_null() || !(*p).nodes.is_null())
-                {
-                    jobs.push(p);
-                }
-            }
-            sys::list_iterator_destroy(it);
-        }
-        let done = with_ctl(|ctl| {
-            let plugin = PLUGIN.get().expect("plugin initialised");
-            // What must survive: from the file at start, else (reconfigure)
-            // from the controller being replaced.
-            let saved = SAVED_AT_START
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-                .unwrap_or_else(|| ctl.saved(now));
-            // The pools from the node table as it is now (nodes or GRES may
-            // have changed at `scontrol reconfigure`); the last ones when it
-            // cannot be read.
-            let (gpus, names) = match unsafe { cluster() } {
-                Ok(t) => t,
-                Err(e) => {
-                    log::error(&format!("{e}; keeping the previous pools"));
-                    (ctl.pools().node_table(), ctl_names(ctl))
-                }
-            };
-            *ctl = Controller::with_nodes(plugin.config.select.clone(), &gpus, names);
-            log::info(&format!("pools: {}", pools_line(ctl)));
-            ctl.restore(&saved, now);
-            let cap = ctl.max_gpus_per_node();
-            // Jobs of one partition, --exclude and --constraint share their
-            // nodes: computed once (O(nodes) each) rather than per job.
-            let mut allowed_by_key = std::collections::HashMap::new();
-            for &p in &jobs {
-                // SAFETY: live job records under slurmctld's job lock.
-                let job = unsafe { &*p };
-                let info = unsafe { job_info(job, cap) };
-                let alloc = unsafe { allocated_gpus(job) };
-                let start = u64::try_from(job.start_time).unwrap_or(now);
-                // The same restriction as at its start (partition,
-                // --exclude, --constraint), from the job record.
-                let on: Vec<NodeId> = alloc.iter().map(|&(n, _)| n).collect();
-                let allowed = match unsafe { restriction_key(job) } {
-                    Some(key) => allowed_by_key
-                        .entry(key)
-                        .or_insert_with(|| unsafe { allowed_nodes(job, &on) })
-                        .clone(),
-                    None => unsafe { allowed_nodes(job, &on) },
-                };
-                if let Some(msg) = ctl.adopt_running_within(&info, &alloc, allowed.as_ref(), start)
-                {
-                    log::verbose(&msg);
-                }
-            }
-            ctl.adopt_in_flight();
-            ctl.compact();
-            jobs.len()
-        });
-        if let Some(n) = done {
+        // SAFETY: Slurm's job list, under its locks.
+        if let Some(n) = unsafe { rebuild(job_list) } {
             log::info(&format!("engine rebuilt from {n} running jobs"));
         }
     });
     rc
+}
+
+/// With `select.pools_by_partition`: when slurmctld's partitions changed
+/// since the pools were built
+/// (`scontrol update PartitionName=... Nodes=...`, a partition created or
+/// deleted: `last_part_update` moved) and with them the partition groups,
+/// the engine is rebuilt from the running jobs as at a reconfigure, so each
+/// group keeps its own pools. Called at the start of `select_p_job_test`,
+/// where slurmctld's scheduler holds the job and node write locks and the
+/// partition read lock (`select_p_reconfigure`, which `update_part` calls,
+/// is also called where no job lock is held).
+///
+/// # Safety
+/// Under slurmctld's job write, node write and partition read locks.
+unsafe fn follow_partition_changes() {
+    if !PLUGIN
+        .get()
+        .is_some_and(|p| p.config.select.pools_by_partition)
+    {
+        return;
+    }
+    // SAFETY: under the partition lock.
+    let now = unsafe { last_part_update() };
+    if PARTS_SEEN.load(std::sync::atomic::Ordering::Relaxed) == now {
+        return;
+    }
+    let changed = with_ctl(|ctl| {
+        // SAFETY: caller contract.
+        let table = unsafe { cluster() }.ok()?.0;
+        (table != ctl.pools().node_table()).then_some(())
+    });
+    if changed.flatten().is_none() {
+        return;
+    }
+    let Some(at) = ctld_global(c"job_list") else {
+        return;
+    };
+    // SAFETY: slurmctld's `List job_list`, under its job write lock.
+    let list = unsafe { *(at as *const sys::List) } as *mut c_void;
+    if let Some(n) = unsafe { rebuild(list) } {
+        log::info(&format!(
+            "partition groups changed: engine rebuilt from {n} running jobs; pools: {}",
+            with_ctl(|ctl| pools_line(ctl)).unwrap_or_default()
+        ));
+    }
+}
+
+/// The engine built again from the node table, the partitions and the
+/// running jobs of `job_list`; the number of running jobs adopted (`None`:
+/// no engine).
+///
+/// # Safety
+/// `job_list` is NULL or slurmctld's job list, under its job lock.
+unsafe fn rebuild(job_list: *mut c_void) -> Option<usize> {
+    if job_list.is_null() {
+        return None;
+    }
+    let now = now_unix();
+    let mut jobs = Vec::new();
+    // SAFETY: Slurm List of job_record_t.
+    unsafe {
+        let it = sys::list_iterator_create(job_list as sys::List);
+        loop {
+            let p = sys::list_next(it) as *mut sys::job_record_t;
+            if p.is_null() {
+                break;
+            }
+            let state = (*p).job_state & JOB_STATE_BASE;
+            if (state == JOB_RUNNING || state == JOB_SUSPENDED)
+                && (!(*p).node_bitmap.is_null() || !(*p).nodes.is_null())
+            {
+                jobs.push(p);
+            }
+        }
+        sys::list_iterator_destroy(it);
+    }
+    let done = with_ctl(|ctl| {
+        let plugin = PLUGIN.get().expect("plugin initialised");
+        // What must survive: from the file at start, else (reconfigure)
+        // from the controller being replaced.
+        let saved = SAVED_AT_START
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_else(|| ctl.saved(now));
+        // The pools from the node table as it is now (nodes or GRES may
+        // have changed at `scontrol reconfigure`); the last ones when it
+        // cannot be read.
+        let (gpus, names) = match unsafe { cluster() } {
+            Ok(t) => t,
+            Err(e) => {
+                log::error(&format!("{e}; keeping the previous pools"));
+                (ctl.pools().node_table(), ctl_names(ctl))
+            }
+        };
+        *ctl = Controller::with_nodes(plugin.config.select.clone(), &gpus, names);
+        log::info(&format!("pools: {}", pools_line(ctl)));
+        ctl.restore(&saved, now);
+        let cap = ctl.max_gpus_per_node();
+        // Jobs of one partition, --exclude and --constraint share their
+        // nodes: computed once (O(nodes) each) rather than per job.
+        let mut allowed_by_key = std::collections::HashMap::new();
+        for &p in &jobs {
+            // SAFETY: live job records under slurmctld's job lock.
+            let job = unsafe { &*p };
+            let info = unsafe { job_info(job, cap) };
+            let alloc = unsafe { allocated_gpus(job) };
+            let start = u64::try_from(job.start_time).unwrap_or(now);
+            // The same restriction as at its start (partition,
+            // --exclude, --constraint), from the job record.
+            let on: Vec<NodeId> = alloc.iter().map(|&(n, _)| n).collect();
+            let allowed = match unsafe { restriction_key(job) } {
+                Some(key) => allowed_by_key
+                    .entry(key)
+                    .or_insert_with(|| unsafe { allowed_nodes(job, &on) })
+                    .clone(),
+                None => unsafe { allowed_nodes(job, &on) },
+            };
+            if let Some(msg) = ctl.adopt_running_within(&info, &alloc, allowed.as_ref(), start) {
+                log::verbose(&msg);
+            }
+        }
+        ctl.adopt_in_flight();
+        ctl.compact();
+        jobs.len()
+    });
+    done
 }
 
 fn ctl_names(ctl: &Controller) -> Vec<String> {
@@ -696,6 +843,8 @@ pub(crate) fn job_test(
         if job_ptr.is_null() || bitmap.is_null() {
             return nothing();
         }
+        // SAFETY: the scheduler's locks (job and node write, partition read).
+        unsafe { follow_partition_changes() };
         // SAFETY: live job record and bitmap.
         let (job, size) = unsafe { (&*job_ptr, sys::bit_size(bitmap)) };
         let candidates = NodeSet::from_nodes(size as u32, unsafe { bits(bitmap) });

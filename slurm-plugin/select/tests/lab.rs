@@ -1525,6 +1525,107 @@ fn published_gpus(lab: &Lab) -> Vec<(String, u32)> {
     published_of(&lab.state_json())
 }
 
+/// The published pools: name and node names.
+fn published_pools(lab: &Lab) -> Vec<(String, Vec<String>)> {
+    lab.state_json()["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let names = p["node_names"].as_array().unwrap();
+            (
+                p["name"].as_str().unwrap().to_string(),
+                names
+                    .iter()
+                    .map(|n| n.as_str().unwrap().to_string())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn partitions_that_share_no_node_get_their_own_pools() {
+    // `select.pools_by_partition` (default true). The lab starts with one
+    // partition over its eight nodes: one pool. An admin splits it at run
+    // time (`scontrol update` and `scontrol create`
+    // partition); the two halves share no partition, so each gets its own
+    // engine, rebuilt from the running jobs at the next job test (before:
+    // one pool over all eight nodes, every job held inside its partition,
+    // Theorem 1's bound promised nowhere).
+    let lab = Lab::start("partitions", COMPASS);
+    let names =
+        |r: std::ops::RangeInclusive<u32>| -> Vec<String> { r.map(|i| format!("n{i}")).collect() };
+    lab.wait_until("one pool", Duration::from_secs(20), || {
+        published_pools(&lab) == [("8xgpu".to_string(), names(1..=8))]
+    });
+    let early = lab.submit(&["-n1", "--gpus-per-task=2"]);
+    lab.wait_running(&[early], Duration::from_secs(15));
+    // The engine's first node: in what stays partition `gpu`.
+    assert_eq!(lab.job(early).1, "n1", "{}", lab.debug());
+    for args in [
+        &["update", "PartitionName=gpu", "Nodes=n[1-4]"][..],
+        &[
+            "create",
+            "PartitionName=other",
+            "Nodes=n[5-8]",
+            "State=UP",
+            "MaxTime=INFINITE",
+            "OverSubscribe=NO",
+        ][..],
+    ] {
+        let out = lab.run("scontrol", args);
+        assert!(
+            out.status.success(),
+            "scontrol {args:?}: {}",
+            common::lossy(&out.stderr)
+        );
+    }
+    // Each partition's engine packs its own jobs: two 4-GPU jobs share a
+    // node of their partition, in each. The first job test after the
+    // change rebuilds the engine.
+    let jobs: Vec<(u32, &str)> = ["gpu", "gpu", "other", "other"]
+        .into_iter()
+        .map(|p| {
+            (
+                lab.submit(&["--resumable", "-p", p, "-n1", "--gpus-per-task=4"]),
+                p,
+            )
+        })
+        .collect();
+    let split = [
+        ("8xgpu@gpu".to_string(), names(1..=4)),
+        ("8xgpu@other".to_string(), names(5..=8)),
+    ];
+    lab.wait_until("one pool per partition", Duration::from_secs(20), || {
+        published_pools(&lab) == split
+    });
+    assert!(
+        lab.ctld_log()
+            .contains("partition groups changed: engine rebuilt from 1 running jobs"),
+        "{}",
+        lab.debug()
+    );
+    let ids: Vec<u32> = jobs.iter().map(|j| j.0).collect();
+    lab.wait_running(&ids, Duration::from_secs(20));
+    let on = |j: u32| lab.job(j).1;
+    assert_eq!(on(jobs[0].0), on(jobs[1].0), "{}", lab.debug());
+    assert_eq!(on(jobs[2].0), on(jobs[3].0), "{}", lab.debug());
+    assert!(names(1..=4).contains(&on(jobs[0].0)), "{}", lab.debug());
+    assert!(names(5..=8).contains(&on(jobs[2].0)), "{}", lab.debug());
+    lab.wait_until(
+        "the published state matches Slurm's, node by node",
+        Duration::from_secs(15),
+        || published_gpus(&lab) == lab.gpus_used(),
+    );
+    let state = lab.state_json();
+    let partial: Vec<u64> = (0..2)
+        .map(|k| state["pools"][k]["partial_nodes"].as_u64().unwrap())
+        .collect();
+    // `gpu`: the 2-GPU job's node; `other`: none.
+    assert_eq!(partial, [1, 0], "{}", lab.debug());
+}
+
 #[test]
 fn a_node_slurm_takes_out_of_a_running_job_is_free_in_the_engine() {
     // `scontrol update job=J NumNodes=1` shrinks a running 2 x 8 job: Slurm
