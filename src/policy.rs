@@ -518,6 +518,32 @@ pub fn table(r: &BudgetReport, wall_s: f64) -> String {
         "",
     );
     row("migrations (Compact)", r.migrations.to_string(), "");
+    // The placement simulator's fragmentation figures and labels
+    // (`simulate::table`; docs/policy-simulator.md, "Fragmentation").
+    row(
+        "AFR",
+        format!("{:.5} (2/N = {:.5})", r.afr, 2.0 / f64::from(r.nodes)),
+        "",
+    );
+    row("N*SIF, time average", format!("{:.3}", r.mean_n_sif), "");
+    row(
+        "max N*SIF",
+        format!("{} (after every job event)", r.max_n_sif),
+        "",
+    );
+    row(
+        "metric window",
+        format!(
+            "{} ({:.0} s queue non-empty of {:.0} s busy)",
+            r.metric_window, r.peak_s, r.busy_s
+        ),
+        "",
+    );
+    row(
+        &format!("AJCT ({} completed jobs)", r.completed),
+        format!("{:.1} s", r.ajct_s),
+        "",
+    );
     row("jobs started by a drain", r.drained_starts.to_string(), "");
     if r.drains_planned > 0 {
         row(

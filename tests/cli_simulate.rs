@@ -1081,3 +1081,50 @@ fn making_room_catches_up_with_defrag_under_fifo() {
         100.0 * defrag_sum / n
     );
 }
+
+/// The policy simulator reports the placement simulator's fragmentation
+/// figures under the same JSON keys (`afr`, `max_n_sif`, `metric_window`)
+/// and text labels: on jobs that never wait (so no preemption) both give
+/// the same, here AFR = 1/3 by hand (best-fit, 2 nodes: from 1 h to 3 h
+/// nodes 0 and 1 hold 4 and 4 + 2 GPUs, `N * SIF = 1`, over 3 h busy).
+#[test]
+fn policy_simulator_reports_the_placement_simulators_afr() {
+    let s = Scratch::new("policy-afr");
+    let trace = s.file(
+        "t.csv",
+        "job_id,submit_s,duration_s,num_inst,gpus_per_inst,account,min_runtime_s,resumable\n\
+         j1,0,3600,1,4,a,360,true\nj2,0,10800,1,4,a,360,true\n\
+         j3,0,10800,1,4,a,360,true\nj4,0,10800,1,2,a,360,true\n",
+    );
+    let budgets = s.file("b.toml", "[[node]]\nname = \"org\"\nshare = 1.0\n[[node]]\nname = \"a\"\nparent = \"org\"\nshare = 1.0\naccount = \"a\"\n");
+    let base = [
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--nodes",
+        "2",
+        "--policy",
+        "best-fit",
+    ];
+    let placement = json(&compass(&[&base[..], &["--json", "-q"]].concat()));
+    let policy = json(&compass(
+        &[&base[..], &["--budgets", path(&budgets), "--json", "-q"]].concat(),
+    ));
+    for k in ["afr", "max_n_sif", "metric_window", "ajct_s"] {
+        assert_eq!(policy[k], placement[k], "{k}");
+    }
+    assert!((policy["afr"].as_f64().unwrap() - 1.0 / 3.0).abs() < 1e-12);
+    assert_eq!(policy["metric_window"], "busy");
+    let text = compass(&[&base[..], &["--budgets", path(&budgets), "-q"]].concat());
+    let text = String::from_utf8_lossy(&text.stdout);
+    for line in [
+        "AFR",
+        "N*SIF, time average",
+        "max N*SIF",
+        "metric window",
+        "AJCT",
+    ] {
+        assert!(text.contains(&format!("  {line}")), "{line}: {text}");
+    }
+    assert!(text.contains("0.33333 (2/N = 1.00000)"), "{text}");
+}

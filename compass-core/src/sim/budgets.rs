@@ -9,8 +9,12 @@
 //! (`fair-share-budgets.txt`), so both can be read side by side: owed
 //! GPU-hours delivered (owed = allocation capped hourly at actual demand),
 //! occupancy, the unallocated share of delivered time, debug-job p90 wait,
-//! waits of the largest jobs, preemptions and GPU-time lost to them.
-//! Definitions: `docs/policy-simulator.md`.
+//! waits of the largest jobs, preemptions and GPU-time lost to them. Beside
+//! them, the placement simulator's fragmentation figures (paper Section 5.5:
+//! AFR, eq. 15, over `T_peak`, eq. 14; `N * SIF`, eq. 2), measured by its
+//! own code (`sim::EventState::measure`, `sim::Window`) after every
+//! start, end and preemption, so a replay with preemptions reads against a
+//! placement-only one. Definitions: `docs/policy-simulator.md`.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -29,6 +33,7 @@ use crate::preempt::{
     RunningJob, TeamLoad, TeamTable,
 };
 use crate::sim::stats::Percentiles;
+use crate::sim::{EventState, PhiCache, Snapshot, Window};
 use crate::trace::{TraceJob, MAX_TRACE_S};
 
 /// A job of the policy simulator.
@@ -454,6 +459,39 @@ pub struct BudgetReport {
     /// placement policy refused the room the planner counted).
     #[serde(default)]
     pub room_unused: u64,
+    /// Average Fragmentation Rate (paper eq. 15), as the placement
+    /// simulator defines it ([`crate::sim::SimResult::afr`]): the time
+    /// average of `SIF = N * SIF / N` over the metric window, `T_peak`
+    /// (eq. 14: the time at least one job waits, requeued victims
+    /// included). `N * SIF = Phi_pi - Phi*` (eq. 2) is measured after every
+    /// start, end and preemption (a start's or an end's Compact migrations
+    /// included) and held until the next.
+    #[serde(default)]
+    pub afr: f64,
+    /// The time average of `N * SIF` over the same window: `AFR x N`.
+    #[serde(default)]
+    pub mean_n_sif: f64,
+    /// Largest `N * SIF` after any start, end or preemption (the victims of
+    /// one preemption leave together, so the state between their departure
+    /// and the start of the job they made room for counts too).
+    #[serde(default)]
+    pub max_n_sif: u64,
+    /// `peak` (AFR over `T_peak`), or `busy` when no job ever waited for a
+    /// positive time: AFR then averages over the time any job ran
+    /// ([`crate::sim::SimResult::metric_window`]).
+    #[serde(default)]
+    pub metric_window: String,
+    /// `|T_peak|`: seconds with at least one job waiting.
+    #[serde(default)]
+    pub peak_s: Seconds,
+    /// Seconds with any job running or waiting.
+    #[serde(default)]
+    pub busy_s: Seconds,
+    /// Average Job Completion Time (paper eq. 16) of the completed jobs:
+    /// mean of completion minus submission, restart and migration costs
+    /// included; cancelled and unfinished jobs are left out.
+    #[serde(default)]
+    pub ajct_s: Seconds,
     pub teams: Vec<TeamReport>,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub events: Vec<SimEvent>,
@@ -794,6 +832,49 @@ struct Live {
     waiting: bool,
     done: bool,
     cancelled: bool,
+    /// When it completed (not when cancelled).
+    end_s: Option<f64>,
+}
+
+/// The fragmentation of a replay ([`BudgetReport::afr`]), measured and
+/// integrated by the placement simulator's code: [`EventState::measure`]
+/// after every policy call that changes the layout, the state held until
+/// the next, integrated over [`Window`]s and averaged over the one
+/// [`Window::metric`] picks.
+#[derive(Clone, Debug, Default)]
+struct Frag {
+    last_phi: PhiCache,
+    /// The state after the last start, end or preemption.
+    now: EventState,
+    /// Integrals while a job waits (`T_peak`, eq. 14) ...
+    peak: Window,
+    /// ... and while any job runs or waits.
+    busy: Window,
+    max_n_sif: u64,
+}
+
+impl Frag {
+    /// After a policy call: `N * SIF` of the layout now.
+    fn measure(&mut self, occ: &placement::Occupancy, gpus_per_node: u32) {
+        self.now = EventState::measure(occ, gpus_per_node, &mut self.last_phi);
+        self.max_n_sif = self.max_n_sif.max(self.now.n_sif);
+    }
+
+    /// Integrates the state since the last policy call over `dt` seconds.
+    fn add(&mut self, dt: f64, waiting: bool, running: bool, nodes: u32, utilisation: f64) {
+        let snap = Snapshot {
+            sif: self.now.n_sif as f64 / f64::from(nodes),
+            utilisation,
+            wcc: self.now.wcc,
+            ..Snapshot::default()
+        };
+        if waiting {
+            self.peak.add(dt, &snap);
+        }
+        if waiting || running {
+            self.busy.add(dt, &snap);
+        }
+    }
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -851,6 +932,7 @@ struct Sim<'a> {
     room_unused: u64,
     /// Jobs moved by Compact since the victim planner last looked.
     moved: Vec<JobId>,
+    frag: Frag,
 }
 
 /// Nodes held for one blocked job.
@@ -999,6 +1081,7 @@ impl<'a> Sim<'a> {
             reserve_preemptions: 0,
             room_unused: 0,
             moved: Vec::new(),
+            frag: Frag::default(),
         };
         for (i, j) in jobs.iter().enumerate() {
             sim.push(j.submit_s, Ev::Arrive(i));
@@ -1050,6 +1133,13 @@ impl<'a> Sim<'a> {
             self.peak_s += t - from;
             self.peak_used_gpu_s += used * (t - from);
         }
+        self.frag.add(
+            t - from,
+            self.waiting > 0,
+            occ.used_gpus() > 0,
+            self.cfg.spec.nodes,
+            used / self.capacity as f64,
+        );
         for team in &mut self.teams {
             add_hourly(&mut team.demand_h, from, t, team.demand as f64);
             let run = (team.run_charged + team.run_free) as f64;
@@ -1423,6 +1513,7 @@ impl<'a> Sim<'a> {
         let Some(adm) = self.policy.place(&self.request(i), allowed.as_ref())? else {
             return Ok(false);
         };
+        self.measure_frag();
         if let Some(k) = self.drains.iter().position(|d| d.job == i) {
             self.drains.remove(k);
             self.refresh_held();
@@ -1507,9 +1598,17 @@ impl<'a> Sim<'a> {
         self.live[i].gen += 1;
         if release {
             let migrations = self.policy.remove(self.jobs[i].id)?;
+            self.measure_frag();
             self.charge_migrations(&migrations);
         }
         Ok(run)
+    }
+
+    /// After a policy call that changed the layout (a start, an end, the
+    /// victims of a preemption leaving): [`Frag::measure`].
+    fn measure_frag(&mut self) {
+        self.frag
+            .measure(self.policy.occupancy(), self.cfg.spec.gpus_per_node);
     }
 
     /// Fair Tree usage ([`TeamOrder::FairTree`] only): every job's GPU-time
@@ -1540,6 +1639,7 @@ impl<'a> Sim<'a> {
             job: self.jobs[i].id,
         });
         self.live[i].done = true;
+        self.live[i].end_s = Some(self.now);
         self.add_demand(i, false);
         Ok(())
     }
@@ -1571,6 +1671,7 @@ impl<'a> Sim<'a> {
         }
         let ids: Vec<JobId> = victims.iter().map(|&i| self.jobs[i].id).collect();
         let migrations = self.policy.remove_for_room(&ids)?;
+        self.measure_frag();
         self.charge_migrations(&migrations);
         Ok(())
     }
@@ -2315,6 +2416,12 @@ impl<'a> Sim<'a> {
         let largest = Percentiles::of(largest);
         let completed = self.live.iter().filter(|l| l.done && !l.cancelled).count();
         let cancelled = self.live.iter().filter(|l| l.cancelled).count();
+        let jct: f64 = (0..self.jobs.len())
+            .filter_map(|i| Some(self.live[i].end_s? - self.jobs[i].submit_s))
+            .sum();
+        // AFR as the placement simulator averages it ([`Window::metric`]).
+        let (window, metric_window) = Window::metric(self.frag.peak, self.frag.busy);
+        let afr = window.avg(window.sif);
         BudgetReport {
             policy: self.cfg.policy.clone(),
             nodes: self.cfg.spec.nodes,
@@ -2380,6 +2487,17 @@ impl<'a> Sim<'a> {
             drain_idle_gpu_h: self.drain_idle_gpu_s / hour,
             reserve_preemptions: self.reserve_preemptions,
             room_unused: self.room_unused,
+            afr,
+            mean_n_sif: afr * f64::from(self.cfg.spec.nodes),
+            max_n_sif: self.frag.max_n_sif,
+            metric_window: metric_window.to_string(),
+            peak_s: self.frag.peak.time,
+            busy_s: self.frag.busy.time,
+            ajct_s: if completed > 0 {
+                jct / completed as f64
+            } else {
+                0.0
+            },
             teams,
             events: self.events,
         }

@@ -723,6 +723,29 @@ struct Window {
 }
 
 impl Window {
+    /// The window AFR, AGU and WCC coverage average over, with its name:
+    /// `T_peak` (eq. 14, the time the queue is non-empty), or, when the
+    /// queue was never non-empty for a positive time, the time any job ran
+    /// or waited ([`SimResult::metric_window`]). The policy simulator
+    /// ([`budgets`]) chooses its window by this rule too.
+    fn metric(peak: Window, busy: Window) -> (Window, &'static str) {
+        if peak.time > 0.0 {
+            (peak, "peak")
+        } else {
+            (busy, "busy")
+        }
+    }
+
+    /// `x`, an integral over this window, as a time average (0 for an
+    /// empty window): with `x = self.sif`, AFR (eq. 15).
+    fn avg(&self, x: f64) -> f64 {
+        if self.time > 0.0 {
+            x / self.time
+        } else {
+            0.0
+        }
+    }
+
     fn add(&mut self, dt: f64, s: &Snapshot) {
         self.time += dt;
         self.sif += s.sif * dt;
@@ -748,14 +771,41 @@ struct EventState {
     wcc: bool,
 }
 
+/// The instance counts `Phi*` was last computed for, and that `Phi*`.
+type PhiCache = Option<([u64; 9], u64)>;
+
+impl EventState {
+    /// Measures one pool of identical nodes: `N * SIF = Phi_pi - Phi*`
+    /// (eq. 2; `Phi_pi` the partial nodes, `Phi*` the fewest partial nodes
+    /// any packing of the running instances could have,
+    /// [`metric::phi_star`], exact) and WCC (eq. 9). `last` keeps the counts
+    /// `Phi*` was computed for: it is recomputed only when they change.
+    /// Used by this simulator after every policy call and by the policy
+    /// simulator ([`budgets`]) after every start, end and preemption.
+    fn measure(occ: &placement::Occupancy, gpus_per_node: u32, last: &mut PhiCache) -> Self {
+        let counts = *occ.instance_counts();
+        let phi = match *last {
+            Some((c, phi)) if c == counts => phi,
+            _ => metric::phi_star(&counts, gpus_per_node),
+        };
+        *last = Some((counts, phi));
+        let partial = occ.partial_nodes();
+        Self {
+            n_sif: u64::from(partial).saturating_sub(phi),
+            partial,
+            phi,
+            wcc: metric::wcc_holds(&counts, gpus_per_node),
+        }
+    }
+}
+
 /// One pool's fragmentation and metric integrals.
 #[derive(Clone, Debug, Default)]
 struct PoolTrack {
     nodes: u32,
     gpus_per_node: u32,
     total_gpus: u64,
-    last_counts: Option<[u64; 9]>,
-    last_phi: u64,
+    last_phi: PhiCache,
     /// The state after the last policy call.
     now: EventState,
     snap: Snapshot,
@@ -1162,22 +1212,13 @@ impl<'a> Sim<'a> {
         let mut over = false;
         for (p, tr) in self.tracks.iter_mut().enumerate() {
             let occ = self.policy.pool_occupancy(p);
-            let counts = *occ.instance_counts();
-            let phi = match tr.last_counts {
-                Some(c) if c == counts => tr.last_phi,
-                _ => metric::phi_star(&counts, tr.gpus_per_node),
-            };
-            tr.last_counts = Some(counts);
-            tr.last_phi = phi;
-            let partial = occ.partial_nodes();
-            let n_sif = u64::from(partial).saturating_sub(phi);
-            let wcc = metric::wcc_holds(&counts, tr.gpus_per_node);
-            tr.now = EventState {
+            tr.now = EventState::measure(occ, tr.gpus_per_node, &mut tr.last_phi);
+            let EventState {
                 n_sif,
                 partial,
                 phi,
                 wcc,
-            };
+            } = tr.now;
             tr.max_n_sif = tr.max_n_sif.max(n_sif);
             if wcc {
                 tr.max_n_sif_wcc = Some(tr.max_n_sif_wcc.unwrap_or(0).max(n_sif));
@@ -2242,18 +2283,8 @@ impl<'a> Sim<'a> {
             migrated_jobs += u64::from(s.charges > 0);
         }
         let n = self.order.len();
-        let (window, name) = if self.peak.time > 0.0 {
-            (self.peak, "peak")
-        } else {
-            (self.busy, "busy")
-        };
-        let avg = |x: f64| {
-            if window.time > 0.0 {
-                x / window.time
-            } else {
-                0.0
-            }
-        };
+        let (window, name) = Window::metric(self.peak, self.busy);
+        let avg = |x: f64| window.avg(x);
         let peak = self.peak.time > 0.0;
         let pools = self
             .pools
