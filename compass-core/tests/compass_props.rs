@@ -1145,6 +1145,18 @@ enum PoolEvent {
 
 const TYPES: [&str; 2] = ["a100", "l40s"];
 
+/// `nodes` in an order drawn from `seed` (a seeded Fisher-Yates shuffle).
+fn shuffled(mut nodes: Vec<NodeGpus>, seed: u64) -> Vec<NodeGpus> {
+    let mut x = seed;
+    for i in (1..nodes.len()).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        nodes.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    nodes
+}
+
 /// Pools `(nodes, GPUs per node, type)` and CPU-only nodes, interleaved by
 /// `seed` into one node table.
 fn mixed_cluster() -> impl Strategy<Value = Vec<NodeGpus>> {
@@ -1170,14 +1182,7 @@ fn mixed_cluster() -> impl Strategy<Value = Vec<NodeGpus>> {
             for _ in 0..cpu {
                 nodes.push(NodeGpus::new(0, None));
             }
-            let mut x = seed;
-            for i in (1..nodes.len()).rev() {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                nodes.swap(i, (x >> 33) as usize % (i + 1));
-            }
-            nodes
+            shuffled(nodes, seed)
         })
 }
 
@@ -1204,14 +1209,7 @@ fn partitioned_cluster() -> impl Strategy<Value = Vec<NodeGpus>> {
                     nodes.push(NodeGpus::new(cap, None).in_group(Some(&name)));
                 }
             }
-            let mut x = seed;
-            for i in (1..nodes.len()).rev() {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                nodes.swap(i, (x >> 33) as usize % (i + 1));
-            }
-            nodes
+            shuffled(nodes, seed)
         })
 }
 
