@@ -206,13 +206,16 @@ fn replay_on_compass_and_stock_clusters_passes_the_checks() {
     assert!(c["causes"]["held_s"].as_f64().unwrap() >= 0.0);
 
     // The cost of a migration, measured on the live run: a requeued job
-    // waits at least the 2 s the plugin sets its begin time to. Without a
-    // budget service every requeue is a migration, so the idle time per
-    // requeue recomputed from runs.csv (each run's start and end) is the
-    // report's.
+    // waits for the 2 s the plugin sets its begin time to (Slurm's whole
+    // seconds: at least about 1 s). The replay dates a restart by its poll
+    // less Slurm's whole-second run time, and an end by the poll that saw
+    // it, so a 1 s wait may measure a few ms less (CI saw 0.9993 s).
+    // Without a budget service every
+    // requeue is a migration, so the idle time per requeue recomputed
+    // from runs.csv (each run's start and end) is the report's.
     let cost = &c["requeue_cost"];
     assert!(cost["migration_requeues"].as_u64().unwrap() > 0, "{cost}");
-    assert!(cost["idle_mean_s"].as_f64().unwrap() >= 1.0, "{cost}");
+    assert!(cost["idle_mean_s"].as_f64().unwrap() >= 0.95, "{cost}");
     let wall = cost["wall_cost_s"].as_f64().unwrap();
     if c["preemptions"] == 0 {
         let (idle, n) = replay_common::requeue_idle_from_runs(&out.0.join("compass"));
