@@ -4,6 +4,7 @@
 //! bindings of the same Slurm release).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::OnceLock;
 
 use compass_core::model::{NodeId, NodeSet};
 use compass_core::placement::pools::{partition_groups, NodeGpus};
@@ -204,32 +205,30 @@ unsafe fn lossy_str(p: *const c_char) -> Option<String> {
 static PARTS_SEEN: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MIN);
 
 /// The address of a global of slurmctld's own (`part_list`, `job_list`,
-/// `last_part_update`), looked up in the running process: slurmd loads
-/// this plugin too and has none of them, so linking them would fail its
+/// `last_part_update`), looked up in the running process once and kept in
+/// `cell` (`select_p_job_test` asks at every call): slurmd loads this
+/// plugin too and has none of them, so linking them would fail its
 /// `dlopen` ("undefined symbol"). `None` outside slurmctld.
-fn ctld_global(name: &'static CStr) -> Option<*mut c_void> {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-    // Addresses as integers (a raw pointer is not Send); looked up once.
-    static FOUND: Mutex<Option<HashMap<&'static CStr, usize>>> = Mutex::new(None);
-    let mut found = FOUND.lock().unwrap_or_else(|p| p.into_inner());
-    let at = *found
-        .get_or_insert_with(HashMap::new)
-        .entry(name)
-        .or_insert_with(|| {
-            // SAFETY: a NUL-terminated symbol name; RTLD_DEFAULT searches the
-            // process's global symbols.
-            unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as usize }
-        });
+fn ctld_global(cell: &'static OnceLock<usize>, name: &CStr) -> Option<*mut c_void> {
+    // An address as an integer: a raw pointer is not Sync.
+    let at = *cell.get_or_init(|| {
+        // SAFETY: a NUL-terminated symbol name; RTLD_DEFAULT searches the
+        // process's global symbols.
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as usize }
+    });
     (at != 0).then_some(at as *mut c_void)
 }
+
+static PART_LIST: OnceLock<usize> = OnceLock::new();
+static JOB_LIST: OnceLock<usize> = OnceLock::new();
+static LAST_PART_UPDATE: OnceLock<usize> = OnceLock::new();
 
 /// slurmctld's `last_part_update` (0 outside slurmctld).
 ///
 /// # Safety
 /// Read where slurmctld holds its partition lock.
 unsafe fn last_part_update() -> i64 {
-    match ctld_global(c"last_part_update") {
+    match ctld_global(&LAST_PART_UPDATE, c"last_part_update") {
         // SAFETY: slurmctld's `time_t last_part_update` (64 bits on every
         // target the plugin builds for).
         Some(p) => unsafe { *(p as *const i64) },
@@ -248,7 +247,7 @@ unsafe fn partitions() -> Vec<(String, Vec<NodeId>)> {
         unsafe { last_part_update() },
         std::sync::atomic::Ordering::Relaxed,
     );
-    let Some(at) = ctld_global(c"part_list") else {
+    let Some(at) = ctld_global(&PART_LIST, c"part_list") else {
         return Vec::new();
     };
     // SAFETY: slurmctld's `List part_list`.
@@ -722,7 +721,7 @@ unsafe fn follow_partition_changes() {
     if changed.flatten().is_none() {
         return;
     }
-    let Some(at) = ctld_global(c"job_list") else {
+    let Some(at) = ctld_global(&JOB_LIST, c"job_list") else {
         return;
     };
     // SAFETY: slurmctld's `List job_list`, under its job write lock.
