@@ -1611,6 +1611,12 @@ fn an_undone_compact_with_a_lifted_hold_compacts_as_before() {
 /// pass's top-up took turns with a node's 1-GPU guests until the rounds
 /// ran out, and the next Compact went on).
 fn check_fixpoint(e: &mut CompassEngine, step: usize) -> Result<(), TestCaseError> {
+    prop_assert_eq!(
+        e.unsettled_compacts(),
+        0,
+        "step {}: a Compact reached its round limit",
+        step
+    );
     let before = layout(e);
     let again = e.compact();
     prop_assert!(
@@ -1736,4 +1742,39 @@ proptest! {
         }
         compact_then_empty_out(&mut e, running, foreign, order)?;
     }
+}
+
+/// The case CI found (stop 52): on 5 nodes, the departure of a job of two
+/// 2-GPU instances takes a Compact of eight rounds (16 moves, seven rounds
+/// that change the layout); Compact stopped at six and left four 1-GPU
+/// guests on a slotted node beside a pool node with room, for the next
+/// Compact to move.
+#[test]
+fn a_departure_whose_compact_needs_eight_rounds_settles_in_one() {
+    let jobs: [(u32, u32, u64); 13] = [
+        (2, 4, 3888867756018214359),
+        (1, 3, 15534343950422871980),
+        (1, 3, 5614330315859948878),
+        (2, 1, 10313930226657126208),
+        (2, 1, 10994332908267882642),
+        (3, 1, 12203894183354028246),
+        (4, 1, 591160822049002964),
+        (1, 2, 2954926877170548105),
+        (4, 1, 9971810096661205654),
+        (2, 4, 2060137094682036312),
+        (1, 6, 0),
+        (1, 1, 0),
+        (1, 2, 0),
+    ];
+    let mut e = CompassEngine::new(ClusterSpec::new(5, 8).unwrap(), CompassConfig::default());
+    let mut running: BTreeMap<JobId, JobRequest> = BTreeMap::new();
+    for (g, k, seed) in jobs {
+        let k = if g == 1 { k } else { k.div_ceil(3) };
+        if let Some(at) = pick_nodes(&e, g, k, seed) {
+            let job = JobRequest::new(running.len() as u64 + 1, k, g);
+            e.adopt(&job, &at).unwrap();
+            running.insert(job.id, job);
+        }
+    }
+    compact_then_empty_out(&mut e, running, Vec::new(), 3668669155000307688).unwrap();
 }

@@ -185,6 +185,10 @@ pub struct CompassEngine {
     /// Compact's rounds go on after a round that made one
     /// (`compact_passes`).
     role_changes: u64,
+    /// Compacts whose rounds reached their limit while still changing the
+    /// layout ([`CompassEngine::unsettled_compacts`]). Not undone with a
+    /// trial: it counts runs.
+    unsettled_compacts: u64,
     /// Admissions that the resource manager placed differently from the plan.
     divergences: u64,
     /// Jobs the resource manager may run only on part of this engine's
@@ -221,6 +225,7 @@ impl CompassEngine {
             ix: Index::new(cap),
             migrations_total: 0,
             role_changes: 0,
+            unsettled_compacts: 0,
             divergences: 0,
             restricted: BTreeMap::new(),
             held_last: Vec::new(),
@@ -268,6 +273,13 @@ impl CompassEngine {
     /// Instance migrations performed since start.
     pub fn migrations_total(&self) -> u64 {
         self.migrations_total
+    }
+
+    /// Compacts that stopped at their round limit with the layout still
+    /// changing: 0 unless a pass undoes another's work (a bug). The next
+    /// Compact goes on from where that one stopped.
+    pub fn unsettled_compacts(&self) -> u64 {
+        self.unsettled_compacts
     }
 
     /// Admissions the resource manager placed differently from the plan.
