@@ -116,8 +116,13 @@ impl Release {
     /// What every lab does when dropped (panics included): `slurm-lab.sh
     /// down DIR` (its failure on stderr), then removes DIR unless [`keep`]
     /// says to keep it.
+    ///
+    /// A lab about to be removed is killed at once (`LAB_DOWN=kill`: no
+    /// job cancelled, no state saved, about 3.5 s less per lab); a kept one
+    /// is stopped as an admin would, its state saved for inspection.
     pub fn down(self, dir: &Path) {
-        let out = self.slurm_lab("down", dir, [] as [(&str, &str); 0]);
+        let how = if keep() { "" } else { "kill" };
+        let out = self.slurm_lab("down", dir, [("LAB_DOWN", how)]);
         if !out.status.success() {
             eprintln!("lab down: {}", lossy(&out.stderr));
         }
