@@ -15,11 +15,12 @@ use compass_core::sim::budgets::{
     BudgetJob, BudgetReport, BudgetSimConfig, DrainRule, FreeOrder, Preemption, Record, ReserveFor,
     SimEvent, TeamOrder,
 };
+use compass_core::sim::{MigrationCharge, MoveWhen, RemainingRun};
 use compass_core::trace::TraceFormat;
 use serde::Serialize;
 
 use crate::error::{CliError, Result};
-use crate::tracefile::Loaded;
+use crate::tracefile::{Loaded, TraceArgs};
 
 /// Options of the policy simulator (only with `--budgets`).
 #[derive(clap::Args, Debug, Clone)]
@@ -244,9 +245,13 @@ fn budget_jobs(loaded: &Loaded, args: &PolicyArgs) -> Result<Vec<BudgetJob>> {
     }
 }
 
+/// Runs the policy simulator. `trace` carries the placement options it
+/// honours as the placement simulator does (`--compass-*`,
+/// `--defrag-interval`) and the migration flags ([`migration_settings`]).
 pub fn run(
     loaded: &Loaded,
     args: &PolicyArgs,
+    trace: &TraceArgs,
     policy: &str,
     json: bool,
     quiet: bool,
@@ -260,6 +265,8 @@ pub fn run(
     }
     let mut cfg = BudgetSimConfig::new(loaded.spec);
     cfg.policy = policy.to_string();
+    cfg.policy_options = trace.policy_options();
+    migration_settings(&mut cfg, trace)?;
     cfg.horizon_s = args.horizon;
     cfg.cycle_s = args.cycle;
     cfg.max_drains = args.drains;
@@ -342,6 +349,26 @@ pub fn run(
     } else {
         print!("{}", table(&result, wall_s));
     }
+    Ok(())
+}
+
+/// The placement simulator's migration flags, with its defaults
+/// (`--migration-cost 8s`, `--migration-charge per-instance`, `--payback
+/// 2`, `--remaining-run time-limit`, `--move-when always`, `--tidy-payback
+/// 20`, `--backfill-depth 1000`): what a migration costs, the cost rule and
+/// the gate `move_when` ([`compass_core::placement::worth`]), which the
+/// policy simulator applies as the placement simulator does.
+/// `--backfill-depth` is the number of waiting jobs the gate looks at (the
+/// placement simulator's gate reads it the same way).
+fn migration_settings(cfg: &mut BudgetSimConfig, trace: &TraceArgs) -> Result<()> {
+    cfg.migration_cost_s = trace.migration_cost;
+    cfg.rule_cost_s = trace.rule_cost;
+    cfg.charge = MigrationCharge::parse_name(&trace.migration_charge)?;
+    cfg.payback = trace.payback;
+    cfg.remaining = RemainingRun::parse_name(&trace.remaining_run)?;
+    cfg.move_when = MoveWhen::parse_name(&trace.move_when)?;
+    cfg.tidy_payback = trace.tidy_payback;
+    cfg.gate_depth = trace.backfill_depth;
     Ok(())
 }
 
@@ -517,7 +544,15 @@ pub fn table(r: &BudgetReport, wall_s: f64) -> String {
         format!("{:.1}", r.lost_gpu_h),
         "",
     );
-    row("migrations (Compact)", r.migrations.to_string(), "");
+    row(
+        "migrations (Compact)",
+        format!(
+            "{} instances, {} costs charged, {} jobs moved",
+            r.migrations, r.migration_charges, r.migrated_jobs
+        ),
+        "",
+    );
+    row("move rule", move_rule(r), "");
     // The placement simulator's fragmentation figures and labels
     // (`simulate::table`; docs/policy-simulator.md, "Fragmentation").
     row(
@@ -576,6 +611,32 @@ pub fn table(r: &BudgetReport, wall_s: f64) -> String {
         );
     }
     s
+}
+
+/// The move rule that ran, as the placement simulator's report says it
+/// (`simulate::table`): the gate, the cost rule and the cost.
+fn move_rule(r: &BudgetReport) -> String {
+    let rule = if r.payback > 0.0 {
+        format!("payback {} on {}", r.payback, r.remaining_run.name())
+    } else {
+        "cost rule off (payback 0)".into()
+    };
+    let rule_cost = r
+        .rule_cost_s
+        .map(|c| format!(", rule weighs {c} s"))
+        .unwrap_or_default();
+    format!(
+        "moves {}{}; {rule}; {} s {}{rule_cost}; gate: {} trials ({} skipped), {} closed",
+        r.move_when.name(),
+        r.tidy_payback
+            .map(|k| format!(" (tidy payback {k})"))
+            .unwrap_or_default(),
+        r.migration_cost_s,
+        r.migration_charge.name(),
+        r.gate_trials,
+        r.gate_trials_remembered,
+        r.compact_no_gain
+    )
 }
 
 fn sweep(

@@ -32,8 +32,11 @@ pub struct Args {
     pub policy: String,
 
     /// Queue policy: strict FIFO with head-of-line blocking, or FIFO with
-    /// backfill that never delays the head's reservation.
-    #[arg(long, default_value = "fifo", value_parser = PossibleValuesParser::new(QueuePolicy::NAMES))]
+    /// backfill that never delays the head's reservation. Not with
+    /// --budgets: the policy simulator runs its own queue (fair-share
+    /// order, a greedy pass; docs/policy-simulator.md).
+    #[arg(long, default_value = "fifo", conflicts_with = "budgets",
+          value_parser = PossibleValuesParser::new(QueuePolicy::NAMES))]
     pub queue: String,
 
     /// Print one JSON object instead of the table.
@@ -140,6 +143,7 @@ pub fn run(args: Args) -> Result<()> {
         return crate::policy::run(
             &loaded,
             &args.budgets,
+            &args.trace,
             &args.policy,
             args.json,
             args.trace.quiet,

@@ -1128,3 +1128,52 @@ fn policy_simulator_reports_the_placement_simulators_afr() {
     }
     assert!(text.contains("0.33333 (2/N = 1.00000)"), "{text}");
 }
+
+/// The policy simulator honours the placement simulator's migration flags
+/// and reports the move rule that ran; `--queue`, which it cannot honour
+/// (its queue is the fair-share greedy pass), is refused naming the flag.
+#[test]
+fn policy_simulator_honours_the_move_rule_and_refuses_queue() {
+    let s = Scratch::new("policy-move-when");
+    let trace = s.file(
+        "t.csv",
+        "job_id,submit_s,duration_s,num_inst,gpus_per_inst,account,min_runtime_s,resumable\n\
+         x,0,36000,1,4,a,360,true\na,0,3600,1,4,a,360,true\n\
+         y,0,36000,1,4,a,360,true\nb,0,3600,1,4,a,360,true\n",
+    );
+    let budgets = s.file("b.toml", "[[node]]\nname = \"org\"\nshare = 1.0\n[[node]]\nname = \"a\"\nparent = \"org\"\nshare = 1.0\naccount = \"a\"\n");
+    let base = [
+        "simulate",
+        "--trace",
+        path(&trace),
+        "--nodes",
+        "2",
+        "--budgets",
+        path(&budgets),
+        "--json",
+        "-q",
+    ];
+    // Nobody waits when a and b end: `always` tidies, `pays` does not.
+    let always = json(&compass(&base));
+    assert_eq!(always["move_when"], "always");
+    assert_eq!(always["migrations"], 1);
+    assert_eq!(always["payback"], 2.0);
+    assert_eq!(always["migration_charge"], "per-instance");
+    let pays = json(&compass(&[&base[..], &["--move-when", "pays"]].concat()));
+    assert_eq!(pays["move_when"], "pays");
+    assert_eq!(pays["tidy_payback"], 20.0);
+    assert_eq!(pays["migrations"], 0);
+    let text = compass(&[&base[..7], &["-q", "--move-when", "starts"]].concat());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("  move rule") && text.contains("moves starts"),
+        "{text}"
+    );
+    let out = compass(&[&base[..], &["--queue", "backfill"]].concat());
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--queue") && err.contains("--budgets"),
+        "{err}"
+    );
+}

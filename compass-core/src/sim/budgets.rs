@@ -21,19 +21,25 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::Instant as T;
 use crate::clock::Seconds;
 use crate::error::{CoreError, Result};
 use crate::fairshare::ledger::Usage;
 use crate::fairshare::order::{node_stats, team_orders, QueueOrder, TeamNow, TeamOrders};
 use crate::fairshare::tree::{NodeIx, OrgTree};
 use crate::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeSet};
+use crate::placement::head::Chance;
+use crate::placement::worth::{
+    MigrationRule, MoveCandidate, MoveWhen, DEFAULT_TIDY_PAYBACK, TRIAL_RELEASES,
+};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
 use crate::preempt::{
     later_job_may_preempt, plan_drain, plan_room, NodeRoom, PendingJob, ProtectionConfig, Ratios,
     RunningJob, TeamLoad, TeamTable,
 };
+use crate::sim::gate::{self, Gate, GateEvent, GateState};
 use crate::sim::stats::Percentiles;
-use crate::sim::{EventState, PhiCache, Snapshot, Window};
+use crate::sim::{EventState, MigrationCharge, PhiCache, RemainingRun, Snapshot, Window};
 use crate::trace::{TraceJob, MAX_TRACE_S};
 
 /// A job of the policy simulator.
@@ -64,9 +70,38 @@ pub struct BudgetSimConfig {
     /// Enforcement cycle: ratios, order and preemption are refreshed this often
     /// while jobs wait (the budget service's default is 10 s).
     pub cycle_s: Seconds,
-    /// Seconds added to a job each time it is migrated by Compact or restarted
-    /// after a preemption (checkpoint restore).
+    /// Seconds added to a job each time it restarts after a preemption
+    /// (checkpoint restore). A migration costs [`Self::migration_cost_s`].
     pub restart_cost_s: Seconds,
+    /// `c`: seconds a Compact migration adds to the moved job's completion,
+    /// charged as [`Self::charge`] says, as in the placement simulator
+    /// ([`crate::sim::SimConfig::migration_cost_s`]). Also the cost the
+    /// rule weighs, unless [`Self::rule_cost_s`] says otherwise.
+    pub migration_cost_s: Seconds,
+    /// The cost the cost rule weighs when it is not `c`
+    /// ([`crate::sim::SimConfig::rule_cost_s`]).
+    pub rule_cost_s: Option<Seconds>,
+    /// `c` per migrated instance (the paper) or per moved job per policy
+    /// call (one Slurm requeue).
+    pub charge: MigrationCharge,
+    /// The cost rule ([`MigrationRule::payback`]; `0`: off, every resumable
+    /// job is always movable): as [`crate::sim::SimConfig::payback`]. It
+    /// acts on policies that honour movability (COMPASS).
+    pub payback: f64,
+    /// What the rule takes as a job's remaining run.
+    pub remaining: RemainingRun,
+    /// When any job may move ([`MoveWhen`]; the gate of
+    /// [`crate::sim::SimConfig::move_when`], shared code: `sim::gate`).
+    pub move_when: MoveWhen,
+    /// Under [`MoveWhen::Pays`]: [`MigrationRule::tidy_payback`].
+    pub tidy_payback: f64,
+    /// Under [`MoveWhen::Pays`]: held jobs one trial of the gate releases
+    /// at most ([`TRIAL_RELEASES`]).
+    pub trial_releases: usize,
+    /// How many waiting jobs (oldest submission first) the gate looks at
+    /// for one that moves would let start (the placement simulator's
+    /// `backfill_depth`, which its gate reads the same way).
+    pub gate_depth: usize,
     /// Start attempts per scheduling pass (Slurm's queue depth): jobs that
     /// need more GPUs than are free are skipped without an attempt.
     pub queue_depth: usize,
@@ -219,6 +254,11 @@ pub enum SimEvent {
 }
 
 impl BudgetSimConfig {
+    /// The published design's settings (7-day window, 60 s cycle, 8 h cap),
+    /// and the placement simulator's defaults for migrations
+    /// ([`crate::sim::SimConfig::new`]: `c = 8` s per instance, payback 2
+    /// on time limits, `move_when = always`, tidy payback 20, gate depth
+    /// 1000).
     pub fn new(spec: ClusterSpec) -> Self {
         Self {
             spec,
@@ -228,6 +268,15 @@ impl BudgetSimConfig {
             protection: ProtectionConfig::default(),
             cycle_s: 60.0,
             restart_cost_s: 8.0,
+            migration_cost_s: 8.0,
+            rule_cost_s: None,
+            charge: MigrationCharge::PerInstance,
+            payback: MigrationRule::default().payback,
+            remaining: RemainingRun::TimeLimit,
+            move_when: MoveWhen::Always,
+            tidy_payback: DEFAULT_TIDY_PAYBACK,
+            trial_releases: TRIAL_RELEASES,
+            gate_depth: 1000,
             queue_depth: 200,
             scan_limit: 5000,
             preempt_depth: 16,
@@ -248,6 +297,11 @@ impl BudgetSimConfig {
             shortfall: false,
             head_first: false,
         }
+    }
+
+    /// The cost the cost rule weighs ([`Self::rule_cost_s`], else `c`).
+    pub fn rule_cost(&self) -> Seconds {
+        self.rule_cost_s.unwrap_or(self.migration_cost_s)
     }
 }
 
@@ -430,7 +484,49 @@ pub struct BudgetReport {
     pub preemptions: u64,
     pub preemptions_per_job: f64,
     pub lost_gpu_h: f64,
+    /// Instances moved by Compact, in total.
     pub migrations: u64,
+    /// Migration costs charged (`c` each): one per migrated instance, or one
+    /// per moved job per policy call ([`MigrationCharge`]), as the placement
+    /// simulator counts them.
+    #[serde(default)]
+    pub migration_charges: u64,
+    /// Jobs migrated at least once.
+    #[serde(default)]
+    pub migrated_jobs: u64,
+    /// `c`, seconds ([`BudgetSimConfig::migration_cost_s`]).
+    #[serde(default)]
+    pub migration_cost_s: Seconds,
+    /// The cost the rule weighed, when not `c`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_cost_s: Option<Seconds>,
+    /// How `c` was charged.
+    #[serde(default)]
+    pub migration_charge: MigrationCharge,
+    /// The cost rule's payback as configured (`0`: off). It acts only on
+    /// policies that honour movability (COMPASS).
+    #[serde(default)]
+    pub payback: f64,
+    /// What the cost rule took as a job's remaining run.
+    #[serde(default)]
+    pub remaining_run: RemainingRun,
+    /// The move rule that ran: when the cost rule lets jobs move.
+    #[serde(default)]
+    pub move_when: MoveWhen,
+    /// Under [`MoveWhen::Pays`], [`BudgetSimConfig::tidy_payback`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tidy_payback: Option<f64>,
+    /// Events at which the gate ([`MoveWhen::Starts`], [`MoveWhen::Pays`])
+    /// held moves still because none let a waiting job start (as
+    /// [`crate::sim::SimResult::compact_no_gain`]).
+    #[serde(default)]
+    pub compact_no_gain: u64,
+    /// The gate's first trials made, and those its memory of failed trials
+    /// skipped ([`crate::sim::SimResult::gate_trials`]).
+    #[serde(default)]
+    pub gate_trials: u64,
+    #[serde(default)]
+    pub gate_trials_remembered: u64,
     /// Jobs started after a drain held nodes for them (`max_drains`).
     #[serde(default)]
     pub drained_starts: u64,
@@ -826,6 +922,13 @@ struct Live {
     owes: bool,
     /// Restart and migration overheads of the current run.
     extra_s: f64,
+    /// The placement policy may move it now (the cost rule's verdict, as
+    /// the policy was told; resumable jobs only).
+    movable: bool,
+    /// Its last migration in the current run.
+    last_moved: Option<f64>,
+    /// Migration costs charged to it (`c` each), over all its runs.
+    charges: u64,
     gen: u64,
     preempted_by: Option<JobId>,
     preemptions: u32,
@@ -881,6 +984,9 @@ impl Frag {
 enum Ev {
     Finish(usize, u64),
     Arrive(usize),
+    /// A running job's verdict may turn movable (its protection ended):
+    /// a Compact is tried ([`Sim::compact_on_wake`]).
+    Wake(usize),
     Cycle,
 }
 
@@ -933,6 +1039,19 @@ struct Sim<'a> {
     /// Jobs moved by Compact since the victim planner last looked.
     moved: Vec<JobId>,
     frag: Frag,
+    /// The cost rule; `None` when off (`payback = 0`) or when the policy
+    /// does not act on movability (it then never migrates a job held
+    /// still), as in the placement simulator.
+    rule: Option<MigrationRule>,
+    /// The gate `move_when`'s state between events (shared with the
+    /// placement simulator: [`gate::decide`]).
+    gate: GateState,
+    /// Waiting jobs by (submission, index): the queue the gate looks at.
+    queue: BTreeSet<(T, usize)>,
+    /// Running jobs, by index.
+    running: BTreeSet<usize>,
+    /// Migration costs charged, in total.
+    charges: u64,
 }
 
 /// Nodes held for one blocked job.
@@ -957,6 +1076,21 @@ impl<'a> Sim<'a> {
             ));
         }
         let policy = placement::build(&cfg.policy, cfg.spec, &cfg.policy_options)?;
+        let honours_movable = policy.honours_movable();
+        if !(cfg.migration_cost_s.is_finite() && cfg.migration_cost_s >= 0.0)
+            || cfg
+                .rule_cost_s
+                .is_some_and(|c| !(c.is_finite() && c >= 0.0))
+            || !(cfg.payback == 0.0 || cfg.payback >= 1.0)
+            || cfg.tidy_payback.is_nan()
+            || cfg.tidy_payback < 0.0
+        {
+            return Err(CoreError::Invalid(format!(
+                "migration cost {} s and rule cost {:?} s must be finite and at least 0, \
+                 payback {} 0 or at least 1, tidy payback {} at least 0",
+                cfg.migration_cost_s, cfg.rule_cost_s, cfg.payback, cfg.tidy_payback
+            )));
+        }
         let mut teams: Vec<Team> = Vec::new();
         let mut by_account: HashMap<&str, usize> = HashMap::new();
         let mut live = Vec::with_capacity(jobs.len());
@@ -1082,6 +1216,16 @@ impl<'a> Sim<'a> {
             room_unused: 0,
             moved: Vec::new(),
             frag: Frag::default(),
+            rule: (cfg.payback > 0.0 && honours_movable).then_some(MigrationRule {
+                default_cost_s: cfg.rule_cost(),
+                payback: cfg.payback,
+                tidy_payback: cfg.tidy_payback,
+                ..MigrationRule::default()
+            }),
+            gate: GateState::default(),
+            queue: BTreeSet::new(),
+            running: BTreeSet::new(),
+            charges: 0,
         };
         for (i, j) in jobs.iter().enumerate() {
             sim.push(j.submit_s, Ev::Arrive(i));
@@ -1180,6 +1324,11 @@ impl<'a> Sim<'a> {
                     self.finish(i)?;
                     self.schedule()?;
                 }
+                Ev::Wake(i) => {
+                    if self.live[i].run_start.is_some() && self.compact_on_wake()? {
+                        self.schedule()?;
+                    }
+                }
                 Ev::Cycle => {
                     self.cycle_pending = false;
                     self.refresh_order();
@@ -1215,6 +1364,7 @@ impl<'a> Sim<'a> {
         w.entry(shape).or_default().insert(key);
         self.live[i].waiting = true;
         self.waiting += 1;
+        self.queue.insert((T(self.jobs[i].submit_s), i));
     }
 
     fn dequeue(&mut self, i: usize) {
@@ -1235,6 +1385,7 @@ impl<'a> Sim<'a> {
         }
         self.live[i].waiting = false;
         self.waiting -= 1;
+        self.queue.remove(&(T(self.jobs[i].submit_s), i));
     }
 
     /// Fair-share order of the teams: a walk of the tree with siblings by
@@ -1444,12 +1595,296 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
+    /// The request for job `i` starting now: movable when resumable and,
+    /// with the cost rule on, worth moving (as the placement simulator's).
     fn request(&self, i: usize) -> JobRequest {
+        let resumable = self.jobs[i].resumable;
         JobRequest {
             id: self.jobs[i].id,
             shape: self.jobs[i].shape,
-            movable: self.jobs[i].resumable,
+            movable: resumable
+                && self
+                    .rule
+                    .is_none_or(|rule| rule.worth_moving(&self.candidate(i))),
         }
+    }
+
+    /// The job of a policy's job id (ids are trace rows from 1).
+    fn index_of(&self, job: JobId) -> Option<usize> {
+        let i = usize::try_from(job.0).ok()?.checked_sub(1)?;
+        (i < self.jobs.len()).then_some(i)
+    }
+
+    /// What the cost rule knows of job `i` now (running, or starting now):
+    /// its remaining work, plus the restart cost when it restarts after a
+    /// preemption, plus the migration costs of its current run, as the
+    /// placement simulator's candidate ([`gate::move_candidate`]). Its
+    /// protection is its min runtime, capped, from its last (re)start or
+    /// move.
+    fn candidate(&self, i: usize) -> MoveCandidate {
+        let (job, l, now) = (&self.jobs[i], &self.live[i], self.now);
+        gate::move_candidate(
+            self.cfg.remaining,
+            job.resumable,
+            job.duration_s,
+            l.last_moved.or(l.run_start).unwrap_or(now),
+            self.projected_end(i),
+            now,
+            self.min_runtime_capped(i),
+            l.last_moved,
+        )
+    }
+
+    /// When job `i` ends in truth (running, or starting now): its remaining
+    /// work after its current run's start, plus the costs of that run (a
+    /// restart after a preemption, migrations).
+    fn projected_end(&self, i: usize) -> Seconds {
+        let l = &self.live[i];
+        let left = (self.jobs[i].duration_s - l.progress_s).max(0.0);
+        match l.run_start {
+            Some(s) => s + left + l.extra_s,
+            None if l.first_start.is_some() => self.now + left + self.cfg.restart_cost_s,
+            None => self.now + left,
+        }
+    }
+
+    /// When job `i`, ending in truth at `end`, is expected to end as a
+    /// scheduler sees it (the placement simulator's estimate): what
+    /// COMPASS's Place ties use with `--compass-end-ties`.
+    fn expected_end(&self, i: usize, end: Seconds) -> Seconds {
+        let d = self.jobs[i].duration_s;
+        match self.cfg.remaining {
+            RemainingRun::Oracle => end,
+            RemainingRun::TimeLimit => end + crate::sim::time_limit_for(d) - d,
+            RemainingRun::ReplayLimit => end + crate::sim::replay_time_limit_for(d) - d,
+        }
+    }
+
+    /// Applies the cost rule ([`MigrationRule::worth_moving`]) to every
+    /// running resumable job now, telling the policy of each change, behind
+    /// the gate [`MoveWhen::allows`] (e.g. no job waits, so no move can let
+    /// one start): the placement simulator's rule, before every policy
+    /// call. `freeing`: GPUs of a job departing now (free when Compact
+    /// runs). Returns the jobs that turned movable.
+    fn apply_rule(&mut self, freeing: u64) -> Result<Vec<usize>> {
+        let Some(rule) = self.rule else {
+            return Ok(Vec::new());
+        };
+        let free = self.capacity - self.policy.occupancy().used_gpus() + freeing;
+        let waiting = self.queue.iter().map(|&(_, q)| self.gpus(q));
+        let idle = !self.cfg.move_when.allows(waiting, free);
+        let changes: Vec<(usize, bool)> = self
+            .running
+            .iter()
+            .copied()
+            .filter(|&j| self.jobs[j].resumable)
+            .filter_map(|j| {
+                let worth = !idle && rule.worth_moving(&self.candidate(j));
+                (worth != self.live[j].movable).then_some((j, worth))
+            })
+            .collect();
+        let mut freed = Vec::new();
+        for (j, worth) in changes {
+            self.policy.set_movable(self.jobs[j].id, worth)?;
+            self.live[j].movable = worth;
+            if worth {
+                freed.push(j);
+            }
+        }
+        Ok(freed)
+    }
+
+    /// When running job `i`, (re)started or moved (`moved`) now, may turn
+    /// movable: the end of its protection (capped min runtime), of the
+    /// rule's first minutes, and after a move of its cool-down. A Compact
+    /// is tried then ([`Self::compact_on_wake`]). Only with the cost rule
+    /// on, as in the placement simulator.
+    fn note_wakes(&mut self, i: usize, moved: bool) {
+        let Some(rule) = self.rule else {
+            return;
+        };
+        let cooldown = if moved { rule.cooldown_s } else { 0.0 };
+        for d in [self.min_runtime_capped(i), rule.min_run_s, cooldown] {
+            if d > 0.0 && d.is_finite() {
+                self.push(self.now + d, Ev::Wake(i));
+            }
+        }
+    }
+
+    /// A Compact with no arrival or departure, when a running job the rule
+    /// held still may move now (and is not held for tidying), guarded by
+    /// the gate as a departure's is: the placement simulator's
+    /// `compact_on_wake`, and the select plugin's Compact at the tick a
+    /// verdict changes. Returns whether a Compact ran.
+    fn compact_on_wake(&mut self) -> Result<bool> {
+        let freed = self.apply_rule(0)?;
+        if !freed.iter().any(|k| !self.gate.tidy_held.contains(k)) {
+            return Ok(false);
+        }
+        let migrations = self.guarded(None, 0, &|p| Ok(p.compact_now()))?;
+        self.measure_frag();
+        self.charge(&migrations, None)?;
+        Ok(true)
+    }
+
+    /// Carries out `act` (a departure of `gone`, whose `leaving` GPUs it
+    /// frees, or a Compact with no event) on the policy with the jobs the
+    /// gate `move_when` holds ([`Self::hold_unless_moves_start`]) held
+    /// still for this one event. Returns the migrations it made. (No head
+    /// guard: this simulator's queue is a greedy pass with no backfill
+    /// reservation.)
+    fn guarded(
+        &mut self,
+        gone: Option<usize>,
+        leaving: u64,
+        act: &dyn Fn(&mut dyn PlacementPolicy) -> Result<Vec<Migration>>,
+    ) -> Result<Vec<Migration>> {
+        let gate = self.hold_unless_moves_start(gone, leaving, act)?;
+        let hold = self.gate.keep(gate).unwrap_or_default();
+        self.set_held(&hold, false)?;
+        let migrations = act(&mut *self.policy);
+        self.set_held(&hold, true)?;
+        migrations
+    }
+
+    /// Holds `jobs` still (`movable = false`) for one event, or lets them
+    /// move again after it.
+    fn set_held(&mut self, jobs: &[usize], movable: bool) -> Result<()> {
+        for &k in jobs {
+            self.policy.set_movable(self.jobs[k].id, movable)?;
+        }
+        Ok(())
+    }
+
+    /// The gate `move_when` for one event of job `event_job` (`act`: its
+    /// start or its departure, `leaving` the GPUs a departure frees; run on
+    /// forks of the policy): [`gate::decide`], the decision the placement
+    /// simulator makes, on this simulator's waiting jobs (the first
+    /// `gate_depth` by submission), its running movable jobs and its
+    /// policy's forks. A waiting job fits when its instances fit the
+    /// nodes' free GPUs now (`Occupancy::fit`), as the plugin's
+    /// `head::fits_now` counts it.
+    fn hold_unless_moves_start(
+        &self,
+        event_job: Option<usize>,
+        leaving: u64,
+        act: &dyn Fn(&mut dyn PlacementPolicy) -> Result<Vec<Migration>>,
+    ) -> Result<Gate> {
+        if !gate::tries(self.cfg.move_when, !self.queue.is_empty()) {
+            return Ok(Gate::untried());
+        }
+        // With the cost rule off (payback 0), tidying moves are judged at
+        // the site's cost all the same (as in the placement simulator).
+        let rule = self.rule.unwrap_or(MigrationRule {
+            default_cost_s: self.cfg.rule_cost(),
+            tidy_payback: self.cfg.tidy_payback,
+            ..MigrationRule::default()
+        });
+        let movable: Vec<usize> = self
+            .running
+            .iter()
+            .copied()
+            .filter(|&k| self.live[k].movable)
+            .collect();
+        let queued: Vec<usize> = self
+            .queue
+            .iter()
+            .take(self.cfg.gate_depth.max(1))
+            .map(|&(_, q)| q)
+            .collect();
+        let ev = GateEvent {
+            move_when: self.cfg.move_when,
+            trial_releases: self.cfg.trial_releases,
+            t: self.now,
+            hold: &[],
+            event_job,
+            waiting: true,
+            queued: &queued,
+            movable: &movable,
+        };
+        type Fork = Box<dyn PlacementPolicy>;
+        let trial = |still: &[usize]| -> Result<Option<(Fork, Vec<usize>)>> {
+            let Some(mut fork) = self.policy.fork() else {
+                return Ok(None);
+            };
+            for &k in still {
+                fork.set_movable(self.jobs[k].id, false)?;
+            }
+            let m = act(&mut *fork)?;
+            let moved = self
+                .charges_of(&m, event_job)
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            Ok(Some((fork, moved)))
+        };
+        let fits = |p: &Fork, j: usize| {
+            let shape = self.jobs[j].shape;
+            p.occupancy().fit(shape.gpus) >= u64::from(shape.instances)
+        };
+        let pays = |k: usize| {
+            let l = &self.live[k];
+            let age = l.progress_s + (self.now - l.run_start.unwrap_or(self.now));
+            self.gate.pays_for_tidying(&rule, &self.candidate(k), age)
+        };
+        gate::decide(
+            &self.gate,
+            &ev,
+            pays,
+            || self.gate_chances(event_job, leaving, &queued),
+            trial,
+            fits,
+        )
+    }
+
+    /// Could moves start one of the `queued` jobs (other than `event_job`)
+    /// at all? [`gate::chances`] on this simulator's one pool: the free
+    /// GPUs (with a departing job's `leaving` GPUs), the instances that
+    /// could fit after any moves ([`PlacementPolicy::fit_after_moves_with`],
+    /// the event's job gone) and those that fit now.
+    fn gate_chances(
+        &self,
+        event_job: Option<usize>,
+        leaving: u64,
+        queued: &[usize],
+    ) -> Vec<Chance> {
+        let occ = self.policy.occupancy();
+        let free = self.capacity - occ.used_gpus() + leaving;
+        let gone: Vec<JobId> = event_job.map(|j| self.jobs[j].id).into_iter().collect();
+        gate::chances(
+            queued,
+            event_job,
+            free,
+            |q| self.jobs[q].shape,
+            |g| self.policy.fit_after_moves_with(g, &gone),
+            |g| occ.fit(g),
+        )
+    }
+
+    /// The charges one policy call's migrations make: `(job, count)` per
+    /// moved running job, `count` costs of `c` each ([`MigrationCharge`]),
+    /// as the placement simulator counts them. `starting` is the job
+    /// admitted in this call: moving it costs nothing.
+    fn charges_of(&self, migrations: &[Migration], starting: Option<usize>) -> Vec<(usize, u64)> {
+        let mut moved: Vec<(usize, u32)> = migrations
+            .iter()
+            .filter_map(|m| Some((self.index_of(m.job)?, m.instance)))
+            .filter(|&(j, _)| Some(j) != starting)
+            .collect();
+        moved.sort_unstable();
+        moved.dedup();
+        let mut out: Vec<(usize, u64)> = Vec::new();
+        for (j, _) in moved {
+            match out.last_mut() {
+                Some((last, n)) if *last == j => {
+                    if self.cfg.charge == MigrationCharge::PerInstance {
+                        *n += 1;
+                    }
+                }
+                _ => out.push((j, 1)),
+            }
+        }
+        out
     }
 
     /// The room the victim planner sees now: every node's free GPUs, on
@@ -1508,9 +1943,28 @@ impl<'a> Sim<'a> {
         self.held = held;
     }
 
+    /// Tries to start job `i` now, behind the gate `move_when` (the
+    /// placement simulator's `try_start`: the rule applied, the request
+    /// movable by its verdict, the placement's Compact held by the gate).
     fn try_start(&mut self, i: usize) -> Result<bool> {
         let allowed = self.allowed_for(i);
-        let Some(adm) = self.policy.place(&self.request(i), allowed.as_ref())? else {
+        self.apply_rule(0)?;
+        self.live[i].last_moved = None;
+        let req = self.request(i);
+        let end = self.expected_end(i, self.projected_end(i));
+        self.policy.set_expected_end(req.id, end);
+        let place = |p: &mut dyn PlacementPolicy| {
+            Ok(p.place(&req, allowed.as_ref())?
+                .map(|a| a.migrations)
+                .unwrap_or_default())
+        };
+        let gate = self.hold_unless_moves_start(Some(i), 0, &place)?;
+        let hold = self.gate.keep(gate).unwrap_or_default();
+        self.set_held(&hold, false)?;
+        let placed = self.policy.place(&req, allowed.as_ref());
+        self.set_held(&hold, true)?;
+        let Some(adm) = placed? else {
+            self.policy.set_expected_end(req.id, f64::INFINITY);
             return Ok(false);
         };
         self.measure_frag();
@@ -1540,8 +1994,11 @@ impl<'a> Sim<'a> {
         } else {
             0.0
         };
+        l.movable = req.movable;
+        self.running.insert(i);
         self.schedule_finish(i);
-        self.charge_migrations(&adm.migrations);
+        self.note_wakes(i, false);
+        self.charge(&adm.migrations, Some(i))?;
         self.log(SimEvent::Start {
             t: now,
             job: self.jobs[i].id,
@@ -1559,18 +2016,51 @@ impl<'a> Sim<'a> {
         self.push(end, Ev::Finish(i, gen));
     }
 
-    /// Compact moved these jobs: each pays the restart cost once.
-    fn charge_migrations(&mut self, migrations: &[Migration]) {
-        let moved: BTreeSet<JobId> = migrations.iter().map(|m| m.job).collect();
-        self.migrations += migrations.len() as u64;
-        self.moved.extend(moved.iter().copied());
-        for job in moved {
-            let i = (job.0 - 1) as usize;
-            if i < self.live.len() && self.live[i].run_start.is_some() {
-                self.live[i].extra_s += self.cfg.restart_cost_s;
-                self.schedule_finish(i);
-            }
+    /// Charges `c` ([`BudgetSimConfig::migration_cost_s`]) to the running
+    /// jobs moved in one policy call, per instance or per job
+    /// ([`Self::charges_of`]; `starting`: the job the call admitted, whose
+    /// own moves cost nothing), as the placement simulator charges them. A
+    /// move of a job that is not running, not resumable, or held still by
+    /// the cost rule is a policy bug and fails the replay.
+    fn charge(&mut self, migrations: &[Migration], starting: Option<usize>) -> Result<()> {
+        if migrations.is_empty() {
+            return Ok(());
         }
+        self.migrations += migrations.len() as u64;
+        let moved: BTreeSet<JobId> = migrations.iter().map(|m| m.job).collect();
+        self.moved.extend(moved.iter().copied());
+        let name = self.policy.name();
+        for (i, count) in self.charges_of(migrations, starting) {
+            let job = &self.jobs[i];
+            if self.live[i].run_start.is_none() {
+                return Err(CoreError::Invalid(format!(
+                    "policy `{name}` migrated job {}, which is not running",
+                    job.id
+                )));
+            }
+            if !job.resumable {
+                return Err(CoreError::Invalid(format!(
+                    "policy `{name}` migrated job {}, which is not resumable",
+                    job.id
+                )));
+            }
+            if self.rule.is_some() && !self.live[i].movable {
+                return Err(CoreError::Invalid(format!(
+                    "policy `{name}` migrated job {}, which the cost rule holds still",
+                    job.id
+                )));
+            }
+            let l = &mut self.live[i];
+            l.extra_s += self.cfg.migration_cost_s * count as f64;
+            l.charges += count;
+            l.last_moved = Some(self.now);
+            self.charges += count;
+            self.schedule_finish(i);
+            let e = self.expected_end(i, self.projected_end(i));
+            self.policy.set_expected_end(self.jobs[i].id, e);
+            self.note_wakes(i, true);
+        }
+        Ok(())
     }
 
     /// Stops job `i`'s current run (completion or preemption).
@@ -1578,7 +2068,9 @@ impl<'a> Sim<'a> {
     /// one preemption are removed together, [`Self::preempt`]).
     fn stop_run(&mut self, i: usize, release: bool) -> Result<f64> {
         let now = self.now;
+        self.running.remove(&i);
         let start = self.live[i].run_start.take().unwrap_or(now);
+        self.live[i].last_moved = None;
         let gpus = self.gpus(i);
         let alloc = self.allocated(i);
         self.accrue_decayed(i, -(gpus as f64));
@@ -1597,9 +2089,13 @@ impl<'a> Sim<'a> {
         }
         self.live[i].gen += 1;
         if release {
-            let migrations = self.policy.remove(self.jobs[i].id)?;
+            // The departure's Compact, behind the rule and the gate (the
+            // placement simulator's `finish_job`).
+            self.apply_rule(gpus)?;
+            let id = self.jobs[i].id;
+            let migrations = self.guarded(Some(i), gpus, &|p| p.remove(id))?;
             self.measure_frag();
-            self.charge_migrations(&migrations);
+            self.charge(&migrations, None)?;
         }
         Ok(run)
     }
@@ -1634,6 +2130,7 @@ impl<'a> Sim<'a> {
 
     fn finish(&mut self, i: usize) -> Result<()> {
         self.stop_run(i, true)?;
+        self.gate.runs.record(self.jobs[i].duration_s);
         self.log(SimEvent::Finish {
             t: self.now,
             job: self.jobs[i].id,
@@ -1670,9 +2167,13 @@ impl<'a> Sim<'a> {
             self.preempt_one(i, for_job)?;
         }
         let ids: Vec<JobId> = victims.iter().map(|&i| self.jobs[i].id).collect();
+        // COMPASS defers its Compact to the placement that follows (which
+        // the gate guards); a policy that moves jobs here is told the
+        // rule's verdicts first.
+        self.apply_rule(0)?;
         let migrations = self.policy.remove_for_room(&ids)?;
         self.measure_frag();
-        self.charge_migrations(&migrations);
+        self.charge(&migrations, None)?;
         Ok(())
     }
 
@@ -2480,6 +2981,18 @@ impl<'a> Sim<'a> {
             preemptions_per_job: self.preemptions as f64 / self.jobs.len().max(1) as f64,
             lost_gpu_h: self.lost_gpu_s / hour,
             migrations: self.migrations,
+            migration_charges: self.charges,
+            migrated_jobs: self.live.iter().filter(|l| l.charges > 0).count() as u64,
+            migration_cost_s: self.cfg.migration_cost_s,
+            rule_cost_s: self.cfg.rule_cost_s,
+            migration_charge: self.cfg.charge,
+            payback: self.cfg.payback,
+            remaining_run: self.cfg.remaining,
+            move_when: self.cfg.move_when,
+            tidy_payback: (self.cfg.move_when == MoveWhen::Pays).then_some(self.cfg.tidy_payback),
+            compact_no_gain: self.gate.no_gain,
+            gate_trials: self.gate.trials.get(),
+            gate_trials_remembered: self.gate.remembered.get(),
             drained_starts: self.drains_started,
             drains_planned: self.drains_planned,
             drains_replanned: self.drains_replanned,

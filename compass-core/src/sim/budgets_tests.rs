@@ -1040,3 +1040,162 @@ fn without_waiting_the_figures_are_the_placement_simulators() {
         (r.metric_window.as_str(), r.afr, r.max_n_sif, r.ajct_s)
     );
 }
+
+/// Two nodes of 8 GPUs, one team, no preemption: X and A (4 GPUs each)
+/// fill node 0, Y and B node 1; A and B end at 1 h, leaving X alone on node
+/// 0 and Y alone on node 1, and COMPASS's Compact at B's departure moves
+/// one of them onto the other's node, emptying a node. `late` is a job
+/// submitted at 0.5 h that waits for it (1 x 8: the move lets it start at
+/// 1 h; 2 x 8: no move starts it before X and Y end at 10 h).
+fn gate_jobs(late: Option<JobShape>, resumable: bool) -> Vec<BudgetJob> {
+    let long = |id, w| BudgetJob {
+        resumable,
+        ..job(id, "a", 0.0, 10.0, 1, w, 0.1)
+    };
+    let mut jobs = vec![
+        long(1, 4),                       // X
+        job(2, "a", 0.0, 1.0, 1, 4, 0.1), // A
+        long(3, 4),                       // Y
+        job(4, "a", 0.0, 1.0, 1, 4, 0.1), // B
+    ];
+    if let Some(s) = late {
+        jobs.push(job(5, "a", 0.5, 1.0, s.instances, s.gpus, 0.1));
+    }
+    jobs
+}
+
+fn gate_replay(
+    jobs: &[BudgetJob],
+    when: MoveWhen,
+    edit: impl Fn(&mut BudgetSimConfig),
+) -> BudgetReport {
+    let tree = tree(&[("a", 1.0)]);
+    let mut cfg = config(2);
+    cfg.preemption = Preemption::None;
+    cfg.move_when = when;
+    edit(&mut cfg);
+    run_budgets(jobs, &tree, &cfg).unwrap()
+}
+
+fn finish_of(events: &[SimEvent], id: u64) -> Option<f64> {
+    events.iter().find_map(|e| match e {
+        SimEvent::Finish { t, job } if job.0 == id => Some(*t),
+        _ => None,
+    })
+}
+
+/// (a) `--move-when always` with the cost rule off and a cost per moved
+/// job is the policy simulator as it was before the gate: every resumable
+/// job moves, instantly, each move costing the moved job `c` once (8 s).
+/// With the placement simulator's defaults (payback 2 on time limits, per
+/// instance) the same move is made here (the moved job is past its
+/// protection and runs for hours, and has one instance), but the rule
+/// holds a job still inside its protection, which the old replay moved.
+#[test]
+fn with_move_when_always_every_resumable_job_moves_as_before() {
+    let jobs = gate_jobs(Some(JobShape::new(1, 8)), true);
+    for payback in [0.0, 2.0] {
+        let r = gate_replay(&jobs, MoveWhen::Always, |c| {
+            c.payback = payback;
+            c.charge = MigrationCharge::PerJob;
+        });
+        assert_eq!(
+            (r.migrations, r.migration_charges, r.migrated_jobs),
+            (1, 1, 1)
+        );
+        assert_eq!((r.move_when, r.payback), (MoveWhen::Always, payback));
+        // The waiting job starts on the node the move emptied ...
+        assert_eq!(start_of(&r.events, 5), Some(H));
+        // ... and the moved job (X or Y) ends 8 s late.
+        let ends = [finish_of(&r.events, 1), finish_of(&r.events, 3)];
+        let mut ends: Vec<f64> = ends.into_iter().map(Option::unwrap).collect();
+        ends.sort_by(f64::total_cmp);
+        assert_eq!(ends, vec![10.0 * H, 10.0 * H + 8.0]);
+    }
+    // Inside its protection (10 h asked, 8 h by the cap) the rule holds the
+    // moved job still; with the rule off it moves at 1 h, as it did before
+    // the rule was applied. With the rule, the Compact at the end of the
+    // protection (8 h, no arrival or departure then) makes the move.
+    let protected: Vec<BudgetJob> = jobs
+        .iter()
+        .map(|j| BudgetJob {
+            min_runtime_s: if j.duration_s == 10.0 * H {
+                10.0 * H
+            } else {
+                j.min_runtime_s
+            },
+            ..j.clone()
+        })
+        .collect();
+    let off = gate_replay(&protected, MoveWhen::Always, |c| c.payback = 0.0);
+    assert_eq!((off.migrations, start_of(&off.events, 5)), (1, Some(H)));
+    let on = gate_replay(&protected, MoveWhen::Always, |_| {});
+    assert_eq!((on.migrations, start_of(&on.events, 5)), (1, Some(8.0 * H)));
+}
+
+/// (b) Under `starts` and `pays` a move is made only when it lets a
+/// waiting job start, or under `pays` when the moved job pays for a
+/// tidying move (`tidy_payback`); `always` moves regardless.
+#[test]
+fn with_move_when_starts_or_pays_a_move_is_made_only_when_it_starts_a_job() {
+    // The waiting 1 x 8 job starts after the move: every gate makes it.
+    let starts_one = gate_jobs(Some(JobShape::new(1, 8)), true);
+    for when in [MoveWhen::Starts, MoveWhen::Pays] {
+        let r = gate_replay(&starts_one, when, |c| c.tidy_payback = 1000.0);
+        assert_eq!((r.migrations, r.move_when), (1, when), "{when:?}");
+        assert_eq!(start_of(&r.events, 5), Some(H), "{when:?}");
+        assert_eq!(r.compact_no_gain, 0, "{when:?}");
+        assert!(r.gate_trials >= 1, "{when:?}");
+    }
+    // The waiting 2 x 8 job cannot start before X and Y end, moves or not:
+    // `always` moves, `starts` does not, `pays` does only when the moved
+    // job is expected to run long enough after the move (no run has ended:
+    // its time limit of 12 h says 9 h, against 20 x 8 s, or 1000 x 8 s).
+    let starts_none = gate_jobs(Some(JobShape::new(2, 8)), true);
+    assert_eq!(
+        gate_replay(&starts_none, MoveWhen::Always, |_| {}).migrations,
+        1
+    );
+    let r = gate_replay(&starts_none, MoveWhen::Starts, |_| {});
+    assert_eq!((r.migrations, r.compact_no_gain), (0, 1));
+    assert_eq!(start_of(&r.events, 5), Some(10.0 * H));
+    let r = gate_replay(&starts_none, MoveWhen::Pays, |_| {});
+    assert_eq!((r.migrations, r.tidy_payback), (1, Some(20.0)));
+    let r = gate_replay(&starts_none, MoveWhen::Pays, |c| c.tidy_payback = 5000.0);
+    assert_eq!(r.migrations, 0);
+    // Nobody waits: `starts` and `pays` hold every job (`waiting` too).
+    let alone = gate_jobs(None, true);
+    assert_eq!(gate_replay(&alone, MoveWhen::Always, |_| {}).migrations, 1);
+    for when in [MoveWhen::Waiting, MoveWhen::Starts, MoveWhen::Pays] {
+        assert_eq!(gate_replay(&alone, when, |_| {}).migrations, 0, "{when:?}");
+    }
+}
+
+/// (c) A job that is not resumable is never moved, under any gate and
+/// with the cost rule off: the waiting job waits for X and Y to end.
+#[test]
+fn a_job_that_is_not_resumable_is_never_moved() {
+    let jobs = gate_jobs(Some(JobShape::new(1, 8)), false);
+    for when in [MoveWhen::Always, MoveWhen::Starts, MoveWhen::Pays] {
+        for payback in [0.0, 2.0] {
+            let r = gate_replay(&jobs, when, |c| c.payback = payback);
+            assert_eq!(r.migrations, 0, "{when:?} payback {payback}");
+            assert_eq!(start_of(&r.events, 5), Some(10.0 * H), "{when:?}");
+        }
+    }
+}
+
+/// A migration costs `c` per migrated instance by default (the placement
+/// simulator's charge), or once per moved job; a restart after a
+/// preemption costs `restart_cost_s` as before.
+#[test]
+fn a_migration_costs_c_as_in_the_placement_simulator() {
+    let jobs = gate_jobs(Some(JobShape::new(1, 8)), true);
+    let r = gate_replay(&jobs, MoveWhen::Always, |c| c.migration_cost_s = 60.0);
+    assert_eq!((r.migrations, r.migration_cost_s), (1, 60.0));
+    let ends = [finish_of(&r.events, 1), finish_of(&r.events, 3)];
+    assert!(ends.contains(&Some(10.0 * H + 60.0)), "{ends:?}");
+    let mut bad = config(2);
+    bad.payback = 0.5;
+    assert!(run_budgets(&jobs, &tree(&[("a", 1.0)]), &bad).is_err());
+}

@@ -23,6 +23,7 @@
 
 pub mod budgets;
 pub mod cluster;
+mod gate;
 pub mod sizing;
 pub mod stats;
 
@@ -35,14 +36,13 @@ use crate::clock::{Instant as T, Seconds};
 use crate::error::{CoreError, Result};
 use crate::metric;
 use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration};
-use crate::placement::head::{Chance, TrialMemory};
+use crate::placement::head::Chance;
 use crate::placement::pools::PoolSpec;
 pub use crate::placement::worth::MoveWhen;
-use crate::placement::worth::{
-    release_turn, tidy_turn, MigrationRule, MoveCandidate, RunHistory, TIDY_TRIALS, TRIAL_RELEASES,
-};
+use crate::placement::worth::{MigrationRule, MoveCandidate, TRIAL_RELEASES};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
 use crate::trace::{TraceJob, MAX_TRACE_S};
+use gate::{Gate, GateEvent, GateState};
 
 pub use cluster::{build_mixed, ClusterNodes, ClusterPolicy, NodeClass, PooledPolicy, Single};
 pub use sizing::{nodes_for_job, size_cluster, Sizing};
@@ -475,7 +475,7 @@ pub struct SimResult {
     /// Under `--move-when pays`, events whose first trial was not made
     /// because a trial that started nobody in the last
     /// [`crate::placement::head::TRIAL_MEMORY_S`] seconds covers its
-    /// chances ([`TrialMemory`], as the select plugin keeps it).
+    /// chances ([`TrialMemory`](crate::placement::head::TrialMemory), as the select plugin keeps it).
     #[serde(default)]
     pub gate_trials_remembered: u64,
     /// Heads of a backfill queue that started later than the reservation
@@ -822,18 +822,6 @@ struct PoolTrack {
 // shared with the Slurm plugin's departure guard (`placement::head`).
 use crate::placement::head::Reservation;
 
-/// What the gate `move_when` decided for one event
-/// ([`Sim::hold_unless_moves_start`]).
-struct Gate {
-    /// The jobs to hold still for the event (`None`: only the caller's).
-    hold: Option<Vec<usize>>,
-    /// The gate closed on moves (counted in `compact_no_gain`).
-    no_gain: bool,
-    /// Under [`MoveWhen::Pays`], the jobs held for tidying from now on
-    /// (`None`: as they are).
-    tidy_held: Option<Vec<usize>>,
-}
-
 struct Sim<'a> {
     jobs: &'a [TraceJob],
     policy: &'a mut dyn ClusterPolicy,
@@ -880,32 +868,15 @@ struct Sim<'a> {
     rule: Option<MigrationRule>,
     /// Resumable running jobs the rule holds still.
     held: usize,
-    /// The runs of the jobs that finished ([`MoveWhen::Pays`]).
-    runs: RunHistory,
-    /// Under [`MoveWhen::Pays`], the running jobs whose tidying move did
-    /// not pay, held still at the events that follow until a move could
-    /// start a queued job, they pay, or they end
-    /// ([`Sim::hold_unless_moves_start`]).
-    tidy_held: BTreeSet<usize>,
-    /// The held job re-judged last (the gate re-judges a bounded turn of
-    /// them, [`tidy_turn`]; a cell, as the gate only reads the rest).
-    tidy_cursor: std::cell::Cell<Option<usize>>,
-    /// The held job the gate's last trial released last (a trial releases
-    /// a bounded turn of them, [`release_turn`]).
-    release_cursor: std::cell::Cell<Option<usize>>,
-    /// Under [`MoveWhen::Pays`], the gate's trials that started nobody
-    /// ([`TrialMemory`], as the plugin keeps them).
-    trial_memory: std::cell::RefCell<TrialMemory>,
+    /// The gate `move_when`'s state between events ([`gate::decide`]):
+    /// the jobs held for tidying, the memory of failed trials, the runs of
+    /// the finished jobs, its counters.
+    gate: GateState,
     over_events: u64,
     over_events_held: u64,
     refused_slip: u64,
     /// See [`SimResult::compact_held_for_head`].
     compact_held: u64,
-    compact_no_gain: u64,
-    /// [`SimResult::gate_trials`], [`SimResult::gate_trials_remembered`]
-    /// (cells: the gate only reads the rest).
-    gate_trials: std::cell::Cell<u64>,
-    gate_trials_remembered: std::cell::Cell<u64>,
     /// The last policy call was a departure with jobs held still for the
     /// head: until the next call (which compacts again) the bound may be
     /// exceeded by choice.
@@ -1037,18 +1008,11 @@ impl<'a> Sim<'a> {
                 ..MigrationRule::default()
             }),
             held: 0,
-            runs: RunHistory::default(),
-            tidy_held: BTreeSet::new(),
-            tidy_cursor: std::cell::Cell::new(None),
-            release_cursor: std::cell::Cell::new(None),
-            trial_memory: std::cell::RefCell::new(TrialMemory::default()),
+            gate: GateState::default(),
             over_events: 0,
             over_events_held: 0,
             refused_slip: 0,
             compact_held: 0,
-            compact_no_gain: 0,
-            gate_trials: std::cell::Cell::new(0),
-            gate_trials_remembered: std::cell::Cell::new(0),
             holding_for_head: false,
             reserved: None,
             first_reservation: BTreeMap::new(),
@@ -1369,7 +1333,7 @@ impl<'a> Sim<'a> {
     /// ([`Sim::hold_unless_moves_start`]).
     fn compact_on_wake(&mut self, t: Seconds, obs: &mut dyn Observer) -> Result<()> {
         let freed = self.apply_rule(t, 0)?;
-        if !freed.iter().any(|k| !self.tidy_held.contains(k)) {
+        if !freed.iter().any(|k| !self.gate.tidy_held.contains(k)) {
             return Ok(());
         }
         let migrations = self.guarded(t, None, &|p| p.compact_now())?;
@@ -1394,7 +1358,7 @@ impl<'a> Sim<'a> {
             self.compact_held += 1;
         }
         let gate = self.hold_unless_moves_start(t, &hold, gone, act)?;
-        if let Some(all) = self.keep_gate(gate) {
+        if let Some(all) = self.gate.keep(gate) {
             hold = all;
         }
         for &k in &hold {
@@ -1417,25 +1381,19 @@ impl<'a> Sim<'a> {
         } else {
             (t, t + job.duration_s)
         };
-        let remaining = match self.cfg.remaining {
-            RemainingRun::Oracle => end - t,
-            RemainingRun::TimeLimit => end - t + time_limit_for(job.duration_s) - job.duration_s,
-            RemainingRun::ReplayLimit => {
-                end - t + replay_time_limit_for(job.duration_s) - job.duration_s
-            }
-        };
         // As the Slurm plugin counts it: protected time (`--min-runtime`)
         // runs from the job's last (re)start, so a migrated job is
         // protected again after it lands.
-        let restarted = s.last_moved.unwrap_or(start);
-        MoveCandidate {
-            resumable: job.resumable,
-            cost_s: None,
-            running_for_s: t - restarted,
-            remaining_s: Some(remaining),
-            protected_for_s: (job.min_runtime_s.unwrap_or(0.0) - (t - restarted)).max(0.0),
-            since_migrated_s: s.last_moved.map(|m| t - m),
-        }
+        gate::move_candidate(
+            self.cfg.remaining,
+            job.resumable,
+            job.duration_s,
+            s.last_moved.unwrap_or(start),
+            end,
+            t,
+            job.min_runtime_s.unwrap_or(0.0),
+            s.last_moved,
+        )
     }
 
     fn notify(
@@ -1474,7 +1432,7 @@ impl<'a> Sim<'a> {
         self.by_end.remove(&(T(end), j));
         self.running -= 1;
         self.finished += 1;
-        self.runs.record(self.jobs[j].duration_s);
+        self.gate.runs.record(self.jobs[j].duration_s);
         self.charge(&migrations, None, t)?;
         self.notify(obs, t, EventKind::Finish, Some(j), &migrations);
         Ok(())
@@ -1554,35 +1512,15 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// The gate [`MoveWhen::Starts`] for one event of job `event_job` (`act`:
-    /// its departure or its start, run on forks of the policy, with `hold`
-    /// held still as the event will be): every other movable running job
-    /// is held still for this event when the event's Compact would move
-    /// running jobs and no queued job within the backfill depth (other
-    /// than `event_job`) fits after the moves that does not fit after the
-    /// same event with every running job held still. A job fits when its
+    /// The gate `move_when` for one event of job `event_job` (`act`: its
+    /// departure or its start, run on forks of the policy, with `hold` held
+    /// still as the event will be): [`gate::decide`], the decision both
+    /// simulators share, on this simulator's queue (the first
+    /// `backfill_depth` waiting jobs), its running movable jobs (by
+    /// projected end), and its policy's forks. A job fits when its
     /// instances fit the nodes' free GPUs now
     /// ([`crate::placement::head::reservation`] with no ends), as the
     /// plugin's [`crate::placement::head::fits_now`] counts it.
-    ///
-    /// Under [`MoveWhen::Pays`] only the moves that pay for themselves
-    /// ([`Sim::pays_for_tidying`]) are made: the jobs a trial moves that do
-    /// not pay are held still and the event is tried again, until every
-    /// moved job pays or [`TIDY_TRIALS`] trials were made (then nothing
-    /// moves). The jobs so held stay held at the events that follow
-    /// (`tidy_held`, re-judged at each, at most [`TIDY_RECHECKS`] of them
-    /// in rotation ([`tidy_turn`]), and kept through the events that
-    /// try nothing: an empty queue, no movable job) until a queued job could start
-    /// after moves at all ([`Sim::gate_chances`]; then every job may move
-    /// in the first trial, but of the held jobs only a turn of
-    /// [`SimConfig::trial_releases`], [`release_turn`]; a first trial kept
-    /// is the event, with the others held still), they pay, or they end;
-    /// with none held and no queued job that could start, no first trial
-    /// is made.
-    /// The select plugin's `Controller::compact_if_it_starts_a_job` and
-    /// `compact_tidying` follow the same rule.
-    ///
-    /// [`TIDY_RECHECKS`]: crate::placement::worth::TIDY_RECHECKS
     fn hold_unless_moves_start(
         &self,
         t: Seconds,
@@ -1590,22 +1528,9 @@ impl<'a> Sim<'a> {
         event_job: Option<usize>,
         act: &dyn Fn(&mut dyn ClusterPolicy) -> Result<Vec<Migration>>,
     ) -> Result<Gate> {
-        let open = Gate {
-            hold: None,
-            no_gain: false,
-            tidy_held: Some(Vec::new()),
-        };
-        // No trial: the jobs held for tidying stay held (the plugin tries
-        // no Compact while the gate is closed, and keeps them).
-        let untried = Gate {
-            hold: None,
-            no_gain: false,
-            tidy_held: None,
-        };
-        if !self.cfg.move_when.tries_first() || self.queue.is_empty() {
-            return Ok(untried);
+        if !gate::tries(self.cfg.move_when, !self.queue.is_empty()) {
+            return Ok(Gate::untried());
         }
-        let pays = self.cfg.move_when == MoveWhen::Pays;
         // The tidying moves of the jobs that pay for them are made. With the
         // cost rule off (payback 0), the site's cost `c` all the same (not
         // the rule's 8 s default).
@@ -1618,30 +1543,26 @@ impl<'a> Sim<'a> {
             .by_end
             .iter()
             .map(|&(_, k)| k)
-            .filter(|&k| Some(k) != event_job && self.state[k].movable && !hold.contains(&k))
+            .filter(|&k| self.state[k].movable)
             .collect();
-        if movable.is_empty() {
-            return Ok(untried);
-        }
-        // Re-judged now: a bounded turn of the held jobs (every one when
-        // they are few); the others stay held unjudged.
-        let turn = tidy_turn(&self.tidy_held, self.tidy_cursor.get());
-        if let Some(&last) = turn.last() {
-            self.tidy_cursor.set(Some(last));
-        }
-        let kept_held: BTreeSet<usize> = self
-            .tidy_held
+        let queued: Vec<usize> = self
+            .queue
             .iter()
-            .copied()
-            .filter(|k| !(turn.contains(k) && self.pays_for_tidying(&rule, *k, t)))
+            .take(self.cfg.backfill_depth.max(1))
+            .map(|&r| self.order[r])
             .collect();
-        let sticky: Vec<usize> = movable
-            .iter()
-            .copied()
-            .filter(|k| kept_held.contains(k))
-            .collect();
-        type Trial = (Box<dyn ClusterPolicy>, Vec<(usize, u64)>);
-        let trial = |still: &[usize]| -> Result<Option<Trial>> {
+        let ev = GateEvent {
+            move_when: self.cfg.move_when,
+            trial_releases: self.cfg.trial_releases,
+            t,
+            hold,
+            event_job,
+            waiting: true,
+            queued: &queued,
+            movable: &movable,
+        };
+        type Fork = Box<dyn ClusterPolicy>;
+        let trial = |still: &[usize]| -> Result<Option<(Fork, Vec<usize>)>> {
             let Some(mut fork) = self.policy.fork() else {
                 return Ok(None);
             };
@@ -1649,170 +1570,44 @@ impl<'a> Sim<'a> {
                 fork.set_movable(JobId(k as u64), false)?;
             }
             let m = act(&mut *fork)?;
-            let charges = self.charges_of(&m, event_job);
-            Ok(Some((fork, charges)))
-        };
-        let all: Vec<usize> = hold.iter().copied().chain(movable).collect();
-        let mut first = None;
-        let chances = self.gate_chances(event_job);
-        let worth_a_trial =
-            !chances.is_empty() && self.trial_memory.borrow().any_new(&chances, t as u64);
-        if pays && !chances.is_empty() && !worth_a_trial {
-            self.gate_trials_remembered
-                .set(self.gate_trials_remembered.get() + 1);
-        }
-        if !pays || worth_a_trial {
-            // The trial releases a bounded turn of the held jobs (the
-            // plugin's `compact_if_it_starts_a_job`); the others stay held
-            // in it, and stay held after it whatever it does.
-            let released = release_turn(
-                &kept_held,
-                self.release_cursor.get(),
-                self.cfg.trial_releases,
-            );
-            if let Some(&last) = released.last() {
-                self.release_cursor.set(Some(last));
-            }
-            let unreleased: Vec<usize> = hold
-                .iter()
-                .copied()
-                .chain(sticky.iter().copied().filter(|k| !released.contains(k)))
+            let moved = self
+                .charges_of(&m, event_job)
+                .into_iter()
+                .map(|(k, _)| k)
                 .collect();
-            // A trial kept is the event: the jobs it held stay still in it
-            // (none but the caller's when every held job was released).
-            let still = unreleased.len() > hold.len();
-            let open = Gate {
-                hold: still.then(|| unreleased.clone()),
-                no_gain: false,
-                tidy_held: Some(
-                    kept_held
-                        .iter()
-                        .copied()
-                        .filter(|k| !released.contains(k))
-                        .collect(),
-                ),
-            };
-            let Some((moved, charges)) = trial(&unreleased)? else {
-                return Ok(open);
-            };
-            self.gate_trials.set(self.gate_trials.get() + 1);
-            if charges.is_empty() {
-                // Moves only inside nodes start nobody: a failed trial.
-                if worth_a_trial {
-                    self.trial_memory.borrow_mut().failed(&chances, t as u64);
-                }
-                return Ok(open);
-            }
-            let Some((still, _)) = trial(&all)? else {
-                return Ok(open);
-            };
-            let fits = |p: &dyn ClusterPolicy, j: usize| {
-                self.reservation_in(p, &[], self.jobs[j].shape, t).t_res <= t
-            };
-            let gains = self
-                .queue
-                .iter()
-                .take(self.cfg.backfill_depth.max(1))
-                .map(|&r| self.order[r])
-                .filter(|&q| Some(q) != event_job)
-                .any(|q| fits(&*moved, q) && !fits(&*still, q));
-            if gains {
-                self.trial_memory.borrow_mut().clear();
-                return Ok(open);
-            }
-            if worth_a_trial {
-                self.trial_memory.borrow_mut().failed(&chances, t as u64);
-            }
-            if !pays {
-                return Ok(Gate {
-                    hold: Some(all),
-                    no_gain: true,
-                    tidy_held: None,
-                });
-            }
-            if sticky.is_empty() {
-                first = Some(charges);
-            }
-        }
-        let mut held: Vec<usize> = hold.iter().copied().chain(sticky).collect();
-        let mut charges = match first {
-            Some(c) => c,
-            None => match trial(&held)? {
-                Some((_, c)) => c,
-                None => return Ok(open),
-            },
+            Ok(Some((fork, moved)))
         };
-        let mut tries = 1;
-        let mut gated = false;
-        let moves = loop {
-            gated |= !charges.is_empty();
-            let unpaid: Vec<usize> = charges
-                .iter()
-                .map(|&(k, _)| k)
-                .filter(|&k| !self.pays_for_tidying(&rule, k, t))
-                .collect();
-            if unpaid.is_empty() {
-                break true;
-            }
-            let before = held.len();
-            for k in unpaid {
-                if !held.contains(&k) {
-                    held.push(k);
-                }
-            }
-            // Out of trials, or the policy moved only jobs it was told to
-            // hold still: nothing moves.
-            if held.len() == before || tries == TIDY_TRIALS {
-                break false;
-            }
-            let Some((_, next)) = trial(&held)? else {
-                break false;
-            };
-            charges = next;
-            tries += 1;
-        };
-        let tidy_held = held.iter().copied().filter(|k| !hold.contains(k)).collect();
-        Ok(Gate {
-            hold: Some(if moves { held } else { all }),
-            no_gain: gated,
-            tidy_held: Some(tidy_held),
-        })
-    }
-
-    /// Records what the gate decided ([`Sim::hold_unless_moves_start`]):
-    /// counts a closed gate, keeps the jobs held for tidying, and returns
-    /// the jobs to hold still for the event.
-    fn keep_gate(&mut self, gate: Gate) -> Option<Vec<usize>> {
-        self.compact_no_gain += u64::from(gate.no_gain);
-        if let Some(held) = gate.tidy_held {
-            self.tidy_held = held.into_iter().collect();
-        }
-        gate.hold
+        let fits =
+            |p: &Fork, j: usize| self.reservation_in(&**p, &[], self.jobs[j].shape, t).t_res <= t;
+        gate::decide(
+            &self.gate,
+            &ev,
+            |k| self.pays_for_tidying(&rule, k, t),
+            || self.gate_chances(event_job, &queued),
+            trial,
+            fits,
+        )
     }
 
     /// Could moves start a queued job within the backfill depth (other than
-    /// `event_job`) at all? Moves keep the cluster's free GPUs as they are
-    /// (with `event_job`'s GPUs counted free when it is running: its
-    /// departure frees them), so a job of `w x g` needs `floor(free / g) >=
-    /// w`, and they take instances only from the nodes Compact may lower
-    /// (not a full slotted node without guests) and move only movable
-    /// jobs, so it needs `sum_n floor(lowerable_n / g) >= w`
+    /// `event_job`) at all? [`gate::chances`] over the pools: moves keep the
+    /// cluster's free GPUs as they are (with `event_job`'s GPUs counted free
+    /// when it is running: its departure frees them), and they take
+    /// instances only from the nodes Compact may lower (not a full slotted
+    /// node without guests) and move only movable jobs
     /// ([`PlacementPolicy::fit_after_moves_with`], summed over the pools:
     /// COMPASS's [`CompassEngine::lowerable_fit_with`], with `event_job`'s
     /// nodes counted lowerable and its GPUs free; the jobs held for tidying
     /// count as movable, as the plugin's trial releases them). An arrival's
     /// Place uses only nodes with a free GPU, which count lowerable
     /// already. None is exact (issue #11: no trial that could start a job
-    /// is skipped). Returns one chance per queued job it lets through, for
-    /// the gate's memory of failed trials ([`TrialMemory`]): the place is
-    /// the whole cluster (the bound sums the pools), the fit `sum_n
-    /// floor(free_n / g)` over the pools before the event, the room
-    /// `min(floor(free / g), reach(g))` of the bound. The plugin's twin is
-    /// [`crate::placement::head::Blocked::chances`] (per pool).
+    /// is skipped). The place of a chance is the whole cluster (the bound
+    /// sums the pools), its fit `sum_n floor(free_n / g)` over the pools
+    /// before the event.
     ///
     /// [`PlacementPolicy::fit_after_moves_with`]: crate::placement::PlacementPolicy::fit_after_moves_with
     /// [`CompassEngine::lowerable_fit_with`]: crate::placement::compass::CompassEngine::lowerable_fit_with
-    fn gate_chances(&self, event_job: Option<usize>) -> Vec<Chance> {
+    fn gate_chances(&self, event_job: Option<usize>, queued: &[usize]) -> Vec<Chance> {
         let leaving = match event_job {
             Some(j) if self.state[j].running => self.jobs[j].shape.total_gpus(),
             _ => 0,
@@ -1820,41 +1615,30 @@ impl<'a> Sim<'a> {
         let free = self.free_gpus_of(&*self.policy) + leaving;
         let gone: Vec<JobId> = event_job.map(|j| JobId(j as u64)).into_iter().collect();
         let policy = &*self.policy;
-        let reach = |g: u32| -> u64 {
-            (0..self.tracks.len())
-                .map(|p| policy.pool_fit_after_moves_with(p, g, &gone))
-                .sum()
-        };
-        let fit = |g: u32| -> u64 {
-            (0..self.tracks.len())
-                .map(|p| policy.pool_occupancy(p).fit(g))
-                .sum()
-        };
-        self.queue
-            .iter()
-            .take(self.cfg.backfill_depth.max(1))
-            .map(|&r| self.order[r])
-            .filter(|&q| Some(q) != event_job)
-            .filter_map(|q| {
-                let shape = self.jobs[q].shape;
-                let room = (free / u64::from(shape.gpus.max(1))).min(reach(shape.gpus));
-                (room >= u64::from(shape.instances)).then(|| Chance {
-                    place: 0,
-                    shape,
-                    fit: fit(shape.gpus),
-                    room,
-                })
-            })
-            .collect()
+        gate::chances(
+            queued,
+            event_job,
+            free,
+            |q| self.jobs[q].shape,
+            |g| {
+                (0..self.tracks.len())
+                    .map(|p| policy.pool_fit_after_moves_with(p, g, &gone))
+                    .sum()
+            },
+            |g| {
+                (0..self.tracks.len())
+                    .map(|p| policy.pool_occupancy(p).fit(g))
+                    .sum()
+            },
+        )
     }
 
     /// Under [`MoveWhen::Pays`]: does a tidying move of running job `k` at
-    /// `t` pay for itself ([`MigrationRule::pays_for_tidying`], its
-    /// expected remaining run from the runs finished so far, by its age
+    /// `t` pay for itself ([`GateState::pays_for_tidying`], by its age
     /// since it first started)?
     fn pays_for_tidying(&self, rule: &MigrationRule, k: usize, t: Seconds) -> bool {
         let age = t - self.state[k].start.unwrap_or(t);
-        rule.pays_for_tidying(&self.candidate(k, t), self.runs.expected_remaining(age))
+        self.gate.pays_for_tidying(rule, &self.candidate(k, t), age)
     }
 
     /// The running jobs' projected ends, sorted, with `charges` (jobs moved
@@ -2068,7 +1852,7 @@ impl<'a> Sim<'a> {
         let gate = self.hold_unless_moves_start(t, &[], Some(j), &|p| {
             Ok(p.place(&req)?.map(|a| a.migrations).unwrap_or_default())
         })?;
-        let hold = self.keep_gate(gate).unwrap_or_default();
+        let hold = self.gate.keep(gate).unwrap_or_default();
         for &k in &hold {
             self.policy.set_movable(JobId(k as u64), false)?;
         }
@@ -2351,9 +2135,9 @@ impl<'a> Sim<'a> {
             backfilled: self.backfilled,
             backfill_refused_slip: self.refused_slip,
             compact_held_for_head: self.compact_held,
-            compact_no_gain: self.compact_no_gain,
-            gate_trials: self.gate_trials.get(),
-            gate_trials_remembered: self.gate_trials_remembered.get(),
+            compact_no_gain: self.gate.no_gain,
+            gate_trials: self.gate.trials.get(),
+            gate_trials_remembered: self.gate.remembered.get(),
             heads_late: self.heads_late,
             heads_late_s: self.heads_late_s,
             reservation_slips: self.slips,

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::model::{JobShape, NodeId, NodeSet};
+use crate::placement::worth::RunHistory;
 use crate::placement::{Occupancy, POLICY_NAMES};
 
 /// Places each instance on the node with the most free GPUs (lowest index on
