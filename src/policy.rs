@@ -15,7 +15,6 @@ use compass_core::sim::budgets::{
     BudgetJob, BudgetReport, BudgetSimConfig, DrainRule, FreeOrder, Preemption, Record, ReserveFor,
     SimEvent, TeamOrder,
 };
-use compass_core::sim::{MigrationCharge, MoveWhen, RemainingRun};
 use compass_core::trace::TraceFormat;
 use serde::Serialize;
 
@@ -247,7 +246,8 @@ fn budget_jobs(loaded: &Loaded, args: &PolicyArgs) -> Result<Vec<BudgetJob>> {
 
 /// Runs the policy simulator. `trace` carries the placement options it
 /// honours as the placement simulator does (`--compass-*`,
-/// `--defrag-interval`) and the migration flags ([`migration_settings`]).
+/// `--defrag-interval`) and the migration flags ([`TraceArgs::migration`]),
+/// which the policy simulator applies as the placement simulator does.
 pub fn run(
     loaded: &Loaded,
     args: &PolicyArgs,
@@ -266,7 +266,10 @@ pub fn run(
     let mut cfg = BudgetSimConfig::new(loaded.spec);
     cfg.policy = policy.to_string();
     cfg.policy_options = trace.policy_options();
-    migration_settings(&mut cfg, trace)?;
+    cfg.migration = trace.migration()?;
+    // The waiting jobs the gate looks at (the placement simulator's gate
+    // reads `--backfill-depth` the same way).
+    cfg.gate_depth = trace.backfill_depth;
     cfg.horizon_s = args.horizon;
     cfg.cycle_s = args.cycle;
     cfg.max_drains = args.drains;
@@ -349,26 +352,6 @@ pub fn run(
     } else {
         print!("{}", table(&result, wall_s));
     }
-    Ok(())
-}
-
-/// The placement simulator's migration flags, with its defaults
-/// (`--migration-cost 8s`, `--migration-charge per-instance`, `--payback
-/// 2`, `--remaining-run time-limit`, `--move-when always`, `--tidy-payback
-/// 20`, `--backfill-depth 1000`): what a migration costs, the cost rule and
-/// the gate `move_when` ([`compass_core::placement::worth`]), which the
-/// policy simulator applies as the placement simulator does.
-/// `--backfill-depth` is the number of waiting jobs the gate looks at (the
-/// placement simulator's gate reads it the same way).
-fn migration_settings(cfg: &mut BudgetSimConfig, trace: &TraceArgs) -> Result<()> {
-    cfg.migration_cost_s = trace.migration_cost;
-    cfg.rule_cost_s = trace.rule_cost;
-    cfg.charge = MigrationCharge::parse_name(&trace.migration_charge)?;
-    cfg.payback = trace.payback;
-    cfg.remaining = RemainingRun::parse_name(&trace.remaining_run)?;
-    cfg.move_when = MoveWhen::parse_name(&trace.move_when)?;
-    cfg.tidy_payback = trace.tidy_payback;
-    cfg.gate_depth = trace.backfill_depth;
     Ok(())
 }
 

@@ -8,8 +8,7 @@ use std::time::Instant;
 use clap::builder::PossibleValuesParser;
 use compass_core::placement::POLICY_NAMES;
 use compass_core::sim::{
-    simulate_mixed, JobOutcome, MigrationCharge, MoveWhen, PoolResult, QueuePolicy, RemainingRun,
-    Sample, SimConfig, SimResult, Sizing,
+    simulate_mixed, JobOutcome, PoolResult, QueuePolicy, Sample, SimConfig, SimResult, Sizing,
 };
 use serde::Serialize;
 
@@ -90,13 +89,7 @@ pub fn replay(
 ) -> Result<(SimResult, f64)> {
     let mut cfg = SimConfig::new(loaded.spec);
     cfg.queue = queue;
-    cfg.migration_cost_s = args.migration_cost;
-    cfg.rule_cost_s = args.rule_cost;
-    cfg.charge = MigrationCharge::parse_name(&args.migration_charge)?;
-    cfg.payback = args.payback;
-    cfg.remaining = RemainingRun::parse_name(&args.remaining_run)?;
-    cfg.move_when = MoveWhen::parse_name(&args.move_when)?;
-    cfg.tidy_payback = args.tidy_payback;
+    cfg.migration = args.migration()?;
     cfg.backfill_depth = args.backfill_depth;
     cfg.record_timeseries = record.timeseries;
     cfg.record_jobs = record.jobs;

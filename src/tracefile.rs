@@ -9,7 +9,7 @@ use compass_core::model::ClusterSpec;
 use compass_core::placement::compass::{EndTies, SlottedPass};
 use compass_core::placement::{PolicyOptions, MIN_DEFRAG_INTERVAL_S};
 use compass_core::sim::{
-    size_cluster, ClusterNodes, MigrationCharge, MoveWhen, RemainingRun, Sizing,
+    size_cluster, ClusterNodes, MigrationCharge, MigrationSettings, MoveWhen, RemainingRun, Sizing,
 };
 use compass_core::trace::{self, ReadOptions, Trace, TraceFormat};
 
@@ -198,6 +198,25 @@ impl TraceArgs {
             opts.compass.slotted_pass = SlottedPass::Paper;
         }
         opts
+    }
+
+    /// The migration flags, as both simulators take them
+    /// ([`MigrationSettings`]; defaults `--migration-cost 8s`,
+    /// `--migration-charge per-instance`, `--payback 2`, `--remaining-run
+    /// time-limit`, `--move-when always`, `--tidy-payback 20`): what a
+    /// migration costs, the cost rule and the gate `move_when`
+    /// ([`compass_core::placement::worth`]).
+    pub fn migration(&self) -> Result<MigrationSettings> {
+        Ok(MigrationSettings {
+            migration_cost_s: self.migration_cost,
+            rule_cost_s: self.rule_cost,
+            charge: MigrationCharge::parse_name(&self.migration_charge)?,
+            payback: self.payback,
+            remaining: RemainingRun::parse_name(&self.remaining_run)?,
+            move_when: MoveWhen::parse_name(&self.move_when)?,
+            tidy_payback: self.tidy_payback,
+            ..MigrationSettings::default()
+        })
     }
 
     pub fn load(&self) -> Result<Loaded> {

@@ -13,7 +13,8 @@ use compass_core::model::{ClusterSpec, JobId};
 use compass_core::placement::worth::DEFAULT_TIDY_PAYBACK;
 use compass_core::placement::{PlacementPolicy, PolicyOptions};
 use compass_core::sim::{
-    self, EventKind, MigrationCharge, MoveWhen, Percentiles, QueuePolicy, RemainingRun, SimConfig,
+    self, EventKind, MigrationCharge, MigrationSettings, MoveWhen, Percentiles, QueuePolicy,
+    RemainingRun, SimConfig,
 };
 use compass_core::trace::TraceJob;
 use serde::Serialize;
@@ -149,12 +150,15 @@ impl Default for Gate {
 pub fn config(nodes: u32, gpus_per_node: u32, cost_s: f64, gate: Gate) -> SimConfig {
     SimConfig {
         queue: QueuePolicy::Backfill,
-        migration_cost_s: cost_s,
-        charge: MigrationCharge::PerJob,
-        rule_cost_s: gate.rule_cost_s,
-        move_when: gate.move_when,
-        tidy_payback: gate.tidy_payback,
-        remaining: RemainingRun::ReplayLimit,
+        migration: MigrationSettings {
+            migration_cost_s: cost_s,
+            charge: MigrationCharge::PerJob,
+            rule_cost_s: gate.rule_cost_s,
+            move_when: gate.move_when,
+            tidy_payback: gate.tidy_payback,
+            remaining: RemainingRun::ReplayLimit,
+            ..MigrationSettings::default()
+        },
         record_jobs: true,
         ..SimConfig::new(ClusterSpec {
             nodes,
@@ -207,7 +211,7 @@ pub fn simulate(
         policy: policy.to_string(),
         queue: cfg.queue.name().to_string(),
         migration_cost_s: cost_s,
-        migration_charge: cfg.charge.name().to_string(),
+        migration_charge: cfg.migration.charge.name().to_string(),
         migration_cost_source: String::new(),
         rule_cost_s: gate.rule_cost_s,
         move_when: gate.move_when.name().to_string(),
@@ -302,7 +306,7 @@ mod tests {
             1.0,
         );
         assert_eq!(
-            config(3, 8, 2.0, Gate::default()).charge,
+            config(3, 8, 2.0, Gate::default()).migration.charge,
             MigrationCharge::PerJob
         );
         let s = simulate(&plan, 3, 8, "compass", 2.0, Gate::default()).unwrap();

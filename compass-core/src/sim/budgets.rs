@@ -29,9 +29,7 @@ use crate::fairshare::order::{node_stats, team_orders, QueueOrder, TeamNow, Team
 use crate::fairshare::tree::{NodeIx, OrgTree};
 use crate::model::{ClusterSpec, JobId, JobRequest, JobShape, Migration, NodeSet};
 use crate::placement::head::Chance;
-use crate::placement::worth::{
-    MigrationRule, MoveCandidate, MoveWhen, DEFAULT_TIDY_PAYBACK, TRIAL_RELEASES,
-};
+use crate::placement::worth::{MigrationRule, MoveCandidate, MoveWhen};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
 use crate::preempt::{
     later_job_may_preempt, plan_drain, plan_room, NodeRoom, PendingJob, ProtectionConfig, Ratios,
@@ -39,7 +37,9 @@ use crate::preempt::{
 };
 use crate::sim::gate::{self, Gate, GateEvent, GateState};
 use crate::sim::stats::Percentiles;
-use crate::sim::{EventState, MigrationCharge, PhiCache, RemainingRun, Snapshot, Window};
+use crate::sim::{
+    EventState, MigrationCharge, MigrationSettings, PhiCache, RemainingRun, Snapshot, Window,
+};
 use crate::trace::{TraceJob, MAX_TRACE_S};
 
 /// A job of the policy simulator.
@@ -71,33 +71,14 @@ pub struct BudgetSimConfig {
     /// while jobs wait (the budget service's default is 10 s).
     pub cycle_s: Seconds,
     /// Seconds added to a job each time it restarts after a preemption
-    /// (checkpoint restore). A migration costs [`Self::migration_cost_s`].
+    /// (checkpoint restore). A migration costs
+    /// [`MigrationSettings::migration_cost_s`].
     pub restart_cost_s: Seconds,
-    /// `c`: seconds a Compact migration adds to the moved job's completion,
-    /// charged as [`Self::charge`] says, as in the placement simulator
-    /// ([`crate::sim::SimConfig::migration_cost_s`]). Also the cost the
-    /// rule weighs, unless [`Self::rule_cost_s`] says otherwise.
-    pub migration_cost_s: Seconds,
-    /// The cost the cost rule weighs when it is not `c`
-    /// ([`crate::sim::SimConfig::rule_cost_s`]).
-    pub rule_cost_s: Option<Seconds>,
-    /// `c` per migrated instance (the paper) or per moved job per policy
-    /// call (one Slurm requeue).
-    pub charge: MigrationCharge,
-    /// The cost rule ([`MigrationRule::payback`]; `0`: off, every resumable
-    /// job is always movable): as [`crate::sim::SimConfig::payback`]. It
-    /// acts on policies that honour movability (COMPASS).
-    pub payback: f64,
-    /// What the rule takes as a job's remaining run.
-    pub remaining: RemainingRun,
-    /// When any job may move ([`MoveWhen`]; the gate of
-    /// [`crate::sim::SimConfig::move_when`], shared code: `sim::gate`).
-    pub move_when: MoveWhen,
-    /// Under [`MoveWhen::Pays`]: [`MigrationRule::tidy_payback`].
-    pub tidy_payback: f64,
-    /// Under [`MoveWhen::Pays`]: held jobs one trial of the gate releases
-    /// at most ([`TRIAL_RELEASES`]).
-    pub trial_releases: usize,
+    /// What a Compact migration costs, the cost rule and the gate
+    /// `move_when` ([`MigrationSettings`]), as in the placement simulator
+    /// ([`crate::sim::SimConfig::migration`]; the gate's code is shared:
+    /// `sim::gate`).
+    pub migration: MigrationSettings,
     /// How many waiting jobs (oldest submission first) the gate looks at
     /// for one that moves would let start (the placement simulator's
     /// `backfill_depth`, which its gate reads the same way).
@@ -256,8 +237,8 @@ pub enum SimEvent {
 impl BudgetSimConfig {
     /// The published design's settings (7-day window, 60 s cycle, 8 h cap),
     /// and the placement simulator's defaults for migrations
-    /// ([`crate::sim::SimConfig::new`]: `c = 8` s per instance, payback 2
-    /// on time limits, `move_when = always`, tidy payback 20, gate depth
+    /// ([`MigrationSettings::default`]: `c = 8` s per instance, payback 2
+    /// on time limits, `move_when = always`, tidy payback 20; gate depth
     /// 1000).
     pub fn new(spec: ClusterSpec) -> Self {
         Self {
@@ -268,14 +249,7 @@ impl BudgetSimConfig {
             protection: ProtectionConfig::default(),
             cycle_s: 60.0,
             restart_cost_s: 8.0,
-            migration_cost_s: 8.0,
-            rule_cost_s: None,
-            charge: MigrationCharge::PerInstance,
-            payback: MigrationRule::default().payback,
-            remaining: RemainingRun::TimeLimit,
-            move_when: MoveWhen::Always,
-            tidy_payback: DEFAULT_TIDY_PAYBACK,
-            trial_releases: TRIAL_RELEASES,
+            migration: MigrationSettings::default(),
             gate_depth: 1000,
             queue_depth: 200,
             scan_limit: 5000,
@@ -297,11 +271,6 @@ impl BudgetSimConfig {
             shortfall: false,
             head_first: false,
         }
-    }
-
-    /// The cost the cost rule weighs ([`Self::rule_cost_s`], else `c`).
-    pub fn rule_cost(&self) -> Seconds {
-        self.rule_cost_s.unwrap_or(self.migration_cost_s)
     }
 }
 
@@ -494,7 +463,7 @@ pub struct BudgetReport {
     /// Jobs migrated at least once.
     #[serde(default)]
     pub migrated_jobs: u64,
-    /// `c`, seconds ([`BudgetSimConfig::migration_cost_s`]).
+    /// `c`, seconds ([`MigrationSettings::migration_cost_s`]).
     #[serde(default)]
     pub migration_cost_s: Seconds,
     /// The cost the rule weighed, when not `c`.
@@ -513,7 +482,7 @@ pub struct BudgetReport {
     /// The move rule that ran: when the cost rule lets jobs move.
     #[serde(default)]
     pub move_when: MoveWhen,
-    /// Under [`MoveWhen::Pays`], [`BudgetSimConfig::tidy_payback`].
+    /// Under [`MoveWhen::Pays`], [`MigrationSettings::tidy_payback`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tidy_payback: Option<f64>,
     /// Events at which the gate ([`MoveWhen::Starts`], [`MoveWhen::Pays`])
@@ -1077,20 +1046,7 @@ impl<'a> Sim<'a> {
         }
         let policy = placement::build(&cfg.policy, cfg.spec, &cfg.policy_options)?;
         let honours_movable = policy.honours_movable();
-        if !(cfg.migration_cost_s.is_finite() && cfg.migration_cost_s >= 0.0)
-            || cfg
-                .rule_cost_s
-                .is_some_and(|c| !(c.is_finite() && c >= 0.0))
-            || !(cfg.payback == 0.0 || cfg.payback >= 1.0)
-            || cfg.tidy_payback.is_nan()
-            || cfg.tidy_payback < 0.0
-        {
-            return Err(CoreError::Invalid(format!(
-                "migration cost {} s and rule cost {:?} s must be finite and at least 0, \
-                 payback {} 0 or at least 1, tidy payback {} at least 0",
-                cfg.migration_cost_s, cfg.rule_cost_s, cfg.payback, cfg.tidy_payback
-            )));
-        }
+        cfg.migration.validate()?;
         let mut teams: Vec<Team> = Vec::new();
         let mut by_account: HashMap<&str, usize> = HashMap::new();
         let mut live = Vec::with_capacity(jobs.len());
@@ -1216,10 +1172,10 @@ impl<'a> Sim<'a> {
             room_unused: 0,
             moved: Vec::new(),
             frag: Frag::default(),
-            rule: (cfg.payback > 0.0 && honours_movable).then_some(MigrationRule {
-                default_cost_s: cfg.rule_cost(),
-                payback: cfg.payback,
-                tidy_payback: cfg.tidy_payback,
+            rule: (cfg.migration.payback > 0.0 && honours_movable).then_some(MigrationRule {
+                default_cost_s: cfg.migration.rule_cost(),
+                payback: cfg.migration.payback,
+                tidy_payback: cfg.migration.tidy_payback,
                 ..MigrationRule::default()
             }),
             gate: GateState::default(),
@@ -1624,7 +1580,7 @@ impl<'a> Sim<'a> {
     fn candidate(&self, i: usize) -> MoveCandidate {
         let (job, l, now) = (&self.jobs[i], &self.live[i], self.now);
         gate::move_candidate(
-            self.cfg.remaining,
+            self.cfg.migration.remaining,
             job.resumable,
             job.duration_s,
             l.last_moved.or(l.run_start).unwrap_or(now),
@@ -1653,7 +1609,7 @@ impl<'a> Sim<'a> {
     /// COMPASS's Place ties use with `--compass-end-ties`.
     fn expected_end(&self, i: usize, end: Seconds) -> Seconds {
         let d = self.jobs[i].duration_s;
-        match self.cfg.remaining {
+        match self.cfg.migration.remaining {
             RemainingRun::Oracle => end,
             RemainingRun::TimeLimit => end + crate::sim::time_limit_for(d) - d,
             RemainingRun::ReplayLimit => end + crate::sim::replay_time_limit_for(d) - d,
@@ -1672,7 +1628,7 @@ impl<'a> Sim<'a> {
         };
         let free = self.capacity - self.policy.occupancy().used_gpus() + freeing;
         let waiting = self.queue.iter().map(|&(_, q)| self.gpus(q));
-        let idle = !self.cfg.move_when.allows(waiting, free);
+        let idle = !self.cfg.migration.move_when.allows(waiting, free);
         let changes: Vec<(usize, bool)> = self
             .running
             .iter()
@@ -1770,14 +1726,14 @@ impl<'a> Sim<'a> {
         leaving: u64,
         act: &dyn Fn(&mut dyn PlacementPolicy) -> Result<Vec<Migration>>,
     ) -> Result<Gate> {
-        if !gate::tries(self.cfg.move_when, !self.queue.is_empty()) {
+        if !gate::tries(self.cfg.migration.move_when, !self.queue.is_empty()) {
             return Ok(Gate::untried());
         }
         // With the cost rule off (payback 0), tidying moves are judged at
         // the site's cost all the same (as in the placement simulator).
         let rule = self.rule.unwrap_or(MigrationRule {
-            default_cost_s: self.cfg.rule_cost(),
-            tidy_payback: self.cfg.tidy_payback,
+            default_cost_s: self.cfg.migration.rule_cost(),
+            tidy_payback: self.cfg.migration.tidy_payback,
             ..MigrationRule::default()
         });
         let movable: Vec<usize> = self
@@ -1793,8 +1749,8 @@ impl<'a> Sim<'a> {
             .map(|&(_, q)| q)
             .collect();
         let ev = GateEvent {
-            move_when: self.cfg.move_when,
-            trial_releases: self.cfg.trial_releases,
+            move_when: self.cfg.migration.move_when,
+            trial_releases: self.cfg.migration.trial_releases,
             t: self.now,
             hold: &[],
             event_job,
@@ -1877,7 +1833,7 @@ impl<'a> Sim<'a> {
         for (j, _) in moved {
             match out.last_mut() {
                 Some((last, n)) if *last == j => {
-                    if self.cfg.charge == MigrationCharge::PerInstance {
+                    if self.cfg.migration.charge == MigrationCharge::PerInstance {
                         *n += 1;
                     }
                 }
@@ -2016,7 +1972,7 @@ impl<'a> Sim<'a> {
         self.push(end, Ev::Finish(i, gen));
     }
 
-    /// Charges `c` ([`BudgetSimConfig::migration_cost_s`]) to the running
+    /// Charges `c` ([`MigrationSettings::migration_cost_s`]) to the running
     /// jobs moved in one policy call, per instance or per job
     /// ([`Self::charges_of`]; `starting`: the job the call admitted, whose
     /// own moves cost nothing), as the placement simulator charges them. A
@@ -2051,7 +2007,7 @@ impl<'a> Sim<'a> {
                 )));
             }
             let l = &mut self.live[i];
-            l.extra_s += self.cfg.migration_cost_s * count as f64;
+            l.extra_s += self.cfg.migration.migration_cost_s * count as f64;
             l.charges += count;
             l.last_moved = Some(self.now);
             self.charges += count;
@@ -2983,13 +2939,14 @@ impl<'a> Sim<'a> {
             migrations: self.migrations,
             migration_charges: self.charges,
             migrated_jobs: self.live.iter().filter(|l| l.charges > 0).count() as u64,
-            migration_cost_s: self.cfg.migration_cost_s,
-            rule_cost_s: self.cfg.rule_cost_s,
-            migration_charge: self.cfg.charge,
-            payback: self.cfg.payback,
-            remaining_run: self.cfg.remaining,
-            move_when: self.cfg.move_when,
-            tidy_payback: (self.cfg.move_when == MoveWhen::Pays).then_some(self.cfg.tidy_payback),
+            migration_cost_s: self.cfg.migration.migration_cost_s,
+            rule_cost_s: self.cfg.migration.rule_cost_s,
+            migration_charge: self.cfg.migration.charge,
+            payback: self.cfg.migration.payback,
+            remaining_run: self.cfg.migration.remaining,
+            move_when: self.cfg.migration.move_when,
+            tidy_payback: (self.cfg.migration.move_when == MoveWhen::Pays)
+                .then_some(self.cfg.migration.tidy_payback),
             compact_no_gain: self.gate.no_gain,
             gate_trials: self.gate.trials.get(),
             gate_trials_remembered: self.gate.remembered.get(),

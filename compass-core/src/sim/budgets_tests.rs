@@ -1072,7 +1072,7 @@ fn gate_replay(
     let tree = tree(&[("a", 1.0)]);
     let mut cfg = config(2);
     cfg.preemption = Preemption::None;
-    cfg.move_when = when;
+    cfg.migration.move_when = when;
     edit(&mut cfg);
     run_budgets(jobs, &tree, &cfg).unwrap()
 }
@@ -1096,8 +1096,8 @@ fn with_move_when_always_every_resumable_job_moves_as_before() {
     let jobs = gate_jobs(Some(JobShape::new(1, 8)), true);
     for payback in [0.0, 2.0] {
         let r = gate_replay(&jobs, MoveWhen::Always, |c| {
-            c.payback = payback;
-            c.charge = MigrationCharge::PerJob;
+            c.migration.payback = payback;
+            c.migration.charge = MigrationCharge::PerJob;
         });
         assert_eq!(
             (r.migrations, r.migration_charges, r.migrated_jobs),
@@ -1127,7 +1127,7 @@ fn with_move_when_always_every_resumable_job_moves_as_before() {
             ..j.clone()
         })
         .collect();
-    let off = gate_replay(&protected, MoveWhen::Always, |c| c.payback = 0.0);
+    let off = gate_replay(&protected, MoveWhen::Always, |c| c.migration.payback = 0.0);
     assert_eq!((off.migrations, start_of(&off.events, 5)), (1, Some(H)));
     let on = gate_replay(&protected, MoveWhen::Always, |_| {});
     assert_eq!((on.migrations, start_of(&on.events, 5)), (1, Some(8.0 * H)));
@@ -1141,7 +1141,7 @@ fn with_move_when_starts_or_pays_a_move_is_made_only_when_it_starts_a_job() {
     // The waiting 1 x 8 job starts after the move: every gate makes it.
     let starts_one = gate_jobs(Some(JobShape::new(1, 8)), true);
     for when in [MoveWhen::Starts, MoveWhen::Pays] {
-        let r = gate_replay(&starts_one, when, |c| c.tidy_payback = 1000.0);
+        let r = gate_replay(&starts_one, when, |c| c.migration.tidy_payback = 1000.0);
         assert_eq!((r.migrations, r.move_when), (1, when), "{when:?}");
         assert_eq!(start_of(&r.events, 5), Some(H), "{when:?}");
         assert_eq!(r.compact_no_gain, 0, "{when:?}");
@@ -1161,7 +1161,9 @@ fn with_move_when_starts_or_pays_a_move_is_made_only_when_it_starts_a_job() {
     assert_eq!(start_of(&r.events, 5), Some(10.0 * H));
     let r = gate_replay(&starts_none, MoveWhen::Pays, |_| {});
     assert_eq!((r.migrations, r.tidy_payback), (1, Some(20.0)));
-    let r = gate_replay(&starts_none, MoveWhen::Pays, |c| c.tidy_payback = 5000.0);
+    let r = gate_replay(&starts_none, MoveWhen::Pays, |c| {
+        c.migration.tidy_payback = 5000.0
+    });
     assert_eq!(r.migrations, 0);
     // Nobody waits: `starts` and `pays` hold every job (`waiting` too).
     let alone = gate_jobs(None, true);
@@ -1178,7 +1180,7 @@ fn a_job_that_is_not_resumable_is_never_moved() {
     let jobs = gate_jobs(Some(JobShape::new(1, 8)), false);
     for when in [MoveWhen::Always, MoveWhen::Starts, MoveWhen::Pays] {
         for payback in [0.0, 2.0] {
-            let r = gate_replay(&jobs, when, |c| c.payback = payback);
+            let r = gate_replay(&jobs, when, |c| c.migration.payback = payback);
             assert_eq!(r.migrations, 0, "{when:?} payback {payback}");
             assert_eq!(start_of(&r.events, 5), Some(10.0 * H), "{when:?}");
         }
@@ -1191,11 +1193,13 @@ fn a_job_that_is_not_resumable_is_never_moved() {
 #[test]
 fn a_migration_costs_c_as_in_the_placement_simulator() {
     let jobs = gate_jobs(Some(JobShape::new(1, 8)), true);
-    let r = gate_replay(&jobs, MoveWhen::Always, |c| c.migration_cost_s = 60.0);
+    let r = gate_replay(&jobs, MoveWhen::Always, |c| {
+        c.migration.migration_cost_s = 60.0
+    });
     assert_eq!((r.migrations, r.migration_cost_s), (1, 60.0));
     let ends = [finish_of(&r.events, 1), finish_of(&r.events, 3)];
     assert!(ends.contains(&Some(10.0 * H + 60.0)), "{ends:?}");
     let mut bad = config(2);
-    bad.payback = 0.5;
+    bad.migration.payback = 0.5;
     assert!(run_budgets(&jobs, &tree(&[("a", 1.0)]), &bad).is_err());
 }

@@ -18,12 +18,13 @@
 //!
 //! Beyond the paper (issue #10): before every policy call, the cost rule of
 //! [`crate::placement::worth`] decides which running jobs may be moved
-//! ([`SimConfig::payback`]); Theorem 1's bound is checked after every job
+//! ([`MigrationSettings::payback`]); Theorem 1's bound is checked after every job
 //! event, and the events and seconds over it are reported.
 
 pub mod budgets;
 pub mod cluster;
 mod gate;
+mod migration;
 pub mod sizing;
 pub mod stats;
 
@@ -39,12 +40,13 @@ use crate::model::{Admission, ClusterSpec, JobId, JobRequest, Migration};
 use crate::placement::head::Chance;
 use crate::placement::pools::PoolSpec;
 pub use crate::placement::worth::MoveWhen;
-use crate::placement::worth::{MigrationRule, MoveCandidate, TRIAL_RELEASES};
+use crate::placement::worth::{MigrationRule, MoveCandidate};
 use crate::placement::{self, PlacementPolicy, PolicyOptions};
 use crate::trace::{TraceJob, MAX_TRACE_S};
 use gate::{Gate, GateEvent, GateState};
 
 pub use cluster::{build_mixed, ClusterNodes, ClusterPolicy, NodeClass, PooledPolicy, Single};
+pub use migration::MigrationSettings;
 pub use sizing::{nodes_for_job, size_cluster, Sizing};
 pub use stats::{size_class, Percentiles, SizeWaits, WaitStats, SIZE_CLASSES};
 
@@ -221,37 +223,9 @@ pub struct SimConfig {
     /// does not use this.
     pub spec: ClusterSpec,
     pub queue: QueuePolicy,
-    /// `c`: seconds added to a job's completion per migration, charged as
-    /// [`SimConfig::charge`] says. Also the cost the rule weighs, unless
-    /// [`SimConfig::rule_cost_s`] says otherwise.
-    pub migration_cost_s: Seconds,
-    /// The cost the cost rule weighs (its payback and tidying tests,
-    /// [`MigrationRule::default_cost_s`]) when it is not `c`: a live
-    /// select plugin decides with its configured `select.migration_cost`,
-    /// while what a requeue really cost is measured afterwards, so the
-    /// simulation of a live run decides with the one and charges the other
-    /// (`compass replay`'s simulated columns; `--rule-cost`). `None`: `c`.
-    pub rule_cost_s: Option<Seconds>,
-    /// Per migrated instance (the paper) or per moved job.
-    pub charge: MigrationCharge,
-    /// The cost rule ([`MigrationRule::payback`]): a running job may be
-    /// moved only when its expected remaining run is at least `payback`
-    /// times `c` after the move. `0` turns the rule off: every resumable job
-    /// is always movable (the paper's behaviour). Otherwise at least 1.
-    pub payback: f64,
-    /// What the rule takes as a job's remaining run.
-    pub remaining: RemainingRun,
-    /// Whether the rule also holds every job still while no job waits.
-    pub move_when: MoveWhen,
-    /// Under [`MoveWhen::Pays`]: a tidying move (one that lets no queued
-    /// job start) is made only for a job expected, by the runs of the jobs
-    /// that ended recently, to run at least this many times `c` after it
-    /// ([`MigrationRule::tidy_payback`]).
-    pub tidy_payback: f64,
-    /// Under [`MoveWhen::Pays`]: the jobs held for tidying that one trial
-    /// of the gate releases at most ([`TRIAL_RELEASES`], as the select
-    /// plugin; smaller in tests, to exercise the bound on a few jobs).
-    pub trial_releases: usize,
+    /// What a migration costs, the cost rule and the gate `move_when`
+    /// ([`MigrationSettings`], shared with the policy simulator).
+    pub migration: MigrationSettings,
     /// With backfill: how many waiting jobs behind the head are examined per
     /// scheduling pass (Slurm's `bf_max_job_test`).
     pub backfill_depth: usize,
@@ -265,25 +239,14 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
-    /// The cost the cost rule weighs ([`SimConfig::rule_cost_s`], else `c`).
-    pub fn rule_cost(&self) -> Seconds {
-        self.rule_cost_s.unwrap_or(self.migration_cost_s)
-    }
-
-    /// FIFO, `c = 8` s per instance, payback 2 on time limits, backfill
-    /// depth 1000, no time series, at most [`MAX_TICKS`] ticks.
+    /// FIFO, the default migration settings ([`MigrationSettings::default`]:
+    /// `c = 8` s per instance, payback 2 on time limits), backfill depth
+    /// 1000, no time series, at most [`MAX_TICKS`] ticks.
     pub fn new(spec: ClusterSpec) -> Self {
         Self {
             spec,
             queue: QueuePolicy::Fifo,
-            migration_cost_s: 8.0,
-            rule_cost_s: None,
-            charge: MigrationCharge::PerInstance,
-            payback: MigrationRule::default().payback,
-            remaining: RemainingRun::TimeLimit,
-            move_when: MoveWhen::Always,
-            tidy_payback: crate::placement::worth::DEFAULT_TIDY_PAYBACK,
-            trial_releases: TRIAL_RELEASES,
+            migration: MigrationSettings::default(),
             backfill_depth: 1000,
             record_timeseries: false,
             record_jobs: false,
@@ -374,7 +337,7 @@ pub struct SimResult {
     pub cluster: String,
     pub migration_cost_s: Seconds,
     /// The cost the cost rule weighed, when not `migration_cost_s`
-    /// ([`SimConfig::rule_cost_s`]).
+    /// ([`MigrationSettings::rule_cost_s`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule_cost_s: Option<Seconds>,
     /// How `c` was charged.
@@ -391,7 +354,7 @@ pub struct SimResult {
     /// When the cost rule lets jobs move.
     #[serde(default)]
     pub move_when: MoveWhen,
-    /// Under [`MoveWhen::Pays`], [`SimConfig::tidy_payback`].
+    /// Under [`MoveWhen::Pays`], [`MigrationSettings::tidy_payback`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tidy_payback: Option<f64>,
     /// Jobs replayed (all completed).
@@ -529,7 +492,7 @@ pub struct JobOutcome {
     pub instances: u32,
     pub gpus: u32,
     /// Migration costs charged to it (per instance or per job, as
-    /// [`SimConfig::charge`] says).
+    /// [`MigrationSettings::charge`] says).
     pub migration_charges: u64,
 }
 
@@ -659,29 +622,7 @@ pub fn simulate_cluster(
             "the policy must start on an empty cluster".into(),
         ));
     }
-    if !(cfg.migration_cost_s.is_finite() && cfg.migration_cost_s >= 0.0) {
-        return Err(CoreError::Invalid(format!(
-            "migration cost must be >= 0, got {}",
-            cfg.migration_cost_s
-        )));
-    }
-    if let Some(c) = cfg.rule_cost_s.filter(|c| !(c.is_finite() && *c >= 0.0)) {
-        return Err(CoreError::Invalid(format!(
-            "the cost rule's migration cost must be >= 0, got {c}"
-        )));
-    }
-    if !(cfg.payback == 0.0 || (cfg.payback.is_finite() && cfg.payback >= 1.0)) {
-        return Err(CoreError::Invalid(format!(
-            "payback must be 0 (always move) or at least 1, got {}",
-            cfg.payback
-        )));
-    }
-    if cfg.tidy_payback.is_nan() || cfg.tidy_payback < 0.0 {
-        return Err(CoreError::Invalid(format!(
-            "tidy payback must be >= 0 (inf: never tidy), got {}",
-            cfg.tidy_payback
-        )));
-    }
+    cfg.migration.validate()?;
     let mut sim = Sim::new(jobs, cluster, pools, cfg)?;
     sim.run(obs)?;
     Ok(sim.finish())
@@ -1001,10 +942,10 @@ impl<'a> Sim<'a> {
             first_submit,
             snap: Snapshot::default(),
             now: EventState::default(),
-            rule: (cfg.payback > 0.0 && honours_movable).then_some(MigrationRule {
-                default_cost_s: cfg.rule_cost(),
-                payback: cfg.payback,
-                tidy_payback: cfg.tidy_payback,
+            rule: (cfg.migration.payback > 0.0 && honours_movable).then_some(MigrationRule {
+                default_cost_s: cfg.migration.rule_cost(),
+                payback: cfg.migration.payback,
+                tidy_payback: cfg.migration.tidy_payback,
                 ..MigrationRule::default()
             }),
             held: 0,
@@ -1277,7 +1218,7 @@ impl<'a> Sim<'a> {
             .queue
             .iter()
             .map(|&r| self.jobs[self.order[r]].shape.total_gpus());
-        let idle = !self.cfg.move_when.allows(waiting, free);
+        let idle = !self.cfg.migration.move_when.allows(waiting, free);
         let mut changes = Vec::new();
         let mut held = 0;
         for &(_, j) in &self.by_end {
@@ -1385,7 +1326,7 @@ impl<'a> Sim<'a> {
         // runs from the job's last (re)start, so a migrated job is
         // protected again after it lands.
         gate::move_candidate(
-            self.cfg.remaining,
+            self.cfg.migration.remaining,
             job.resumable,
             job.duration_s,
             s.last_moved.unwrap_or(start),
@@ -1528,15 +1469,15 @@ impl<'a> Sim<'a> {
         event_job: Option<usize>,
         act: &dyn Fn(&mut dyn ClusterPolicy) -> Result<Vec<Migration>>,
     ) -> Result<Gate> {
-        if !gate::tries(self.cfg.move_when, !self.queue.is_empty()) {
+        if !gate::tries(self.cfg.migration.move_when, !self.queue.is_empty()) {
             return Ok(Gate::untried());
         }
         // The tidying moves of the jobs that pay for them are made. With the
         // cost rule off (payback 0), the site's cost `c` all the same (not
         // the rule's 8 s default).
         let rule = self.rule.unwrap_or(MigrationRule {
-            default_cost_s: self.cfg.rule_cost(),
-            tidy_payback: self.cfg.tidy_payback,
+            default_cost_s: self.cfg.migration.rule_cost(),
+            tidy_payback: self.cfg.migration.tidy_payback,
             ..MigrationRule::default()
         });
         let movable: Vec<usize> = self
@@ -1552,8 +1493,8 @@ impl<'a> Sim<'a> {
             .map(|&r| self.order[r])
             .collect();
         let ev = GateEvent {
-            move_when: self.cfg.move_when,
-            trial_releases: self.cfg.trial_releases,
+            move_when: self.cfg.migration.move_when,
+            trial_releases: self.cfg.migration.trial_releases,
             t,
             hold,
             event_job,
@@ -1645,7 +1586,7 @@ impl<'a> Sim<'a> {
     /// in a trial, `c` per charge) added and `gone` (the job departing in
     /// the trial) left out.
     fn ends_with(&self, charges: &[(usize, u64)], gone: Option<usize>) -> Vec<(T, usize)> {
-        let c = self.cfg.migration_cost_s;
+        let c = self.cfg.migration.migration_cost_s;
         let mut ends: Vec<(T, usize)> = self
             .by_end
             .iter()
@@ -1739,7 +1680,7 @@ impl<'a> Sim<'a> {
         for (j, _) in moved {
             match out.last_mut() {
                 Some((last, n)) if *last == j => {
-                    if self.cfg.charge == MigrationCharge::PerInstance {
+                    if self.cfg.migration.charge == MigrationCharge::PerInstance {
                         *n += 1;
                     }
                 }
@@ -1785,7 +1726,7 @@ impl<'a> Sim<'a> {
                 )));
             }
             let old = s.end;
-            let new = old + self.cfg.migration_cost_s * count as f64;
+            let new = old + self.cfg.migration.migration_cost_s * count as f64;
             let s = &mut self.state[j];
             s.charges += count;
             s.end = new;
@@ -1828,12 +1769,12 @@ impl<'a> Sim<'a> {
     }
 
     /// When job `j`, ending in truth at `end`, is expected to end as a
-    /// scheduler sees it ([`SimConfig::remaining`]: its start plus its time
+    /// scheduler sees it ([`MigrationSettings::remaining`]: its start plus its time
     /// limit, or the oracle's true end): what the policy's Place ties use
     /// ([`PlacementPolicy::set_expected_end`]).
     fn expected_end(&self, j: usize, end: Seconds) -> Seconds {
         let d = self.jobs[j].duration_s;
-        match self.cfg.remaining {
+        match self.cfg.migration.remaining {
             RemainingRun::Oracle => end,
             RemainingRun::TimeLimit => end + time_limit_for(d) - d,
             RemainingRun::ReplayLimit => end + replay_time_limit_for(d) - d,
@@ -1919,7 +1860,7 @@ impl<'a> Sim<'a> {
             // (see QueuePolicy::Backfill).
             return Ok(Some(false));
         }
-        let c = self.cfg.migration_cost_s;
+        let c = self.cfg.migration.migration_cost_s;
         let mut ends: Vec<(T, usize)> = self
             .by_end
             .iter()
@@ -2101,13 +2042,14 @@ impl<'a> Sim<'a> {
             nodes: self.nodes,
             gpus_per_node: self.max_gpus,
             cluster: String::new(),
-            migration_cost_s: self.cfg.migration_cost_s,
-            rule_cost_s: self.cfg.rule_cost_s,
-            migration_charge: self.cfg.charge,
-            payback: self.cfg.payback,
-            remaining_run: self.cfg.remaining,
-            move_when: self.cfg.move_when,
-            tidy_payback: (self.cfg.move_when == MoveWhen::Pays).then_some(self.cfg.tidy_payback),
+            migration_cost_s: self.cfg.migration.migration_cost_s,
+            rule_cost_s: self.cfg.migration.rule_cost_s,
+            migration_charge: self.cfg.migration.charge,
+            payback: self.cfg.migration.payback,
+            remaining_run: self.cfg.migration.remaining,
+            move_when: self.cfg.migration.move_when,
+            tidy_payback: (self.cfg.migration.move_when == MoveWhen::Pays)
+                .then_some(self.cfg.migration.tidy_payback),
             jobs: n as u64,
             unschedulable: self.unschedulable,
             afr: avg(window.sif),

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::model::{JobShape, NodeId, NodeSet};
-use crate::placement::worth::RunHistory;
+use crate::placement::worth::{RunHistory, TRIAL_RELEASES};
 use crate::placement::{Occupancy, POLICY_NAMES};
 
 /// Places each instance on the node with the most free GPUs (lowest index on
@@ -438,7 +438,7 @@ fn migration_cost_is_charged_per_migrated_instance_or_per_job() {
     assert_eq!(r.migrations_per_job, 1.0);
 
     let mut cfg = config(2, QueuePolicy::Fifo);
-    cfg.charge = MigrationCharge::PerJob;
+    cfg.migration.charge = MigrationCharge::PerJob;
     let mut p = Spread::new(2);
     p.compact_on_remove = true;
     let r = simulate(&jobs, &mut p, &cfg, &mut NoObserver).unwrap();
@@ -450,7 +450,7 @@ fn migration_cost_is_charged_per_migrated_instance_or_per_job() {
     assert_eq!(r.makespan_s, 108.0);
 
     let mut cfg = config(2, QueuePolicy::Fifo);
-    cfg.migration_cost_s = 0.0;
+    cfg.migration.migration_cost_s = 0.0;
     let mut p = Spread::new(2);
     p.compact_on_remove = true;
     let r = simulate(&jobs, &mut p, &cfg, &mut NoObserver).unwrap();
@@ -480,8 +480,8 @@ fn migrating_a_job_the_cost_rule_holds_is_an_error() {
     // rule holds it; a policy that moves it anyway is caught.
     let jobs = vec![job("A", 0.0, 10.0, 1, 4), job("B", 0.0, 100.0, 2, 2)];
     let mut cfg = config(2, QueuePolicy::Fifo);
-    cfg.migration_cost_s = 40.0;
-    cfg.remaining = RemainingRun::Oracle;
+    cfg.migration.migration_cost_s = 40.0;
+    cfg.migration.remaining = RemainingRun::Oracle;
     let mut p = Spread::new(2);
     p.compact_on_remove = true;
     p.respect_movable = false;
@@ -751,7 +751,8 @@ fn gpu_time_is_conserved_under_every_policy() {
                 .iter()
                 .zip(&charges)
                 .map(|(j, &c)| {
-                    j.shape.total_gpus() as f64 * (j.duration_s + cfg.migration_cost_s * c as f64)
+                    j.shape.total_gpus() as f64
+                        * (j.duration_s + cfg.migration.migration_cost_s * c as f64)
                 })
                 .sum();
             let total = cfg.spec.total_gpus() as f64;
@@ -782,9 +783,9 @@ fn the_cost_rule_holds_a_job_whose_move_would_not_pay_for_itself() {
     let jobs = vec![job("A", 0.0, 10.0, 1, 4), job("B", 0.0, 100.0, 2, 2)];
     let replay = |payback: f64, remaining: RemainingRun| {
         let mut cfg = config(2, QueuePolicy::Fifo);
-        cfg.migration_cost_s = 40.0;
-        cfg.payback = payback;
-        cfg.remaining = remaining;
+        cfg.migration.migration_cost_s = 40.0;
+        cfg.migration.payback = payback;
+        cfg.migration.remaining = remaining;
         let mut p = Spread::new(2);
         p.compact_on_remove = true;
         simulate(&jobs, &mut p, &cfg, &mut NoObserver).unwrap()
@@ -816,10 +817,10 @@ fn the_rule_decides_with_its_own_cost_and_completions_pay_the_charged_one() {
     let jobs = vec![job("A", 0.0, 10.0, 1, 4), job("B", 0.0, 100.0, 2, 2)];
     let replay = |charged: f64, rule: Option<f64>| {
         let mut cfg = config(2, QueuePolicy::Fifo);
-        cfg.migration_cost_s = charged;
-        cfg.rule_cost_s = rule;
-        cfg.payback = 2.0;
-        cfg.remaining = RemainingRun::Oracle;
+        cfg.migration.migration_cost_s = charged;
+        cfg.migration.rule_cost_s = rule;
+        cfg.migration.payback = 2.0;
+        cfg.migration.remaining = RemainingRun::Oracle;
         let mut p = Spread::new(2);
         p.compact_on_remove = true;
         simulate(&jobs, &mut p, &cfg, &mut NoObserver)
@@ -855,9 +856,9 @@ fn the_cost_rule_never_moves_a_job_inside_its_protected_time() {
         b.min_runtime_s = Some(min_runtime_s);
         let jobs = vec![job("A", 0.0, 10.0, 1, 4), b];
         let mut cfg = config(2, QueuePolicy::Fifo);
-        cfg.migration_cost_s = 40.0;
-        cfg.payback = 1.25;
-        cfg.remaining = RemainingRun::Oracle;
+        cfg.migration.migration_cost_s = 40.0;
+        cfg.migration.payback = 1.25;
+        cfg.migration.remaining = RemainingRun::Oracle;
         let mut p = Spread::new(2);
         p.compact_on_remove = true;
         simulate(&jobs, &mut p, &cfg, &mut NoObserver).unwrap()
@@ -873,7 +874,7 @@ fn a_payback_below_one_is_refused_with_a_clear_error() {
     let jobs = vec![job("A", 0.0, 10.0, 1, 4)];
     for bad in [0.5, -1.0, f64::NAN, f64::INFINITY] {
         let mut cfg = config(1, QueuePolicy::Fifo);
-        cfg.payback = bad;
+        cfg.migration.payback = bad;
         let e = simulate(&jobs, &mut Spread::new(1), &cfg, &mut NoObserver).unwrap_err();
         assert!(e.to_string().contains("payback"), "{e}");
     }
@@ -887,9 +888,9 @@ fn every_compass_migration_pays_for_itself() {
     let jobs = mixed_trace(300);
     let check = |payback: f64, remaining: RemainingRun| -> (u64, u64) {
         let mut cfg = config(5, QueuePolicy::Backfill);
-        cfg.migration_cost_s = 60.0;
-        cfg.payback = payback;
-        cfg.remaining = remaining;
+        cfg.migration.migration_cost_s = 60.0;
+        cfg.migration.payback = payback;
+        cfg.migration.remaining = remaining;
         let mut starts: BTreeMap<u64, f64> = BTreeMap::new();
         let mut charged: BTreeMap<u64, f64> = BTreeMap::new();
         let (mut moves, mut unpaid) = (0, 0);
@@ -1015,7 +1016,7 @@ fn with_move_when_waiting_jobs_move_only_while_a_job_waits() {
     let mut jobs = vec![job("A", 0.0, 10.0, 1, 4), job("B", 0.0, 100.0, 2, 2)];
     let replay = |jobs: &[TraceJob], when: MoveWhen| {
         let mut cfg = config(2, QueuePolicy::Fifo);
-        cfg.move_when = when;
+        cfg.migration.move_when = when;
         let mut p = Spread::new(2);
         p.compact_on_remove = true;
         run(&mut p, jobs, &cfg)
@@ -1045,7 +1046,7 @@ fn with_move_when_starts_jobs_move_only_when_a_waiting_job_gains_room() {
     };
     let replay = |jobs: &[TraceJob], when: MoveWhen| {
         let mut cfg = config(2, QueuePolicy::Fifo);
-        cfg.move_when = when;
+        cfg.migration.move_when = when;
         let mut p = Spread::new(2);
         p.compact_on_remove = true;
         p.forkable = true;
@@ -1097,8 +1098,8 @@ fn with_move_when_pays_tidying_moves_wait_for_runs_that_pay_for_them() {
     };
     let replay = |jobs: &[TraceJob], when: MoveWhen, tidy: f64| {
         let mut cfg = config(2, QueuePolicy::Fifo);
-        cfg.move_when = when;
-        cfg.tidy_payback = tidy;
+        cfg.migration.move_when = when;
+        cfg.migration.tidy_payback = tidy;
         let mut p = Spread::new(2);
         p.compact_on_remove = true;
         p.forkable = true;
@@ -1126,7 +1127,7 @@ fn with_move_when_pays_tidying_moves_wait_for_runs_that_pay_for_them() {
         1
     );
     let mut bad = config(2, QueuePolicy::Fifo);
-    bad.tidy_payback = -1.0;
+    bad.migration.tidy_payback = -1.0;
     assert!(simulate(&trace(None), &mut Spread::new(2), &bad, &mut NoObserver).is_err());
 }
 
@@ -1150,8 +1151,8 @@ fn with_move_when_pays_only_the_moved_jobs_that_do_not_pay_are_held() {
     jobs[4].resumable = false;
     let replay = |when: MoveWhen| {
         let mut cfg = config(3, QueuePolicy::Fifo);
-        cfg.move_when = when;
-        cfg.migration_cost_s = 60.0;
+        cfg.migration.move_when = when;
+        cfg.migration.migration_cost_s = 60.0;
         let mut p = Spread::new(3);
         p.compact_on_remove = true;
         p.forkable = true;
@@ -1371,7 +1372,7 @@ fn theorem1_holds_in_each_pool_of_a_mixed_cluster() {
             }
         }
         let mut cfg = config(1, QueuePolicy::Fifo);
-        cfg.payback = 0.0;
+        cfg.migration.payback = 0.0;
         let (mut checked, mut exempt, mut under_wcc_over_0) = (0u64, 0u64, 0u64);
         let mut check = |e: &Event<'_>, c: &dyn ClusterPolicy| {
             for p in 0..3 {
@@ -1527,8 +1528,8 @@ fn a_job_whose_protection_ends_moves_then_not_at_the_next_event() {
     jobs[4].min_runtime_s = Some(300.0);
     for when in [MoveWhen::Pays, MoveWhen::Starts, MoveWhen::Always] {
         let mut cfg = config(2, QueuePolicy::Backfill);
-        cfg.move_when = when;
-        cfg.migration_cost_s = 60.0;
+        cfg.migration.move_when = when;
+        cfg.migration.migration_cost_s = 60.0;
         let mut starts = BTreeMap::new();
         let mut moves = Vec::new();
         let mut obs = FnObserver(|e: &Event<'_>, _p: &dyn PlacementPolicy| {
@@ -1579,7 +1580,7 @@ fn with_move_when_pays_jobs_held_for_tidying_stay_held_while_the_queue_is_empty(
     jobs[x].resumable = false;
     jobs[x + 5].resumable = false;
     let mut cfg = config(2, QueuePolicy::Fifo);
-    cfg.move_when = MoveWhen::Pays;
+    cfg.migration.move_when = MoveWhen::Pays;
     let mut p = Spread::new(2);
     p.compact_on_remove = true;
     p.forkable = true;
@@ -1625,9 +1626,9 @@ fn with_move_when_pays_a_trial_releases_a_bounded_turn_of_the_held_jobs() {
     }
     let replay = |releases: usize| {
         let mut cfg = config(3, QueuePolicy::Backfill);
-        cfg.move_when = MoveWhen::Pays;
-        cfg.migration_cost_s = 60.0;
-        cfg.trial_releases = releases;
+        cfg.migration.move_when = MoveWhen::Pays;
+        cfg.migration.migration_cost_s = 60.0;
+        cfg.migration.trial_releases = releases;
         let mut p = Spread::new(3);
         p.compact_on_remove = true;
         p.forkable = true;
@@ -1658,13 +1659,13 @@ fn with_move_when_pays_a_trial_that_started_nobody_is_not_repeated_for_the_same_
     let mut remembered = 0;
     for queue in [QueuePolicy::Fifo, QueuePolicy::Backfill] {
         let mut cfg = config(6, queue);
-        cfg.move_when = MoveWhen::Pays;
+        cfg.migration.move_when = MoveWhen::Pays;
         let opts = PolicyOptions::default();
         let r = simulate_named("compass", &mixed_trace(600), &cfg, &opts, &mut NoObserver).unwrap();
         assert!(r.gate_trials > 0, "{queue:?}");
         remembered += r.gate_trials_remembered;
         // Under `starts` nothing is remembered: every first trial is made.
-        cfg.move_when = MoveWhen::Starts;
+        cfg.migration.move_when = MoveWhen::Starts;
         let r = simulate_named("compass", &mixed_trace(600), &cfg, &opts, &mut NoObserver).unwrap();
         assert_eq!(r.gate_trials_remembered, 0, "{queue:?}");
     }
