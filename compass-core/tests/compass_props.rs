@@ -1664,6 +1664,31 @@ fn compact_then_empty_out(
     Ok(())
 }
 
+/// A layout Slurm chose, adopted on `nodes` nodes of 8 GPUs: each
+/// `(g, k, seed)` a job of `g` GPUs per instance (`k` instances of 1 GPU,
+/// or `ceil(k / 3)` of more) on nodes drawn from `seed` (`pick_nodes`;
+/// several instances may share a node), skipped when none fit; every job
+/// movable, numbered from 1 in the order adopted.
+fn adopted_layout(
+    nodes: u32,
+    jobs: &[(u32, u32, u64)],
+) -> (CompassEngine, BTreeMap<JobId, JobRequest>) {
+    let mut e = CompassEngine::new(
+        ClusterSpec::new(nodes, 8).unwrap(),
+        CompassConfig::default(),
+    );
+    let mut running: BTreeMap<JobId, JobRequest> = BTreeMap::new();
+    for &(g, k, seed) in jobs {
+        let k = if g == 1 { k } else { k.div_ceil(3) };
+        if let Some(at) = pick_nodes(&e, g, k, seed) {
+            let job = JobRequest::new(running.len() as u64 + 1, k, g);
+            e.adopt(&job, &at).unwrap();
+            running.insert(job.id, job);
+        }
+    }
+    (e, running)
+}
+
 /// Cases of `theorem1_holds_after_adopted_layouts_empty_out` (each a
 /// layout of up to 40 jobs, emptied one by one).
 const ADOPTED_LAYOUT_CASES: u32 = 10_000;
@@ -1687,16 +1712,7 @@ proptest! {
         jobs in proptest::collection::vec((prop_oneof![6 => Just(1u32), 3 => Just(2u32), 2 => Just(3u32), 2 => Just(4u32), 2 => Just(5u32), 1 => 6u32..=8], 1u32..=6, any::<u64>()), 4..40),
         order in any::<u64>(),
     ) {
-        let mut e = CompassEngine::new(ClusterSpec::new(nodes, 8).unwrap(), CompassConfig::default());
-        let mut running: BTreeMap<JobId, JobRequest> = BTreeMap::new();
-        for (g, k, seed) in jobs {
-            let k = if g == 1 { k } else { k.div_ceil(3) };
-            if let Some(at) = pick_nodes(&e, g, k, seed) {
-                let job = JobRequest::new(running.len() as u64 + 1, k, g);
-                e.adopt(&job, &at).unwrap();
-                running.insert(job.id, job);
-            }
-        }
+        let (mut e, running) = adopted_layout(nodes, &jobs);
         compact_then_empty_out(&mut e, running, Vec::new(), order)?;
     }
 }
@@ -1766,15 +1782,6 @@ fn a_departure_whose_compact_needs_eight_rounds_settles_in_one() {
         (1, 1, 0),
         (1, 2, 0),
     ];
-    let mut e = CompassEngine::new(ClusterSpec::new(5, 8).unwrap(), CompassConfig::default());
-    let mut running: BTreeMap<JobId, JobRequest> = BTreeMap::new();
-    for (g, k, seed) in jobs {
-        let k = if g == 1 { k } else { k.div_ceil(3) };
-        if let Some(at) = pick_nodes(&e, g, k, seed) {
-            let job = JobRequest::new(running.len() as u64 + 1, k, g);
-            e.adopt(&job, &at).unwrap();
-            running.insert(job.id, job);
-        }
-    }
+    let (mut e, running) = adopted_layout(5, &jobs);
     compact_then_empty_out(&mut e, running, Vec::new(), 3668669155000307688).unwrap();
 }
