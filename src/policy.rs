@@ -245,9 +245,10 @@ fn budget_jobs(loaded: &Loaded, args: &PolicyArgs) -> Result<Vec<BudgetJob>> {
 }
 
 /// Runs the policy simulator. `trace` carries the placement options it
-/// honours as the placement simulator does (`--compass-*`,
-/// `--defrag-interval`) and the migration flags ([`TraceArgs::migration`]),
-/// which the policy simulator applies as the placement simulator does.
+/// honours as the placement simulator does (`--compass-*`; `defrag`, a
+/// policy of periodic rounds, is refused by the simulator) and the
+/// migration flags ([`TraceArgs::migration`]), which the policy simulator
+/// applies as the placement simulator does.
 pub fn run(
     loaded: &Loaded,
     args: &PolicyArgs,

@@ -19,6 +19,14 @@ impl Scratch {
         std::fs::write(&p, text).unwrap();
         p
     }
+
+    /// `b.toml`: a budget tree of one team, account `a`, under `org`.
+    fn one_team_budgets(&self) -> PathBuf {
+        self.file(
+            "b.toml",
+            "[[node]]\nname = \"org\"\nshare = 1.0\n[[node]]\nname = \"a\"\nparent = \"org\"\nshare = 1.0\naccount = \"a\"\n",
+        )
+    }
 }
 
 impl Drop for Scratch {
@@ -667,7 +675,7 @@ fn duration_flags_refuse_bare_numbers_and_take_slurm_forms() {
         "{err}"
     );
     for ok in ["7-0", "168:00:00", "7d", "604800s"] {
-        let budgets = s.file("b.toml", "[[node]]\nname = \"org\"\nshare = 1.0\n[[node]]\nname = \"a\"\nparent = \"org\"\nshare = 1.0\naccount = \"a\"\n");
+        let budgets = s.one_team_budgets();
         let out = compass(&[
             "simulate",
             "--trace",
@@ -1096,7 +1104,7 @@ fn policy_simulator_reports_the_placement_simulators_afr() {
          j1,0,3600,1,4,a,360,true\nj2,0,10800,1,4,a,360,true\n\
          j3,0,10800,1,4,a,360,true\nj4,0,10800,1,2,a,360,true\n",
     );
-    let budgets = s.file("b.toml", "[[node]]\nname = \"org\"\nshare = 1.0\n[[node]]\nname = \"a\"\nparent = \"org\"\nshare = 1.0\naccount = \"a\"\n");
+    let budgets = s.one_team_budgets();
     let base = [
         "simulate",
         "--trace",
@@ -1141,7 +1149,7 @@ fn policy_simulator_honours_the_move_rule_and_refuses_queue() {
          x,0,36000,1,4,a,360,true\na,0,3600,1,4,a,360,true\n\
          y,0,36000,1,4,a,360,true\nb,0,3600,1,4,a,360,true\n",
     );
-    let budgets = s.file("b.toml", "[[node]]\nname = \"org\"\nshare = 1.0\n[[node]]\nname = \"a\"\nparent = \"org\"\nshare = 1.0\naccount = \"a\"\n");
+    let budgets = s.one_team_budgets();
     let base = [
         "simulate",
         "--trace",

@@ -1045,6 +1045,15 @@ impl<'a> Sim<'a> {
             ));
         }
         let policy = placement::build(&cfg.policy, cfg.spec, &cfg.policy_options)?;
+        if policy.tick_interval().is_some() {
+            // Refused rather than run without the rounds that make the
+            // policy what it is (it used to, silently).
+            return Err(CoreError::Invalid(format!(
+                "policy `{}` runs periodic rounds, which the policy simulator does not run; \
+                 simulate it without --budgets",
+                cfg.policy
+            )));
+        }
         let honours_movable = policy.honours_movable();
         cfg.migration.validate()?;
         let mut teams: Vec<Team> = Vec::new();
@@ -2173,7 +2182,12 @@ impl<'a> Sim<'a> {
             .into_iter()
             .filter_map(|r| {
                 let i = (r.request.id.0 - 1) as usize;
-                let start = self.live.get(i)?.run_start?;
+                // A move is a requeue and a restart on a live cluster: the
+                // service sees the job start again then, protects it again
+                // for its min runtime and counts its loss from there (as
+                // the move rule does, `Self::candidate`).
+                let l = self.live.get(i)?;
+                let start = l.last_moved.or(l.run_start)?;
                 let mut on: BTreeMap<u32, u32> = BTreeMap::new();
                 for (&n, &g) in r.nodes.iter().zip(&r.gpus) {
                     *on.entry(n).or_default() += g;

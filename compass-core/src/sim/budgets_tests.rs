@@ -1203,3 +1203,48 @@ fn a_migration_costs_c_as_in_the_placement_simulator() {
     bad.migration.payback = 0.5;
     assert!(run_budgets(&jobs, &tree(&[("a", 1.0)]), &bad).is_err());
 }
+
+/// A move is a requeue and a restart on a live cluster, and the budget
+/// service protects the job again from its restart: so does the victim
+/// planner here. `gate_jobs`' layout with X protected for 8 h (held still
+/// by the rule) and Y for 0.1 h: Compact moves Y onto X's node at 1 h and
+/// the waiting 1 x 8 job takes the emptied node. Team b's 1 x 4 job arrives
+/// at 1.05 h, when every GPU is busy: Y, moved at 1 h, is protected until
+/// 1.1 h, so nobody is preempted before then (the planner used to count
+/// Y's protection from its start at 0 h and took it at once).
+#[test]
+fn a_moved_job_is_protected_again_from_its_move() {
+    let mut jobs = gate_jobs(Some(JobShape::new(1, 8)), true);
+    jobs[0].min_runtime_s = 8.0 * H; // X
+    jobs.push(job(6, "b", 1.05, 1.0, 1, 4, 1.0));
+    let tree = tree(&[("a", 0.5), ("b", 0.5)]);
+    let mut cfg = config(2);
+    cfg.window_s = 2.0 * H;
+    let r = run_budgets(&jobs, &tree, &cfg).unwrap();
+    assert_eq!(r.migrated_jobs, 1);
+    assert_eq!(start_of(&r.events, 5), Some(H));
+    let preempt = first(&r.events, |e| matches!(e, SimEvent::Preempt { .. }))
+        .expect("team b's job preempts once Y's new protection ends");
+    let SimEvent::Preempt {
+        t, job, for_job, ..
+    } = preempt
+    else {
+        unreachable!()
+    };
+    assert_eq!(for_job.0, 6);
+    assert!(
+        *t >= 1.1 * H - 1e-9,
+        "preempted job {} at {t} s, inside its protection from its move",
+        job.0
+    );
+}
+
+/// A policy of periodic rounds (`defrag`) is refused: the policy simulator
+/// does not run its rounds (it used to run the policy without them).
+#[test]
+fn a_policy_of_periodic_rounds_is_refused() {
+    let mut cfg = config(2);
+    cfg.policy = "defrag".into();
+    let err = run_budgets(&gate_jobs(None, true), &tree(&[("a", 1.0)]), &cfg).unwrap_err();
+    assert!(err.to_string().contains("periodic rounds"), "{err}");
+}
