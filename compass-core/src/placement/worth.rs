@@ -315,6 +315,19 @@ impl MigrationRule {
         Ok(())
     }
 
+    /// The delays after a job's (re)start, or after a move of it
+    /// (`moved`), at which [`MigrationRule::check`]'s time-bound reasons
+    /// end for a job protected for `protection_s`: its protection, its
+    /// start-up ([`MigrationRule::min_run_s`]) and, after a move, its
+    /// cool-down; only those that are positive and finite. The simulators
+    /// look at the job again then (a Compact at the instant it may move).
+    pub fn wakes(&self, protection_s: Seconds, moved: bool) -> impl Iterator<Item = Seconds> {
+        let cooldown = if moved { self.cooldown_s } else { 0.0 };
+        [protection_s, self.min_run_s, cooldown]
+            .into_iter()
+            .filter(|d| *d > 0.0 && d.is_finite())
+    }
+
     /// Does moving `job` now pay for itself?
     pub fn worth_moving(&self, job: &MoveCandidate) -> bool {
         self.check(job).is_ok()

@@ -1668,11 +1668,8 @@ impl<'a> Sim<'a> {
         let Some(rule) = self.rule else {
             return;
         };
-        let cooldown = if moved { rule.cooldown_s } else { 0.0 };
-        for d in [self.min_runtime_capped(i), rule.min_run_s, cooldown] {
-            if d > 0.0 && d.is_finite() {
-                self.push(self.now + d, Ev::Wake(i));
-            }
+        for d in rule.wakes(self.min_runtime_capped(i), moved) {
+            self.push(self.now + d, Ev::Wake(i));
         }
     }
 
@@ -1777,7 +1774,9 @@ impl<'a> Sim<'a> {
             }
             let m = act(&mut *fork)?;
             let moved = self
-                .charges_of(&m, event_job)
+                .cfg
+                .migration
+                .charges(&m, |id| self.index_of(id), event_job)
                 .into_iter()
                 .map(|(k, _)| k)
                 .collect();
@@ -1824,32 +1823,6 @@ impl<'a> Sim<'a> {
             |g| self.policy.fit_after_moves_with(g, &gone),
             |g| occ.fit(g),
         )
-    }
-
-    /// The charges one policy call's migrations make: `(job, count)` per
-    /// moved running job, `count` costs of `c` each ([`MigrationCharge`]),
-    /// as the placement simulator counts them. `starting` is the job
-    /// admitted in this call: moving it costs nothing.
-    fn charges_of(&self, migrations: &[Migration], starting: Option<usize>) -> Vec<(usize, u64)> {
-        let mut moved: Vec<(usize, u32)> = migrations
-            .iter()
-            .filter_map(|m| Some((self.index_of(m.job)?, m.instance)))
-            .filter(|&(j, _)| Some(j) != starting)
-            .collect();
-        moved.sort_unstable();
-        moved.dedup();
-        let mut out: Vec<(usize, u64)> = Vec::new();
-        for (j, _) in moved {
-            match out.last_mut() {
-                Some((last, n)) if *last == j => {
-                    if self.cfg.migration.charge == MigrationCharge::PerInstance {
-                        *n += 1;
-                    }
-                }
-                _ => out.push((j, 1)),
-            }
-        }
-        out
     }
 
     /// The room the victim planner sees now: every node's free GPUs, on
@@ -1983,7 +1956,7 @@ impl<'a> Sim<'a> {
 
     /// Charges `c` ([`MigrationSettings::migration_cost_s`]) to the running
     /// jobs moved in one policy call, per instance or per job
-    /// ([`Self::charges_of`]; `starting`: the job the call admitted, whose
+    /// ([`MigrationSettings::charges`]; `starting`: the job the call admitted, whose
     /// own moves cost nothing), as the placement simulator charges them. A
     /// move of a job that is not running, not resumable, or held still by
     /// the cost rule is a policy bug and fails the replay.
@@ -1995,7 +1968,11 @@ impl<'a> Sim<'a> {
         let moved: BTreeSet<JobId> = migrations.iter().map(|m| m.job).collect();
         self.moved.extend(moved.iter().copied());
         let name = self.policy.name();
-        for (i, count) in self.charges_of(migrations, starting) {
+        for (i, count) in self
+            .cfg
+            .migration
+            .charges(migrations, |id| self.index_of(id), starting)
+        {
             let job = &self.jobs[i];
             if self.live[i].run_start.is_none() {
                 return Err(CoreError::Invalid(format!(

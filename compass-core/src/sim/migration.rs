@@ -7,6 +7,7 @@
 
 use crate::clock::Seconds;
 use crate::error::{CoreError, Result};
+use crate::model::{JobId, Migration};
 use crate::placement::worth::{MigrationRule, MoveWhen, DEFAULT_TIDY_PAYBACK, TRIAL_RELEASES};
 use crate::sim::{MigrationCharge, RemainingRun};
 
@@ -73,6 +74,39 @@ impl MigrationSettings {
     /// else `c`).
     pub fn rule_cost(&self) -> Seconds {
         self.rule_cost_s.unwrap_or(self.migration_cost_s)
+    }
+
+    /// The charges one policy call's migrations make: `(job, count)` per
+    /// moved job, by the simulator's job index (`index` of a policy's job
+    /// id; ids it does not know are left out), `count` costs of `c` each
+    /// ([`MigrationSettings::charge`]: one per migrated instance, or one per
+    /// moved job). `starting` is the job admitted in this call: moving it
+    /// costs nothing.
+    pub(crate) fn charges(
+        &self,
+        migrations: &[Migration],
+        index: impl Fn(JobId) -> Option<usize>,
+        starting: Option<usize>,
+    ) -> Vec<(usize, u64)> {
+        let mut moved: Vec<(usize, u32)> = migrations
+            .iter()
+            .filter_map(|m| Some((index(m.job)?, m.instance)))
+            .filter(|&(j, _)| Some(j) != starting)
+            .collect();
+        moved.sort_unstable();
+        moved.dedup();
+        let mut out: Vec<(usize, u64)> = Vec::new();
+        for (j, _) in moved {
+            match out.last_mut() {
+                Some((last, n)) if *last == j => {
+                    if self.charge == MigrationCharge::PerInstance {
+                        *n += 1;
+                    }
+                }
+                _ => out.push((j, 1)),
+            }
+        }
+        out
     }
 
     /// Refuses settings no replay can run with: costs must be finite and at

@@ -1252,15 +1252,8 @@ impl<'a> Sim<'a> {
         let Some(rule) = self.rule else {
             return;
         };
-        let cooldown = if moved { rule.cooldown_s } else { 0.0 };
-        for d in [
-            self.jobs[k].min_runtime_s.unwrap_or(0.0),
-            rule.min_run_s,
-            cooldown,
-        ] {
-            if d > 0.0 && d.is_finite() {
-                self.wakes.push(Reverse((T(t + d), k)));
-            }
+        for d in rule.wakes(self.jobs[k].min_runtime_s.unwrap_or(0.0), moved) {
+            self.wakes.push(Reverse((T(t + d), k)));
         }
     }
 
@@ -1665,29 +1658,12 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// The charges one policy call's migrations make: `(job, count)` per
-    /// moved running job, `count` costs of `c` each ([`MigrationCharge`]).
-    /// `starting` is the job admitted in this call: moving it costs nothing.
+    /// The charges one policy call's migrations make, by job index (this
+    /// simulator's job ids are its indexes): [`MigrationSettings::charges`].
     fn charges_of(&self, migrations: &[Migration], starting: Option<usize>) -> Vec<(usize, u64)> {
-        let mut moved: Vec<(usize, u32)> = migrations
-            .iter()
-            .map(|m| (m.job.0 as usize, m.instance))
-            .filter(|&(j, _)| Some(j) != starting)
-            .collect();
-        moved.sort_unstable();
-        moved.dedup();
-        let mut out: Vec<(usize, u64)> = Vec::new();
-        for (j, _) in moved {
-            match out.last_mut() {
-                Some((last, n)) if *last == j => {
-                    if self.cfg.migration.charge == MigrationCharge::PerInstance {
-                        *n += 1;
-                    }
-                }
-                _ => out.push((j, 1)),
-            }
-        }
-        out
+        self.cfg
+            .migration
+            .charges(migrations, |id| Some(id.0 as usize), starting)
     }
 
     /// Charges `c` to the running jobs moved in one policy call at `t`.
