@@ -43,6 +43,8 @@
 #                                 API, so it orders the stock cluster too)
 #                      enforce    compass-budgetd on each cluster, enforcing
 #                                 protected and preemptible time (default)
+#                    With order or enforce the report's simulated columns
+#                    model the service too (compass replay --service-config).
 #   DEMO_ENFORCE=false  old spelling of DEMO_CONFIG=order
 #   DEMO_REPEATS     replay the window this many times in a row (default 1);
 #                    the summary gives mean, sd, min and max of every figure
@@ -432,13 +434,19 @@ run_replay() {
         die "this build of compass has no \`replay\` subcommand (issue 6); the clusters and the service are up: stop them with: $STOP_CMD"
     fi
     mkdir -p "$OUT"
-    local extra=()
+    local extra=() service=()
     read -r -a extra <<<"${DEMO_REPLAY_ARGS:-}"
+    # order/enforce: the report's simulated columns model the budget service
+    # both clusters run (the compass cluster's file; the stock cluster's
+    # differs only in ports and paths), through the policy simulator.
+    if [ "$CONFIG" != placement ]; then
+        service=(--service-config "$DEMO/budget/compass-budgetd.toml")
+    fi
     "$replay" replay --trace "$TRACE" --speedup "$SPEEDUP" --hours "$HOURS" \
         --label "$(config_label)" --repeat "$REPEATS" --not-resumable "$NOT_RESUMABLE" \
         --cluster "compass=$DEMO/compass/etc/slurm.conf:$DEMO/compass/state.json" \
         --cluster "stock=$DEMO/stock/etc/slurm.conf" \
-        --budgets "$ROOT/etc/budgets.venus.toml" \
+        --budgets "$ROOT/etc/budgets.venus.toml" "${service[@]}" \
         --out "$OUT" "${extra[@]}"
 }
 # ==================================================================== /REPLAY

@@ -9,7 +9,9 @@ use std::time::Instant;
 
 use clap::builder::PossibleValuesParser;
 use compass_core::fairshare::tree::OrgTree;
-use compass_core::model::JobId;
+use compass_core::fairshare::QueueOrder;
+use compass_core::model::{ClusterSpec, JobId};
+use compass_core::preempt::ProtectionConfig;
 use compass_core::sim::budgets::{
     accounts_outside, assign_venus, first_names, from_canonical, run_budgets, scale_demand,
     BudgetJob, BudgetReport, BudgetSimConfig, DrainRule, FreeOrder, Preemption, Record, ReserveFor,
@@ -61,7 +63,7 @@ pub struct PolicyArgs {
     /// Fair Tree (`priority/multifactor` with usage decayed by
     /// `--decay-half-life`, an anchor; docs/policy-simulator.md).
     #[arg(long, visible_alias = "order", default_value = "under-allocation-first",
-          value_parser = PossibleValuesParser::new(["ratio", "under-allocation-first", "fair-tree"]))]
+          value_parser = PossibleValuesParser::new(names(&TEAM_ORDERS)))]
     pub team_order: String,
 
     /// Preemption rules: ours (protected time, "still prioritised"), none
@@ -69,8 +71,54 @@ pub struct PolicyArgs {
     /// scavenger (Slurm preempt/qos: unallocated jobs run in a scavenger QOS
     /// that any allocated job preempts after --preempt-exempt-time).
     #[arg(long, default_value = "compass",
-          value_parser = PossibleValuesParser::new(["compass", "none", "scavenger"]))]
+          value_parser = PossibleValuesParser::new(names(&PREEMPTIONS)))]
     pub preempt: String,
+
+    /// Under compass's rules: an allocated victim's team must be this much
+    /// more over-served (lookback ratio) than the requester's, 0.05 = 5%,
+    /// where ratios decide (the budget service's `[protection]
+    /// preempt_margin`).
+    #[arg(long, default_value_t = 0.05, value_name = "SHARE", value_parser = parse_margin)]
+    pub preempt_margin: f64,
+
+    /// Exhaustive victim search up to this many candidates, greedy above
+    /// (0 to 16: the search tries every subset; the budget service's
+    /// `[protection] exact_search_limit`).
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = parse_exact_search_limit)]
+    pub exact_search_limit: usize,
+
+    /// At most this many victims per enforcement cycle (at least 1); the
+    /// queue's later jobs wait for the next cycle, unless the first job
+    /// alone needs more (the budget service's `[protection]
+    /// max_actions_per_cycle`).
+    #[arg(long, default_value_t = 16, value_name = "N", value_parser = parse_max_preemptions)]
+    pub max_preemptions_per_cycle: usize,
+
+    /// Resumable jobs checkpoint this often from the start of each run: a
+    /// resumable victim loses its run since its last checkpoint (a
+    /// non-resumable one all of it), and the victim planner prefers the
+    /// victims that lose least. 0: resumable victims lose nothing. Same
+    /// forms as --migration-cost (`10m`, `1s`, `0.5s`). The budget service's
+    /// `[protection] checkpoint_interval_s` is what it assumes when it
+    /// chooses victims; here the one interval is both.
+    #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = crate::tracefile::parse_cost)]
+    pub checkpoint_interval: f64,
+
+    /// How often the jobs themselves checkpoint, when not as the victim
+    /// planner assumes (--checkpoint-interval): a resumable victim loses its
+    /// run since its last checkpoint at this interval, while the planner
+    /// still chooses victims by --checkpoint-interval, as a budget service
+    /// chooses them by its own `checkpoint_interval_s` whatever the jobs do
+    /// (`compass replay`'s jobs checkpoint every second). Same forms as
+    /// --migration-cost; 0: resumable victims lose nothing.
+    #[arg(long, value_name = "DURATION", value_parser = crate::tracefile::parse_cost)]
+    pub job_checkpoint_interval: Option<f64>,
+
+    /// Seconds added to a preempted job's run each time it restarts (its
+    /// checkpoint restored), its GPUs busy meanwhile; 0 for none. Same forms
+    /// as --migration-cost. A migration costs --migration-cost instead.
+    #[arg(long, default_value = "8s", value_name = "DURATION", value_parser = crate::tracefile::parse_cost)]
+    pub restart_cost: f64,
 
     /// Team order of unallocated (free) work under compass's rules: as for
     /// allocated work, or teams running fewer GPUs in all (allocated and
@@ -78,7 +126,7 @@ pub struct PolicyArgs {
     /// Default: `compass_core::fairshare::FreeOrder::default()`
     /// (under-total-first), as in the budget service; `same` with
     /// `--team-order fair-tree` (Slurm's Fair Tree has no such rule).
-    #[arg(long, value_parser = PossibleValuesParser::new(["same", "under-total-first"]))]
+    #[arg(long, value_parser = PossibleValuesParser::new(names(&FREE_ORDERS)))]
     pub free_order: Option<String>,
 
     /// Slurm `PreemptExemptTime` of the scavenger QOS (`--preempt scavenger`).
@@ -173,6 +221,203 @@ fn parse_demand(s: &str) -> std::result::Result<f64, String> {
     }
 }
 
+/// `--preempt-margin`: a finite number >= 0 (the budget service's check).
+fn parse_margin(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!(
+            "`{s}`: the margin must be a number >= 0 (0.05: 5%)"
+        )),
+    }
+}
+
+/// Largest `--exact-search-limit`: the exact search tries every subset
+/// of the candidates (2^N), as the budget service bounds it.
+const MAX_EXACT_SEARCH: usize = 16;
+
+/// `--exact-search-limit`: 0 to [`MAX_EXACT_SEARCH`].
+fn parse_exact_search_limit(s: &str) -> std::result::Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n <= MAX_EXACT_SEARCH => Ok(n),
+        _ => Err(format!(
+            "`{s}`: a whole number from 0 to {MAX_EXACT_SEARCH} (the search tries 2^N victim sets)"
+        )),
+    }
+}
+
+/// `--max-preemptions-per-cycle`: at least 1 (`--preempt none` turns
+/// preemption off).
+fn parse_max_preemptions(s: &str) -> std::result::Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "`{s}`: a whole number >= 1 (--preempt none preempts nothing)"
+        )),
+    }
+}
+
+/// The names of `--team-order`, `--free-order` and `--preempt` with what
+/// they set: one table for parsing the flags ([`PolicyArgs::settings`])
+/// and printing them ([`PolicySettings::flags`]).
+const TEAM_ORDERS: [(&str, TeamOrder); 3] = [
+    ("ratio", TeamOrder::Ratio),
+    ("under-allocation-first", TeamOrder::UnderAllocationFirst),
+    ("fair-tree", TeamOrder::FairTree),
+];
+const FREE_ORDERS: [(&str, FreeOrder); 2] = [
+    ("same", FreeOrder::SameAsAllocated),
+    ("under-total-first", FreeOrder::UnderTotalFirst),
+];
+const PREEMPTIONS: [(&str, Preemption); 3] = [
+    ("compass", Preemption::Compass),
+    ("none", Preemption::None),
+    ("scavenger", Preemption::Scavenger),
+];
+
+fn names<T, const N: usize>(table: &[(&'static str, T); N]) -> [&'static str; N] {
+    std::array::from_fn(|i| table[i].0)
+}
+
+fn value_of<T: Copy + Default>(table: &[(&str, T)], name: &str) -> T {
+    table
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or_else(T::default, |(_, v)| *v)
+}
+
+fn name_of<T: PartialEq>(table: &[(&'static str, T)], value: &T) -> &'static str {
+    table
+        .iter()
+        .find(|(_, v)| v == value)
+        .map_or("", |(n, _)| n)
+}
+
+/// The settings of the policy simulator that a live budget service has
+/// its own equivalent of (its fair-share `window_s` and `cycle_s`, its
+/// `[order]`, its `[protection]` and whether it enforces), and what a
+/// preempted job loses (its checkpoints, its restart cost).
+/// `compass simulate --budgets` takes them from its flags
+/// ([`PolicyArgs::settings`]) and `compass replay --service-config` from
+/// the service's own configuration file; both set them with
+/// [`PolicySettings::apply`], and [`PolicySettings::flags`] gives the flags
+/// back, so a replay prints the command that reproduces its simulation.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PolicySettings {
+    /// Fair-share lookback window, seconds.
+    pub window_s: f64,
+    /// Enforcement cycle, seconds.
+    pub cycle_s: f64,
+    /// The team orders of allocated and unallocated work.
+    pub order: QueueOrder,
+    /// Who may preempt whom ([`Preemption::None`]: queue order only).
+    pub preemption: Preemption,
+    /// The cap on protected time, the checkpoints the victim planner
+    /// assumes and its bounds.
+    pub protection: ProtectionConfig,
+    /// How often the jobs really checkpoint (what a victim loses), when
+    /// not as the planner assumes.
+    pub job_checkpoint_s: Option<f64>,
+    /// Seconds added to a preempted job's run at each restart.
+    pub restart_cost_s: f64,
+}
+
+impl PolicySettings {
+    /// Sets these settings in `cfg`, leaving every other one as it is.
+    pub fn apply(&self, cfg: &mut BudgetSimConfig) {
+        cfg.window_s = self.window_s;
+        cfg.cycle_s = self.cycle_s;
+        cfg.team_order = self.order.team_order;
+        cfg.free_order = self.order.free_order;
+        cfg.preemption = self.preemption;
+        cfg.protection = self.protection.clone();
+        cfg.job_checkpoint_s = self.job_checkpoint_s;
+        cfg.restart_cost_s = self.restart_cost_s;
+    }
+
+    /// The `compass simulate --budgets` flags that give these settings,
+    /// every one spelled out (a default that changes later does not change
+    /// what the flags give). Durations in whole seconds where the flag
+    /// takes only those (window, cycle, cap), as decimal seconds where it
+    /// takes them (checkpoint interval, restart cost).
+    pub fn flags(&self) -> Vec<String> {
+        let p = &self.protection;
+        let secs = |s: f64| format!("{s}s");
+        [
+            ("--window", secs(self.window_s)),
+            ("--cycle", secs(self.cycle_s)),
+            ("--min-runtime-cap", secs(p.min_runtime_cap_s)),
+            (
+                "--team-order",
+                name_of(&TEAM_ORDERS, &self.order.team_order).to_string(),
+            ),
+            (
+                "--free-order",
+                name_of(&FREE_ORDERS, &self.order.free_order).to_string(),
+            ),
+            (
+                "--preempt",
+                name_of(&PREEMPTIONS, &self.preemption).to_string(),
+            ),
+            ("--preempt-margin", p.preempt_margin.to_string()),
+            ("--exact-search-limit", p.exact_search_limit.to_string()),
+            (
+                "--max-preemptions-per-cycle",
+                p.max_preemptions_per_cycle.to_string(),
+            ),
+            ("--checkpoint-interval", secs(p.checkpoint_interval_s)),
+            ("--restart-cost", secs(self.restart_cost_s)),
+        ]
+        .into_iter()
+        .chain(
+            self.job_checkpoint_s
+                .map(|j| ("--job-checkpoint-interval", secs(j))),
+        )
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .collect()
+    }
+
+    /// `--team-order`'s name of the allocated order, `--free-order`'s of
+    /// the unallocated one (for the replay's report).
+    pub fn order_names(&self) -> (&'static str, &'static str) {
+        (
+            name_of(&TEAM_ORDERS, &self.order.team_order),
+            name_of(&FREE_ORDERS, &self.order.free_order),
+        )
+    }
+}
+
+impl PolicyArgs {
+    /// The settings these flags give ([`PolicySettings`]): `--free-order`
+    /// unset is `same` under `--team-order fair-tree` (Slurm's Fair Tree
+    /// has no such rule), the service's default otherwise.
+    pub fn settings(&self) -> PolicySettings {
+        let team_order = value_of(&TEAM_ORDERS, &self.team_order);
+        let free_order = match self.free_order.as_deref() {
+            None if team_order == TeamOrder::FairTree => FreeOrder::SameAsAllocated,
+            None => FreeOrder::default(),
+            Some(name) => value_of(&FREE_ORDERS, name),
+        };
+        PolicySettings {
+            window_s: self.window,
+            cycle_s: self.cycle,
+            order: QueueOrder {
+                team_order,
+                free_order,
+            },
+            preemption: value_of(&PREEMPTIONS, &self.preempt),
+            protection: ProtectionConfig {
+                min_runtime_cap_s: self.min_runtime_cap,
+                checkpoint_interval_s: self.checkpoint_interval,
+                exact_search_limit: self.exact_search_limit,
+                preempt_margin: self.preempt_margin,
+                max_preemptions_per_cycle: self.max_preemptions_per_cycle,
+            },
+            job_checkpoint_s: self.job_checkpoint_interval,
+            restart_cost_s: self.restart_cost,
+        }
+    }
+}
+
 /// The JSON object printed by `--json` in policy mode.
 #[derive(Serialize)]
 struct Report<'a> {
@@ -244,35 +489,50 @@ fn budget_jobs(loaded: &Loaded, args: &PolicyArgs) -> Result<Vec<BudgetJob>> {
     }
 }
 
-/// Runs the policy simulator. `trace` carries the placement options it
-/// honours as the placement simulator does (`--compass-*`; `defrag`, a
-/// policy of periodic rounds, is refused by the simulator) and the
-/// migration flags ([`TraceArgs::migration`]), which the policy simulator
-/// applies as the placement simulator does.
-pub fn run(
+/// The policy simulator's inputs as `compass simulate --budgets` gives
+/// them: the trace's jobs (with accounts, min runtimes and resumable flags;
+/// scaled by `--demand`), the budget tree, and the configuration of its
+/// flags ([`config`]).
+pub(crate) fn prepare(
     loaded: &Loaded,
     args: &PolicyArgs,
     trace: &TraceArgs,
     policy: &str,
-    json: bool,
-    quiet: bool,
-) -> Result<()> {
-    let budgets = args.budgets.as_ref().expect("policy mode needs --budgets");
+) -> Result<(Vec<BudgetJob>, OrgTree, BudgetSimConfig)> {
+    let budgets = args
+        .budgets
+        .as_ref()
+        .ok_or_else(|| CliError::Usage("the policy simulator needs --budgets".into()))?;
     let tree = load_tree(budgets)?;
     let mut jobs = budget_jobs(loaded, args)?;
     warn_accounts_outside(&jobs, &tree, budgets);
     if let Some(d) = args.demand {
         scale_demand(&mut jobs, loaded.spec.total_gpus(), d)?;
     }
-    let mut cfg = BudgetSimConfig::new(loaded.spec);
+    Ok((jobs, tree, config(loaded.spec, args, trace, policy)?))
+}
+
+/// The configuration the flags give on `spec` with `policy`: `trace`
+/// carries the placement options the policy simulator honours as the
+/// placement simulator does (`--compass-*`; `defrag`, a policy of periodic
+/// rounds, is refused by the simulator) and the migration flags
+/// ([`TraceArgs::migration`]), which it applies as the placement simulator
+/// does; the service's equivalents through [`PolicySettings::apply`].
+fn config(
+    spec: ClusterSpec,
+    args: &PolicyArgs,
+    trace: &TraceArgs,
+    policy: &str,
+) -> Result<BudgetSimConfig> {
+    let mut cfg = BudgetSimConfig::new(spec);
     cfg.policy = policy.to_string();
     cfg.policy_options = trace.policy_options();
     cfg.migration = trace.migration()?;
     // The waiting jobs the gate looks at (the placement simulator's gate
     // reads `--backfill-depth` the same way).
     cfg.gate_depth = trace.backfill_depth;
+    args.settings().apply(&mut cfg);
     cfg.horizon_s = args.horizon;
-    cfg.cycle_s = args.cycle;
     cfg.max_drains = args.drains;
     cfg.drain_after_s = args.drain_after;
     cfg.drain_min_gpus = args.drain_min_gpus;
@@ -285,25 +545,24 @@ pub fn run(
         "under-share" => ReserveFor::UnderShare,
         _ => ReserveFor::Any,
     };
-    cfg.team_order = match args.team_order.as_str() {
-        "ratio" => TeamOrder::Ratio,
-        "fair-tree" => TeamOrder::FairTree,
-        _ => TeamOrder::UnderAllocationFirst,
-    };
-    cfg.preemption = match args.preempt.as_str() {
-        "none" => Preemption::None,
-        "scavenger" => Preemption::Scavenger,
-        _ => Preemption::Compass,
-    };
     cfg.preempt_exempt_s = args.preempt_exempt_time;
-    cfg.free_order = match args.free_order.as_deref() {
-        None if cfg.team_order == TeamOrder::FairTree => FreeOrder::SameAsAllocated,
-        None => FreeOrder::default(),
-        Some("under-total-first") => FreeOrder::UnderTotalFirst,
-        Some(_) => FreeOrder::SameAsAllocated,
-    };
     cfg.decay_half_life_s = args.decay_half_life;
     cfg.shortfall = args.shortfall;
+    cfg.head_first = args.head_first;
+    Ok(cfg)
+}
+
+/// Runs the policy simulator ([`prepare`]) and prints its report, or the
+/// sweep's table.
+pub fn run(
+    loaded: &Loaded,
+    args: &PolicyArgs,
+    trace: &TraceArgs,
+    policy: &str,
+    json: bool,
+    quiet: bool,
+) -> Result<()> {
+    let (jobs, tree, mut cfg) = prepare(loaded, args, trace, policy)?;
     // Opened before the replay, so a bad path fails before a long run.
     let events_out = match &args.events {
         Some(path) => {
@@ -315,12 +574,9 @@ pub fn run(
         }
         None => None,
     };
-    cfg.head_first = args.head_first;
     if !args.sweep_window.is_empty() || !args.sweep_cap.is_empty() {
         return sweep(&jobs, &tree, &cfg, args, quiet);
     }
-    cfg.window_s = args.window;
-    cfg.protection.min_runtime_cap_s = args.min_runtime_cap;
     if !quiet {
         eprintln!(
             "{}: {} jobs on {} x {} GPUs, policy {policy}, team order {}, preemption {}",
@@ -672,7 +928,179 @@ fn sweep(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use super::*;
+    use clap::Parser;
+
+    /// `compass simulate` as the CLI parses it.
+    #[derive(Parser)]
+    struct Simulate {
+        #[command(flatten)]
+        args: crate::simulate::Args,
+    }
+
+    fn parse(flags: &[String]) -> std::result::Result<crate::simulate::Args, clap::Error> {
+        let base = ["simulate", "--trace", "t.csv", "--budgets", "b.toml"];
+        Simulate::try_parse_from(
+            base.iter()
+                .map(|s| s.to_string())
+                .chain(flags.iter().cloned()),
+        )
+        .map(|s| s.args)
+    }
+
+    fn spec() -> ClusterSpec {
+        ClusterSpec {
+            nodes: 4,
+            gpus_per_node: 8,
+        }
+    }
+
+    /// With no flag, the policy simulator runs its own defaults
+    /// ([`BudgetSimConfig::new`]): what a replay of a budget service
+    /// (`compass replay --service-config`) builds on, so what the
+    /// service's file does not say is the command's default too.
+    #[test]
+    fn no_flag_is_the_simulators_defaults() {
+        let a = parse(&[]).unwrap();
+        let cfg = config(spec(), &a.budgets, &a.trace, "compass").unwrap();
+        assert_eq!(cfg, BudgetSimConfig::new(spec()));
+    }
+
+    /// The flags [`PolicySettings::flags`] prints give back every setting
+    /// (each one here off its default, so a flag dropped on either side
+    /// fails), and the settings reach the configuration.
+    #[test]
+    fn settings_flags_give_the_same_settings() {
+        let odd = PolicySettings {
+            window_s: 2520.0,
+            cycle_s: 3.0,
+            order: QueueOrder {
+                team_order: TeamOrder::Ratio,
+                free_order: FreeOrder::SameAsAllocated,
+            },
+            preemption: Preemption::None,
+            protection: ProtectionConfig {
+                min_runtime_cap_s: 4115.0,
+                checkpoint_interval_s: 1.5,
+                exact_search_limit: 4,
+                preempt_margin: 0.125,
+                max_preemptions_per_cycle: 3,
+            },
+            job_checkpoint_s: Some(0.5),
+            restart_cost_s: 0.0,
+        };
+        let defaults = parse(&[]).unwrap().budgets.settings();
+        let mut seen = BudgetSimConfig::new(spec());
+        odd.apply(&mut seen);
+        assert_eq!(
+            seen,
+            BudgetSimConfig {
+                window_s: odd.window_s,
+                cycle_s: odd.cycle_s,
+                team_order: odd.order.team_order,
+                free_order: odd.order.free_order,
+                preemption: odd.preemption,
+                protection: odd.protection.clone(),
+                job_checkpoint_s: odd.job_checkpoint_s,
+                restart_cost_s: odd.restart_cost_s,
+                ..BudgetSimConfig::new(spec())
+            },
+            "apply sets every setting"
+        );
+        let mut base = BudgetSimConfig::new(spec());
+        defaults.apply(&mut base);
+        assert_eq!(base, BudgetSimConfig::new(spec()));
+        for (name, differs) in [
+            ("window", odd.window_s != defaults.window_s),
+            ("cycle", odd.cycle_s != defaults.cycle_s),
+            (
+                "team order",
+                odd.order.team_order != defaults.order.team_order,
+            ),
+            (
+                "free order",
+                odd.order.free_order != defaults.order.free_order,
+            ),
+            ("preemption", odd.preemption != defaults.preemption),
+            ("restart", odd.restart_cost_s != defaults.restart_cost_s),
+            (
+                "jobs' checkpoints",
+                odd.job_checkpoint_s != defaults.job_checkpoint_s,
+            ),
+            (
+                "cap",
+                odd.protection.min_runtime_cap_s != defaults.protection.min_runtime_cap_s,
+            ),
+            (
+                "checkpoint",
+                odd.protection.checkpoint_interval_s != defaults.protection.checkpoint_interval_s,
+            ),
+            (
+                "exact",
+                odd.protection.exact_search_limit != defaults.protection.exact_search_limit,
+            ),
+            (
+                "margin",
+                odd.protection.preempt_margin != defaults.protection.preempt_margin,
+            ),
+            (
+                "max",
+                odd.protection.max_preemptions_per_cycle
+                    != defaults.protection.max_preemptions_per_cycle,
+            ),
+        ] {
+            assert!(differs, "{name}: the test's value is the default");
+        }
+        let a = parse(&odd.flags()).unwrap();
+        assert_eq!(a.budgets.settings(), odd, "{:?}", odd.flags());
+        let cfg = config(spec(), &a.budgets, &a.trace, "compass").unwrap();
+        assert_eq!(cfg, seen);
+        // an unset --free-order follows Slurm's Fair Tree, which has none
+        let fair = parse(&["--team-order".into(), "fair-tree".into()]).unwrap();
+        assert_eq!(
+            fair.budgets.settings().order.free_order,
+            FreeOrder::SameAsAllocated
+        );
+        let ours = PolicySettings {
+            order: QueueOrder::default(),
+            preemption: Preemption::Compass,
+            ..odd
+        };
+        assert_eq!(parse(&ours.flags()).unwrap().budgets.settings(), ours);
+    }
+
+    #[test]
+    fn protection_flags_are_checked() {
+        for (flag, value, why) in [
+            ("--exact-search-limit", "17", "from 0 to 16"),
+            ("--max-preemptions-per-cycle", "0", ">= 1"),
+            ("--preempt-margin", "-0.1", ">= 0"),
+            ("--preempt-margin", "NaN", ">= 0"),
+            ("--restart-cost", "-1s", "restart-cost"),
+            ("--restart-cost", "5", "restart-cost"),
+            ("--checkpoint-interval", "1.5", "decimal"),
+        ] {
+            let e = parse(&[format!("{flag}={value}")])
+                .err()
+                .unwrap_or_else(|| panic!("{flag} {value} accepted"))
+                .to_string();
+            assert!(e.contains(why), "{flag} {value}: {e}");
+        }
+        let a = parse(&[
+            "--restart-cost".into(),
+            "0".into(),
+            "--checkpoint-interval".into(),
+            "0.5s".into(),
+            "--exact-search-limit".into(),
+            "0".into(),
+        ])
+        .unwrap();
+        let s = a.budgets.settings();
+        assert_eq!(
+            (s.restart_cost_s, s.protection.checkpoint_interval_s),
+            (0.0, 0.5)
+        );
+    }
 
     #[test]
     fn durations() {

@@ -141,3 +141,178 @@ fn clusters_with_different_gpu_nodes_are_refused() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Stand-in `sinfo` (16 nodes of 8 GPUs) and `sbatch` on PATH, in a
+/// scratch directory removed on drop, for replays that stop before
+/// submitting (`--dry-run`, refusals).
+struct StandIn {
+    dir: std::path::PathBuf,
+    path: String,
+}
+
+impl StandIn {
+    fn new(name: &str) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("compass-cli-{name}-{}", std::process::id()));
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        for (file, text) in [
+            (
+                "sinfo",
+                "#!/bin/sh\ni=1\nwhile [ $i -le 16 ]; do echo \"n$i gpu:8(S:0)\"; i=$((i+1)); done\n",
+            ),
+            ("sbatch", "#!/bin/sh\necho usage\n"),
+        ] {
+            let p = bin.join(file);
+            std::fs::write(&p, text).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(dir.join("slurm.conf"), "").unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        Self { dir, path }
+    }
+
+    fn file(&self, name: &str, text: &str) -> String {
+        let p = self.dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    }
+
+    /// `compass replay ARGS --cluster c=<its slurm.conf>`: (exit status,
+    /// stdout, stderr).
+    fn replay(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_compass"))
+            .env("PATH", &self.path)
+            .arg("replay")
+            .args(args)
+            .arg("--cluster")
+            .arg(format!("c={}", self.dir.join("slurm.conf").display()))
+            .output()
+            .expect("run compass");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The budget service of the demo (contrib/demo.sh writes it so), with
+/// `enforce`.
+fn service_toml(enforce: &str) -> String {
+    format!(
+        "listen = \"127.0.0.1:18080\"\ndb = \"/tmp/budget.db\"\nadmins = [\"root\"]\ncapacity_gpus = 128\ncycle_s = 2\nwindow_s = 2520\nslurm = \"libslurm\"\nslurm_conf = \"/tmp/slurm-client.conf\"\n\n[protection]\nenforce = {enforce}\n"
+    )
+}
+
+const BUDGETS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/etc/budgets.venus.toml");
+const WINDOW: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/venus-window.csv"
+);
+
+/// `--service-config` names the budget service's file: it needs the tree
+/// the service charges, and a bad file is refused, naming it and the
+/// service's own reason, before any cluster is asked (here the cluster's
+/// slurm.conf does not even exist).
+#[test]
+fn a_bad_service_config_is_refused_before_any_cluster_is_asked() {
+    let s = StandIn::new("replay-service-bad");
+    let good = s.file("good.toml", &service_toml("true"));
+    let (code, _, err) = s.replay(&["--jobs", "5", "--service-config", &good]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--budgets"), "{err}");
+    let bad = s.file("bad.toml", &service_toml("\"maybe\""));
+    let (ok, err) = replay(&[
+        "--jobs",
+        "5",
+        "--budgets",
+        BUDGETS,
+        "--service-config",
+        &bad,
+        "--cluster",
+        "a=/nonexistent/slurm.conf",
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("--service-config: config {bad}:"))
+            && err.contains("enforce must be true, false or \"dry-run\""),
+        "{err}"
+    );
+    assert!(!err.contains("is not a file"), "refused first: {err}");
+    let (ok, err) = replay(&[
+        "--jobs",
+        "5",
+        "--budgets",
+        BUDGETS,
+        "--service-config",
+        "/nonexistent/compass-budgetd.toml",
+        "--cluster",
+        "a=/nonexistent/slurm.conf",
+    ]);
+    assert!(
+        !ok && err.contains("/nonexistent/compass-budgetd.toml"),
+        "{err}"
+    );
+}
+
+/// A good file passes (here a dry run, which submits nothing); a window
+/// whose jobs have no account cannot be simulated with the service's
+/// fair-share order, and is refused before anything is submitted.
+#[test]
+fn a_service_config_needs_accounts_on_every_job() {
+    let s = StandIn::new("replay-service-plan");
+    let toml = s.file("svc.toml", &service_toml("\"dry-run\""));
+    let out = s.dir.join("out").display().to_string();
+    let (code, stdout, err) = s.replay(&[
+        "--trace",
+        WINDOW,
+        "--start",
+        "0",
+        "--jobs",
+        "5",
+        "--budgets",
+        BUDGETS,
+        "--service-config",
+        &toml,
+        "--dry-run",
+        "--out",
+        &out,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(stdout.lines().count(), 5, "{stdout}");
+    let trace = s.file(
+        "no-accounts.csv",
+        "job_id,submit_s,duration_s,num_inst,gpus_per_inst\nA,0,100,1,8\nB,10,100,1,4\n",
+    );
+    let (code, _, err) = s.replay(&[
+        "--trace",
+        &trace,
+        "--start",
+        "0",
+        "--jobs",
+        "5",
+        "--budgets",
+        BUDGETS,
+        "--service-config",
+        &toml,
+        "--dry-run",
+        "--out",
+        &out,
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--service-config: job A of the window has no account"),
+        "{err}"
+    );
+}

@@ -169,11 +169,17 @@ impl RunningJob {
 /// Seconds of a run of `run` seconds that a preemption throws away: since the
 /// last checkpoint for resumable jobs, all of it otherwise.
 pub fn lost_run_s(run: Seconds, resumable: bool, cfg: &ProtectionConfig) -> Seconds {
+    lost_run_every(run, resumable, cfg.checkpoint_interval_s)
+}
+
+/// [`lost_run_s`] for jobs that checkpoint every `interval_s` seconds (0:
+/// a resumable job loses nothing).
+pub fn lost_run_every(run: Seconds, resumable: bool, interval_s: Seconds) -> Seconds {
     let run = run.max(0.0);
     if !resumable {
         run
-    } else if cfg.checkpoint_interval_s > 0.0 {
-        run % cfg.checkpoint_interval_s
+    } else if interval_s > 0.0 {
+        run % interval_s
     } else {
         0.0
     }

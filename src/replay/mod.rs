@@ -7,12 +7,15 @@
 //! - [`plan`]: the window, the compression and the `sbatch` options (pure);
 //! - [`slurm`]: the clusters and the Slurm clients' output;
 //! - [`observe`]: what each poll saw, integrated like the simulator;
-//! - [`report`]: the figures, the `--check` assertions, report.md/json.
+//! - [`report`]: the figures, the `--check` assertions, report.md/json;
+//! - [`sim`]: the simulation of the submitted jobs beside the live run,
+//!   with the budget service of [`service`] when `--service-config` names it.
 
 pub mod observe;
 pub mod plan;
 pub mod repeat;
 pub mod report;
+pub mod service;
 pub mod sim;
 pub mod slurm;
 
@@ -109,6 +112,31 @@ pub struct Args {
     /// policy mode), before compression.
     #[arg(long, default_value = "8h", value_name = "DURATION", value_parser = crate::policy::parse_duration)]
     pub min_runtime_cap: f64,
+
+    /// The configuration of the budget service (compass-budgetd) the
+    /// replayed clusters run, in the service's own TOML
+    /// (etc/compass-budgetd.toml; contrib/demo.sh writes
+    /// $DEMO/budget/compass-budgetd.toml, the same on both clusters but for
+    /// ports and paths). Read with the service's parser and checked before
+    /// anything is submitted; compass.conf is not read. With it, each
+    /// cluster's simulated columns come from the policy simulator
+    /// (`compass simulate --budgets`: fair-share order and preemption, the
+    /// same placement policy, move rule and costs) with the service's
+    /// window_s, cycle_s, [order] and [protection]: enforce = true preempts
+    /// by the protected-time rules (preempt_margin, exact_search_limit,
+    /// max_actions_per_cycle, and checkpoint_interval_s as what the
+    /// planner assumes of the jobs); false and "dry-run" (which acts on
+    /// nothing) order the queue only. Protected time is capped at
+    /// --min-runtime-cap / --speedup in wall seconds, rounded up to whole
+    /// seconds as the plan rounds each job's (so no submitted protection is
+    /// cut, as none is live), not at compass.conf's cap. A victim loses its
+    /// run since its last checkpoint, every 1 s as the replay's job script
+    /// writes them, and restarts at no further cost
+    /// (--job-checkpoint-interval 1s --restart-cost 0s). The report prints
+    /// the `compass simulate --budgets` command that gives each simulated
+    /// column. Needs --budgets (the tree the services charge).
+    #[arg(long, value_name = "FILE", requires = "budgets")]
+    pub service_config: Option<PathBuf>,
 
     /// A cluster to replay on, repeatable: `NAME=SLURM_CONF[:STATE_FILE]`. The
     /// STATE_FILE (select.state_file of compass.conf) marks the compass
@@ -330,7 +358,7 @@ fn check_accounts(budgets: &Path, flags: &[plan::Flags]) -> Result<()> {
 /// `jobs.csv`: the replayed jobs as a canonical trace in wall seconds, so
 /// `compass simulate --trace OUT/jobs.csv --nodes N` simulates exactly what
 /// was submitted.
-fn canonical_csv(plan: &Plan) -> String {
+pub(crate) fn canonical_csv(plan: &Plan) -> String {
     let mut s = String::from(
         "job_id,submit_s,duration_s,num_inst,gpus_per_inst,account,min_runtime_s,resumable\n",
     );
@@ -515,9 +543,19 @@ fn connect(args: &Args) -> Result<Vec<Connected>> {
     Ok(out)
 }
 
+/// The budget service of `--service-config` (with the tree of
+/// `--budgets`), read before any cluster is asked.
+fn load_service(args: &Args) -> Result<Option<service::Service>> {
+    let (Some(config), Some(budgets)) = (&args.service_config, &args.budgets) else {
+        return Ok(None);
+    };
+    service::load(config, budgets, args.min_runtime_cap, args.speedup).map(Some)
+}
+
 pub fn run(args: Args) -> Result<()> {
     let t_wall = Instant::now();
     check_window_args(&args)?;
+    let service = load_service(&args)?;
     let clusters = connect(&args)?;
     check_comparable(&clusters)?;
     let fits: Vec<Fit> = clusters.iter().map(Connected::fit).collect();
@@ -532,6 +570,9 @@ pub fn run(args: Args) -> Result<()> {
         )));
     }
     let plan = make_plan(&args, fit)?;
+    if service.is_some() {
+        service::check_plan(&plan)?;
+    }
     std::fs::create_dir_all(&args.out).map_err(|e| io(&args.out, e))?;
     let out = args.out.canonicalize().map_err(|e| io(&args.out, e))?;
     write(
@@ -595,7 +636,14 @@ pub fn run(args: Args) -> Result<()> {
             eprintln!("run {k} of {}: {}", args.repeat, d.display());
             d
         };
-        let once = replay_once(&args, &plan, clusters.clone(), &dir, &trace_name)?;
+        let once = replay_once(
+            &args,
+            &plan,
+            clusters.clone(),
+            &dir,
+            &trace_name,
+            service.as_ref(),
+        )?;
         if args.repeat > 1 {
             for m in &once.failures {
                 failures.push(format!("run {k}: {m}"));
@@ -676,6 +724,7 @@ fn replay_once(
     clusters: Vec<Connected>,
     out: &Path,
     trace_name: &str,
+    service: Option<&service::Service>,
 ) -> Result<Once> {
     let t_run = Instant::now();
     let mut live = prepare(out, plan, clusters)?;
@@ -724,7 +773,7 @@ fn replay_once(
     if !args.quiet {
         eprintln!("simulating the submitted jobs (jobs.csv) for the live-against-simulated table");
     }
-    let results = summarise_all(plan, &live)?;
+    let results = summarise_all(plan, &live, service)?;
     let mut checks = report::check(&results);
     checks.splice(0..0, unfinished_msgs.iter().cloned());
     let md = report::markdown(trace_name, &args.label, plan, &results, &checks, wall_s);
@@ -854,21 +903,29 @@ fn summary_md(
     md.push_str(&table);
     if counted.iter().flatten().any(|r| r.simulated.is_some()) {
         md.push('\n');
-        let scope = report::sim_scope(spreads.iter().map(|c| {
-            let sum = |f: &dyn Fn(&ClusterResult) -> u64| {
-                counted
-                    .iter()
-                    .flatten()
-                    .filter(|r| r.name == c.name)
-                    .map(f)
-                    .sum::<u64>()
-            };
-            (
-                c.name.as_str(),
-                sum(&|r| r.preemptions),
-                sum(&|r| r.completion.preempted_cancelled.len() as u64),
-            )
-        }));
+        // The runs share one service model (the same file, read once).
+        let service = counted
+            .iter()
+            .flatten()
+            .find_map(|r| r.simulated.as_ref()?.service.as_ref());
+        let scope = report::sim_scope(
+            service,
+            spreads.iter().map(|c| {
+                let sum = |f: &dyn Fn(&ClusterResult) -> u64| {
+                    counted
+                        .iter()
+                        .flatten()
+                        .filter(|r| r.name == c.name)
+                        .map(f)
+                        .sum::<u64>()
+                };
+                (
+                    c.name.as_str(),
+                    sum(&|r| r.preemptions),
+                    sum(&|r| r.completion.preempted_cancelled.len() as u64),
+                )
+            }),
+        );
         md.push_str(scope.trim_end());
         md.push('\n');
     }
@@ -1064,7 +1121,11 @@ fn cancel_unfinished(live: &[Live]) -> Vec<String> {
 }
 
 /// Every cluster's figures (and its samples.csv).
-fn summarise_all(plan: &Plan, live: &[Live]) -> Result<Vec<ClusterResult>> {
+fn summarise_all(
+    plan: &Plan,
+    live: &[Live],
+    service: Option<&service::Service>,
+) -> Result<Vec<ClusterResult>> {
     let mut results = Vec::new();
     for l in live {
         let ours: BTreeSet<u64> = l.obs.jobs.iter().filter_map(|j| j.slurm_id).collect();
@@ -1092,7 +1153,7 @@ fn summarise_all(plan: &Plan, live: &[Live]) -> Result<Vec<ClusterResult>> {
             },
         ));
     }
-    attach_simulations(plan, &mut results);
+    attach_simulations(plan, &mut results, service);
     report::compare(plan, &mut results);
     Ok(results)
 }
@@ -1103,8 +1164,13 @@ pub const ASSUMED_MIGRATION_COST_S: f64 = 8.0;
 
 /// Simulates the submitted jobs for each cluster (compass -> `compass`,
 /// stock -> `best-fit`), with the migration cost measured on the (first)
-/// compass cluster.
-fn attach_simulations(plan: &Plan, results: &mut [ClusterResult]) {
+/// compass cluster: through the placement simulator, or the policy
+/// simulator with the budget service the clusters ran (`service`).
+fn attach_simulations(
+    plan: &Plan,
+    results: &mut [ClusterResult],
+    service: Option<&service::Service>,
+) {
     let measured = results
         .iter()
         .find(|r| r.is_compass() && r.requeue_cost.migration_requeues > 0)
@@ -1140,7 +1206,13 @@ fn attach_simulations(plan: &Plan, results: &mut [ClusterResult]) {
             gate.tidy_payback = k;
         }
         gate.rule_cost_s = r.rule_cost_s;
-        match sim::simulate(plan, r.nodes, r.gpus_per_node, policy, cost, gate) {
+        let simulated = match service {
+            Some(svc) => {
+                sim::simulate_policy(plan, r.nodes, r.gpus_per_node, policy, cost, gate, svc)
+            }
+            None => sim::simulate(plan, r.nodes, r.gpus_per_node, policy, cost, gate),
+        };
+        match simulated {
             Ok(mut s) => {
                 s.migration_cost_source = source.clone();
                 r.simulated = Some(s);

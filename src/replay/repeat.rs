@@ -145,7 +145,11 @@ pub fn figures(r: &ClusterResult) -> Vec<(&'static str, f64)> {
                 "sim: max N*SIF (after every policy call)",
                 s.max_n_sif as f64,
             ),
-            ("sim: AGU", s.agu),
+        ]);
+        if let Some(agu) = s.agu {
+            f.push(("sim: AGU", agu));
+        }
+        f.extend([
             (
                 "sim: AJCT, jobs completed on every cluster (wall s)",
                 s.ajct_s,
@@ -165,6 +169,17 @@ pub fn figures(r: &ClusterResult) -> Vec<(&'static str, f64)> {
             ("sim: migrations (moved jobs)", s.migrations as f64),
             ("sim: migration cost (wall s)", s.migration_cost_s),
         ]);
+        // The policy simulator's (`--service-config`): victims requeued,
+        // as the live `preemptions` count them, and cancelled.
+        if let (Some(p), Some(c)) = (s.preemptions, s.cancelled) {
+            f.extend([
+                (
+                    "sim: preemptions (victims requeued)",
+                    p.saturating_sub(c) as f64,
+                ),
+                ("sim: victims cancelled (not resumable)", c as f64),
+            ]);
+        }
         if s.afr > 0.0 {
             f.push(("live AFR / sim AFR", r.afr / s.afr));
         }
@@ -347,5 +362,39 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("held for a migration target (jobs)"), "{t}");
+    }
+
+    /// The policy simulation's preemptions are figures of the summary (the
+    /// requeued ones, as the live `preemptions` count them); a figure it
+    /// does not measure (AGU over the busy time) is left out, not zero.
+    #[test]
+    fn the_policy_simulations_figures_are_summarised() {
+        use crate::replay::sim::Simulated;
+        let r = ClusterResult {
+            name: "stock".into(),
+            simulated: Some(Simulated {
+                afr: 0.05,
+                agu: None,
+                preemptions: Some(9),
+                cancelled: Some(2),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let f = figures(&r);
+        let get = |k: &str| f.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+        assert_eq!(get("sim: preemptions (victims requeued)"), Some(7.0));
+        assert_eq!(get("sim: victims cancelled (not resumable)"), Some(2.0));
+        assert_eq!(get("sim: AGU"), None);
+        let placement = ClusterResult {
+            simulated: Some(Simulated {
+                agu: Some(0.9),
+                ..Default::default()
+            }),
+            ..r
+        };
+        let f = figures(&placement);
+        assert!(f.iter().any(|(n, v)| *n == "sim: AGU" && *v == 0.9));
+        assert!(!f.iter().any(|(n, _)| n.contains("sim: preemptions")));
     }
 }

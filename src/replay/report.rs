@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::observe::Observer;
 use super::plan::Plan;
+use super::service::ServiceModel;
 
 /// Runs at least this long (wall seconds) must appear in the engine's
 /// published state. The plugin thread publishes at most once a second and
@@ -1433,7 +1434,7 @@ pub fn sim_table(results: &[ClusterResult]) -> String {
     row(
         "AGU (each over its own metric window)",
         &|r| format!("{:.1}%", 100.0 * r.agu),
-        &|s| format!("{:.1}%", 100.0 * s.agu),
+        &|s| s.agu.map_or("-".into(), |a| format!("{:.1}%", 100.0 * a)),
     );
     row(
         "AJCT over the jobs completed on every live cluster (wall s)",
@@ -1464,10 +1465,30 @@ pub fn sim_table(results: &[ClusterResult]) -> String {
         &|r| format!("{} ({})", r.migrations, r.migrated_jobs),
         &|s| format!("{} ({})", s.migrations, s.migrated_jobs),
     );
+    if results.iter().any(|r| {
+        r.simulated
+            .as_ref()
+            .is_some_and(|s| s.preemptions.is_some())
+    }) {
+        row(
+            "preemptions: victims requeued / cancelled (live: by the budget service; sim: the policy simulator's)",
+            &|r| {
+                format!(
+                    "{} / {}",
+                    r.preemptions,
+                    r.completion.preempted_cancelled.len()
+                )
+            },
+            &|s| match (s.preemptions, s.cancelled) {
+                (Some(p), Some(c)) => format!("{} / {c}", p.saturating_sub(c)),
+                _ => "-".into(),
+            },
+        );
+    }
     row(
         "started ahead (live) / backfilled (sim)",
         &|r| r.causes.started_ahead.to_string(),
-        &|s| s.backfilled.to_string(),
+        &|s| opt(s.backfilled),
     );
     row(
         "makespan (wall s)",
@@ -1542,9 +1563,15 @@ pub fn markdown(
             .iter()
             .filter(|r| r.is_compass())
             .find_map(|r| r.simulated.as_ref());
+        let service = sim.service.as_ref();
         let _ = writeln!(
             s,
-            "## Live against simulated\n\nThe simulator on the jobs this replay submitted (`jobs.csv`, wall seconds), same cluster size, backfill queue, a migration costing {:.1} wall s = {:.1} trace min at speedup {} ({}), charged once per moved job as one Slurm requeue costs. Compass clusters are simulated with the `compass` policy, moving jobs under the plugin's `select.move_when` (`{}`, from its published state; the default when it publishes none) with remaining runs from the time limits submitted{}; stock clusters with `best-fit`, the closest model of cons_tres (it packs onto the fullest nodes that fit; Slurm's start latency, its scheduling passes and its backfill window are not modelled).\n",
+            "## Live against simulated\n\nThe simulator on the jobs this replay submitted (`jobs.csv`, wall seconds), same cluster size, {}, a migration costing {:.1} wall s = {:.1} trace min at speedup {} ({}), charged once per moved job as one Slurm requeue costs. Compass clusters are simulated with the `compass` policy, moving jobs under the plugin's `select.move_when` (`{}`, from its published state; the default when it publishes none) with remaining runs from the time limits submitted{}; stock clusters with `best-fit`, the closest model of cons_tres (it packs onto the fullest nodes that fit; Slurm's start latency, its scheduling passes and its backfill window are not modelled).\n",
+            if service.is_some() {
+                "the budget service's fair-share queue (below)"
+            } else {
+                "backfill queue"
+            },
             sim.migration_cost_s,
             sim.migration_cost_s * c.speedup / 60.0,
             c.speedup,
@@ -1559,13 +1586,16 @@ pub fn markdown(
                     ", its cost rule weighing the {c} s the plugin decides with (`select.migration_cost`) while completions pay the measured cost"
                 ))
         );
-        s.push_str(&sim_scope(results.iter().map(|r| {
-            (
-                r.name.as_str(),
-                r.preemptions,
-                r.completion.preempted_cancelled.len() as u64,
-            )
-        })));
+        s.push_str(&sim_scope(
+            service,
+            results.iter().map(|r| {
+                (
+                    r.name.as_str(),
+                    r.preemptions,
+                    r.completion.preempted_cancelled.len() as u64,
+                )
+            }),
+        ));
         s.push_str(&sim_table(results));
         s.push('\n');
         s.push_str(SIM_FOOTNOTE);
@@ -1612,16 +1642,26 @@ pub fn foreign_note(r: &ClusterResult) -> Option<String> {
     ))
 }
 
-/// What the simulated columns model, in one paragraph: placement only (the
-/// simulator's FIFO queue with backfill, by submission), never a budget
-/// service's fair-share order or its preemptions. When the live clusters
-/// preempted (`clusters`: name, preemption requeues, victims cancelled as
-/// not resumable, summed over the runs the text speaks for), it says so,
-/// and that only the fragmentation figures compare: the live completion
-/// times and utilisation are those of another configuration than the
-/// simulation's (issue 10: a live run with enforcement against a
-/// placement-only simulation).
-pub fn sim_scope<'a>(clusters: impl IntoIterator<Item = (&'a str, u64, u64)>) -> String {
+/// What the simulated columns model, in one paragraph. With the budget
+/// service the clusters ran (`service`, `--service-config`): the policy
+/// simulator with the service's settings, named with their values
+/// ([`ServiceModel::scope`]), a simulation of the live configuration.
+/// Otherwise placement only (the simulator's FIFO queue with backfill, by
+/// submission), never a budget service's fair-share order or its
+/// preemptions: when the live clusters preempted (`clusters`: name,
+/// preemption requeues, victims cancelled as not resumable, summed over
+/// the runs the text speaks for), it says so, and that only the
+/// fragmentation figures compare: the live completion times and
+/// utilisation are those of another configuration than the simulation's
+/// (issue 10: a live run with enforcement against a placement-only
+/// simulation).
+pub fn sim_scope<'a>(
+    service: Option<&ServiceModel>,
+    clusters: impl IntoIterator<Item = (&'a str, u64, u64)>,
+) -> String {
+    if let Some(service) = service {
+        return service.scope();
+    }
     let mut s = String::from(
         "The simulation is **placement only**: its queue is first-come first-served with backfill, in submission order; a budget service's fair-share order and its preemptions are not simulated.",
     );
@@ -1647,11 +1687,23 @@ pub fn sim_scope<'a>(clusters: impl IntoIterator<Item = (&'a str, u64, u64)>) ->
 /// columns, one per simulated cluster (on the replay's `jobs.csv`), so
 /// that a figure can be rerun and taken apart job by job (`--jobs-out`).
 fn sim_commands(results: &[ClusterResult]) -> String {
-    let mut s = String::from("To rerun the simulated columns (`jobs.csv` of this replay's output directory; add `--jobs-out FILE` for each job's wait and completion):\n\n```sh\n");
+    let policy = results
+        .iter()
+        .any(|r| r.simulated.as_ref().is_some_and(|s| s.command.is_some()));
+    let mut s = String::from(if policy {
+        "To rerun the simulated columns (`jobs.csv` of this replay's output directory; add `--json` for every figure, `--events FILE` for every start, preemption and completion):\n\n```sh\n"
+    } else {
+        "To rerun the simulated columns (`jobs.csv` of this replay's output directory; add `--jobs-out FILE` for each job's wait and completion):\n\n```sh\n"
+    });
     for r in results {
         let Some(sim) = r.simulated.as_ref() else {
             continue;
         };
+        if let Some(args) = &sim.command {
+            // The policy simulator's, built from the configuration it ran.
+            let _ = writeln!(s, "compass simulate {args}   # {}", r.name);
+            continue;
+        }
         let mut gate = match (r.is_compass(), sim.tidy_payback) {
             (false, _) => String::new(),
             (true, Some(k)) => format!(" --move-when {} --tidy-payback {k}", sim.move_when),
@@ -1941,13 +1993,13 @@ mod tests {
 
     #[test]
     fn the_simulation_says_it_is_placement_only_and_when_the_live_run_preempted() {
-        let quiet = sim_scope([("compass", 0, 0), ("stock", 0, 0)]);
+        let quiet = sim_scope(None, [("compass", 0, 0), ("stock", 0, 0)]);
         assert!(quiet.contains("**placement only**"), "{quiet}");
         assert!(
             !quiet.contains("preempted"),
             "no preemption, no caveat: {quiet}"
         );
-        let enforced = sim_scope([("compass", 14, 1), ("stock", 0, 0), ("other", 0, 2)]);
+        let enforced = sim_scope(None, [("compass", 14, 1), ("stock", 0, 0), ("other", 0, 2)]);
         assert!(enforced.contains("**placement only**"), "{enforced}");
         assert!(
             enforced.contains(
@@ -1957,6 +2009,118 @@ mod tests {
         );
         assert!(enforced.contains("not completion times"), "{enforced}");
         assert!(enforced.ends_with("\n\n"));
+    }
+
+    /// The budget service of the demo's enforcement as the replay models it.
+    fn demo_service() -> ServiceModel {
+        use compass_core::preempt::ProtectionConfig;
+        use compass_core::sim::budgets::Preemption;
+        ServiceModel {
+            config: "/d/budget/compass-budgetd.toml".into(),
+            budgets: "/r/etc/budgets.venus.toml".into(),
+            enforce: "true".into(),
+            gpu_weights: false,
+            settings: crate::policy::PolicySettings {
+                window_s: 2520.0,
+                cycle_s: 2.0,
+                order: Default::default(),
+                preemption: Preemption::Compass,
+                protection: ProtectionConfig {
+                    min_runtime_cap_s: 120.0,
+                    ..ProtectionConfig::default()
+                },
+                job_checkpoint_s: Some(1.0),
+                restart_cost_s: 0.0,
+            },
+        }
+    }
+
+    /// With `--service-config` the paragraph names the policy simulator
+    /// and the service's settings with their values, and the live run's
+    /// preemptions are no caveat (the simulation has them too).
+    #[test]
+    fn with_the_service_the_simulation_is_the_policy_simulators() {
+        let mut model = demo_service();
+        let text = sim_scope(Some(&model), [("compass", 14, 1), ("stock", 9, 0)]);
+        for needle in [
+            "**policy simulator**",
+            "(`/d/budget/compass-budgetd.toml`)",
+            "a 2 s cycle, a fair-share window of 2520 s",
+            "the team order `under-allocation-first` (unallocated work `under-total-first`)",
+            "enforcement (`enforce = true`: jobs preempted by the protected-time rules, at most 16 victims a cycle, margin 0.05, exact victim search up to 10 candidates)",
+            "capped at 120 s",
+            "every 1 s as the replay's job script writes them",
+            "`--restart-cost 0s`",
+            "assuming a checkpoint every 600 s, the service's `checkpoint_interval_s`",
+        ] {
+            assert!(text.contains(needle), "lacks `{needle}`: {text}");
+        }
+        assert!(
+            !text.contains("placement only") && !text.contains("not completion times"),
+            "{text}"
+        );
+        assert!(text.ends_with("\n\n"));
+        model.enforce = "false".into();
+        model.settings.preemption = compass_core::sim::budgets::Preemption::None;
+        let text = sim_scope(Some(&model), [("compass", 0, 0)]);
+        assert!(
+            text.contains("queue order only (`enforce = false`: no preemption)")
+                && !text.contains("assuming a checkpoint"),
+            "{text}"
+        );
+        model.enforce = "dry-run".into();
+        let text = sim_scope(Some(&model), [("compass", 0, 0)]);
+        assert!(text.contains("`enforce = \"dry-run\"`"), "{text}");
+    }
+
+    /// The policy simulation's rows: its preemptions beside the live ones,
+    /// `-` for what it does not measure; its command as it was built.
+    #[test]
+    fn the_policy_simulation_has_preemptions_and_no_invented_figures() {
+        use crate::replay::sim::Simulated;
+        let sim = Simulated {
+            policy: "compass".into(),
+            queue: "fair-share".into(),
+            agu: None,
+            backfilled: None,
+            preemptions: Some(5),
+            cancelled: Some(1),
+            service: Some(demo_service()),
+            command: Some("--trace jobs.csv --budgets /r/b.toml --policy compass".into()),
+            ..Default::default()
+        };
+        let mut live = ClusterResult {
+            name: "compass".into(),
+            state_file: Some("/s".into()),
+            nodes: 16,
+            gpus_per_node: 8,
+            preemptions: 7,
+            simulated: Some(sim),
+            ..Default::default()
+        };
+        live.completion.preempted_cancelled = vec![11, 12];
+        let table = sim_table(std::slice::from_ref(&live));
+        assert!(
+            table.contains("| preemptions: victims requeued / cancelled (live: by the budget service; sim: the policy simulator's) | 7 / 2 | 4 / 1 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| AGU (each over its own metric window) | 0.0% | - |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| started ahead (live) / backfilled (sim) | 0 | - |"),
+            "{table}"
+        );
+        let text = sim_commands(std::slice::from_ref(&live));
+        assert!(
+            text.contains("compass simulate --trace jobs.csv --budgets /r/b.toml --policy compass   # compass\n")
+                && text.contains("`--events FILE`"),
+            "{text}"
+        );
+        // placement only: no preemptions row
+        live.simulated = Some(Simulated::default());
+        assert!(!sim_table(&[live]).contains("preemptions"));
     }
 
     #[test]

@@ -70,6 +70,13 @@ pub struct BudgetSimConfig {
     /// Enforcement cycle: ratios, order and preemption are refreshed this often
     /// while jobs wait (the budget service's default is 10 s).
     pub cycle_s: Seconds,
+    /// How often the jobs really checkpoint, seconds: what a preempted
+    /// resumable job loses (its run since its last checkpoint). `None`:
+    /// `protection.checkpoint_interval_s`, which is what the victim planner
+    /// assumes when it chooses victims, as the budget service does from its
+    /// own `checkpoint_interval_s`; a replay whose jobs checkpoint every
+    /// second sets this apart from the service's assumption.
+    pub job_checkpoint_s: Option<Seconds>,
     /// Seconds added to a job each time it restarts after a preemption
     /// (checkpoint restore). A migration costs
     /// [`MigrationSettings::migration_cost_s`].
@@ -249,6 +256,7 @@ impl BudgetSimConfig {
             protection: ProtectionConfig::default(),
             cycle_s: 60.0,
             restart_cost_s: 8.0,
+            job_checkpoint_s: None,
             migration: MigrationSettings::default(),
             gate_depth: 1000,
             queue_depth: 200,
@@ -2130,8 +2138,11 @@ impl<'a> Sim<'a> {
             requeued,
         });
         let job = &self.jobs[i];
-        let cfg = &self.cfg.protection;
-        let lost = crate::preempt::lost_run_s(run, job.resumable, cfg);
+        let every = self
+            .cfg
+            .job_checkpoint_s
+            .unwrap_or(self.cfg.protection.checkpoint_interval_s);
+        let lost = crate::preempt::lost_run_every(run, job.resumable, every);
         self.lost_gpu_s += lost * job.shape.total_gpus() as f64;
         self.preemptions += 1;
         let l = &mut self.live[i];

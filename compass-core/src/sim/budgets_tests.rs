@@ -159,6 +159,43 @@ fn unallocated_time_is_preempted_at_once() {
     );
 }
 
+/// A victim loses its run since its own last checkpoint: at the interval
+/// the victim planner assumes (`protection.checkpoint_interval_s`, the
+/// service's), or at the jobs' own when set apart (`job_checkpoint_s`, as
+/// `compass replay` sets for its job script's 1 s checkpoints).
+#[test]
+fn a_victim_loses_its_run_since_its_own_checkpoint() {
+    let jobs = vec![
+        job(1, "x", 0.0, 10.0, 1, 8, 0.0),
+        job(2, "y", 1.25, 1.0, 1, 8, 1.0),
+    ];
+    let tree = tree(&[("x", 0.5), ("y", 0.5)]);
+    let lost = |every: Option<f64>| {
+        let mut c = config(1);
+        c.policy = "best-fit".into();
+        c.job_checkpoint_s = every;
+        let r = run_budgets(&jobs, &tree, &c).unwrap();
+        let Some(SimEvent::Preempt { t, job, .. }) =
+            first(&r.events, |e| matches!(e, SimEvent::Preempt { .. }))
+        else {
+            panic!("no preemption: {:?}", r.events);
+        };
+        assert_eq!(job.0, 1);
+        (*t, r.lost_gpu_h * H)
+    };
+    let (t, assumed) = lost(None);
+    assert!((assumed - (t % 600.0) * 8.0).abs() < 1e-6, "{t} {assumed}");
+    let (t_own, own) = lost(Some(1000.0));
+    assert_eq!(t_own, t, "the same victim at the same time");
+    assert!((own - (t % 1000.0) * 8.0).abs() < 1e-6, "{t} {own}");
+    assert_ne!(own, assumed, "preempted at {t} s");
+    assert_eq!(
+        lost(Some(0.0)).1,
+        0.0,
+        "jobs that checkpoint always lose nothing"
+    );
+}
+
 /// Unallocated jobs never preempt, and allocated jobs never preempt a job of
 /// a less-served team.
 #[test]
