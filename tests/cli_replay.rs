@@ -316,3 +316,74 @@ fn a_service_config_needs_accounts_on_every_job() {
         "{err}"
     );
 }
+
+/// `--dry-run --nodes 16x8` plans without asking any cluster, and plans
+/// what a cluster of that shape gets (the stand-in's `sinfo` reports 16
+/// nodes of 8 GPUs): the same `jobs.csv` and `plan.json`. `--nodes` is
+/// for dry runs only, in place of `--cluster`, and its shape is checked.
+#[test]
+fn a_dry_run_plans_for_nodes_given_as_for_a_cluster_of_that_shape() {
+    let s = StandIn::new("replay-dry-nodes");
+    let dir = |name: &str| s.dir.join(name).display().to_string();
+    let window = [
+        "--trace",
+        WINDOW,
+        "--start",
+        "0",
+        "--jobs",
+        "40",
+        "--dry-run",
+    ];
+    let (code, _, err) = s.replay(&[&window[..], &["--out", &dir("cluster")]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    let nodes = dir("nodes");
+    let given = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_compass"))
+            .arg("replay")
+            .args(window)
+            .args(extra)
+            .output()
+            .expect("run compass");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // no PATH change: no sinfo of the stand-in, and no cluster named
+    let (code, err) = given(&["--nodes", "16x8", "--out", &nodes]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("40 jobs") && err.contains("16 x 8 GPUs"),
+        "{err}"
+    );
+    for file in ["jobs.csv", "plan.json"] {
+        let read = |d: &str| std::fs::read_to_string(format!("{d}/{file}")).unwrap();
+        assert_eq!(read(&dir("cluster")), read(&nodes), "{file}");
+    }
+    let (code, err) = given(&["--nodes", "4x8", "--out", &dir("small")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("4 x 8 GPUs"), "{err}");
+    for (extra, why) in [
+        (&["--nodes", "16x3"][..], "1, 2, 4 or 8 GPUs"),
+        (&["--nodes", "0x8"][..], "at least 1 node"),
+        (&["--nodes", "sixteen"][..], "NODESxGPUS"),
+        (
+            &["--nodes", "16x8", "--cluster", "a=/etc/hostname"][..],
+            "cannot be used with",
+        ),
+    ] {
+        let (code, err) = given(extra);
+        assert_eq!(code, Some(2), "{extra:?}: {err}");
+        assert!(err.contains(why), "{extra:?}: {err}");
+    }
+    // a live replay needs clusters: --nodes only with --dry-run
+    let out = Command::new(env!("CARGO_BIN_EXE_compass"))
+        .args([
+            "replay", "--trace", WINDOW, "--jobs", "5", "--nodes", "16x8",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--dry-run"), "{err}");
+}

@@ -141,7 +141,7 @@ pub struct Args {
     /// A cluster to replay on, repeatable: `NAME=SLURM_CONF[:STATE_FILE]`. The
     /// STATE_FILE (select.state_file of compass.conf) marks the compass
     /// cluster: its published placement is checked against Slurm's.
-    #[arg(long = "cluster", value_name = "NAME=SLURM_CONF[:STATE_FILE]", value_parser = slurm::parse_cluster, required = true)]
+    #[arg(long = "cluster", value_name = "NAME=SLURM_CONF[:STATE_FILE]", value_parser = slurm::parse_cluster, required_unless_present = "nodes")]
     pub clusters: Vec<ClusterArg>,
 
     /// Output directory: report.md, report.json, plan.json, jobs.csv and
@@ -195,6 +195,13 @@ pub struct Args {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// With --dry-run, in place of --cluster: plan for NODES nodes of GPUS
+    /// GPUs each (`16x8`; GPUS 1, 2, 4 or 8) without asking any cluster,
+    /// e.g. to make many windows' jobs.csv for `compass simulate`. The
+    /// plan is the one a cluster of that shape would get.
+    #[arg(long, value_name = "NODESxGPUS", requires = "dry_run", conflicts_with = "clusters", value_parser = parse_nodes)]
+    pub nodes: Option<Fit>,
+
     /// Without a terminal: time between two status prints.
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = crate::policy::parse_duration)]
     pub status_every: f64,
@@ -214,6 +221,23 @@ fn parse_cap(s: &str) -> std::result::Result<Cap, String> {
         return Ok(Cap(None));
     }
     crate::policy::parse_duration(s).map(|v| Cap(Some(v)))
+}
+
+/// `--nodes NODESxGPUS`: at least one node of 1, 2, 4 or 8 GPUs (the
+/// shapes the replay plans for).
+fn parse_nodes(s: &str) -> std::result::Result<Fit, String> {
+    let bad =
+        || format!("`{s}`: NODESxGPUS, e.g. 16x8 (at least 1 node; 1, 2, 4 or 8 GPUs a node)");
+    let (n, g) = s.trim().split_once(['x', 'X']).ok_or_else(bad)?;
+    let nodes: u32 = n.trim().parse().map_err(|_| bad())?;
+    let gpus_per_node: u32 = g.trim().parse().map_err(|_| bad())?;
+    if nodes == 0 || !matches!(gpus_per_node, 1 | 2 | 4 | 8) {
+        return Err(bad());
+    }
+    Ok(Fit {
+        nodes,
+        gpus_per_node,
+    })
 }
 
 /// `0` or a positive duration.
@@ -556,13 +580,17 @@ pub fn run(args: Args) -> Result<()> {
     let t_wall = Instant::now();
     check_window_args(&args)?;
     let service = load_service(&args)?;
-    let clusters = connect(&args)?;
+    // `--nodes` (dry runs only): the shape given, no cluster asked.
+    let clusters = match args.nodes {
+        Some(_) => Vec::new(),
+        None => connect(&args)?,
+    };
     check_comparable(&clusters)?;
     let fits: Vec<Fit> = clusters.iter().map(Connected::fit).collect();
-    let fit = Fit {
+    let fit = args.nodes.unwrap_or(Fit {
         nodes: fits.iter().map(|f| f.nodes).min().unwrap_or(0),
         gpus_per_node: fits.iter().map(|f| f.gpus_per_node).min().unwrap_or(8),
-    };
+    });
     if !matches!(fit.gpus_per_node, 1 | 2 | 4 | 8) {
         return Err(CliError::Failed(format!(
             "nodes with {} GPUs: the replay needs 1, 2, 4 or 8 GPUs per node",
