@@ -70,6 +70,27 @@ pub struct JobTrack {
     /// Cancelled by compass-budgetd under the rules (a preempted job that is
     /// not resumable), as its admin comment says.
     pub preempted_cancel: bool,
+    /// Slurm's reason at the last poll (`Reason=`: why a pending job
+    /// waits), for [`Sample::fit_waiting_by_reason`].
+    #[serde(skip)]
+    pub reason: String,
+}
+
+/// The reasons Slurm gives a waiting job that [`Sample::fit_waiting_by_reason`]
+/// counts apart, in its order; any other reason is counted last.
+/// `Priority`: a job of higher priority waits in its partition and this one
+/// is left to backfill; `Resources`: Slurm found no room for it (its own
+/// view, or backfill's reservations); `BeginTime`: its begin time is ahead
+/// (a requeued job, until the budget service or the plugin resets it);
+/// `None`: no scheduling pass has looked at it yet.
+pub const FIT_WAIT_REASONS: [&str; 5] = ["Priority", "Resources", "BeginTime", "None", "other"];
+
+/// The index of `reason` in [`FIT_WAIT_REASONS`].
+pub fn fit_wait_reason(reason: &str) -> usize {
+    FIT_WAIT_REASONS[..FIT_WAIT_REASONS.len() - 1]
+        .iter()
+        .position(|r| *r == reason)
+        .unwrap_or(FIT_WAIT_REASONS.len() - 1)
 }
 
 impl JobTrack {
@@ -110,6 +131,10 @@ pub struct Sample {
     /// Waiting jobs that would fit the free GPUs as they are at this poll
     /// (`w` nodes with at least `g` free GPUs each), each counted alone.
     pub fit_waiting: u64,
+    /// Those jobs by the reason Slurm gave them ([`FIT_WAIT_REASONS`]):
+    /// what kept a job waiting that the free GPUs would have held (the
+    /// whole cluster's; its pools' are not split).
+    pub fit_waiting_by_reason: [u64; FIT_WAIT_REASONS.len()],
     /// The share of the cluster's GPUs those jobs would use (`w x g` of
     /// each, summed, at most the free share): the idle GPUs a start could
     /// have used.
@@ -383,6 +408,10 @@ pub struct Observer {
     last_placement: BTreeMap<u64, BTreeMap<String, u32>>,
     /// The whole cluster's figures (`N` its modelled GPU nodes).
     pub figures: Figures,
+    /// Job-seconds waiting jobs spent while they would have fitted the free
+    /// GPUs, by Slurm's reason ([`Sample::fit_waiting_by_reason`] integrated
+    /// over time; they sum to `figures.fit_wait_s`).
+    pub fit_wait_by_reason_s: [f64; FIT_WAIT_REASONS.len()],
     pub samples: Vec<Sample>,
     state_mtime: Option<std::time::SystemTime>,
     pub state: Option<PublishedState>,
@@ -451,6 +480,7 @@ impl Observer {
             last: None,
             last_placement: BTreeMap::new(),
             figures: Figures::default(),
+            fit_wait_by_reason_s: [0.0; FIT_WAIT_REASONS.len()],
             samples: Vec::new(),
             state_mtime: None,
             state: None,
@@ -548,6 +578,7 @@ impl Observer {
         }
         j.restarts = j.restarts.max(o.restarts);
         j.preempted_cancel |= o.preempted_cancel;
+        j.reason.clone_from(&o.reason);
         if o.completing() {
             // The run is over but Slurm still holds its GPUs (epilog):
             // they stay allocated, the job does not wait. A requeued job
@@ -683,6 +714,7 @@ impl Observer {
         let (mut pending, mut running, mut done, mut requeued_waiting) = (0, 0, 0, false);
         let mut completing = 0;
         let mut waiting_shapes: Vec<(u32, u32)> = Vec::new();
+        let mut waiting_reasons: Vec<usize> = Vec::new();
         for (i, j) in self.jobs.iter().enumerate() {
             if j.end_s.is_some() {
                 done += 1;
@@ -701,6 +733,7 @@ impl Observer {
             } else {
                 pending += 1;
                 waiting_shapes.push(self.shapes[i]);
+                waiting_reasons.push(fit_wait_reason(&j.reason));
                 if j.restarts > 0 {
                     requeued_waiting = true;
                 }
@@ -750,6 +783,12 @@ impl Observer {
         };
         let all_gpus = self.all_gpus();
         let (fit_waiting, fit_share, layout_share) = fitting(&all_free, all_gpus);
+        let mut fit_waiting_by_reason = [0; FIT_WAIT_REASONS.len()];
+        for (&shape, &r) in waiting_shapes.iter().zip(&waiting_reasons) {
+            if fits(&all_free, shape) {
+                fit_waiting_by_reason[r] += 1;
+            }
+        }
         let mut pool_samples = Vec::with_capacity(self.pools.len());
         for (p, track) in self.pools.iter().enumerate() {
             let d = &track.def;
@@ -830,6 +869,7 @@ impl Observer {
             in_flight: in_flight || requeued_waiting,
             state_age_s,
             fit_waiting,
+            fit_waiting_by_reason,
             fit_share,
             layout_share,
             kept_still,
@@ -839,6 +879,13 @@ impl Observer {
             let dt = t_s - prev.t_s;
             if dt > 0.0 {
                 self.figures.hold(dt, nodes, prev.part(), &prev);
+                for (s, &n) in self
+                    .fit_wait_by_reason_s
+                    .iter_mut()
+                    .zip(&prev.fit_waiting_by_reason)
+                {
+                    *s += dt * n as f64;
+                }
                 for track in &mut self.pools {
                     let Some(ps) = track.last else { continue };
                     let n = track.def.nodes.len() as u32;
@@ -912,6 +959,49 @@ mod tests {
         );
         assert_eq!((w.time_s, w.idle_s, w.idle_fit_s), (2.0, 1.5, 0.25));
         assert_eq!(w.idle_layout_s, 0.0, "16 GPUs are more than the idle 12");
+    }
+
+    /// The waiting jobs that fit the free GPUs are counted by the reason
+    /// Slurm gave them at the poll, and integrated over time per reason;
+    /// a job that does not fit counts under no reason.
+    #[test]
+    fn jobs_that_wait_while_they_fit_are_counted_by_slurms_reason() {
+        let plan = [
+            PlannedJob::example(0, 1, 4),
+            PlannedJob::example(1, 1, 2),
+            PlannedJob::example(2, 1, 2),
+            PlannedJob::example(3, 1, 1),
+            PlannedJob::example(4, 1, 1),
+            PlannedJob::example(5, 2, 8),
+        ];
+        let pending = |id, reason: &str| JobObs {
+            reason: reason.into(),
+            ..job(id, "PENDING", 0, 0, &[])
+        };
+        let mut o = Observer::new(&plan, vec!["n1".into(), "n2".into()], 8, None);
+        for i in 0..plan.len() {
+            o.submitted(i, i as u64 + 1, 0.0);
+        }
+        let jobs = [
+            job(1, "RUNNING", 0, 0, &[("n1", 4)]),
+            pending(2, "Priority"),
+            pending(3, "Priority"),
+            pending(4, "BeginTime"),
+            pending(5, "JobHeldAdmin"),
+            pending(6, "Resources"),
+        ];
+        let s = o.poll(&jobs, 1.0, 1001);
+        assert_eq!(s.fit_waiting, 4, "the 2 x 8 job does not fit");
+        assert_eq!(s.fit_waiting_by_reason, [2, 0, 1, 0, 1]);
+        o.poll(&jobs, 3.5, 1003);
+        assert_eq!(o.fit_wait_by_reason_s, [5.0, 0.0, 2.5, 0.0, 2.5]);
+        assert_eq!(
+            o.fit_wait_by_reason_s.iter().sum::<f64>(),
+            o.figures.fit_wait_s,
+            "the reasons split the whole"
+        );
+        assert_eq!(fit_wait_reason("None"), 3);
+        assert_eq!(FIT_WAIT_REASONS[fit_wait_reason("")], "other");
     }
 
     #[test]

@@ -47,6 +47,16 @@ impl Spread {
 
 /// The figures of one cluster in one run, by name, in report order. A
 /// figure a run does not have (e.g. no WCC instant) is left out.
+/// The summary's names of `causes.fit_wait_per_job_by_reason_s`, in the
+/// order of [`super::observe::FIT_WAIT_REASONS`].
+const FIT_WAIT_FIGURES: [&str; super::observe::FIT_WAIT_REASONS.len()] = [
+    "waited while it fit: Reason=Priority, per job (wall s)",
+    "waited while it fit: Reason=Resources, per job (wall s)",
+    "waited while it fit: Reason=BeginTime, per job (wall s)",
+    "waited while it fit: Reason=None, per job (wall s)",
+    "waited while it fit: other reasons, per job (wall s)",
+];
+
 pub fn figures(r: &ClusterResult) -> Vec<(&'static str, f64)> {
     let mut f = vec![
         ("completed", r.completed as f64),
@@ -109,6 +119,14 @@ pub fn figures(r: &ClusterResult) -> Vec<(&'static str, f64)> {
             r.causes.fit_wait_per_job_s,
         ),
     ]);
+    for ((_, s), name) in r
+        .causes
+        .fit_wait_per_job_by_reason_s
+        .iter()
+        .zip(FIT_WAIT_FIGURES)
+    {
+        f.push((name, *s));
+    }
     if let Some(w) = &r.common_window {
         f.push(("GPU utilisation over the common window", w.utilisation));
     }

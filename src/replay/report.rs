@@ -327,6 +327,11 @@ pub struct LossCauses {
     /// that were not free. Also per job.
     pub fit_wait_s: f64,
     pub fit_wait_per_job_s: f64,
+    /// `fit_wait_per_job_s` by the reason Slurm gave the waiting job
+    /// ([`super::observe::FIT_WAIT_REASONS`], in its order): whether its
+    /// priority, Slurm's view of room, a begin time ahead or no scheduling
+    /// pass yet kept it out.
+    pub fit_wait_per_job_by_reason_s: Vec<(String, f64)>,
     /// Share of the metric window with a migration in flight (a requeued
     /// job waiting to restart, or a migration decided and not carried out).
     pub in_flight_share: f64,
@@ -698,6 +703,11 @@ pub fn summarise(plan: &Plan, obs: &Observer, info: &ClusterInfo<'_>) -> Cluster
     r.causes.started_ahead = started_ahead(obs);
     r.causes.fit_wait_s = obs.figures.fit_wait_s;
     r.causes.fit_wait_per_job_s = obs.figures.fit_wait_s / (r.jobs.max(1) as f64);
+    r.causes.fit_wait_per_job_by_reason_s = super::observe::FIT_WAIT_REASONS
+        .iter()
+        .zip(obs.fit_wait_by_reason_s)
+        .map(|(reason, s)| (reason.to_string(), s / (r.jobs.max(1) as f64)))
+        .collect();
     if let Some(l) = &info.log {
         r.causes.held_jobs = l.held_tests.len() as u64;
         r.causes.held_tests = l.held_tests.values().map(|&v| u64::from(v)).sum();
@@ -1295,6 +1305,14 @@ pub fn table(results: &[ClusterResult], speedup: f64) -> String {
             )
         },
     );
+    row("of which by Slurm's reason (per job, wall s)", &|r| {
+        r.causes
+            .fit_wait_per_job_by_reason_s
+            .iter()
+            .map(|(reason, s)| format!("{reason} {s:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    });
     row("started ahead of an earlier job", &|r| {
         r.causes.started_ahead.to_string()
     });
