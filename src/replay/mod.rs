@@ -122,7 +122,7 @@ pub struct Args {
     /// cluster's simulated columns come from the policy simulator
     /// (`compass simulate --budgets`: fair-share order and preemption, the
     /// same placement policy, move rule and costs) with the service's
-    /// window_s, cycle_s, [order] and [protection]: enforce = true preempts
+    /// window_s, cycle_s, `[order]` and `[protection]`: enforce = true preempts
     /// by the protected-time rules (preempt_margin, exact_search_limit,
     /// max_actions_per_cycle, and checkpoint_interval_s as what the
     /// planner assumes of the jobs); false and "dry-run" (which acts on
