@@ -100,7 +100,8 @@ pub struct PolicyArgs {
     /// victims that lose least. 0: resumable victims lose nothing. Same
     /// forms as --migration-cost (`10m`, `1s`, `0.5s`). The budget service's
     /// `[protection] checkpoint_interval_s` is what it assumes when it
-    /// chooses victims; here the one interval is both.
+    /// chooses victims; here it is both that and what a victim loses,
+    /// unless --job-checkpoint-interval gives the jobs' own.
     #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = crate::tracefile::parse_cost)]
     pub checkpoint_interval: f64,
 

@@ -713,8 +713,9 @@ impl Observer {
         let mut placement: BTreeMap<u64, BTreeMap<String, u32>> = BTreeMap::new();
         let (mut pending, mut running, mut done, mut requeued_waiting) = (0, 0, 0, false);
         let mut completing = 0;
-        let mut waiting_shapes: Vec<(u32, u32)> = Vec::new();
-        let mut waiting_reasons: Vec<usize> = Vec::new();
+        // Each waiting job's shape, and Slurm's reason as an index into
+        // FIT_WAIT_REASONS.
+        let mut waiting: Vec<((u32, u32), usize)> = Vec::new();
         for (i, j) in self.jobs.iter().enumerate() {
             if j.end_s.is_some() {
                 done += 1;
@@ -732,8 +733,7 @@ impl Observer {
                 &h.node_gpus
             } else {
                 pending += 1;
-                waiting_shapes.push(self.shapes[i]);
-                waiting_reasons.push(fit_wait_reason(&j.reason));
+                waiting.push((self.shapes[i], fit_wait_reason(&j.reason)));
                 if j.restarts > 0 {
                     requeued_waiting = true;
                 }
@@ -757,17 +757,19 @@ impl Observer {
         let fits =
             |free: &[u32], (w, g): (u32, u32)| free.iter().filter(|&&f| f >= g).count() as u32 >= w;
         let all_free: Vec<u32> = free.iter().flatten().copied().collect();
-        // The waiting jobs that fit `free` alone: how many, and the GPUs
-        // they would use, as a share of `total` (at most the free share);
-        // and the GPUs of the largest one the layout alone keeps out (its
-        // GPUs are idle, not as it needs them), at most the idle rest.
-        let fitting = |free: &[u32], total: u64| -> (u64, f64, f64) {
+        // The waiting jobs that fit `free` alone: how many, by Slurm's
+        // reason, and the GPUs they would use, as a share of `total` (at
+        // most the free share); and the GPUs of the largest one the layout
+        // alone keeps out (its GPUs are idle, not as it needs them), at
+        // most the idle rest.
+        let fitting = |free: &[u32], total: u64| -> ([u64; FIT_WAIT_REASONS.len()], f64, f64) {
             let idle: u64 = free.iter().map(|&f| u64::from(f)).sum();
-            let (mut n, mut gpus, mut kept_out) = (0u64, 0u64, 0u64);
-            for &s in &waiting_shapes {
+            let mut n = [0u64; FIT_WAIT_REASONS.len()];
+            let (mut gpus, mut kept_out) = (0u64, 0u64);
+            for &(s, reason) in &waiting {
                 let want = u64::from(s.0) * u64::from(s.1);
                 if fits(free, s) {
-                    n += 1;
+                    n[reason] += 1;
                     gpus += want;
                 } else if want <= idle {
                     kept_out = kept_out.max(want);
@@ -782,13 +784,8 @@ impl Observer {
             )
         };
         let all_gpus = self.all_gpus();
-        let (fit_waiting, fit_share, layout_share) = fitting(&all_free, all_gpus);
-        let mut fit_waiting_by_reason = [0; FIT_WAIT_REASONS.len()];
-        for (&shape, &r) in waiting_shapes.iter().zip(&waiting_reasons) {
-            if fits(&all_free, shape) {
-                fit_waiting_by_reason[r] += 1;
-            }
-        }
+        let (fit_waiting_by_reason, fit_share, layout_share) = fitting(&all_free, all_gpus);
+        let fit_waiting = fit_waiting_by_reason.iter().sum();
         let mut pool_samples = Vec::with_capacity(self.pools.len());
         for (p, track) in self.pools.iter().enumerate() {
             let d = &track.def;
@@ -821,7 +818,7 @@ impl Observer {
                 wcc,
                 used_gpus,
                 utilisation: used_gpus as f64 / (pool_gpus as f64).max(1.0),
-                fit_waiting: pool_fit.0,
+                fit_waiting: pool_fit.0.iter().sum(),
                 fit_share: pool_fit.1,
                 layout_share: pool_fit.2,
             });
