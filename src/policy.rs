@@ -14,8 +14,8 @@ use compass_core::model::{ClusterSpec, JobId};
 use compass_core::preempt::ProtectionConfig;
 use compass_core::sim::budgets::{
     accounts_outside, assign_venus, first_names, from_canonical, run_budgets, scale_demand,
-    BudgetJob, BudgetReport, BudgetSimConfig, DrainRule, FreeOrder, Preemption, Record, ReserveFor,
-    SimEvent, TeamOrder,
+    Backfill, BudgetJob, BudgetReport, BudgetSimConfig, DrainRule, FreeOrder, Preemption, Record,
+    ReserveFor, SimEvent, TeamOrder,
 };
 use compass_core::trace::TraceFormat;
 use serde::Serialize;
@@ -65,6 +65,21 @@ pub struct PolicyArgs {
     #[arg(long, visible_alias = "order", default_value = "under-allocation-first",
           value_parser = PossibleValuesParser::new(names(&TEAM_ORDERS)))]
     pub team_order: String,
+
+    /// Backfill reservations, as Slurm's sched/backfill makes them, in GPU
+    /// counts: `reserve` walks the waiting jobs in queue order and starts a
+    /// job only when its GPUs stay free for its whole expected run (its
+    /// time limit, as --remaining-run sees it) without taking any that a
+    /// job before it reserved; a job that cannot start reserves its GPUs
+    /// from the earliest time they are free for its run (running jobs give
+    /// theirs back at their expected ends), up to 500 reservations a pass
+    /// (Slurm's `bf_max_job_test`). `off`: every job that fits starts, in
+    /// queue order, whatever it delays. `compass replay --service-config`
+    /// turns it on. The placement simulator's `--queue backfill` (without
+    /// --budgets) is another model: a FIFO queue whose head alone holds a
+    /// reservation, on nodes (docs/policy-simulator.md).
+    #[arg(long, default_value = "off", value_parser = PossibleValuesParser::new(names(&BACKFILLS)))]
+    pub backfill: String,
 
     /// Preemption rules: ours (protected time, "still prioritised"), none
     /// (Slurm preempt/none; with fair-tree one queue for all jobs), or
@@ -275,6 +290,8 @@ const PREEMPTIONS: [(&str, Preemption); 3] = [
     ("scavenger", Preemption::Scavenger),
 ];
 
+const BACKFILLS: [(&str, Backfill); 2] = [("off", Backfill::Off), ("reserve", Backfill::Reserve)];
+
 fn names<T, const N: usize>(table: &[(&'static str, T); N]) -> [&'static str; N] {
     std::array::from_fn(|i| table[i].0)
 }
@@ -295,8 +312,9 @@ fn name_of<T: PartialEq>(table: &[(&'static str, T)], value: &T) -> &'static str
 
 /// The settings of the policy simulator that a live budget service has
 /// its own equivalent of (its fair-share `window_s` and `cycle_s`, its
-/// `[order]`, its `[protection]` and whether it enforces), and what a
-/// preempted job loses (its checkpoints, its restart cost).
+/// `[order]`, its `[protection]` and whether it enforces), what a
+/// preempted job loses (its checkpoints, its restart cost), and whether
+/// the cluster's Slurm makes backfill reservations (`sched/backfill`).
 /// `compass simulate --budgets` takes them from its flags
 /// ([`PolicyArgs::settings`]) and `compass replay --service-config` from
 /// the service's own configuration file; both set them with
@@ -320,6 +338,8 @@ pub struct PolicySettings {
     pub job_checkpoint_s: Option<f64>,
     /// Seconds added to a preempted job's run at each restart.
     pub restart_cost_s: f64,
+    /// Backfill reservations ([`Backfill`]).
+    pub backfill: Backfill,
 }
 
 impl PolicySettings {
@@ -333,6 +353,7 @@ impl PolicySettings {
         cfg.protection = self.protection.clone();
         cfg.job_checkpoint_s = self.job_checkpoint_s;
         cfg.restart_cost_s = self.restart_cost_s;
+        cfg.backfill = self.backfill;
     }
 
     /// The `compass simulate --budgets` flags that give these settings,
@@ -367,6 +388,10 @@ impl PolicySettings {
             ),
             ("--checkpoint-interval", secs(p.checkpoint_interval_s)),
             ("--restart-cost", secs(self.restart_cost_s)),
+            (
+                "--backfill",
+                name_of(&BACKFILLS, &self.backfill).to_string(),
+            ),
         ]
         .into_iter()
         .chain(
@@ -415,6 +440,7 @@ impl PolicyArgs {
             },
             job_checkpoint_s: self.job_checkpoint_interval,
             restart_cost_s: self.restart_cost,
+            backfill: value_of(&BACKFILLS, &self.backfill),
         }
     }
 }
@@ -580,13 +606,14 @@ pub fn run(
     }
     if !quiet {
         eprintln!(
-            "{}: {} jobs on {} x {} GPUs, policy {policy}, team order {}, preemption {}",
+            "{}: {} jobs on {} x {} GPUs, policy {policy}, team order {}, preemption {}, backfill {}",
             loaded.path,
             jobs.len(),
             loaded.spec.nodes,
             loaded.spec.gpus_per_node,
             args.team_order,
-            args.preempt
+            args.preempt,
+            args.backfill
         );
     }
     let started = Instant::now();
@@ -989,6 +1016,7 @@ mod tests {
             },
             job_checkpoint_s: Some(0.5),
             restart_cost_s: 0.0,
+            backfill: Backfill::Reserve,
         };
         let defaults = parse(&[]).unwrap().budgets.settings();
         let mut seen = BudgetSimConfig::new(spec());
@@ -1004,6 +1032,7 @@ mod tests {
                 protection: odd.protection.clone(),
                 job_checkpoint_s: odd.job_checkpoint_s,
                 restart_cost_s: odd.restart_cost_s,
+                backfill: odd.backfill,
                 ..BudgetSimConfig::new(spec())
             },
             "apply sets every setting"
@@ -1024,6 +1053,7 @@ mod tests {
             ),
             ("preemption", odd.preemption != defaults.preemption),
             ("restart", odd.restart_cost_s != defaults.restart_cost_s),
+            ("backfill", odd.backfill != defaults.backfill),
             (
                 "jobs' checkpoints",
                 odd.job_checkpoint_s != defaults.job_checkpoint_s,

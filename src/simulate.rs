@@ -33,7 +33,8 @@ pub struct Args {
     /// Queue policy: strict FIFO with head-of-line blocking, or FIFO with
     /// backfill that never delays the head's reservation. Not with
     /// --budgets: the policy simulator runs its own queue (fair-share
-    /// order, a greedy pass; docs/policy-simulator.md).
+    /// order, a greedy pass or, with --backfill reserve, Slurm's backfill
+    /// reservations in GPU counts; docs/policy-simulator.md).
     #[arg(long, default_value = "fifo", conflicts_with = "budgets",
           value_parser = PossibleValuesParser::new(QueuePolicy::NAMES))]
     pub queue: String,

@@ -2049,6 +2049,7 @@ mod tests {
                 },
                 job_checkpoint_s: Some(1.0),
                 restart_cost_s: 0.0,
+                backfill: compass_core::sim::budgets::Backfill::Reserve,
             },
         }
     }
@@ -2070,6 +2071,7 @@ mod tests {
             "every 1 s as the replay's job script writes them",
             "`--restart-cost 0s`",
             "assuming a checkpoint every 600 s, the service's `checkpoint_interval_s`",
+            "make backfill reservations as the clusters' Slurm does (`sched/backfill`; `--backfill reserve`)",
         ] {
             assert!(text.contains(needle), "lacks `{needle}`: {text}");
         }

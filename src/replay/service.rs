@@ -16,7 +16,13 @@
 //! it: the cap on protected time (the service reads it from compass.conf;
 //! here the cap the replay's plan applied, [`cap_s`]) and what a victim
 //! really loses (the replay's job script, [`JOB_CHECKPOINT_S`],
-//! [`RESTART_COST_S`]). Everything else is what
+//! [`RESTART_COST_S`]). Not from the service either: backfill
+//! reservations, which the replayed clusters' Slurm makes
+//! (`SchedulerType=sched/backfill`). The simulation does not make them
+//! ([`Backfill::Off`]): on the stop-54 runs they brought the simulated
+//! AJCT nearer live but halved its preemptions, which live did not show
+//! (docs/policy-simulator.md, "Backfill reservations"); the printed
+//! command says `--backfill off`, so either can be rerun. Everything else is what
 //! `compass simulate --budgets` uses by default, so the command the report
 //! prints reproduces the simulation.
 
@@ -25,7 +31,7 @@ use std::path::{Path, PathBuf};
 use compass_budget::config::{Config, EnforceMode};
 use compass_core::fairshare::tree::OrgTree;
 use compass_core::preempt::ProtectionConfig;
-use compass_core::sim::budgets::Preemption;
+use compass_core::sim::budgets::{Backfill, Preemption};
 use serde::Serialize;
 
 use super::plan::Plan;
@@ -118,7 +124,8 @@ pub fn load(path: &Path, budgets: &Path, min_runtime_cap_s: f64, speedup: f64) -
 }
 
 /// The policy simulator's settings of the service `c`, protected time
-/// capped at `cap_s` (wall seconds).
+/// capped at `cap_s` (wall seconds), without backfill reservations (see
+/// the module's documentation).
 fn settings(c: &Config, cap_s: f64) -> PolicySettings {
     let p = &c.protection;
     PolicySettings {
@@ -141,6 +148,7 @@ fn settings(c: &Config, cap_s: f64) -> PolicySettings {
         },
         job_checkpoint_s: Some(JOB_CHECKPOINT_S),
         restart_cost_s: RESTART_COST_S,
+        backfill: Backfill::Off,
     }
 }
 
@@ -181,6 +189,10 @@ impl ServiceModel {
             s.job_checkpoint_s.unwrap_or(p.checkpoint_interval_s),
             s.restart_cost_s
         );
+        text.push_str(match s.backfill {
+            Backfill::Reserve => " Its scheduling passes make backfill reservations as the clusters' Slurm does (`sched/backfill`; `--backfill reserve`): a waiting job that cannot start holds the GPUs it needs from the earliest time the running jobs' time limits free them, for its own time limit, and a later job starts only if it delays no such reservation (in GPU counts, not nodes, and in every pass).",
+            Backfill::Off => " Its scheduling passes start every job that fits, in queue order, with no backfill reservation (`--backfill off`; the clusters' Slurm makes them, and `--backfill reserve` models them in GPU counts: nearer live's completion times, further from its preemptions on the runs measured).",
+        });
         if s.preemption != Preemption::None {
             text.push_str(&format!(
                 " Victims are chosen assuming a checkpoint every {} s, the service's `checkpoint_interval_s`, as the service chose them.",
@@ -217,6 +229,11 @@ mod tests {
     fn the_demo_service_maps_onto_the_policy_simulator() {
         let s = settings(&parse(&demo_toml("true", "")), cap_s(8.0 * 3600.0, 240.0));
         assert_eq!((s.window_s, s.cycle_s), (2520.0, 2.0));
+        assert_eq!(
+            s.backfill,
+            Backfill::Off,
+            "reservations measured nearer live's AJCT, further from its preemptions: not the default"
+        );
         assert_eq!(s.preemption, Preemption::Compass);
         assert_eq!(
             (s.order.team_order, s.order.free_order),

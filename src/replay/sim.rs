@@ -477,7 +477,7 @@ mod tests {
     use crate::replay::service::{Service, ServiceModel};
     use compass_core::fairshare::{FreeOrder, QueueOrder, TeamOrder};
     use compass_core::preempt::ProtectionConfig;
-    use compass_core::sim::budgets::Preemption;
+    use compass_core::sim::budgets::{Backfill, Preemption};
     use std::path::{Path, PathBuf};
 
     fn job(index: usize, submit_s: f64, run_s: f64, w: u32, g: u32) -> PlannedJob {
@@ -673,6 +673,7 @@ mod tests {
             },
             job_checkpoint_s: Some(0.75),
             restart_cost_s: 0.5,
+            backfill: Backfill::Reserve,
         };
         let svc = service(&dir.0, settings);
         let plan = contended_plan();
@@ -760,6 +761,7 @@ mod tests {
                 },
                 job_checkpoint_s: Some(1.0),
                 restart_cost_s: 0.0,
+                backfill: Backfill::Off,
             },
         );
         svc.model.enforce = "false".into();
@@ -776,7 +778,9 @@ mod tests {
         assert_eq!((s.preemptions, s.cancelled), (Some(0), Some(0)));
         let line = s.command.unwrap();
         assert!(
-            line.contains(" --preempt none ") && line.contains(" --policy best-fit "),
+            line.contains(" --preempt none ")
+                && line.contains(" --policy best-fit ")
+                && line.contains(" --backfill off "),
             "{line}"
         );
         assert!(s.job_jct_s.iter().all(Option::is_some));

@@ -18,6 +18,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::ops::Bound::{Excluded, Unbounded};
 
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +36,7 @@ use crate::preempt::{
     later_job_may_preempt, plan_drain, plan_room, NodeRoom, PendingJob, ProtectionConfig, Ratios,
     RunningJob, TeamLoad, TeamTable,
 };
+use crate::sim::free_profile::FreeProfile;
 use crate::sim::gate::{self, Gate, GateEvent, GateState};
 use crate::sim::stats::Percentiles;
 use crate::sim::{
@@ -148,7 +150,45 @@ pub struct BudgetSimConfig {
     /// backfill gives the head of the pushed order a reservation in the same
     /// way (`docs/policy-simulator.md`).
     pub head_first: bool,
+    /// Whether a scheduling pass gives the jobs it cannot start
+    /// reservations that later jobs may not delay, as Slurm's
+    /// sched/backfill does ([`Backfill`]).
+    pub backfill: Backfill,
 }
+
+/// How a scheduling pass treats the waiting jobs it cannot start.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backfill {
+    /// Every job that fits starts, in queue order: a job that cannot start
+    /// holds nothing back, and a smaller one behind it takes the room it
+    /// waits for.
+    #[default]
+    Off,
+    /// Slurm's `SchedulerType=sched/backfill`, in GPU counts: the pass
+    /// walks the waiting jobs in queue order, keeping the free GPUs over
+    /// time (running jobs give theirs back at their expected ends as the
+    /// scheduler sees them: their time limits,
+    /// [`crate::sim::RemainingRun`]). A job starts only when its GPUs stay
+    /// free over its whole expected run; one that cannot start gets a
+    /// reservation, its GPUs taken from the earliest time they are free
+    /// for its expected run, so no later job in the pass delays it. Slurm
+    /// does the same for every pending job it tests, up to
+    /// `bf_max_job_test` of them (default [`MAX_RESERVATIONS`]), and
+    /// starts a lower-priority job only when it delays no higher one's
+    /// expected start. Not modelled: which nodes a reservation holds (GPU
+    /// counts only; a job the nodes cannot take now is reserved for at the
+    /// next time the counts change), `bf_resolution`, `bf_window` and
+    /// `bf_interval` (the reservations hold in every pass), and the main
+    /// scheduler's stop at the first blocked job of a partition
+    /// (`docs/policy-simulator.md`).
+    Reserve,
+}
+
+/// The most reservations one scheduling pass makes
+/// ([`Backfill::Reserve`]): Slurm's `bf_max_job_test` default, the pending
+/// jobs one backfill pass tests.
+pub const MAX_RESERVATIONS: usize = 500;
 
 /// Preemption rules of the enforcement cycle.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -278,6 +318,7 @@ impl BudgetSimConfig {
             free_order: FreeOrder::default(),
             shortfall: false,
             head_first: false,
+            backfill: Backfill::Off,
         }
     }
 }
@@ -846,6 +887,12 @@ type WaitKey = (Reverse<i64>, u64, usize);
 /// are not at least as large as a shape that just failed to place.
 type Waiting = BTreeMap<(u32, u32), BTreeSet<WaitKey>>;
 
+/// Is `job`'s protection, once started, at most
+/// `debug_max_min_runtime_s` ([`BudgetSimConfig::head_first`])?
+fn protected_briefly(job: &BudgetJob, cfg: &BudgetSimConfig) -> bool {
+    job.min_runtime_s.min(cfg.protection.min_runtime_cap_s) <= cfg.debug_max_min_runtime_s
+}
+
 /// The waiting jobs of `w` whose protection, once started, lasts at most
 /// `debug_max_min_runtime_s` ([`BudgetSimConfig::head_first`]).
 fn short_protected(w: &Waiting, jobs: &[BudgetJob], cfg: &BudgetSimConfig) -> Waiting {
@@ -854,12 +901,7 @@ fn short_protected(w: &Waiting, jobs: &[BudgetJob], cfg: &BudgetSimConfig) -> Wa
         let short: BTreeSet<WaitKey> = set
             .iter()
             .copied()
-            .filter(|k| {
-                jobs[k.2]
-                    .min_runtime_s
-                    .min(cfg.protection.min_runtime_cap_s)
-                    <= cfg.debug_max_min_runtime_s
-            })
+            .filter(|k| protected_briefly(&jobs[k.2], cfg))
             .collect();
         if !short.is_empty() {
             out.insert(*shape, short);
@@ -885,6 +927,58 @@ fn first_fitting(
         })
         .filter_map(|(_, set)| set.first().copied())
         .min()
+}
+
+/// A team's waiting jobs of one kind (or of both, in one queue) in queue
+/// order, one at a time, while the pass starts some of them
+/// ([`Sim::schedule_reserving`]): per shape, the next job not yet walked
+/// (a job started leaves its shape's set; the walk keeps keys, not
+/// references, so it does not hold the team).
+struct TeamWalk {
+    /// (allocated, shape, the next job of that shape).
+    heads: Vec<(bool, (u32, u32), WaitKey)>,
+}
+
+impl TeamWalk {
+    fn new(team: &Team, kind: Option<bool>) -> Self {
+        let kinds: &[bool] = match kind {
+            Some(alloc) => &[alloc][..],
+            None => &[true, false],
+        };
+        let heads = kinds
+            .iter()
+            .flat_map(|&alloc| {
+                let w = if alloc {
+                    &team.wait_alloc
+                } else {
+                    &team.wait_free
+                };
+                w.iter()
+                    .filter_map(move |(&shape, set)| Some((alloc, shape, *set.first()?)))
+            })
+            .collect();
+        Self { heads }
+    }
+
+    /// The team's next waiting job in queue order.
+    fn next(&mut self, team: &Team) -> Option<WaitKey> {
+        let (k, &(alloc, shape, key)) = self.heads.iter().enumerate().min_by_key(|h| h.1 .2)?;
+        let w = if alloc {
+            &team.wait_alloc
+        } else {
+            &team.wait_free
+        };
+        let after = w
+            .get(&shape)
+            .and_then(|set| set.range((Excluded(key), Unbounded)).next());
+        match after {
+            Some(&n) => self.heads[k].2 = n,
+            None => {
+                self.heads.swap_remove(k);
+            }
+        }
+        Some(key)
+    }
 }
 
 /// Live state of one job.
@@ -1489,8 +1583,12 @@ impl<'a> Sim<'a> {
     /// teams in [`Self::team_orders`], priority then FIFO within a team; then
     /// every unallocated job) are started while they fit. Jobs needing more
     /// GPUs than are free are skipped without an attempt; at most
-    /// `queue_depth` start attempts per pass.
+    /// `queue_depth` start attempts per pass. With [`Backfill::Reserve`],
+    /// [`Self::schedule_reserving`] instead.
     fn schedule(&mut self) -> Result<()> {
+        if self.cfg.backfill == Backfill::Reserve {
+            return self.schedule_reserving();
+        }
         let mut free = self.capacity - self.policy.occupancy().used_gpus();
         let mut attempts = 0;
         // Shapes that failed to place since the last start: any job at least
@@ -1562,6 +1660,112 @@ impl<'a> Sim<'a> {
                     } else {
                         failed.push((self.jobs[i].shape.gpus, self.jobs[i].shape.instances));
                     }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One scheduling pass with backfill reservations ([`Backfill::Reserve`]):
+    /// the waiting jobs in the order of [`Self::schedule`]'s pass (teams in
+    /// [`Self::team_orders`], allocated work first unless one queue; within
+    /// a team, priority then submission), each looked at once, against a
+    /// [`FreeProfile`] of the free GPUs over time, in which running jobs
+    /// give theirs back at their expected ends ([`Self::expected_end`]).
+    /// A job whose GPUs are free now for its whole expected run is tried
+    /// now and, once started, takes them until its expected end; a job
+    /// that cannot start (too few GPUs for long enough, or none of its
+    /// nodes free) takes them from the earliest later time they are free
+    /// for its run: its reservation, which no later job in the pass may
+    /// delay. Jobs that can never fit get none. The pass stops once no GPU
+    /// is free (nothing more can start), or after `scan_limit` jobs,
+    /// `queue_depth` start attempts or [`MAX_RESERVATIONS`] reservations.
+    /// Under `head_first` a held team's jobs protected longer than
+    /// `debug_max_min_runtime_s` are passed over, as in [`Self::schedule`];
+    /// a job of a shape that failed to place since the last start is not
+    /// tried again (it would fail too) but is reserved for. The profile
+    /// does not follow the moves of the Compacts a start makes (a moved
+    /// job's end is `c` later).
+    fn schedule_reserving(&mut self) -> Result<()> {
+        let now = self.now;
+        let ends: Vec<(Seconds, u64)> = self
+            .running
+            .iter()
+            .map(|&i| (self.expected_end(i, self.projected_end(i)), self.gpus(i)))
+            .collect();
+        let free_now = |sim: &Self| sim.capacity - sim.policy.occupancy().used_gpus();
+        let mut profile = FreeProfile::new(now, free_now(self), ends);
+        let (mut looked, mut attempts, mut reserved) = (0, 0, 0);
+        // Shapes that failed to place since the last start (on every node).
+        let mut failed: Vec<(u32, u32)> = Vec::new();
+        let TeamOrders {
+            allocated: order,
+            free: free_order,
+        } = self.team_orders();
+        let kinds: &[Option<bool>] = if self.one_queue() {
+            &[None]
+        } else {
+            &[Some(true), Some(false)]
+        };
+        let cap = self.capacity as f64;
+        let under = |team: &Team| (team.run_charged as f64) < team.share * cap;
+        let head_first =
+            self.cfg.head_first && self.cfg.team_order == TeamOrder::UnderAllocationFirst;
+        let mut head_left = false;
+        for &kind in kinds {
+            let teams = if kind == Some(false) {
+                &free_order
+            } else {
+                &order
+            };
+            for &t in teams {
+                let held = head_first && kind == Some(true) && head_left && !under(&self.teams[t]);
+                let mut walk = TeamWalk::new(&self.teams[t], kind);
+                while let Some(key) = walk.next(&self.teams[t]) {
+                    if free_now(self) == 0
+                        || looked == self.cfg.scan_limit
+                        || attempts == self.cfg.queue_depth
+                        || reserved == MAX_RESERVATIONS
+                    {
+                        return Ok(());
+                    }
+                    looked += 1;
+                    let i = key.2;
+                    if held && !protected_briefly(&self.jobs[i], self.cfg) {
+                        continue;
+                    }
+                    let gpus = self.gpus(i);
+                    let run = self.expected_end(i, self.projected_end(i)) - now;
+                    let Some(fits) = profile.earliest(gpus, run) else {
+                        continue;
+                    };
+                    let reserve_at = if fits > now {
+                        Some(fits)
+                    } else {
+                        let shape = (self.jobs[i].shape.gpus, self.jobs[i].shape.instances);
+                        let fails_as = |(fg, fn_): &(u32, u32)| shape.0 >= *fg && shape.1 >= *fn_;
+                        if !failed.iter().any(fails_as) {
+                            attempts += 1;
+                            let restricted = self.held_from(i);
+                            if self.try_start(i)? {
+                                profile.take(now, run, gpus);
+                                failed.clear();
+                                continue;
+                            }
+                            if !restricted {
+                                failed.push(shape);
+                            }
+                        }
+                        profile.earliest_later(gpus, run)
+                    };
+                    if let Some(at) = reserve_at {
+                        profile.take(at, run, gpus);
+                        reserved += 1;
+                    }
+                }
+                let team = &self.teams[t];
+                if head_first && kind == Some(true) && under(team) {
+                    head_left |= !team.wait_alloc.is_empty();
                 }
             }
         }

@@ -1285,3 +1285,212 @@ fn a_policy_of_periodic_rounds_is_refused() {
     let err = run_budgets(&gate_jobs(None, true), &tree(&[("a", 1.0)]), &cfg).unwrap_err();
     assert!(err.to_string().contains("periodic rounds"), "{err}");
 }
+
+/// A contended workload of three teams: mixed shapes, protected and free
+/// work, requeues and cancellations.
+fn contended_jobs() -> Vec<BudgetJob> {
+    (0..300u64)
+        .map(|k| {
+            let acct = ["a", "b", "c"][(k % 3) as usize];
+            let g = [1, 2, 4, 8, 3][(k % 5) as usize];
+            let min = [0.0, 0.5, 1.0, 0.25][(k % 4) as usize];
+            let mut j = job(
+                k + 1,
+                acct,
+                k as f64 * 0.05,
+                0.5 + (k % 7) as f64,
+                1 + (k % 3 == 0) as u32,
+                g,
+                min,
+            );
+            j.resumable = k % 11 != 0;
+            j
+        })
+        .collect()
+}
+
+/// [`Backfill::Off`] (the default) is the greedy pass as it was before
+/// reservations existed: on a contended workload (preemptions, requeues,
+/// cancellations, migrations; with head first and drains; under Fair Tree
+/// with scavenger preemption) the replay is bit for bit the one the code
+/// gave before [`Backfill`] was added (figures and a digest of the event
+/// log, pinned then).
+#[test]
+fn backfill_off_replays_as_before_reservations() {
+    let tree = tree(&[("a", 0.5), ("b", 0.3), ("c", 0.2)]);
+    let jobs = contended_jobs();
+    let pinned = [
+        (121465.26599326599, 135, 3, 173, 864, 0x2044_42e2_31bc_af09),
+        (128723.49659863945, 141, 6, 150, 870, 0x3358_630a_5eae_1f5f),
+        (115934.00673400673, 38, 3, 0, 670, 0x9d76_b425_11b4_701d),
+    ];
+    for (variant, want) in pinned.into_iter().enumerate() {
+        let mut cfg = config(6);
+        assert_eq!(cfg.backfill, Backfill::Off, "off by default");
+        match variant {
+            1 => {
+                cfg.head_first = true;
+                cfg.max_drains = 1;
+                cfg.drain_after_s = 0.5 * H;
+            }
+            2 => {
+                cfg.team_order = TeamOrder::FairTree;
+                cfg.preemption = Preemption::Scavenger;
+                cfg.policy = "best-fit".into();
+            }
+            _ => {}
+        }
+        let r = run_budgets(&jobs, &tree, &cfg).unwrap();
+        let got = (
+            r.ajct_s,
+            r.preemptions,
+            r.cancelled,
+            r.migrations,
+            r.events.len(),
+            fnv(&format!("{:?}", r.events)),
+        );
+        assert_eq!(got, want, "variant {variant}");
+        cfg.backfill = Backfill::Reserve;
+        let reserving = run_budgets(&jobs, &tree, &cfg).unwrap();
+        assert_ne!(
+            fnv(&format!("{:?}", reserving.events)),
+            want.5,
+            "variant {variant}: reservations change the replay"
+        );
+    }
+}
+
+/// One team on `nodes` nodes, no preemption, best-fit: only the queue's
+/// pass decides who starts when.
+fn queue_only(nodes: u32, backfill: Backfill) -> BudgetSimConfig {
+    let mut cfg = config(nodes);
+    cfg.policy = "best-fit".into();
+    cfg.preemption = Preemption::None;
+    cfg.backfill = backfill;
+    cfg
+}
+
+/// Two nodes: job 1 holds one until 1.5 h (its time limit: 2 h), the
+/// two-node job 2 waits for it; job 3, behind job 2, fits the free node
+/// now. The greedy pass starts it at once, and job 2 waits for its end too
+/// (3.2 h). With reservations job 2 holds all 16 GPUs from job 1's
+/// expected end (2 h) for its time limit (1 h); job 3's expected run (its
+/// 4 h time limit) would delay that, so job 3 waits: job 2 starts when
+/// job 1 ends, job 3 after job 2.
+#[test]
+fn a_reservation_keeps_a_later_job_out_of_the_blocked_jobs_room() {
+    let jobs = vec![
+        job(1, "a", 0.0, 1.5, 1, 8, 0.1),
+        job(2, "a", 0.1, 1.0, 2, 8, 0.1),
+        job(3, "a", 0.2, 3.0, 1, 8, 0.1),
+    ];
+    let tree = tree(&[("a", 1.0)]);
+    let starts = |backfill| {
+        let r = run_budgets(&jobs, &tree, &queue_only(2, backfill)).unwrap();
+        (
+            start_of(&r.events, 2).unwrap(),
+            start_of(&r.events, 3).unwrap(),
+        )
+    };
+    let (two, three) = starts(Backfill::Off);
+    assert_eq!(three, 0.2 * H, "greedy: job 3 takes the free node at once");
+    assert_eq!(two, 0.2 * H + 3.0 * H, "greedy: job 2 waits for job 3");
+    let (two, three) = starts(Backfill::Reserve);
+    assert_eq!(two, 1.5 * H, "reserved: job 2 starts when job 1 ends");
+    assert_eq!(three, 2.5 * H, "reserved: job 3 waits for job 2");
+}
+
+/// As above, but job 1 runs until 3 h (time limit 4 h) and job 3 is
+/// expected to end (its 1 h time limit, 1.2 h) before job 2's reservation
+/// (4 h): backfill starts it at once, and job 2 still starts when job 1
+/// ends.
+#[test]
+fn a_job_that_ends_before_the_reservation_starts_at_once() {
+    let jobs = vec![
+        job(1, "a", 0.0, 3.0, 1, 8, 0.1),
+        job(2, "a", 0.1, 1.0, 2, 8, 0.1),
+        job(3, "a", 0.2, 0.75, 1, 8, 0.1),
+    ];
+    let tree = tree(&[("a", 1.0)]);
+    for backfill in [Backfill::Off, Backfill::Reserve] {
+        let r = run_budgets(&jobs, &tree, &queue_only(2, backfill)).unwrap();
+        assert_eq!(start_of(&r.events, 3), Some(0.2 * H), "{backfill:?}");
+        assert_eq!(start_of(&r.events, 2), Some(3.0 * H), "{backfill:?}");
+    }
+}
+
+/// Three nodes: node 0 runs job 1 until 1 h; nodes 1 and 2 each keep one
+/// long 4-GPU job (2, 4) once a short one (3, 5) beside it ends, leaving 8
+/// GPUs free in all, on no one node. The one-node jobs 6 and 7 fit that in
+/// count but on no node: they are reserved for from the next time the
+/// counts change, job 1's expected end (job 6 after a failed start, job 7
+/// without a start attempt: its shape just failed), which leaves no GPU
+/// then; so the 4-GPU job 8, which the greedy pass starts at once, waits
+/// until job 6 has started.
+#[test]
+fn jobs_the_nodes_cannot_take_now_are_reserved_for_at_the_next_change() {
+    let jobs = vec![
+        job(1, "a", 0.0, 1.0, 1, 8, 0.1),
+        job(2, "a", 0.0, 8.0, 1, 4, 0.1),
+        job(3, "a", 0.0, 0.05, 1, 4, 0.1),
+        job(4, "a", 0.0, 8.0, 1, 4, 0.1),
+        job(5, "a", 0.0, 0.05, 1, 4, 0.1),
+        job(6, "a", 0.1, 1.0, 1, 8, 0.1),
+        job(7, "a", 0.1, 1.0, 1, 8, 0.1),
+        job(8, "a", 0.2, 2.0, 1, 4, 0.1),
+    ];
+    let tree = tree(&[("a", 1.0)]);
+    let off = run_budgets(&jobs, &tree, &queue_only(3, Backfill::Off)).unwrap();
+    assert_eq!(start_of(&off.events, 8), Some(0.2 * H));
+    let r = run_budgets(&jobs, &tree, &queue_only(3, Backfill::Reserve)).unwrap();
+    assert_eq!(start_of(&r.events, 6), Some(H));
+    assert_eq!(start_of(&r.events, 8), Some(H), "behind job 6's start");
+    assert_eq!(start_of(&r.events, 7), Some(2.0 * H), "when job 6 ends");
+}
+
+/// With reservations, under every queue and preemption rule (one queue
+/// under Fair Tree without preemption, scavengers, head first with drains,
+/// reservations of nodes), every job of the contended workload ends, each
+/// once, and the pass never takes GPUs its profile does not have (a
+/// debug assertion).
+#[test]
+fn with_reservations_every_job_ends_under_every_rule() {
+    let tree = tree(&[("a", 0.5), ("b", 0.3), ("c", 0.2)]);
+    let jobs = contended_jobs();
+    for variant in 0..4 {
+        let mut cfg = config(6);
+        cfg.backfill = Backfill::Reserve;
+        match variant {
+            0 => {
+                cfg.team_order = TeamOrder::FairTree;
+                cfg.preemption = Preemption::None;
+            }
+            1 => {
+                cfg.team_order = TeamOrder::FairTree;
+                cfg.preemption = Preemption::Scavenger;
+            }
+            2 => {
+                cfg.head_first = true;
+                cfg.max_drains = 2;
+                cfg.drain_after_s = 0.5 * H;
+            }
+            _ => {
+                cfg.max_drains = 1;
+                cfg.drain_rule = DrainRule::Reserve;
+                cfg.drain_after_s = 0.5 * H;
+            }
+        }
+        let r = run_budgets(&jobs, &tree, &cfg).unwrap();
+        assert_eq!(
+            (r.completed + r.cancelled, r.unfinished),
+            (jobs.len(), 0),
+            "variant {variant}"
+        );
+        let finishes = r
+            .events
+            .iter()
+            .filter(|e| matches!(e, SimEvent::Finish { .. }))
+            .count();
+        assert_eq!(finishes, r.completed, "variant {variant}");
+    }
+}

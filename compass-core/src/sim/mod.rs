@@ -23,6 +23,7 @@
 
 pub mod budgets;
 pub mod cluster;
+mod free_profile;
 mod gate;
 mod migration;
 pub mod sizing;
