@@ -35,7 +35,8 @@ pub struct LogFacts {
     /// `job_test job N mode 0: hold released` lines: started where Slurm
     /// put it after the plugin held it `HOLD_LIMIT_S` (by design), by job.
     pub released_run_now: BTreeMap<u64, u32>,
-    /// Jobs retried on all of Slurm's candidates, or sent to plain cons_tres.
+    /// Jobs started on all of Slurm's candidates (a RUN_NOW retry, `mode 0`),
+    /// or sent to plain cons_tres.
     pub widened: BTreeSet<u64>,
     /// `job_test job N: planned nodes not free yet (migrations in flight)`
     /// lines, by job: the plugin held the job for a migration target.
@@ -125,7 +126,7 @@ impl LogFacts {
                         }
                         released_since.entry(id).or_insert(t);
                     }
-                } else if rest.contains("retried on all candidates (rc 0)") {
+                } else if rest.contains("retried on all candidates (rc 0)") && !projection(rest) {
                     f.widened.insert(id);
                 }
             }
@@ -145,6 +146,18 @@ impl LogFacts {
         }
         f
     }
+}
+
+/// Is this `job_test job N mode M: ...` line (`rest`: after `job_test job
+/// `) a test that allocates nothing: `mode 1` (TEST_ONLY) or `mode 2`
+/// (WILL_RUN, backfill's projection)? Only `mode 0` (RUN_NOW) places a
+/// job; a line without a mode (older plugins) counts as one that may.
+fn projection(rest: &str) -> bool {
+    let after_id = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+    after_id
+        .strip_prefix(" mode ")
+        .and_then(|m| m.split(':').next())
+        .is_some_and(|m| m.trim() != "0")
 }
 
 fn read_from(path: &Path, from: u64) -> String {
@@ -1802,13 +1815,20 @@ mod tests {
 [t] select/cons_tres_compass: job_test job 5: planned nodes refused by cons_tres, retried on all candidates (rc -1)\n\
 [t] select/cons_tres_compass: migration of job 5: requeued, pinned to its planned nodes, eligible now\n\
 [t] select/cons_tres_compass: plan for job 7: boom; job 7 goes to plain cons_tres\n\
-[t] select/cons_tres_compass: job_test job 99 mode 0: narrowed 16 -> 1 nodes\n",
+[t] select/cons_tres_compass: job_test job 99 mode 0: narrowed 16 -> 1 nodes\n\
+[t] select/cons_tres_compass: job_test job 8 mode 2: planned nodes refused by cons_tres, retried on all candidates (rc 0)\n\
+[t] select/cons_tres_compass: job_test job 8 mode 1: planned nodes refused by cons_tres, retried on all candidates (rc 0)\n\
+[t] select/cons_tres_compass: job_test job 10 mode 0: planned nodes refused by cons_tres, retried on all candidates (rc 0)\n",
         )
         .unwrap();
-        let f = LogFacts::read(&p, 0, &BTreeSet::from([5, 6, 7]));
+        let f = LogFacts::read(&p, 0, &BTreeSet::from([5, 6, 7, 8, 10]));
         assert_eq!(f.narrowed_run_now, BTreeMap::from([(5, 1)]));
         assert_eq!(f.migrations, BTreeMap::from([(5, 1)]));
-        assert_eq!(f.widened, BTreeSet::from([6, 7]));
+        assert_eq!(
+            f.widened,
+            BTreeSet::from([6, 7, 10]),
+            "a WILL_RUN or TEST_ONLY retry on all candidates places nothing"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
