@@ -981,6 +981,56 @@ impl TeamWalk {
     }
 }
 
+/// The teams of one scheduling pass in order ([`Sim::schedule`],
+/// [`Sim::schedule_reserving`]): allocated work of every team in team
+/// order, then unallocated work in the free order; or every team's jobs
+/// of both kinds in one queue. Tracks [`BudgetSimConfig::head_first`]:
+/// once a team below its allocation is left with allocated jobs waiting,
+/// the teams after it at or above theirs are `held` (only briefly
+/// protected jobs of theirs may start).
+struct PassOrder {
+    /// (kind: allocated, unallocated or both, team), in pass order.
+    teams: VecDeque<(Option<bool>, usize)>,
+    head_first: bool,
+    /// A team below its allocation whose head job was left waiting in
+    /// this pass.
+    head_left: bool,
+}
+
+impl PassOrder {
+    fn new(sim: &Sim<'_>) -> Self {
+        let TeamOrders { allocated, free } = sim.team_orders();
+        let teams = if sim.one_queue() {
+            allocated.iter().map(|&t| (None, t)).collect()
+        } else {
+            let alloc = allocated.iter().map(|&t| (Some(true), t));
+            alloc
+                .chain(free.iter().map(|&t| (Some(false), t)))
+                .collect()
+        };
+        Self {
+            teams,
+            head_first: sim.cfg.head_first && sim.cfg.team_order == TeamOrder::UnderAllocationFirst,
+            head_left: false,
+        }
+    }
+
+    /// The next team: (kind, team, held).
+    fn next(&mut self, sim: &Sim<'_>) -> Option<(Option<bool>, usize, bool)> {
+        let (kind, t) = self.teams.pop_front()?;
+        let held =
+            self.head_first && kind == Some(true) && self.head_left && !sim.below_allocation(t);
+        Some((kind, t, held))
+    }
+
+    /// The pass is done with team `t`'s jobs of `kind`.
+    fn team_done(&mut self, sim: &Sim<'_>, kind: Option<bool>, t: usize) {
+        if self.head_first && kind == Some(true) && sim.below_allocation(t) {
+            self.head_left |= !sim.teams[t].wait_alloc.is_empty();
+        }
+    }
+}
+
 /// Live state of one job.
 #[derive(Clone, Debug, Default)]
 struct Live {
@@ -1594,74 +1644,47 @@ impl<'a> Sim<'a> {
         // Shapes that failed to place since the last start: any job at least
         // as large in both GPUs and instances fails too.
         let mut failed: Vec<(u32, u32)> = Vec::new();
-        let TeamOrders {
-            allocated: order,
-            free: free_order,
-        } = self.team_orders();
-        // Allocated jobs first, then unallocated ones; or one queue.
-        let kinds: &[Option<bool>] = if self.one_queue() {
-            &[None]
-        } else {
-            &[Some(true), Some(false)]
-        };
-        let cap = self.capacity as f64;
-        let under = |team: &Team| (team.run_charged as f64) < team.share * cap;
-        let head_first =
-            self.cfg.head_first && self.cfg.team_order == TeamOrder::UnderAllocationFirst;
-        // A team below its allocation whose head job was left waiting in
-        // this pass ([`BudgetSimConfig::head_first`]).
-        let mut head_left = false;
-        for &kind in kinds {
-            let teams = if kind == Some(false) {
-                &free_order
-            } else {
-                &order
-            };
-            for &t in teams {
-                let held = head_first && kind == Some(true) && head_left && !under(&self.teams[t]);
-                // Shapes of this team that failed only because drains held
-                // nodes (other teams' jobs may be allowed there).
-                let mut team_failed: Vec<(u32, u32)> = Vec::new();
-                loop {
-                    if free == 0 || attempts == self.cfg.queue_depth {
-                        return Ok(());
-                    }
-                    let team = &self.teams[t];
-                    let head = |w: &Waiting| first_fitting(w, free, &failed, &team_failed);
-                    let next = match kind {
-                        Some(true) if held => first_fitting(
-                            &short_protected(&team.wait_alloc, self.jobs, self.cfg),
-                            free,
-                            &failed,
-                            &team_failed,
-                        ),
-                        Some(true) => head(&team.wait_alloc),
-                        Some(false) => head(&team.wait_free),
-                        None => head(&team.wait_alloc)
-                            .into_iter()
-                            .chain(head(&team.wait_free))
-                            .min(),
-                    };
-                    let Some((_, _, i)) = next else {
-                        let team = &self.teams[t];
-                        if head_first && kind == Some(true) && under(team) {
-                            head_left |= !team.wait_alloc.is_empty();
-                        }
-                        break;
-                    };
-                    attempts += 1;
-                    let restricted = self.held_from(i);
-                    if self.try_start(i)? {
-                        free = self.capacity - self.policy.occupancy().used_gpus();
-                        failed.clear();
-                        team_failed.clear();
-                    } else if restricted {
-                        team_failed.push((self.jobs[i].shape.gpus, self.jobs[i].shape.instances));
-                    } else {
-                        failed.push((self.jobs[i].shape.gpus, self.jobs[i].shape.instances));
-                    }
+        let mut pass = PassOrder::new(self);
+        while let Some((kind, t, held)) = pass.next(self) {
+            // Shapes of this team that failed only because drains held
+            // nodes (other teams' jobs may be allowed there).
+            let mut team_failed: Vec<(u32, u32)> = Vec::new();
+            loop {
+                if free == 0 || attempts == self.cfg.queue_depth {
+                    return Ok(());
+                }
+                let team = &self.teams[t];
+                let head = |w: &Waiting| first_fitting(w, free, &failed, &team_failed);
+                let next = match kind {
+                    Some(true) if held => first_fitting(
+                        &short_protected(&team.wait_alloc, self.jobs, self.cfg),
+                        free,
+                        &failed,
+                        &team_failed,
+                    ),
+                    Some(true) => head(&team.wait_alloc),
+                    Some(false) => head(&team.wait_free),
+                    None => head(&team.wait_alloc)
+                        .into_iter()
+                        .chain(head(&team.wait_free))
+                        .min(),
+                };
+                let Some((_, _, i)) = next else {
+                    break;
+                };
+                attempts += 1;
+                let restricted = self.held_from(i);
+                if self.try_start(i)? {
+                    free = self.capacity - self.policy.occupancy().used_gpus();
+                    failed.clear();
+                    team_failed.clear();
+                } else if restricted {
+                    team_failed.push((self.jobs[i].shape.gpus, self.jobs[i].shape.instances));
+                } else {
+                    failed.push((self.jobs[i].shape.gpus, self.jobs[i].shape.instances));
                 }
             }
+            pass.team_done(self, kind, t);
         }
         Ok(())
     }
@@ -1698,76 +1721,52 @@ impl<'a> Sim<'a> {
         let (mut looked, mut attempts, mut reserved) = (0, 0, 0);
         // Shapes that failed to place since the last start (on every node).
         let mut failed: Vec<(u32, u32)> = Vec::new();
-        let TeamOrders {
-            allocated: order,
-            free: free_order,
-        } = self.team_orders();
-        let kinds: &[Option<bool>] = if self.one_queue() {
-            &[None]
-        } else {
-            &[Some(true), Some(false)]
-        };
-        let cap = self.capacity as f64;
-        let under = |team: &Team| (team.run_charged as f64) < team.share * cap;
-        let head_first =
-            self.cfg.head_first && self.cfg.team_order == TeamOrder::UnderAllocationFirst;
-        let mut head_left = false;
-        for &kind in kinds {
-            let teams = if kind == Some(false) {
-                &free_order
-            } else {
-                &order
-            };
-            for &t in teams {
-                let held = head_first && kind == Some(true) && head_left && !under(&self.teams[t]);
-                let mut walk = TeamWalk::new(&self.teams[t], kind);
-                while let Some(key) = walk.next(&self.teams[t]) {
-                    if free_now(self) == 0
-                        || looked == self.cfg.scan_limit
-                        || attempts == self.cfg.queue_depth
-                        || reserved == MAX_RESERVATIONS
-                    {
-                        return Ok(());
-                    }
-                    looked += 1;
-                    let i = key.2;
-                    if held && !protected_briefly(&self.jobs[i], self.cfg) {
-                        continue;
-                    }
-                    let gpus = self.gpus(i);
-                    let run = self.expected_end(i, self.projected_end(i)) - now;
-                    let Some(fits) = profile.earliest(gpus, run) else {
-                        continue;
-                    };
-                    let reserve_at = if fits > now {
-                        Some(fits)
-                    } else {
-                        let shape = (self.jobs[i].shape.gpus, self.jobs[i].shape.instances);
-                        let fails_as = |(fg, fn_): &(u32, u32)| shape.0 >= *fg && shape.1 >= *fn_;
-                        if !failed.iter().any(fails_as) {
-                            attempts += 1;
-                            let restricted = self.held_from(i);
-                            if self.try_start(i)? {
-                                profile.take(now, run, gpus);
-                                failed.clear();
-                                continue;
-                            }
-                            if !restricted {
-                                failed.push(shape);
-                            }
-                        }
-                        profile.earliest_later(gpus, run)
-                    };
-                    if let Some(at) = reserve_at {
-                        profile.take(at, run, gpus);
-                        reserved += 1;
-                    }
+        let mut pass = PassOrder::new(self);
+        while let Some((kind, t, held)) = pass.next(self) {
+            let mut walk = TeamWalk::new(&self.teams[t], kind);
+            while let Some(key) = walk.next(&self.teams[t]) {
+                if free_now(self) == 0
+                    || looked == self.cfg.scan_limit
+                    || attempts == self.cfg.queue_depth
+                    || reserved == MAX_RESERVATIONS
+                {
+                    return Ok(());
                 }
-                let team = &self.teams[t];
-                if head_first && kind == Some(true) && under(team) {
-                    head_left |= !team.wait_alloc.is_empty();
+                looked += 1;
+                let i = key.2;
+                if held && !protected_briefly(&self.jobs[i], self.cfg) {
+                    continue;
+                }
+                let gpus = self.gpus(i);
+                let run = self.expected_end(i, self.projected_end(i)) - now;
+                let Some(fits) = profile.earliest(gpus, run) else {
+                    continue;
+                };
+                let reserve_at = if fits > now {
+                    Some(fits)
+                } else {
+                    let shape = (self.jobs[i].shape.gpus, self.jobs[i].shape.instances);
+                    let fails_as = |(fg, fn_): &(u32, u32)| shape.0 >= *fg && shape.1 >= *fn_;
+                    if !failed.iter().any(fails_as) {
+                        attempts += 1;
+                        let restricted = self.held_from(i);
+                        if self.try_start(i)? {
+                            profile.take(now, run, gpus);
+                            failed.clear();
+                            continue;
+                        }
+                        if !restricted {
+                            failed.push(shape);
+                        }
+                    }
+                    profile.earliest_later(gpus, run)
+                };
+                if let Some(at) = reserve_at {
+                    profile.take(at, run, gpus);
+                    reserved += 1;
                 }
             }
+            pass.team_done(self, kind, t);
         }
         Ok(())
     }
@@ -2278,6 +2277,12 @@ impl<'a> Sim<'a> {
 
     /// One queue for all jobs (no scavenger QOS): Fair Tree without
     /// preemption, as a site with a single QOS would run it.
+    /// Does team `t` run less allocated work than its allocation?
+    fn below_allocation(&self, t: usize) -> bool {
+        let team = &self.teams[t];
+        (team.run_charged as f64) < team.share * self.capacity as f64
+    }
+
     fn one_queue(&self) -> bool {
         self.cfg.team_order == TeamOrder::FairTree && self.cfg.preemption == Preemption::None
     }
