@@ -74,8 +74,10 @@ pub struct PolicyArgs {
     /// from the earliest time they are free for its run (running jobs give
     /// theirs back at their expected ends), up to 500 reservations a pass
     /// (Slurm's `bf_max_job_test`). `off`: every job that fits starts, in
-    /// queue order, whatever it delays. `compass replay --service-config`
-    /// turns it on. The placement simulator's `--queue backfill` (without
+    /// queue order, whatever it delays (also in `compass replay
+    /// --service-config`'s simulation: with `reserve` the demo's completion
+    /// times come nearer live but its preemptions halve, which live does
+    /// not show; docs/policy-simulator.md). The placement simulator's `--queue backfill` (without
     /// --budgets) is another model: a FIFO queue whose head alone holds a
     /// reservation, on nodes (docs/policy-simulator.md).
     #[arg(long, default_value = "off", value_parser = PossibleValuesParser::new(names(&BACKFILLS)))]
