@@ -1651,11 +1651,15 @@ pub fn markdown(
         s.push_str(&sim_commands(results));
     }
     if checks.is_empty() {
-        s.push_str(if afr_checked(results) {
-            "Checks: all passed (every job completed exactly once, or was cancelled by compass-budgetd as a non-resumable preemption victim; compass jobs ran only on the engine's nodes; N*SIF <= 2 in each pool while WCC held there; compass AFR below stock).\n\n"
+        let afr = if afr_checked(results) {
+            "; compass AFR below stock)."
         } else {
-            "Checks: all passed (every job completed exactly once, or was cancelled by compass-budgetd as a non-resumable preemption victim; compass jobs ran only on the engine's nodes; N*SIF <= 2 in each pool while WCC held there). AFR is compared above, not checked: the budget service preempts here, protected jobs are never moved, and compass's AFR is then level with best-fit's on average (docs/results.md).\n\n"
-        });
+            "). AFR is compared above, not checked: the budget service preempts here, protected jobs are never moved, and compass's AFR is then level with best-fit's on average (docs/results.md)."
+        };
+        let _ = writeln!(
+            s,
+            "Checks: all passed (every job completed exactly once, or was cancelled by compass-budgetd as a non-resumable preemption victim; compass jobs ran only on the engine's nodes; N*SIF <= 2 in each pool while WCC held there{afr}\n"
+        );
     } else {
         s.push_str("Checks FAILED:\n");
         for c in checks {
